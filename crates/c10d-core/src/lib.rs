@@ -1,0 +1,36 @@
+//! # c10d-core
+//!
+//! The vocabulary every c10d-rs crate speaks, mirroring PyTorch's `c10d` core:
+//!
+//! - [`DType`], [`Device`], [`Tensor`] (zero-copy from `Vec<T>`, leased while a collective owns it),
+//!   [`DeviceStorage`] for accelerator memory without linking CUDA;
+//! - [`ReduceOp`] with PyTorch's ids and the reduction kernels ([`reduce`]);
+//! - the options structs ([`options`]), [`Work`], the [`Backend`] trait and [`ProcessGroup`];
+//! - [`DistError`] with PyTorch's exception kinds, and [`DebugLevel`].
+//!
+//! This crate knows nothing of sockets, files or CUDA.
+
+pub mod backend;
+pub mod debug;
+pub mod device;
+pub mod dtype;
+pub mod error;
+pub mod options;
+pub mod process_group;
+pub mod reduce;
+pub mod tensor;
+pub mod work;
+
+pub use backend::Backend;
+pub use debug::DebugLevel;
+pub use device::{Device, DeviceType};
+pub use dtype::{c32, c64, DType, Element};
+pub use error::{DistError, ErrorKind, Result};
+pub use options::*;
+pub use process_group::ProcessGroup;
+pub use reduce::ReduceOp;
+pub use tensor::{DeviceStorage, Tensor, TensorLeases};
+pub use work::{OpType, Work, WorkCompleter};
+
+/// Re-export so `dispatch_dtype!` works in dependent crates.
+pub use half;

@@ -1,0 +1,671 @@
+//! Tensors: cheap handles to shared storage, safe to hand to asynchronous collectives.
+//!
+//! A [`Tensor`] is (dtype, shape, byte offset, shared storage). Collectives take
+//! *leases* on the storages they touch ([`TensorLeases::acquire`]): a write lease for
+//! every output, a read lease for every input. While a lease is held, user access through
+//! [`Tensor::read`], [`Tensor::write`], [`Tensor::to_vec`] … returns an error instead of
+//! observing a torn write, and a second collective that wants to write the same storage
+//! fails with a clear error rather than racing. Leases are dropped when the backend
+//! finishes the operation, before its [`crate::Work`] completes.
+//!
+//! Tensors are always contiguous (row-major). Views made by [`Tensor::narrow`],
+//! [`Tensor::reshape`] and [`Tensor::chunk`] share storage with their base.
+//!
+//! Mirrors `torch.Tensor` as far as collectives need it; there is no autograd and no strides.
+
+use crate::device::Device;
+use crate::dtype::{DType, Element};
+use crate::error::{DistError, Result};
+use smallvec::SmallVec;
+use std::any::Any;
+use std::sync::atomic::{AtomicIsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Storage living on an accelerator, implemented by device backends (c10d-nccl over cudarc)
+/// so that core never links CUDA.
+pub trait DeviceStorage: Send + Sync + 'static {
+    /// The device holding the memory (never [`Device::Cpu`]).
+    fn device(&self) -> Device;
+    /// Raw device pointer of the first byte.
+    fn device_ptr(&self) -> u64;
+    /// Size in bytes.
+    fn nbytes(&self) -> usize;
+    /// The stream (as a raw handle) this memory was last used on, if any.
+    fn last_stream(&self) -> Option<u64>;
+    /// Records the stream a backend used this memory on.
+    fn record_stream(&self, stream: u64);
+    /// Downcasting hook for the backend that created it.
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// Host memory owned by a type-erased `Vec<T>`.
+struct HostBuffer {
+    ptr: *mut u8,
+    nbytes: usize,
+    /// The `Vec<T>` that owns the bytes; taken back out by [`Tensor::into_vec`].
+    owner: Mutex<Option<Box<dyn Any + Send>>>,
+}
+
+enum StorageKind {
+    Host(HostBuffer),
+    Device(Arc<dyn DeviceStorage>),
+}
+
+/// Shared storage plus its borrow state: 0 free, n > 0 readers, -1 one writer.
+pub(crate) struct Storage {
+    kind: StorageKind,
+    borrow: AtomicIsize,
+}
+
+// SAFETY: the raw pointer in `HostBuffer` points into a heap allocation owned by the `Vec` kept in
+// `owner`, which is never moved or freed while the storage lives. All access to the bytes goes
+// through the `borrow` flag (readers/writer exclusion), so sharing the storage between threads
+// cannot create a data race in safe code.
+unsafe impl Send for Storage {}
+// SAFETY: see `Send` above; `&Storage` only exposes bytes through the borrow flag.
+unsafe impl Sync for Storage {}
+
+impl Storage {
+    fn try_read(&self) -> bool {
+        let mut cur = self.borrow.load(Ordering::Acquire);
+        loop {
+            if cur < 0 {
+                return false;
+            }
+            match self.borrow.compare_exchange_weak(cur, cur + 1, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return true,
+                Err(v) => cur = v,
+            }
+        }
+    }
+    fn try_write(&self) -> bool {
+        self.borrow.compare_exchange(0, -1, Ordering::AcqRel, Ordering::Acquire).is_ok()
+    }
+    fn release(&self, write: bool) {
+        if write {
+            self.borrow.store(0, Ordering::Release);
+        } else {
+            self.borrow.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+    fn nbytes(&self) -> usize {
+        match &self.kind {
+            StorageKind::Host(h) => h.nbytes,
+            StorageKind::Device(d) => d.nbytes(),
+        }
+    }
+    fn device(&self) -> Device {
+        match &self.kind {
+            StorageKind::Host(_) => Device::Cpu,
+            StorageKind::Device(d) => d.device(),
+        }
+    }
+    fn host_ptr(&self) -> Option<*mut u8> {
+        match &self.kind {
+            StorageKind::Host(h) => Some(h.ptr),
+            StorageKind::Device(_) => None,
+        }
+    }
+}
+
+/// RAII borrow of a storage (read or write).
+struct StorageGuard {
+    storage: Arc<Storage>,
+    write: bool,
+}
+
+impl StorageGuard {
+    fn acquire(storage: &Arc<Storage>, write: bool) -> Result<Self> {
+        let ok = if write { storage.try_write() } else { storage.try_read() };
+        if ok {
+            Ok(StorageGuard { storage: storage.clone(), write })
+        } else {
+            Err(busy_error(write))
+        }
+    }
+}
+
+impl Drop for StorageGuard {
+    fn drop(&mut self) {
+        self.storage.release(self.write);
+    }
+}
+
+fn busy_error(write: bool) -> DistError {
+    DistError::invalid(format!(
+        "tensor is in use by an in-flight collective (wanted {} access); wait() on its Work before using it again",
+        if write { "write" } else { "read" }
+    ))
+}
+
+/// A tensor handle: dtype, shape and a view into shared storage. Cloning is cheap and
+/// shares the storage (like assigning a `torch.Tensor` in Python).
+#[derive(Clone)]
+pub struct Tensor {
+    storage: Arc<Storage>,
+    dtype: DType,
+    shape: SmallVec<[usize; 4]>,
+    /// Byte offset of the first element in the storage.
+    offset: usize,
+}
+
+impl std::fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Tensor(dtype={}, shape={:?}, device={})", self.dtype, &self.shape[..], self.device())
+    }
+}
+
+fn numel_of(shape: &[usize]) -> usize {
+    shape.iter().product()
+}
+
+impl Tensor {
+    /// A 1-D tensor that takes ownership of `data` without copying. Shape `[data.len()]`.
+    pub fn from_vec<T: Element>(data: Vec<T>) -> Tensor {
+        let n = data.len();
+        Self::from_vec_shaped(data, &[n]).expect("1-D shape always matches")
+    }
+
+    /// A tensor of the given shape that takes ownership of `data` without copying.
+    ///
+    /// # Errors
+    /// [`DistError::InvalidArgument`] when the shape's element count differs from `data.len()`.
+    pub fn from_vec_shaped<T: Element>(mut data: Vec<T>, shape: &[usize]) -> Result<Tensor> {
+        if numel_of(shape) != data.len() {
+            return Err(DistError::invalid(format!(
+                "shape {shape:?} has {} elements but the vector holds {}",
+                numel_of(shape),
+                data.len()
+            )));
+        }
+        let nbytes = std::mem::size_of_val(data.as_slice());
+        let ptr = data.as_mut_ptr().cast::<u8>();
+        let storage = Storage {
+            kind: StorageKind::Host(HostBuffer { ptr, nbytes, owner: Mutex::new(Some(Box::new(data))) }),
+            borrow: AtomicIsize::new(0),
+        };
+        Ok(Tensor { storage: Arc::new(storage), dtype: T::DTYPE, shape: shape.into(), offset: 0 })
+    }
+
+    /// A CPU tensor of zeros (`torch.zeros(shape, dtype=dtype)`).
+    pub fn zeros(dtype: DType, shape: &[usize]) -> Tensor {
+        let n = numel_of(shape);
+        macro_rules! z {
+            ($t:ty) => {
+                Tensor::from_vec_shaped(vec![<$t as Default>::default(); n], shape)
+            };
+        }
+        crate::dispatch_dtype!(dtype, z).expect("shape matches by construction")
+    }
+
+    /// A CPU tensor filled with `value`.
+    pub fn full<T: Element>(value: T, shape: &[usize]) -> Tensor {
+        Tensor::from_vec_shaped(vec![value; numel_of(shape)], shape).expect("shape matches by construction")
+    }
+
+    /// Wraps device memory owned by a device backend.
+    ///
+    /// # Errors
+    /// [`DistError::InvalidArgument`] when `shape`×`dtype` needs more bytes than the storage has.
+    pub fn from_device_storage(storage: Arc<dyn DeviceStorage>, dtype: DType, shape: &[usize]) -> Result<Tensor> {
+        let need = numel_of(shape) * dtype.size();
+        if need > storage.nbytes() {
+            return Err(DistError::invalid(format!(
+                "device storage of {} bytes is too small for shape {shape:?} of {dtype}",
+                storage.nbytes()
+            )));
+        }
+        let st = Storage { kind: StorageKind::Device(storage), borrow: AtomicIsize::new(0) };
+        Ok(Tensor { storage: Arc::new(st), dtype, shape: shape.into(), offset: 0 })
+    }
+
+    /// Element type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+    /// Shape (row-major, contiguous).
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    /// Number of dimensions.
+    pub fn dim(&self) -> usize {
+        self.shape.len()
+    }
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        numel_of(&self.shape)
+    }
+    /// Size in bytes (`numel * dtype.size()`).
+    pub fn nbytes(&self) -> usize {
+        self.numel() * self.dtype.size()
+    }
+    /// Byte offset of this view in its storage.
+    pub fn storage_offset_bytes(&self) -> usize {
+        self.offset
+    }
+    /// The device holding the data.
+    pub fn device(&self) -> Device {
+        self.storage.device()
+    }
+    /// True for host tensors.
+    pub fn is_cpu(&self) -> bool {
+        matches!(self.device(), Device::Cpu)
+    }
+    /// True when both handles share one storage (views of the same base).
+    pub fn shares_storage_with(&self, other: &Tensor) -> bool {
+        Arc::ptr_eq(&self.storage, &other.storage)
+    }
+    /// True while an in-flight collective holds a write lease on the storage.
+    pub fn is_busy(&self) -> bool {
+        self.storage.borrow.load(Ordering::Acquire) < 0
+    }
+    /// The device storage for device tensors (`None` on CPU).
+    pub fn device_storage(&self) -> Option<&Arc<dyn DeviceStorage>> {
+        match &self.storage.kind {
+            StorageKind::Device(d) => Some(d),
+            StorageKind::Host(_) => None,
+        }
+    }
+    /// Device pointer of this view's first byte (`None` on CPU).
+    pub fn device_ptr(&self) -> Option<u64> {
+        self.device_storage().map(|d| d.device_ptr() + self.offset as u64)
+    }
+
+    /// A view with another shape and the same element count (`Tensor.view`).
+    ///
+    /// # Errors
+    /// [`DistError::InvalidArgument`] when the element counts differ.
+    pub fn reshape(&self, shape: &[usize]) -> Result<Tensor> {
+        if numel_of(shape) != self.numel() {
+            return Err(DistError::invalid(format!(
+                "shape '{shape:?}' is invalid for input of size {}",
+                self.numel()
+            )));
+        }
+        Ok(Tensor { shape: shape.into(), ..self.clone() })
+    }
+
+    /// A view of rows `start..start+len` along dimension 0 (`Tensor.narrow(0, start, len)`).
+    /// A 0-d tensor is treated as shape `[1]`.
+    ///
+    /// # Errors
+    /// [`DistError::InvalidArgument`] when the range exceeds dimension 0.
+    pub fn narrow(&self, start: usize, len: usize) -> Result<Tensor> {
+        let rows = self.shape.first().copied().unwrap_or(1);
+        if start.checked_add(len).is_none_or(|end| end > rows) {
+            return Err(DistError::invalid(format!(
+                "narrow: start ({start}) + length ({len}) exceeds dimension size ({rows})"
+            )));
+        }
+        let row_bytes = if rows == 0 { 0 } else { self.nbytes() / rows };
+        let mut shape = self.shape.clone();
+        if shape.is_empty() {
+            shape.push(len);
+        } else {
+            shape[0] = len;
+        }
+        Ok(Tensor { storage: self.storage.clone(), dtype: self.dtype, shape, offset: self.offset + start * row_bytes })
+    }
+
+    /// A flat 1-D view of the elements `start..start+len`.
+    ///
+    /// # Errors
+    /// [`DistError::InvalidArgument`] when the range exceeds the element count.
+    pub fn flat_slice(&self, start: usize, len: usize) -> Result<Tensor> {
+        self.reshape(&[self.numel()])?.narrow(start, len)
+    }
+
+    /// Splits dimension 0 into `n` equal views (`Tensor.chunk` when divisible).
+    ///
+    /// # Errors
+    /// [`DistError::InvalidArgument`] when dimension 0 is not divisible by `n` or `n == 0`.
+    pub fn chunk(&self, n: usize) -> Result<Vec<Tensor>> {
+        let rows = self.shape.first().copied().unwrap_or(1);
+        if n == 0 || rows % n != 0 {
+            return Err(DistError::invalid(format!("cannot split dimension 0 of size {rows} into {n} equal chunks")));
+        }
+        (0..n).map(|i| self.narrow(i * rows / n, rows / n)).collect()
+    }
+
+    fn check_dtype<T: Element>(&self) -> Result<()> {
+        if T::DTYPE != self.dtype {
+            return Err(DistError::invalid(format!(
+                "tensor has dtype {} but was accessed as {}",
+                self.dtype,
+                T::DTYPE
+            )));
+        }
+        Ok(())
+    }
+
+    fn host_range(&self) -> Result<*mut u8> {
+        let base = self.storage.host_ptr().ok_or_else(|| {
+            DistError::invalid(format!("tensor on {} cannot be accessed from the host", self.device()))
+        })?;
+        // SAFETY: offset + nbytes <= storage size is an invariant of every constructor and view.
+        Ok(unsafe { base.add(self.offset) })
+    }
+
+    /// Runs `f` over the elements as a slice. Mirrors reading a CPU tensor in PyTorch.
+    ///
+    /// # Errors
+    /// Wrong element type, a device tensor, or a storage currently written by a collective.
+    pub fn read<T: Element, R>(&self, f: impl FnOnce(&[T]) -> R) -> Result<R> {
+        self.check_dtype::<T>()?;
+        let ptr = self.host_range()?;
+        let _g = StorageGuard::acquire(&self.storage, false)?;
+        // SAFETY: the read guard excludes writers; the range lies in the allocation and the pointer
+        // is aligned for T because the owning Vec has an element type of the same dtype (views
+        // move by whole elements).
+        let s = unsafe { std::slice::from_raw_parts(ptr.cast::<T>(), self.numel()) };
+        Ok(f(s))
+    }
+
+    /// Runs `f` over the elements as a mutable slice.
+    ///
+    /// # Errors
+    /// Wrong element type, a device tensor, or a storage currently used by a collective.
+    pub fn write<T: Element, R>(&self, f: impl FnOnce(&mut [T]) -> R) -> Result<R> {
+        self.check_dtype::<T>()?;
+        let ptr = self.host_range()?;
+        let _g = StorageGuard::acquire(&self.storage, true)?;
+        // SAFETY: the write guard gives exclusive access to the whole storage; alignment as in `read`.
+        let s = unsafe { std::slice::from_raw_parts_mut(ptr.cast::<T>(), self.numel()) };
+        Ok(f(s))
+    }
+
+    /// Runs `f` over the raw bytes of this view.
+    ///
+    /// # Errors
+    /// A device tensor, or a storage currently written by a collective.
+    pub fn read_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
+        let ptr = self.host_range()?;
+        let _g = StorageGuard::acquire(&self.storage, false)?;
+        // SAFETY: as in `read`, bytes need no alignment.
+        Ok(f(unsafe { std::slice::from_raw_parts(ptr, self.nbytes()) }))
+    }
+
+    /// Runs `f` over the raw bytes of this view, mutably. The caller must keep `bool` elements 0 or 1.
+    ///
+    /// # Errors
+    /// A device tensor, or a storage currently used by a collective.
+    pub fn write_bytes<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> Result<R> {
+        let ptr = self.host_range()?;
+        let _g = StorageGuard::acquire(&self.storage, true)?;
+        // SAFETY: as in `write`.
+        Ok(f(unsafe { std::slice::from_raw_parts_mut(ptr, self.nbytes()) }))
+    }
+
+    /// Copies the elements out.
+    ///
+    /// # Errors
+    /// As [`Tensor::read`].
+    pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
+        self.read(|s: &[T]| s.to_vec())
+    }
+
+    /// Takes the elements out, without copying when this handle is the only one and views the
+    /// whole storage; otherwise copies.
+    ///
+    /// # Errors
+    /// As [`Tensor::read`].
+    pub fn into_vec<T: Element>(self) -> Result<Vec<T>> {
+        self.check_dtype::<T>()?;
+        if self.offset == 0 && self.nbytes() == self.storage.nbytes() && Arc::strong_count(&self.storage) == 1 {
+            if let StorageKind::Host(h) = &self.storage.kind {
+                let owner = h.owner.lock().unwrap_or_else(|e| e.into_inner()).take();
+                if let Some(owner) = owner {
+                    match owner.downcast::<Vec<T>>() {
+                        Ok(v) => return Ok(*v),
+                        Err(o) => *h.owner.lock().unwrap_or_else(|e| e.into_inner()) = Some(o),
+                    }
+                }
+            }
+        }
+        self.to_vec()
+    }
+
+    /// Copies `src`'s bytes into this tensor (`Tensor.copy_`).
+    ///
+    /// # Errors
+    /// Dtype or element-count mismatch, device tensors, or busy storages.
+    pub fn copy_from(&self, src: &Tensor) -> Result<()> {
+        if src.dtype != self.dtype || src.numel() != self.numel() {
+            return Err(DistError::invalid(format!(
+                "copy_: source {src:?} does not match destination {self:?}"
+            )));
+        }
+        if src.shares_storage_with(self) {
+            let tmp = src.read_bytes(|b| b.to_vec())?;
+            return self.write_bytes(|d| d.copy_from_slice(&tmp));
+        }
+        src.read_bytes(|s| self.write_bytes(|d| d.copy_from_slice(s)))?
+    }
+
+    /// A new CPU tensor with a copy of the data (`Tensor.clone`).
+    ///
+    /// # Errors
+    /// As [`Tensor::read_bytes`].
+    pub fn deep_clone(&self) -> Result<Tensor> {
+        let out = Tensor::zeros(self.dtype, &self.shape);
+        out.copy_from(self)?;
+        Ok(out)
+    }
+
+    fn byte_range(&self) -> std::ops::Range<usize> {
+        self.offset..self.offset + self.nbytes()
+    }
+}
+
+/// Dispatches on a [`DType`] to a macro taking the Rust element type.
+///
+/// `dispatch_dtype!(dtype, m)` expands to `match dtype { DType::F32 => m!(f32), ... }`.
+#[macro_export]
+macro_rules! dispatch_dtype {
+    ($dtype:expr, $m:ident) => {
+        match $dtype {
+            $crate::DType::F32 => $m!(f32),
+            $crate::DType::F64 => $m!(f64),
+            $crate::DType::F16 => $m!($crate::half::f16),
+            $crate::DType::BF16 => $m!($crate::half::bf16),
+            $crate::DType::I8 => $m!(i8),
+            $crate::DType::U8 => $m!(u8),
+            $crate::DType::I16 => $m!(i16),
+            $crate::DType::I32 => $m!(i32),
+            $crate::DType::I64 => $m!(i64),
+            $crate::DType::Bool => $m!(bool),
+            $crate::DType::Complex64 => $m!($crate::c32),
+            $crate::DType::Complex128 => $m!($crate::c64),
+        }
+    };
+}
+
+enum InputSrc {
+    /// Points into a read-leased storage that no output overlaps.
+    Borrowed(*const u8, usize),
+    /// Snapshot of an input that overlapped an output of the same operation.
+    Snapshot(Vec<u8>),
+    /// Device memory (pointer given by the tensor).
+    Device,
+}
+
+/// The leases one operation holds on its tensors, from launch until it finishes.
+///
+/// Inputs that overlap an output of the same operation (for example
+/// `all_gather_into_tensor` with the input being a chunk of the output) are copied once at
+/// acquire time, so the algorithm never sees aliased input and output buffers.
+/// Dropping the value releases every lease.
+pub struct TensorLeases {
+    inputs: Vec<(Tensor, InputSrc)>,
+    outputs: Vec<(Tensor, Option<(*mut u8, usize)>)>,
+    _guards: Vec<StorageGuard>,
+}
+
+// SAFETY: the raw pointers point into storages kept alive by the guards (and tensors) held in the
+// same value; the guards give this value exclusive write access to every output storage and shared
+// read access to every input storage, so moving it to another thread cannot create a data race.
+unsafe impl Send for TensorLeases {}
+
+impl TensorLeases {
+    /// Leases `outputs` for writing and `inputs` for reading.
+    ///
+    /// # Errors
+    /// [`DistError::InvalidArgument`] when a storage is already leased by another in-flight
+    /// collective, when two outputs overlap, or when tensors mix host and device memory in a way
+    /// the caller did not expect (device tensors are leased but expose no host slices).
+    pub fn acquire(inputs: &[Tensor], outputs: &[Tensor]) -> Result<TensorLeases> {
+        let mut guards: Vec<StorageGuard> = Vec::new();
+        // Outputs: one write guard per distinct storage; views of one storage must not overlap.
+        for (i, t) in outputs.iter().enumerate() {
+            for u in &outputs[..i] {
+                if u.shares_storage_with(t) && ranges_overlap(&u.byte_range(), &t.byte_range()) && t.nbytes() > 0 {
+                    return Err(DistError::invalid(format!(
+                        "output tensors {i} and another output overlap in memory; each output must be a distinct buffer"
+                    )));
+                }
+            }
+            if !guards.iter().any(|g| Arc::ptr_eq(&g.storage, &t.storage)) {
+                guards.push(StorageGuard::acquire(&t.storage, true)?);
+            }
+        }
+        let mut ins = Vec::with_capacity(inputs.len());
+        for t in inputs {
+            if let Some(base) = t.storage.host_ptr() {
+                // SAFETY: offset is within the allocation (tensor invariant).
+                let ptr = unsafe { base.add(t.offset) };
+                if guards.iter().any(|g| g.write && Arc::ptr_eq(&g.storage, &t.storage)) {
+                    // We hold the write lease on this storage, so reading it here is exclusive.
+                    let overlaps = outputs.iter().any(|o| o.shares_storage_with(t) && ranges_overlap(&o.byte_range(), &t.byte_range()));
+                    if overlaps {
+                        // SAFETY: exclusive write lease held by us; range within allocation.
+                        let snap = unsafe { std::slice::from_raw_parts(ptr, t.nbytes()) }.to_vec();
+                        ins.push((t.clone(), InputSrc::Snapshot(snap)));
+                    } else {
+                        ins.push((t.clone(), InputSrc::Borrowed(ptr, t.nbytes())));
+                    }
+                } else {
+                    if !guards.iter().any(|g| Arc::ptr_eq(&g.storage, &t.storage)) {
+                        guards.push(StorageGuard::acquire(&t.storage, false)?);
+                    }
+                    ins.push((t.clone(), InputSrc::Borrowed(ptr, t.nbytes())));
+                }
+            } else {
+                if !guards.iter().any(|g| Arc::ptr_eq(&g.storage, &t.storage)) {
+                    guards.push(StorageGuard::acquire(&t.storage, false)?);
+                }
+                ins.push((t.clone(), InputSrc::Device));
+            }
+        }
+        let outs = outputs
+            .iter()
+            .map(|t| {
+                // SAFETY: offset within the allocation (tensor invariant).
+                let p = t.storage.host_ptr().map(|b| (unsafe { b.add(t.offset) }, t.nbytes()));
+                (t.clone(), p)
+            })
+            .collect();
+        Ok(TensorLeases { inputs: ins, outputs: outs, _guards: guards })
+    }
+
+    /// The leased input tensors.
+    pub fn input_tensors(&self) -> impl Iterator<Item = &Tensor> {
+        self.inputs.iter().map(|(t, _)| t)
+    }
+
+    /// The leased output tensors.
+    pub fn output_tensors(&self) -> impl Iterator<Item = &Tensor> {
+        self.outputs.iter().map(|(t, _)| t)
+    }
+
+    /// Host views of all inputs (read-only) and all outputs (writable) at once.
+    ///
+    /// # Errors
+    /// [`DistError::InvalidArgument`] when any tensor lives on a device.
+    pub fn host_slices(&mut self) -> Result<(Vec<&[u8]>, Vec<&mut [u8]>)> {
+        let mut ins = Vec::with_capacity(self.inputs.len());
+        for (t, src) in &self.inputs {
+            ins.push(match src {
+                // SAFETY: read lease (or our own write lease on a storage no output overlaps in this
+                // range) keeps the bytes valid and unwritten while `self` is borrowed.
+                InputSrc::Borrowed(p, n) => unsafe { std::slice::from_raw_parts(*p, *n) },
+                InputSrc::Snapshot(v) => v.as_slice(),
+                InputSrc::Device => return Err(DistError::invalid(format!("expected a CPU tensor, got {t:?}"))),
+            });
+        }
+        let mut outs = Vec::with_capacity(self.outputs.len());
+        for (t, p) in &self.outputs {
+            let (p, n) = p.ok_or_else(|| DistError::invalid(format!("expected a CPU tensor, got {t:?}")))?;
+            // SAFETY: outputs are pairwise disjoint (checked in `acquire`), no borrowed input overlaps
+            // them, and we hold the write lease; `&mut self` prevents a second call while these live.
+            outs.push(unsafe { std::slice::from_raw_parts_mut(p, n) });
+        }
+        Ok((ins, outs))
+    }
+}
+
+fn ranges_overlap(a: &std::ops::Range<usize>, b: &std::ops::Range<usize>) -> bool {
+    a.start < b.end && b.start < a.end
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zero_copy_round_trip() {
+        let v = vec![1.0f32, 2.0, 3.0, 4.0];
+        let p = v.as_ptr();
+        let t = Tensor::from_vec_shaped(v, &[2, 2]).unwrap();
+        assert_eq!(t.shape(), &[2, 2]);
+        assert_eq!(t.nbytes(), 16);
+        let back: Vec<f32> = t.into_vec().unwrap();
+        assert_eq!(back.as_ptr(), p, "into_vec must hand back the same allocation");
+    }
+
+    #[test]
+    fn views_share_storage() {
+        let t = Tensor::from_vec((0..6i64).collect());
+        let v = t.narrow(2, 3).unwrap();
+        v.write(|s: &mut [i64]| s[0] = 100).unwrap();
+        assert_eq!(t.to_vec::<i64>().unwrap(), vec![0, 1, 100, 3, 4, 5]);
+        assert!(t.narrow(4, 3).is_err());
+        let c = t.chunk(3).unwrap();
+        assert_eq!(c[2].to_vec::<i64>().unwrap(), vec![4, 5]);
+        assert!(t.chunk(4).is_err());
+        assert!(t.to_vec::<f32>().is_err(), "wrong dtype must be refused");
+    }
+
+    #[test]
+    fn leases_block_user_access_and_second_writer() {
+        let t = Tensor::from_vec(vec![1u8; 8]);
+        let l = TensorLeases::acquire(&[], std::slice::from_ref(&t)).unwrap();
+        assert!(t.is_busy());
+        assert!(t.to_vec::<u8>().is_err());
+        let e = TensorLeases::acquire(&[], std::slice::from_ref(&t)).err().unwrap();
+        assert!(e.to_string().contains("in-flight collective"));
+        assert!(TensorLeases::acquire(std::slice::from_ref(&t), &[]).is_err());
+        drop(l);
+        assert!(!t.is_busy());
+        assert_eq!(t.to_vec::<u8>().unwrap(), vec![1; 8]);
+    }
+
+    #[test]
+    fn overlapping_input_is_snapshotted() {
+        let out = Tensor::from_vec(vec![0i32, 0, 7, 0]);
+        let inp = out.narrow(2, 1).unwrap();
+        let mut l = TensorLeases::acquire(std::slice::from_ref(&inp), std::slice::from_ref(&out)).unwrap();
+        let (ins, mut outs) = l.host_slices().unwrap();
+        outs[0].fill(0);
+        assert_eq!(ins[0], 7i32.to_ne_bytes());
+    }
+
+    #[test]
+    fn overlapping_outputs_are_refused() {
+        let t = Tensor::from_vec(vec![0i32; 4]);
+        let a = t.narrow(0, 3).unwrap();
+        let b = t.narrow(2, 2).unwrap();
+        assert!(TensorLeases::acquire(&[], &[a.clone(), b]).is_err());
+        let c = t.narrow(3, 1).unwrap();
+        assert!(TensorLeases::acquire(&[], &[a, c]).is_ok());
+    }
+}

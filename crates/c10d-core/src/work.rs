@@ -1,0 +1,347 @@
+//! `Work`: the handle of one launched operation (mirrors `c10d::Work` / `torch.distributed.Work`).
+
+use crate::error::{DistError, Result};
+use crate::tensor::Tensor;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Condvar, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+/// Operation type of a work, with PyTorch's `OpType` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[allow(missing_docs)]
+pub enum OpType {
+    Broadcast,
+    Allreduce,
+    AllreduceCoalesced,
+    Reduce,
+    Allgather,
+    AllgatherBase,
+    AllgatherCoalesced,
+    Gather,
+    Scatter,
+    ReduceScatter,
+    AlltoallBase,
+    Alltoall,
+    Send,
+    Recv,
+    RecvAnysource,
+    Barrier,
+    ReduceScatterBase,
+    Coalesced,
+    AllreduceSparse,
+    MonitoredBarrier,
+    Unknown,
+}
+
+impl OpType {
+    /// PyTorch's `opTypeToString` name ("ALLREDUCE", "_ALLGATHER_BASE" ...).
+    pub const fn name(self) -> &'static str {
+        match self {
+            OpType::Broadcast => "BROADCAST",
+            OpType::Allreduce => "ALLREDUCE",
+            OpType::AllreduceCoalesced => "ALLREDUCE_COALESCED",
+            OpType::Reduce => "REDUCE",
+            OpType::Allgather => "ALLGATHER",
+            OpType::AllgatherBase => "_ALLGATHER_BASE",
+            OpType::AllgatherCoalesced => "ALLGATHER_COALESCED",
+            OpType::Gather => "GATHER",
+            OpType::Scatter => "SCATTER",
+            OpType::ReduceScatter => "REDUCE_SCATTER",
+            OpType::AlltoallBase => "ALLTOALL_BASE",
+            OpType::Alltoall => "ALLTOALL",
+            OpType::Send => "SEND",
+            OpType::Recv => "RECV",
+            OpType::RecvAnysource => "RECVANYSOURCE",
+            OpType::Barrier => "BARRIER",
+            OpType::ReduceScatterBase => "_REDUCE_SCATTER_BASE",
+            OpType::Coalesced => "COALESCED",
+            OpType::AllreduceSparse => "_ALLREDUCE_SPARSE",
+            OpType::MonitoredBarrier => "MONITORED_BARRIER",
+            OpType::Unknown => "UNKNOWN",
+        }
+    }
+}
+
+impl std::fmt::Display for OpType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+enum Status {
+    Pending,
+    Done(Result<()>),
+}
+
+struct State {
+    status: Status,
+    source_rank: Option<usize>,
+    outputs: Vec<Tensor>,
+    wakers: Vec<Waker>,
+    abort: Option<Box<dyn FnOnce() + Send>>,
+}
+
+struct Inner {
+    op: OpType,
+    seq: u64,
+    state: Mutex<State>,
+    cv: Condvar,
+}
+
+/// Handle of one launched operation. Cloning shares the handle.
+///
+/// `wait()` blocks until the backend completes the operation; it cannot hang forever because
+/// every backend enforces its per-op timeout and fails the work when it expires. Works of one
+/// group complete in issue order. `Work` is also a [`Future`] (output `Result<()>`), usable from
+/// any executor without pulling in an async runtime.
+#[derive(Clone)]
+pub struct Work(Arc<Inner>);
+
+/// The backend's side of a [`Work`]: completes it exactly once. Dropping it without completing
+/// fails the work (so a crashed worker thread never leaves a waiter hanging).
+pub struct WorkCompleter(Option<Arc<Inner>>);
+
+impl std::fmt::Debug for Work {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Work(op={}, seq={}, completed={})", self.0.op, self.0.seq, self.is_completed())
+    }
+}
+
+fn lock(inner: &Inner) -> std::sync::MutexGuard<'_, State> {
+    inner.state.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Work {
+    /// A pending work and the completer the backend keeps.
+    pub fn new(op: OpType, seq: u64) -> (Work, WorkCompleter) {
+        let inner = Arc::new(Inner {
+            op,
+            seq,
+            state: Mutex::new(State {
+                status: Status::Pending,
+                source_rank: None,
+                outputs: Vec::new(),
+                wakers: Vec::new(),
+                abort: None,
+            }),
+            cv: Condvar::new(),
+        });
+        (Work(inner.clone()), WorkCompleter(Some(inner)))
+    }
+
+    /// A work that is already complete (for no-op collectives such as a 1-rank group).
+    pub fn completed(op: OpType, seq: u64, result: Result<()>, outputs: Vec<Tensor>) -> Work {
+        let (w, c) = Work::new(op, seq);
+        c.set_outputs(outputs);
+        c.complete(result);
+        w
+    }
+
+    /// The operation type.
+    pub fn op_type(&self) -> OpType {
+        self.0.op
+    }
+
+    /// The group sequence number this op was issued with.
+    pub fn sequence_number(&self) -> u64 {
+        self.0.seq
+    }
+
+    /// Blocks until done; returns the op's error if it failed. Mirrors `Work.wait()`.
+    ///
+    /// # Errors
+    /// The error the backend failed the op with (timeout, dead peer, mismatch ...).
+    pub fn wait(&self) -> Result<()> {
+        let mut st = lock(&self.0);
+        loop {
+            if let Status::Done(r) = &st.status {
+                return r.clone();
+            }
+            st = self.0.cv.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Blocks at most `timeout`. Mirrors `Work.wait(timeout)`.
+    ///
+    /// # Errors
+    /// The op's own error, or [`DistError::Backend`] "Work {op} (seq {n}) timed out after {ms}ms
+    /// in wait()" when it is still running (the op itself goes on; call [`Work::abort`] to stop it).
+    pub fn wait_timeout(&self, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        let mut st = lock(&self.0);
+        loop {
+            if let Status::Done(r) = &st.status {
+                return r.clone();
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(DistError::backend(format!(
+                    "Work {} (seq {}) timed out after {}ms in wait()",
+                    self.0.op,
+                    self.0.seq,
+                    timeout.as_millis()
+                )));
+            }
+            st = self.0.cv.wait_timeout(st, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
+        }
+    }
+
+    /// True once the op finished, successfully or not (`Work.is_completed()`).
+    pub fn is_completed(&self) -> bool {
+        matches!(lock(&self.0).status, Status::Done(_))
+    }
+
+    /// True once the op finished successfully (`Work.is_success()`).
+    pub fn is_success(&self) -> bool {
+        matches!(lock(&self.0).status, Status::Done(Ok(())))
+    }
+
+    /// The error of a failed op (`Work.exception()`), `None` while pending or on success.
+    pub fn exception(&self) -> Option<DistError> {
+        match &lock(&self.0).status {
+            Status::Done(Err(e)) => Some(e.clone()),
+            _ => None,
+        }
+    }
+
+    /// For a receive from any source: the group rank the message came from (`Work._source_rank()`).
+    pub fn source_rank(&self) -> Option<usize> {
+        lock(&self.0).source_rank
+    }
+
+    /// The output tensors (`Work.result()`); empty until completion.
+    pub fn result(&self) -> Vec<Tensor> {
+        let st = lock(&self.0);
+        match st.status {
+            Status::Done(_) => st.outputs.clone(),
+            Status::Pending => Vec::new(),
+        }
+    }
+
+    /// Asks the backend to abort the op (`Work.abort()`); the work then fails if still pending.
+    pub fn abort(&self) {
+        let hook = lock(&self.0).abort.take();
+        if let Some(h) = hook {
+            h();
+        }
+    }
+}
+
+impl Future for Work {
+    type Output = Result<()>;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut st = lock(&self.0);
+        match &st.status {
+            Status::Done(r) => Poll::Ready(r.clone()),
+            Status::Pending => {
+                if !st.wakers.iter().any(|w| w.will_wake(cx.waker())) {
+                    st.wakers.push(cx.waker().clone());
+                }
+                Poll::Pending
+            }
+        }
+    }
+}
+
+impl WorkCompleter {
+    /// Sets the output tensors reported by [`Work::result`].
+    pub fn set_outputs(&self, outputs: Vec<Tensor>) {
+        if let Some(i) = &self.0 {
+            lock(i).outputs = outputs;
+        }
+    }
+
+    /// Records the source rank of a receive-from-any-source.
+    pub fn set_source_rank(&self, rank: usize) {
+        if let Some(i) = &self.0 {
+            lock(i).source_rank = Some(rank);
+        }
+    }
+
+    /// Installs the hook [`Work::abort`] calls.
+    pub fn set_abort_hook(&self, hook: Box<dyn FnOnce() + Send>) {
+        if let Some(i) = &self.0 {
+            lock(i).abort = Some(hook);
+        }
+    }
+
+    /// Completes the work, waking every waiter and future.
+    pub fn complete(mut self, result: Result<()>) {
+        if let Some(i) = self.0.take() {
+            Self::finish(&i, result);
+        }
+    }
+
+    fn finish(i: &Inner, result: Result<()>) {
+        let wakers = {
+            let mut st = lock(i);
+            if matches!(st.status, Status::Done(_)) {
+                return;
+            }
+            st.status = Status::Done(result);
+            st.abort = None;
+            std::mem::take(&mut st.wakers)
+        };
+        i.cv.notify_all();
+        wakers.into_iter().for_each(Waker::wake);
+    }
+}
+
+impl Drop for WorkCompleter {
+    fn drop(&mut self) {
+        if let Some(i) = self.0.take() {
+            let msg = format!("{} (seq {}) was dropped by its backend without completing", i.op, i.seq);
+            Self::finish(&i, Err(DistError::backend(msg)));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::task::Wake;
+
+    #[test]
+    fn wait_returns_result_and_timeout_errors() {
+        let (w, c) = Work::new(OpType::Allreduce, 3);
+        assert!(!w.is_completed());
+        let e = w.wait_timeout(Duration::from_millis(10)).unwrap_err();
+        assert!(e.to_string().contains("ALLREDUCE (seq 3) timed out after 10ms"));
+        let w2 = w.clone();
+        let t = std::thread::spawn(move || w2.wait());
+        c.complete(Err(DistError::backend("boom")));
+        assert_eq!(t.join().unwrap().unwrap_err().to_string(), "boom");
+        assert!(w.is_completed() && !w.is_success());
+        assert_eq!(w.exception().unwrap().to_string(), "boom");
+    }
+
+    #[test]
+    fn dropped_completer_fails_the_work() {
+        let (w, c) = Work::new(OpType::Barrier, 0);
+        drop(c);
+        assert!(w.wait().unwrap_err().to_string().contains("dropped by its backend"));
+    }
+
+    struct Flag(std::sync::atomic::AtomicBool);
+    impl Wake for Flag {
+        fn wake(self: Arc<Self>) {
+            self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn future_is_woken_on_completion() {
+        let (mut w, c) = Work::new(OpType::Send, 1);
+        let flag = Arc::new(Flag(false.into()));
+        let waker = Waker::from(flag.clone());
+        let mut cx = Context::from_waker(&waker);
+        assert!(Pin::new(&mut w).poll(&mut cx).is_pending());
+        c.set_source_rank(2);
+        c.complete(Ok(()));
+        assert!(flag.0.load(std::sync::atomic::Ordering::SeqCst));
+        assert!(matches!(Pin::new(&mut w).poll(&mut cx), Poll::Ready(Ok(()))));
+        assert_eq!(w.source_rank(), Some(2));
+    }
+}

@@ -1,0 +1,1 @@
+//! c10d-nccl: not built yet (see the project's issues). This crate exports nothing.

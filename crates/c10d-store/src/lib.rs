@@ -1,0 +1,9 @@
+//! # c10d-store
+//!
+//! Rendezvous stores of c10d-rs, mirroring `torch.distributed`'s: the [`Store`] trait and its
+//! implementations (`HashStore`, `PrefixStore`, `FileStore`, `TcpStore` server and client) that
+//! share PyTorch's wire protocol and file format, plus the init-method URLs.
+
+pub mod store;
+
+pub use store::{store_barrier, Store, DEFAULT_STORE_TIMEOUT};
