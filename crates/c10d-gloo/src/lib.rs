@@ -1,1 +1,1 @@
-//! c10d-gloo: not built yet (see the project's issues). This crate exports nothing.
+//! c10d-gloo: under construction by the gloo helper.

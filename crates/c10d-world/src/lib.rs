@@ -1,1 +1,1 @@
-//! c10d-world: not built yet (see the project's issues). This crate exports nothing.
+//! c10d-world: under construction.
