@@ -1,1 +1,190 @@
-fn main() { eprintln!("xtask: nothing yet"); }
+//! `cargo xtask …`: orchestration for c10d-rs developers and CI.
+//!
+//! - `cargo xtask test [--no-interop]`: the whole test suite: every workspace test, then the
+//!   interop tests against real PyTorch (provisioning it first; see `interop`).
+//! - `cargo xtask interop`: provisions PyTorch 2.15 (CPU use) into a cached virtualenv
+//!   (`$C10D_TORCH_VENV`, default `~/.cache/c10d-rs/torch-venv`) and runs every
+//!   `crates/*/tests/interop*.rs` test binary with `C10D_TORCH_PYTHON` pointing at it.
+//! - `cargo xtask demo`: the main job: builds release binaries, launches the data-parallel
+//!   training demo on 4 ranks with `c10drun`, then prints a short `c10d-bench` table.
+//! - `cargo xtask bench`: the benchmarks with their baselines (store server, reduction kernels,
+//!   collectives vs PyTorch's Gloo).
+//! - `cargo xtask test-multigpu`: GPU tests; prints "skipped: no GPU" and succeeds where no GPU exists.
+//!
+//! xtask depends on nothing but std so it builds in seconds.
+
+use std::env;
+use std::path::{Path, PathBuf};
+use std::process::{exit, Command};
+
+const TORCH_VERSION: &str = "2.15.0";
+
+fn main() {
+    let args: Vec<String> = env::args().skip(1).collect();
+    let root = workspace_root();
+    env::set_current_dir(&root).expect("cd to workspace root");
+    let rest = &args.get(1..).unwrap_or(&[]).to_vec();
+    let result = match args.first().map(String::as_str) {
+        Some("test") => test(rest),
+        Some("interop") => interop(),
+        Some("demo") => demo(rest),
+        Some("bench") => bench(rest),
+        Some("test-multigpu") => test_multigpu(),
+        _ => {
+            eprintln!("usage: cargo xtask <test [--no-interop] | interop | demo | bench | test-multigpu>");
+            exit(2);
+        }
+    };
+    if let Err(e) = result {
+        eprintln!("xtask: {e}");
+        exit(1);
+    }
+}
+
+type Res = Result<(), String>;
+
+fn workspace_root() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    dir.parent().expect("xtask lives in the workspace root").to_path_buf()
+}
+
+fn run(cmd: &mut Command) -> Res {
+    eprintln!("xtask: running {cmd:?}");
+    let st = cmd.status().map_err(|e| format!("cannot start {cmd:?}: {e}"))?;
+    if st.success() {
+        Ok(())
+    } else {
+        Err(format!("{cmd:?} failed with {st}"))
+    }
+}
+
+fn cargo() -> Command {
+    Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+}
+
+fn test(args: &[String]) -> Res {
+    run(cargo().args(["test", "--workspace", "--all-targets"]))?;
+    run(cargo().args(["test", "--workspace", "--doc"]))?;
+    if args.iter().any(|a| a == "--no-interop") {
+        eprintln!("xtask: interop tests not run (--no-interop)");
+        return Ok(());
+    }
+    interop()
+}
+
+fn venv_dir() -> PathBuf {
+    if let Ok(v) = env::var("C10D_TORCH_VENV") {
+        return PathBuf::from(v);
+    }
+    let home = env::var("HOME").unwrap_or_else(|_| "/root".into());
+    Path::new(&home).join(".cache/c10d-rs/torch-venv")
+}
+
+/// Makes sure the cached virtualenv has torch==2.15.0 and returns its python.
+fn provision_torch() -> Result<PathBuf, String> {
+    let venv = venv_dir();
+    let py = venv.join("bin/python");
+    let ok = py.exists()
+        && Command::new(&py)
+            .args(["-c", &format!("import torch,sys; sys.exit(0 if torch.__version__.startswith('{TORCH_VERSION}') else 1)")])
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+    if ok {
+        return Ok(py);
+    }
+    eprintln!("xtask: provisioning torch=={TORCH_VERSION} into {} (large download, cached afterwards)", venv.display());
+    if !py.exists() {
+        run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+    }
+    run(Command::new(&py).args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", &format!("torch=={TORCH_VERSION}"), "numpy"]))?;
+    Ok(py)
+}
+
+/// Every `crates/<crate>/tests/interop*.rs` as (package, test name).
+fn interop_tests() -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let Ok(crates) = std::fs::read_dir("crates") else { return out };
+    let mut crates: Vec<_> = crates.flatten().collect();
+    crates.sort_by_key(|e| e.file_name());
+    for c in crates {
+        let Ok(tests) = std::fs::read_dir(c.path().join("tests")) else { continue };
+        let mut names: Vec<String> = tests
+            .flatten()
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter(|n| n.starts_with("interop") && n.ends_with(".rs"))
+            .map(|n| n.trim_end_matches(".rs").to_string())
+            .collect();
+        names.sort();
+        for n in names {
+            out.push((c.file_name().to_string_lossy().into_owned(), n));
+        }
+    }
+    out
+}
+
+fn interop() -> Res {
+    let py = provision_torch()?;
+    let tests = interop_tests();
+    if tests.is_empty() {
+        return Err("no interop tests found under crates/*/tests/interop*.rs".into());
+    }
+    let mut cmd = cargo();
+    cmd.arg("test");
+    for (pkg, _) in &tests {
+        cmd.args(["-p", pkg]);
+    }
+    for (_, t) in &tests {
+        cmd.args(["--test", t]);
+    }
+    // Interop tests spawn PyTorch processes (each a few hundred MB); run them one at a time.
+    cmd.args(["--", "--test-threads=1"]);
+    cmd.env("C10D_TORCH_PYTHON", &py);
+    run(&mut cmd)
+}
+
+fn demo(args: &[String]) -> Res {
+    let nproc = args
+        .iter()
+        .position(|a| a == "--nproc")
+        .and_then(|i| args.get(i + 1))
+        .cloned()
+        .unwrap_or_else(|| "4".into());
+    run(cargo().args(["build", "--release", "-p", "c10d-world", "--bins", "--examples"]))?;
+    let bin = |n: &str| format!("target/release/{n}");
+    let demo = if Path::new(&bin("examples/ddp_wine")).exists() { bin("examples/ddp_wine") } else { bin("c10d-train") };
+    println!("== data-parallel training on the wine-quality data, {nproc} ranks (c10drun) ==");
+    run(Command::new(bin("c10drun")).args(["--nproc-per-node", &nproc, "--master-port", "0", &demo]))?;
+    println!("\n== c10d-bench all_reduce, 2 ranks, float32 ==");
+    run(Command::new(bin("c10d-bench")).args(["all_reduce", "--nproc", "2", "-b", "1K", "-e", "1M", "-f", "4"]))
+}
+
+fn bench(_args: &[String]) -> Res {
+    run(cargo().args(["bench", "-p", "c10d-core", "--bench", "reduce_kernels"]))?;
+    let py = provision_torch()?;
+    if Path::new("crates/c10d-store/src/bin/c10d-store-bench.rs").exists() {
+        run(cargo().args(["run", "--release", "-p", "c10d-store", "--bin", "c10d-store-bench", "--"]).env("C10D_TORCH_PYTHON", &py))?;
+    }
+    if Path::new("crates/c10d-world/benches/compare.sh").exists() {
+        run(Command::new("bash").arg("crates/c10d-world/benches/compare.sh").env("C10D_TORCH_PYTHON", &py))?;
+    }
+    Ok(())
+}
+
+fn has_gpu() -> bool {
+    Path::new("/dev/nvidiactl").exists()
+        || Command::new("nvidia-smi").arg("-L").output().map(|o| o.status.success() && !o.stdout.is_empty()).unwrap_or(false)
+}
+
+fn test_multigpu() -> Res {
+    if !has_gpu() {
+        println!("skipped: no GPU");
+        return Ok(());
+    }
+    let nccl_tests = Path::new("crates/c10d-nccl/tests");
+    if !nccl_tests.exists() {
+        println!("skipped: GPU present but c10d-nccl has no GPU tests yet");
+        return Ok(());
+    }
+    run(cargo().args(["test", "-p", "c10d-nccl", "--", "--test-threads=1"]).env("C10D_REQUIRE_GPU", "1"))
+}
