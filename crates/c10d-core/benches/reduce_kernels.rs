@@ -45,7 +45,12 @@ fn main() {
             let gbs = time_it(bytes, || {
                 reduce_into(ReduceOp::Sum, dt, black_box(&mut acc), black_box(&src)).unwrap();
             });
-            println!("{:<10} {:>10.2} {:>11.0}%", dt.short_name(), gbs, 100.0 * gbs / memcpy);
+            println!(
+                "{:<10} {:>10.2} {:>11.0}%",
+                dt.short_name(),
+                gbs,
+                100.0 * gbs / memcpy
+            );
         }
     }
 }

@@ -18,7 +18,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 fn unsupported<T>(backend: &str, op: &str) -> Result<T> {
-    Err(DistError::unsupported(format!("Backend {backend} does not support {op}")))
+    Err(DistError::unsupported(format!(
+        "Backend {backend} does not support {op}"
+    )))
 }
 
 /// A collective backend for one device type within one process group.
@@ -59,7 +61,11 @@ pub trait Backend: Send + Sync + 'static {
         unsupported(self.name(), "allreduce")
     }
     /// `allreduce_coalesced`: several tensors of one dtype reduced as one flat buffer.
-    fn all_reduce_coalesced(&self, tensors: &[Tensor], opts: &AllreduceCoalescedOptions) -> Result<Work> {
+    fn all_reduce_coalesced(
+        &self,
+        tensors: &[Tensor],
+        opts: &AllreduceCoalescedOptions,
+    ) -> Result<Work> {
         unsupported(self.name(), "allreduce_coalesced")
     }
     /// `reduce`: reduction into `tensors[opts.root_tensor]` on `opts.root_rank`.
@@ -67,39 +73,84 @@ pub trait Backend: Send + Sync + 'static {
         unsupported(self.name(), "reduce")
     }
     /// `allgather`: `outputs[i][r]` receives `inputs[i]` of rank r.
-    fn all_gather(&self, outputs: &[Vec<Tensor>], inputs: &[Tensor], opts: &AllgatherOptions) -> Result<Work> {
+    fn all_gather(
+        &self,
+        outputs: &[Vec<Tensor>],
+        inputs: &[Tensor],
+        opts: &AllgatherOptions,
+    ) -> Result<Work> {
         unsupported(self.name(), "allgather")
     }
     /// `_allgather_base` / `all_gather_into_tensor`: `output` is the dim-0 concatenation of every rank's `input`.
-    fn all_gather_into_tensor(&self, output: &Tensor, input: &Tensor, opts: &AllgatherOptions) -> Result<Work> {
+    fn all_gather_into_tensor(
+        &self,
+        output: &Tensor,
+        input: &Tensor,
+        opts: &AllgatherOptions,
+    ) -> Result<Work> {
         unsupported(self.name(), "_allgather_base")
     }
     /// `allgather_coalesced`: `outputs[r][i]` receives `inputs[i]` of rank r.
-    fn all_gather_coalesced(&self, outputs: &[Vec<Tensor>], inputs: &[Tensor], opts: &AllgatherOptions) -> Result<Work> {
+    fn all_gather_coalesced(
+        &self,
+        outputs: &[Vec<Tensor>],
+        inputs: &[Tensor],
+        opts: &AllgatherOptions,
+    ) -> Result<Work> {
         unsupported(self.name(), "allgather_coalesced")
     }
     /// `allgather_into_tensor_coalesced`: one `all_gather_into_tensor` per pair, as one op.
-    fn all_gather_into_tensor_coalesced(&self, outputs: &[Tensor], inputs: &[Tensor], opts: &AllgatherOptions) -> Result<Work> {
+    fn all_gather_into_tensor_coalesced(
+        &self,
+        outputs: &[Tensor],
+        inputs: &[Tensor],
+        opts: &AllgatherOptions,
+    ) -> Result<Work> {
         unsupported(self.name(), "allgather_into_tensor_coalesced")
     }
     /// `gather`: on the root, `outputs[0][r]` receives rank r's `inputs[0]`; `outputs` empty elsewhere.
-    fn gather(&self, outputs: &[Vec<Tensor>], inputs: &[Tensor], opts: &GatherOptions) -> Result<Work> {
+    fn gather(
+        &self,
+        outputs: &[Vec<Tensor>],
+        inputs: &[Tensor],
+        opts: &GatherOptions,
+    ) -> Result<Work> {
         unsupported(self.name(), "gather")
     }
     /// `scatter`: rank r's `outputs[0]` receives the root's `inputs[0][r]`.
-    fn scatter(&self, outputs: &[Tensor], inputs: &[Vec<Tensor>], opts: &ScatterOptions) -> Result<Work> {
+    fn scatter(
+        &self,
+        outputs: &[Tensor],
+        inputs: &[Vec<Tensor>],
+        opts: &ScatterOptions,
+    ) -> Result<Work> {
         unsupported(self.name(), "scatter")
     }
     /// `reduce_scatter`: rank r's `outputs[0]` = op over ranks of `inputs[0][r]`.
-    fn reduce_scatter(&self, outputs: &[Tensor], inputs: &[Vec<Tensor>], opts: &ReduceScatterOptions) -> Result<Work> {
+    fn reduce_scatter(
+        &self,
+        outputs: &[Tensor],
+        inputs: &[Vec<Tensor>],
+        opts: &ReduceScatterOptions,
+    ) -> Result<Work> {
         unsupported(self.name(), "reduce_scatter")
     }
     /// `_reduce_scatter_base` / `reduce_scatter_tensor`: `input` is `size` × `output` along dim 0.
-    fn reduce_scatter_tensor(&self, output: &Tensor, input: &Tensor, opts: &ReduceScatterOptions) -> Result<Work> {
+    fn reduce_scatter_tensor(
+        &self,
+        output: &Tensor,
+        input: &Tensor,
+        opts: &ReduceScatterOptions,
+    ) -> Result<Work> {
         unsupported(self.name(), "_reduce_scatter_base")
     }
     /// `reduce_scatter_tensor_coalesced`: one `reduce_scatter_tensor` per pair, as one op.
-    fn reduce_scatter_tensor_coalesced(&self, outputs: &[Tensor], inputs: &[Tensor], opts: &ReduceScatterOptions) -> Result<Work> {
+    fn reduce_scatter_tensor_coalesced(
+        &self,
+        outputs: &[Tensor],
+        inputs: &[Tensor],
+        opts: &ReduceScatterOptions,
+    ) -> Result<Work> {
         unsupported(self.name(), "reduce_scatter_tensor_coalesced")
     }
     /// `alltoall_base` / `all_to_all_single`: dim-0 splits of `input` go to each rank, received
@@ -115,7 +166,12 @@ pub trait Backend: Send + Sync + 'static {
         unsupported(self.name(), "alltoall_base")
     }
     /// `alltoall`: `outputs[j]` receives rank j's `inputs[self]`.
-    fn all_to_all(&self, outputs: &[Tensor], inputs: &[Tensor], opts: &AllToAllOptions) -> Result<Work> {
+    fn all_to_all(
+        &self,
+        outputs: &[Tensor],
+        inputs: &[Tensor],
+        opts: &AllToAllOptions,
+    ) -> Result<Work> {
         unsupported(self.name(), "alltoall")
     }
     /// `barrier`: completes after every rank entered it and all earlier ops of this group finished.
@@ -172,5 +228,7 @@ pub trait Backend: Send + Sync + 'static {
 
 /// Error text for a missing backend, as PyTorch's `ProcessGroup::getBackend`.
 pub(crate) fn no_backend_error(device: DeviceType) -> DistError {
-    DistError::invalid(format!("No backend type associated with device type {device}"))
+    DistError::invalid(format!(
+        "No backend type associated with device type {device}"
+    ))
 }

@@ -174,20 +174,24 @@ impl DType {
 
 impl std::fmt::Display for DType {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "torch.{}", match self {
-            DType::F32 => "float32",
-            DType::F64 => "float64",
-            DType::F16 => "float16",
-            DType::BF16 => "bfloat16",
-            DType::I8 => "int8",
-            DType::U8 => "uint8",
-            DType::I16 => "int16",
-            DType::I32 => "int32",
-            DType::I64 => "int64",
-            DType::Bool => "bool",
-            DType::Complex64 => "complex64",
-            DType::Complex128 => "complex128",
-        })
+        write!(
+            f,
+            "torch.{}",
+            match self {
+                DType::F32 => "float32",
+                DType::F64 => "float64",
+                DType::F16 => "float16",
+                DType::BF16 => "bfloat16",
+                DType::I8 => "int8",
+                DType::U8 => "uint8",
+                DType::I16 => "int16",
+                DType::I32 => "int32",
+                DType::I64 => "int64",
+                DType::Bool => "bool",
+                DType::Complex64 => "complex64",
+                DType::Complex128 => "complex128",
+            }
+        )
     }
 }
 

@@ -20,7 +20,12 @@ pub struct BroadcastOptions {
 }
 impl Default for BroadcastOptions {
     fn default() -> Self {
-        BroadcastOptions { root_rank: 0, root_tensor: 0, timeout: None, async_op: true }
+        BroadcastOptions {
+            root_rank: 0,
+            root_tensor: 0,
+            timeout: None,
+            async_op: true,
+        }
     }
 }
 
@@ -36,7 +41,11 @@ pub struct AllreduceOptions {
 }
 impl Default for AllreduceOptions {
     fn default() -> Self {
-        AllreduceOptions { reduce_op: ReduceOp::Sum, timeout: None, async_op: true }
+        AllreduceOptions {
+            reduce_op: ReduceOp::Sum,
+            timeout: None,
+            async_op: true,
+        }
     }
 }
 
@@ -59,7 +68,13 @@ pub struct ReduceOptions {
 }
 impl Default for ReduceOptions {
     fn default() -> Self {
-        ReduceOptions { reduce_op: ReduceOp::Sum, root_rank: 0, root_tensor: 0, timeout: None, async_op: true }
+        ReduceOptions {
+            reduce_op: ReduceOp::Sum,
+            root_rank: 0,
+            root_tensor: 0,
+            timeout: None,
+            async_op: true,
+        }
     }
 }
 
@@ -73,7 +88,10 @@ pub struct AllgatherOptions {
 }
 impl Default for AllgatherOptions {
     fn default() -> Self {
-        AllgatherOptions { timeout: None, async_op: true }
+        AllgatherOptions {
+            timeout: None,
+            async_op: true,
+        }
     }
 }
 
@@ -89,7 +107,11 @@ pub struct GatherOptions {
 }
 impl Default for GatherOptions {
     fn default() -> Self {
-        GatherOptions { root_rank: 0, timeout: None, async_op: true }
+        GatherOptions {
+            root_rank: 0,
+            timeout: None,
+            async_op: true,
+        }
     }
 }
 
@@ -105,7 +127,11 @@ pub struct ScatterOptions {
 }
 impl Default for ScatterOptions {
     fn default() -> Self {
-        ScatterOptions { root_rank: 0, timeout: None, async_op: true }
+        ScatterOptions {
+            root_rank: 0,
+            timeout: None,
+            async_op: true,
+        }
     }
 }
 
@@ -121,7 +147,11 @@ pub struct ReduceScatterOptions {
 }
 impl Default for ReduceScatterOptions {
     fn default() -> Self {
-        ReduceScatterOptions { reduce_op: ReduceOp::Sum, timeout: None, async_op: true }
+        ReduceScatterOptions {
+            reduce_op: ReduceOp::Sum,
+            timeout: None,
+            async_op: true,
+        }
     }
 }
 
@@ -135,7 +165,10 @@ pub struct AllToAllOptions {
 }
 impl Default for AllToAllOptions {
     fn default() -> Self {
-        AllToAllOptions { timeout: None, async_op: true }
+        AllToAllOptions {
+            timeout: None,
+            async_op: true,
+        }
     }
 }
 
@@ -153,7 +186,12 @@ pub struct BarrierOptions {
 }
 impl Default for BarrierOptions {
     fn default() -> Self {
-        BarrierOptions { device_ids: Vec::new(), timeout: None, device: None, async_op: true }
+        BarrierOptions {
+            device_ids: Vec::new(),
+            timeout: None,
+            device: None,
+            async_op: true,
+        }
     }
 }
 

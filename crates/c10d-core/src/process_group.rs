@@ -32,7 +32,11 @@ pub struct ProcessGroup(Arc<Inner>);
 
 impl std::fmt::Debug for ProcessGroup {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ProcessGroup(name={:?}, rank={}, size={})", self.0.name, self.0.rank, self.0.size)
+        write!(
+            f,
+            "ProcessGroup(name={:?}, rank={}, size={})",
+            self.0.name, self.0.rank, self.0.size
+        )
     }
 }
 
@@ -41,9 +45,17 @@ impl ProcessGroup {
     ///
     /// # Errors
     /// [`DistError::InvalidArgument`] when `rank >= size` or `size == 0`.
-    pub fn new(rank: usize, size: usize, name: impl Into<String>, desc: impl Into<String>, bound_device: Option<Device>) -> Result<Self> {
+    pub fn new(
+        rank: usize,
+        size: usize,
+        name: impl Into<String>,
+        desc: impl Into<String>,
+        bound_device: Option<Device>,
+    ) -> Result<Self> {
         if size == 0 || rank >= size {
-            return Err(DistError::invalid(format!("Invalid rank {rank} for a group of size {size}")));
+            return Err(DistError::invalid(format!(
+                "Invalid rank {rank} for a group of size {size}"
+            )));
         }
         Ok(ProcessGroup(Arc::new(Inner {
             rank,
@@ -60,7 +72,11 @@ impl ProcessGroup {
     ///
     /// # Errors
     /// As [`ProcessGroup::new`].
-    pub fn with_backend(backend: Arc<dyn Backend>, name: impl Into<String>, desc: impl Into<String>) -> Result<Self> {
+    pub fn with_backend(
+        backend: Arc<dyn Backend>,
+        name: impl Into<String>,
+        desc: impl Into<String>,
+    ) -> Result<Self> {
         let pg = ProcessGroup::new(backend.rank(), backend.size(), name, desc, None)?;
         pg.set_backend(backend.device_type(), backend, true);
         Ok(pg)
@@ -68,12 +84,21 @@ impl ProcessGroup {
 
     /// Registers the backend for `device_type` (`_register_backend`); `make_default` also makes
     /// it the default device type (used for barrier and device-less calls).
-    pub fn set_backend(&self, device_type: DeviceType, backend: Arc<dyn Backend>, make_default: bool) {
+    pub fn set_backend(
+        &self,
+        device_type: DeviceType,
+        backend: Arc<dyn Backend>,
+        make_default: bool,
+    ) {
         let mut b = self.0.backends.write().unwrap_or_else(|e| e.into_inner());
         b.retain(|(d, _)| *d != device_type);
         b.push((device_type, backend));
         if make_default {
-            *self.0.default_device.write().unwrap_or_else(|e| e.into_inner()) = device_type;
+            *self
+                .0
+                .default_device
+                .write()
+                .unwrap_or_else(|e| e.into_inner()) = device_type;
         }
     }
 
@@ -94,7 +119,11 @@ impl ProcessGroup {
 
     /// All (device type, backend) pairs.
     pub fn backends(&self) -> Vec<(DeviceType, Arc<dyn Backend>)> {
-        self.0.backends.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.0
+            .backends
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// The default device type's backend.
@@ -107,7 +136,11 @@ impl ProcessGroup {
 
     /// The default device type (the accelerator one for mixed groups).
     pub fn default_device_type(&self) -> DeviceType {
-        *self.0.default_device.read().unwrap_or_else(|e| e.into_inner())
+        *self
+            .0
+            .default_device
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
     }
 
     /// This process's rank in the group (`pg.rank()`).
@@ -132,7 +165,9 @@ impl ProcessGroup {
     }
     /// Sequence number of the default backend (`_get_sequence_number_for_group`).
     pub fn sequence_number(&self) -> u64 {
-        self.default_backend().map(|b| b.sequence_number()).unwrap_or(0)
+        self.default_backend()
+            .map(|b| b.sequence_number())
+            .unwrap_or(0)
     }
     /// Sets every backend's default timeout (`pg._set_default_timeout`).
     pub fn set_timeout(&self, timeout: Duration) {
@@ -145,7 +180,10 @@ impl ProcessGroup {
         Arc::ptr_eq(&self.0, &other.0)
     }
 
-    fn backend_for<'a>(&self, tensors: impl IntoIterator<Item = &'a Tensor>) -> Result<Arc<dyn Backend>> {
+    fn backend_for<'a>(
+        &self,
+        tensors: impl IntoIterator<Item = &'a Tensor>,
+    ) -> Result<Arc<dyn Backend>> {
         let mut dt = None;
         for t in tensors {
             let d = t.device().device_type();
@@ -180,8 +218,13 @@ impl ProcessGroup {
     ///
     /// # Errors
     /// As [`ProcessGroup::broadcast`].
-    pub fn all_reduce_coalesced(&self, tensors: &[Tensor], opts: &AllreduceCoalescedOptions) -> Result<Work> {
-        self.backend_for(tensors)?.all_reduce_coalesced(tensors, opts)
+    pub fn all_reduce_coalesced(
+        &self,
+        tensors: &[Tensor],
+        opts: &AllreduceCoalescedOptions,
+    ) -> Result<Work> {
+        self.backend_for(tensors)?
+            .all_reduce_coalesced(tensors, opts)
     }
     /// `reduce`.
     ///
@@ -194,85 +237,161 @@ impl ProcessGroup {
     ///
     /// # Errors
     /// As [`ProcessGroup::broadcast`].
-    pub fn all_gather(&self, outputs: &[Vec<Tensor>], inputs: &[Tensor], opts: &AllgatherOptions) -> Result<Work> {
-        self.backend_for(inputs.iter().chain(outputs.iter().flatten()))?.all_gather(outputs, inputs, opts)
+    pub fn all_gather(
+        &self,
+        outputs: &[Vec<Tensor>],
+        inputs: &[Tensor],
+        opts: &AllgatherOptions,
+    ) -> Result<Work> {
+        self.backend_for(inputs.iter().chain(outputs.iter().flatten()))?
+            .all_gather(outputs, inputs, opts)
     }
     /// `_allgather_base`.
     ///
     /// # Errors
     /// As [`ProcessGroup::broadcast`].
-    pub fn all_gather_into_tensor(&self, output: &Tensor, input: &Tensor, opts: &AllgatherOptions) -> Result<Work> {
-        self.backend_for([output, input])?.all_gather_into_tensor(output, input, opts)
+    pub fn all_gather_into_tensor(
+        &self,
+        output: &Tensor,
+        input: &Tensor,
+        opts: &AllgatherOptions,
+    ) -> Result<Work> {
+        self.backend_for([output, input])?
+            .all_gather_into_tensor(output, input, opts)
     }
     /// `allgather_coalesced`.
     ///
     /// # Errors
     /// As [`ProcessGroup::broadcast`].
-    pub fn all_gather_coalesced(&self, outputs: &[Vec<Tensor>], inputs: &[Tensor], opts: &AllgatherOptions) -> Result<Work> {
-        self.backend_for(inputs.iter().chain(outputs.iter().flatten()))?.all_gather_coalesced(outputs, inputs, opts)
+    pub fn all_gather_coalesced(
+        &self,
+        outputs: &[Vec<Tensor>],
+        inputs: &[Tensor],
+        opts: &AllgatherOptions,
+    ) -> Result<Work> {
+        self.backend_for(inputs.iter().chain(outputs.iter().flatten()))?
+            .all_gather_coalesced(outputs, inputs, opts)
     }
     /// `allgather_into_tensor_coalesced`.
     ///
     /// # Errors
     /// As [`ProcessGroup::broadcast`].
-    pub fn all_gather_into_tensor_coalesced(&self, outputs: &[Tensor], inputs: &[Tensor], opts: &AllgatherOptions) -> Result<Work> {
-        self.backend_for(inputs.iter().chain(outputs))?.all_gather_into_tensor_coalesced(outputs, inputs, opts)
+    pub fn all_gather_into_tensor_coalesced(
+        &self,
+        outputs: &[Tensor],
+        inputs: &[Tensor],
+        opts: &AllgatherOptions,
+    ) -> Result<Work> {
+        self.backend_for(inputs.iter().chain(outputs))?
+            .all_gather_into_tensor_coalesced(outputs, inputs, opts)
     }
     /// `gather`.
     ///
     /// # Errors
     /// As [`ProcessGroup::broadcast`].
-    pub fn gather(&self, outputs: &[Vec<Tensor>], inputs: &[Tensor], opts: &GatherOptions) -> Result<Work> {
-        self.backend_for(inputs.iter().chain(outputs.iter().flatten()))?.gather(outputs, inputs, opts)
+    pub fn gather(
+        &self,
+        outputs: &[Vec<Tensor>],
+        inputs: &[Tensor],
+        opts: &GatherOptions,
+    ) -> Result<Work> {
+        self.backend_for(inputs.iter().chain(outputs.iter().flatten()))?
+            .gather(outputs, inputs, opts)
     }
     /// `scatter`.
     ///
     /// # Errors
     /// As [`ProcessGroup::broadcast`].
-    pub fn scatter(&self, outputs: &[Tensor], inputs: &[Vec<Tensor>], opts: &ScatterOptions) -> Result<Work> {
-        self.backend_for(outputs.iter().chain(inputs.iter().flatten()))?.scatter(outputs, inputs, opts)
+    pub fn scatter(
+        &self,
+        outputs: &[Tensor],
+        inputs: &[Vec<Tensor>],
+        opts: &ScatterOptions,
+    ) -> Result<Work> {
+        self.backend_for(outputs.iter().chain(inputs.iter().flatten()))?
+            .scatter(outputs, inputs, opts)
     }
     /// `reduce_scatter`.
     ///
     /// # Errors
     /// As [`ProcessGroup::broadcast`].
-    pub fn reduce_scatter(&self, outputs: &[Tensor], inputs: &[Vec<Tensor>], opts: &ReduceScatterOptions) -> Result<Work> {
-        self.backend_for(outputs.iter().chain(inputs.iter().flatten()))?.reduce_scatter(outputs, inputs, opts)
+    pub fn reduce_scatter(
+        &self,
+        outputs: &[Tensor],
+        inputs: &[Vec<Tensor>],
+        opts: &ReduceScatterOptions,
+    ) -> Result<Work> {
+        self.backend_for(outputs.iter().chain(inputs.iter().flatten()))?
+            .reduce_scatter(outputs, inputs, opts)
     }
     /// `_reduce_scatter_base`.
     ///
     /// # Errors
     /// As [`ProcessGroup::broadcast`].
-    pub fn reduce_scatter_tensor(&self, output: &Tensor, input: &Tensor, opts: &ReduceScatterOptions) -> Result<Work> {
-        self.backend_for([output, input])?.reduce_scatter_tensor(output, input, opts)
+    pub fn reduce_scatter_tensor(
+        &self,
+        output: &Tensor,
+        input: &Tensor,
+        opts: &ReduceScatterOptions,
+    ) -> Result<Work> {
+        self.backend_for([output, input])?
+            .reduce_scatter_tensor(output, input, opts)
     }
     /// `reduce_scatter_tensor_coalesced`.
     ///
     /// # Errors
     /// As [`ProcessGroup::broadcast`].
-    pub fn reduce_scatter_tensor_coalesced(&self, outputs: &[Tensor], inputs: &[Tensor], opts: &ReduceScatterOptions) -> Result<Work> {
-        self.backend_for(outputs.iter().chain(inputs))?.reduce_scatter_tensor_coalesced(outputs, inputs, opts)
+    pub fn reduce_scatter_tensor_coalesced(
+        &self,
+        outputs: &[Tensor],
+        inputs: &[Tensor],
+        opts: &ReduceScatterOptions,
+    ) -> Result<Work> {
+        self.backend_for(outputs.iter().chain(inputs))?
+            .reduce_scatter_tensor_coalesced(outputs, inputs, opts)
     }
     /// `alltoall_base`.
     ///
     /// # Errors
     /// As [`ProcessGroup::broadcast`].
-    pub fn all_to_all_single(&self, output: &Tensor, input: &Tensor, output_split_sizes: &[usize], input_split_sizes: &[usize], opts: &AllToAllOptions) -> Result<Work> {
-        self.backend_for([output, input])?.all_to_all_single(output, input, output_split_sizes, input_split_sizes, opts)
+    pub fn all_to_all_single(
+        &self,
+        output: &Tensor,
+        input: &Tensor,
+        output_split_sizes: &[usize],
+        input_split_sizes: &[usize],
+        opts: &AllToAllOptions,
+    ) -> Result<Work> {
+        self.backend_for([output, input])?.all_to_all_single(
+            output,
+            input,
+            output_split_sizes,
+            input_split_sizes,
+            opts,
+        )
     }
     /// `alltoall`.
     ///
     /// # Errors
     /// As [`ProcessGroup::broadcast`].
-    pub fn all_to_all(&self, outputs: &[Tensor], inputs: &[Tensor], opts: &AllToAllOptions) -> Result<Work> {
-        self.backend_for(outputs.iter().chain(inputs))?.all_to_all(outputs, inputs, opts)
+    pub fn all_to_all(
+        &self,
+        outputs: &[Tensor],
+        inputs: &[Tensor],
+        opts: &AllToAllOptions,
+    ) -> Result<Work> {
+        self.backend_for(outputs.iter().chain(inputs))?
+            .all_to_all(outputs, inputs, opts)
     }
     /// `barrier` on the default backend (or `opts.device`'s).
     ///
     /// # Errors
     /// As [`ProcessGroup::broadcast`].
     pub fn barrier(&self, opts: &BarrierOptions) -> Result<Work> {
-        let dt = opts.device.map(|d| d.device_type()).unwrap_or_else(|| self.default_device_type());
+        let dt = opts
+            .device
+            .map(|d| d.device_type())
+            .unwrap_or_else(|| self.default_device_type());
         self.backend(dt)?.barrier(opts)
     }
     /// `monitored_barrier` on the CPU backend.
@@ -280,7 +399,8 @@ impl ProcessGroup {
     /// # Errors
     /// The barrier's failure (naming the ranks that did not arrive), or no CPU backend.
     pub fn monitored_barrier(&self, opts: &BarrierOptions, wait_all_ranks: bool) -> Result<()> {
-        self.backend(DeviceType::Cpu)?.monitored_barrier(opts, wait_all_ranks)
+        self.backend(DeviceType::Cpu)?
+            .monitored_barrier(opts, wait_all_ranks)
     }
     /// `send`.
     ///
@@ -310,7 +430,14 @@ impl ProcessGroup {
     /// As [`ProcessGroup::all_reduce`] plus the op's own failure.
     pub fn all_reduce_slice<T: Element>(&self, data: &mut [T], op: ReduceOp) -> Result<()> {
         let t = Tensor::from_vec(data.to_vec());
-        self.all_reduce(std::slice::from_ref(&t), &AllreduceOptions { reduce_op: op, ..Default::default() })?.wait()?;
+        self.all_reduce(
+            std::slice::from_ref(&t),
+            &AllreduceOptions {
+                reduce_op: op,
+                ..Default::default()
+            },
+        )?
+        .wait()?;
         t.read(|s: &[T]| data.copy_from_slice(s))
     }
 

@@ -133,13 +133,17 @@ impl ReduceOp {
                 self.name()
             )));
         }
-        if matches!(self, ReduceOp::PremulSum(_)) && !(dtype.is_floating_point() || dtype.is_complex()) {
+        if matches!(self, ReduceOp::PremulSum(_))
+            && !(dtype.is_floating_point() || dtype.is_complex())
+        {
             return Err(DistError::invalid(format!(
                 "Cannot use ReduceOp.PREMUL_SUM with non-floating dtype {dtype}"
             )));
         }
         if matches!(self, ReduceOp::Avg) && dtype == DType::Bool {
-            return Err(DistError::invalid(format!("Cannot use ReduceOp.AVG with dtype {dtype}")));
+            return Err(DistError::invalid(format!(
+                "Cannot use ReduceOp.AVG with dtype {dtype}"
+            )));
         }
         Ok(())
     }
@@ -187,8 +191,8 @@ pub fn reduce_into(op: ReduceOp, dtype: DType, acc: &mut [u8], src: &[u8]) -> Re
         DType::I32 => typed2::<i32>(acc, src, |a, s| combine_int(op, a, s)),
         DType::I64 => typed2::<i64>(acc, src, |a, s| combine_int(op, a, s)),
         DType::Bool => combine_bool(op, acc, src),
-        DType::F16 => typed2::<u16>(acc, src, |a, s| combine_half::<F16Conv>(op, a, s)),
-        DType::BF16 => typed2::<u16>(acc, src, |a, s| combine_half::<Bf16Conv>(op, a, s)),
+        DType::F16 => typed2::<u16>(acc, src, |a, s| combine_f16(op, a, s)),
+        DType::BF16 => typed2::<u16>(acc, src, |a, s| combine_bf16(op, a, s)),
         // Only SUM reaches here for complex (checked above): add as interleaved reals.
         DType::Complex64 => typed2::<f32>(acc, src, |a, s| combine_plain(ReduceOp::Sum, a, s)),
         DType::Complex128 => typed2::<f64>(acc, src, |a, s| combine_plain(ReduceOp::Sum, a, s)),
@@ -202,14 +206,24 @@ pub fn reduce_into(op: ReduceOp, dtype: DType, acc: &mut [u8], src: &[u8]) -> Re
 /// [`DistError::InvalidArgument`] for integral/bool dtypes or a length not a multiple of the element size.
 pub fn scale(dtype: DType, buf: &mut [u8], factor: f64) -> Result<()> {
     if buf.len() % dtype.size() != 0 {
-        return Err(DistError::invalid("scale: buffer length is not a multiple of the element size"));
+        return Err(DistError::invalid(
+            "scale: buffer length is not a multiple of the element size",
+        ));
     }
     match dtype {
-        DType::F32 | DType::Complex64 => typed1::<f32>(buf, |a| a.iter_mut().for_each(|x| *x *= factor as f32)),
-        DType::F64 | DType::Complex128 => typed1::<f64>(buf, |a| a.iter_mut().for_each(|x| *x *= factor)),
+        DType::F32 | DType::Complex64 => {
+            typed1::<f32>(buf, |a| a.iter_mut().for_each(|x| *x *= factor as f32))
+        }
+        DType::F64 | DType::Complex128 => {
+            typed1::<f64>(buf, |a| a.iter_mut().for_each(|x| *x *= factor))
+        }
         DType::F16 => typed1::<u16>(buf, |a| map_half::<F16Conv>(a, |x| x * factor as f32)),
         DType::BF16 => typed1::<u16>(buf, |a| map_half::<Bf16Conv>(a, |x| x * factor as f32)),
-        _ => return Err(DistError::invalid(format!("cannot scale a tensor of dtype {dtype} by a real factor"))),
+        _ => {
+            return Err(DistError::invalid(format!(
+                "cannot scale a tensor of dtype {dtype} by a real factor"
+            )))
+        }
     }
     Ok(())
 }
@@ -237,12 +251,24 @@ pub fn finalize(op: ReduceOp, dtype: DType, buf: &mut [u8], world_size: usize) -
     }
     let n = world_size as i64;
     match dtype {
-        DType::I8 => typed1::<i8>(buf, |a| a.iter_mut().for_each(|x| *x = (*x as i64 / n) as i8)),
-        DType::U8 => typed1::<u8>(buf, |a| a.iter_mut().for_each(|x| *x = (*x as i64 / n) as u8)),
-        DType::I16 => typed1::<i16>(buf, |a| a.iter_mut().for_each(|x| *x = (*x as i64 / n) as i16)),
-        DType::I32 => typed1::<i32>(buf, |a| a.iter_mut().for_each(|x| *x = (*x as i64 / n) as i32)),
+        DType::I8 => typed1::<i8>(buf, |a| {
+            a.iter_mut().for_each(|x| *x = (*x as i64 / n) as i8)
+        }),
+        DType::U8 => typed1::<u8>(buf, |a| {
+            a.iter_mut().for_each(|x| *x = (*x as i64 / n) as u8)
+        }),
+        DType::I16 => typed1::<i16>(buf, |a| {
+            a.iter_mut().for_each(|x| *x = (*x as i64 / n) as i16)
+        }),
+        DType::I32 => typed1::<i32>(buf, |a| {
+            a.iter_mut().for_each(|x| *x = (*x as i64 / n) as i32)
+        }),
         DType::I64 => typed1::<i64>(buf, |a| a.iter_mut().for_each(|x| *x /= n)),
-        DType::Bool => return Err(DistError::invalid("Cannot use ReduceOp.AVG with dtype torch.bool")),
+        DType::Bool => {
+            return Err(DistError::invalid(
+                "Cannot use ReduceOp.AVG with dtype torch.bool",
+            ))
+        }
         _ => return scale(dtype, buf, 1.0 / world_size as f64),
     }
     Ok(())
@@ -253,7 +279,10 @@ pub fn finalize(op: ReduceOp, dtype: DType, buf: &mut [u8], world_size: usize) -
 
 /// Runs `f` on `acc`/`src` viewed as `[T]`, via aligned stack blocks when the bytes are not aligned.
 fn typed2<T: bytemuck::Pod>(acc: &mut [u8], src: &[u8], f: impl Fn(&mut [T], &[T])) {
-    if let (Ok(a), Ok(s)) = (bytemuck::try_cast_slice_mut::<u8, T>(acc), bytemuck::try_cast_slice::<u8, T>(src)) {
+    if let (Ok(a), Ok(s)) = (
+        bytemuck::try_cast_slice_mut::<u8, T>(acc),
+        bytemuck::try_cast_slice::<u8, T>(src),
+    ) {
         return f(a, s);
     }
     const BLOCK: usize = 1024;
@@ -294,13 +323,25 @@ where
     match op {
         ReduceOp::Sum => a.iter_mut().zip(s).for_each(|(x, y)| *x = *x + *y),
         ReduceOp::Product => a.iter_mut().zip(s).for_each(|(x, y)| *x = *x * *y),
-        ReduceOp::Min => a.iter_mut().zip(s).for_each(|(x, y)| *x = if *y < *x { *y } else { *x }),
-        ReduceOp::Max => a.iter_mut().zip(s).for_each(|(x, y)| *x = if *y > *x { *y } else { *x }),
+        ReduceOp::Min => a
+            .iter_mut()
+            .zip(s)
+            .for_each(|(x, y)| *x = if *y < *x { *y } else { *x }),
+        ReduceOp::Max => a
+            .iter_mut()
+            .zip(s)
+            .for_each(|(x, y)| *x = if *y > *x { *y } else { *x }),
         _ => unreachable!("checked by ReduceOp::check_dtype"),
     }
 }
 
-trait IntLike: Copy + Ord + std::ops::BitAnd<Output = Self> + std::ops::BitOr<Output = Self> + std::ops::BitXor<Output = Self> {
+trait IntLike:
+    Copy
+    + Ord
+    + std::ops::BitAnd<Output = Self>
+    + std::ops::BitOr<Output = Self>
+    + std::ops::BitXor<Output = Self>
+{
     fn wadd(self, o: Self) -> Self;
     fn wmul(self, o: Self) -> Self;
 }
@@ -327,8 +368,12 @@ fn combine_int<T: IntLike>(op: ReduceOp, a: &mut [T], s: &[T]) {
 
 fn combine_bool(op: ReduceOp, a: &mut [u8], s: &[u8]) {
     match op {
-        ReduceOp::Sum | ReduceOp::Max | ReduceOp::Bor => a.iter_mut().zip(s).for_each(|(x, y)| *x |= *y),
-        ReduceOp::Product | ReduceOp::Min | ReduceOp::Band => a.iter_mut().zip(s).for_each(|(x, y)| *x &= *y),
+        ReduceOp::Sum | ReduceOp::Max | ReduceOp::Bor => {
+            a.iter_mut().zip(s).for_each(|(x, y)| *x |= *y)
+        }
+        ReduceOp::Product | ReduceOp::Min | ReduceOp::Band => {
+            a.iter_mut().zip(s).for_each(|(x, y)| *x &= *y)
+        }
         ReduceOp::Bxor => a.iter_mut().zip(s).for_each(|(x, y)| *x ^= *y),
         _ => unreachable!("checked by ReduceOp::check_dtype"),
     }
@@ -344,7 +389,9 @@ struct Bf16Conv;
 impl HalfConv for Bf16Conv {
     #[inline]
     fn to_f32(dst: &mut [f32], src: &[u16]) {
-        dst.iter_mut().zip(src).for_each(|(d, s)| *d = f32::from_bits((*s as u32) << 16));
+        dst.iter_mut()
+            .zip(src)
+            .for_each(|(d, s)| *d = f32::from_bits((*s as u32) << 16));
     }
     #[inline]
     fn from_f32(dst: &mut [u16], src: &[f32]) {
@@ -398,6 +445,101 @@ fn map_half<C: HalfConv>(a: &mut [u16], f: impl Fn(f32) -> f32) {
     }
 }
 
+/// bf16 bits → f32 (exact).
+#[inline(always)]
+fn bf16_widen(b: u16) -> f32 {
+    f32::from_bits((b as u32) << 16)
+}
+
+/// f32 → bf16 bits, round to nearest even; NaN stays a quiet NaN.
+#[inline(always)]
+fn bf16_narrow(x: f32) -> u16 {
+    let b = x.to_bits();
+    let rounded = (b.wrapping_add(0x7FFF + ((b >> 16) & 1)) >> 16) as u16;
+    if x.is_nan() {
+        ((b >> 16) as u16) | 0x0040
+    } else {
+        rounded
+    }
+}
+
+/// Widen, combine in f32, round once: one fused pass the compiler vectorises.
+#[inline(always)]
+fn combine_bf16_generic(op: ReduceOp, a: &mut [u16], s: &[u16]) {
+    macro_rules! fused {
+        ($f:expr) => {
+            a.iter_mut()
+                .zip(s)
+                .for_each(|(x, y)| *x = bf16_narrow($f(bf16_widen(*x), bf16_widen(*y))))
+        };
+    }
+    match op {
+        ReduceOp::Sum => fused!(|x: f32, y: f32| x + y),
+        ReduceOp::Product => fused!(|x: f32, y: f32| x * y),
+        ReduceOp::Min => fused!(|x: f32, y: f32| if y < x { y } else { x }),
+        ReduceOp::Max => fused!(|x: f32, y: f32| if y > x { y } else { x }),
+        _ => unreachable!("checked by ReduceOp::check_dtype"),
+    }
+}
+
+fn combine_bf16(op: ReduceOp, a: &mut [u16], s: &[u16]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU supports AVX2 (checked just above), the only requirement of this fn.
+        return unsafe { combine_bf16_avx2(op, a, s) };
+    }
+    combine_bf16_generic(op, a, s)
+}
+
+/// The generic loop compiled with AVX2 enabled (8 lanes instead of SSE2's 4).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn combine_bf16_avx2(op: ReduceOp, a: &mut [u16], s: &[u16]) {
+    combine_bf16_generic(op, a, s)
+}
+
+fn combine_f16(op: ReduceOp, a: &mut [u16], s: &[u16]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx") && std::is_x86_feature_detected!("f16c") {
+        // SAFETY: the CPU supports AVX and F16C (checked just above), the only requirements.
+        return unsafe { combine_f16_f16c(op, a, s) };
+    }
+    combine_half::<F16Conv>(op, a, s)
+}
+
+/// f16 with hardware conversion: 8 halves → 8 floats, combine, round back (nearest even).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx,f16c")]
+unsafe fn combine_f16_f16c(op: ReduceOp, a: &mut [u16], s: &[u16]) {
+    use std::arch::x86_64::*;
+    let n = a.len().min(s.len());
+    let body = n - n % 8;
+    let mut i = 0;
+    while i < body {
+        // SAFETY: i + 8 <= n, so both 16-byte loads/stores stay inside the slices; unaligned
+        // load/store intrinsics have no alignment requirement.
+        unsafe {
+            let pa = a.as_mut_ptr().add(i);
+            let pb = s.as_ptr().add(i);
+            let x = _mm256_cvtph_ps(_mm_loadu_si128(pa as *const __m128i));
+            let y = _mm256_cvtph_ps(_mm_loadu_si128(pb as *const __m128i));
+            let r = match op {
+                ReduceOp::Sum => _mm256_add_ps(x, y),
+                ReduceOp::Product => _mm256_mul_ps(x, y),
+                ReduceOp::Min => _mm256_min_ps(y, x),
+                ReduceOp::Max => _mm256_max_ps(y, x),
+                _ => unreachable!("checked by ReduceOp::check_dtype"),
+            };
+            _mm_storeu_si128(
+                pa as *mut __m128i,
+                _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(r),
+            );
+        }
+        i += 8;
+    }
+    combine_half::<F16Conv>(op, &mut a[body..n], &s[body..n]);
+}
+
 // Keep the named types referenced so the element mapping above stays in sync with dtype.rs.
 const _: () = {
     assert!(std::mem::size_of::<bf16>() == 2 && std::mem::size_of::<f16>() == 2);
@@ -430,15 +572,24 @@ mod tests {
             assert_eq!(op.id() as usize, i);
             assert_eq!(ReduceOp::from_id(i as u8, 2.0), Some(*op));
         }
-        assert_eq!(ReduceOp::parse("foo").unwrap_err().to_string(), "Unrecognized reduce_op: foo");
+        assert_eq!(
+            ReduceOp::parse("foo").unwrap_err().to_string(),
+            "Unrecognized reduce_op: foo"
+        );
         assert!(ReduceOp::Sum.supports_complex() && !ReduceOp::Max.supports_complex());
     }
 
     #[test]
     fn dtype_checks_give_clear_errors() {
         let e = ReduceOp::Band.check_dtype(DType::F32).unwrap_err();
-        assert!(e.to_string().contains("Cannot use ReduceOp.BAND with non-integral dtype"));
-        assert!(ReduceOp::Max.check_dtype(DType::Complex64).unwrap_err().to_string().contains("complex"));
+        assert!(e
+            .to_string()
+            .contains("Cannot use ReduceOp.BAND with non-integral dtype"));
+        assert!(ReduceOp::Max
+            .check_dtype(DType::Complex64)
+            .unwrap_err()
+            .to_string()
+            .contains("complex"));
         assert!(ReduceOp::PremulSum(1.0).check_dtype(DType::I32).is_err());
         assert!(ReduceOp::Bxor.check_dtype(DType::Bool).is_ok());
         let mut a = bytes(&[1.0f32]);
@@ -450,7 +601,13 @@ mod tests {
     fn every_op_on_every_allowed_dtype_matches_a_scalar_reference() {
         // rank r contributes r+1 for r in 0..4 (PyTorch's test pattern).
         let w = 4usize;
-        for op in [ReduceOp::Sum, ReduceOp::Product, ReduceOp::Min, ReduceOp::Max, ReduceOp::Avg] {
+        for op in [
+            ReduceOp::Sum,
+            ReduceOp::Product,
+            ReduceOp::Min,
+            ReduceOp::Max,
+            ReduceOp::Avg,
+        ] {
             let mut acc = bytes(&[1i64; 3]);
             for r in 1..w {
                 reduce_into(op, DType::I64, &mut acc, &bytes(&[(r + 1) as i64; 3])).unwrap();
@@ -479,9 +636,18 @@ mod tests {
         assert_eq!(b, vec![0, 0, 1, 0]);
         // complex SUM and AVG
         let mut c = bytes(&[c32 { re: 1.0, im: 2.0 }]);
-        reduce_into(ReduceOp::Avg, DType::Complex64, &mut c, &bytes(&[c32 { re: 3.0, im: 4.0 }])).unwrap();
+        reduce_into(
+            ReduceOp::Avg,
+            DType::Complex64,
+            &mut c,
+            &bytes(&[c32 { re: 3.0, im: 4.0 }]),
+        )
+        .unwrap();
         finalize(ReduceOp::Avg, DType::Complex64, &mut c, 2).unwrap();
-        assert_eq!(bytemuck::cast_slice::<u8, c32>(&c), &[c32 { re: 2.0, im: 3.0 }]);
+        assert_eq!(
+            bytemuck::cast_slice::<u8, c32>(&c),
+            &[c32 { re: 2.0, im: 3.0 }]
+        );
         // PREMUL_SUM on f64
         let mut p = bytes(&[1.0f64, 2.0]);
         prescale(ReduceOp::PremulSum(3.0), DType::F64, &mut p).unwrap();
@@ -497,7 +663,12 @@ mod tests {
         // intermediate: 1000 + 0.5 + ... and large products stay exact where representable.
         let xs: Vec<f32> = (0..512).map(|i| (i as f32 - 256.0) * 0.37).collect();
         let ys: Vec<f32> = (0..512).map(|i| (i as f32 * 1.3).sin() * 100.0).collect();
-        for op in [ReduceOp::Sum, ReduceOp::Product, ReduceOp::Min, ReduceOp::Max] {
+        for op in [
+            ReduceOp::Sum,
+            ReduceOp::Product,
+            ReduceOp::Min,
+            ReduceOp::Max,
+        ] {
             let a16: Vec<f16> = xs.iter().map(|x| f16::from_f32(*x)).collect();
             let b16: Vec<f16> = ys.iter().map(|x| f16::from_f32(*x)).collect();
             let mut acc = bytes(&a16);
@@ -535,7 +706,14 @@ mod tests {
 
     #[test]
     fn bf16_rounding_is_nearest_even() {
-        for x in [1.0f32, 1.00390625, 1.01171875, -3.5e-3, 65504.0, f32::INFINITY] {
+        for x in [
+            1.0f32,
+            1.00390625,
+            1.01171875,
+            -3.5e-3,
+            65504.0,
+            f32::INFINITY,
+        ] {
             let mut out = [0u16];
             Bf16Conv::from_f32(&mut out, &[x]);
             assert_eq!(out[0], bf16::from_f32(x).to_bits(), "{x}");

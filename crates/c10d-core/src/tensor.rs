@@ -72,14 +72,21 @@ impl Storage {
             if cur < 0 {
                 return false;
             }
-            match self.borrow.compare_exchange_weak(cur, cur + 1, Ordering::AcqRel, Ordering::Acquire) {
+            match self.borrow.compare_exchange_weak(
+                cur,
+                cur + 1,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
                 Ok(_) => return true,
                 Err(v) => cur = v,
             }
         }
     }
     fn try_write(&self) -> bool {
-        self.borrow.compare_exchange(0, -1, Ordering::AcqRel, Ordering::Acquire).is_ok()
+        self.borrow
+            .compare_exchange(0, -1, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
     }
     fn release(&self, write: bool) {
         if write {
@@ -116,9 +123,16 @@ struct StorageGuard {
 
 impl StorageGuard {
     fn acquire(storage: &Arc<Storage>, write: bool) -> Result<Self> {
-        let ok = if write { storage.try_write() } else { storage.try_read() };
+        let ok = if write {
+            storage.try_write()
+        } else {
+            storage.try_read()
+        };
         if ok {
-            Ok(StorageGuard { storage: storage.clone(), write })
+            Ok(StorageGuard {
+                storage: storage.clone(),
+                write,
+            })
         } else {
             Err(busy_error(write))
         }
@@ -151,7 +165,13 @@ pub struct Tensor {
 
 impl std::fmt::Debug for Tensor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Tensor(dtype={}, shape={:?}, device={})", self.dtype, &self.shape[..], self.device())
+        write!(
+            f,
+            "Tensor(dtype={}, shape={:?}, device={})",
+            self.dtype,
+            &self.shape[..],
+            self.device()
+        )
     }
 }
 
@@ -181,10 +201,19 @@ impl Tensor {
         let nbytes = std::mem::size_of_val(data.as_slice());
         let ptr = data.as_mut_ptr().cast::<u8>();
         let storage = Storage {
-            kind: StorageKind::Host(HostBuffer { ptr, nbytes, owner: Mutex::new(Some(Box::new(data))) }),
+            kind: StorageKind::Host(HostBuffer {
+                ptr,
+                nbytes,
+                owner: Mutex::new(Some(Box::new(data))),
+            }),
             borrow: AtomicIsize::new(0),
         };
-        Ok(Tensor { storage: Arc::new(storage), dtype: T::DTYPE, shape: shape.into(), offset: 0 })
+        Ok(Tensor {
+            storage: Arc::new(storage),
+            dtype: T::DTYPE,
+            shape: shape.into(),
+            offset: 0,
+        })
     }
 
     /// A CPU tensor of zeros (`torch.zeros(shape, dtype=dtype)`).
@@ -200,14 +229,19 @@ impl Tensor {
 
     /// A CPU tensor filled with `value`.
     pub fn full<T: Element>(value: T, shape: &[usize]) -> Tensor {
-        Tensor::from_vec_shaped(vec![value; numel_of(shape)], shape).expect("shape matches by construction")
+        Tensor::from_vec_shaped(vec![value; numel_of(shape)], shape)
+            .expect("shape matches by construction")
     }
 
     /// Wraps device memory owned by a device backend.
     ///
     /// # Errors
     /// [`DistError::InvalidArgument`] when `shape`×`dtype` needs more bytes than the storage has.
-    pub fn from_device_storage(storage: Arc<dyn DeviceStorage>, dtype: DType, shape: &[usize]) -> Result<Tensor> {
+    pub fn from_device_storage(
+        storage: Arc<dyn DeviceStorage>,
+        dtype: DType,
+        shape: &[usize],
+    ) -> Result<Tensor> {
         let need = numel_of(shape) * dtype.size();
         if need > storage.nbytes() {
             return Err(DistError::invalid(format!(
@@ -215,8 +249,16 @@ impl Tensor {
                 storage.nbytes()
             )));
         }
-        let st = Storage { kind: StorageKind::Device(storage), borrow: AtomicIsize::new(0) };
-        Ok(Tensor { storage: Arc::new(st), dtype, shape: shape.into(), offset: 0 })
+        let st = Storage {
+            kind: StorageKind::Device(storage),
+            borrow: AtomicIsize::new(0),
+        };
+        Ok(Tensor {
+            storage: Arc::new(st),
+            dtype,
+            shape: shape.into(),
+            offset: 0,
+        })
     }
 
     /// Element type.
@@ -268,7 +310,8 @@ impl Tensor {
     }
     /// Device pointer of this view's first byte (`None` on CPU).
     pub fn device_ptr(&self) -> Option<u64> {
-        self.device_storage().map(|d| d.device_ptr() + self.offset as u64)
+        self.device_storage()
+            .map(|d| d.device_ptr() + self.offset as u64)
     }
 
     /// A view with another shape and the same element count (`Tensor.view`).
@@ -282,7 +325,10 @@ impl Tensor {
                 self.numel()
             )));
         }
-        Ok(Tensor { shape: shape.into(), ..self.clone() })
+        Ok(Tensor {
+            shape: shape.into(),
+            ..self.clone()
+        })
     }
 
     /// A view of rows `start..start+len` along dimension 0 (`Tensor.narrow(0, start, len)`).
@@ -304,7 +350,12 @@ impl Tensor {
         } else {
             shape[0] = len;
         }
-        Ok(Tensor { storage: self.storage.clone(), dtype: self.dtype, shape, offset: self.offset + start * row_bytes })
+        Ok(Tensor {
+            storage: self.storage.clone(),
+            dtype: self.dtype,
+            shape,
+            offset: self.offset + start * row_bytes,
+        })
     }
 
     /// A flat 1-D view of the elements `start..start+len`.
@@ -322,9 +373,13 @@ impl Tensor {
     pub fn chunk(&self, n: usize) -> Result<Vec<Tensor>> {
         let rows = self.shape.first().copied().unwrap_or(1);
         if n == 0 || rows % n != 0 {
-            return Err(DistError::invalid(format!("cannot split dimension 0 of size {rows} into {n} equal chunks")));
+            return Err(DistError::invalid(format!(
+                "cannot split dimension 0 of size {rows} into {n} equal chunks"
+            )));
         }
-        (0..n).map(|i| self.narrow(i * rows / n, rows / n)).collect()
+        (0..n)
+            .map(|i| self.narrow(i * rows / n, rows / n))
+            .collect()
     }
 
     fn check_dtype<T: Element>(&self) -> Result<()> {
@@ -340,7 +395,10 @@ impl Tensor {
 
     fn host_range(&self) -> Result<*mut u8> {
         let base = self.storage.host_ptr().ok_or_else(|| {
-            DistError::invalid(format!("tensor on {} cannot be accessed from the host", self.device()))
+            DistError::invalid(format!(
+                "tensor on {} cannot be accessed from the host",
+                self.device()
+            ))
         })?;
         // SAFETY: offset + nbytes <= storage size is an invariant of every constructor and view.
         Ok(unsafe { base.add(self.offset) })
@@ -393,7 +451,9 @@ impl Tensor {
         let ptr = self.host_range()?;
         let _g = StorageGuard::acquire(&self.storage, true)?;
         // SAFETY: as in `write`.
-        Ok(f(unsafe { std::slice::from_raw_parts_mut(ptr, self.nbytes()) }))
+        Ok(f(unsafe {
+            std::slice::from_raw_parts_mut(ptr, self.nbytes())
+        }))
     }
 
     /// Copies the elements out.
@@ -411,7 +471,10 @@ impl Tensor {
     /// As [`Tensor::read`].
     pub fn into_vec<T: Element>(self) -> Result<Vec<T>> {
         self.check_dtype::<T>()?;
-        if self.offset == 0 && self.nbytes() == self.storage.nbytes() && Arc::strong_count(&self.storage) == 1 {
+        if self.offset == 0
+            && self.nbytes() == self.storage.nbytes()
+            && Arc::strong_count(&self.storage) == 1
+        {
             if let StorageKind::Host(h) = &self.storage.kind {
                 let owner = h.owner.lock().unwrap_or_else(|e| e.into_inner()).take();
                 if let Some(owner) = owner {
@@ -518,7 +581,10 @@ impl TensorLeases {
         // Outputs: one write guard per distinct storage; views of one storage must not overlap.
         for (i, t) in outputs.iter().enumerate() {
             for u in &outputs[..i] {
-                if u.shares_storage_with(t) && ranges_overlap(&u.byte_range(), &t.byte_range()) && t.nbytes() > 0 {
+                if u.shares_storage_with(t)
+                    && ranges_overlap(&u.byte_range(), &t.byte_range())
+                    && t.nbytes() > 0
+                {
                     return Err(DistError::invalid(format!(
                         "output tensors {i} and another output overlap in memory; each output must be a distinct buffer"
                     )));
@@ -533,9 +599,14 @@ impl TensorLeases {
             if let Some(base) = t.storage.host_ptr() {
                 // SAFETY: offset is within the allocation (tensor invariant).
                 let ptr = unsafe { base.add(t.offset) };
-                if guards.iter().any(|g| g.write && Arc::ptr_eq(&g.storage, &t.storage)) {
+                if guards
+                    .iter()
+                    .any(|g| g.write && Arc::ptr_eq(&g.storage, &t.storage))
+                {
                     // We hold the write lease on this storage, so reading it here is exclusive.
-                    let overlaps = outputs.iter().any(|o| o.shares_storage_with(t) && ranges_overlap(&o.byte_range(), &t.byte_range()));
+                    let overlaps = outputs.iter().any(|o| {
+                        o.shares_storage_with(t) && ranges_overlap(&o.byte_range(), &t.byte_range())
+                    });
                     if overlaps {
                         // SAFETY: exclusive write lease held by us; range within allocation.
                         let snap = unsafe { std::slice::from_raw_parts(ptr, t.nbytes()) }.to_vec();
@@ -560,11 +631,18 @@ impl TensorLeases {
             .iter()
             .map(|t| {
                 // SAFETY: offset within the allocation (tensor invariant).
-                let p = t.storage.host_ptr().map(|b| (unsafe { b.add(t.offset) }, t.nbytes()));
+                let p = t
+                    .storage
+                    .host_ptr()
+                    .map(|b| (unsafe { b.add(t.offset) }, t.nbytes()));
                 (t.clone(), p)
             })
             .collect();
-        Ok(TensorLeases { inputs: ins, outputs: outs, _guards: guards })
+        Ok(TensorLeases {
+            inputs: ins,
+            outputs: outs,
+            _guards: guards,
+        })
     }
 
     /// The leased input tensors.
@@ -589,12 +667,17 @@ impl TensorLeases {
                 // range) keeps the bytes valid and unwritten while `self` is borrowed.
                 InputSrc::Borrowed(p, n) => unsafe { std::slice::from_raw_parts(*p, *n) },
                 InputSrc::Snapshot(v) => v.as_slice(),
-                InputSrc::Device => return Err(DistError::invalid(format!("expected a CPU tensor, got {t:?}"))),
+                InputSrc::Device => {
+                    return Err(DistError::invalid(format!(
+                        "expected a CPU tensor, got {t:?}"
+                    )))
+                }
             });
         }
         let mut outs = Vec::with_capacity(self.outputs.len());
         for (t, p) in &self.outputs {
-            let (p, n) = p.ok_or_else(|| DistError::invalid(format!("expected a CPU tensor, got {t:?}")))?;
+            let (p, n) =
+                p.ok_or_else(|| DistError::invalid(format!("expected a CPU tensor, got {t:?}")))?;
             // SAFETY: outputs are pairwise disjoint (checked in `acquire`), no borrowed input overlaps
             // them, and we hold the write lease; `&mut self` prevents a second call while these live.
             outs.push(unsafe { std::slice::from_raw_parts_mut(p, n) });
@@ -619,7 +702,11 @@ mod tests {
         assert_eq!(t.shape(), &[2, 2]);
         assert_eq!(t.nbytes(), 16);
         let back: Vec<f32> = t.into_vec().unwrap();
-        assert_eq!(back.as_ptr(), p, "into_vec must hand back the same allocation");
+        assert_eq!(
+            back.as_ptr(),
+            p,
+            "into_vec must hand back the same allocation"
+        );
     }
 
     #[test]
@@ -641,7 +728,9 @@ mod tests {
         let l = TensorLeases::acquire(&[], std::slice::from_ref(&t)).unwrap();
         assert!(t.is_busy());
         assert!(t.to_vec::<u8>().is_err());
-        let e = TensorLeases::acquire(&[], std::slice::from_ref(&t)).err().unwrap();
+        let e = TensorLeases::acquire(&[], std::slice::from_ref(&t))
+            .err()
+            .unwrap();
         assert!(e.to_string().contains("in-flight collective"));
         assert!(TensorLeases::acquire(std::slice::from_ref(&t), &[]).is_err());
         drop(l);
@@ -653,7 +742,8 @@ mod tests {
     fn overlapping_input_is_snapshotted() {
         let out = Tensor::from_vec(vec![0i32, 0, 7, 0]);
         let inp = out.narrow(2, 1).unwrap();
-        let mut l = TensorLeases::acquire(std::slice::from_ref(&inp), std::slice::from_ref(&out)).unwrap();
+        let mut l =
+            TensorLeases::acquire(std::slice::from_ref(&inp), std::slice::from_ref(&out)).unwrap();
         let (ins, mut outs) = l.host_slices().unwrap();
         outs[0].fill(0);
         assert_eq!(ins[0], 7i32.to_ne_bytes());

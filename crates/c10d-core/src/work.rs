@@ -105,7 +105,13 @@ pub struct WorkCompleter(Option<Arc<Inner>>);
 
 impl std::fmt::Debug for Work {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Work(op={}, seq={}, completed={})", self.0.op, self.0.seq, self.is_completed())
+        write!(
+            f,
+            "Work(op={}, seq={}, completed={})",
+            self.0.op,
+            self.0.seq,
+            self.is_completed()
+        )
     }
 }
 
@@ -184,7 +190,12 @@ impl Work {
                     timeout.as_millis()
                 )));
             }
-            st = self.0.cv.wait_timeout(st, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
+            st = self
+                .0
+                .cv
+                .wait_timeout(st, deadline - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
         }
     }
 
@@ -292,7 +303,10 @@ impl WorkCompleter {
 impl Drop for WorkCompleter {
     fn drop(&mut self) {
         if let Some(i) = self.0.take() {
-            let msg = format!("{} (seq {}) was dropped by its backend without completing", i.op, i.seq);
+            let msg = format!(
+                "{} (seq {}) was dropped by its backend without completing",
+                i.op, i.seq
+            );
             Self::finish(&i, Err(DistError::backend(msg)));
         }
     }
@@ -308,7 +322,9 @@ mod tests {
         let (w, c) = Work::new(OpType::Allreduce, 3);
         assert!(!w.is_completed());
         let e = w.wait_timeout(Duration::from_millis(10)).unwrap_err();
-        assert!(e.to_string().contains("ALLREDUCE (seq 3) timed out after 10ms"));
+        assert!(e
+            .to_string()
+            .contains("ALLREDUCE (seq 3) timed out after 10ms"));
         let w2 = w.clone();
         let t = std::thread::spawn(move || w2.wait());
         c.complete(Err(DistError::backend("boom")));
@@ -321,7 +337,11 @@ mod tests {
     fn dropped_completer_fails_the_work() {
         let (w, c) = Work::new(OpType::Barrier, 0);
         drop(c);
-        assert!(w.wait().unwrap_err().to_string().contains("dropped by its backend"));
+        assert!(w
+            .wait()
+            .unwrap_err()
+            .to_string()
+            .contains("dropped by its backend"));
     }
 
     struct Flag(std::sync::atomic::AtomicBool);
@@ -341,7 +361,10 @@ mod tests {
         c.set_source_rank(2);
         c.complete(Ok(()));
         assert!(flag.0.load(std::sync::atomic::Ordering::SeqCst));
-        assert!(matches!(Pin::new(&mut w).poll(&mut cx), Poll::Ready(Ok(()))));
+        assert!(matches!(
+            Pin::new(&mut w).poll(&mut cx),
+            Poll::Ready(Ok(()))
+        ));
         assert_eq!(w.source_rank(), Some(2));
     }
 }
