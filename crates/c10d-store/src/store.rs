@@ -152,6 +152,12 @@ pub trait Store: Send + Sync {
     /// Changes the default timeout (`store.set_timeout`).
     fn set_timeout(&self, timeout: Duration);
 
+    /// For a store that wraps another one (`PrefixStore`): the wrapped store; `None` for every
+    /// base store. Lets [`crate::PrefixStore::innermost_store`] walk nested prefix stores.
+    fn wrapped_store(&self) -> Option<Arc<dyn Store>> {
+        None
+    }
+
     /// A new handle to the same data (`store.clone()`); for TcpStore a new connection.
     ///
     /// # Errors
