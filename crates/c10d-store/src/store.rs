@@ -163,6 +163,27 @@ pub trait Store: Send + Sync {
     /// # Errors
     /// Network failures while connecting.
     fn clone_store(&self) -> Result<Arc<dyn Store>>;
+
+    /// Store barrier (`store.barrier(key, world_size, timeout)`): returns once `world_size`
+    /// callers reached `key`. Default: the add-then-wait scheme of [`store_barrier`]; TcpStore
+    /// overrides it with the native BARRIER command.
+    ///
+    /// # Errors
+    /// [`DistError::Store`] "barrier timeout after {ms}ms, key: {key}" when not all arrive in time.
+    fn barrier(&self, key: &str, world_size: usize, timeout: Duration) -> Result<()> {
+        let n = self.add(key, 1)?;
+        let done_key = format!("{key}/done");
+        if n as usize >= world_size {
+            return self.set(&done_key, b"1");
+        }
+        self.wait_timeout(&[done_key.as_str()], timeout).map_err(|e| {
+            if e.is_store_error() {
+                DistError::store(format!("barrier timeout after {}ms, key: {key}", timeout.as_millis()))
+            } else {
+                e
+            }
+        })
+    }
 }
 
 /// Store-based barrier (`store.barrier(key, world_size, timeout)` semantics on every store):

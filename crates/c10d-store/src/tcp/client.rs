@@ -1,0 +1,752 @@
+//! `TcpStore`: the client of PyTorch's TCPStore protocol (mirrors `torch.distributed.TCPStore`),
+//! optionally owning the server (`is_master`).
+
+use super::protocol::{cmd, put_bytes, put_i64, put_keys, VALIDATE_MAGIC, STOP_WAITING, WAIT_CANCELED};
+use super::server::{self, ServerHandle, ServerOptions, TcpStoreServer};
+use crate::store::{Store, DEFAULT_STORE_TIMEOUT};
+use c10d_core::{DistError, Result};
+use rand::Rng;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::os::fd::RawFd;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// Options of [`TcpStore::new`], mirroring the keyword arguments of Python's `TCPStore`.
+#[derive(Debug, Clone)]
+pub struct TcpStoreOptions {
+    /// Number of workers (`world_size`); `None` = not counted. `Some(0)` is rejected. When set
+    /// and `wait_for_workers`, each store object adds 1 to the internal key `init/`.
+    pub world_size: Option<usize>,
+    /// Start the server in this process (`is_master`).
+    pub is_master: bool,
+    /// Timeout of connecting, of waiting for workers, and default of blocking calls (300 s).
+    /// Zero follows PyTorch's TCPStore quirk: every `get`/`wait` fails at once.
+    pub timeout: Duration,
+    /// Count this object in `init/`; the master waits until `world_size` objects joined.
+    pub wait_for_workers: bool,
+    /// Share one server per port among all master stores of this process (`multi_tenant`).
+    pub multi_tenant: bool,
+    /// Adopt this already bound listening socket instead of binding (`master_listen_fd`).
+    pub master_listen_fd: Option<RawFd>,
+    /// PyTorch's backend switch (`use_libuv`). Accepted for compatibility only: this server
+    /// always implements the libuv backend's semantics.
+    pub use_libuv: bool,
+}
+
+impl Default for TcpStoreOptions {
+    fn default() -> Self {
+        TcpStoreOptions {
+            world_size: None,
+            is_master: false,
+            timeout: DEFAULT_STORE_TIMEOUT,
+            wait_for_workers: true,
+            multi_tenant: false,
+            master_listen_fd: None,
+            use_libuv: true,
+        }
+    }
+}
+
+/// One client connection speaking the TCPStore protocol.
+struct Client {
+    sock: TcpStream,
+    rcvtimeo: Option<Duration>,
+    broken: Option<String>,
+    desc: String,
+    buf: Vec<u8>,
+}
+
+fn err_broken(desc: &str, why: &str) -> DistError {
+    DistError::network(format!("the connection to the TCPStore server at {desc} is unusable after an earlier error: {why}"))
+}
+
+/// The first interval of PyTorch's `ExponentialBackoffWithJitter`.
+const BACKOFF_INITIAL: Duration = Duration::from_millis(500);
+const BACKOFF_MAX: Duration = Duration::from_secs(60);
+
+/// Exponential backoff with ±50 % uniform jitter (500 ms, ×1.5, capped at 60 s).
+struct Backoff {
+    next: Duration,
+}
+
+impl Backoff {
+    fn new() -> Self {
+        Backoff { next: BACKOFF_INITIAL }
+    }
+
+    fn next_interval(&mut self) -> Duration {
+        let base = self.next.as_secs_f64();
+        let jitter = rand::thread_rng().gen_range(-0.5..=0.5) * base;
+        self.next = Duration::from_secs_f64((base * 1.5).min(BACKOFF_MAX.as_secs_f64()));
+        Duration::from_secs_f64((base + jitter).max(0.0))
+    }
+}
+
+/// Strips brackets from "[::1]".
+fn bare_host(host: &str) -> &str {
+    host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host)
+}
+
+enum Attempt {
+    /// Could not open a TCP connection (retry, report as connect time-out).
+    Connect(String),
+    /// Connected but the VALIDATE/PING handshake failed (retry, report this error).
+    Handshake(DistError),
+}
+
+impl Client {
+    /// Connects with PyTorch's retry loop and performs the VALIDATE + PING handshake.
+    fn connect(host: &str, port: u16, timeout: Duration) -> Result<Client> {
+        let start = Instant::now();
+        let deadline = start + timeout;
+        let mut backoff = Backoff::new();
+        loop {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            let attempt = Self::connect_once(host, port, remaining.max(Duration::from_millis(100)));
+            let last = match attempt {
+                Ok(c) => return Ok(c),
+                Err(a) => a,
+            };
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                return Err(match last {
+                    Attempt::Connect(why) => {
+                        log::debug!("TCPStore connect to ({host}, {port}) failed: {why}");
+                        DistError::network(format!(
+                            "The client socket has timed out after {}ms while trying to connect to ({host}, {port}).",
+                            timeout.as_millis()
+                        ))
+                    }
+                    Attempt::Handshake(e) => e,
+                });
+            }
+            std::thread::sleep(backoff.next_interval().min(remaining));
+        }
+    }
+
+    fn connect_once(host: &str, port: u16, limit: Duration) -> std::result::Result<Client, Attempt> {
+        let addrs: Vec<SocketAddr> = (bare_host(host), port)
+            .to_socket_addrs()
+            .map_err(|e| Attempt::Connect(format!("cannot resolve {host}: {e}")))?
+            .collect();
+        let mut last = format!("no address for {host}");
+        let mut sock = None;
+        for a in addrs {
+            match TcpStream::connect_timeout(&a, limit) {
+                Ok(s) => {
+                    sock = Some(s);
+                    break;
+                }
+                Err(e) => last = format!("{a}: {e}"),
+            }
+        }
+        let sock = sock.ok_or(Attempt::Connect(last))?;
+        let _ = sock.set_nodelay(true);
+        let desc = format!("({host}, {port})");
+        let mut c = Client { sock, rcvtimeo: None, broken: None, desc, buf: Vec::with_capacity(256) };
+        c.handshake(limit).map_err(Attempt::Handshake)?;
+        Ok(c)
+    }
+
+    fn handshake(&mut self, limit: Duration) -> Result<()> {
+        let nonce = std::process::id();
+        let mut b = Vec::with_capacity(10);
+        b.push(cmd::VALIDATE);
+        b.extend_from_slice(&VALIDATE_MAGIC.to_le_bytes());
+        b.push(cmd::PING);
+        b.extend_from_slice(&nonce.to_le_bytes());
+        self.sock.set_write_timeout(Some(limit))?;
+        self.send(&b)?;
+        self.set_rcvtimeo(limit)?;
+        let mut r = [0u8; 4];
+        self.read_exact(&mut r)?;
+        let got = u32::from_le_bytes(r);
+        if got != nonce {
+            return Err(DistError::network(format!(
+                "Ping failed, invalid value returned from server. Expected: {nonce}, Got: {got}"
+            )));
+        }
+        Ok(())
+    }
+
+    fn check_usable(&self) -> Result<()> {
+        match &self.broken {
+            Some(why) => Err(err_broken(&self.desc, why)),
+            None => Ok(()),
+        }
+    }
+
+    fn fail(&mut self, e: DistError) -> DistError {
+        if self.broken.is_none() {
+            self.broken = Some(e.message().to_string());
+        }
+        e
+    }
+
+    fn set_rcvtimeo(&mut self, t: Duration) -> Result<()> {
+        let t = t.max(Duration::from_millis(1));
+        if self.rcvtimeo != Some(t) {
+            self.sock.set_read_timeout(Some(t))?;
+            self.rcvtimeo = Some(t);
+        }
+        Ok(())
+    }
+
+    fn send(&mut self, b: &[u8]) -> Result<()> {
+        self.check_usable()?;
+        match self.sock.write_all(b) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                let e = DistError::network(format!("Failed to send to the TCPStore server at {}: {e}", self.desc));
+                Err(self.fail(e))
+            }
+        }
+    }
+
+    /// Reads exactly `buf.len()` bytes with the current receive timeout (EINTR retried).
+    fn read_exact(&mut self, buf: &mut [u8]) -> Result<()> {
+        let mut got = 0;
+        while got < buf.len() {
+            match self.sock.read(&mut buf[got..]) {
+                Ok(0) => {
+                    let e = DistError::network(format!(
+                        "Failed to recv, got 0 bytes. Connection was likely closed. Did the remote server shutdown or crash? (server {})",
+                        self.desc
+                    ));
+                    return Err(self.fail(e));
+                }
+                Ok(n) => got += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                    let e = DistError::network(format!(
+                        "Socket Timeout: no reply from the TCPStore server at {} within {}ms",
+                        self.desc,
+                        self.rcvtimeo.unwrap_or_default().as_millis()
+                    ));
+                    return Err(self.fail(e));
+                }
+                Err(e) => {
+                    let e = DistError::network(format!("Failed to recv from the TCPStore server at {}: {e}", self.desc));
+                    return Err(self.fail(e));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn recv_u8(&mut self) -> Result<u8> {
+        let mut b = [0u8; 1];
+        self.read_exact(&mut b)?;
+        Ok(b[0])
+    }
+
+    fn recv_i64(&mut self) -> Result<i64> {
+        let mut b = [0u8; 8];
+        self.read_exact(&mut b)?;
+        Ok(i64::from_le_bytes(b))
+    }
+
+    /// Reads a length-prefixed byte vector, growing the buffer as bytes arrive (a bogus length
+    /// from a broken server cannot make us allocate it up front).
+    fn recv_bytes(&mut self) -> Result<Vec<u8>> {
+        let len = self.recv_i64()? as u64;
+        let mut v = Vec::with_capacity((len as usize).min(1 << 20));
+        let mut left = len;
+        let mut chunk = [0u8; 64 * 1024];
+        while left > 0 {
+            let n = (left as usize).min(chunk.len());
+            self.read_exact(&mut chunk[..n])?;
+            v.extend_from_slice(&chunk[..n]);
+            left -= n as u64;
+        }
+        Ok(v)
+    }
+
+    /// Waits up to `timeout` for the first reply byte of a WAIT/BARRIER. `None` = timed out.
+    /// `timeout` zero does not wait at all (PyTorch's `poll(0)` quirk).
+    fn wait_first_byte(&mut self, timeout: Duration) -> Result<Option<u8>> {
+        if timeout.is_zero() {
+            return Ok(None);
+        }
+        let deadline = Instant::now() + timeout;
+        loop {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                return Ok(None);
+            }
+            self.set_rcvtimeo(remaining)?;
+            let mut b = [0u8; 1];
+            match self.sock.read(&mut b) {
+                Ok(0) => {
+                    let e = DistError::network(format!(
+                        "Failed to recv, got 0 bytes. Connection was likely closed. Did the remote server shutdown or crash? (server {})",
+                        self.desc
+                    ));
+                    return Err(self.fail(e));
+                }
+                Ok(_) => return Ok(Some(b[0])),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => continue,
+                Err(e) => {
+                    let e = DistError::network(format!("Failed to recv from the TCPStore server at {}: {e}", self.desc));
+                    return Err(self.fail(e));
+                }
+            }
+        }
+    }
+
+    /// CANCEL_WAIT after a timed-out WAIT: the reply is `01`, or `00 01` when the wake-up raced.
+    fn cancel_wait(&mut self, io_timeout: Duration) -> Result<()> {
+        self.send(&[cmd::CANCEL_WAIT])?;
+        self.set_rcvtimeo(io_timeout)?;
+        let mut b = self.recv_u8()?;
+        if b == STOP_WAITING {
+            b = self.recv_u8()?;
+        }
+        if b != WAIT_CANCELED {
+            let e = DistError::network(format!("wait_canceled response is expected, got {b}"));
+            return Err(self.fail(e));
+        }
+        Ok(())
+    }
+
+    /// WAIT on wire keys; `Ok(false)` when it timed out (and was cancelled).
+    fn wait_keys(&mut self, keys: &[Vec<u8>], timeout: Duration, io_timeout: Duration) -> Result<bool> {
+        let mut b = std::mem::take(&mut self.buf);
+        b.clear();
+        b.push(cmd::WAIT);
+        put_keys(&mut b, keys);
+        let r = self.send(&b);
+        self.buf = b;
+        r?;
+        self.finish_wait(timeout, io_timeout)
+    }
+
+    fn finish_wait(&mut self, timeout: Duration, io_timeout: Duration) -> Result<bool> {
+        match self.wait_first_byte(timeout)? {
+            Some(STOP_WAITING) => Ok(true),
+            Some(b) => {
+                let e = DistError::network(format!("Stop_waiting response is expected, got {b}"));
+                Err(self.fail(e))
+            }
+            None => {
+                self.cancel_wait(io_timeout)?;
+                Ok(false)
+            }
+        }
+    }
+}
+
+/// A TCPStore handle (mirrors `torch.distributed.TCPStore`): a client connection, plus the
+/// server when `is_master`. Every user key goes on the wire as `"/" + key`.
+///
+/// Interoperates byte for byte with PyTorch 2.x (≥ 2.5: VALIDATE + PING handshake) servers and
+/// clients. All methods take `&self`; one request is in flight per handle at a time (a mutex,
+/// like PyTorch). Every read is bounded: WAIT/BARRIER by the wait timeout, other replies by the
+/// store timeout, so a dead server surfaces as [`DistError::Network`].
+pub struct TcpStore {
+    host: String,
+    port: u16,
+    is_master: bool,
+    server: Option<Arc<ServerHandle>>,
+    client: Mutex<Client>,
+    timeout: Mutex<Duration>,
+}
+
+impl std::fmt::Debug for TcpStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.server {
+            Some(s) => write!(f, "TCPStore(client=TCPClient({}), server=TCPServer(port={}))", self.lock().desc, s.port()),
+            None => write!(f, "TCPStore(client=TCPClient({}), server=<nullptr>)", self.lock().desc),
+        }
+    }
+}
+
+fn env_truthy(v: &str) -> bool {
+    matches!(v, "1" | "true" | "True" | "TRUE" | "yes" | "on")
+}
+
+fn wire_key(key: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(key.len() + 1);
+    k.push(b'/');
+    k.extend_from_slice(key.as_bytes());
+    k
+}
+
+impl TcpStore {
+    /// Creates a store like Python's `TCPStore(host, port, world_size, is_master, timeout,
+    /// wait_for_workers, multi_tenant, master_listen_fd, use_libuv)`.
+    ///
+    /// With `is_master` a server is started on `port` (0 = any free port, see [`TcpStore::port`];
+    /// `multi_tenant` reuses this process's server on that port; `master_listen_fd` adopts a
+    /// bound socket). If binding fails while env `TORCHELASTIC_USE_AGENT_STORE` is truthy and
+    /// `MASTER_PORT` equals `port`, the store becomes a plain client (torchrun agent store).
+    /// Then a client connects to `host:port` (hostname, IPv4, IPv6 or "[v6]") with exponential
+    /// backoff until `timeout`.
+    ///
+    /// # Errors
+    /// - [`DistError::InvalidArgument`] "TCPStore world size cannot be 0".
+    /// - [`DistError::Network`] "The server socket has failed to listen on any local network
+    ///   address. port: P, …" when the bind fails.
+    /// - [`DistError::Network`] "The client socket has timed out after {ms}ms while trying to
+    ///   connect to ({host}, {port})." or a handshake failure.
+    /// - [`DistError::Store`] "Timed out after {s} seconds waiting for clients. {n}/{N} clients
+    ///   joined." (master with `world_size` and `wait_for_workers`).
+    pub fn new(host: &str, port: u16, opts: TcpStoreOptions) -> Result<TcpStore> {
+        if opts.world_size == Some(0) {
+            return Err(DistError::invalid("TCPStore world size cannot be 0"));
+        }
+        let mut server = None;
+        if opts.is_master {
+            let sopts = ServerOptions { port, world_size: opts.world_size, ..ServerOptions::default() };
+            let bind = || -> Result<Arc<ServerHandle>> {
+                match opts.master_listen_fd {
+                    Some(fd) => Ok(TcpStoreServer::from_listen_fd(fd, port, sopts.clone())?.handle),
+                    None => {
+                        let l = server::bind_listener(None, port)?;
+                        server::start(l, &sopts)
+                    }
+                }
+            };
+            let res = if opts.multi_tenant { server::multi_tenant_server(port, bind) } else { bind() };
+            match res {
+                Ok(h) => server = Some(h),
+                Err(e) => {
+                    let agent = std::env::var("TORCHELASTIC_USE_AGENT_STORE").is_ok_and(|v| env_truthy(&v));
+                    let mport = std::env::var("MASTER_PORT").ok().and_then(|p| p.trim().parse::<u16>().ok());
+                    if agent && mport == Some(port) && port != 0 {
+                        log::warn!("TCPStore: binding port {port} failed ({e}); TORCHELASTIC_USE_AGENT_STORE is set, continuing as a client of the agent's store");
+                    } else {
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        let port = server.as_ref().map_or(port, |s| s.port());
+        let client = Client::connect(host, port, opts.timeout)?;
+        let store = TcpStore {
+            host: host.to_string(),
+            port,
+            is_master: server.is_some(),
+            server,
+            client: Mutex::new(client),
+            timeout: Mutex::new(opts.timeout),
+        };
+        if let (Some(ws), true) = (opts.world_size, opts.wait_for_workers) {
+            store.raw_add(b"init/", 1)?;
+            if store.server.is_some() {
+                store.wait_for_workers(ws, opts.timeout)?;
+            }
+        }
+        Ok(store)
+    }
+
+    fn wait_for_workers(&self, ws: usize, timeout: Duration) -> Result<()> {
+        let start = Instant::now();
+        loop {
+            let n = {
+                let mut c = self.lock();
+                let mut b = vec![cmd::GET];
+                put_bytes(&mut b, b"init/");
+                c.set_rcvtimeo(self.io_timeout())?;
+                c.send(&b)?;
+                let v = c.recv_bytes()?;
+                super::protocol::parse_stoll(&v).unwrap_or(0)
+            };
+            if n >= ws as i64 {
+                return Ok(());
+            }
+            if start.elapsed() >= timeout {
+                return Err(DistError::store(format!(
+                    "Timed out after {} seconds waiting for clients. {n}/{ws} clients joined.",
+                    timeout.as_millis().div_ceil(1000)
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// The server's port (the real one when 0 was requested).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The host this client connects to.
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// True when this object runs the server (false for an agent-store fallback).
+    pub fn is_master(&self) -> bool {
+        self.is_master
+    }
+
+    /// True: the server implements libuv-backend semantics (`libuvBackend`).
+    pub fn libuv_backend(&self) -> bool {
+        true
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Client> {
+        self.client.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn io_timeout(&self) -> Duration {
+        let t = self.timeout();
+        if t.is_zero() {
+            DEFAULT_STORE_TIMEOUT
+        } else {
+            t
+        }
+    }
+
+    /// Runs one request: encode with `f`, send, then read the reply with `r` under the store timeout.
+    fn request<T>(&self, f: impl FnOnce(&mut Vec<u8>), r: impl FnOnce(&mut Client) -> Result<T>) -> Result<T> {
+        let io_t = self.io_timeout();
+        let mut c = self.lock();
+        let mut b = std::mem::take(&mut c.buf);
+        b.clear();
+        f(&mut b);
+        let sent = c.send(&b);
+        c.buf = b;
+        sent?;
+        c.set_rcvtimeo(io_t)?;
+        r(&mut c)
+    }
+
+    fn raw_add(&self, key: &[u8], delta: i64) -> Result<i64> {
+        self.request(
+            |b| {
+                b.push(cmd::ADD);
+                put_bytes(b, key);
+                put_i64(b, delta);
+            },
+            |c| c.recv_i64(),
+        )
+    }
+
+    fn wait_wire(c: &mut Client, keys: &[Vec<u8>], timeout: Duration, io_t: Duration) -> Result<()> {
+        if c.wait_keys(keys, timeout, io_t)? {
+            Ok(())
+        } else {
+            let names: Vec<String> = keys.iter().map(|k| String::from_utf8_lossy(k).into_owned()).collect();
+            Err(DistError::store(format!("wait timeout after {}ms, keys: {}", timeout.as_millis(), names.join(", "))))
+        }
+    }
+}
+
+impl Store for TcpStore {
+    fn set(&self, key: &str, value: &[u8]) -> Result<()> {
+        let mut c = self.lock();
+        let mut b = std::mem::take(&mut c.buf);
+        b.clear();
+        b.push(cmd::SET);
+        put_bytes(&mut b, &wire_key(key));
+        put_bytes(&mut b, value);
+        let r = c.send(&b);
+        c.buf = b;
+        r
+    }
+
+    /// WAIT (store timeout) then GET, like PyTorch.
+    fn get(&self, key: &str) -> Result<Vec<u8>> {
+        let k = wire_key(key);
+        let (t, io_t) = (self.timeout(), self.io_timeout());
+        let mut c = self.lock();
+        Self::wait_wire(&mut c, std::slice::from_ref(&k), t, io_t)?;
+        let mut b = vec![cmd::GET];
+        put_bytes(&mut b, &k);
+        c.send(&b)?;
+        c.set_rcvtimeo(io_t)?;
+        c.recv_bytes()
+    }
+
+    fn add(&self, key: &str, delta: i64) -> Result<i64> {
+        self.raw_add(&wire_key(key), delta)
+    }
+
+    fn compare_set(&self, key: &str, expected: &[u8], desired: &[u8]) -> Result<Vec<u8>> {
+        self.request(
+            |b| {
+                b.push(cmd::COMPARE_SET);
+                put_bytes(b, &wire_key(key));
+                put_bytes(b, expected);
+                put_bytes(b, desired);
+            },
+            |c| c.recv_bytes(),
+        )
+    }
+
+    fn check(&self, keys: &[&str]) -> Result<bool> {
+        let ks: Vec<Vec<u8>> = keys.iter().map(|k| wire_key(k)).collect();
+        self.request(
+            |b| {
+                b.push(cmd::CHECK);
+                put_keys(b, &ks);
+            },
+            |c| match c.recv_u8()? {
+                0 => Ok(true),
+                1 => Ok(false),
+                x => Err(c.fail(DistError::network(format!("invalid CHECK response {x}")))),
+            },
+        )
+    }
+
+    fn wait_timeout(&self, keys: &[&str], timeout: Duration) -> Result<()> {
+        let ks: Vec<Vec<u8>> = keys.iter().map(|k| wire_key(k)).collect();
+        let io_t = self.io_timeout();
+        let mut c = self.lock();
+        Self::wait_wire(&mut c, &ks, timeout, io_t)
+    }
+
+    fn delete_key(&self, key: &str) -> Result<bool> {
+        self.request(
+            |b| {
+                b.push(cmd::DELETE_KEY);
+                put_bytes(b, &wire_key(key));
+            },
+            |c| Ok(c.recv_i64()? == 1),
+        )
+    }
+
+    fn num_keys(&self) -> Result<i64> {
+        self.request(|b| b.push(cmd::GETNUMKEYS), |c| c.recv_i64())
+    }
+
+    fn has_extended_api(&self) -> bool {
+        true
+    }
+
+    fn append(&self, key: &str, value: &[u8]) -> Result<()> {
+        let mut c = self.lock();
+        let mut b = vec![cmd::APPEND];
+        put_bytes(&mut b, &wire_key(key));
+        put_bytes(&mut b, value);
+        c.send(&b)
+    }
+
+    /// One WAIT on all keys (store timeout), then MULTI_GET.
+    fn multi_get(&self, keys: &[&str]) -> Result<Vec<Vec<u8>>> {
+        let ks: Vec<Vec<u8>> = keys.iter().map(|k| wire_key(k)).collect();
+        let (t, io_t) = (self.timeout(), self.io_timeout());
+        let mut c = self.lock();
+        Self::wait_wire(&mut c, &ks, t, io_t)?;
+        let mut b = vec![cmd::MULTI_GET];
+        put_keys(&mut b, &ks);
+        c.send(&b)?;
+        c.set_rcvtimeo(io_t)?;
+        (0..ks.len()).map(|_| c.recv_bytes()).collect()
+    }
+
+    fn multi_set(&self, keys: &[&str], values: &[&[u8]]) -> Result<()> {
+        if keys.len() != values.len() {
+            return Err(DistError::invalid("multi_set: keys and values must have the same length"));
+        }
+        let mut c = self.lock();
+        let mut b = vec![cmd::MULTI_SET];
+        put_i64(&mut b, keys.len() as i64);
+        for (k, v) in keys.iter().zip(values) {
+            put_bytes(&mut b, &wire_key(k));
+            put_bytes(&mut b, v);
+        }
+        c.send(&b)
+    }
+
+    fn queue_push(&self, key: &str, value: &[u8]) -> Result<()> {
+        let mut c = self.lock();
+        let mut b = vec![cmd::QUEUE_PUSH];
+        put_bytes(&mut b, &wire_key(key));
+        put_bytes(&mut b, value);
+        c.send(&b)
+    }
+
+    /// With `block`, WAIT (store timeout) then QUEUE_POP; an empty reply raises
+    /// [`DistError::QueueEmpty`] "queue is empty".
+    fn queue_pop(&self, key: &str, block: bool) -> Result<Vec<u8>> {
+        let k = wire_key(key);
+        let (t, io_t) = (self.timeout(), self.io_timeout());
+        let mut c = self.lock();
+        if block {
+            Self::wait_wire(&mut c, std::slice::from_ref(&k), t, io_t)?;
+        }
+        let mut b = vec![cmd::QUEUE_POP];
+        put_bytes(&mut b, &k);
+        c.send(&b)?;
+        c.set_rcvtimeo(io_t)?;
+        let len = c.recv_i64()?;
+        if len <= 0 {
+            return Err(DistError::QueueEmpty("queue is empty".into()));
+        }
+        c.recv_bytes()
+    }
+
+    fn queue_len(&self, key: &str) -> Result<i64> {
+        self.request(
+            |b| {
+                b.push(cmd::QUEUE_LEN);
+                put_bytes(b, &wire_key(key));
+            },
+            |c| c.recv_i64(),
+        )
+    }
+
+    /// LIST_KEYS; keys not starting with "/" (internal, e.g. `init/`) are dropped, the "/" stripped.
+    fn list_keys(&self) -> Result<Vec<String>> {
+        let raw = self.request(
+            |b| b.push(cmd::LIST_KEYS),
+            |c| {
+                let n = c.recv_i64()?;
+                let mut v = Vec::with_capacity((n.max(0) as usize).min(4096));
+                for _ in 0..n.max(0) {
+                    v.push(c.recv_bytes()?);
+                }
+                Ok(v)
+            },
+        )?;
+        Ok(raw
+            .into_iter()
+            .filter_map(|k| k.strip_prefix(b"/").map(|s| String::from_utf8_lossy(s).into_owned()))
+            .collect())
+    }
+
+    /// Native BARRIER command (PyTorch ≥ 2.12 servers): the counter lives at `"/" + key`.
+    ///
+    /// # Errors
+    /// [`DistError::Store`] "barrier timeout after {ms}ms, key: {key}".
+    fn barrier(&self, key: &str, world_size: usize, timeout: Duration) -> Result<()> {
+        let io_t = self.io_timeout();
+        let mut c = self.lock();
+        let mut b = vec![cmd::BARRIER];
+        put_bytes(&mut b, &wire_key(key));
+        put_i64(&mut b, world_size as i64);
+        c.send(&b)?;
+        if c.finish_wait(timeout, io_t)? {
+            Ok(())
+        } else {
+            Err(DistError::store(format!("barrier timeout after {}ms, key: {key}", timeout.as_millis())))
+        }
+    }
+
+    fn timeout(&self) -> Duration {
+        *self.timeout.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn set_timeout(&self, timeout: Duration) {
+        *self.timeout.lock().unwrap_or_else(|e| e.into_inner()) = timeout;
+    }
+
+    /// A new client connection to the same server (PyTorch's `clone()`); it keeps a master's
+    /// server alive as long as it lives.
+    fn clone_store(&self) -> Result<Arc<dyn Store>> {
+        let t = self.timeout();
+        let client = Client::connect(&self.host, self.port, if t.is_zero() { DEFAULT_STORE_TIMEOUT } else { t })?;
+        Ok(Arc::new(TcpStore {
+            host: self.host.clone(),
+            port: self.port,
+            is_master: false,
+            server: self.server.clone(),
+            client: Mutex::new(client),
+            timeout: Mutex::new(t),
+        }))
+    }
+}

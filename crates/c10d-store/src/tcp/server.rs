@@ -1,0 +1,707 @@
+//! `TcpStoreServer`: a single-threaded `mio` event loop speaking PyTorch's TCPStore protocol
+//! (libuv-backend semantics, `shared/docs/store-protocol.md` §1–§3).
+//!
+//! Every connection has its own incremental [`Decoder`]; requests are applied atomically in
+//! arrival order. Waiters (WAIT, BARRIER, blocking queue pops) are parked per key and woken by
+//! the write that satisfies them — there is no polling. A protocol violation or a limit
+//! violation closes only the offending connection (logged at `warn`).
+
+use super::protocol::{parse_stoll, put_bytes, put_i64, Decoder, Limits, Request, STOP_WAITING, VALIDATE_MAGIC};
+use c10d_core::{DistError, Result};
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token, Waker};
+use std::collections::{HashMap, VecDeque};
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
+use std::os::fd::{FromRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::thread::JoinHandle;
+
+/// Options of a standalone [`TcpStoreServer`].
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// Address to bind; `None` = all interfaces, dual-stack `::` with a `0.0.0.0` fallback
+    /// (PyTorch's behaviour).
+    pub host: Option<String>,
+    /// Port; 0 lets the OS pick one (read it back with [`TcpStoreServer::port`]).
+    pub port: u16,
+    /// Expected number of workers (informational: logged when the `init/` counter reaches it).
+    pub world_size: Option<usize>,
+    /// Largest value accepted, bytes (default 8 MiB, libuv's limit). Larger → connection closed.
+    pub max_payload: usize,
+    /// Longest key accepted, bytes (default 8192).
+    pub max_key_len: usize,
+    /// Most keys in one CHECK/WAIT/MULTI_GET/MULTI_SET (default 131072).
+    pub max_keys: usize,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        ServerOptions { host: None, port: 0, world_size: None, max_payload: 8 << 20, max_key_len: 8192, max_keys: 131_072 }
+    }
+}
+
+const LISTENER: Token = Token(usize::MAX - 1);
+const WAKER: Token = Token(usize::MAX - 2);
+/// Read chunk size.
+const CHUNK: usize = 64 * 1024;
+
+/// The running server shared by every handle (`TcpStoreServer`, master `TcpStore`s). Stops when
+/// the last handle is dropped.
+pub(crate) struct ServerHandle {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    waker: Arc<Waker>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl ServerHandle {
+    pub(crate) fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    fn shutdown(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = self.waker.wake();
+        if let Some(t) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for ServerHandle {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// A standalone TCPStore server (PyTorch's `TCPServer`, libuv flavour). Serves until dropped or
+/// [`TcpStoreServer::stop`]ped; open connections are closed then.
+pub struct TcpStoreServer {
+    pub(crate) handle: Arc<ServerHandle>,
+}
+
+impl std::fmt::Debug for TcpStoreServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "TCPServer(port={})", self.port())
+    }
+}
+
+impl TcpStoreServer {
+    /// Binds and starts the event-loop thread.
+    ///
+    /// # Errors
+    /// [`DistError::Network`] "The server socket has failed to listen on any local network
+    /// address. port: P, ..." when binding fails (e.g. port in use); [`DistError::InvalidArgument`]
+    /// for an unresolvable `host`.
+    pub fn bind(opts: ServerOptions) -> Result<TcpStoreServer> {
+        let listener = bind_listener(opts.host.as_deref(), opts.port)?;
+        Ok(TcpStoreServer { handle: start(listener, &opts)? })
+    }
+
+    /// Adopts an already bound socket (`master_listen_fd`). The descriptor is duplicated, the
+    /// caller keeps ownership of `fd`. `port` 0 accepts any bound port.
+    ///
+    /// # Errors
+    /// [`DistError::Network`] when `fd` is not a bound TCP socket or is bound to another port.
+    pub fn from_listen_fd(fd: RawFd, port: u16, opts: ServerOptions) -> Result<TcpStoreServer> {
+        // SAFETY: dup only reads the descriptor table; a negative result is handled below.
+        let dup = unsafe { libc::dup(fd) };
+        if dup < 0 {
+            return Err(DistError::network(format!("master_listen_fd {fd} is invalid: {}", io::Error::last_os_error())));
+        }
+        // SAFETY: `dup` is a fresh descriptor that we own exclusively from here on.
+        let sock = unsafe { socket2::Socket::from_raw_fd(dup) };
+        let addr = sock
+            .local_addr()
+            .ok()
+            .and_then(|a| a.as_socket())
+            .ok_or_else(|| DistError::network(format!("master_listen_fd {fd} is not a bound TCP socket")))?;
+        if port != 0 && addr.port() != port {
+            return Err(DistError::network(format!(
+                "master_listen_fd {fd} is bound to port {} but the store was given port {port}",
+                addr.port()
+            )));
+        }
+        sock.listen(libc::SOMAXCONN.max(4096))
+            .map_err(|e| DistError::network(format!("The server socket has failed to listen on master_listen_fd {fd}: {e}")))?;
+        sock.set_nonblocking(true)?;
+        let std_l: std::net::TcpListener = sock.into();
+        Ok(TcpStoreServer { handle: start(std_l, &opts)? })
+    }
+
+    /// The bound port.
+    pub fn port(&self) -> u16 {
+        self.handle.port()
+    }
+
+    /// The bound address (`[::]:P` when dual-stack).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.handle.addr
+    }
+
+    /// Stops serving (same as dropping; with other handles to the same server, e.g. a
+    /// multi-tenant `TcpStore`, the server lives on until the last one goes).
+    pub fn stop(self) {}
+}
+
+fn listen_error(port: u16, detail: &str) -> DistError {
+    DistError::network(format!(
+        "The server socket has failed to listen on any local network address. port: {port}, {detail}"
+    ))
+}
+
+fn try_bind(addr: SocketAddr, v6only: Option<bool>) -> io::Result<std::net::TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    if let Some(v) = v6only {
+        sock.set_only_v6(v)?;
+    }
+    sock.set_reuse_address(true)?;
+    sock.bind(&addr.into())?;
+    sock.listen(libc::SOMAXCONN.max(4096))?;
+    sock.set_nonblocking(true)?;
+    Ok(sock.into())
+}
+
+/// Binds like PyTorch: dual-stack `::` first, `0.0.0.0` as fallback; or the given host.
+pub(crate) fn bind_listener(host: Option<&str>, port: u16) -> Result<std::net::TcpListener> {
+    match host {
+        None | Some("") | Some("*") => {
+            let six = SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), port);
+            match try_bind(six, Some(false)) {
+                Ok(l) => Ok(l),
+                Err(e6) => {
+                    let four = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port);
+                    try_bind(four, None).map_err(|e4| {
+                        listen_error(port, &format!("useIpv6: true, error: {e6}; useIpv6: false, error: {e4}"))
+                    })
+                }
+            }
+        }
+        Some(h) => {
+            let h = h.trim_start_matches('[').trim_end_matches(']');
+            let addrs: Vec<SocketAddr> = (h, port)
+                .to_socket_addrs()
+                .map_err(|e| DistError::invalid(format!("cannot resolve server host {h}: {e}")))?
+                .collect();
+            let mut last = String::from("no address");
+            for a in addrs {
+                match try_bind(a, if a.is_ipv6() { Some(false) } else { None }) {
+                    Ok(l) => return Ok(l),
+                    Err(e) => last = format!("address: {a}, error: {e}"),
+                }
+            }
+            Err(listen_error(port, &last))
+        }
+    }
+}
+
+pub(crate) fn start(listener: std::net::TcpListener, opts: &ServerOptions) -> Result<Arc<ServerHandle>> {
+    let addr = listener.local_addr()?;
+    listener.set_nonblocking(true)?;
+    let poll = Poll::new()?;
+    let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+    let stop = Arc::new(AtomicBool::new(false));
+    let limits = Limits {
+        max_key_len: opts.max_key_len,
+        max_payload: opts.max_payload,
+        max_keys: opts.max_keys,
+        max_request: opts.max_payload.saturating_mul(4).max(64 << 20),
+    };
+    let mut lp = EventLoop {
+        poll,
+        listener: TcpListener::from_std(listener),
+        conns: HashMap::new(),
+        next_id: 0,
+        kv: HashMap::new(),
+        queues: HashMap::new(),
+        waiters: HashMap::new(),
+        limits,
+        world_size: opts.world_size,
+        stop: stop.clone(),
+        dirty: Vec::new(),
+    };
+    lp.poll.registry().register(&mut lp.listener, LISTENER, Interest::READABLE)?;
+    let thread = std::thread::Builder::new()
+        .name(format!("c10d-store-server:{}", addr.port()))
+        .spawn(move || lp.run())
+        .map_err(|e| DistError::network(format!("cannot start the store server thread: {e}")))?;
+    log::debug!("c10d-store server listening on {addr}");
+    Ok(Arc::new(ServerHandle { addr, stop, waker, thread: Mutex::new(Some(thread)) }))
+}
+
+struct Conn {
+    sock: TcpStream,
+    peer: Option<SocketAddr>,
+    validated: bool,
+    /// Bytes of the VALIDATE request seen so far (must be exactly `00 ce f7 85 3c`).
+    magic_seen: usize,
+    decoder: Decoder,
+    out: Vec<u8>,
+    out_pos: usize,
+    /// Registrations still outstanding for the current WAIT/BARRIER.
+    awaiting: usize,
+    /// Keys this connection is registered on (for CANCEL_WAIT / close).
+    wait_keys: Vec<Vec<u8>>,
+    /// Reading paused because too much output is pending.
+    read_paused: bool,
+}
+
+/// Pending output above which the server stops reading a connection until it drains.
+const OUT_HIGH_WATER: usize = 16 << 20;
+
+struct EventLoop {
+    poll: Poll,
+    listener: TcpListener,
+    conns: HashMap<usize, Conn>,
+    next_id: usize,
+    kv: HashMap<Vec<u8>, Vec<u8>>,
+    queues: HashMap<Vec<u8>, VecDeque<Vec<u8>>>,
+    /// key → connection ids registered on it (duplicates allowed).
+    waiters: HashMap<Vec<u8>, Vec<usize>>,
+    limits: Limits,
+    world_size: Option<usize>,
+    stop: Arc<AtomicBool>,
+    /// Connections that got output from someone else's request and need a flush.
+    dirty: Vec<usize>,
+}
+
+enum Fatal {
+    Closed,
+    Error(String),
+}
+
+impl EventLoop {
+    fn run(&mut self) {
+        let mut events = Events::with_capacity(1024);
+        let mut buf = vec![0u8; CHUNK];
+        while !self.stop.load(Ordering::SeqCst) {
+            if let Err(e) = self.poll.poll(&mut events, None) {
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                log::error!("c10d-store server: poll failed: {e}; stopping");
+                break;
+            }
+            for ev in events.iter() {
+                match ev.token() {
+                    WAKER => {}
+                    LISTENER => self.accept(),
+                    Token(id) => {
+                        if ev.is_writable() || ev.is_write_closed() || ev.is_error() {
+                            self.flush_conn(id);
+                        }
+                        if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                            self.serve_conn(id, &mut buf);
+                        }
+                    }
+                }
+                self.flush_dirty();
+            }
+        }
+        log::debug!("c10d-store server stopping, closing {} connections", self.conns.len());
+    }
+
+    fn accept(&mut self) {
+        loop {
+            match self.listener.accept() {
+                Ok((mut sock, peer)) => {
+                    let _ = sock.set_nodelay(true);
+                    let id = self.next_id;
+                    self.next_id = (self.next_id + 1) % (usize::MAX - 16);
+                    if let Err(e) = self.poll.registry().register(&mut sock, Token(id), Interest::READABLE | Interest::WRITABLE) {
+                        log::warn!("c10d-store server: cannot register connection from {peer}: {e}");
+                        continue;
+                    }
+                    self.conns.insert(
+                        id,
+                        Conn {
+                            sock,
+                            peer: Some(peer),
+                            validated: false,
+                            magic_seen: 0,
+                            decoder: Decoder::new(self.limits),
+                            out: Vec::new(),
+                            out_pos: 0,
+                            awaiting: 0,
+                            wait_keys: Vec::new(),
+                            read_paused: false,
+                        },
+                    );
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    // EMFILE and friends: log and retry on the next readiness event.
+                    log::warn!("c10d-store server: accept failed: {e}");
+                    return;
+                }
+            }
+        }
+    }
+
+    fn close(&mut self, id: usize, why: &str) {
+        if let Some(mut c) = self.conns.remove(&id) {
+            if why.is_empty() {
+                log::debug!("c10d-store server: client {:?} disconnected", c.peer);
+            } else {
+                log::warn!("c10d-store server: dropping client {:?}: {why}", c.peer);
+            }
+            let _ = self.poll.registry().deregister(&mut c.sock);
+            for k in c.wait_keys.drain(..) {
+                self.unregister(&k, id);
+            }
+        }
+    }
+
+    fn unregister(&mut self, key: &[u8], id: usize) {
+        if let Some(list) = self.waiters.get_mut(key) {
+            list.retain(|&w| w != id);
+            if list.is_empty() {
+                self.waiters.remove(key);
+            }
+        }
+    }
+
+    /// Reads and serves everything available on connection `id`.
+    fn serve_conn(&mut self, id: usize, buf: &mut [u8]) {
+        if let Err(f) = self.serve_inner(id, buf) {
+            match f {
+                Fatal::Closed => self.close(id, ""),
+                Fatal::Error(e) => self.close(id, &e),
+            }
+            return;
+        }
+        self.flush_conn(id);
+    }
+
+    fn serve_inner(&mut self, id: usize, buf: &mut [u8]) -> std::result::Result<(), Fatal> {
+        loop {
+            let Some(c) = self.conns.get_mut(&id) else { return Ok(()) };
+            if c.out.len() - c.out_pos > OUT_HIGH_WATER {
+                c.read_paused = true;
+                return Ok(());
+            }
+            c.read_paused = false;
+            let n = match c.sock.read(buf) {
+                Ok(0) => return Err(Fatal::Closed),
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(Fatal::Error(format!("read failed: {e}"))),
+            };
+            let mut input = &buf[..n];
+            if !c.validated {
+                let magic = {
+                    let mut m = [0u8; 5];
+                    m[1..].copy_from_slice(&VALIDATE_MAGIC.to_le_bytes());
+                    m
+                };
+                let take = (5 - c.magic_seen).min(input.len());
+                if input[..take] != magic[c.magic_seen..c.magic_seen + take] {
+                    return Err(Fatal::Error(
+                        "client did not start with a valid VALIDATE request (bad magic)".into(),
+                    ));
+                }
+                c.magic_seen += take;
+                input = &input[take..];
+                if c.magic_seen == 5 {
+                    c.validated = true;
+                }
+            }
+            loop {
+                let Some(c) = self.conns.get_mut(&id) else { return Ok(()) };
+                let req = match c.decoder.decode(&mut input) {
+                    Ok(Some(r)) => r,
+                    Ok(None) => break,
+                    Err(e) => return Err(Fatal::Error(format!("protocol error: {e}"))),
+                };
+                self.handle(id, req).map_err(Fatal::Error)?;
+            }
+        }
+    }
+
+    fn out(&mut self, id: usize) -> &mut Vec<u8> {
+        &mut self.conns.get_mut(&id).expect("connection exists while serving it").out
+    }
+
+    fn exists(&self, k: &[u8]) -> bool {
+        self.kv.contains_key(k) || self.queues.get(k).is_some_and(|q| !q.is_empty())
+    }
+
+    /// Applies one request from connection `id`. `Err` closes the connection.
+    fn handle(&mut self, id: usize, req: Request) -> std::result::Result<(), String> {
+        match req {
+            Request::Validate(m) => {
+                // A repeated VALIDATE is harmless; a wrong magic is not.
+                if m != VALIDATE_MAGIC {
+                    return Err(format!("VALIDATE with wrong magic {m:#x}"));
+                }
+            }
+            Request::Ping(n) => self.out(id).extend_from_slice(&n.to_le_bytes()),
+            Request::Set(k, v) => {
+                self.kv.insert(k.clone(), v);
+                self.wake(&k);
+            }
+            Request::CompareSet(k, expected, desired) => {
+                let reply = match self.kv.get(&k) {
+                    None if expected.is_empty() => {
+                        self.kv.insert(k.clone(), desired.clone());
+                        desired
+                    }
+                    None => expected,
+                    Some(cur) if *cur == expected => {
+                        self.kv.insert(k.clone(), desired.clone());
+                        desired
+                    }
+                    Some(cur) => cur.clone(),
+                };
+                put_bytes(self.out(id), &reply);
+                // libuv wakes waiters in every branch (store-protocol.md §3 quirk).
+                self.wake(&k);
+            }
+            Request::Get(k) => {
+                let v = self.kv.get(&k).cloned().unwrap_or_default();
+                put_bytes(self.out(id), &v);
+            }
+            Request::Add(k, delta) => {
+                let cur = match self.kv.get(&k) {
+                    None => 0,
+                    Some(v) => parse_stoll(v).ok_or_else(|| {
+                        format!("ADD on key {:?} whose value {:?} is not an integer", String::from_utf8_lossy(&k), String::from_utf8_lossy(v))
+                    })?,
+                };
+                let new = cur.wrapping_add(delta);
+                if k == b"init/" {
+                    if let Some(ws) = self.world_size {
+                        if new == ws as i64 {
+                            log::info!("c10d-store server: all {ws} workers joined");
+                        }
+                    }
+                }
+                self.kv.insert(k.clone(), new.to_string().into_bytes());
+                put_i64(self.out(id), new);
+                self.wake(&k);
+            }
+            Request::Check(keys) => {
+                let ready = keys.iter().all(|k| self.exists(k));
+                self.out(id).push(if ready { 0 } else { 1 });
+            }
+            Request::Wait(keys) => {
+                if keys.iter().all(|k| self.exists(k)) {
+                    self.out(id).push(STOP_WAITING);
+                } else {
+                    let missing: Vec<Vec<u8>> = keys.into_iter().filter(|k| !self.kv.contains_key(k)).collect();
+                    if missing.is_empty() {
+                        // All present in the key map but a queue check failed cannot happen;
+                        // reply to keep the client moving.
+                        self.out(id).push(STOP_WAITING);
+                    } else {
+                        for k in &missing {
+                            self.waiters.entry(k.clone()).or_default().push(id);
+                        }
+                        let c = self.conns.get_mut(&id).expect("serving connection");
+                        c.awaiting += missing.len();
+                        c.wait_keys.extend(missing);
+                    }
+                }
+            }
+            Request::GetNumKeys => {
+                let n = self.kv.len() as i64;
+                put_i64(self.out(id), n);
+            }
+            Request::DeleteKey(k) => {
+                let n = i64::from(self.kv.remove(&k).is_some());
+                put_i64(self.out(id), n);
+            }
+            Request::Append(k, v) => {
+                self.kv.entry(k.clone()).or_default().extend_from_slice(&v);
+                self.wake(&k);
+            }
+            Request::MultiGet(keys) => {
+                let mut out = std::mem::take(self.out(id));
+                for k in &keys {
+                    put_bytes(&mut out, self.kv.get(k).map_or(&[][..], |v| &v[..]));
+                }
+                *self.out(id) = out;
+            }
+            Request::MultiSet(kvs) => {
+                for (k, v) in kvs {
+                    self.kv.insert(k.clone(), v);
+                    self.wake(&k);
+                }
+            }
+            Request::CancelWait => {
+                let c = self.conns.get_mut(&id).expect("serving connection");
+                c.awaiting = 0;
+                let keys = std::mem::take(&mut c.wait_keys);
+                for k in keys {
+                    self.unregister(&k, id);
+                }
+                self.out(id).push(super::protocol::WAIT_CANCELED);
+            }
+            Request::QueuePush(k, v) => {
+                self.queues.entry(k.clone()).or_default().push_back(v);
+                self.wake_one(&k);
+            }
+            Request::QueuePop(k) => {
+                let q = self.queues.get_mut(&k);
+                let len = q.as_ref().map_or(0, |q| q.len()) as i64;
+                let item = q.and_then(|q| q.pop_front());
+                if self.queues.get(&k).is_some_and(|q| q.is_empty()) {
+                    self.queues.remove(&k);
+                }
+                let out = self.out(id);
+                put_i64(out, len);
+                if let Some(item) = item {
+                    put_bytes(out, &item);
+                }
+            }
+            Request::QueueLen(k) => {
+                let len = self.queues.get(&k).map_or(0, |q| q.len()) as i64;
+                put_i64(self.out(id), len);
+            }
+            Request::ListKeys => {
+                let mut out = std::mem::take(self.out(id));
+                put_i64(&mut out, self.kv.len() as i64);
+                for k in self.kv.keys() {
+                    put_bytes(&mut out, k);
+                }
+                *self.out(id) = out;
+            }
+            Request::Barrier(k, world_size) => {
+                let count = match self.kv.get(&k) {
+                    None => 1,
+                    Some(v) => parse_stoll(v)
+                        .ok_or_else(|| format!("BARRIER on key {:?} whose value is not an integer", String::from_utf8_lossy(&k)))?
+                        .wrapping_add(1),
+                };
+                self.kv.insert(k.clone(), count.to_string().into_bytes());
+                if count >= world_size {
+                    self.wake(&k);
+                    self.out(id).push(STOP_WAITING);
+                } else {
+                    self.waiters.entry(k.clone()).or_default().push(id);
+                    let c = self.conns.get_mut(&id).expect("serving connection");
+                    c.awaiting += 1;
+                    c.wait_keys.push(k);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A write touched `key`: every registered connection loses one outstanding key; those that
+    /// reach zero get STOP_WAITING.
+    fn wake(&mut self, key: &[u8]) {
+        let Some(list) = self.waiters.remove(key) else { return };
+        for w in list {
+            if let Some(c) = self.conns.get_mut(&w) {
+                if let Some(pos) = c.wait_keys.iter().position(|k| k == key) {
+                    c.wait_keys.swap_remove(pos);
+                }
+                if c.awaiting > 0 {
+                    c.awaiting -= 1;
+                    if c.awaiting == 0 {
+                        c.out.push(STOP_WAITING);
+                        self.dirty.push(w);
+                    }
+                }
+            }
+        }
+    }
+
+    /// A queue push: wake only the first waiter whose count reaches zero (removing it and every
+    /// waiter walked past, whose registration on this key was consumed).
+    fn wake_one(&mut self, key: &[u8]) {
+        let Some(list) = self.waiters.get_mut(key) else { return };
+        let mut consumed = 0;
+        let mut woken = None;
+        for &w in list.iter() {
+            consumed += 1;
+            if let Some(c) = self.conns.get_mut(&w) {
+                if let Some(pos) = c.wait_keys.iter().position(|k| k == key) {
+                    c.wait_keys.swap_remove(pos);
+                }
+                if c.awaiting > 0 {
+                    c.awaiting -= 1;
+                    if c.awaiting == 0 {
+                        c.out.push(STOP_WAITING);
+                        woken = Some(w);
+                        break;
+                    }
+                }
+            }
+        }
+        list.drain(..consumed);
+        if list.is_empty() {
+            self.waiters.remove(key);
+        }
+        if let Some(w) = woken {
+            self.dirty.push(w);
+        }
+    }
+
+    fn flush_dirty(&mut self) {
+        while let Some(id) = self.dirty.pop() {
+            self.flush_conn(id);
+        }
+    }
+
+    /// Writes pending output of `id`; resumes reading when it drains below the high-water mark.
+    fn flush_conn(&mut self, id: usize) {
+        let mut resume = false;
+        let res: std::result::Result<(), String> = (|| {
+            let Some(c) = self.conns.get_mut(&id) else { return Ok(()) };
+            while c.out_pos < c.out.len() {
+                match c.sock.write(&c.out[c.out_pos..]) {
+                    Ok(0) => return Err("write returned 0".into()),
+                    Ok(n) => c.out_pos += n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(format!("write failed: {e}")),
+                }
+            }
+            if c.out_pos == c.out.len() {
+                c.out.clear();
+                c.out_pos = 0;
+                if c.out.capacity() > 1 << 20 {
+                    c.out.shrink_to(CHUNK);
+                }
+            } else if c.out_pos > (1 << 20) {
+                c.out.drain(..c.out_pos);
+                c.out_pos = 0;
+            }
+            resume = c.read_paused && c.out.len() - c.out_pos <= OUT_HIGH_WATER;
+            Ok(())
+        })();
+        if let Err(e) = res {
+            self.close(id, &e);
+        } else if resume {
+            let mut buf = vec![0u8; CHUNK];
+            self.serve_conn(id, &mut buf);
+        }
+    }
+}
+
+/// Process-global registry of multi-tenant servers, keyed by port (`multi_tenant=True`).
+static REGISTRY: Mutex<Vec<(u16, Weak<ServerHandle>)>> = Mutex::new(Vec::new());
+
+/// Returns the live multi-tenant server on `port`, or binds a new one with `bind` and registers it.
+pub(crate) fn multi_tenant_server(
+    port: u16,
+    bind: impl FnOnce() -> Result<Arc<ServerHandle>>,
+) -> Result<Arc<ServerHandle>> {
+    let mut reg = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
+    reg.retain(|(_, w)| w.strong_count() > 0);
+    if port != 0 {
+        if let Some(h) = reg.iter().find(|(p, _)| *p == port).and_then(|(_, w)| w.upgrade()) {
+            return Ok(h);
+        }
+    }
+    let h = bind()?;
+    reg.push((h.port(), Arc::downgrade(&h)));
+    Ok(h)
+}
