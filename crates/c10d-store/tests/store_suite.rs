@@ -4,7 +4,7 @@
 //! Run: `cargo test -p c10d-store --test store_suite`.
 
 use c10d_core::{DistError, ErrorKind};
-use c10d_store::{store_barrier, FileStore, HashStore, PrefixStore, Store};
+use c10d_store::{store_barrier, FileStore, HashStore, PrefixStore, Store, TcpStore, TcpStoreOptions};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -75,6 +75,22 @@ fn file() -> Fixture {
     let dir = tempfile::tempdir().expect("tempdir");
     let s: Arc<dyn Store> = Arc::new(FileStore::new(dir.path().join("store"), Some(1)).expect("FileStore"));
     Fixture { store: s.clone(), kind: Kind::File, prefix: None, inner: s, internal_keys: 1, _guard: Box::new(dir) }
+}
+
+/// A master TcpStore on 127.0.0.1, port 0, world size 1 (so it holds the `init/` key).
+fn tcp() -> Fixture {
+    let opts = TcpStoreOptions {
+        world_size: Some(1),
+        is_master: true,
+        timeout: Duration::from_secs(60),
+        ..TcpStoreOptions::default()
+    };
+    let s: Arc<dyn Store> = Arc::new(TcpStore::new("127.0.0.1", 0, opts).expect("TcpStore"));
+    Fixture { store: s.clone(), kind: Kind::Tcp, prefix: None, inner: s, internal_keys: 1, _guard: Box::new(()) }
+}
+
+fn prefix_tcp() -> Fixture {
+    prefixed(tcp())
 }
 
 fn prefixed(f: Fixture) -> Fixture {
@@ -347,32 +363,50 @@ fn queues(f: &Fixture) {
     t.join().unwrap().unwrap();
 }
 
-/// Item 12: store barrier (the trait-level `store_barrier`).
+/// Item 12: store barrier, through the free `store_barrier` and the `Store::barrier` method
+/// (native BARRIER command on TcpStore).
 fn barrier(f: &Fixture) {
     let s = &f.store;
-    let start = Instant::now();
-    store_barrier(s.as_ref(), "b1", 1, Duration::from_secs(30)).unwrap();
-    assert!(start.elapsed() < Duration::from_secs(10));
-    let start = Instant::now();
-    let e = store_barrier(s.as_ref(), "b2", 2, ms(100)).unwrap_err();
-    assert!(start.elapsed() >= ms(100));
-    assert_eq!(e.kind(), ErrorKind::Store);
-    assert_eq!(e.to_string(), "barrier timeout after 100ms, key: b2");
-    // 4 workers, each on its own handle, all pass
-    let handles: Vec<_> = (0..4)
-        .map(|_| {
-            let c = s.clone_store().unwrap();
-            std::thread::spawn(move || store_barrier(c.as_ref(), "b4", 4, Duration::from_secs(60)))
-        })
-        .collect();
-    for h in handles {
-        h.join().unwrap().unwrap();
+    for native in [false, true] {
+        let run = move |st: &dyn Store, key: &str, n: usize, t: Duration| {
+            if native {
+                st.barrier(key, n, t)
+            } else {
+                store_barrier(st, key, n, t)
+            }
+        };
+        let tag = if native { "m" } else { "f" };
+        let start = Instant::now();
+        run(s.as_ref(), &format!("b1{tag}"), 1, Duration::from_secs(30)).unwrap();
+        assert!(start.elapsed() < Duration::from_secs(10));
+        let start = Instant::now();
+        let key = format!("b2{tag}");
+        let e = run(s.as_ref(), &key, 2, ms(100)).unwrap_err();
+        assert!(start.elapsed() >= ms(100));
+        assert_eq!(e.kind(), ErrorKind::Store);
+        assert_eq!(e.to_string(), format!("barrier timeout after 100ms, key: {key}"));
+        // the handle stays usable after a timed-out barrier
+        s.set("after_barrier", b"ok").unwrap();
+        assert_eq!(s.get("after_barrier").unwrap(), b"ok");
+        // 4 workers, each on its own handle, all pass
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                let c = s.clone_store().unwrap();
+                std::thread::spawn(move || run(c.as_ref(), &format!("b4{tag}"), 4, Duration::from_secs(60)))
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap().unwrap();
+        }
     }
 }
 
 /// Item 17: one thread waits on key1 while another sets it (same handle and a clone).
+/// A TcpStore handle serialises its requests (one connection, like PyTorch's per-object lock),
+/// so there the waiter uses its own handle, as PyTorch's test does.
 fn multithreaded_wait(f: &Fixture) {
-    for use_clone in [false, true] {
+    let variants: &[bool] = if f.kind == Kind::Tcp { &[true] } else { &[false, true] };
+    for &use_clone in variants {
         let key = format!("key1_{use_clone}");
         let waiter = if use_clone { f.store.clone_store().unwrap() } else { f.store.clone() };
         let k2 = key.clone();
@@ -411,6 +445,8 @@ store_suite! {
     file_store => file;
     prefix_hash_store => prefix_hash;
     prefix_file_store => prefix_file;
+    tcp_store => tcp;
+    prefix_tcp_store => prefix_tcp;
 }
 
 /// FileStore specifics: two handles (as two processes would) share keys through one file,
