@@ -10,6 +10,7 @@ pub mod store;
 pub mod tcp;
 pub mod file;
 pub mod prefix;
+pub mod rendezvous;
 
 pub use hash::HashStore;
 pub use store::{store_barrier, Store, DEFAULT_STORE_TIMEOUT};
@@ -17,3 +18,4 @@ pub use store::{store_barrier, Store, DEFAULT_STORE_TIMEOUT};
 pub use tcp::{ServerOptions, TcpStore, TcpStoreOptions, TcpStoreServer};
 pub use file::FileStore;
 pub use prefix::PrefixStore;
+pub use rendezvous::{rendezvous, rendezvous_with_env, Rendezvous, DEFAULT_RENDEZVOUS_TIMEOUT};
