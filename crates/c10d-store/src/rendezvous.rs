@@ -59,8 +59,9 @@ impl std::fmt::Debug for Rendezvous {
 ///   torch.distributed using {scheme}:// rendezvous: {what}" with `what` one of "port number
 ///   missing", "rank parameter missing", "world size parameter missing", "path missing",
 ///   "environment variable {VAR} expected, but not set" (unset or empty); also for a rank, world
-///   size or port that is not a valid number, and "port must have value from 0 to 65535 but was
-///   {port}.".
+///   size or port that is not a valid number, "rank {r} is out of range for world_size {w}"
+///   (a check PyTorch leaves to the backend), and "port must have value from 0 to 65535 but
+///   was {port}.".
 /// - Whatever [`TcpStore::new`] or [`FileStore::new`] return: connect timeouts
 ///   ([`DistError::Network`]), "Timed out after … waiting for clients" ([`DistError::Store`]), …
 pub fn rendezvous(url: &str, rank: Option<usize>, world_size: Option<usize>, timeout: Duration) -> Result<Rendezvous> {
