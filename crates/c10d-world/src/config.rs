@@ -1,0 +1,331 @@
+//! Backend names, backend strings and the backend registry (mirrors `torch.distributed.Backend`,
+//! `BackendConfig` and `Backend.register_backend`).
+//!
+//! The registry is process-wide, like PyTorch's class attributes on `Backend`: every [`crate::World`]
+//! in the process sees the same backends. Built-ins are `"gloo"` (CPU, and CUDA tensors staged
+//! through the host in PyTorch; here it serves `cpu` and, as in PyTorch's capability table, is also
+//! listed for `cuda`) and `"nccl"` (CUDA), which is registered but unavailable in this build.
+//!
+//! Backend strings follow PyTorch's `BackendConfig` rules:
+//! - `"gloo"` → `cpu:gloo,cuda:gloo`; `"nccl"` → `cuda:nccl`; a registered name → its devices;
+//! - `"cpu:gloo,cuda:nccl"` (case-insensitive) round-trips;
+//! - `"undefined"` / none → `cpu:gloo` (this build detects no accelerator);
+//! - `"cpu:gloo,"` or `"cpu:gloo:x"` → "Invalid device:backend pairing"; a repeated device →
+//!   "Duplicate device type"; an unregistered name → "Unknown backend".
+
+use c10d_core::{Backend, BackendOptions, DistError, Result};
+use c10d_store::Store;
+use std::any::Any;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::{Arc, OnceLock, RwLock};
+use std::time::Duration;
+
+/// Everything a backend creator receives (mirrors `c10d::DistributedBackendOptions` for
+/// extended-API creators and `(store, rank, world_size, timeout)` for the others).
+#[derive(Clone)]
+pub struct BackendCreateArgs {
+    /// The group's store for this device: `PrefixStore("<device>/", PrefixStore("<group name>/", ...))`.
+    pub store: Arc<dyn Store>,
+    /// This process's rank in the group.
+    pub group_rank: usize,
+    /// Number of ranks in the group.
+    pub group_size: usize,
+    /// Default timeout of every op.
+    pub timeout: Duration,
+    /// The device type string this instance serves ("cpu", "cuda").
+    pub device: String,
+    /// Group name (`group_id`); empty for non-extended creators.
+    pub group_name: String,
+    /// Group description; empty for non-extended creators.
+    pub group_desc: String,
+    /// Global ranks of the members in group-rank order (`global_ranks_in_group`); empty for the
+    /// default group and for non-extended creators.
+    pub global_ranks_in_group: Vec<usize>,
+    /// The backend-specific options the user passed as `pg_options`, if any (extended only).
+    pub pg_options: Option<Arc<dyn Any + Send + Sync>>,
+    /// `MASTER_ADDR` (or the host of a `tcp://` init method), a hint for the listen address.
+    pub hostname_hint: Option<String>,
+}
+
+impl BackendCreateArgs {
+    /// The core [`BackendOptions`] for these arguments.
+    pub fn backend_options(&self, backend: &str) -> BackendOptions {
+        BackendOptions {
+            backend: backend.to_string(),
+            timeout: self.timeout,
+            group_name: self.group_name.clone(),
+            group_desc: self.group_desc.clone(),
+            global_ranks: self.global_ranks_in_group.clone(),
+        }
+    }
+}
+
+impl fmt::Debug for BackendCreateArgs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BackendCreateArgs")
+            .field("group_rank", &self.group_rank)
+            .field("group_size", &self.group_size)
+            .field("timeout", &self.timeout)
+            .field("device", &self.device)
+            .field("group_name", &self.group_name)
+            .field("global_ranks_in_group", &self.global_ranks_in_group)
+            .finish()
+    }
+}
+
+/// A backend constructor (`func` of `Backend.register_backend`). Returns `Ok(None)` when this
+/// rank should be treated as a non-member (PyTorch's creators may return `None`).
+pub type BackendCreator = Arc<dyn Fn(&BackendCreateArgs) -> Result<Option<Arc<dyn Backend>>> + Send + Sync>;
+
+#[derive(Clone)]
+struct Plugin {
+    creator: BackendCreator,
+    extended_api: bool,
+    available: bool,
+}
+
+struct Registry {
+    /// Lower-case name → plugin.
+    plugins: BTreeMap<String, Plugin>,
+    /// Lower-case name → device types it supports (`Backend.backend_capability`).
+    capability: Vec<(String, Vec<String>)>,
+    /// Device type → default backend (`Backend.default_device_backend_map`).
+    default_device_backend: Vec<(String, String)>,
+}
+
+fn registry() -> &'static RwLock<Registry> {
+    static R: OnceLock<RwLock<Registry>> = OnceLock::new();
+    R.get_or_init(|| {
+        let mut plugins = BTreeMap::new();
+        plugins.insert("gloo".to_string(), Plugin { creator: Arc::new(crate::gloo::create_gloo), extended_api: true, available: crate::gloo::GLOO_AVAILABLE });
+        plugins.insert(
+            "nccl".to_string(),
+            Plugin {
+                creator: Arc::new(|_a: &BackendCreateArgs| {
+                    Err(DistError::unsupported(
+                        "Backend nccl is not available in this build of c10d-rs (no CUDA support compiled into c10d-world); use backend \"gloo\"",
+                    ))
+                }),
+                extended_api: true,
+                available: false,
+            },
+        );
+        RwLock::new(Registry {
+            plugins,
+            capability: vec![
+                ("gloo".into(), vec!["cpu".into(), "cuda".into()]),
+                ("nccl".into(), vec!["cuda".into()]),
+            ],
+            default_device_backend: vec![("cpu".into(), "gloo".into()), ("cuda".into(), "nccl".into())],
+        })
+    })
+}
+
+fn read() -> std::sync::RwLockReadGuard<'static, Registry> {
+    registry().read().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Registers a third-party backend (`Backend.register_backend(name, func, extended_api, devices)`).
+///
+/// `name` is case-insensitive and stored lower-case. `devices` lists the device types it serves
+/// (`None` = `["cpu"]`, PyTorch's "cpu and the current accelerator" on a CPU-only build); each
+/// device without a default backend gets this one as default. Registering an existing name replaces
+/// its creator (PyTorch raises for built-ins only through attribute clashes; here built-ins can be
+/// replaced too, which tests use to inject fakes).
+///
+/// With `extended_api == false` the creator receives only store, rank, size, timeout and device
+/// (other fields of [`BackendCreateArgs`] are empty), as PyTorch's plain creators do.
+pub fn register_backend(name: &str, creator: BackendCreator, devices: Option<&[&str]>, extended_api: bool) {
+    let name = name.to_ascii_lowercase();
+    let devices: Vec<String> = devices.map(|d| d.iter().map(|s| s.to_ascii_lowercase()).collect()).unwrap_or_else(|| vec!["cpu".to_string()]);
+    let mut r = registry().write().unwrap_or_else(|e| e.into_inner());
+    r.capability.retain(|(n, _)| *n != name);
+    r.capability.push((name.clone(), devices.clone()));
+    for d in &devices {
+        if !r.default_device_backend.iter().any(|(dev, _)| dev == d) {
+            r.default_device_backend.push((d.clone(), name.clone()));
+        }
+    }
+    r.plugins.insert(name, Plugin { creator, extended_api, available: true });
+}
+
+/// True when `name` is a registered backend whose creator can work in this build
+/// (`is_backend_available`). `"gloo"` and registered third-party backends are available;
+/// `"nccl"` is not. Also accepts a `"device:backend,..."` string (every backend must be available).
+pub fn is_backend_available(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    if lower.contains(':') {
+        return lower.split(',').all(|p| p.split(':').nth(1).is_some_and(|b| is_backend_available(b)));
+    }
+    read().plugins.get(&lower).is_some_and(|p| p.available)
+}
+
+/// `torch.distributed.is_gloo_available()`.
+pub fn is_gloo_available() -> bool {
+    is_backend_available("gloo")
+}
+
+/// `torch.distributed.is_nccl_available()`: always false in this build.
+pub fn is_nccl_available() -> bool {
+    is_backend_available("nccl")
+}
+
+/// The default backend of a device type (`get_default_backend_for_device("cpu")` → `"gloo"`).
+///
+/// # Errors
+/// [`DistError::InvalidArgument`] "Default backend not registered for device : {device}".
+pub fn get_default_backend_for_device(device: &str) -> Result<String> {
+    let d = device.split(':').next().unwrap_or("").to_ascii_lowercase();
+    read()
+        .default_device_backend
+        .iter()
+        .find(|(dev, _)| *dev == d)
+        .map(|(_, b)| b.clone())
+        .ok_or_else(|| DistError::invalid(format!("Default backend not registered for device : {device}")))
+}
+
+/// Normalises a backend name like `Backend(name)`: lower case.
+pub fn normalize_backend_name(name: &str) -> String {
+    name.to_ascii_lowercase()
+}
+
+pub(crate) fn creator_for(name: &str) -> Result<(BackendCreator, bool)> {
+    read()
+        .plugins
+        .get(&name.to_ascii_lowercase())
+        .map(|p| (p.creator.clone(), p.extended_api))
+        .ok_or_else(|| unknown_backend(name))
+}
+
+fn unknown_backend(name: &str) -> DistError {
+    let known: Vec<String> = read().plugins.keys().cloned().collect();
+    DistError::invalid(format!(
+        "Unknown backend '{name}'. Specify a 'device:backend' string or use one of: {known:?}"
+    ))
+}
+
+const FORMAT_HINT: &str = "Custom backend string is an experimental feature where the backend string must be in the format: \"<device_type1>:<backend1>,<device_type2>:<backend2>...\". e.g. 'cpu:gloo,cuda:nccl'";
+
+/// A parsed backend string (`BackendConfig`): ordered device → backend pairs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackendConfig {
+    /// (device type, backend name) pairs, lower case, in the order given.
+    pub device_backend_map: Vec<(String, String)>,
+}
+
+impl BackendConfig {
+    /// Parses a backend string with PyTorch's `BackendConfig` rules (see the module docs).
+    ///
+    /// # Errors
+    /// [`DistError::InvalidArgument`]: "Invalid device:backend pairing: {pair}. ...",
+    /// "Duplicate device type {device} in backend string: {string}. ...", "Unknown backend '{name}' ...".
+    pub fn parse(backend: &str) -> Result<BackendConfig> {
+        let lower = backend.trim().to_ascii_lowercase();
+        let mut map: Vec<(String, String)> = Vec::new();
+        if lower.is_empty() || lower == "undefined" {
+            let b = get_default_backend_for_device("cpu")?;
+            map.push(("cpu".into(), b));
+        } else if !lower.contains(':') {
+            let caps = read().capability.iter().find(|(n, _)| *n == lower).map(|(_, d)| d.clone());
+            match caps {
+                Some(devs) => {
+                    for d in devs {
+                        map.push((d, lower.clone()));
+                    }
+                }
+                None => return Err(unknown_backend(&lower)),
+            }
+        } else {
+            for pair in lower.split(',') {
+                let parts: Vec<&str> = pair.split(':').collect();
+                if parts.len() != 2 {
+                    return Err(DistError::invalid(format!(
+                        "Invalid device:backend pairing: {pair}. The custom backend string argument is invalid: {backend}. {FORMAT_HINT}"
+                    )));
+                }
+                let (device, name) = (parts[0].trim().to_string(), parts[1].trim().to_string());
+                if map.iter().any(|(d, _)| *d == device) {
+                    return Err(DistError::invalid(format!(
+                        "Duplicate device type {device} in backend string: {backend}. {FORMAT_HINT}"
+                    )));
+                }
+                if !read().plugins.contains_key(&name) {
+                    return Err(unknown_backend(&name));
+                }
+                map.push((device, name));
+            }
+        }
+        Ok(BackendConfig { device_backend_map: map })
+    }
+
+    /// The device → backend map (`get_device_backend_map`).
+    pub fn device_backend_map(&self) -> &[(String, String)] {
+        &self.device_backend_map
+    }
+
+    /// The distinct backend names, in order.
+    pub fn backend_names(&self) -> Vec<String> {
+        let mut v: Vec<String> = Vec::new();
+        for (_, b) in &self.device_backend_map {
+            if !v.contains(b) {
+                v.push(b.clone());
+            }
+        }
+        v
+    }
+}
+
+impl fmt::Display for BackendConfig {
+    /// `"cpu:gloo,cuda:nccl"` (PyTorch's `repr(BackendConfig)`).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s: Vec<String> = self.device_backend_map.iter().map(|(d, b)| format!("{d}:{b}")).collect();
+        f.write_str(&s.join(","))
+    }
+}
+
+/// The default timeout for a backend string (`_get_default_timeout`): 10 min for NCCL variants
+/// ("nccl", "nccl2", "nccl-legacy", "nccl-lazy"), 30 min otherwise.
+pub fn default_timeout_for(backend: &str) -> Duration {
+    let b = backend.to_ascii_lowercase();
+    if matches!(b.as_str(), "nccl" | "nccl2" | "nccl-legacy" | "nccl-lazy") {
+        c10d_core::DEFAULT_NCCL_TIMEOUT
+    } else {
+        c10d_core::DEFAULT_TIMEOUT
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_backend_strings() {
+        assert_eq!(BackendConfig::parse("gloo").unwrap().to_string(), "cpu:gloo,cuda:gloo");
+        assert_eq!(BackendConfig::parse("GLOO").unwrap().to_string(), "cpu:gloo,cuda:gloo");
+        assert_eq!(BackendConfig::parse("nccl").unwrap().to_string(), "cuda:nccl");
+        assert_eq!(BackendConfig::parse("cpu:gloo,cuda:nccl").unwrap().to_string(), "cpu:gloo,cuda:nccl");
+        assert_eq!(BackendConfig::parse("CPU:GLOO,CUDA:NCCL").unwrap().to_string(), "cpu:gloo,cuda:nccl");
+        assert_eq!(BackendConfig::parse("undefined").unwrap().to_string(), "cpu:gloo");
+        let e = BackendConfig::parse("cpu:gloo,").unwrap_err();
+        assert!(e.to_string().contains("Invalid device:backend pairing"), "{e}");
+        let e = BackendConfig::parse("cpu:gloo:x").unwrap_err();
+        assert!(e.to_string().contains("Invalid device:backend pairing"), "{e}");
+        let e = BackendConfig::parse("cpu:gloo,cpu:nccl").unwrap_err();
+        assert!(e.to_string().contains("Duplicate device type cpu"), "{e}");
+        let e = BackendConfig::parse("bogus").unwrap_err();
+        assert!(e.to_string().contains("Unknown backend"), "{e}");
+        assert_eq!(e.kind(), c10d_core::ErrorKind::InvalidArgument);
+    }
+
+    #[test]
+    fn timeouts_and_defaults() {
+        assert_eq!(default_timeout_for("nccl"), Duration::from_secs(600));
+        assert_eq!(default_timeout_for("nccl-lazy"), Duration::from_secs(600));
+        assert_eq!(default_timeout_for("gloo"), Duration::from_secs(1800));
+        assert_eq!(get_default_backend_for_device("cpu").unwrap(), "gloo");
+        assert_eq!(get_default_backend_for_device("cuda:0").unwrap(), "nccl");
+        assert!(get_default_backend_for_device("xpu").is_err());
+        assert!(!is_nccl_available());
+    }
+}

@@ -1,0 +1,73 @@
+//! Shared helpers of the c10d-world tests: N ranks as threads, each with its own `World`, over
+//! one `HashStore`, using the store-backed test backend registered as "store".
+
+#![allow(dead_code)]
+
+use c10d_store::{HashStore, Store};
+use c10d_world::store_backend::StoreBackend;
+use c10d_world::{register_backend, InitOptions, World};
+use std::sync::{Arc, Once};
+use std::time::Duration;
+
+/// Registers the test backends once: "store" (cpu) and "storex" (cpu, extended API).
+pub fn register() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        register_backend("store", StoreBackend::creator("store"), Some(&["cpu"]), false);
+        register_backend("storex", StoreBackend::creator("storex"), Some(&["cpu"]), true);
+    });
+}
+
+/// A fresh shared store with a short timeout (tests must fail fast, not hang).
+pub fn store() -> Arc<dyn Store> {
+    let s = HashStore::new();
+    s.set_timeout(Duration::from_secs(20));
+    Arc::new(s)
+}
+
+/// Init options for `rank` of `n` over `store` with the "store" backend and a 20 s op timeout.
+pub fn opts(store: &Arc<dyn Store>, rank: usize, n: usize) -> InitOptions {
+    InitOptions {
+        backend: Some("store".into()),
+        store: Some(store.clone()),
+        world_size: Some(n),
+        rank: Some(rank),
+        timeout: Some(Duration::from_secs(20)),
+        ..Default::default()
+    }
+}
+
+/// Runs `f(world, rank)` on `n` threads, each with an initialised `World`; returns the results in
+/// rank order. A panic in any rank fails the test with that rank's message.
+pub fn run<R: Send + 'static>(n: usize, f: impl Fn(&World, usize) -> R + Send + Sync + 'static) -> Vec<R> {
+    run_with(n, |_w, _r| {}, f)
+}
+
+/// As [`run`], with `setup(world, rank)` called before `init_process_group`.
+pub fn run_with<R: Send + 'static>(
+    n: usize,
+    setup: impl Fn(&World, usize) + Send + Sync + 'static,
+    f: impl Fn(&World, usize) -> R + Send + Sync + 'static,
+) -> Vec<R> {
+    register();
+    let store = store();
+    let f = Arc::new(f);
+    let setup = Arc::new(setup);
+    let handles: Vec<_> = (0..n)
+        .map(|r| {
+            let (store, f, setup) = (store.clone(), f.clone(), setup.clone());
+            std::thread::Builder::new()
+                .name(format!("rank{r}"))
+                .spawn(move || {
+                    let w = World::new();
+                    setup(&w, r);
+                    w.init_process_group(opts(&store, r, n)).expect("init_process_group");
+                    let out = f(&w, r);
+                    let _ = w.destroy_process_group(None);
+                    out
+                })
+                .expect("spawn")
+        })
+        .collect();
+    handles.into_iter().map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
+}
