@@ -1,1 +1,881 @@
-//! c10d-gloo: under construction by the gloo helper.
+//! # c10d-gloo
+//!
+//! The CPU collective backend of c10d-rs (PyTorch's `ProcessGroupGloo`): every collective of
+//! `torch.distributed` on CPU tensors, between processes and hosts, over TCP on `mio` +
+//! `socket2`.
+//!
+//! * [`ProcessGroupGloo::new`] makes a full mesh of TCP connections through the group's store
+//!   (see the `transport` module) or, with [`GlooOptions::lazy_init`], at the first op.
+//! * One worker thread per group owns the sockets and runs the ops in issue order; see the
+//!   `engine` module for why the event loop is per group rather than per process.
+//! * Algorithms live in `algo::*`, one small module each: direct exchange and pipelined ring
+//!   all-reduce, binomial-tree and pipelined-chain broadcast, direct all-gather / gather /
+//!   scatter / all-to-all / reduce / reduce-scatter, dissemination barrier, monitored barrier.
+//! * Every frame carries a header (see `wire`); a rank that runs a different collective, dtype
+//!   or size than its peer fails with an error naming both ranks and both ops.
+//!
+//! Differences from PyTorch's Gloo, on purpose: `ReduceOp::Avg` and `ReduceOp::PremulSum` are
+//! supported (PyTorch's Gloo refuses them); AVG divides by the group size (also when a rank
+//! passes several tensors). Argument errors use PyTorch's texts, prefixed
+//! `"ProcessGroupGloo::<op>: "`.
+
+mod algo;
+mod engine;
+mod options;
+mod transport;
+mod wire;
+
+pub use options::{AllreduceAlgorithm, BroadcastAlgorithm, GlooOptions};
+
+use engine::{lock, CollBody, CollOp, Comm, Connector, Engine, Ident, OpInfo, P2pOp, Queue, Shared, Submission, WAKER};
+use c10d_core::reduce::{finalize, prescale, reduce_into};
+use c10d_core::*;
+use c10d_store::Store;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Algorithm settings copied into each op.
+#[derive(Clone, Copy)]
+struct Algo {
+    allreduce: AllreduceAlgorithm,
+    broadcast: BroadcastAlgorithm,
+    small_allreduce: usize,
+    small_broadcast: usize,
+    chunk: usize,
+}
+
+impl Algo {
+    fn all_reduce(&self, comm: &mut Comm<'_>, buf: &mut [u8], op: ReduceOp, dtype: DType) -> Result<()> {
+        let ring = match self.allreduce {
+            AllreduceAlgorithm::Direct => false,
+            AllreduceAlgorithm::Ring => true,
+            AllreduceAlgorithm::Auto => buf.len() > self.small_allreduce,
+        };
+        if ring {
+            algo::allreduce::ring(comm, buf, op, dtype, self.chunk)
+        } else {
+            algo::allreduce::direct(comm, buf, op, dtype)
+        }
+    }
+
+    fn broadcast(&self, comm: &mut Comm<'_>, buf: &mut [u8], root: usize) -> Result<()> {
+        let chain = match self.broadcast {
+            BroadcastAlgorithm::Tree => false,
+            BroadcastAlgorithm::Chain => true,
+            BroadcastAlgorithm::Auto => buf.len() > self.small_broadcast,
+        };
+        if chain {
+            algo::broadcast::chain(comm, buf, root, self.chunk)
+        } else {
+            algo::broadcast::tree(comm, buf, root)
+        }
+    }
+}
+
+/// The CPU backend (mirrors `torch.distributed.ProcessGroupGloo`). Implements
+/// [`c10d_core::Backend`] with name `"gloo"` for [`DeviceType::Cpu`].
+///
+/// Ops are validated synchronously (argument errors are returned as `Err` with PyTorch's
+/// texts) and then run asynchronously, in issue order, on the group's worker thread; the
+/// returned [`Work`] completes when the op finished on this rank. Failures (timeouts, a lost
+/// peer, a collective mismatch, abort) fail the `Work` with [`DistError::Backend`].
+pub struct ProcessGroupGloo {
+    shared: Arc<Shared>,
+    id: Ident,
+    group_desc: String,
+    timeout: Mutex<Duration>,
+    algo: Algo,
+    worker: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for ProcessGroupGloo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ProcessGroupGloo(group={}, rank={}, size={})", self.id.group_name, self.id.rank, self.id.size)
+    }
+}
+
+fn inval(op: &str, msg: impl std::fmt::Display) -> DistError {
+    DistError::invalid(format!("ProcessGroupGloo::{op}: {msg}"))
+}
+
+fn check_cpu(op: &str, ts: &[&Tensor]) -> Result<()> {
+    if ts.iter().any(|t| !t.is_cpu()) {
+        return Err(inval(op, "unsupported device type"));
+    }
+    Ok(())
+}
+
+/// "invalid tensor type" / "invalid tensor size" against `proto`.
+fn check_same(op: &str, ts: &[&Tensor], proto: &Tensor) -> Result<()> {
+    for t in ts {
+        if t.dtype() != proto.dtype() {
+            return Err(inval(op, format!("invalid tensor type (expected {}, got {})", proto.dtype(), t.dtype())));
+        }
+        if t.numel() != proto.numel() {
+            return Err(inval(op, format!("invalid tensor size (expected {} elements, got {})", proto.numel(), t.numel())));
+        }
+    }
+    Ok(())
+}
+
+fn check_op(op: &str, rop: ReduceOp, dtype: DType) -> Result<()> {
+    rop.check_dtype(dtype).map_err(|e| e.with_prefix(&format!("ProcessGroupGloo::{op}: ")))
+}
+
+/// Splits `buf` into `n` equal parts (works for empty buffers too).
+fn split_n(mut buf: &mut [u8], n: usize) -> Vec<&mut [u8]> {
+    let each = buf.len() / n.max(1);
+    let mut v = Vec::with_capacity(n);
+    for _ in 0..n {
+        let (a, b) = std::mem::take(&mut buf).split_at_mut(each);
+        v.push(a);
+        buf = b;
+    }
+    v
+}
+
+fn split_n_ref(mut buf: &[u8], n: usize) -> Vec<&[u8]> {
+    let each = buf.len() / n.max(1);
+    let mut v = Vec::with_capacity(n);
+    for _ in 0..n {
+        let (a, b) = buf.split_at(each);
+        v.push(a);
+        buf = b;
+    }
+    v
+}
+
+/// Splits `buf` into parts of the given byte sizes.
+fn split_sizes<'a>(mut buf: &'a mut [u8], sizes: &[usize]) -> Vec<&'a mut [u8]> {
+    sizes
+        .iter()
+        .map(|s| {
+            let (a, b) = std::mem::take(&mut buf).split_at_mut(*s);
+            buf = b;
+            a
+        })
+        .collect()
+}
+
+fn split_sizes_ref<'a>(mut buf: &'a [u8], sizes: &[usize]) -> Vec<&'a [u8]> {
+    sizes
+        .iter()
+        .map(|s| {
+            let (a, b) = buf.split_at(*s);
+            buf = b;
+            a
+        })
+        .collect()
+}
+
+fn nbytes(ts: &[Tensor]) -> u64 {
+    ts.iter().map(|t| t.nbytes() as u64).sum()
+}
+
+impl ProcessGroupGloo {
+    /// Creates the backend for `rank` of `size` and (unless lazy) connects the full mesh.
+    ///
+    /// `store` must already be prefixed for this group; the listen address is published
+    /// under `gloo/addr/<rank>` in it.
+    ///
+    /// # Errors
+    /// [`DistError::InvalidArgument`] for `rank >= size` or a bad interface name,
+    /// [`DistError::Network`] when connecting times out (after `opts.timeout`), and
+    /// [`DistError::Backend`] when a peer's handshake does not match (group name, size, rank).
+    pub fn new(store: Arc<dyn Store>, rank: usize, size: usize, opts: GlooOptions) -> Result<Arc<ProcessGroupGloo>> {
+        if size == 0 || rank >= size {
+            return Err(DistError::invalid(format!("ProcessGroupGloo: invalid rank {rank} for group size {size}")));
+        }
+        let listen_addr = opts.resolve_listen_addr()?;
+        let id = Ident { group_name: opts.group_name.clone(), rank, size, global_ranks: opts.global_ranks.clone() };
+        let poll = mio::Poll::new()?;
+        let waker = mio::Waker::new(poll.registry(), WAKER)?;
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(Queue { subs: Default::default(), seq: 0, coll_seq: 0, stop: None }),
+            waker,
+            initialized: Default::default(),
+            failed: Mutex::new(None),
+        });
+        let connector = Connector { store, listen_addr, timeout: opts.timeout, socket_buffer_bytes: opts.socket_buffer_bytes };
+        let (streams, connector) = if opts.lazy_init || size == 1 {
+            (None, Some(connector))
+        } else {
+            let listener = transport::listen(listen_addr)?;
+            transport::publish(connector.store.as_ref(), rank, &listener)?;
+            let spec = transport::MeshSpec {
+                group_name: &opts.group_name,
+                rank,
+                size,
+                timeout: opts.timeout,
+                socket_buffer_bytes: opts.socket_buffer_bytes,
+            };
+            (Some(transport::connect_mesh(connector.store.as_ref(), &listener, &spec)?), None)
+        };
+        let engine = Engine::new(shared.clone(), poll, id.clone(), streams, connector)?;
+        let worker = std::thread::Builder::new()
+            .name(format!("gloo-{}-r{rank}", opts.group_name))
+            .spawn(move || engine.run())
+            .map_err(|e| DistError::backend(format!("ProcessGroupGloo: cannot start worker thread: {e}")))?;
+        Ok(Arc::new(ProcessGroupGloo {
+            shared,
+            id,
+            group_desc: opts.group_desc.clone(),
+            timeout: Mutex::new(opts.timeout),
+            algo: Algo {
+                allreduce: opts.allreduce_algorithm,
+                broadcast: opts.broadcast_algorithm,
+                small_allreduce: opts.small_allreduce_bytes,
+                small_broadcast: opts.small_broadcast_bytes,
+                chunk: opts.pipeline_chunk_bytes.max(64),
+            },
+            worker: Mutex::new(Some(worker)),
+        }))
+    }
+
+    /// The group description given at construction.
+    pub fn group_desc(&self) -> &str {
+        &self.group_desc
+    }
+
+    /// The group name given at construction.
+    pub fn group_name(&self) -> &str {
+        &self.id.group_name
+    }
+
+    fn op_timeout(&self, t: Option<Duration>) -> Duration {
+        t.unwrap_or_else(|| *lock(&self.timeout))
+    }
+
+    /// Queues a collective. `inputs`/`outputs` are leased now; `body` runs on the worker with
+    /// their host bytes in the same order.
+    #[allow(clippy::too_many_arguments)]
+    fn submit(
+        &self,
+        op: OpType,
+        dtype: DType,
+        total: u64,
+        timeout: Option<Duration>,
+        inputs: &[Tensor],
+        outputs: &[Tensor],
+        result: Vec<Tensor>,
+        body: CollBody,
+    ) -> Result<Work> {
+        let leases = TensorLeases::acquire(inputs, outputs).map_err(|e| e.with_prefix(&format!("ProcessGroupGloo::{}: ", op.name().to_lowercase())))?;
+        let timeout = self.op_timeout(timeout);
+        let mut q = lock(&self.shared.queue);
+        let seq = q.seq;
+        q.seq += 1;
+        let coll_seq = q.coll_seq;
+        q.coll_seq += 1;
+        let (work, completer) = Work::new(op, seq);
+        completer.set_outputs(result);
+        if let Some(e) = q.stop.clone() {
+            drop(q);
+            drop(leases);
+            completer.complete(Err(e.map_message(|m| format!("{op} (seq {seq}) on rank {} failed: {m}", self.id.rank))));
+            return Ok(work);
+        }
+        let info = OpInfo { coll_seq, seq, op, dtype, total };
+        q.subs.push_back(Submission::Coll(CollOp { info, timeout, leases, body, completer }));
+        drop(q);
+        self.wake();
+        Ok(work)
+    }
+
+    fn submit_p2p(&self, op: OpType, tensors: &[Tensor], peer: Option<usize>, tag: i64) -> Result<Work> {
+        let name = match op {
+            OpType::Send => "send",
+            OpType::Recv => "recv",
+            _ => "recvAnysource",
+        };
+        if tensors.len() != 1 {
+            return Err(inval(name, "requires a single-element tensor list"));
+        }
+        check_cpu(name, &[&tensors[0]])?;
+        if let Some(p) = peer {
+            if p >= self.id.size || p == self.id.rank {
+                let what = if op == OpType::Send { "destination" } else { "source" };
+                return Err(inval(name, format!("invalid {what} rank {p} (rank {} of a group of {})", self.id.rank, self.id.size)));
+            }
+        }
+        let (ins, outs) = if op == OpType::Send { (tensors, &[][..]) } else { (&[][..], tensors) };
+        let leases = TensorLeases::acquire(ins, outs).map_err(|e| e.with_prefix(&format!("ProcessGroupGloo::{name}: ")))?;
+        let timeout = *lock(&self.timeout);
+        let mut q = lock(&self.shared.queue);
+        let seq = q.seq;
+        q.seq += 1;
+        let (work, completer) = Work::new(op, seq);
+        completer.set_outputs(tensors.to_vec());
+        if let Some(e) = q.stop.clone() {
+            drop(q);
+            drop(leases);
+            completer.complete(Err(e));
+            return Ok(work);
+        }
+        let dtype = tensors[0].dtype();
+        q.subs.push_back(Submission::P2p(P2pOp { seq, op, peer, tag, dtype, timeout, leases, completer }));
+        drop(q);
+        self.wake();
+        Ok(work)
+    }
+
+    fn wake(&self) {
+        if let Err(e) = self.shared.waker.wake() {
+            log::error!("ProcessGroupGloo: waking the worker failed: {e}");
+        }
+    }
+
+    fn stop(&self, msg: String) {
+        {
+            let mut q = lock(&self.shared.queue);
+            if q.stop.is_none() {
+                q.stop = Some(DistError::backend(msg));
+            }
+        }
+        self.wake();
+    }
+
+    fn join(&self) {
+        let h = lock(&self.worker).take();
+        if let Some(h) = h {
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
+        }
+    }
+
+    /// Reduce over a rank's tensor list into the first, then the network all-reduce.
+    fn all_reduce_body(&self, rop: ReduceOp, dtype: DType) -> CollBody {
+        let algo = self.algo;
+        let n = self.id.size;
+        Box::new(move |comm, _ins, mut outs| {
+            let (first, rest) = outs.split_first_mut().expect("non-empty tensor list");
+            for t in rest.iter() {
+                reduce_into(rop, dtype, first, t)?;
+            }
+            prescale(rop, dtype, first)?;
+            algo.all_reduce(comm, first, rop.combine_op(), dtype)?;
+            finalize(rop, dtype, first, n)?;
+            for t in rest.iter_mut() {
+                t.copy_from_slice(first);
+            }
+            Ok(())
+        })
+    }
+}
+
+impl Drop for ProcessGroupGloo {
+    fn drop(&mut self) {
+        self.stop(format!("ProcessGroupGloo (group {}, rank {}) was shut down", self.id.group_name, self.id.rank));
+        self.join();
+    }
+}
+
+impl Backend for ProcessGroupGloo {
+    fn name(&self) -> &str {
+        "gloo"
+    }
+    fn rank(&self) -> usize {
+        self.id.rank
+    }
+    fn size(&self) -> usize {
+        self.id.size
+    }
+    fn device_type(&self) -> DeviceType {
+        DeviceType::Cpu
+    }
+    fn timeout(&self) -> Duration {
+        *lock(&self.timeout)
+    }
+    fn set_timeout(&self, timeout: Duration) {
+        *lock(&self.timeout) = timeout;
+    }
+    fn sequence_number(&self) -> u64 {
+        lock(&self.shared.queue).seq
+    }
+    fn is_initialized(&self) -> bool {
+        self.shared.initialized.load(Ordering::Acquire) || self.id.size == 1
+    }
+
+    fn broadcast(&self, tensors: &[Tensor], opts: &BroadcastOptions) -> Result<Work> {
+        const OP: &str = "broadcast";
+        if opts.root_rank >= self.id.size {
+            return Err(inval(OP, format!("invalid root rank: {}", opts.root_rank)));
+        }
+        if opts.root_tensor >= tensors.len() {
+            return Err(inval(OP, format!("invalid root tensor: {}", opts.root_tensor)));
+        }
+        let refs: Vec<&Tensor> = tensors.iter().collect();
+        check_cpu(OP, &refs)?;
+        check_same(OP, &refs, &tensors[0])?;
+        let root = opts.root_rank;
+        let src = if self.id.rank == root { opts.root_tensor } else { 0 };
+        let algo = self.algo;
+        let t0 = &tensors[0];
+        let body: CollBody = Box::new(move |comm, _ins, mut outs| {
+            let (a, b) = outs.split_at_mut(src);
+            let (buf, b) = b.split_first_mut().expect("src < len");
+            algo.broadcast(comm, buf, root)?;
+            for t in a.iter_mut().chain(b.iter_mut()) {
+                t.copy_from_slice(buf);
+            }
+            Ok(())
+        });
+        self.submit(OpType::Broadcast, t0.dtype(), t0.nbytes() as u64, opts.timeout, &[], tensors, tensors.to_vec(), body)
+    }
+
+    fn all_reduce(&self, tensors: &[Tensor], opts: &AllreduceOptions) -> Result<Work> {
+        const OP: &str = "allreduce";
+        if tensors.is_empty() {
+            return Err(inval(OP, "requires non-empty tensor list"));
+        }
+        let refs: Vec<&Tensor> = tensors.iter().collect();
+        check_cpu(OP, &refs)?;
+        check_same(OP, &refs, &tensors[0])?;
+        let dtype = tensors[0].dtype();
+        check_op(OP, opts.reduce_op, dtype)?;
+        let body = self.all_reduce_body(opts.reduce_op, dtype);
+        self.submit(OpType::Allreduce, dtype, tensors[0].nbytes() as u64, opts.timeout, &[], tensors, tensors.to_vec(), body)
+    }
+
+    fn all_reduce_coalesced(&self, tensors: &[Tensor], opts: &AllreduceCoalescedOptions) -> Result<Work> {
+        const OP: &str = "allreduce_coalesced";
+        if tensors.is_empty() {
+            return Err(inval(OP, "requires non-empty tensor list"));
+        }
+        let refs: Vec<&Tensor> = tensors.iter().collect();
+        check_cpu(OP, &refs)?;
+        let dtype = tensors[0].dtype();
+        if tensors.iter().any(|t| t.dtype() != dtype) {
+            return Err(inval(OP, "tensors must all have the same type"));
+        }
+        let rop = opts.reduce_op;
+        check_op(OP, rop, dtype)?;
+        let total = nbytes(tensors) as usize;
+        let (algo, n) = (self.algo, self.id.size);
+        let body: CollBody = Box::new(move |comm, _ins, mut outs| {
+            let mut s = comm.take_scratch(total);
+            let flat = s.bytes();
+            let mut off = 0;
+            for t in outs.iter() {
+                flat[off..off + t.len()].copy_from_slice(t);
+                off += t.len();
+            }
+            prescale(rop, dtype, flat)?;
+            algo.all_reduce(comm, flat, rop.combine_op(), dtype)?;
+            finalize(rop, dtype, flat, n)?;
+            let mut off = 0;
+            for t in outs.iter_mut() {
+                let l = t.len();
+                t.copy_from_slice(&flat[off..off + l]);
+                off += l;
+            }
+            comm.put_scratch(s);
+            Ok(())
+        });
+        self.submit(OpType::AllreduceCoalesced, dtype, total as u64, opts.timeout, &[], tensors, tensors.to_vec(), body)
+    }
+
+    fn reduce(&self, tensors: &[Tensor], opts: &ReduceOptions) -> Result<Work> {
+        const OP: &str = "reduce";
+        if opts.root_rank >= self.id.size {
+            return Err(inval(OP, format!("invalid root rank: {}", opts.root_rank)));
+        }
+        if opts.root_tensor >= tensors.len() {
+            return Err(inval(OP, format!("invalid root tensor: {}", opts.root_tensor)));
+        }
+        if tensors.len() != 1 {
+            return Err(inval(OP, "requires a single-element tensor list"));
+        }
+        check_cpu(OP, &[&tensors[0]])?;
+        let dtype = tensors[0].dtype();
+        let rop = opts.reduce_op;
+        check_op(OP, rop, dtype)?;
+        let (root, n) = (opts.root_rank, self.id.size);
+        let total = tensors[0].nbytes() as u64;
+        if self.id.rank == root {
+            let body: CollBody = Box::new(move |comm, _ins, mut outs| {
+                prescale(rop, dtype, outs[0])?;
+                algo::reduce::reduce(comm, outs[0], rop.combine_op(), dtype, root)?;
+                finalize(rop, dtype, outs[0], n)
+            });
+            self.submit(OpType::Reduce, dtype, total, opts.timeout, &[], tensors, tensors.to_vec(), body)
+        } else {
+            let body: CollBody = Box::new(move |comm, ins, _outs| {
+                if matches!(rop, ReduceOp::PremulSum(_)) {
+                    let mut s = comm.take_scratch(ins[0].len());
+                    s.bytes().copy_from_slice(ins[0]);
+                    prescale(rop, dtype, s.bytes())?;
+                    algo::reduce::contribute(comm, s.bytes(), root)?;
+                    comm.put_scratch(s);
+                    Ok(())
+                } else {
+                    algo::reduce::contribute(comm, ins[0], root)
+                }
+            });
+            self.submit(OpType::Reduce, dtype, total, opts.timeout, tensors, &[], tensors.to_vec(), body)
+        }
+    }
+
+    fn all_gather(&self, outputs: &[Vec<Tensor>], inputs: &[Tensor], opts: &AllgatherOptions) -> Result<Work> {
+        const OP: &str = "allgather";
+        if inputs.is_empty() {
+            return Err(inval(OP, "requires non-empty input tensor list"));
+        }
+        if outputs.len() != inputs.len() {
+            return Err(inval(OP, "requires input/output tensor lists to have the same length"));
+        }
+        let n = self.id.size;
+        for (i, o) in outputs.iter().enumerate() {
+            if o.len() != n {
+                return Err(inval(OP, format!("invalid output tensor list at index {i} (expected length {n}, got {})", o.len())));
+            }
+        }
+        let refs: Vec<&Tensor> = inputs.iter().chain(outputs.iter().flatten()).collect();
+        check_cpu(OP, &refs)?;
+        check_same(OP, &inputs.iter().collect::<Vec<_>>(), &inputs[0])?;
+        for (i, o) in outputs.iter().enumerate() {
+            check_same(OP, &o.iter().collect::<Vec<_>>(), &inputs[i])?;
+        }
+        let flat: Vec<Tensor> = outputs.iter().flatten().cloned().collect();
+        let body: CollBody = Box::new(move |comm, ins, mut outs| algo::exchange::all_gather(comm, &ins, &mut outs));
+        self.submit(OpType::Allgather, inputs[0].dtype(), nbytes(inputs), opts.timeout, inputs, &flat, flat.clone(), body)
+    }
+
+    fn all_gather_into_tensor(&self, output: &Tensor, input: &Tensor, opts: &AllgatherOptions) -> Result<Work> {
+        const OP: &str = "_allgather_base";
+        check_cpu(OP, &[output, input])?;
+        if output.dtype() != input.dtype() {
+            return Err(inval(OP, "output tensor must have the same type as input tensor"));
+        }
+        let n = self.id.size;
+        if output.numel() != input.numel() * n {
+            return Err(inval(OP, "output tensor size must be equal to world_size times input tensor size"));
+        }
+        let body: CollBody = Box::new(move |comm, ins, mut outs| {
+            let mut parts = split_n(std::mem::take(&mut outs[0]), n);
+            algo::exchange::all_gather(comm, &ins, &mut parts)
+        });
+        let (i, o) = (std::slice::from_ref(input), std::slice::from_ref(output));
+        self.submit(OpType::AllgatherBase, input.dtype(), input.nbytes() as u64, opts.timeout, i, o, vec![output.clone()], body)
+    }
+
+    fn all_gather_coalesced(&self, outputs: &[Vec<Tensor>], inputs: &[Tensor], opts: &AllgatherOptions) -> Result<Work> {
+        const OP: &str = "allgather_coalesced";
+        let n = self.id.size;
+        if inputs.is_empty() {
+            return Err(inval(OP, "requires non-empty input tensor list"));
+        }
+        if outputs.len() != n {
+            return Err(inval(OP, "output lists should be equal to world size"));
+        }
+        let refs: Vec<&Tensor> = inputs.iter().chain(outputs.iter().flatten()).collect();
+        check_cpu(OP, &refs)?;
+        for o in outputs {
+            if o.len() != inputs.len() {
+                return Err(inval(OP, "invalid output size"));
+            }
+            for (i, (t, inp)) in o.iter().zip(inputs).enumerate() {
+                if t.numel() != inp.numel() {
+                    return Err(inval(OP, format!("invalid size of output tensor at index {i}")));
+                }
+                if t.dtype() != inp.dtype() {
+                    return Err(inval(OP, format!("invalid tensor type at index {i}")));
+                }
+            }
+        }
+        // Flatten as [i * n + p] = outputs[p][i].
+        let flat: Vec<Tensor> = (0..inputs.len()).flat_map(|i| (0..n).map(move |p| (i, p))).map(|(i, p)| outputs[p][i].clone()).collect();
+        let body: CollBody = Box::new(move |comm, ins, mut outs| algo::exchange::all_gather(comm, &ins, &mut outs));
+        let result: Vec<Tensor> = outputs.iter().flatten().cloned().collect();
+        self.submit(OpType::AllgatherCoalesced, inputs[0].dtype(), nbytes(inputs), opts.timeout, inputs, &flat, result, body)
+    }
+
+    fn all_gather_into_tensor_coalesced(&self, outputs: &[Tensor], inputs: &[Tensor], opts: &AllgatherOptions) -> Result<Work> {
+        const OP: &str = "allgather_into_tensor_coalesced";
+        let n = self.id.size;
+        if inputs.is_empty() || outputs.len() != inputs.len() {
+            return Err(inval(OP, "requires non-empty input/output tensor lists of the same length"));
+        }
+        let refs: Vec<&Tensor> = inputs.iter().chain(outputs).collect();
+        check_cpu(OP, &refs)?;
+        for (i, (o, inp)) in outputs.iter().zip(inputs).enumerate() {
+            if o.dtype() != inp.dtype() {
+                return Err(inval(OP, format!("invalid tensor type at index {i}")));
+            }
+            if o.numel() != inp.numel() * n {
+                return Err(inval(OP, format!("invalid size of output tensor at index {i}: must be world_size times the input size")));
+            }
+        }
+        let body: CollBody = Box::new(move |comm, ins, outs| {
+            // outs[i] split into n parts, flattened as [i * n + p].
+            let mut parts: Vec<&mut [u8]> = outs.into_iter().flat_map(|o| split_n(o, n)).collect();
+            algo::exchange::all_gather(comm, &ins, &mut parts)
+        });
+        self.submit(OpType::AllgatherCoalesced, inputs[0].dtype(), nbytes(inputs), opts.timeout, inputs, outputs, outputs.to_vec(), body)
+    }
+
+    fn gather(&self, outputs: &[Vec<Tensor>], inputs: &[Tensor], opts: &GatherOptions) -> Result<Work> {
+        const OP: &str = "gather";
+        let (r, n, root) = (self.id.rank, self.id.size, opts.root_rank);
+        if root >= n {
+            return Err(inval(OP, format!("invalid root rank: {root}")));
+        }
+        if inputs.len() != 1 {
+            return Err(inval(OP, "requires a single-element input tensor list"));
+        }
+        let input = &inputs[0];
+        let dtype = input.dtype();
+        let total = input.nbytes() as u64;
+        if r == root {
+            if outputs.len() != 1 {
+                return Err(inval(OP, "requires a single-element output list"));
+            }
+            if outputs[0].len() != n {
+                return Err(inval(OP, format!("Incorrect output list size {}. Output list size should be {n}.", outputs[0].len())));
+            }
+            let refs: Vec<&Tensor> = outputs[0].iter().chain(inputs).collect();
+            check_cpu(OP, &refs)?;
+            check_same(OP, &outputs[0].iter().collect::<Vec<_>>(), input)?;
+            let body: CollBody = Box::new(move |comm, ins, mut outs| algo::exchange::gather(comm, ins[0], &mut outs, root));
+            self.submit(OpType::Gather, dtype, total, opts.timeout, inputs, &outputs[0], outputs[0].clone(), body)
+        } else {
+            if !outputs.is_empty() {
+                return Err(inval(OP, "requires empty output on non-root"));
+            }
+            check_cpu(OP, &[input])?;
+            let body: CollBody = Box::new(move |comm, ins, mut outs| algo::exchange::gather(comm, ins[0], &mut outs, root));
+            self.submit(OpType::Gather, dtype, total, opts.timeout, inputs, &[], Vec::new(), body)
+        }
+    }
+
+    fn scatter(&self, outputs: &[Tensor], inputs: &[Vec<Tensor>], opts: &ScatterOptions) -> Result<Work> {
+        const OP: &str = "scatter";
+        let (r, n, root) = (self.id.rank, self.id.size, opts.root_rank);
+        if root >= n {
+            return Err(inval(OP, format!("invalid root rank: {root}")));
+        }
+        if outputs.len() != 1 {
+            return Err(inval(OP, "requires a single-element output tensor list"));
+        }
+        let out = &outputs[0];
+        let (dtype, total) = (out.dtype(), out.nbytes() as u64);
+        if r == root {
+            if inputs.len() != 1 {
+                return Err(inval(OP, "requires a single-element input list"));
+            }
+            if inputs[0].len() != n {
+                return Err(inval(OP, format!("Incorrect input list size {}. Input list size should be {n}.", inputs[0].len())));
+            }
+            let refs: Vec<&Tensor> = inputs[0].iter().chain(outputs).collect();
+            check_cpu(OP, &refs)?;
+            check_same(OP, &inputs[0].iter().collect::<Vec<_>>(), out)?;
+            let body: CollBody = Box::new(move |comm, ins, mut outs| algo::exchange::scatter(comm, &ins, outs[0], root));
+            self.submit(OpType::Scatter, dtype, total, opts.timeout, &inputs[0], outputs, outputs.to_vec(), body)
+        } else {
+            if !inputs.is_empty() {
+                return Err(inval(OP, "requires empty input on non-root"));
+            }
+            check_cpu(OP, &[out])?;
+            let body: CollBody = Box::new(move |comm, ins, mut outs| algo::exchange::scatter(comm, &ins, outs[0], root));
+            self.submit(OpType::Scatter, dtype, total, opts.timeout, &[], outputs, outputs.to_vec(), body)
+        }
+    }
+
+    fn reduce_scatter(&self, outputs: &[Tensor], inputs: &[Vec<Tensor>], opts: &ReduceScatterOptions) -> Result<Work> {
+        const OP: &str = "reduce_scatter";
+        let (r, n) = (self.id.rank, self.id.size);
+        if outputs.len() != 1 {
+            return Err(inval(OP, "requires a single-element output tensor list"));
+        }
+        if inputs.len() != 1 {
+            return Err(inval(OP, "requires a single-element input list"));
+        }
+        if inputs[0].len() != n {
+            return Err(inval(OP, format!("Incorrect input list size {}. Input list size should be {n}.", inputs[0].len())));
+        }
+        let out = &outputs[0];
+        let refs: Vec<&Tensor> = inputs[0].iter().chain(outputs).collect();
+        check_cpu(OP, &refs)?;
+        if let Some(t) = inputs[0].iter().find(|t| t.dtype() != out.dtype()) {
+            return Err(inval(OP, format!("invalid tensor type (expected {}, got {})", out.dtype(), t.dtype())));
+        }
+        if inputs[0][r].numel() != out.numel() {
+            return Err(inval(OP, format!("invalid tensor size (input {r} has {} elements, output {})", inputs[0][r].numel(), out.numel())));
+        }
+        let (dtype, rop) = (out.dtype(), opts.reduce_op);
+        check_op(OP, rop, dtype)?;
+        let body: CollBody = Box::new(move |comm, ins, mut outs| reduce_scatter_body(comm, &ins, outs[0], rop, dtype, n));
+        self.submit(OpType::ReduceScatter, dtype, nbytes(&inputs[0]), opts.timeout, &inputs[0], outputs, outputs.to_vec(), body)
+    }
+
+    fn reduce_scatter_tensor(&self, output: &Tensor, input: &Tensor, opts: &ReduceScatterOptions) -> Result<Work> {
+        const OP: &str = "_reduce_scatter_base";
+        let n = self.id.size;
+        check_cpu(OP, &[output, input])?;
+        if output.dtype() != input.dtype() {
+            return Err(inval(OP, "input tensor must be the same type as the output tensor."));
+        }
+        if input.numel() != output.numel() * n {
+            return Err(inval(OP, "input tensor must be the same size as output size times world size"));
+        }
+        let (dtype, rop) = (output.dtype(), opts.reduce_op);
+        check_op(OP, rop, dtype)?;
+        let body: CollBody = Box::new(move |comm, ins, mut outs| {
+            let blocks = split_n_ref(ins[0], n);
+            reduce_scatter_body(comm, &blocks, outs[0], rop, dtype, n)
+        });
+        let (i, o) = (std::slice::from_ref(input), std::slice::from_ref(output));
+        self.submit(OpType::ReduceScatterBase, dtype, input.nbytes() as u64, opts.timeout, i, o, vec![output.clone()], body)
+    }
+
+    fn reduce_scatter_tensor_coalesced(&self, outputs: &[Tensor], inputs: &[Tensor], opts: &ReduceScatterOptions) -> Result<Work> {
+        const OP: &str = "reduce_scatter_tensor_coalesced";
+        let n = self.id.size;
+        if inputs.is_empty() || outputs.len() != inputs.len() {
+            return Err(inval(OP, "requires non-empty input/output tensor lists of the same length"));
+        }
+        let refs: Vec<&Tensor> = inputs.iter().chain(outputs).collect();
+        check_cpu(OP, &refs)?;
+        let rop = opts.reduce_op;
+        let dtype = inputs[0].dtype();
+        for (i, (o, inp)) in outputs.iter().zip(inputs).enumerate() {
+            if o.dtype() != inp.dtype() || inp.dtype() != dtype {
+                return Err(inval(OP, format!("invalid tensor type at index {i}")));
+            }
+            if inp.numel() != o.numel() * n {
+                return Err(inval(OP, format!("input tensor {i} must be the same size as output size times world size")));
+            }
+        }
+        check_op(OP, rop, dtype)?;
+        let body: CollBody = Box::new(move |comm, ins, outs| {
+            for (inp, out) in ins.iter().zip(outs) {
+                let blocks = split_n_ref(inp, n);
+                reduce_scatter_body(comm, &blocks, out, rop, dtype, n)?;
+            }
+            Ok(())
+        });
+        self.submit(OpType::ReduceScatterBase, dtype, nbytes(inputs), opts.timeout, inputs, outputs, outputs.to_vec(), body)
+    }
+
+    fn all_to_all_single(
+        &self,
+        output: &Tensor,
+        input: &Tensor,
+        output_split_sizes: &[usize],
+        input_split_sizes: &[usize],
+        opts: &AllToAllOptions,
+    ) -> Result<Work> {
+        const OP: &str = "alltoall_base";
+        let n = self.id.size;
+        check_cpu(OP, &[output, input])?;
+        if output.dtype() != input.dtype() {
+            return Err(inval(OP, "tensors with different dtypes"));
+        }
+        let splits = |t: &Tensor, s: &[usize], what: &str| -> Result<Vec<usize>> {
+            let rows = t.shape().first().copied().unwrap_or(1);
+            let row_bytes = if rows == 0 { 0 } else { t.nbytes() / rows };
+            if s.is_empty() {
+                if rows % n != 0 {
+                    return Err(inval(OP, format!("{what} tensor's dim 0 ({rows}) must be divisible by world size {n}")));
+                }
+                return Ok(vec![rows / n * row_bytes; n]);
+            }
+            if s.len() != n {
+                return Err(inval(OP, format!("{what} split sizes have {} entries, expected world size {n}", s.len())));
+            }
+            if s.iter().sum::<usize>() != rows {
+                return Err(inval(OP, format!("{what} split sizes sum to {} but dim 0 is {rows}", s.iter().sum::<usize>())));
+            }
+            Ok(s.iter().map(|x| x * row_bytes).collect())
+        };
+        let out_b = splits(output, output_split_sizes, "output")?;
+        let in_b = splits(input, input_split_sizes, "input")?;
+        let body: CollBody = Box::new(move |comm, ins, mut outs| {
+            let ib = split_sizes_ref(ins[0], &in_b);
+            let mut ob = split_sizes(std::mem::take(&mut outs[0]), &out_b);
+            algo::exchange::all_to_all(comm, &ib, &mut ob)
+        });
+        let (i, o) = (std::slice::from_ref(input), std::slice::from_ref(output));
+        self.submit(OpType::AlltoallBase, input.dtype(), input.nbytes() as u64, opts.timeout, i, o, vec![output.clone()], body)
+    }
+
+    fn all_to_all(&self, outputs: &[Tensor], inputs: &[Tensor], opts: &AllToAllOptions) -> Result<Work> {
+        const OP: &str = "alltoall";
+        let n = self.id.size;
+        if inputs.len() != n {
+            return Err(inval(OP, format!("input tensor list size {} does not match world size {n}", inputs.len())));
+        }
+        if outputs.len() != n {
+            return Err(inval(OP, format!("output tensor list size {} does not match world size {n}", outputs.len())));
+        }
+        let refs: Vec<&Tensor> = inputs.iter().chain(outputs).collect();
+        check_cpu(OP, &refs)?;
+        let dtype = inputs[0].dtype();
+        if refs.iter().any(|t| t.dtype() != dtype) {
+            return Err(inval(OP, "input and output tensors must have the same type"));
+        }
+        let body: CollBody = Box::new(move |comm, ins, mut outs| algo::exchange::all_to_all(comm, &ins, &mut outs));
+        self.submit(OpType::Alltoall, dtype, nbytes(inputs), opts.timeout, inputs, outputs, outputs.to_vec(), body)
+    }
+
+    fn barrier(&self, opts: &BarrierOptions) -> Result<Work> {
+        let body: CollBody = Box::new(move |comm, _ins, _outs| algo::barrier::dissemination(comm));
+        self.submit(OpType::Barrier, DType::U8, 0, opts.timeout, &[], &[], Vec::new(), body)
+    }
+
+    fn monitored_barrier(&self, opts: &BarrierOptions, wait_all_ranks: bool) -> Result<()> {
+        let timeout = self.op_timeout(opts.timeout);
+        let body: CollBody = Box::new(move |comm, _ins, _outs| algo::barrier::monitored(comm, timeout, wait_all_ranks));
+        // The engine's own deadline must not pre-empt the barrier's reporting.
+        let w = self.submit(OpType::MonitoredBarrier, DType::U8, 0, Some(timeout + Duration::from_secs(5)), &[], &[], Vec::new(), body)?;
+        w.wait()
+    }
+
+    fn send(&self, tensors: &[Tensor], dst: usize, tag: i64) -> Result<Work> {
+        self.submit_p2p(OpType::Send, tensors, Some(dst), tag)
+    }
+
+    fn recv(&self, tensors: &[Tensor], src: usize, tag: i64) -> Result<Work> {
+        self.submit_p2p(OpType::Recv, tensors, Some(src), tag)
+    }
+
+    fn recv_anysource(&self, tensors: &[Tensor], tag: i64) -> Result<Work> {
+        self.submit_p2p(OpType::RecvAnysource, tensors, None, tag)
+    }
+
+    fn abort(&self) {
+        self.stop(format!("ProcessGroupGloo (group {}, rank {}) was aborted", self.id.group_name, self.id.rank));
+        self.join();
+    }
+
+    fn shutdown(&self) {
+        self.stop(format!("ProcessGroupGloo (group {}, rank {}) was shut down", self.id.group_name, self.id.rank));
+        self.join();
+    }
+}
+
+/// Prescale (copying for PREMUL_SUM), direct reduce-scatter, finalize.
+fn reduce_scatter_body(comm: &mut Comm<'_>, blocks: &[&[u8]], out: &mut [u8], rop: ReduceOp, dtype: DType, n: usize) -> Result<()> {
+    if matches!(rop, ReduceOp::PremulSum(_)) {
+        let total: usize = blocks.iter().map(|b| b.len()).sum();
+        let mut s = comm.take_scratch(total);
+        let sizes: Vec<usize> = blocks.iter().map(|b| b.len()).collect();
+        {
+            let flat = s.bytes();
+            let mut off = 0;
+            for b in blocks {
+                flat[off..off + b.len()].copy_from_slice(b);
+                off += b.len();
+            }
+            prescale(rop, dtype, flat)?;
+        }
+        let scaled = split_sizes_ref(s.bytes(), &sizes);
+        algo::reduce::reduce_scatter(comm, &scaled, out, rop.combine_op(), dtype)?;
+        comm.put_scratch(s);
+    } else {
+        algo::reduce::reduce_scatter(comm, blocks, out, rop.combine_op(), dtype)?;
+    }
+    finalize(rop, dtype, out, n)
+}

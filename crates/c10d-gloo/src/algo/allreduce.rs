@@ -1,0 +1,145 @@
+//! All-reduce: direct exchange (small) and pipelined ring (large).
+//!
+//! The caller has already applied `prescale` (PREMUL_SUM) and applies `finalize` (AVG) after.
+
+use super::part;
+use crate::engine::Comm;
+use c10d_core::reduce::reduce_into;
+use c10d_core::{DType, ReduceOp, Result};
+
+/// Direct exchange: every rank sends its buffer to every other rank, then computes
+/// `x₀ ⊕ x₁ ⊕ … ⊕ xₙ₋₁` in rank order. One network hop; (n−1)·|x| bytes each way.
+pub(crate) fn direct(comm: &mut Comm<'_>, buf: &mut [u8], op: ReduceOp, dtype: DType) -> Result<()> {
+    let (r, n, len) = (comm.rank(), comm.size(), buf.len());
+    if n == 1 || len == 0 {
+        return Ok(());
+    }
+    let mut scratch = comm.take_scratch(len * n);
+    {
+        let s = scratch.bytes();
+        let mut recvs: Vec<(usize, u32, &mut [u8])> = s.chunks_mut(len).enumerate().filter(|(p, _)| *p != r).map(|(p, b)| (p, 0, b)).collect();
+        let sends: Vec<(usize, u32, &[u8])> = (0..n).filter(|p| *p != r).map(|p| (p, 0, &*buf)).collect();
+        comm.exchange(&sends, &mut recvs)?;
+    }
+    let s = scratch.bytes();
+    if r != 0 {
+        s[r * len..(r + 1) * len].copy_from_slice(buf);
+        buf.copy_from_slice(&s[..len]);
+    }
+    for p in 1..n {
+        reduce_into(op, dtype, buf, &s[p * len..(p + 1) * len])?;
+    }
+    comm.put_scratch(scratch);
+    Ok(())
+}
+
+fn rs_step(s: usize, k: usize) -> u32 {
+    ((s as u32) << 20) | k as u32
+}
+fn ag_step(s: usize, k: usize) -> u32 {
+    (1 << 31) | ((s as u32) << 20) | k as u32
+}
+
+/// Pipelined ring: reduce-scatter then all-gather over the ring r → r+1.
+///
+/// The buffer is split into n segments, each into K chunks of at most `chunk_bytes`.
+/// Reduce-scatter step s (0 ≤ s < n−1): send segment r−s to the right, receive segment r−s−1
+/// from the left into scratch and fold it into our copy; the chunk just folded is forwarded at
+/// once (step s+1), so folding overlaps the wire. After n−1 steps segment r+1 is final here.
+/// All-gather step s: receive final segment r−s straight into the buffer and forward it.
+/// Scratch is double-buffered by step parity, so receives for step s+2 are posted as soon as
+/// chunk k of step s is folded and frames rarely wait in the early queue.
+///
+/// Buffer reuse is safe by causality: a final chunk can only arrive after every rank's
+/// contribution to it was received, which includes our own send of that chunk.
+pub(crate) fn ring(comm: &mut Comm<'_>, buf: &mut [u8], op: ReduceOp, dtype: DType, chunk_bytes: usize) -> Result<()> {
+    let (r, n, len) = (comm.rank(), comm.size(), buf.len());
+    if n == 1 || len == 0 {
+        return Ok(());
+    }
+    let es = dtype.size();
+    let count = len / es;
+    let right = (r + 1) % n;
+    let left = (r + n - 1) % n;
+    let max_seg_elems = count.div_ceil(n);
+    let k_chunks = (max_seg_elems * es).div_ceil(chunk_bytes.max(es)).max(1);
+    let slot = max_seg_elems.div_ceil(k_chunks) * es;
+    let seg = |i: usize| part(count, n, i % n, es);
+    // Byte range of chunk k of segment i.
+    let chunk = |i: usize, k: usize| {
+        let sr = seg(i);
+        let elems = (sr.end - sr.start) / es;
+        let c = part(elems, k_chunks, k, es);
+        sr.start + c.start..sr.start + c.end
+    };
+    let steps = n - 1;
+    let mut scratch = comm.take_scratch(2 * k_chunks * slot);
+    let sp = scratch.bytes().as_mut_ptr();
+    let bp = buf.as_mut_ptr();
+    let slot_ptr = |s: usize, k: usize| {
+        // SAFETY: (s % 2) * k_chunks * slot + k * slot + slot <= 2 * k_chunks * slot = scratch length.
+        unsafe { sp.add(((s % 2) * k_chunks + k) * slot) }
+    };
+    let mut rs_ids = vec![0u64; steps * k_chunks];
+    let mut ag_ids = vec![0u64; steps * k_chunks];
+    let mut posted_rs = 0usize; // receives posted, in (s, k) order
+    // SAFETY (all posts below): `buf` and `scratch` outlive every post; each id is waited on
+    // before the memory is read or reused, and `Comm` detaches leftovers on any early return.
+    unsafe {
+        let post_rs = |comm: &mut Comm<'_>, s: usize, k: usize| {
+            let c = chunk(r + n - s - 1, k);
+            comm.post_recv(left, rs_step(s, k), slot_ptr(s, k), c.len())
+        };
+        // Initial receives: steps 0 and 1.
+        while posted_rs < steps.min(2) * k_chunks {
+            let (s, k) = (posted_rs / k_chunks, posted_rs % k_chunks);
+            rs_ids[posted_rs] = post_rs(comm, s, k);
+            posted_rs += 1;
+        }
+        let post_ag_all = |comm: &mut Comm<'_>, ag_ids: &mut [u64]| {
+            for s in 0..steps {
+                for k in 0..k_chunks {
+                    let c = chunk(r + n - s, k);
+                    ag_ids[s * k_chunks + k] = comm.post_recv(left, ag_step(s, k), bp.add(c.start), c.len());
+                }
+            }
+        };
+        if posted_rs == steps * k_chunks {
+            post_ag_all(comm, &mut ag_ids);
+        }
+        for k in 0..k_chunks {
+            let c = chunk(r, k);
+            comm.post_send(right, rs_step(0, k), bp.add(c.start), c.len());
+        }
+        for s in 0..steps {
+            for k in 0..k_chunks {
+                comm.wait(&[rs_ids[s * k_chunks + k]])?;
+                let c = chunk(r + n - s - 1, k);
+                let src = std::slice::from_raw_parts(slot_ptr(s, k), c.len());
+                let acc = std::slice::from_raw_parts_mut(bp.add(c.start), c.len());
+                reduce_into(op, dtype, acc, src)?;
+                let step = if s + 1 < steps { rs_step(s + 1, k) } else { ag_step(0, k) };
+                comm.post_send(right, step, bp.add(c.start), c.len());
+                if s + 2 < steps {
+                    rs_ids[posted_rs] = post_rs(comm, s + 2, k);
+                    posted_rs += 1;
+                    if posted_rs == steps * k_chunks {
+                        post_ag_all(comm, &mut ag_ids);
+                    }
+                }
+            }
+        }
+        for s in 0..steps {
+            for k in 0..k_chunks {
+                comm.wait(&[ag_ids[s * k_chunks + k]])?;
+                if s + 1 < steps {
+                    let c = chunk(r + n - s, k);
+                    comm.post_send(right, ag_step(s + 1, k), bp.add(c.start), c.len());
+                }
+            }
+        }
+    }
+    comm.wait_all()?;
+    comm.put_scratch(scratch);
+    Ok(())
+}

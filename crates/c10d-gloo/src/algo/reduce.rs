@@ -1,0 +1,71 @@
+//! Rooted reduce and reduce-scatter by direct exchange, reducing in rank order.
+//!
+//! Contributions must already be prescaled (PREMUL_SUM); the caller finalizes (AVG).
+
+use crate::engine::Comm;
+use c10d_core::reduce::reduce_into;
+use c10d_core::{DType, ReduceOp, Result};
+
+/// Reduce to `root`: non-roots send `data`; the root receives every contribution and computes
+/// `x₀ ⊕ … ⊕ xₙ₋₁` in rank order into `data`.
+pub(crate) fn reduce(comm: &mut Comm<'_>, data: &mut [u8], op: ReduceOp, dtype: DType, root: usize) -> Result<()> {
+    let (r, n, len) = (comm.rank(), comm.size(), data.len());
+    if n == 1 || len == 0 {
+        return Ok(());
+    }
+    if r != root {
+        return comm.exchange(&[(root, 0, &*data)], &mut []);
+    }
+    let mut scratch = comm.take_scratch(len * n);
+    {
+        let s = scratch.bytes();
+        let mut recvs: Vec<(usize, u32, &mut [u8])> = s.chunks_mut(len).enumerate().filter(|(p, _)| *p != r).map(|(p, b)| (p, 0, b)).collect();
+        comm.exchange(&[], &mut recvs)?;
+    }
+    fold_in_rank_order(scratch.bytes(), data, r, n, op, dtype)?;
+    comm.put_scratch(scratch);
+    Ok(())
+}
+
+/// A non-root's part of [`reduce`]: send the (prescaled) contribution to `root`.
+pub(crate) fn contribute(comm: &mut Comm<'_>, data: &[u8], root: usize) -> Result<()> {
+    if comm.size() == 1 || data.is_empty() {
+        return Ok(());
+    }
+    comm.exchange(&[(root, 0, data)], &mut [])
+}
+
+/// `out = slot₀ ⊕ … ⊕ slotₙ₋₁` where slot `own` is `out`'s current content.
+fn fold_in_rank_order(slots: &mut [u8], out: &mut [u8], own: usize, n: usize, op: ReduceOp, dtype: DType) -> Result<()> {
+    let len = out.len();
+    if own != 0 {
+        slots[own * len..(own + 1) * len].copy_from_slice(out);
+        out.copy_from_slice(&slots[..len]);
+    }
+    for p in 1..n {
+        reduce_into(op, dtype, out, &slots[p * len..(p + 1) * len])?;
+    }
+    Ok(())
+}
+
+/// Reduce-scatter: `blocks[p]` is this rank's contribution to rank p's result; `out` (the size
+/// of `blocks[rank]`) receives `⊕ over ranks q of q's blocks[rank]`, in rank order.
+pub(crate) fn reduce_scatter(comm: &mut Comm<'_>, blocks: &[&[u8]], out: &mut [u8], op: ReduceOp, dtype: DType) -> Result<()> {
+    let (r, n, len) = (comm.rank(), comm.size(), out.len());
+    out.copy_from_slice(blocks[r]);
+    if n == 1 {
+        return Ok(());
+    }
+    let mut scratch = comm.take_scratch((len * n).max(n));
+    {
+        let s = scratch.bytes();
+        let mut recvs: Vec<(usize, u32, &mut [u8])> = s.chunks_mut(len.max(1)).take(n).enumerate().filter(|(p, _)| *p != r).map(|(p, b)| (p, 0, &mut b[..len])).collect();
+        let sends: Vec<(usize, u32, &[u8])> = blocks.iter().enumerate().filter(|(p, _)| *p != r).map(|(p, b)| (p, 0, *b)).collect();
+        comm.exchange(&sends, &mut recvs)?;
+    }
+    if len > 0 {
+        fold_in_rank_order(scratch.bytes(), out, r, n, op, dtype)?;
+    }
+    comm.put_scratch(scratch);
+    Ok(())
+}

@@ -1,0 +1,1317 @@
+//! The per-group engine: one worker thread that owns a `mio::Poll` over the group's peer
+//! sockets and runs the group's collectives one after another, in issue order.
+//!
+//! # Why one loop per group (and not one per process)
+//!
+//! The architecture notes suggest one process-wide event-loop thread plus a worker per group
+//! exchanging completions over channels. Every such cross-thread hop costs a futex wake-up
+//! (several µs, far more when ranks outnumber cores), and a small all-reduce would pay two of
+//! them per message on top of the network. Here the thread that runs the algorithm also drives
+//! its sockets: algorithm code posts non-blocking sends/receives and then waits in `epoll`
+//! for exactly the events it needs, reading payloads straight into their destination. The only
+//! hop left is user thread → worker (a `mio::Waker`) and back (the `Work` condvar). Waiting
+//! always blocks in `epoll_wait` with a deadline; nothing spins.
+//!
+//! # Matching
+//!
+//! * Collective frames carry (collective index, step). Each rank runs the same deterministic
+//!   algorithm, so the frames a peer sends arrive in the order our algorithm posts its receives
+//!   from that peer; a frame is checked against the head of that peer's posted-receive queue
+//!   and read directly into the posted buffer. A frame for a later collective (the peer is
+//!   ahead) is kept in a per-peer "early" queue and copied when the receive is posted. A frame
+//!   whose op, dtype or size differs from what we run is a mismatch: the group fails with an
+//!   error naming both ranks and both ops, and the other ranks are told with an error frame.
+//!   Frames of a collective that already finished here (after a timeout) are discarded.
+//! * Point-to-point frames carry a tag and are matched against posted receives (specific
+//!   source, or any source) in posting order; unmatched ones wait in an unexpected queue, so
+//!   `isend`/`irecv` never deadlock against collectives running on the same connection.
+//!
+//! # Faults
+//!
+//! EOF or a reset on any peer socket fails the group at once: every pending and later op fails
+//! with an error naming the lost rank. `abort()`/`shutdown()` stop the worker and fail every
+//! pending work. Collectives have a deadline (group timeout or the op's own); on expiry the op
+//! fails with "Timed out waiting {ms}ms for {OP} (seq {n}) on rank {r}; no data from rank(s)
+//! {…}", its posted buffers are detached (partially received frames are drained into the void,
+//! partially sent frames are finished from a copy) and later frames of it are dropped, so the
+//! group stays usable.
+
+use crate::transport::{self, MeshSpec};
+use crate::wire::{Header, Kind, HDR};
+use c10d_core::{DType, DistError, OpType, Result, TensorLeases, WorkCompleter};
+use c10d_store::Store;
+use mio::{Events, Interest, Poll, Token, Waker};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::io::{IoSlice, Read, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub(crate) const WAKER: Token = Token(usize::MAX);
+const STAGE: usize = 256 * 1024;
+/// Payload remainders at least this big are read straight into their destination.
+const DIRECT_READ: usize = 32 * 1024;
+const MAX_IOV: usize = 64;
+
+/// What a collective frame is checked against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct OpInfo {
+    /// Index among the group's collectives (equal on every rank).
+    pub coll_seq: u64,
+    /// PyTorch sequence number on this rank.
+    pub seq: u64,
+    pub op: OpType,
+    pub dtype: DType,
+    /// Total bytes of this rank's op (mismatch detection and messages).
+    pub total: u64,
+}
+
+/// The algorithm of one collective, run on the worker with host views of the leased tensors.
+pub(crate) type CollBody = Box<dyn for<'a, 'b, 'c> FnOnce(&'a mut Comm<'b>, Vec<&'c [u8]>, Vec<&'c mut [u8]>) -> Result<()> + Send>;
+
+pub(crate) struct CollOp {
+    pub info: OpInfo,
+    pub timeout: Duration,
+    pub leases: TensorLeases,
+    pub body: CollBody,
+    pub completer: WorkCompleter,
+}
+
+pub(crate) struct P2pOp {
+    pub seq: u64,
+    pub op: OpType,
+    /// Destination (send) or source (recv); `None` = any source.
+    pub peer: Option<usize>,
+    pub tag: i64,
+    pub dtype: DType,
+    pub timeout: Duration,
+    pub leases: TensorLeases,
+    pub completer: WorkCompleter,
+}
+
+pub(crate) enum Submission {
+    Coll(CollOp),
+    P2p(P2pOp),
+}
+
+/// Submission queue and counters, shared with the user-facing handle.
+pub(crate) struct Queue {
+    pub subs: VecDeque<Submission>,
+    /// PyTorch sequence number: +1 per collective and per send/recv.
+    pub seq: u64,
+    /// Collective index: +1 per collective only (what peers agree on).
+    pub coll_seq: u64,
+    /// Set by abort/shutdown: the error every later op gets.
+    pub stop: Option<DistError>,
+}
+
+pub(crate) struct Shared {
+    pub queue: Mutex<Queue>,
+    pub waker: Waker,
+    pub initialized: AtomicBool,
+    pub failed: Mutex<Option<DistError>>,
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Static identity of this rank in the group.
+#[derive(Clone)]
+pub(crate) struct Ident {
+    pub group_name: String,
+    pub rank: usize,
+    pub size: usize,
+    pub global_ranks: Vec<usize>,
+}
+
+impl Ident {
+    /// "rank 2" or "rank 2 (global rank 5)".
+    pub(crate) fn peer_name(&self, p: usize) -> String {
+        match self.global_ranks.get(p) {
+            Some(g) if *g != p => format!("rank {p} (global rank {g})"),
+            _ => format!("rank {p}"),
+        }
+    }
+}
+
+/// Deferred connection set-up (lazy init) or nothing left to do.
+pub(crate) struct Connector {
+    pub store: Arc<dyn Store>,
+    pub listen_addr: std::net::IpAddr,
+    pub timeout: Duration,
+    pub socket_buffer_bytes: usize,
+}
+
+enum TxData {
+    Borrowed(*const u8, usize),
+    Owned(Vec<u8>),
+}
+
+impl TxData {
+    fn len(&self) -> usize {
+        match self {
+            TxData::Borrowed(_, n) => *n,
+            TxData::Owned(v) => v.len(),
+        }
+    }
+    fn bytes(&self) -> &[u8] {
+        match self {
+            // SAFETY: a borrowed payload points into a leased tensor or the running collective's
+            // buffers; the owner detaches (copies) or removes the message before that memory is
+            // released (see `Engine::detach_tx`).
+            TxData::Borrowed(p, n) => unsafe { std::slice::from_raw_parts(*p, *n) },
+            TxData::Owned(v) => v,
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Owner {
+    Coll(u64),
+    P2p(u64),
+    Nobody,
+}
+
+struct TxMsg {
+    hdr: [u8; HDR],
+    data: TxData,
+    /// Bytes written so far (header included).
+    off: usize,
+    owner: Owner,
+}
+
+enum Dest {
+    Coll { id: u64, ptr: *mut u8 },
+    P2p { id: u64, ptr: *mut u8 },
+    Early(Vec<u8>),
+    Unexpected(Vec<u8>),
+    ErrorText(Vec<u8>),
+    Discard,
+}
+
+enum Rx {
+    Header,
+    Payload { hdr: Header, dest: Dest, got: usize },
+}
+
+struct Peer {
+    stream: mio::net::TcpStream,
+    tx: VecDeque<TxMsg>,
+    rx: Rx,
+    stage: Box<[u8]>,
+    s0: usize,
+    s1: usize,
+    open: bool,
+}
+
+struct PostedRecv {
+    id: u64,
+    step: u32,
+    nbytes: usize,
+    ptr: *mut u8,
+}
+
+struct Early {
+    hdr: Header,
+    data: Vec<u8>,
+}
+
+struct P2pPending {
+    seq: u64,
+    op: OpType,
+    peer: Option<usize>,
+    tag: i64,
+    deadline: Instant,
+    timeout: Duration,
+    ptr: *mut u8,
+    len: usize,
+    _leases: TensorLeases,
+    completer: WorkCompleter,
+}
+
+struct Unexpected {
+    peer: usize,
+    hdr: Header,
+    data: Vec<u8>,
+}
+
+/// Why a wait ended early.
+pub(crate) enum WaitErr {
+    /// The group failed (dead peer, mismatch, abort).
+    Failed(DistError),
+    /// The deadline passed.
+    Timeout,
+}
+
+enum ReadStep {
+    Header(Header),
+    Done(Header, Dest),
+    More,
+    Block,
+    Lost(String),
+}
+
+/// The worker's state. Lives on the worker thread only.
+pub(crate) struct Engine {
+    shared: Arc<Shared>,
+    pub(crate) id: Ident,
+    poll: Poll,
+    events: Events,
+    peers: Vec<Option<Peer>>,
+    connector: Option<Connector>,
+    failed: Option<DistError>,
+    stopping: bool,
+    pending: VecDeque<CollOp>,
+    coll_cur: u64,
+    cur: Option<OpInfo>,
+    posted: Vec<VecDeque<PostedRecv>>,
+    early: Vec<VecDeque<Early>>,
+    done: HashSet<u64>,
+    next_id: u64,
+    p2p: HashMap<u64, P2pPending>,
+    p2p_recvs: Vec<u64>,
+    unexpected: VecDeque<Unexpected>,
+    pool: Vec<Vec<u128>>,
+}
+
+// SAFETY: the raw pointers an engine stores point into tensor storage kept alive by leases the
+// engine itself holds (p2p) or into buffers of the collective running on the engine's own
+// thread; the engine is moved to its worker thread once, right after construction, and is only
+// ever used there.
+unsafe impl Send for Engine {}
+
+/// A 16-byte aligned scratch buffer borrowed from the engine's pool (reused across ops).
+pub(crate) struct Scratch {
+    buf: Vec<u128>,
+    len: usize,
+}
+
+impl Scratch {
+    /// The bytes (exactly the requested length).
+    pub(crate) fn bytes(&mut self) -> &mut [u8] {
+        &mut bytemuck::cast_slice_mut::<u128, u8>(&mut self.buf)[..self.len]
+    }
+}
+
+impl Engine {
+    pub(crate) fn new(shared: Arc<Shared>, poll: Poll, id: Ident, streams: Option<Vec<Option<std::net::TcpStream>>>, connector: Option<Connector>) -> Result<Engine> {
+        let n = id.size;
+        let mut e = Engine {
+            shared,
+            id,
+            poll,
+            events: Events::with_capacity(256),
+            peers: (0..n).map(|_| None).collect(),
+            connector,
+            failed: None,
+            stopping: false,
+            pending: VecDeque::new(),
+            coll_cur: 0,
+            cur: None,
+            posted: (0..n).map(|_| VecDeque::new()).collect(),
+            early: (0..n).map(|_| VecDeque::new()).collect(),
+            done: HashSet::new(),
+            next_id: 1,
+            p2p: HashMap::new(),
+            p2p_recvs: Vec::new(),
+            unexpected: VecDeque::new(),
+            pool: Vec::new(),
+        };
+        if let Some(s) = streams {
+            e.install(s)?;
+        }
+        Ok(e)
+    }
+
+    fn install(&mut self, streams: Vec<Option<std::net::TcpStream>>) -> Result<()> {
+        for (p, s) in streams.into_iter().enumerate() {
+            if let Some(s) = s {
+                s.set_nonblocking(true)?;
+                let mut stream = mio::net::TcpStream::from_std(s);
+                self.poll.registry().register(&mut stream, Token(p), Interest::READABLE | Interest::WRITABLE)?;
+                self.peers[p] = Some(Peer {
+                    stream,
+                    tx: VecDeque::new(),
+                    rx: Rx::Header,
+                    stage: vec![0u8; STAGE].into_boxed_slice(),
+                    s0: 0,
+                    s1: 0,
+                    open: true,
+                });
+            }
+        }
+        self.shared.initialized.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    fn ensure_connected(&mut self) -> Result<()> {
+        if let Some(c) = self.connector.take() {
+            let listener = transport::listen(c.listen_addr)?;
+            transport::publish(c.store.as_ref(), self.id.rank, &listener)?;
+            let spec = MeshSpec {
+                group_name: &self.id.group_name,
+                rank: self.id.rank,
+                size: self.id.size,
+                timeout: c.timeout,
+                socket_buffer_bytes: c.socket_buffer_bytes,
+            };
+            let streams = transport::connect_mesh(c.store.as_ref(), &listener, &spec)?;
+            self.install(streams)?;
+        }
+        Ok(())
+    }
+
+    /// The worker thread's main loop.
+    pub(crate) fn run(mut self) {
+        loop {
+            self.drain();
+            if self.stopping {
+                break;
+            }
+            if let Some(op) = self.pending.pop_front() {
+                self.run_coll(op);
+                continue;
+            }
+            self.poll_once(None);
+        }
+        // Close every socket now (peers see EOF at once).
+        for p in self.peers.iter_mut().flatten() {
+            let _ = p.stream.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    fn ctx(&self) -> String {
+        format!("ProcessGroupGloo (group {}, rank {})", self.id.group_name, self.id.rank)
+    }
+
+    // ------------------------------------------------------------------------------------------
+    // Submissions
+
+    fn drain(&mut self) {
+        let (subs, stop) = {
+            let mut q = lock(&self.shared.queue);
+            (std::mem::take(&mut q.subs), q.stop.clone())
+        };
+        for s in subs {
+            match s {
+                Submission::Coll(op) => self.pending.push_back(op),
+                Submission::P2p(op) => self.start_p2p(op),
+            }
+        }
+        if let Some(e) = stop {
+            self.stopping = true;
+            self.fail_group(e, false);
+        }
+    }
+
+    fn run_coll(&mut self, op: CollOp) {
+        let CollOp { info, timeout, mut leases, body, completer } = op;
+        self.coll_cur = info.coll_seq;
+        let res = if let Some(e) = self.failed.clone() {
+            Err(op_failed(&info, self.id.rank, &e))
+        } else if let Err(e) = self.ensure_connected() {
+            self.fail_group(e.clone(), false);
+            Err(op_failed(&info, self.id.rank, &e))
+        } else {
+            self.cur = Some(info);
+            let deadline = Instant::now() + timeout;
+            let mut comm = Comm { eng: self, info, deadline, timeout, outstanding: Vec::new() };
+            let r = match leases.host_slices() {
+                Ok((ins, outs)) => body(&mut comm, ins, outs),
+                Err(e) => Err(e),
+            };
+            drop(comm);
+            self.cur = None;
+            r
+        };
+        self.coll_cur = info.coll_seq + 1;
+        drop(leases);
+        completer.complete(res);
+    }
+
+    fn start_p2p(&mut self, op: P2pOp) {
+        let P2pOp { seq, op: kind, peer, tag, dtype, timeout, mut leases, completer } = op;
+        if let Some(e) = self.failed.clone() {
+            drop(leases);
+            return completer.complete(Err(p2p_failed(kind, seq, self.id.rank, &e)));
+        }
+        if let Err(e) = self.ensure_connected() {
+            self.fail_group(e.clone(), false);
+            drop(leases);
+            return completer.complete(Err(p2p_failed(kind, seq, self.id.rank, &e)));
+        }
+        let (ptr, len) = match leases.host_slices() {
+            Ok((ins, mut outs)) => {
+                if kind == OpType::Send {
+                    (ins[0].as_ptr() as *mut u8, ins[0].len())
+                } else {
+                    (outs[0].as_mut_ptr(), outs[0].len())
+                }
+            }
+            Err(e) => {
+                drop(leases);
+                return completer.complete(Err(e));
+            }
+        };
+        let id = self.new_id();
+        let pend = P2pPending {
+            seq,
+            op: kind,
+            peer,
+            tag,
+            deadline: Instant::now() + timeout,
+            timeout,
+            ptr,
+            len,
+            _leases: leases,
+            completer,
+        };
+        if kind == OpType::Send {
+            let dst = peer.expect("send has a destination");
+            let hdr = Header { kind: Kind::P2p, op: kind, dtype, step: 0, coll_seq: 0, seq, total: len as u64, nbytes: len as u64, tag };
+            self.p2p.insert(id, pend);
+            self.push_tx(dst, hdr, TxData::Borrowed(ptr, len), Owner::P2p(id));
+            return;
+        }
+        // A receive: an already arrived message first.
+        let pos = self.unexpected.iter().position(|u| u.hdr.tag == tag && peer.is_none_or(|p| p == u.peer));
+        if let Some(i) = pos {
+            let u = self.unexpected.remove(i).expect("index from position");
+            self.p2p.insert(id, pend);
+            if u.data.len() == len {
+                // SAFETY: ptr/len describe the leased output held in `pend` (inserted above).
+                unsafe { std::ptr::copy_nonoverlapping(u.data.as_ptr(), ptr, len) };
+                self.complete_p2p(id, Ok(()), Some(u.peer));
+            } else {
+                let e = self.p2p_size_error(seq, kind, u.peer, tag, len, u.data.len());
+                self.complete_p2p(id, Err(e), Some(u.peer));
+            }
+            return;
+        }
+        self.p2p.insert(id, pend);
+        self.p2p_recvs.push(id);
+    }
+
+    fn p2p_size_error(&self, seq: u64, kind: OpType, from: usize, tag: i64, want: usize, got: usize) -> DistError {
+        DistError::backend(format!(
+            "{}: {kind} (seq {seq}) expected {want} bytes with tag {tag} but {} sent {got} bytes",
+            self.ctx(),
+            self.id.peer_name(from)
+        ))
+    }
+
+    fn complete_p2p(&mut self, id: u64, res: Result<()>, source: Option<usize>) {
+        if let Some(p) = self.p2p.remove(&id) {
+            self.p2p_recvs.retain(|x| *x != id);
+            let P2pPending { completer, _leases, .. } = p;
+            drop(_leases);
+            if let Some(s) = source {
+                completer.set_source_rank(s);
+            }
+            completer.complete(res);
+        }
+    }
+
+    fn new_id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    // ------------------------------------------------------------------------------------------
+    // Posting (collectives)
+
+    /// Queues a frame to `peer` and tries to write it at once.
+    fn push_tx(&mut self, peer: usize, hdr: Header, data: TxData, owner: Owner) {
+        let Some(p) = self.peers[peer].as_mut() else {
+            // No connection (only when the group already failed): the waiter sees `failed`.
+            return;
+        };
+        p.tx.push_back(TxMsg { hdr: hdr.encode(), data, off: 0, owner });
+        if p.tx.len() == 1 {
+            self.flush(peer);
+        }
+    }
+
+    fn coll_header(&self, info: &OpInfo, step: u32, nbytes: usize) -> Header {
+        Header {
+            kind: Kind::Coll,
+            op: info.op,
+            dtype: info.dtype,
+            step,
+            coll_seq: info.coll_seq,
+            seq: info.seq,
+            total: info.total,
+            nbytes: nbytes as u64,
+            tag: 0,
+        }
+    }
+
+    fn post_coll_send(&mut self, info: &OpInfo, peer: usize, step: u32, ptr: *const u8, len: usize) -> u64 {
+        let id = self.new_id();
+        let hdr = self.coll_header(info, step, len);
+        self.push_tx(peer, hdr, TxData::Borrowed(ptr, len), Owner::Coll(id));
+        id
+    }
+
+    fn post_coll_recv(&mut self, info: &OpInfo, peer: usize, step: u32, ptr: *mut u8, len: usize) -> u64 {
+        let id = self.new_id();
+        let coll_cur = self.coll_cur;
+        while self.early[peer].front().is_some_and(|e| e.hdr.coll_seq < coll_cur) {
+            self.early[peer].pop_front();
+        }
+        if self.posted[peer].is_empty() {
+            if let Some(e) = self.early[peer].pop_front() {
+                let want = self.coll_header(info, step, len);
+                if matches(&want, &e.hdr) {
+                    // SAFETY: the caller guarantees ptr/len is writable until the id is waited or
+                    // cancelled; we copy right now.
+                    unsafe { std::ptr::copy_nonoverlapping(e.data.as_ptr(), ptr, len) };
+                    self.done.insert(id);
+                } else {
+                    let err = self.mismatch_error(info, step, len, peer, &e.hdr);
+                    self.fail_group(err, true);
+                }
+                return id;
+            }
+        }
+        self.posted[peer].push_back(PostedRecv { id, step, nbytes: len, ptr });
+        id
+    }
+
+    fn mismatch_error(&self, info: &OpInfo, step: u32, len: usize, peer: usize, h: &Header) -> DistError {
+        let me = format!("{} (seq {}, {}, {} bytes)", info.op, info.seq, info.dtype.torch_name(), info.total);
+        let them = format!("{} (seq {}, {}, {} bytes)", h.op, h.seq, h.dtype.torch_name(), h.total);
+        let detail = if me == them {
+            format!(
+                " (frame step {} of {} bytes where step {step} of {len} bytes was expected: the ranks chose different algorithms or sizes)",
+                h.step, h.nbytes
+            )
+        } else {
+            String::new()
+        };
+        DistError::backend(format!(
+            "Detected mismatch between collectives in group {}: rank {} is running {me} but {} sent {them}{detail}",
+            self.id.group_name,
+            self.id.rank,
+            self.id.peer_name(peer)
+        ))
+    }
+
+    // ------------------------------------------------------------------------------------------
+    // Event loop
+
+    fn next_p2p_deadline(&self) -> Option<Instant> {
+        self.p2p.values().map(|p| p.deadline).min()
+    }
+
+    /// Waits for events (at most `timeout`, or until the nearest p2p deadline) and handles them.
+    fn poll_once(&mut self, timeout: Option<Duration>) {
+        let now = Instant::now();
+        let t = match (timeout, self.next_p2p_deadline()) {
+            (Some(t), Some(d)) => Some(t.min(d.saturating_duration_since(now))),
+            (None, Some(d)) => Some(d.saturating_duration_since(now)),
+            (t, None) => t,
+        };
+        if let Err(e) = self.poll.poll(&mut self.events, t) {
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                let err = DistError::network(format!("{}: epoll failed: {e}", self.ctx()));
+                self.fail_group(err, false);
+            }
+            return;
+        }
+        let mut evs: smallvec::SmallVec<[(Token, bool, bool); 16]> = smallvec::SmallVec::new();
+        for ev in self.events.iter() {
+            evs.push((ev.token(), ev.is_readable() || ev.is_read_closed() || ev.is_error(), ev.is_writable() || ev.is_error()));
+        }
+        for (tok, r, w) in evs {
+            if tok == WAKER {
+                self.drain();
+                continue;
+            }
+            if r {
+                self.on_readable(tok.0);
+            }
+            if w {
+                self.flush(tok.0);
+            }
+        }
+        if !self.p2p.is_empty() {
+            self.expire_p2p();
+        }
+    }
+
+    fn expire_p2p(&mut self) {
+        let now = Instant::now();
+        let expired: Vec<u64> = self.p2p.iter().filter(|(_, p)| p.deadline <= now).map(|(id, _)| *id).collect();
+        for id in expired {
+            let (seq, op, peer, timeout) = {
+                let p = &self.p2p[&id];
+                (p.seq, p.op, p.peer, p.timeout)
+            };
+            self.detach_ids(&[id], false);
+            let who = match (op, peer) {
+                (OpType::Send, Some(p)) => format!("; send to {} did not complete", self.id.peer_name(p)),
+                (_, Some(p)) => format!("; no data from rank(s) {p}"),
+                (_, None) => "; no data from any rank".to_string(),
+            };
+            let e = DistError::backend(format!(
+                "Timed out waiting {}ms for {op} (seq {seq}) on rank {}{who} (group {})",
+                timeout.as_millis(),
+                self.id.rank,
+                self.id.group_name
+            ));
+            self.complete_p2p(id, Err(e), None);
+        }
+    }
+
+    fn on_readable(&mut self, p: usize) {
+        loop {
+            let step = match self.peers[p].as_mut() {
+                Some(peer) if peer.open => read_step(peer),
+                _ => return,
+            };
+            match step {
+                ReadStep::Block => return,
+                ReadStep::More => {}
+                ReadStep::Lost(why) => return self.peer_lost(p, why),
+                ReadStep::Header(h) => {
+                    let dest = self.classify(p, &h);
+                    if h.nbytes == 0 {
+                        self.finish_frame(p, h, dest);
+                    } else if let Some(peer) = self.peers[p].as_mut() {
+                        peer.rx = Rx::Payload { hdr: h, dest, got: 0 };
+                    }
+                }
+                ReadStep::Done(h, dest) => self.finish_frame(p, h, dest),
+            }
+        }
+    }
+
+    /// Decides where the payload of a frame from `p` goes.
+    fn classify(&mut self, p: usize, h: &Header) -> Dest {
+        let n = h.nbytes as usize;
+        match h.kind {
+            Kind::Error => Dest::ErrorText(vec![0; n.min(1 << 20)]),
+            _ if self.failed.is_some() => Dest::Discard,
+            Kind::P2p => {
+                let pos = self.p2p_recvs.iter().position(|id| {
+                    let r = &self.p2p[id];
+                    r.tag == h.tag && r.peer.is_none_or(|s| s == p)
+                });
+                let Some(i) = pos else { return Dest::Unexpected(vec![0; n]) };
+                let id = self.p2p_recvs.remove(i);
+                let (len, ptr, seq, op) = {
+                    let r = &self.p2p[&id];
+                    (r.len, r.ptr, r.seq, r.op)
+                };
+                if len != n {
+                    let e = self.p2p_size_error(seq, op, p, h.tag, len, n);
+                    self.complete_p2p(id, Err(e), Some(p));
+                    return Dest::Discard;
+                }
+                Dest::P2p { id, ptr }
+            }
+            Kind::Coll => {
+                if h.coll_seq < self.coll_cur {
+                    return Dest::Discard;
+                }
+                if let Some(front) = self.posted[p].front() {
+                    let info = self.cur.expect("posted receives only exist while a collective runs");
+                    let want = self.coll_header(&info, front.step, front.nbytes);
+                    if matches(&want, h) {
+                        let r = self.posted[p].pop_front().expect("front exists");
+                        return Dest::Coll { id: r.id, ptr: r.ptr };
+                    }
+                    let (step, len) = (front.step, front.nbytes);
+                    let err = self.mismatch_error(&info, step, len, p, h);
+                    self.fail_group(err, true);
+                    return Dest::Discard;
+                }
+                if let Some(info) = self.cur {
+                    if h.coll_seq == info.coll_seq && (h.op != info.op || h.dtype != info.dtype || h.total != info.total) {
+                        let err = self.mismatch_error(&info, h.step, n, p, h);
+                        self.fail_group(err, true);
+                        return Dest::Discard;
+                    }
+                }
+                Dest::Early(vec![0; n])
+            }
+        }
+    }
+
+    fn finish_frame(&mut self, p: usize, h: Header, dest: Dest) {
+        match dest {
+            Dest::Coll { id, .. } => {
+                self.done.insert(id);
+            }
+            Dest::P2p { id, .. } => self.complete_p2p(id, Ok(()), Some(p)),
+            Dest::Early(data) => self.early[p].push_back(Early { hdr: h, data }),
+            Dest::Unexpected(data) => self.unexpected.push_back(Unexpected { peer: p, hdr: h, data }),
+            Dest::ErrorText(t) => {
+                let e = DistError::backend(format!("{} reported: {}", self.id.peer_name(p), String::from_utf8_lossy(&t)));
+                self.fail_group(e, false);
+            }
+            Dest::Discard => {}
+        }
+    }
+
+    /// Writes queued frames to `p` until the socket would block.
+    fn flush(&mut self, p: usize) {
+        let mut finished: smallvec::SmallVec<[Owner; 8]> = smallvec::SmallVec::new();
+        let mut lost = None;
+        if let Some(peer) = self.peers[p].as_mut() {
+            if !peer.open {
+                return;
+            }
+            loop {
+                if peer.tx.is_empty() {
+                    break;
+                }
+                let res = {
+                    let mut iov: smallvec::SmallVec<[IoSlice<'_>; MAX_IOV]> = smallvec::SmallVec::new();
+                    for m in peer.tx.iter() {
+                        if iov.len() + 2 > MAX_IOV {
+                            break;
+                        }
+                        if m.off < HDR {
+                            iov.push(IoSlice::new(&m.hdr[m.off..]));
+                        }
+                        let d = m.data.bytes();
+                        let from = m.off.saturating_sub(HDR);
+                        if from < d.len() {
+                            iov.push(IoSlice::new(&d[from..]));
+                        }
+                    }
+                    (&peer.stream).write_vectored(&iov)
+                };
+                match res {
+                    Ok(0) => {
+                        lost = Some("connection closed while writing".to_string());
+                        break;
+                    }
+                    Ok(mut n) => {
+                        while n > 0 {
+                            let m = peer.tx.front_mut().expect("written bytes belong to queued frames");
+                            let left = HDR + m.data.len() - m.off;
+                            if n >= left {
+                                n -= left;
+                                finished.push(m.owner);
+                                peer.tx.pop_front();
+                            } else {
+                                m.off += n;
+                                n = 0;
+                            }
+                        }
+                        // Zero-byte payload frames complete with their header.
+                        while peer.tx.front().is_some_and(|m| m.off >= HDR + m.data.len()) {
+                            finished.push(peer.tx.pop_front().expect("front").owner);
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        lost = Some(e.to_string());
+                        break;
+                    }
+                }
+            }
+        }
+        for o in finished {
+            match o {
+                Owner::Coll(id) => {
+                    self.done.insert(id);
+                }
+                Owner::P2p(id) => self.complete_p2p(id, Ok(()), None),
+                Owner::Nobody => {}
+            }
+        }
+        if let Some(why) = lost {
+            self.peer_lost(p, why);
+        }
+    }
+
+    fn peer_lost(&mut self, p: usize, why: String) {
+        if let Some(peer) = self.peers[p].as_mut() {
+            if !peer.open {
+                return;
+            }
+            peer.open = false;
+            let _ = self.poll.registry().deregister(&mut peer.stream);
+        }
+        let e = DistError::backend(format!(
+            "{}: connection to {} lost ({why}); the peer process died or left the group",
+            self.ctx(),
+            self.id.peer_name(p)
+        ));
+        self.fail_group(e, false);
+    }
+
+    /// Fails the group: every pending and later op gets `err`. With `tell_peers`, an error frame
+    /// carries the text to every peer so that they fail with the same explanation.
+    fn fail_group(&mut self, err: DistError, tell_peers: bool) {
+        if self.failed.is_some() {
+            return;
+        }
+        log::warn!("{}: group failed: {err}", self.ctx());
+        self.failed = Some(err.clone());
+        *lock(&self.shared.failed) = Some(err.clone());
+        // Detach every borrowed buffer: in-flight frames finish from a copy, queued ones are dropped.
+        let mut p2p_ids: Vec<u64> = Vec::new();
+        for peer in self.peers.iter_mut().flatten() {
+            let mut keep = VecDeque::new();
+            for mut m in peer.tx.drain(..) {
+                if let Owner::P2p(id) = m.owner {
+                    p2p_ids.push(id);
+                }
+                if m.off > 0 {
+                    if let TxData::Borrowed(..) = m.data {
+                        m.data = TxData::Owned(m.data.bytes().to_vec());
+                    }
+                    m.owner = Owner::Nobody;
+                    keep.push_back(m);
+                }
+            }
+            peer.tx = keep;
+            if let Rx::Payload { dest, .. } = &mut peer.rx {
+                if matches!(dest, Dest::Coll { .. } | Dest::P2p { .. }) {
+                    *dest = Dest::Discard;
+                }
+            }
+        }
+        for q in &mut self.posted {
+            q.clear();
+        }
+        for q in &mut self.early {
+            q.clear();
+        }
+        self.unexpected.clear();
+        let ids: Vec<u64> = self.p2p.keys().copied().collect();
+        for id in ids {
+            let (op, seq) = (self.p2p[&id].op, self.p2p[&id].seq);
+            self.complete_p2p(id, Err(p2p_failed(op, seq, self.id.rank, &err)), None);
+        }
+        while let Some(op) = self.pending.pop_front() {
+            let CollOp { info, leases, completer, .. } = op;
+            drop(leases);
+            completer.complete(Err(op_failed(&info, self.id.rank, &err)));
+        }
+        if tell_peers {
+            let text = err.message().as_bytes().to_vec();
+            for p in 0..self.peers.len() {
+                if self.peers[p].as_ref().is_some_and(|x| x.open) {
+                    let h = Header {
+                        kind: Kind::Error,
+                        op: OpType::Unknown,
+                        dtype: DType::U8,
+                        step: 0,
+                        coll_seq: 0,
+                        seq: 0,
+                        total: text.len() as u64,
+                        nbytes: text.len() as u64,
+                        tag: 0,
+                    };
+                    self.push_tx(p, h, TxData::Owned(text.clone()), Owner::Nobody);
+                }
+            }
+        }
+    }
+
+    /// Detaches posted buffers of the given ids: queued sends are dropped (or finished from a
+    /// copy when partly written), posted receives are removed (a partly received frame is
+    /// drained into the void). With `coll`, ids are collective ids, else p2p ids.
+    fn detach_ids(&mut self, ids: &[u64], coll: bool) {
+        if ids.is_empty() {
+            return;
+        }
+        let owns = |o: Owner| match o {
+            Owner::Coll(i) => coll && ids.contains(&i),
+            Owner::P2p(i) => !coll && ids.contains(&i),
+            Owner::Nobody => false,
+        };
+        for peer in self.peers.iter_mut().flatten() {
+            let mut keep = VecDeque::with_capacity(peer.tx.len());
+            for mut m in peer.tx.drain(..) {
+                if owns(m.owner) {
+                    if m.off == 0 {
+                        continue;
+                    }
+                    if let TxData::Borrowed(..) = m.data {
+                        m.data = TxData::Owned(m.data.bytes().to_vec());
+                    }
+                    m.owner = Owner::Nobody;
+                }
+                keep.push_back(m);
+            }
+            peer.tx = keep;
+            if let Rx::Payload { dest, .. } = &mut peer.rx {
+                let hit = match dest {
+                    Dest::Coll { id, .. } => coll && ids.contains(id),
+                    Dest::P2p { id, .. } => !coll && ids.contains(id),
+                    _ => false,
+                };
+                if hit {
+                    *dest = Dest::Discard;
+                }
+            }
+        }
+        if coll {
+            for q in &mut self.posted {
+                q.retain(|r| !ids.contains(&r.id));
+            }
+            for i in ids {
+                self.done.remove(i);
+            }
+        } else {
+            self.p2p_recvs.retain(|i| !ids.contains(i));
+        }
+    }
+
+    /// Peers whose posted receives among `ids` have not completed.
+    fn missing_peers(&self, ids: &[u64]) -> (Vec<usize>, Vec<usize>) {
+        let mut recv = Vec::new();
+        for (p, q) in self.posted.iter().enumerate() {
+            if q.iter().any(|r| ids.contains(&r.id)) {
+                recv.push(p);
+            }
+        }
+        for (p, peer) in self.peers.iter().enumerate() {
+            if let Some(peer) = peer {
+                if let Rx::Payload { dest: Dest::Coll { id, .. }, .. } = &peer.rx {
+                    if ids.contains(id) && !recv.contains(&p) {
+                        recv.push(p);
+                    }
+                }
+            }
+        }
+        recv.sort_unstable();
+        let mut send = Vec::new();
+        for (p, peer) in self.peers.iter().enumerate() {
+            if let Some(peer) = peer {
+                if peer.tx.iter().any(|m| matches!(m.owner, Owner::Coll(i) if ids.contains(&i))) {
+                    send.push(p);
+                }
+            }
+        }
+        (recv, send)
+    }
+
+    fn wait_ids(&mut self, ids: &[u64], deadline: Instant) -> std::result::Result<(), WaitErr> {
+        loop {
+            if let Some(e) = &self.failed {
+                return Err(WaitErr::Failed(e.clone()));
+            }
+            if ids.iter().all(|i| self.done.contains(i)) {
+                for i in ids {
+                    self.done.remove(i);
+                }
+                return Ok(());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(WaitErr::Timeout);
+            }
+            self.poll_once(Some(deadline - now));
+        }
+    }
+}
+
+fn matches(want: &Header, got: &Header) -> bool {
+    want.kind == got.kind
+        && want.op == got.op
+        && want.dtype == got.dtype
+        && want.coll_seq == got.coll_seq
+        && want.step == got.step
+        && want.total == got.total
+        && want.nbytes == got.nbytes
+}
+
+fn op_failed(info: &OpInfo, rank: usize, e: &DistError) -> DistError {
+    e.map_message(|m| format!("{} (seq {}) on rank {rank} failed: {m}", info.op, info.seq))
+}
+
+fn p2p_failed(op: OpType, seq: u64, rank: usize, e: &DistError) -> DistError {
+    e.map_message(|m| format!("{op} (seq {seq}) on rank {rank} failed: {m}"))
+}
+
+/// One step of the receive state machine of `peer`.
+fn read_step(peer: &mut Peer) -> ReadStep {
+    match &mut peer.rx {
+        Rx::Header => {
+            if peer.s1 - peer.s0 >= HDR {
+                let h = Header::decode(&peer.stage[peer.s0..peer.s0 + HDR]);
+                peer.s0 += HDR;
+                return match h {
+                    Ok(h) => ReadStep::Header(h),
+                    Err(e) => ReadStep::Lost(format!("protocol error: {e}")),
+                };
+            }
+            fill_stage(peer)
+        }
+        Rx::Payload { hdr, dest, got } => {
+            let n = hdr.nbytes as usize;
+            let want = n - *got;
+            let staged = peer.s1 - peer.s0;
+            if staged > 0 {
+                let k = staged.min(want);
+                if let Some(d) = dest_slice(dest, *got, k) {
+                    d.copy_from_slice(&peer.stage[peer.s0..peer.s0 + k]);
+                }
+                peer.s0 += k;
+                *got += k;
+            } else if want >= DIRECT_READ && !matches!(dest, Dest::Discard) {
+                let d = dest_slice(dest, *got, want).expect("non-discard destination");
+                match (&peer.stream).read(d) {
+                    Ok(0) => return ReadStep::Lost("connection closed by peer".into()),
+                    Ok(k) => *got += k,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return ReadStep::Block,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => return ReadStep::More,
+                    Err(e) => return ReadStep::Lost(e.to_string()),
+                }
+            } else {
+                return fill_stage(peer);
+            }
+            if let Rx::Payload { got, hdr, .. } = &peer.rx {
+                if *got == hdr.nbytes as usize {
+                    if let Rx::Payload { hdr, dest, .. } = std::mem::replace(&mut peer.rx, Rx::Header) {
+                        return ReadStep::Done(hdr, dest);
+                    }
+                }
+            }
+            ReadStep::More
+        }
+    }
+}
+
+/// Reads more bytes into the staging buffer (compacting it first).
+fn fill_stage(peer: &mut Peer) -> ReadStep {
+    if peer.s0 > 0 {
+        peer.stage.copy_within(peer.s0..peer.s1, 0);
+        peer.s1 -= peer.s0;
+        peer.s0 = 0;
+    }
+    match (&peer.stream).read(&mut peer.stage[peer.s1..]) {
+        Ok(0) => ReadStep::Lost("connection closed by peer".into()),
+        Ok(k) => {
+            peer.s1 += k;
+            ReadStep::More
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => ReadStep::Block,
+        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => ReadStep::More,
+        Err(e) => ReadStep::Lost(e.to_string()),
+    }
+}
+
+fn dest_slice(dest: &mut Dest, at: usize, len: usize) -> Option<&mut [u8]> {
+    match dest {
+        // SAFETY: posted destinations stay valid until their id completes or is detached
+        // (detaching turns the destination into `Discard` before the memory is released), and
+        // the engine is the only writer while the op runs.
+        Dest::Coll { ptr, .. } | Dest::P2p { ptr, .. } => Some(unsafe { std::slice::from_raw_parts_mut(ptr.add(at), len) }),
+        Dest::Early(v) | Dest::Unexpected(v) => Some(&mut v[at..at + len]),
+        Dest::ErrorText(v) => {
+            if at + len <= v.len() {
+                Some(&mut v[at..at + len])
+            } else {
+                None
+            }
+        }
+        Dest::Discard => None,
+    }
+}
+
+/// The algorithms' view of the engine while one collective runs.
+///
+/// Sends and receives are posted without blocking and completed by [`Comm::wait`]. Everything
+/// still posted when the `Comm` is dropped (or when a wait fails) is detached, so no frame is
+/// ever read into or written from memory the collective has given back.
+pub(crate) struct Comm<'e> {
+    eng: &'e mut Engine,
+    info: OpInfo,
+    deadline: Instant,
+    timeout: Duration,
+    outstanding: Vec<u64>,
+}
+
+impl Comm<'_> {
+    /// This rank.
+    pub(crate) fn rank(&self) -> usize {
+        self.eng.id.rank
+    }
+    /// Group size.
+    pub(crate) fn size(&self) -> usize {
+        self.eng.id.size
+    }
+    /// The running op.
+    pub(crate) fn info(&self) -> &OpInfo {
+        &self.info
+    }
+
+    /// An aligned scratch buffer of `len` bytes (contents unspecified), reused across ops.
+    pub(crate) fn take_scratch(&mut self, len: usize) -> Scratch {
+        let words = len.div_ceil(16);
+        let mut buf = match self.eng.pool.iter().position(|b| b.capacity() >= words) {
+            Some(i) => self.eng.pool.swap_remove(i),
+            None => self.eng.pool.pop().unwrap_or_default(),
+        };
+        if buf.len() < words {
+            buf.resize(words, 0);
+        }
+        Scratch { buf, len }
+    }
+
+    /// Gives a scratch buffer back to the pool.
+    pub(crate) fn put_scratch(&mut self, s: Scratch) {
+        // Keep a few buffers; drop huge ones beyond 256 MiB in total.
+        let total: usize = self.eng.pool.iter().map(|b| b.capacity() * 16).sum();
+        if self.eng.pool.len() < 4 && total + s.buf.capacity() * 16 <= 256 << 20 {
+            self.eng.pool.push(s.buf);
+        }
+    }
+
+    /// Posts a send of `len` bytes at `ptr` to `peer` as step `step`.
+    ///
+    /// # Safety
+    /// The bytes must stay valid and unmodified until the returned id is waited on, or until
+    /// this `Comm` is dropped / a wait fails (both detach it).
+    pub(crate) unsafe fn post_send(&mut self, peer: usize, step: u32, ptr: *const u8, len: usize) -> u64 {
+        debug_assert_ne!(peer, self.rank());
+        let info = self.info;
+        let id = self.eng.post_coll_send(&info, peer, step, ptr, len);
+        self.outstanding.push(id);
+        id
+    }
+
+    /// Posts a receive of exactly `len` bytes from `peer`, step `step`, into `ptr`.
+    ///
+    /// # Safety
+    /// The memory must stay valid, and must not be read or written by anyone else, until the
+    /// returned id is waited on or this `Comm` is dropped / a wait fails.
+    pub(crate) unsafe fn post_recv(&mut self, peer: usize, step: u32, ptr: *mut u8, len: usize) -> u64 {
+        debug_assert_ne!(peer, self.rank());
+        let info = self.info;
+        let id = self.eng.post_coll_recv(&info, peer, step, ptr, len);
+        self.outstanding.push(id);
+        id
+    }
+
+    /// Posts a send of `data` (see [`Comm::post_send`]).
+    ///
+    /// # Safety
+    /// As [`Comm::post_send`].
+    pub(crate) unsafe fn send_slice(&mut self, peer: usize, step: u32, data: &[u8]) -> u64 {
+        // SAFETY: forwarded contract.
+        unsafe { self.post_send(peer, step, data.as_ptr(), data.len()) }
+    }
+
+    /// Posts a receive into `buf` (see [`Comm::post_recv`]).
+    ///
+    /// # Safety
+    /// As [`Comm::post_recv`].
+    pub(crate) unsafe fn recv_slice(&mut self, peer: usize, step: u32, buf: &mut [u8]) -> u64 {
+        // SAFETY: forwarded contract.
+        unsafe { self.post_recv(peer, step, buf.as_mut_ptr(), buf.len()) }
+    }
+
+    /// Blocks (in epoll) until every id in `ids` completed.
+    ///
+    /// # Errors
+    /// The group's failure, or the timeout text; either way every outstanding post is detached.
+    pub(crate) fn wait(&mut self, ids: &[u64]) -> Result<()> {
+        match self.eng.wait_ids(ids, self.deadline) {
+            Ok(()) => {
+                self.outstanding.retain(|i| !ids.contains(i));
+                Ok(())
+            }
+            Err(w) => Err(self.fail(w, ids)),
+        }
+    }
+
+    /// Waits for everything posted so far.
+    ///
+    /// # Errors
+    /// As [`Comm::wait`].
+    pub(crate) fn wait_all(&mut self) -> Result<()> {
+        let ids = std::mem::take(&mut self.outstanding);
+        match self.eng.wait_ids(&ids, self.deadline) {
+            Ok(()) => Ok(()),
+            Err(w) => {
+                self.outstanding = ids.clone();
+                Err(self.fail(w, &ids))
+            }
+        }
+    }
+
+    /// Like [`Comm::wait`] but on time-out returns the peers whose receives did not complete
+    /// (used by monitored barrier), leaving completed ones consumed.
+    pub(crate) fn wait_or_missing(&mut self, ids: &[u64], deadline: Instant) -> std::result::Result<(), (Vec<usize>, Option<DistError>)> {
+        match self.eng.wait_ids(ids, deadline) {
+            Ok(()) => {
+                self.outstanding.retain(|i| !ids.contains(i));
+                Ok(())
+            }
+            Err(WaitErr::Timeout) => {
+                let (missing, _) = self.eng.missing_peers(ids);
+                self.detach_all();
+                Err((missing, None))
+            }
+            Err(WaitErr::Failed(e)) => {
+                self.detach_all();
+                Err((Vec::new(), Some(e)))
+            }
+        }
+    }
+
+    /// Safe all-at-once exchange: posts every receive (in order) then every send, and waits.
+    ///
+    /// # Errors
+    /// As [`Comm::wait`].
+    pub(crate) fn exchange(&mut self, sends: &[(usize, u32, &[u8])], recvs: &mut [(usize, u32, &mut [u8])]) -> Result<()> {
+        for (p, s, b) in recvs.iter_mut() {
+            // SAFETY: `recvs` is mutably borrowed for this whole call, which waits for (or detaches)
+            // every post before returning.
+            unsafe { self.recv_slice(*p, *s, b) };
+        }
+        for (p, s, b) in sends {
+            // SAFETY: as above, `sends` outlives the call.
+            unsafe { self.send_slice(*p, *s, b) };
+        }
+        self.wait_all()
+    }
+
+    fn detach_all(&mut self) {
+        let ids = std::mem::take(&mut self.outstanding);
+        self.eng.detach_ids(&ids, true);
+    }
+
+    fn fail(&mut self, w: WaitErr, ids: &[u64]) -> DistError {
+        let e = match w {
+            WaitErr::Failed(e) => op_failed(&self.info, self.rank(), &e),
+            WaitErr::Timeout => {
+                let (recv, send) = self.eng.missing_peers(ids);
+                let list = |v: &[usize]| v.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(", ");
+                let who = if !recv.is_empty() {
+                    format!("; no data from rank(s) {}", list(&recv))
+                } else {
+                    format!("; sends to rank(s) {} did not complete", list(&send))
+                };
+                DistError::backend(format!(
+                    "Timed out waiting {}ms for {} (seq {}) on rank {}{who} (group {})",
+                    self.timeout.as_millis(),
+                    self.info.op,
+                    self.info.seq,
+                    self.rank(),
+                    self.eng.id.group_name
+                ))
+            }
+        };
+        self.detach_all();
+        e
+    }
+}
+
+impl Drop for Comm<'_> {
+    fn drop(&mut self) {
+        self.detach_all();
+    }
+}

@@ -1,0 +1,22 @@
+//! Smoke test: all_reduce, broadcast, barrier over threads.
+mod common;
+use c10d_core::*;
+use common::*;
+
+#[test]
+fn allreduce_broadcast_barrier_small_worlds() {
+    for n in [1usize, 2, 3, 4] {
+        let res = run_world(n, opts(), move |r, pg| {
+            let t = Tensor::from_vec(vec![(r + 1) as f32; 1000]);
+            pg.all_reduce(&[t.clone()], &AllreduceOptions::default()).unwrap().wait().unwrap();
+            let b = Tensor::from_vec(vec![r as f64; 10]);
+            pg.broadcast(&[b.clone()], &BroadcastOptions { root_rank: n - 1, ..Default::default() }).unwrap().wait().unwrap();
+            pg.barrier(&BarrierOptions::default()).unwrap().wait().unwrap();
+            (f32s(&t), b.to_vec::<f64>().unwrap())
+        });
+        for (a, b) in res {
+            assert!(a.iter().all(|x| *x == (n * (n + 1) / 2) as f32), "n={n}: {:?}", &a[..4]);
+            assert!(b.iter().all(|x| *x == (n - 1) as f64));
+        }
+    }
+}
