@@ -1,0 +1,262 @@
+//! Free-function collectives: Python-layer checks, p2p and batch_isend_irecv, coalescing,
+//! object collectives and TORCH_DISTRIBUTED_DEBUG=DETAIL mismatch reports.
+
+mod world_common;
+
+use c10d_core::{c32, DType, DebugLevel, ErrorKind, ReduceOp, Tensor};
+use c10d_world::{GroupMember, GroupOptions, P2POp};
+use world_common::*;
+
+#[test]
+fn python_layer_checks() {
+    run(2, |w, r| {
+        let f = Tensor::from_vec(vec![1.0f32; 2]);
+        let d = Tensor::from_vec(vec![1.0f64; 2]);
+        let e = w.all_gather(&[f.clone(), d.clone()], &f, None, false).unwrap_err();
+        assert!(e.to_string().contains("tensors with different dtypes"), "{e}");
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+        let e = w.all_to_all(&[f.clone(), d.clone()], &[f.clone(), f.clone()], None, false).unwrap_err();
+        assert!(e.to_string().contains("tensors with different dtypes"), "{e}");
+        // complex and its real dtype mix is allowed by the check
+        let c = Tensor::from_vec(vec![c32 { re: 1.0, im: 2.0 }]);
+        let e = w.all_reduce(&c, ReduceOp::Max, None, false).unwrap_err();
+        assert!(e.to_string().contains("all_reduce does not support ReduceOp.MAX on complex tensors"), "{e}");
+        w.all_reduce(&c, ReduceOp::Sum, None, false).unwrap();
+        // scatter_list rules
+        let out = Tensor::zeros(DType::F32, &[2]);
+        let list = vec![f.clone(), f.clone()];
+        let e = w.scatter(&out, if r == 1 { Some(&list) } else { None }, Some(0), None, false, None).unwrap_err();
+        let expect = if r == 0 {
+            "Argument ``scatter_list`` must be specified on source rank."
+        } else {
+            "Argument ``scatter_list`` must NOT be specified on non-source ranks."
+        };
+        assert_eq!(e.to_string(), expect);
+        let e = w.gather(&f, if r == 1 { Some(&list) } else { None }, Some(0), None, false, None).unwrap_err();
+        assert!(e.to_string().contains("Argument ``gather_list`` must"), "{e}");
+        // both / neither root
+        let e = w.broadcast(&f, Some(0), None, false, Some(0)).unwrap_err();
+        assert_eq!(e.to_string(), "Can't specify both group_rank and global_rank");
+        let e = w.broadcast(&f, None, None, false, None).unwrap_err();
+        assert_eq!(e.to_string(), "Must specify global_rank or group_rank");
+        // send to self
+        let e = w.send(&f, Some(r), None, 0, None).unwrap_err();
+        assert!(e.to_string().starts_with("Invalid destination rank: destination rank should not be the same"), "{e}");
+        let e = w.recv(&f, None, None, 0, Some(r)).unwrap_err();
+        assert!(e.to_string().starts_with("Invalid source rank"), "{e}");
+        let e = w.isend(&f, Some(1 - r), None, 0, Some(1 - r)).unwrap_err();
+        assert_eq!(e.to_string(), "Can't specify both group_rank and global_rank");
+        w.barrier(None, false, None).unwrap();
+    });
+}
+
+#[test]
+fn all_ops_route_data() {
+    let out = run(3, |w, r| {
+        let n = 3;
+        // all_gather / into_tensor
+        let t = Tensor::from_vec(vec![r as i32; 2]);
+        let outs: Vec<Tensor> = (0..n).map(|_| Tensor::zeros(DType::I32, &[2])).collect();
+        w.all_gather(&outs, &t, None, false).unwrap();
+        let flat = Tensor::zeros(DType::I32, &[6]);
+        w.all_gather_into_tensor(&flat, &t, None, false).unwrap();
+        assert_eq!(flat.to_vec::<i32>().unwrap(), vec![0, 0, 1, 1, 2, 2]);
+        assert_eq!(outs[2].to_vec::<i32>().unwrap(), vec![2, 2]);
+        // reduce to 1
+        let x = Tensor::from_vec(vec![(r + 1) as i64]);
+        w.reduce(&x, Some(1), ReduceOp::Product, None, false, None).unwrap();
+        if r == 1 {
+            assert_eq!(x.to_vec::<i64>().unwrap(), vec![6]);
+        }
+        // gather / scatter
+        let g: Vec<Tensor> = (0..n).map(|_| Tensor::zeros(DType::I32, &[2])).collect();
+        w.gather(&t, (r == 2).then_some(g.as_slice()), Some(2), None, false, None).unwrap();
+        if r == 2 {
+            assert_eq!(g[1].to_vec::<i32>().unwrap(), vec![1, 1]);
+        }
+        let sl: Vec<Tensor> = (0..n).map(|i| Tensor::from_vec(vec![i as i32 * 7; 2])).collect();
+        let so = Tensor::zeros(DType::I32, &[2]);
+        w.scatter(&so, (r == 0).then_some(sl.as_slice()), None, None, false, None).unwrap();
+        assert_eq!(so.to_vec::<i32>().unwrap(), vec![r as i32 * 7; 2]);
+        // reduce_scatter: chunk i on rank r holds r+i+1
+        let ins: Vec<Tensor> = (0..n).map(|i| Tensor::from_vec(vec![(r + i + 1) as f32; 5])).collect();
+        let rs = Tensor::zeros(DType::F32, &[5]);
+        w.reduce_scatter(&rs, &ins, ReduceOp::Sum, None, false).unwrap();
+        let expect: f32 = (0..n).map(|k| (k + r + 1) as f32).sum();
+        assert_eq!(rs.to_vec::<f32>().unwrap(), vec![expect; 5]);
+        let big = Tensor::from_vec((0..6).map(|i| (i + r) as f32).collect::<Vec<_>>());
+        let small = Tensor::zeros(DType::F32, &[2]);
+        w.reduce_scatter_tensor(&small, &big, ReduceOp::Max, None, false).unwrap();
+        assert_eq!(small.to_vec::<f32>().unwrap(), vec![(2 * r + 2) as f32, (2 * r + 3) as f32]);
+        // all_to_all: rank i sends i*100+j to j
+        let ai: Vec<Tensor> = (0..n).map(|j| Tensor::from_vec(vec![(r * 100 + j) as i64])).collect();
+        let ao: Vec<Tensor> = (0..n).map(|_| Tensor::zeros(DType::I64, &[1])).collect();
+        w.all_to_all(&ao, &ai, None, false).unwrap();
+        let got: Vec<i64> = ao.iter().map(|t| t.to_vec::<i64>().unwrap()[0]).collect();
+        assert_eq!(got, (0..n).map(|j| (j * 100 + r) as i64).collect::<Vec<_>>());
+        // uneven all_to_all_single
+        let in_splits: Vec<usize> = (0..n).map(|g| g + 1).collect();
+        let input = Tensor::from_vec(vec![r as i64; in_splits.iter().sum()]);
+        let out_splits = vec![r + 1; n];
+        let output = Tensor::zeros(DType::I64, &[(r + 1) * n]);
+        w.all_to_all_single(&output, &input, Some(&out_splits), Some(&in_splits), None, false).unwrap();
+        // coalesced all_reduce through the coalescing manager
+        let a = Tensor::from_vec(vec![1.0f64; 3]);
+        let b = Tensor::from_vec(vec![2.0f64; 2]);
+        let (_, cm) = w
+            .coalescing_manager(None, true, || {
+                w.all_reduce(&a, ReduceOp::Sum, None, false)?;
+                w.all_reduce(&b, ReduceOp::Sum, None, false)?;
+                Ok(())
+            })
+            .unwrap();
+        cm.wait().unwrap();
+        assert_eq!(a.to_vec::<f64>().unwrap(), vec![3.0; 3]);
+        assert_eq!(b.to_vec::<f64>().unwrap(), vec![6.0; 2]);
+        output.to_vec::<i64>().unwrap()
+    });
+    assert_eq!(out[2], vec![0, 0, 0, 1, 1, 1, 2, 2, 2]);
+}
+
+#[test]
+fn p2p_and_batch_isend_irecv() {
+    let out = run(3, |w, r| {
+        let n = 3;
+        let e = P2POp::new("send", Tensor::from_vec(vec![0u8]), Some(0), None, 0, None).unwrap_err();
+        assert!(e.to_string().starts_with("Invalid ``op``"), "{e}");
+        let e = w.batch_isend_irecv(&[]).unwrap_err();
+        assert!(e.to_string().starts_with("Invalid ``p2p_op_list``"), "{e}");
+        let world = GroupMember::from(w.world_group().unwrap());
+        let mut a = P2POp::isend(Tensor::from_vec(vec![0u8]), (r + 1) % n);
+        a.group = Some(world);
+        let b = P2POp::irecv(Tensor::from_vec(vec![0u8]), (r + n - 1) % n);
+        // a names WORLD explicitly, b uses None: different groups for PyTorch's check
+        let e = w.batch_isend_irecv(&[a, b]).unwrap_err();
+        assert_eq!(e.to_string(), "All ops need to use the same group.");
+        // ring exchange with tags
+        let recv = Tensor::zeros(DType::I64, &[2]);
+        let ops = vec![
+            P2POp::new("irecv", recv.clone(), Some((r + n - 1) % n), None, 7, None).unwrap(),
+            P2POp::new("isend", Tensor::from_vec(vec![r as i64; 2]), Some((r + 1) % n), None, 7, None).unwrap(),
+        ];
+        for wk in w.batch_isend_irecv(&ops).unwrap() {
+            wk.wait().unwrap();
+        }
+        // blocking send/recv 0 -> 2 with a group rank
+        let t = Tensor::from_vec(vec![42.0f32]);
+        if r == 0 {
+            w.send(&t, None, None, 3, Some(2)).unwrap();
+        } else if r == 2 {
+            let z = Tensor::zeros(DType::F32, &[1]);
+            assert_eq!(w.recv(&z, Some(0), None, 3, None).unwrap(), 0);
+            assert_eq!(z.to_vec::<f32>().unwrap(), vec![42.0]);
+        }
+        recv.to_vec::<i64>().unwrap()[0]
+    });
+    assert_eq!(out, vec![2, 0, 1]);
+}
+
+#[test]
+fn object_collectives() {
+    let out = run(3, |w, r| {
+        let all: Vec<usize> = w.all_gather_object(&r, None).unwrap();
+        assert_eq!(all, vec![0, 1, 2]);
+        let strs: Vec<String> = w.all_gather_object(&"x".repeat(r * 5), None).unwrap();
+        assert_eq!(strs[2], "xxxxxxxxxx");
+        let g = w.gather_object(&(r, format!("r{r}")), Some(0), None, None).unwrap();
+        assert_eq!(g.is_some(), r == 0);
+        if let Some(g) = g {
+            assert_eq!(g[2], (2, "r2".to_string()));
+        }
+        let mut objs: Vec<Option<i32>> = vec![if r == 0 { Some(99) } else { None }];
+        w.broadcast_object_list(&mut objs, Some(0), None, None).unwrap();
+        assert_eq!(objs, vec![Some(99)]);
+        let inputs: Vec<Vec<u32>> = (0..3).map(|i| vec![i; i as usize]).collect();
+        let mine: Option<Vec<u32>> = w.scatter_object_list((r == 1).then_some(inputs.as_slice()), Some(1), None, None).unwrap();
+        assert_eq!(mine.unwrap(), vec![r as u32; r]);
+        let mut got: Vec<Option<String>> = vec![None, None];
+        if r == 0 {
+            w.send_object_list(&[Some("a".to_string()), None], Some(1), None, None).unwrap();
+        } else if r == 1 {
+            assert_eq!(w.recv_object_list(&mut got, Some(0), None, None).unwrap(), 0);
+        }
+        // on a 2-rank local-synchronization subgroup, with global src/dst
+        if r >= 1 {
+            let sub = w.new_group(Some(&[1, 2]), GroupOptions { use_local_synchronization: true, ..Default::default() }).unwrap();
+            let v: Vec<usize> = w.all_gather_object(&(r * 10), Some(&sub)).unwrap();
+            assert_eq!(v, vec![10, 20]);
+            let mut b = vec![r];
+            w.broadcast_object_list(&mut b, Some(2), Some(&sub), None).unwrap();
+            assert_eq!(b, vec![2]);
+        }
+        got
+    });
+    assert_eq!(out[1], vec![Some("a".to_string()), None]);
+    assert_eq!(out[0], vec![None, None]);
+}
+
+fn detail_setup(w: &c10d_world::World, _r: usize) {
+    w.set_debug_level(DebugLevel::Detail);
+    w.set_detail_helper_backend("store");
+}
+
+#[test]
+fn detail_passes_matching_collectives() {
+    let out = run_with(2, detail_setup, |w, r| {
+        assert_eq!(w.get_debug_level().unwrap(), DebugLevel::Detail);
+        let t = Tensor::from_vec(vec![r as f32 + 1.0; 2]);
+        w.all_reduce(&t, ReduceOp::Sum, None, false).unwrap();
+        w.barrier(None, false, None).unwrap();
+        t.to_vec::<f32>().unwrap()
+    });
+    assert_eq!(out[0], vec![3.0, 3.0]);
+}
+
+#[test]
+fn detail_reports_op_mismatch() {
+    let out = run_with(2, detail_setup, |w, r| {
+        let e = if r == 0 {
+            w.all_reduce(&Tensor::from_vec(vec![1.0f32; 2]), ReduceOp::Sum, None, false).unwrap_err()
+        } else {
+            w.broadcast(&Tensor::from_vec(vec![1.0f32; 2]), Some(0), None, false, None).unwrap_err()
+        };
+        e.to_string()
+    });
+    let e0 = &out[0];
+    assert!(e0.starts_with("Detected mismatch between collectives on ranks. Rank 0 is running collective: CollectiveFingerPrint("), "{e0}");
+    assert!(e0.contains("OpType=ALLREDUCE, TensorShape=[2], TensorDtypes=Float, TensorDeviceTypes=CPU)"), "{e0}");
+    assert!(e0.contains("but Rank 1 is running collective: CollectiveFingerPrint("), "{e0}");
+    assert!(e0.contains("SequenceNumber"), "{e0}");
+    assert!(e0.contains("Collectives differ in the following aspects: "), "{e0}");
+    assert!(e0.contains("Op type: ALLREDUCEvs BROADCAST"), "{e0}");
+    assert!(out[1].contains("Op type: BROADCASTvs ALLREDUCE"), "{}", out[1]);
+}
+
+#[test]
+fn detail_reports_shape_and_dtype_mismatch() {
+    let out = run_with(2, detail_setup, |w, r| {
+        let t = if r == 0 { Tensor::from_vec(vec![1.0f32; 2]) } else { Tensor::from_vec(vec![1.0f32; 3]) };
+        let shape = w.all_reduce(&t, ReduceOp::Sum, None, false).unwrap_err().to_string();
+        let t = if r == 0 { Tensor::from_vec(vec![1.0f64; 2]) } else { Tensor::from_vec(vec![1.0f32; 2]) };
+        let dtype = w.all_reduce(&t, ReduceOp::Sum, None, false).unwrap_err().to_string();
+        let t = if r == 0 { Tensor::zeros(DType::I64, &[2, 2]) } else { Tensor::zeros(DType::I64, &[4]) };
+        let ndim = w.all_reduce(&t, ReduceOp::Sum, None, false).unwrap_err().to_string();
+        (shape, dtype, ndim)
+    });
+    assert!(out[0].0.contains("Tensor Tensor shapes: 2vs 3"), "{}", out[0].0);
+    assert!(out[0].1.contains("Tensor Tensor dtypes: Doublevs Float"), "{}", out[0].1);
+    assert!(out[1].1.contains("TensorDtypes=Float"), "{}", out[1].1);
+    assert!(out[0].2.contains("TensorShape=[2, 2], TensorDtypes=Long"), "{}", out[0].2);
+    assert!(out[0].2.contains("Tensor Tensor shapes: 2, 2vs 4"), "{}", out[0].2);
+}
+
+#[test]
+fn detail_without_helper_backend_errors() {
+    register();
+    let s = store();
+    let w = c10d_world::World::new();
+    w.set_debug_level(DebugLevel::Detail);
+    w.set_detail_helper_backend("no-such-backend");
+    let e = w.init_process_group(opts(&s, 0, 1)).unwrap_err();
+    assert!(e.to_string().contains("ProcessGroupWrapper unsupported without GLOO backend"), "{e}");
+}
