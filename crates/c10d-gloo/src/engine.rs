@@ -103,6 +103,9 @@ pub(crate) struct Queue {
     pub coll_seq: u64,
     /// Set by abort/shutdown: the error every later op gets.
     pub stop: Option<DistError>,
+    /// The stop is an orderly shutdown: peers are told with a bye frame (else they see EOF,
+    /// exactly as if this process had died).
+    pub graceful: bool,
 }
 
 pub(crate) struct Shared {
@@ -262,6 +265,9 @@ pub(crate) struct Engine {
     connector: Option<Connector>,
     failed: Option<DistError>,
     stopping: bool,
+    graceful: bool,
+    /// Peers that said bye: EOF from them is expected; needing them later is an error.
+    left: Vec<bool>,
     pending: VecDeque<CollOp>,
     coll_cur: u64,
     cur: Option<OpInfo>,
@@ -306,6 +312,8 @@ impl Engine {
             connector,
             failed: None,
             stopping: false,
+            graceful: false,
+            left: vec![false; n],
             pending: VecDeque::new(),
             coll_cur: 0,
             cur: None,
@@ -375,6 +383,23 @@ impl Engine {
             }
             self.poll_once(None);
         }
+        if self.graceful {
+            // Tell every peer we leave on purpose, and give the frames up to 1 s to go out.
+            for p in 0..self.peers.len() {
+                if self.peers[p].as_ref().is_some_and(|x| x.open) {
+                    let h = control_header(Kind::Bye, 0);
+                    self.push_tx(p, h, TxData::Owned(Vec::new()), Owner::Nobody);
+                }
+            }
+            let deadline = Instant::now() + Duration::from_secs(1);
+            while self.peers.iter().flatten().any(|p| p.open && !p.tx.is_empty()) {
+                let now = Instant::now();
+                if now >= deadline {
+                    break;
+                }
+                self.poll_once(Some(deadline - now));
+            }
+        }
         // Close every socket now (peers see EOF at once).
         for p in self.peers.iter_mut().flatten() {
             let _ = p.stream.shutdown(std::net::Shutdown::Both);
@@ -400,6 +425,7 @@ impl Engine {
             }
         }
         if let Some(e) = stop {
+            self.graceful = lock(&self.shared.queue).graceful;
             self.stopping = true;
             self.fail_group(e, false);
         }
@@ -454,6 +480,11 @@ impl Engine {
                 return completer.complete(Err(e));
             }
         };
+        if let Some(p) = peer.filter(|p| self.left[*p]) {
+            let e = self.left_error(p);
+            drop(leases);
+            return completer.complete(Err(p2p_failed(kind, seq, self.id.rank, &e)));
+        }
         let id = self.new_id();
         let pend = P2pPending {
             seq,
@@ -549,6 +580,10 @@ impl Engine {
 
     fn post_coll_send(&mut self, info: &OpInfo, peer: usize, step: u32, ptr: *const u8, len: usize) -> u64 {
         let id = self.new_id();
+        if self.left[peer] {
+            self.fail_group(self.left_error(peer), false);
+            return id;
+        }
         let hdr = self.coll_header(info, step, len);
         self.push_tx(peer, hdr, TxData::Borrowed(ptr, len), Owner::Coll(id));
         id
@@ -556,6 +591,10 @@ impl Engine {
 
     fn post_coll_recv(&mut self, info: &OpInfo, peer: usize, step: u32, ptr: *mut u8, len: usize) -> u64 {
         let id = self.new_id();
+        if self.left[peer] && self.early[peer].is_empty() {
+            self.fail_group(self.left_error(peer), false);
+            return id;
+        }
         let coll_cur = self.coll_cur;
         while self.early[peer].front().is_some_and(|e| e.hdr.coll_seq < coll_cur) {
             self.early[peer].pop_front();
@@ -693,6 +732,7 @@ impl Engine {
         let n = h.nbytes as usize;
         match h.kind {
             Kind::Error => Dest::ErrorText(vec![0; n.min(1 << 20)]),
+            Kind::Bye => Dest::Discard,
             _ if self.failed.is_some() => Dest::Discard,
             Kind::P2p => {
                 let pos = self.p2p_recvs.iter().position(|id| {
@@ -741,6 +781,9 @@ impl Engine {
     }
 
     fn finish_frame(&mut self, p: usize, h: Header, dest: Dest) {
+        if h.kind == Kind::Bye {
+            return self.peer_left(p);
+        }
         match dest {
             Dest::Coll { id, .. } => {
                 self.done.insert(id);
@@ -831,6 +874,28 @@ impl Engine {
         }
     }
 
+    /// A peer said bye: fine unless something still needs it.
+    fn peer_left(&mut self, p: usize) {
+        self.left[p] = true;
+        let recv_needed = !self.posted[p].is_empty()
+            || self.peers[p].as_ref().is_some_and(|x| matches!(x.rx, Rx::Payload { .. }) || x.tx.iter().any(|m| m.owner != Owner::Nobody));
+        if recv_needed && self.failed.is_none() {
+            self.fail_group(self.left_error(p), false);
+            return;
+        }
+        let waiting: Vec<u64> = self.p2p.iter().filter(|(_, x)| x.peer == Some(p)).map(|(id, _)| *id).collect();
+        for id in waiting {
+            let e = self.left_error(p);
+            let (op, seq) = (self.p2p[&id].op, self.p2p[&id].seq);
+            self.detach_ids(&[id], false);
+            self.complete_p2p(id, Err(p2p_failed(op, seq, self.id.rank, &e)), None);
+        }
+    }
+
+    fn left_error(&self, p: usize) -> DistError {
+        DistError::backend(format!("{}: {} has shut down its process group", self.ctx(), self.id.peer_name(p)))
+    }
+
     fn peer_lost(&mut self, p: usize, why: String) {
         if let Some(peer) = self.peers[p].as_mut() {
             if !peer.open {
@@ -838,6 +903,9 @@ impl Engine {
             }
             peer.open = false;
             let _ = self.poll.registry().deregister(&mut peer.stream);
+        }
+        if self.left[p] {
+            return;
         }
         let e = DistError::backend(format!(
             "{}: connection to {} lost ({why}); the peer process died or left the group",
@@ -900,17 +968,7 @@ impl Engine {
             let text = err.message().as_bytes().to_vec();
             for p in 0..self.peers.len() {
                 if self.peers[p].as_ref().is_some_and(|x| x.open) {
-                    let h = Header {
-                        kind: Kind::Error,
-                        op: OpType::Unknown,
-                        dtype: DType::U8,
-                        step: 0,
-                        coll_seq: 0,
-                        seq: 0,
-                        total: text.len() as u64,
-                        nbytes: text.len() as u64,
-                        tag: 0,
-                    };
+                    let h = control_header(Kind::Error, text.len());
                     self.push_tx(p, h, TxData::Owned(text.clone()), Owner::Nobody);
                 }
             }
@@ -1014,6 +1072,10 @@ impl Engine {
             self.poll_once(Some(deadline - now));
         }
     }
+}
+
+fn control_header(kind: Kind, nbytes: usize) -> Header {
+    Header { kind, op: OpType::Unknown, dtype: DType::U8, step: 0, coll_seq: 0, seq: 0, total: nbytes as u64, nbytes: nbytes as u64, tag: 0 }
 }
 
 fn matches(want: &Header, got: &Header) -> bool {

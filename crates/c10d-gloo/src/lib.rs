@@ -192,7 +192,7 @@ impl ProcessGroupGloo {
         let poll = mio::Poll::new()?;
         let waker = mio::Waker::new(poll.registry(), WAKER)?;
         let shared = Arc::new(Shared {
-            queue: Mutex::new(Queue { subs: Default::default(), seq: 0, coll_seq: 0, stop: None }),
+            queue: Mutex::new(Queue { subs: Default::default(), seq: 0, coll_seq: 0, stop: None, graceful: false }),
             waker,
             initialized: Default::default(),
             failed: Mutex::new(None),
@@ -326,11 +326,12 @@ impl ProcessGroupGloo {
         }
     }
 
-    fn stop(&self, msg: String) {
+    fn stop(&self, msg: String, graceful: bool) {
         {
             let mut q = lock(&self.shared.queue);
             if q.stop.is_none() {
                 q.stop = Some(DistError::backend(msg));
+                q.graceful = graceful;
             }
         }
         self.wake();
@@ -367,7 +368,7 @@ impl ProcessGroupGloo {
 
 impl Drop for ProcessGroupGloo {
     fn drop(&mut self) {
-        self.stop(format!("ProcessGroupGloo (group {}, rank {}) was shut down", self.id.group_name, self.id.rank));
+        self.stop(format!("ProcessGroupGloo (group {}, rank {}) was shut down", self.id.group_name, self.id.rank), true);
         self.join();
     }
 }
@@ -846,12 +847,12 @@ impl Backend for ProcessGroupGloo {
     }
 
     fn abort(&self) {
-        self.stop(format!("ProcessGroupGloo (group {}, rank {}) was aborted", self.id.group_name, self.id.rank));
+        self.stop(format!("ProcessGroupGloo (group {}, rank {}) was aborted", self.id.group_name, self.id.rank), false);
         self.join();
     }
 
     fn shutdown(&self) {
-        self.stop(format!("ProcessGroupGloo (group {}, rank {}) was shut down", self.id.group_name, self.id.rank));
+        self.stop(format!("ProcessGroupGloo (group {}, rank {}) was shut down", self.id.group_name, self.id.rank), true);
         self.join();
     }
 }

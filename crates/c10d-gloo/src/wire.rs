@@ -5,7 +5,7 @@
 //! | offset | size | field                                                        |
 //! |--------|------|--------------------------------------------------------------|
 //! | 0      | 4    | magic `0xC10D_61F0`                                          |
-//! | 4      | 1    | kind: 1 collective, 2 point-to-point, 3 error text           |
+//! | 4      | 1    | kind: 1 collective, 2 point-to-point, 3 error text, 4 bye    |
 //! | 5      | 1    | op ([`op_code`] of the `OpType`)                             |
 //! | 6      | 1    | dtype ([`DType::code`])                                      |
 //! | 8      | 4    | step (algorithm-defined, orders messages within one op)      |
@@ -34,6 +34,8 @@ pub(crate) enum Kind {
     P2p = 2,
     /// The sender failed the group; the payload is the UTF-8 error text.
     Error = 3,
+    /// The sender shut its group down in an orderly way (no payload); EOF follows.
+    Bye = 4,
 }
 
 /// A decoded header.
@@ -107,6 +109,7 @@ impl Header {
             1 => Kind::Coll,
             2 => Kind::P2p,
             3 => Kind::Error,
+            4 => Kind::Bye,
             k => return Err(format!("unknown frame kind {k}")),
         };
         let op = *OPS.get(b[5] as usize).ok_or_else(|| format!("unknown op code {}", b[5]))?;
