@@ -156,7 +156,7 @@ pub fn register_backend(name: &str, creator: BackendCreator, devices: Option<&[&
 pub fn is_backend_available(name: &str) -> bool {
     let lower = name.to_ascii_lowercase();
     if lower.contains(':') {
-        return lower.split(',').all(|p| p.split(':').nth(1).is_some_and(|b| is_backend_available(b)));
+        return lower.split(',').all(|p| p.split(':').nth(1).is_some_and(is_backend_available));
     }
     read().plugins.get(&lower).is_some_and(|p| p.available)
 }

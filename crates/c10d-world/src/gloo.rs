@@ -1,21 +1,36 @@
-//! The built-in `"gloo"` backend creator.
+//! The built-in `"gloo"` backend creator: a `c10d_gloo::ProcessGroupGloo` over the group's
+//! prefixed store.
 //!
-//! Builds a `c10d_gloo::ProcessGroupGloo` over the group's prefixed store once that crate provides
-//! it. Until then the creator reports the backend as unavailable (and
-//! [`crate::is_backend_available`]`("gloo")` is false) so callers get a clear error instead of a
-//! hang.
+//! Options: a `c10d_gloo::GlooOptions` passed as [`crate::PgOptions::backend_specific`] is used
+//! as given, with timeout, group name/description and global ranks overwritten by the group's;
+//! otherwise `GlooOptions::from_backend_options` (which honours `TORCH_GLOO_LAZY_INIT=1`). The
+//! listen-address hint is `MASTER_ADDR` or the host of a `tcp://` init method.
 
 use crate::config::BackendCreateArgs;
-use c10d_core::{Backend, DistError, Result};
+use c10d_core::{Backend, Result};
+use c10d_gloo::{GlooOptions, ProcessGroupGloo};
 use std::sync::Arc;
 
 /// Whether the gloo backend can be created in this build.
-pub(crate) const GLOO_AVAILABLE: bool = false;
+pub(crate) const GLOO_AVAILABLE: bool = true;
 
 /// Creator registered under `"gloo"`.
 pub(crate) fn create_gloo(args: &BackendCreateArgs) -> Result<Option<Arc<dyn Backend>>> {
-    Err(DistError::unsupported(format!(
-        "Backend gloo is not available in this build of c10d-world (group {:?}, rank {})",
-        args.group_name, args.group_rank
-    )))
+    let base = args.backend_options("gloo");
+    let mut o = match args.pg_options.as_ref().and_then(|p| p.downcast_ref::<GlooOptions>()) {
+        Some(g) => {
+            let mut g = g.clone();
+            g.timeout = base.timeout;
+            g.group_name = base.group_name.clone();
+            g.group_desc = base.group_desc.clone();
+            g.global_ranks = base.global_ranks.clone();
+            g
+        }
+        None => GlooOptions::from_backend_options(&base),
+    };
+    if o.hostname_hint.is_none() {
+        o.hostname_hint = args.hostname_hint.clone();
+    }
+    let pg: Arc<dyn Backend> = ProcessGroupGloo::new(args.store.clone(), args.group_rank, args.group_size, o)?;
+    Ok(Some(pg))
 }

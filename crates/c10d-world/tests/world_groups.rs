@@ -315,7 +315,8 @@ fn extended_api_creators_get_group_details() {
     use c10d_world::{register_backend, BackendCreateArgs};
     use std::sync::{Arc, Mutex};
     register();
-    let seen: Arc<Mutex<Vec<(String, Vec<usize>, String)>>> = Arc::default();
+    type Seen = Vec<(String, Vec<usize>, String)>;
+    let seen: Arc<Mutex<Seen>> = Arc::default();
     let s2 = seen.clone();
     register_backend(
         "spy",

@@ -1,0 +1,117 @@
+//! The world layer over the real gloo backend: ranks as threads over a HashStore or a
+//! `file://` init method.
+
+mod world_common;
+
+use c10d_core::{DType, DebugLevel, ReduceOp, Tensor};
+use c10d_world::{GroupOptions, InitOptions, SplitOptions, World};
+use std::sync::Arc;
+use std::time::Duration;
+use world_common::store;
+
+fn run_gloo<R: Send + 'static>(n: usize, setup: impl Fn(&World) + Send + Sync + 'static, f: impl Fn(&World, usize) -> R + Send + Sync + 'static) -> Vec<R> {
+    let s = store();
+    let f = Arc::new(f);
+    let setup = Arc::new(setup);
+    let hs: Vec<_> = (0..n)
+        .map(|r| {
+            let (s, f, setup) = (s.clone(), f.clone(), setup.clone());
+            std::thread::Builder::new()
+                .name(format!("gloo-rank{r}"))
+                .spawn(move || {
+                    let w = World::new();
+                    setup(&w);
+                    w.init_process_group(InitOptions {
+                        backend: Some("gloo".into()),
+                        store: Some(s),
+                        world_size: Some(n),
+                        rank: Some(r),
+                        timeout: Some(Duration::from_secs(30)),
+                        ..Default::default()
+                    })
+                    .expect("init gloo");
+                    let out = f(&w, r);
+                    w.destroy_process_group(None).unwrap();
+                    out
+                })
+                .unwrap()
+        })
+        .collect();
+    hs.into_iter().map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
+}
+
+#[test]
+fn gloo_world_collectives_and_groups() {
+    assert!(c10d_world::is_gloo_available());
+    let out = run_gloo(3, |_| {}, |w, r| {
+        assert_eq!(w.get_backend(None).unwrap(), "gloo");
+        assert_eq!(w.get_backend_config(None).unwrap(), "cpu:gloo,cuda:gloo");
+        let t = Tensor::from_vec(vec![(r + 1) as f32; 8]);
+        w.all_reduce(&t, ReduceOp::Sum, None, false).unwrap();
+        assert_eq!(t.to_vec::<f32>().unwrap(), vec![6.0; 8]);
+        let g = w.new_group(Some(&[0, 2]), GroupOptions::default()).unwrap();
+        if r != 1 {
+            let x = Tensor::from_vec(vec![r as i64]);
+            w.all_reduce(&x, ReduceOp::Max, Some(&g), false).unwrap();
+            assert_eq!(x.to_vec::<i64>().unwrap(), vec![2]);
+        }
+        let s = w.split_group(None, &[vec![2, 1], vec![0]], SplitOptions::default()).unwrap();
+        let y = Tensor::from_vec(vec![r as i32]);
+        w.broadcast(&y, None, Some(&s), false, Some(0)).unwrap();
+        w.monitored_barrier(None, Some(Duration::from_secs(10)), true).unwrap();
+        let objs: Vec<String> = w.all_gather_object(&format!("rank{r}"), None).unwrap();
+        assert_eq!(objs, vec!["rank0", "rank1", "rank2"]);
+        w.barrier(None, false, None).unwrap();
+        y.to_vec::<i32>().unwrap()[0]
+    });
+    assert_eq!(out, vec![0, 2, 2]);
+}
+
+#[test]
+fn gloo_detail_mode_uses_a_gloo_helper() {
+    let out = run_gloo(
+        2,
+        |w| w.set_debug_level(DebugLevel::Detail),
+        |w, r| {
+            let t = Tensor::from_vec(vec![1.0f32; 2]);
+            w.all_reduce(&t, ReduceOp::Sum, None, false).unwrap();
+            let bad = if r == 0 { Tensor::zeros(DType::F32, &[2]) } else { Tensor::zeros(DType::F32, &[3]) };
+            w.all_reduce(&bad, ReduceOp::Sum, None, false).unwrap_err().to_string()
+        },
+    );
+    assert!(out[0].contains("Detected mismatch between collectives on ranks. Rank 0"), "{}", out[0]);
+    assert!(out[0].contains("Tensor Tensor shapes: 2vs 3"), "{}", out[0]);
+    assert!(out[1].contains("Tensor Tensor shapes: 3vs 2"), "{}", out[1]);
+}
+
+#[test]
+fn file_init_method() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rdv");
+    let url = format!("file://{}", path.display());
+    let hs: Vec<_> = (0..2)
+        .map(|r| {
+            let url = url.clone();
+            std::thread::spawn(move || {
+                let w = World::new();
+                w.init_process_group(InitOptions {
+                    backend: Some("gloo".into()),
+                    init_method: Some(url.clone()),
+                    world_size: Some(2),
+                    rank: Some(r),
+                    timeout: Some(Duration::from_secs(30)),
+                    ..Default::default()
+                })
+                .unwrap();
+                assert_eq!(w.init_method().as_deref(), Some(url.as_str()));
+                let t = Tensor::from_vec(vec![r as f64 + 1.0]);
+                w.all_reduce(&t, ReduceOp::Sum, None, false).unwrap();
+                w.destroy_process_group(None).unwrap();
+                t.to_vec::<f64>().unwrap()[0]
+            })
+        })
+        .collect();
+    for h in hs {
+        assert_eq!(h.join().unwrap(), 3.0);
+    }
+}
