@@ -308,7 +308,8 @@ impl World {
     // ------------------------------------------------------------------ init
 
     /// `torch.distributed.init_process_group`: creates the default group ("0", desc
-    /// "default_pg") over `PrefixStore("default_pg", store)`.
+    /// "default_pg"). A store made from `init_method` is wrapped in `PrefixStore("default_pg", ..)`;
+    /// a store passed in `store` is used as given (PyTorch's rule).
     ///
     /// Rules: `store` and `init_method` are exclusive; with a store, `world_size` and `rank` are
     /// required; neither → `env://`. The timeout defaults to 30 min (10 min for NCCL) and is also
@@ -348,13 +349,15 @@ impl World {
                 let rdv = crate::rdv::rendezvous(&url, opts.rank, opts.world_size, timeout)?;
                 rdv.store.set_timeout(timeout);
                 let hint = hostname_hint(&url);
-                (rdv.store, rdv.rank, rdv.world_size, Some(url), hint)
+                // Only a store made by rendezvous is wrapped, as in PyTorch: a user's store is
+                // used as given.
+                let store: Arc<dyn Store> = Arc::new(PrefixStore::new("default_pg", rdv.store));
+                (store, rdv.rank, rdv.world_size, Some(url), hint)
             }
         };
         if rank >= world_size {
             return Err(DistError::invalid(format!("Invalid rank {rank} for world_size {world_size}: rank must be in [0, world_size)")));
         }
-        let store: Arc<dyn Store> = Arc::new(PrefixStore::new("default_pg", store));
         let group_name = {
             let mut st = self.lock();
             st.hostname_hint = hint;
@@ -885,7 +888,8 @@ impl World {
         self.lock().default_pg.clone().ok_or_else(|| DistError::invalid(NOT_INITIALIZED))
     }
 
-    /// The default group's store (`_get_default_store`): `PrefixStore("0/", PrefixStore("default_pg", store))`.
+    /// The default group's store (`_get_default_store`): `PrefixStore("0/", store)` where `store`
+    /// is the user's store or `PrefixStore("default_pg", rendezvous store)`.
     ///
     /// # Errors
     /// Not initialized.
