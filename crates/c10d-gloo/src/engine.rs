@@ -103,6 +103,8 @@ pub(crate) struct Queue {
     pub coll_seq: u64,
     /// Set by abort/shutdown: the error every later op gets.
     pub stop: Option<DistError>,
+    /// Asks an idle worker to look at the engine again (work left by an inline driver).
+    pub kick: bool,
     /// The stop is an orderly shutdown: peers are told with a bye frame (else they see EOF,
     /// exactly as if this process had died).
     pub graceful: bool,
@@ -110,6 +112,8 @@ pub(crate) struct Queue {
 
 pub(crate) struct Shared {
     pub queue: Mutex<Queue>,
+    /// Signalled (with `queue` locked) when an idle worker should wake up.
+    pub cv: std::sync::Condvar,
     pub waker: Waker,
     pub initialized: AtomicBool,
     pub failed: Mutex<Option<DistError>>,
@@ -237,6 +241,25 @@ struct Unexpected {
     peer: usize,
     hdr: Header,
     data: Vec<u8>,
+}
+
+/// The worker thread: drives the engine while there is work, sleeps on the queue's condvar
+/// (not in epoll, so an inline driver owns the sockets alone) while there is none.
+pub(crate) fn worker_loop(engine: Arc<Mutex<Engine>>, shared: Arc<Shared>) {
+    loop {
+        {
+            let mut eng = lock(&engine);
+            if eng.drive_until_idle() {
+                eng.finish();
+                return;
+            }
+        }
+        let mut q = lock(&shared.queue);
+        while q.subs.is_empty() && q.stop.is_none() && !q.kick {
+            q = shared.cv.wait(q).unwrap_or_else(|e| e.into_inner());
+        }
+        q.kick = false;
+    }
 }
 
 /// Why a wait ended early.
@@ -370,19 +393,55 @@ impl Engine {
         Ok(())
     }
 
-    /// The worker thread's main loop.
-    pub(crate) fn run(mut self) {
+    /// Runs queued collectives and drives pending point-to-point traffic until nothing is left
+    /// to do. Returns true when the group is stopping (the caller then calls [`Engine::finish`]).
+    pub(crate) fn drive_until_idle(&mut self) -> bool {
         loop {
             self.drain();
             if self.stopping {
-                break;
+                return true;
             }
             if let Some(op) = self.pending.pop_front() {
                 self.run_coll(op);
                 continue;
             }
-            self.poll_once(None);
+            if self.has_pending_io() {
+                self.poll_once(None);
+                continue;
+            }
+            return false;
         }
+    }
+
+    /// Drives the engine on the calling thread until `done()` holds (the caller's own op
+    /// completed) or the group stops. Ops queued before it run first, in issue order.
+    pub(crate) fn drive_until(&mut self, done: impl Fn() -> bool) {
+        loop {
+            self.drain();
+            if self.stopping || done() {
+                return;
+            }
+            if let Some(op) = self.pending.pop_front() {
+                self.run_coll(op);
+                continue;
+            }
+            // Our op is queued behind nothing and not complete: cannot happen, but never spin.
+            self.poll_once(Some(Duration::from_millis(10)));
+        }
+    }
+
+    /// True while point-to-point ops are pending or frames wait to be written.
+    pub(crate) fn has_pending_io(&self) -> bool {
+        !self.pending.is_empty() || !self.p2p.is_empty() || self.peers.iter().flatten().any(|p| p.open && !p.tx.is_empty())
+    }
+
+    /// True once a stop was seen.
+    pub(crate) fn is_stopping(&self) -> bool {
+        self.stopping
+    }
+
+    /// Last act of the worker: say bye (orderly shutdown) and close every socket.
+    pub(crate) fn finish(&mut self) {
         if self.graceful {
             // Tell every peer we leave on purpose, and give the frames up to 1 s to go out.
             for p in 0..self.peers.len() {
@@ -403,6 +462,7 @@ impl Engine {
         // Close every socket now (peers see EOF at once).
         for p in self.peers.iter_mut().flatten() {
             let _ = p.stream.shutdown(std::net::Shutdown::Both);
+            p.open = false;
         }
     }
 
@@ -600,8 +660,8 @@ impl Engine {
             self.early[peer].pop_front();
         }
         if self.posted[peer].is_empty() {
+            let want = self.coll_header(info, step, len);
             if let Some(e) = self.early[peer].pop_front() {
-                let want = self.coll_header(info, step, len);
                 if matches(&want, &e.hdr) {
                     // SAFETY: the caller guarantees ptr/len is writable until the id is waited or
                     // cancelled; we copy right now.
@@ -611,6 +671,27 @@ impl Engine {
                     let err = self.mismatch_error(info, step, len, peer, &e.hdr);
                     self.fail_group(err, true);
                 }
+                return id;
+            }
+            // A frame being received into the early queue right now: redirect the rest of it
+            // into the posted buffer (after copying what already arrived).
+            let mut mismatch = None;
+            if let Some(Peer { rx: Rx::Payload { hdr, dest, got }, .. }) = self.peers[peer].as_mut() {
+                if let Dest::Early(v) = dest {
+                    if hdr.kind == Kind::Coll && hdr.coll_seq >= coll_cur {
+                        if matches(&want, hdr) {
+                            // SAFETY: as above; `got <= len` bytes already arrived.
+                            unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), ptr, *got) };
+                            *dest = Dest::Coll { id, ptr };
+                            return id;
+                        }
+                        mismatch = Some(*hdr);
+                    }
+                }
+            }
+            if let Some(h) = mismatch {
+                let err = self.mismatch_error(info, step, len, peer, &h);
+                self.fail_group(err, true);
                 return id;
             }
         }
@@ -790,7 +871,31 @@ impl Engine {
             }
             Dest::P2p { id, .. } => self.complete_p2p(id, Ok(()), Some(p)),
             Dest::Early(data) => self.early[p].push_back(Early { hdr: h, data }),
-            Dest::Unexpected(data) => self.unexpected.push_back(Unexpected { peer: p, hdr: h, data }),
+            Dest::Unexpected(data) => {
+                // A receive may have been posted while this frame was arriving.
+                let pos = self.p2p_recvs.iter().position(|id| {
+                    let r = &self.p2p[id];
+                    r.tag == h.tag && r.peer.is_none_or(|s| s == p)
+                });
+                match pos {
+                    Some(i) => {
+                        let id = self.p2p_recvs.remove(i);
+                        let (len, ptr, seq, op) = {
+                            let r = &self.p2p[&id];
+                            (r.len, r.ptr, r.seq, r.op)
+                        };
+                        if len == data.len() {
+                            // SAFETY: ptr/len is the leased output of the pending receive `id`.
+                            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), ptr, len) };
+                            self.complete_p2p(id, Ok(()), Some(p));
+                        } else {
+                            let e = self.p2p_size_error(seq, op, p, h.tag, len, data.len());
+                            self.complete_p2p(id, Err(e), Some(p));
+                        }
+                    }
+                    None => self.unexpected.push_back(Unexpected { peer: p, hdr: h, data }),
+                }
+            }
             Dest::ErrorText(t) => {
                 let e = DistError::backend(format!("{} reported: {}", self.id.peer_name(p), String::from_utf8_lossy(&t)));
                 self.fail_group(e, false);
@@ -1203,10 +1308,6 @@ impl Comm<'_> {
     /// Group size.
     pub(crate) fn size(&self) -> usize {
         self.eng.id.size
-    }
-    /// The running op.
-    pub(crate) fn info(&self) -> &OpInfo {
-        &self.info
     }
 
     /// An aligned scratch buffer of `len` bytes (contents unspecified), reused across ops.

@@ -27,7 +27,7 @@ mod wire;
 
 pub use options::{AllreduceAlgorithm, BroadcastAlgorithm, GlooOptions};
 
-use engine::{lock, CollBody, CollOp, Comm, Connector, Engine, Ident, OpInfo, P2pOp, Queue, Shared, Submission, WAKER};
+use engine::{lock, worker_loop, CollBody, CollOp, Comm, Connector, Engine, Ident, OpInfo, P2pOp, Queue, Shared, Submission, WAKER};
 use c10d_core::reduce::{finalize, prescale, reduce_into};
 use c10d_core::*;
 use c10d_store::Store;
@@ -82,6 +82,7 @@ impl Algo {
 /// peer, a collective mismatch, abort) fail the `Work` with [`DistError::Backend`].
 pub struct ProcessGroupGloo {
     shared: Arc<Shared>,
+    engine: Arc<Mutex<Engine>>,
     id: Ident,
     group_desc: String,
     timeout: Mutex<Duration>,
@@ -192,7 +193,8 @@ impl ProcessGroupGloo {
         let poll = mio::Poll::new()?;
         let waker = mio::Waker::new(poll.registry(), WAKER)?;
         let shared = Arc::new(Shared {
-            queue: Mutex::new(Queue { subs: Default::default(), seq: 0, coll_seq: 0, stop: None, graceful: false }),
+            queue: Mutex::new(Queue { subs: Default::default(), seq: 0, coll_seq: 0, stop: None, kick: false, graceful: false }),
+            cv: std::sync::Condvar::new(),
             waker,
             initialized: Default::default(),
             failed: Mutex::new(None),
@@ -212,13 +214,15 @@ impl ProcessGroupGloo {
             };
             (Some(transport::connect_mesh(connector.store.as_ref(), &listener, &spec)?), None)
         };
-        let engine = Engine::new(shared.clone(), poll, id.clone(), streams, connector)?;
+        let engine = Arc::new(Mutex::new(Engine::new(shared.clone(), poll, id.clone(), streams, connector)?));
+        let (e2, s2) = (engine.clone(), shared.clone());
         let worker = std::thread::Builder::new()
             .name(format!("gloo-{}-r{rank}", opts.group_name))
-            .spawn(move || engine.run())
+            .spawn(move || worker_loop(e2, s2))
             .map_err(|e| DistError::backend(format!("ProcessGroupGloo: cannot start worker thread: {e}")))?;
         Ok(Arc::new(ProcessGroupGloo {
             shared,
+            engine,
             id,
             group_desc: opts.group_desc.clone(),
             timeout: Mutex::new(opts.timeout),
@@ -260,6 +264,7 @@ impl ProcessGroupGloo {
         outputs: &[Tensor],
         result: Vec<Tensor>,
         body: CollBody,
+        inline: bool,
     ) -> Result<Work> {
         let leases = TensorLeases::acquire(inputs, outputs).map_err(|e| e.with_prefix(&format!("ProcessGroupGloo::{}: ", op.name().to_lowercase())))?;
         let timeout = self.op_timeout(timeout);
@@ -279,7 +284,21 @@ impl ProcessGroupGloo {
         let info = OpInfo { coll_seq, seq, op, dtype, total };
         q.subs.push_back(Submission::Coll(CollOp { info, timeout, leases, body, completer }));
         drop(q);
-        self.wake();
+        if inline {
+            // A blocking call: run it on this thread when the engine is free (no thread hop).
+            if let Ok(mut eng) = self.engine.try_lock() {
+                eng.drive_until(|| work.is_completed());
+                let more = eng.has_pending_io() || eng.is_stopping();
+                drop(eng);
+                let mut q = lock(&self.shared.queue);
+                if more || !q.subs.is_empty() {
+                    q.kick = true;
+                    self.shared.cv.notify_one();
+                }
+                return Ok(work);
+            }
+        }
+        self.notify();
         Ok(work)
     }
 
@@ -316,11 +335,13 @@ impl ProcessGroupGloo {
         let dtype = tensors[0].dtype();
         q.subs.push_back(Submission::P2p(P2pOp { seq, op, peer, tag, dtype, timeout, leases, completer }));
         drop(q);
-        self.wake();
+        self.notify();
         Ok(work)
     }
 
-    fn wake(&self) {
+    /// Wakes the worker wherever it sleeps: on the condvar (idle) or in epoll (driving).
+    fn notify(&self) {
+        self.shared.cv.notify_one();
         if let Err(e) = self.shared.waker.wake() {
             log::error!("ProcessGroupGloo: waking the worker failed: {e}");
         }
@@ -334,7 +355,7 @@ impl ProcessGroupGloo {
                 q.graceful = graceful;
             }
         }
-        self.wake();
+        self.notify();
     }
 
     fn join(&self) {
@@ -423,7 +444,7 @@ impl Backend for ProcessGroupGloo {
             }
             Ok(())
         });
-        self.submit(OpType::Broadcast, t0.dtype(), t0.nbytes() as u64, opts.timeout, &[], tensors, tensors.to_vec(), body)
+        self.submit(OpType::Broadcast, t0.dtype(), t0.nbytes() as u64, opts.timeout, &[], tensors, tensors.to_vec(), body, !opts.async_op)
     }
 
     fn all_reduce(&self, tensors: &[Tensor], opts: &AllreduceOptions) -> Result<Work> {
@@ -437,7 +458,7 @@ impl Backend for ProcessGroupGloo {
         let dtype = tensors[0].dtype();
         check_op(OP, opts.reduce_op, dtype)?;
         let body = self.all_reduce_body(opts.reduce_op, dtype);
-        self.submit(OpType::Allreduce, dtype, tensors[0].nbytes() as u64, opts.timeout, &[], tensors, tensors.to_vec(), body)
+        self.submit(OpType::Allreduce, dtype, tensors[0].nbytes() as u64, opts.timeout, &[], tensors, tensors.to_vec(), body, !opts.async_op)
     }
 
     fn all_reduce_coalesced(&self, tensors: &[Tensor], opts: &AllreduceCoalescedOptions) -> Result<Work> {
@@ -475,7 +496,7 @@ impl Backend for ProcessGroupGloo {
             comm.put_scratch(s);
             Ok(())
         });
-        self.submit(OpType::AllreduceCoalesced, dtype, total as u64, opts.timeout, &[], tensors, tensors.to_vec(), body)
+        self.submit(OpType::AllreduceCoalesced, dtype, total as u64, opts.timeout, &[], tensors, tensors.to_vec(), body, !opts.async_op)
     }
 
     fn reduce(&self, tensors: &[Tensor], opts: &ReduceOptions) -> Result<Work> {
@@ -501,7 +522,7 @@ impl Backend for ProcessGroupGloo {
                 algo::reduce::reduce(comm, outs[0], rop.combine_op(), dtype, root)?;
                 finalize(rop, dtype, outs[0], n)
             });
-            self.submit(OpType::Reduce, dtype, total, opts.timeout, &[], tensors, tensors.to_vec(), body)
+            self.submit(OpType::Reduce, dtype, total, opts.timeout, &[], tensors, tensors.to_vec(), body, !opts.async_op)
         } else {
             let body: CollBody = Box::new(move |comm, ins, _outs| {
                 if matches!(rop, ReduceOp::PremulSum(_)) {
@@ -515,7 +536,7 @@ impl Backend for ProcessGroupGloo {
                     algo::reduce::contribute(comm, ins[0], root)
                 }
             });
-            self.submit(OpType::Reduce, dtype, total, opts.timeout, tensors, &[], tensors.to_vec(), body)
+            self.submit(OpType::Reduce, dtype, total, opts.timeout, tensors, &[], tensors.to_vec(), body, !opts.async_op)
         }
     }
 
@@ -541,7 +562,7 @@ impl Backend for ProcessGroupGloo {
         }
         let flat: Vec<Tensor> = outputs.iter().flatten().cloned().collect();
         let body: CollBody = Box::new(move |comm, ins, mut outs| algo::exchange::all_gather(comm, &ins, &mut outs));
-        self.submit(OpType::Allgather, inputs[0].dtype(), nbytes(inputs), opts.timeout, inputs, &flat, flat.clone(), body)
+        self.submit(OpType::Allgather, inputs[0].dtype(), nbytes(inputs), opts.timeout, inputs, &flat, flat.clone(), body, !opts.async_op)
     }
 
     fn all_gather_into_tensor(&self, output: &Tensor, input: &Tensor, opts: &AllgatherOptions) -> Result<Work> {
@@ -559,7 +580,7 @@ impl Backend for ProcessGroupGloo {
             algo::exchange::all_gather(comm, &ins, &mut parts)
         });
         let (i, o) = (std::slice::from_ref(input), std::slice::from_ref(output));
-        self.submit(OpType::AllgatherBase, input.dtype(), input.nbytes() as u64, opts.timeout, i, o, vec![output.clone()], body)
+        self.submit(OpType::AllgatherBase, input.dtype(), input.nbytes() as u64, opts.timeout, i, o, vec![output.clone()], body, !opts.async_op)
     }
 
     fn all_gather_coalesced(&self, outputs: &[Vec<Tensor>], inputs: &[Tensor], opts: &AllgatherOptions) -> Result<Work> {
@@ -590,7 +611,7 @@ impl Backend for ProcessGroupGloo {
         let flat: Vec<Tensor> = (0..inputs.len()).flat_map(|i| (0..n).map(move |p| (i, p))).map(|(i, p)| outputs[p][i].clone()).collect();
         let body: CollBody = Box::new(move |comm, ins, mut outs| algo::exchange::all_gather(comm, &ins, &mut outs));
         let result: Vec<Tensor> = outputs.iter().flatten().cloned().collect();
-        self.submit(OpType::AllgatherCoalesced, inputs[0].dtype(), nbytes(inputs), opts.timeout, inputs, &flat, result, body)
+        self.submit(OpType::AllgatherCoalesced, inputs[0].dtype(), nbytes(inputs), opts.timeout, inputs, &flat, result, body, !opts.async_op)
     }
 
     fn all_gather_into_tensor_coalesced(&self, outputs: &[Tensor], inputs: &[Tensor], opts: &AllgatherOptions) -> Result<Work> {
@@ -614,7 +635,7 @@ impl Backend for ProcessGroupGloo {
             let mut parts: Vec<&mut [u8]> = outs.into_iter().flat_map(|o| split_n(o, n)).collect();
             algo::exchange::all_gather(comm, &ins, &mut parts)
         });
-        self.submit(OpType::AllgatherCoalesced, inputs[0].dtype(), nbytes(inputs), opts.timeout, inputs, outputs, outputs.to_vec(), body)
+        self.submit(OpType::AllgatherCoalesced, inputs[0].dtype(), nbytes(inputs), opts.timeout, inputs, outputs, outputs.to_vec(), body, !opts.async_op)
     }
 
     fn gather(&self, outputs: &[Vec<Tensor>], inputs: &[Tensor], opts: &GatherOptions) -> Result<Work> {
@@ -640,14 +661,14 @@ impl Backend for ProcessGroupGloo {
             check_cpu(OP, &refs)?;
             check_same(OP, &outputs[0].iter().collect::<Vec<_>>(), input)?;
             let body: CollBody = Box::new(move |comm, ins, mut outs| algo::exchange::gather(comm, ins[0], &mut outs, root));
-            self.submit(OpType::Gather, dtype, total, opts.timeout, inputs, &outputs[0], outputs[0].clone(), body)
+            self.submit(OpType::Gather, dtype, total, opts.timeout, inputs, &outputs[0], outputs[0].clone(), body, !opts.async_op)
         } else {
             if !outputs.is_empty() {
                 return Err(inval(OP, "requires empty output on non-root"));
             }
             check_cpu(OP, &[input])?;
             let body: CollBody = Box::new(move |comm, ins, mut outs| algo::exchange::gather(comm, ins[0], &mut outs, root));
-            self.submit(OpType::Gather, dtype, total, opts.timeout, inputs, &[], Vec::new(), body)
+            self.submit(OpType::Gather, dtype, total, opts.timeout, inputs, &[], Vec::new(), body, !opts.async_op)
         }
     }
 
@@ -673,14 +694,14 @@ impl Backend for ProcessGroupGloo {
             check_cpu(OP, &refs)?;
             check_same(OP, &inputs[0].iter().collect::<Vec<_>>(), out)?;
             let body: CollBody = Box::new(move |comm, ins, mut outs| algo::exchange::scatter(comm, &ins, outs[0], root));
-            self.submit(OpType::Scatter, dtype, total, opts.timeout, &inputs[0], outputs, outputs.to_vec(), body)
+            self.submit(OpType::Scatter, dtype, total, opts.timeout, &inputs[0], outputs, outputs.to_vec(), body, !opts.async_op)
         } else {
             if !inputs.is_empty() {
                 return Err(inval(OP, "requires empty input on non-root"));
             }
             check_cpu(OP, &[out])?;
             let body: CollBody = Box::new(move |comm, ins, mut outs| algo::exchange::scatter(comm, &ins, outs[0], root));
-            self.submit(OpType::Scatter, dtype, total, opts.timeout, &[], outputs, outputs.to_vec(), body)
+            self.submit(OpType::Scatter, dtype, total, opts.timeout, &[], outputs, outputs.to_vec(), body, !opts.async_op)
         }
     }
 
@@ -708,7 +729,7 @@ impl Backend for ProcessGroupGloo {
         let (dtype, rop) = (out.dtype(), opts.reduce_op);
         check_op(OP, rop, dtype)?;
         let body: CollBody = Box::new(move |comm, ins, mut outs| reduce_scatter_body(comm, &ins, outs[0], rop, dtype, n));
-        self.submit(OpType::ReduceScatter, dtype, nbytes(&inputs[0]), opts.timeout, &inputs[0], outputs, outputs.to_vec(), body)
+        self.submit(OpType::ReduceScatter, dtype, nbytes(&inputs[0]), opts.timeout, &inputs[0], outputs, outputs.to_vec(), body, !opts.async_op)
     }
 
     fn reduce_scatter_tensor(&self, output: &Tensor, input: &Tensor, opts: &ReduceScatterOptions) -> Result<Work> {
@@ -728,7 +749,7 @@ impl Backend for ProcessGroupGloo {
             reduce_scatter_body(comm, &blocks, outs[0], rop, dtype, n)
         });
         let (i, o) = (std::slice::from_ref(input), std::slice::from_ref(output));
-        self.submit(OpType::ReduceScatterBase, dtype, input.nbytes() as u64, opts.timeout, i, o, vec![output.clone()], body)
+        self.submit(OpType::ReduceScatterBase, dtype, input.nbytes() as u64, opts.timeout, i, o, vec![output.clone()], body, !opts.async_op)
     }
 
     fn reduce_scatter_tensor_coalesced(&self, outputs: &[Tensor], inputs: &[Tensor], opts: &ReduceScatterOptions) -> Result<Work> {
@@ -757,7 +778,7 @@ impl Backend for ProcessGroupGloo {
             }
             Ok(())
         });
-        self.submit(OpType::ReduceScatterBase, dtype, nbytes(inputs), opts.timeout, inputs, outputs, outputs.to_vec(), body)
+        self.submit(OpType::ReduceScatterBase, dtype, nbytes(inputs), opts.timeout, inputs, outputs, outputs.to_vec(), body, !opts.async_op)
     }
 
     fn all_to_all_single(
@@ -799,7 +820,7 @@ impl Backend for ProcessGroupGloo {
             algo::exchange::all_to_all(comm, &ib, &mut ob)
         });
         let (i, o) = (std::slice::from_ref(input), std::slice::from_ref(output));
-        self.submit(OpType::AlltoallBase, input.dtype(), input.nbytes() as u64, opts.timeout, i, o, vec![output.clone()], body)
+        self.submit(OpType::AlltoallBase, input.dtype(), input.nbytes() as u64, opts.timeout, i, o, vec![output.clone()], body, !opts.async_op)
     }
 
     fn all_to_all(&self, outputs: &[Tensor], inputs: &[Tensor], opts: &AllToAllOptions) -> Result<Work> {
@@ -818,19 +839,19 @@ impl Backend for ProcessGroupGloo {
             return Err(inval(OP, "input and output tensors must have the same type"));
         }
         let body: CollBody = Box::new(move |comm, ins, mut outs| algo::exchange::all_to_all(comm, &ins, &mut outs));
-        self.submit(OpType::Alltoall, dtype, nbytes(inputs), opts.timeout, inputs, outputs, outputs.to_vec(), body)
+        self.submit(OpType::Alltoall, dtype, nbytes(inputs), opts.timeout, inputs, outputs, outputs.to_vec(), body, !opts.async_op)
     }
 
     fn barrier(&self, opts: &BarrierOptions) -> Result<Work> {
         let body: CollBody = Box::new(move |comm, _ins, _outs| algo::barrier::dissemination(comm));
-        self.submit(OpType::Barrier, DType::U8, 0, opts.timeout, &[], &[], Vec::new(), body)
+        self.submit(OpType::Barrier, DType::U8, 0, opts.timeout, &[], &[], Vec::new(), body, !opts.async_op)
     }
 
     fn monitored_barrier(&self, opts: &BarrierOptions, wait_all_ranks: bool) -> Result<()> {
         let timeout = self.op_timeout(opts.timeout);
         let body: CollBody = Box::new(move |comm, _ins, _outs| algo::barrier::monitored(comm, timeout, wait_all_ranks));
         // The engine's own deadline must not pre-empt the barrier's reporting.
-        let w = self.submit(OpType::MonitoredBarrier, DType::U8, 0, Some(timeout + Duration::from_secs(5)), &[], &[], Vec::new(), body)?;
+        let w = self.submit(OpType::MonitoredBarrier, DType::U8, 0, Some(timeout + Duration::from_secs(5)), &[], &[], Vec::new(), body, true)?;
         w.wait()
     }
 

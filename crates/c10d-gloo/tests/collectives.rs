@@ -512,3 +512,50 @@ fn works_report_results_and_source() {
         assert!(w.result()[0].shares_storage_with(&t));
     });
 }
+
+#[test]
+fn blocking_calls_run_inline_and_mix_with_async_ops() {
+    for n in [1usize, 2, 3, 4] {
+        run_world(n, opts(), move |r, pg| {
+            let sync = AllreduceOptions { async_op: false, ..Default::default() };
+            for i in 0..200usize {
+                // Alternate: some async ops left in flight, then a blocking one behind them.
+                let a = Tensor::full((r + i) as i64, &[8]);
+                let wa = pg.all_reduce(&[a.clone()], &AllreduceOptions::default()).unwrap();
+                let b = Tensor::full(1i64, &[3]);
+                let wb = pg.all_reduce(&[b.clone()], &sync).unwrap();
+                wb.wait().unwrap();
+                assert!(wa.is_completed(), "earlier async op completes first");
+                wa.wait().unwrap();
+                assert_eq!(b.to_vec::<i64>().unwrap(), vec![n as i64; 3]);
+                assert_eq!(a.to_vec::<i64>().unwrap(), vec![(n * i + n * (n - 1) / 2) as i64; 8]);
+            }
+            let t = Tensor::full(r as f32, &[5]);
+            pg.broadcast(&[t.clone()], &BroadcastOptions { root_rank: n - 1, async_op: false, ..Default::default() }).unwrap().wait().unwrap();
+            assert_eq!(f32s(&t), vec![(n - 1) as f32; 5]);
+            pg.barrier(&BarrierOptions { async_op: false, ..Default::default() }).unwrap().wait().unwrap();
+        });
+    }
+    // Blocking collectives on one thread while another thread of the same rank does p2p.
+    run_world(2, opts(), |r, pg| {
+        let pg2 = pg.clone();
+        let h = std::thread::spawn(move || {
+            for i in 0..100i32 {
+                let t = Tensor::full(i, &[4]);
+                if r == 0 {
+                    pg2.send(&[t], 1, 5).unwrap().wait().unwrap();
+                } else {
+                    let b = Tensor::zeros(DType::I32, &[4]);
+                    pg2.recv(&[b.clone()], 0, 5).unwrap().wait().unwrap();
+                    assert_eq!(b.to_vec::<i32>().unwrap(), vec![i; 4]);
+                }
+            }
+        });
+        for _ in 0..100 {
+            let t = Tensor::full(1.0f32, &[64]);
+            pg.all_reduce(&[t.clone()], &AllreduceOptions { async_op: false, ..Default::default() }).unwrap().wait().unwrap();
+            assert_eq!(f32s(&t), vec![2.0; 64]);
+        }
+        h.join().unwrap();
+    });
+}
