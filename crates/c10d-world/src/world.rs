@@ -1005,6 +1005,15 @@ impl World {
         self.lock().groups.len()
     }
 
+    /// `_get_sequence_number_for_group(group)`: collectives (and, on the caller, p2p ops) issued
+    /// on the group's default backend so far (WORLD when `None`).
+    ///
+    /// # Errors
+    /// Not initialized.
+    pub fn get_sequence_number_for_group(&self, group: Option<&ProcessGroup>) -> Result<u64> {
+        Ok(self.group_or_default(group)?.sequence_number())
+    }
+
     /// The group counter used for names (`_world.group_count`).
     pub fn group_count(&self) -> usize {
         self.lock().group_count

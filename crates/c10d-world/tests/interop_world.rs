@@ -26,10 +26,12 @@ store = dist.TCPStore("127.0.0.1", port, world_size=2, is_master=False, timeout=
 dist.init_process_group("gloo", store=store, rank=1, world_size=2, timeout=t)
 g = dist.new_group([0, 1])
 h = dist.new_group([1])
+l = dist.new_group([0, 1], use_local_synchronization=True)
 ds = c10d._get_default_store()
 ds.set("from_py", b"hello from torch")
 got = ds.get("from_rs").decode()
 print("NAMES", dist.group.WORLD.group_name, g.group_name, h.group_name, got, flush=True)
+print("LOCAL", l.group_name, flush=True)
 ds.set("py_done", b"1")
 dist.destroy_process_group()
 "#;
@@ -58,7 +60,7 @@ fn rust_and_torch_share_world_layout() {
     let w = World::new();
     w.set_init_barrier(true);
     let gloo_opts = c10d_gloo::GlooOptions { lazy_init: true, ..Default::default() };
-    let res = (|| -> c10d_core::Result<(String, String, bool, String)> {
+    let res = (|| -> c10d_core::Result<(String, String, bool, String, String)> {
         w.init_process_group(InitOptions {
             backend: Some("gloo".into()),
             store: Some(store.clone()),
@@ -70,11 +72,15 @@ fn rust_and_torch_share_world_layout() {
         })?;
         let g = w.new_group(Some(&[0, 1]), GroupOptions { pg_options: Some(PgOptions { timeout: None, backend_specific: Some(Arc::new(gloo_opts.clone())) }), ..Default::default() })?;
         let h = w.new_group(Some(&[1]), GroupOptions::default())?;
+        // local synchronization: the store-based barrier runs on the group's own prefix store
+        // under the SHA-1 name, so it only completes when both sides hash alike.
+        let l = w.new_group(Some(&[0, 1]), GroupOptions { use_local_synchronization: true, pg_options: Some(PgOptions { timeout: None, backend_specific: Some(Arc::new(gloo_opts.clone())) }), ..Default::default() })?;
+        let lname = l.into_group()?.group_name().to_string();
         let ds = w.default_store()?;
         ds.set("from_rs", b"hello from rust")?;
         let got = String::from_utf8_lossy(&ds.get("from_py")?).to_string();
         ds.wait_timeout(&["py_done"], Duration::from_secs(60))?;
-        let names = (w.world_group()?.group_name().to_string(), g.into_group()?.group_name().to_string(), h.is_non_member(), got);
+        let names = (w.world_group()?.group_name().to_string(), g.into_group()?.group_name().to_string(), h.is_non_member(), got, lname);
         w.destroy_process_group(None)?;
         Ok(names)
     })();
@@ -96,6 +102,8 @@ fn rust_and_torch_share_world_layout() {
     let _ = child.wait();
     let names = res.unwrap_or_else(|e| panic!("rust rank failed: {e}\npython stdout: {out}\npython stderr: {err}"));
     assert!(status.is_some_and(|s| s.success()), "python failed: {out}\n{err}");
-    assert_eq!(names, ("0".to_string(), "1".to_string(), true, "hello from torch".to_string()));
+    let local = c10d_world::hash_ranks_to_str(&[0, 1], 3);
+    assert_eq!(names, ("0".to_string(), "1".to_string(), true, "hello from torch".to_string(), local.clone()));
+    assert!(out.contains(&format!("LOCAL {local}")), "{out}\n{err}");
     assert!(out.contains("NAMES 0 1 2 hello from rust"), "{out}\n{err}");
 }
