@@ -121,6 +121,10 @@ pub struct InitOptions {
     pub pg_options: Option<PgOptions>,
     /// Ignored, as in PyTorch (the default group is always named "0").
     pub group_name: Option<String>,
+    /// Environment lookup for `env://` (`MASTER_ADDR`, `MASTER_PORT`, `RANK`, `WORLD_SIZE`,
+    /// `TORCHELASTIC_USE_AGENT_STORE` ...); `None` = the process environment. Lets ranks that run
+    /// as threads use `env://` with their own variables.
+    pub env: Option<Arc<dyn Fn(&str) -> Option<String> + Send + Sync>>,
 }
 
 impl std::fmt::Debug for InitOptions {
@@ -346,9 +350,13 @@ impl World {
             }
             None => {
                 let url = opts.init_method.clone().unwrap_or_else(|| "env://".to_string());
-                let rdv = crate::rdv::rendezvous(&url, opts.rank, opts.world_size, timeout)?;
+                let env = |k: &str| match &opts.env {
+                    Some(f) => f(k),
+                    None => std::env::var(k).ok(),
+                };
+                let rdv = crate::rdv::rendezvous_with_env(&url, opts.rank, opts.world_size, timeout, &env)?;
                 rdv.store.set_timeout(timeout);
-                let hint = hostname_hint(&url);
+                let hint = hostname_hint(&url, &env);
                 // Only a store made by rendezvous is wrapped, as in PyTorch: a user's store is
                 // used as given.
                 let store: Arc<dyn Store> = Arc::new(PrefixStore::new("default_pg", rdv.store));
@@ -839,8 +847,10 @@ impl World {
         }
         let (creator, _) = config::creator_for(&helper_name)?;
         let mut hargs = args.clone();
-        hargs.store = Arc::new(PrefixStore::new(&args.group_name, args.store.clone()));
-        hargs.group_name = format!("{}_detail_helper", args.group_name);
+        // PyTorch: PrefixStore(f"pg_wrapper:{group_name}", backend store) for the helper group.
+        let prefix = format!("pg_wrapper:{}", args.group_name);
+        hargs.store = Arc::new(PrefixStore::new(&prefix, args.store.clone()));
+        hargs.group_name = prefix;
         hargs.device = "cpu".into();
         let helper = creator(&hargs)?.ok_or_else(|| DistError::invalid("ProcessGroupWrapper: helper backend creation returned no backend"))?;
         Ok(Arc::new(DetailWrapper::new(b, helper)))
@@ -1221,7 +1231,7 @@ fn warn_ignored_pg_timeout(o: &Option<PgOptions>) {
     }
 }
 
-fn hostname_hint(url: &str) -> Option<String> {
+fn hostname_hint(url: &str, env: &dyn Fn(&str) -> Option<String>) -> Option<String> {
     if let Some(rest) = url.strip_prefix("tcp://") {
         let host = rest.split(['/', '?']).next().unwrap_or("");
         let host = match host.rfind(':') {
@@ -1230,7 +1240,7 @@ fn hostname_hint(url: &str) -> Option<String> {
         };
         return Some(host.trim_start_matches('[').trim_end_matches(']').to_string());
     }
-    std::env::var("MASTER_ADDR").ok()
+    env("MASTER_ADDR")
 }
 
 /// SHA-1 hex of `"<ranks joined by _>_<counter>"` (`_hash_ranks_to_str`).

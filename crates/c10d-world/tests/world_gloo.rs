@@ -176,3 +176,51 @@ fn sequence_numbers_advance_per_collective() {
     });
     assert_eq!(out, vec![1, 2, 1]);
 }
+
+#[test]
+fn env_init_method_with_agent_store() {
+    use c10d_store::{ServerOptions, TcpStoreServer};
+    use std::collections::HashMap;
+    // As under c10drun/torchrun: a TcpStore server hosted outside the ranks, every rank a client.
+    let srv = TcpStoreServer::bind(ServerOptions { host: Some("127.0.0.1".into()), ..Default::default() }).unwrap();
+    let port = srv.port();
+    let hs: Vec<_> = (0..3)
+        .map(|r| {
+            std::thread::spawn(move || {
+                let vars: HashMap<&str, String> = [
+                    ("MASTER_ADDR", "127.0.0.1".to_string()),
+                    ("MASTER_PORT", port.to_string()),
+                    ("RANK", r.to_string()),
+                    ("WORLD_SIZE", "3".to_string()),
+                    ("TORCHELASTIC_USE_AGENT_STORE", "True".to_string()),
+                ]
+                .into_iter()
+                .collect();
+                let w = World::new();
+                w.init_process_group(InitOptions {
+                    backend: Some("gloo".into()),
+                    timeout: Some(Duration::from_secs(30)),
+                    env: Some(Arc::new(move |k: &str| vars.get(k).cloned())),
+                    ..Default::default()
+                })
+                .unwrap();
+                assert_eq!(w.init_method().as_deref(), Some("env://"));
+                assert_eq!(w.rank().unwrap(), r);
+                let t = Tensor::from_vec(vec![1i32 << r]);
+                w.all_reduce(&t, ReduceOp::Bor, None, false).unwrap();
+                // the rendezvous store is wrapped in PrefixStore("default_pg")
+                let ds = w.default_store().unwrap();
+                ds.set("k", b"v").unwrap();
+                c10d_store::store_barrier(ds.as_ref(), "end", 3, Duration::from_secs(60)).unwrap();
+                w.destroy_process_group(None).unwrap();
+                t.to_vec::<i32>().unwrap()[0]
+            })
+        })
+        .collect();
+    for h in hs {
+        assert_eq!(h.join().unwrap(), 7);
+    }
+    let client = c10d_store::TcpStore::new("127.0.0.1", port, c10d_store::TcpStoreOptions { wait_for_workers: false, ..Default::default() }).unwrap();
+    use c10d_store::Store;
+    assert!(client.check(&["default_pg/0//k"]).unwrap());
+}
