@@ -40,7 +40,7 @@ pub use config::{
 };
 pub use detail::{CollectiveFingerPrint, DetailWrapper};
 pub use world::{
-    get_node_local_rank, hash_ranks_to_str, is_torchelastic_launched, store_based_barrier, GroupMember, GroupOptions, InitOptions,
+    get_node_local_rank, hash_ranks_to_str, EnvLookup, is_torchelastic_launched, store_based_barrier, GroupMember, GroupOptions, InitOptions,
     PgOptions, SplitOptions, World, NON_GROUP_MEMBER_VALUE,
 };
 

@@ -99,6 +99,9 @@ impl std::fmt::Debug for PgOptions {
     }
 }
 
+/// An environment lookup: `Some(value)` for a set variable, `None` for an unset one.
+pub type EnvLookup = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
+
 /// Arguments of [`World::init_process_group`] (`torch.distributed.init_process_group`).
 #[derive(Clone, Default)]
 pub struct InitOptions {
@@ -124,7 +127,7 @@ pub struct InitOptions {
     /// Environment lookup for `env://` (`MASTER_ADDR`, `MASTER_PORT`, `RANK`, `WORLD_SIZE`,
     /// `TORCHELASTIC_USE_AGENT_STORE` ...); `None` = the process environment. Lets ranks that run
     /// as threads use `env://` with their own variables.
-    pub env: Option<Arc<dyn Fn(&str) -> Option<String> + Send + Sync>>,
+    pub env: Option<EnvLookup>,
 }
 
 impl std::fmt::Debug for InitOptions {
