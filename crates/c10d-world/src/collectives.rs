@@ -433,7 +433,12 @@ impl World {
     /// Not initialized; the barrier's failure (timeout, dead peer).
     pub fn barrier(&self, group: Option<&GroupMember>, async_op: bool, device_ids: Option<&[u32]>) -> Result<Option<Work>> {
         let Some(pg) = self.op_group(group, "barrier")? else { return Ok(None) };
-        let opts = BarrierOptions { device_ids: device_ids.map(|d| d.to_vec()).unwrap_or_default(), timeout: None, device: None, async_op };
+        // PyTorch: the first of `device_ids`, else the group's bound device, else its default.
+        let device = match device_ids.and_then(|d| d.first()) {
+            Some(&i) => Some(c10d_core::Device::Cuda(i)),
+            None => pg.bound_device_id(),
+        };
+        let opts = BarrierOptions { device_ids: device_ids.map(|d| d.to_vec()).unwrap_or_default(), timeout: None, device, async_op };
         let w = pg.barrier(&opts)?;
         self.launched(&pg, w, async_op)
     }
@@ -445,11 +450,12 @@ impl World {
     /// "Rank 1 failed to pass monitoredBarrier in 2000 ms" (rank 0), "Rank {r} successfully
     /// reached monitoredBarrier, but received errors while waiting for send/recv from rank 0.
     /// Please check rank 0 logs for faulty rank." (others); no CPU backend → "monitored_barrier
-    /// is only supported for GLOO backend.".
+    /// requires a group with a CPU-capable backend (e.g. GLOO).". A `None` timeout uses the
+    /// group backend's timeout (PyTorch uses the 30-min default regardless of the group's).
     pub fn monitored_barrier(&self, group: Option<&GroupMember>, timeout: Option<Duration>, wait_all_ranks: bool) -> Result<()> {
         let Some(pg) = self.op_group(group, "monitored_barrier")? else { return Ok(()) };
         if pg.backend(c10d_core::DeviceType::Cpu).is_err() {
-            return Err(DistError::invalid("monitored_barrier is only supported for GLOO backend."));
+            return Err(DistError::invalid("monitored_barrier requires a group with a CPU-capable backend (e.g. GLOO)."));
         }
         let opts = BarrierOptions { timeout, ..Default::default() };
         pg.monitored_barrier(&opts, wait_all_ranks)

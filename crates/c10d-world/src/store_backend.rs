@@ -3,7 +3,8 @@
 //! Each rank publishes its contribution under a per-collective key and reads the others', so
 //! it needs nothing but a [`Store`] and works for ranks-as-threads over a `HashStore` as well as
 //! for processes over a `TcpStore`. It is slow (every byte passes through the store) and meant for
-//! tests, for checking the world layer independently of a transport, and as a third-party
+//! tests, for checking the world layer independently of a transport (it also implements
+//! [`Backend::split`], so `split_group` takes the splitting path), and as a third-party
 //! backend example for [`crate::register_backend`]: it is *not* registered by default.
 //!
 //! Semantics follow [`Backend`]'s docs; ops run synchronously inside the call and return a
@@ -14,10 +15,10 @@
 use crate::config::BackendCreateArgs;
 use c10d_core::reduce::{finalize, prescale, reduce_into};
 use c10d_core::{
-    AllToAllOptions, AllgatherOptions, AllreduceOptions, Backend, BarrierOptions, BroadcastOptions, DeviceType, DistError,
+    AllToAllOptions, AllgatherOptions, AllreduceOptions, Backend, BackendOptions, BarrierOptions, BroadcastOptions, DeviceType, DistError,
     GatherOptions, OpType, ReduceOp, ReduceOptions, ReduceScatterOptions, Result, ScatterOptions, Tensor, Work,
 };
-use c10d_store::Store;
+use c10d_store::{PrefixStore, Store};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -569,6 +570,22 @@ impl Backend for StoreBackend {
             })
             .map_err(|e| DistError::backend(format!("StoreBackend: cannot spawn a receive thread: {e}")))?;
         Ok(w)
+    }
+
+    fn supports_splitting(&self) -> bool {
+        true
+    }
+
+    /// Members get a new `StoreBackend` over `PrefixStore("split:<group name>", store)` with
+    /// their position in `ranks` as rank; non-members get `None`. No communication is needed.
+    fn split(&self, ranks: &[usize], opts: &BackendOptions) -> Result<Option<Arc<dyn Backend>>> {
+        if ranks.iter().any(|&r| r >= self.size) {
+            return Err(DistError::invalid(format!("StoreBackend::split: ranks {ranks:?} out of range for size {}", self.size)));
+        }
+        let Some(me) = ranks.iter().position(|&r| r == self.rank) else { return Ok(None) };
+        let store: Arc<dyn Store> = Arc::new(PrefixStore::new(&format!("split:{}", opts.group_name), self.store.clone()));
+        let child: Arc<dyn Backend> = StoreBackend::new(store, me, ranks.len(), opts.timeout, &self.name)?;
+        Ok(Some(child))
     }
 
     fn abort(&self) {
