@@ -369,10 +369,11 @@ impl World {
         if rank >= world_size {
             return Err(DistError::invalid(format!("Invalid rank {rank} for world_size {world_size}: rank must be in [0, world_size)")));
         }
-        let group_name = {
+        let (group_name, count_before) = {
             let mut st = self.lock();
             st.hostname_hint = hint;
-            process_group_name(&mut st, &[], false)
+            let before = st.group_count;
+            (process_group_name(&mut st, &[], false), before)
         };
         let member = self.new_process_group_helper(NewPg {
             group_size: world_size,
@@ -387,7 +388,16 @@ impl World {
             pg_tag: None,
             device_id: opts.device_id,
             group_desc: "default_pg".to_string(),
-        })?;
+        });
+        let member = match member {
+            Ok(m) => m,
+            Err(e) => {
+                // Departure from PyTorch: a failed init does not consume a group name, so a retry
+                // names WORLD "0" again.
+                self.lock().group_count = count_before;
+                return Err(e);
+            }
+        };
         let pg = member.0.into_group().map_err(|_| DistError::invalid("Default process group creation returned a nonmember"))?;
         {
             let mut st = self.lock();

@@ -76,6 +76,36 @@ fn init_argument_errors() {
     let mut o = opts(&s, 0, 1);
     o.backend = Some("bogus".into());
     assert!(w.init_process_group(o).unwrap_err().to_string().contains("Unknown backend"));
+    let mut o = opts(&s, 0, 1);
+    o.backend = Some("cpu:store,".into());
+    assert!(w.init_process_group(o).unwrap_err().to_string().contains("Invalid device:backend pairing"));
+    // failed inits do not consume group names
+    w.init_process_group(opts(&s, 0, 1)).unwrap();
+    assert_eq!(w.world_group().unwrap().group_name(), "0");
+    w.destroy_process_group(None).unwrap();
+}
+
+#[test]
+fn mixed_backend_config_registers_one_backend_per_device() {
+    use c10d_core::DeviceType;
+    let out = run(2, |w, r| {
+        let g = w
+            .new_group(None, GroupOptions { backend: Some("CPU:store,CUDA:storex".into()), ..Default::default() })
+            .unwrap()
+            .into_group()
+            .unwrap();
+        assert_eq!(w.get_backend_config(Some(&g.clone().into())).unwrap(), "cpu:store,cuda:storex");
+        assert_eq!(w.get_backend(Some(&g.clone().into())).unwrap(), "cpu:store,cuda:storex");
+        // the accelerator's backend is the default of a mixed group
+        assert_eq!(g.default_device_type(), DeviceType::Cuda);
+        assert_eq!(g.backend(DeviceType::Cpu).unwrap().name(), "store");
+        assert_eq!(g.backend(DeviceType::Cuda).unwrap().name(), "storex");
+        // CPU tensors go to the cpu backend
+        let t = Tensor::from_vec(vec![r as u8 + 1]);
+        w.all_reduce(&t, ReduceOp::Sum, Some(&g.clone().into()), false).unwrap();
+        t.to_vec::<u8>().unwrap()[0]
+    });
+    assert_eq!(out, vec![3, 3]);
 }
 
 #[test]
