@@ -260,3 +260,34 @@ fn detail_without_helper_backend_errors() {
     let e = w.init_process_group(opts(&s, 0, 1)).unwrap_err();
     assert!(e.to_string().contains("ProcessGroupWrapper unsupported without GLOO backend"), "{e}");
 }
+
+#[test]
+fn detail_catches_more_op_pairs() {
+    let out = run_with(2, detail_setup, |w, r| {
+        // reduce vs barrier
+        let e1 = if r == 0 {
+            w.reduce(&Tensor::from_vec(vec![1i64; 2]), Some(0), ReduceOp::Sum, None, false, None).unwrap_err()
+        } else {
+            w.barrier(None, false, None).unwrap_err()
+        };
+        // _allgather_base vs _reduce_scatter_base
+        let e2 = if r == 0 {
+            w.all_gather_into_tensor(&Tensor::zeros(DType::F32, &[4]), &Tensor::zeros(DType::F32, &[2]), None, false).unwrap_err()
+        } else {
+            w.reduce_scatter_tensor(&Tensor::zeros(DType::F32, &[2]), &Tensor::zeros(DType::F32, &[4]), ReduceOp::Sum, None, false)
+                .unwrap_err()
+        };
+        // scatter with different output shapes
+        let out = if r == 0 { Tensor::zeros(DType::F32, &[2]) } else { Tensor::zeros(DType::F32, &[3]) };
+        let list = vec![Tensor::zeros(DType::F32, &[2]), Tensor::zeros(DType::F32, &[2])];
+        let e3 = w.scatter(&out, (r == 0).then_some(list.as_slice()), Some(0), None, false, None).unwrap_err();
+        (e1.to_string(), e2.to_string(), e3.to_string())
+    });
+    let (a, b, c) = &out[0];
+    assert!(a.contains("OpType=REDUCE, TensorShape=[2], TensorDtypes=Long"), "{a}");
+    assert!(a.contains("but Rank 1 is running collective: CollectiveFingerPrint(SequenceNumber=0OpType=BARRIER)"), "{a}");
+    assert!(a.contains("Op type: REDUCEvs BARRIER"), "{a}");
+    assert!(b.contains("Op type: _ALLGATHER_BASEvs _REDUCE_SCATTER_BASE"), "{b}");
+    assert!(c.contains("OpType=SCATTER") && c.contains("Tensor Tensor shapes: 2vs 3"), "{c}");
+    assert!(out[1].0.contains("Op type: BARRIERvs REDUCE"), "{}", out[1].0);
+}
