@@ -340,3 +340,32 @@ fn extended_api_creators_get_group_details() {
     let v = seen.lock().unwrap().clone();
     assert_eq!(v, vec![("0".to_string(), vec![], "cpu".to_string()), ("1".to_string(), vec![0], "cpu".to_string())]);
 }
+
+#[test]
+fn init_barrier_passes_when_all_ranks_arrive() {
+    let out = run_with(
+        3,
+        |w, _r| w.set_init_barrier(true),
+        |w, r| {
+            let g = grp(w, &[0, 2]);
+            let l = if r != 1 {
+                w.new_group(Some(&[0, 2]), GroupOptions { use_local_synchronization: true, ..Default::default() }).unwrap()
+            } else {
+                GroupMember::NonGroupMember
+            };
+            (g.is_non_member(), l.is_non_member())
+        },
+    );
+    assert_eq!(out, vec![(false, false), (true, true), (false, false)]);
+}
+
+#[test]
+fn node_local_rank_fallback() {
+    if std::env::var_os("LOCAL_RANK").is_some() {
+        println!("skipped: LOCAL_RANK is set in this environment");
+        return;
+    }
+    assert_eq!(c10d_world::get_node_local_rank(Some(3)).unwrap(), 3);
+    let e = c10d_world::get_node_local_rank(None).unwrap_err();
+    assert!(e.to_string().starts_with("LOCAL_RANK is not in the environment"), "{e}");
+}
