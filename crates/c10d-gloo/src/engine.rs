@@ -291,6 +291,9 @@ pub(crate) struct Engine {
     graceful: bool,
     /// Peers that said bye: EOF from them is expected; needing them later is an error.
     left: Vec<bool>,
+    /// Connections found broken during the current loss sweep.
+    lost: Vec<(usize, String)>,
+    sweeping: bool,
     pending: VecDeque<CollOp>,
     coll_cur: u64,
     cur: Option<OpInfo>,
@@ -337,6 +340,8 @@ impl Engine {
             stopping: false,
             graceful: false,
             left: vec![false; n],
+            lost: Vec::new(),
+            sweeping: false,
             pending: VecDeque::new(),
             coll_cur: 0,
             cur: None,
@@ -1012,10 +1017,29 @@ impl Engine {
         if self.left[p] {
             return;
         }
+        self.lost.push((p, why));
+        if self.sweeping {
+            return;
+        }
+        // When one process dies, others may die or exit because of it at nearly the same time;
+        // read every other socket up to what is already there, so that the error names every
+        // peer whose connection is gone (the dead one included, whichever we noticed first).
+        self.sweeping = true;
+        for q in 0..self.peers.len() {
+            if q != p && self.peers[q].as_ref().is_some_and(|x| x.open) {
+                self.on_readable(q);
+            }
+        }
+        self.sweeping = false;
+        let mut lost = std::mem::take(&mut self.lost);
+        lost.sort_by_key(|(q, _)| *q);
+        let names: Vec<String> = lost.iter().map(|(q, _)| self.id.peer_name(*q)).collect();
+        let whys: Vec<String> = lost.iter().map(|(q, w)| format!("rank {q}: {w}")).collect();
         let e = DistError::backend(format!(
-            "{}: connection to {} lost ({why}); the peer process died or left the group",
+            "{}: connection to {} lost ({}); the peer process died or left the group",
             self.ctx(),
-            self.id.peer_name(p)
+            names.join(", "),
+            whys.join("; ")
         ));
         self.fail_group(e, false);
     }

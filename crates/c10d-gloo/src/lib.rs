@@ -47,15 +47,13 @@ struct Algo {
 
 impl Algo {
     fn all_reduce(&self, comm: &mut Comm<'_>, buf: &mut [u8], op: ReduceOp, dtype: DType) -> Result<()> {
-        let ring = match self.allreduce {
-            AllreduceAlgorithm::Direct => false,
-            AllreduceAlgorithm::Ring => true,
-            AllreduceAlgorithm::Auto => buf.len() > self.small_allreduce,
-        };
-        if ring {
-            algo::allreduce::ring(comm, buf, op, dtype, self.chunk)
-        } else {
-            algo::allreduce::direct(comm, buf, op, dtype)
+        match self.allreduce {
+            AllreduceAlgorithm::Direct => algo::allreduce::direct(comm, buf, op, dtype),
+            AllreduceAlgorithm::Ring => algo::allreduce::ring(comm, buf, op, dtype, self.chunk),
+            AllreduceAlgorithm::AllPairs => algo::allreduce::all_pairs(comm, buf, op, dtype, self.chunk),
+            AllreduceAlgorithm::Auto if buf.len() <= self.small_allreduce => algo::allreduce::direct(comm, buf, op, dtype),
+            AllreduceAlgorithm::Auto if comm.size() <= 8 => algo::allreduce::all_pairs(comm, buf, op, dtype, self.chunk),
+            AllreduceAlgorithm::Auto => algo::allreduce::ring(comm, buf, op, dtype, self.chunk),
         }
     }
 

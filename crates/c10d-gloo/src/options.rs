@@ -8,7 +8,9 @@ use std::time::Duration;
 /// All-reduce algorithm choice (overridable for tests and benchmarks).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum AllreduceAlgorithm {
-    /// Chosen by message size and group size (see [`GlooOptions::small_allreduce_bytes`]).
+    /// Chosen by message size and group size: [`AllreduceAlgorithm::Direct`] up to
+    /// [`GlooOptions::small_allreduce_bytes`], above it [`AllreduceAlgorithm::AllPairs`] for
+    /// groups of up to 8 ranks and [`AllreduceAlgorithm::Ring`] for larger ones.
     #[default]
     Auto,
     /// Every rank sends its whole buffer to every other rank and reduces locally in rank order:
@@ -16,6 +18,9 @@ pub enum AllreduceAlgorithm {
     Direct,
     /// Pipelined ring reduce-scatter + all-gather: bandwidth-optimal for large messages.
     Ring,
+    /// Direct (all-pairs) reduce-scatter + all-gather, chunked: the ring's byte count in two
+    /// dependent phases instead of 2(n−1) steps.
+    AllPairs,
 }
 
 /// Broadcast algorithm choice.
@@ -63,6 +68,7 @@ pub struct GlooOptions {
     /// Chunk size of pipelined algorithms (ring, chain), in bytes.
     pub pipeline_chunk_bytes: usize,
     /// Kernel socket buffer size (SO_SNDBUF/SO_RCVBUF) in bytes; 0 keeps the kernel's autotuning.
+    /// Default 4 MiB: measured ~1.5x the busbw of autotuned loopback buffers at 16 MiB.
     pub socket_buffer_bytes: usize,
 }
 
@@ -80,8 +86,8 @@ impl Default for GlooOptions {
             broadcast_algorithm: BroadcastAlgorithm::Auto,
             small_allreduce_bytes: 64 * 1024,
             small_broadcast_bytes: 256 * 1024,
-            pipeline_chunk_bytes: 256 * 1024,
-            socket_buffer_bytes: 0,
+            pipeline_chunk_bytes: 1024 * 1024,
+            socket_buffer_bytes: 4 * 1024 * 1024,
         }
     }
 }

@@ -98,7 +98,7 @@ fn algo_opts(ar: AllreduceAlgorithm) -> GlooOptions {
 #[test]
 fn all_reduce_every_dtype_and_op() {
     for n in WORLDS {
-        for ar in [AllreduceAlgorithm::Direct, AllreduceAlgorithm::Ring] {
+        for ar in [AllreduceAlgorithm::Direct, AllreduceAlgorithm::Ring, AllreduceAlgorithm::AllPairs] {
             let fails = run_world(n, algo_opts(ar), move |r, pg| {
                 let mut fails = Vec::new();
                 for dtype in DType::ALL {
@@ -172,7 +172,8 @@ fn all_reduce_pytorch_patterns_and_multi_tensor() {
 #[test]
 fn all_reduce_coalesced_and_large_ring() {
     for n in [2usize, 3, 4] {
-        run_world(n, GlooOptions { pipeline_chunk_bytes: 4096, ..opts() }, move |r, pg| {
+        for ar in [AllreduceAlgorithm::Ring, AllreduceAlgorithm::AllPairs] {
+        run_world(n, GlooOptions { pipeline_chunk_bytes: 4096, allreduce_algorithm: ar, ..opts() }, move |r, pg| {
             let a = Tensor::full((r + 1) as f32, &[5]);
             let b = Tensor::full((r + 1) as f32, &[2, 3]);
             pg.all_reduce_coalesced(&[a.clone(), b.clone()], &AllreduceOptions::default()).unwrap().wait().unwrap();
@@ -191,6 +192,7 @@ fn all_reduce_coalesced_and_large_ring() {
                 assert_eq!(*x, want, "index {i}");
             }
         });
+        }
     }
 }
 

@@ -143,3 +143,82 @@ pub(crate) fn ring(comm: &mut Comm<'_>, buf: &mut [u8], op: ReduceOp, dtype: DTy
     comm.put_scratch(scratch);
     Ok(())
 }
+
+/// Direct reduce-scatter + all-gather on the full mesh ("all-pairs"), chunked.
+///
+/// Segment p of the buffer is reduced by rank p: every rank sends its copy of segment p to p
+/// (chunk by chunk), p folds the n contributions in rank order as each chunk arrives from
+/// everyone, and sends the final chunk straight back to every rank, which receives it in place.
+/// Each rank sends and receives 2(n−1)/n of the buffer, like the ring, but there are only two
+/// dependent phases instead of 2(n−1) steps, so a descheduled rank stalls nobody for long —
+/// what matters when ranks outnumber cores.
+///
+/// In-place receives are safe by causality: a final chunk of segment p can only arrive after
+/// p received our contribution to it, i.e. after our send of those bytes was written.
+pub(crate) fn all_pairs(comm: &mut Comm<'_>, buf: &mut [u8], op: ReduceOp, dtype: DType, chunk_bytes: usize) -> Result<()> {
+    let (r, n, len) = (comm.rank(), comm.size(), buf.len());
+    if n == 1 || len == 0 {
+        return Ok(());
+    }
+    let es = dtype.size();
+    let count = len / es;
+    let max_seg_elems = count.div_ceil(n);
+    let k_chunks = (max_seg_elems * es).div_ceil(chunk_bytes.max(es)).max(1);
+    let seg = |i: usize| part(count, n, i, es);
+    let chunk = |i: usize, k: usize| {
+        let sr = seg(i);
+        let c = part((sr.end - sr.start) / es, k_chunks, k, es);
+        sr.start + c.start..sr.start + c.end
+    };
+    let my = seg(r);
+    let my_len = my.len();
+    let mut scratch = comm.take_scratch(n * my_len);
+    let sp = scratch.bytes().as_mut_ptr();
+    let bp = buf.as_mut_ptr();
+    let peers: Vec<usize> = (0..n).filter(|p| *p != r).collect();
+    let mut rs_ids = vec![0u64; n * k_chunks];
+    // SAFETY (all posts and raw slices below): `buf` and `scratch` outlive every post; a
+    // receive's bytes are only read after its id was waited on; sends read bytes nobody writes
+    // until they are written (by causality, see above); `Comm` detaches leftovers on error.
+    unsafe {
+        for &p in &peers {
+            for k in 0..k_chunks {
+                let c = chunk(r, k);
+                rs_ids[p * k_chunks + k] = comm.post_recv(p, k as u32, sp.add(p * my_len + (c.start - my.start)), c.len());
+            }
+        }
+        for &p in &peers {
+            for k in 0..k_chunks {
+                let c = chunk(p, k);
+                comm.post_recv(p, (1 << 31) | k as u32, bp.add(c.start), c.len());
+            }
+        }
+        for k in 0..k_chunks {
+            for &p in &peers {
+                let c = chunk(p, k);
+                comm.post_send(p, k as u32, bp.add(c.start), c.len());
+            }
+        }
+        for k in 0..k_chunks {
+            let ids: Vec<u64> = peers.iter().map(|p| rs_ids[p * k_chunks + k]).collect();
+            comm.wait(&ids)?;
+            let c = chunk(r, k);
+            let lo = c.start - my.start;
+            let slot = |q: usize| std::slice::from_raw_parts(sp.add(q * my_len + lo), c.len());
+            let acc = std::slice::from_raw_parts_mut(bp.add(c.start), c.len());
+            if r != 0 {
+                std::ptr::copy_nonoverlapping(acc.as_ptr(), sp.add(r * my_len + lo), c.len());
+                acc.copy_from_slice(slot(0));
+            }
+            for q in 1..n {
+                reduce_into(op, dtype, acc, slot(q))?;
+            }
+            for &p in &peers {
+                comm.post_send(p, (1 << 31) | k as u32, bp.add(c.start), c.len());
+            }
+        }
+    }
+    comm.wait_all()?;
+    comm.put_scratch(scratch);
+    Ok(())
+}

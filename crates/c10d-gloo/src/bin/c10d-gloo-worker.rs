@@ -47,6 +47,7 @@ fn connect(m: &HashMap<String, String>) -> (Arc<ProcessGroupGloo>, usize, usize)
     let algo = match m.get("algo").map(String::as_str) {
         Some("direct") => AllreduceAlgorithm::Direct,
         Some("ring") => AllreduceAlgorithm::Ring,
+        Some("allpairs") => AllreduceAlgorithm::AllPairs,
         _ => AllreduceAlgorithm::Auto,
     };
     let opts = GlooOptions {
