@@ -139,7 +139,7 @@ fn gloo_detail_names_a_rank_that_never_arrives() {
                     store: Some(s),
                     world_size: Some(2),
                     rank: Some(r),
-                    timeout: Some(Duration::from_secs(2)),
+                    timeout: Some(Duration::from_secs(3)),
                     ..Default::default()
                 })
                 .unwrap();
@@ -147,7 +147,7 @@ fn gloo_detail_names_a_rank_that_never_arrives() {
                     let t = Tensor::from_vec(vec![1.0f32; 2]);
                     Some(w.all_reduce(&t, ReduceOp::Sum, None, false).unwrap_err().to_string())
                 } else {
-                    std::thread::sleep(Duration::from_secs(4));
+                    std::thread::sleep(Duration::from_secs(6));
                     None
                 };
                 let _ = w.abort_process_group(None);
