@@ -161,6 +161,9 @@ pub struct GroupOptions {
     pub device_id: Option<Device>,
     /// Sort the ranks (default true); when false, list position = group rank.
     pub sort_ranks: bool,
+    /// An explicit group name (what PyTorch's private `_new_process_group_helper(group_name=..)`
+    /// takes); the counter still advances. `None` = the counter/SHA-1 name.
+    pub group_name: Option<String>,
 }
 
 impl Default for GroupOptions {
@@ -173,6 +176,7 @@ impl Default for GroupOptions {
             group_desc: None,
             device_id: None,
             sort_ranks: true,
+            group_name: None,
         }
     }
 }
@@ -427,7 +431,8 @@ impl World {
     /// [`DistError::InvalidArgument`]: not initialized; "ranks list must not contain duplicate
     /// entries, got [..]"; "the new group's world size should be less or equal to the world size
     /// set by init_process_group"; "Rank {r} is out of range. Valid ranks are 0 to {W-1}
-    /// (world_size={W})"; "Mismatched bound device between new pg and the default pg."; backend
+    /// (world_size={W})"; "Mismatched bound device between new pg and the default pg."; "The
+    /// specified group name has already been created, please use a different group name"; backend
     /// string and creation errors; the store-based barrier's timeout when enabled.
     pub fn new_group(&self, ranks: Option<&[usize]>, opts: GroupOptions) -> Result<GroupMember> {
         let ranks: Option<Vec<i64>> = ranks.map(|r| r.iter().map(|&x| x as i64).collect());
@@ -499,7 +504,8 @@ impl World {
         };
         let group_name = {
             let mut st = self.lock();
-            process_group_name(&mut st, &ranks, opts.use_local_synchronization)
+            let generated = process_group_name(&mut st, &ranks, opts.use_local_synchronization);
+            opts.group_name.clone().unwrap_or(generated)
         };
         let (member, pg_store) = self.new_process_group_helper(NewPg {
             group_size,

@@ -369,3 +369,16 @@ fn node_local_rank_fallback() {
     let e = c10d_world::get_node_local_rank(None).unwrap_err();
     assert!(e.to_string().starts_with("LOCAL_RANK is not in the environment"), "{e}");
 }
+
+#[test]
+fn explicit_group_name_reuse_is_refused() {
+    run(2, |w, _r| {
+        let o = GroupOptions { group_name: Some("mine".into()), ..Default::default() };
+        let g = w.new_group(Some(&[0, 1]), o.clone()).unwrap();
+        assert_eq!(g.group().unwrap().group_name(), "mine");
+        let e = w.new_group(Some(&[0, 1]), o).unwrap_err();
+        assert_eq!(e.to_string(), "The specified group name has already been created, please use a different group name");
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+        assert!(w.resolve_process_group("mine").unwrap().ptr_eq(g.group().unwrap()));
+    });
+}
