@@ -36,7 +36,7 @@
 //! partially sent frames are finished from a copy) and later frames of it are dropped, so the
 //! group stays usable.
 
-use crate::transport::{self, MeshSpec};
+use crate::transport::{self, Conn, MeshSpec};
 use crate::wire::{Header, Kind, HDR};
 use c10d_core::{DType, DistError, OpType, Result, TensorLeases, WorkCompleter};
 use c10d_store::Store;
@@ -148,6 +148,7 @@ pub(crate) struct Connector {
     pub listen_addr: std::net::IpAddr,
     pub timeout: Duration,
     pub socket_buffer_bytes: usize,
+    pub local_unix_sockets: bool,
 }
 
 enum TxData {
@@ -202,8 +203,41 @@ enum Rx {
     Payload { hdr: Header, dest: Dest, got: usize },
 }
 
+/// A peer connection: TCP, or a Unix stream for a peer on the same host.
+enum Stream {
+    Tcp(mio::net::TcpStream),
+    Unix(mio::net::UnixStream),
+}
+
+impl Stream {
+    fn read(&self, b: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => (&*s).read(b),
+            Stream::Unix(s) => (&*s).read(b),
+        }
+    }
+    fn write_vectored(&self, iov: &[IoSlice<'_>]) -> std::io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => (&*s).write_vectored(iov),
+            Stream::Unix(s) => (&*s).write_vectored(iov),
+        }
+    }
+    fn shutdown(&self) {
+        let _ = match self {
+            Stream::Tcp(s) => s.shutdown(std::net::Shutdown::Both),
+            Stream::Unix(s) => s.shutdown(std::net::Shutdown::Both),
+        };
+    }
+    fn source(&mut self) -> &mut dyn mio::event::Source {
+        match self {
+            Stream::Tcp(s) => s,
+            Stream::Unix(s) => s,
+        }
+    }
+}
+
 struct Peer {
-    stream: mio::net::TcpStream,
+    stream: Stream,
     tx: VecDeque<TxMsg>,
     rx: Rx,
     stage: Box<[u8]>,
@@ -294,6 +328,8 @@ pub(crate) struct Engine {
     /// Connections found broken during the current loss sweep.
     lost: Vec<(usize, String)>,
     sweeping: bool,
+    /// Reusable buffers for early / unexpected frames.
+    spare: Vec<Vec<u8>>,
     pending: VecDeque<CollOp>,
     coll_cur: u64,
     cur: Option<OpInfo>,
@@ -327,7 +363,7 @@ impl Scratch {
 }
 
 impl Engine {
-    pub(crate) fn new(shared: Arc<Shared>, poll: Poll, id: Ident, streams: Option<Vec<Option<std::net::TcpStream>>>, connector: Option<Connector>) -> Result<Engine> {
+    pub(crate) fn new(shared: Arc<Shared>, poll: Poll, id: Ident, streams: Option<Vec<Option<Conn>>>, connector: Option<Connector>) -> Result<Engine> {
         let n = id.size;
         let mut e = Engine {
             shared,
@@ -342,6 +378,7 @@ impl Engine {
             left: vec![false; n],
             lost: Vec::new(),
             sweeping: false,
+            spare: Vec::new(),
             pending: VecDeque::new(),
             coll_cur: 0,
             cur: None,
@@ -360,12 +397,20 @@ impl Engine {
         Ok(e)
     }
 
-    fn install(&mut self, streams: Vec<Option<std::net::TcpStream>>) -> Result<()> {
+    fn install(&mut self, streams: Vec<Option<Conn>>) -> Result<()> {
         for (p, s) in streams.into_iter().enumerate() {
             if let Some(s) = s {
-                s.set_nonblocking(true)?;
-                let mut stream = mio::net::TcpStream::from_std(s);
-                self.poll.registry().register(&mut stream, Token(p), Interest::READABLE | Interest::WRITABLE)?;
+                let mut stream = match s {
+                    Conn::Tcp(t) => {
+                        t.set_nonblocking(true)?;
+                        Stream::Tcp(mio::net::TcpStream::from_std(t))
+                    }
+                    Conn::Unix(u) => {
+                        u.set_nonblocking(true)?;
+                        Stream::Unix(mio::net::UnixStream::from_std(u))
+                    }
+                };
+                self.poll.registry().register(stream.source(), Token(p), Interest::READABLE | Interest::WRITABLE)?;
                 self.peers[p] = Some(Peer {
                     stream,
                     tx: VecDeque::new(),
@@ -383,7 +428,7 @@ impl Engine {
 
     fn ensure_connected(&mut self) -> Result<()> {
         if let Some(c) = self.connector.take() {
-            let listener = transport::listen(c.listen_addr)?;
+            let listener = transport::listen(c.listen_addr, c.local_unix_sockets)?;
             transport::publish(c.store.as_ref(), self.id.rank, &listener)?;
             let spec = MeshSpec {
                 group_name: &self.id.group_name,
@@ -466,7 +511,7 @@ impl Engine {
         }
         // Close every socket now (peers see EOF at once).
         for p in self.peers.iter_mut().flatten() {
-            let _ = p.stream.shutdown(std::net::Shutdown::Both);
+            p.stream.shutdown();
             p.open = false;
         }
     }
@@ -609,6 +654,24 @@ impl Engine {
         }
     }
 
+    /// A buffer of `n` bytes for a frame that has no posted destination yet, reusing the
+    /// allocation of an earlier one (avoids page faults and munmap for every early frame).
+    fn spare_buf(&mut self, n: usize) -> Vec<u8> {
+        let mut v = match self.spare.iter().position(|b| b.capacity() >= n) {
+            Some(i) => self.spare.swap_remove(i),
+            None => Vec::new(),
+        };
+        v.clear();
+        v.resize(n, 0);
+        v
+    }
+
+    fn recycle(&mut self, v: Vec<u8>) {
+        if v.capacity() >= 4096 && self.spare.len() < 16 {
+            self.spare.push(v);
+        }
+    }
+
     fn new_id(&mut self) -> u64 {
         self.next_id += 1;
         self.next_id
@@ -662,7 +725,9 @@ impl Engine {
         }
         let coll_cur = self.coll_cur;
         while self.early[peer].front().is_some_and(|e| e.hdr.coll_seq < coll_cur) {
-            self.early[peer].pop_front();
+            if let Some(e) = self.early[peer].pop_front() {
+                self.recycle(e.data);
+            }
         }
         if self.posted[peer].is_empty() {
             let want = self.coll_header(info, step, len);
@@ -672,6 +737,7 @@ impl Engine {
                     // cancelled; we copy right now.
                     unsafe { std::ptr::copy_nonoverlapping(e.data.as_ptr(), ptr, len) };
                     self.done.insert(id);
+                    self.recycle(e.data);
                 } else {
                     let err = self.mismatch_error(info, step, len, peer, &e.hdr);
                     self.fail_group(err, true);
@@ -687,7 +753,10 @@ impl Engine {
                         if matches(&want, hdr) {
                             // SAFETY: as above; `got <= len` bytes already arrived.
                             unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), ptr, *got) };
-                            *dest = Dest::Coll { id, ptr };
+                            let old = std::mem::replace(dest, Dest::Coll { id, ptr });
+                            if let Dest::Early(v) = old {
+                                self.recycle(v);
+                            }
                             return id;
                         }
                         mismatch = Some(*hdr);
@@ -861,7 +930,7 @@ impl Engine {
                         return Dest::Discard;
                     }
                 }
-                Dest::Early(vec![0; n])
+                Dest::Early(self.spare_buf(n))
             }
         }
     }
@@ -936,7 +1005,7 @@ impl Engine {
                             iov.push(IoSlice::new(&d[from..]));
                         }
                     }
-                    (&peer.stream).write_vectored(&iov)
+                    peer.stream.write_vectored(&iov)
                 };
                 match res {
                     Ok(0) => {
@@ -1012,7 +1081,7 @@ impl Engine {
                 return;
             }
             peer.open = false;
-            let _ = self.poll.registry().deregister(&mut peer.stream);
+            let _ = self.poll.registry().deregister(peer.stream.source());
         }
         if self.left[p] {
             return;
@@ -1252,7 +1321,7 @@ fn read_step(peer: &mut Peer) -> ReadStep {
                 *got += k;
             } else if want >= DIRECT_READ && !matches!(dest, Dest::Discard) {
                 let d = dest_slice(dest, *got, want).expect("non-discard destination");
-                match (&peer.stream).read(d) {
+                match peer.stream.read(d) {
                     Ok(0) => return ReadStep::Lost("connection closed by peer".into()),
                     Ok(k) => *got += k,
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return ReadStep::Block,
@@ -1281,7 +1350,7 @@ fn fill_stage(peer: &mut Peer) -> ReadStep {
         peer.s1 -= peer.s0;
         peer.s0 = 0;
     }
-    match (&peer.stream).read(&mut peer.stage[peer.s1..]) {
+    match peer.stream.read(&mut peer.stage[peer.s1..]) {
         Ok(0) => ReadStep::Lost("connection closed by peer".into()),
         Ok(k) => {
             peer.s1 += k;

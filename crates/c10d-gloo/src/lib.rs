@@ -197,11 +197,17 @@ impl ProcessGroupGloo {
             initialized: Default::default(),
             failed: Mutex::new(None),
         });
-        let connector = Connector { store, listen_addr, timeout: opts.timeout, socket_buffer_bytes: opts.socket_buffer_bytes };
+        let connector = Connector {
+            store,
+            listen_addr,
+            timeout: opts.timeout,
+            socket_buffer_bytes: opts.socket_buffer_bytes,
+            local_unix_sockets: opts.local_unix_sockets,
+        };
         let (streams, connector) = if opts.lazy_init || size == 1 {
             (None, Some(connector))
         } else {
-            let listener = transport::listen(listen_addr)?;
+            let listener = transport::listen(listen_addr, opts.local_unix_sockets)?;
             transport::publish(connector.store.as_ref(), rank, &listener)?;
             let spec = transport::MeshSpec {
                 group_name: &opts.group_name,

@@ -70,6 +70,11 @@ pub struct GlooOptions {
     /// Kernel socket buffer size (SO_SNDBUF/SO_RCVBUF) in bytes; 0 keeps the kernel's autotuning.
     /// Default 4 MiB: measured ~1.5x the busbw of autotuned loopback buffers at 16 MiB.
     pub socket_buffer_bytes: usize,
+    /// Connect peers on the same host (same kernel boot id) through abstract Unix-domain
+    /// sockets instead of loopback TCP (Linux; falls back to TCP when unreachable). Same frames
+    /// and fault handling, about twice the throughput. Default on; `C10D_GLOO_TCP_ONLY=1` in
+    /// the environment or `false` here forces TCP.
+    pub local_unix_sockets: bool,
 }
 
 impl Default for GlooOptions {
@@ -88,6 +93,7 @@ impl Default for GlooOptions {
             small_broadcast_bytes: 256 * 1024,
             pipeline_chunk_bytes: 1024 * 1024,
             socket_buffer_bytes: 4 * 1024 * 1024,
+            local_unix_sockets: std::env::var("C10D_GLOO_TCP_ONLY").map(|v| v.trim() != "1").unwrap_or(true),
         }
     }
 }

@@ -71,10 +71,16 @@ fn ranks_as_processes_compute_correct_results() {
 
 #[test]
 fn killed_rank_fails_every_survivor_within_a_second() {
+    // Same-host Unix sockets (default) and plain TCP.
+    killed_rank_case("true");
+    killed_rank_case("false");
+}
+
+fn killed_rank_case(unix: &str) {
     let server = TcpStoreServer::bind(ServerOptions { host: Some("127.0.0.1".into()), port: 0, ..Default::default() }).unwrap();
     let n = 3;
     let victim = 1;
-    let (mut ranks, rx) = spawn("allreduce-loop", server.port(), n, &["--bytes", "4194304", "--timeout-s", "60"]);
+    let (mut ranks, rx) = spawn("allreduce-loop", server.port(), n, &["--bytes", "4194304", "--timeout-s", "60", "--unix", unix]);
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut ready = 0;
     while ready < n {

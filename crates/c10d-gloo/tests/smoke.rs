@@ -5,8 +5,9 @@ use common::*;
 
 #[test]
 fn allreduce_broadcast_barrier_small_worlds() {
-    for n in [1usize, 2, 3, 4] {
-        let res = run_world(n, opts(), move |r, pg| {
+    for (n, unix) in [(1usize, true), (2, true), (3, true), (4, true), (2, false), (3, false)] {
+        let o = c10d_gloo::GlooOptions { local_unix_sockets: unix, ..opts() };
+        let res = run_world(n, o, move |r, pg| {
             let t = Tensor::from_vec(vec![(r + 1) as f32; 1000]);
             pg.all_reduce(&[t.clone()], &AllreduceOptions::default()).unwrap().wait().unwrap();
             let b = Tensor::from_vec(vec![r as f64; 10]);

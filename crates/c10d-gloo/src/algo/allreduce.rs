@@ -147,8 +147,8 @@ pub(crate) fn ring(comm: &mut Comm<'_>, buf: &mut [u8], op: ReduceOp, dtype: DTy
 /// Direct reduce-scatter + all-gather on the full mesh ("all-pairs"), chunked.
 ///
 /// Segment p of the buffer is reduced by rank p: every rank sends its copy of segment p to p
-/// (chunk by chunk), p folds the n contributions in rank order as each chunk arrives from
-/// everyone, and sends the final chunk straight back to every rank, which receives it in place.
+/// (chunk by chunk), p folds the contributions (its own, then the others in rank order) as
+/// each chunk arrives from everyone, and sends the final chunk straight back to every rank, which receives it in place.
 /// Each rank sends and receives 2(n−1)/n of the buffer, like the ring, but there are only two
 /// dependent phases instead of 2(n−1) steps, so a descheduled rank stalls nobody for long —
 /// what matters when ranks outnumber cores.
@@ -172,7 +172,7 @@ pub(crate) fn all_pairs(comm: &mut Comm<'_>, buf: &mut [u8], op: ReduceOp, dtype
     };
     let my = seg(r);
     let my_len = my.len();
-    let mut scratch = comm.take_scratch(n * my_len);
+    let mut scratch = comm.take_scratch(n * my_len); // slot r unused
     let sp = scratch.bytes().as_mut_ptr();
     let bp = buf.as_mut_ptr();
     let peers: Vec<usize> = (0..n).filter(|p| *p != r).collect();
@@ -206,11 +206,9 @@ pub(crate) fn all_pairs(comm: &mut Comm<'_>, buf: &mut [u8], op: ReduceOp, dtype
             let lo = c.start - my.start;
             let slot = |q: usize| std::slice::from_raw_parts(sp.add(q * my_len + lo), c.len());
             let acc = std::slice::from_raw_parts_mut(bp.add(c.start), c.len());
-            if r != 0 {
-                std::ptr::copy_nonoverlapping(acc.as_ptr(), sp.add(r * my_len + lo), c.len());
-                acc.copy_from_slice(slot(0));
-            }
-            for q in 1..n {
+            // Fold order: own contribution, then the others in rank order. Fixed for segment r,
+            // and only rank r computes it, so every rank receives the same bits.
+            for &q in &peers {
                 reduce_into(op, dtype, acc, slot(q))?;
             }
             for &p in &peers {

@@ -53,7 +53,8 @@ fn connect(m: &HashMap<String, String>) -> (Arc<ProcessGroupGloo>, usize, usize)
     let opts = GlooOptions {
         timeout: Duration::from_secs(get(m, "timeout-s", 120)),
         allreduce_algorithm: algo,
-        socket_buffer_bytes: get(m, "sockbuf", 0),
+        socket_buffer_bytes: get(m, "sockbuf", GlooOptions::default().socket_buffer_bytes),
+        local_unix_sockets: get(m, "unix", GlooOptions::default().local_unix_sockets),
         pipeline_chunk_bytes: get(m, "chunk", GlooOptions::default().pipeline_chunk_bytes),
         small_allreduce_bytes: get(m, "small", GlooOptions::default().small_allreduce_bytes),
         ..Default::default()
