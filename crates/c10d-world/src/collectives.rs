@@ -329,6 +329,63 @@ impl World {
         self.launched(&pg, w, async_op)
     }
 
+    /// `gather_single(tensor, gather_tensor, dst, group, async_op, group_dst)` (alias
+    /// `gather_into_tensor`): on the root, `gather_tensor` (world-size × `tensor` elements, flat
+    /// or stacked) receives every rank's `tensor` in group-rank order; elsewhere it is ignored.
+    ///
+    /// # Errors
+    /// "gather_tensor must be specified on the destination rank"; a wrongly sized
+    /// `gather_tensor`; "tensors with different dtypes"; backend errors.
+    pub fn gather_single(&self, tensor: &Tensor, gather_tensor: Option<&Tensor>, dst: Option<usize>, group: Option<&GroupMember>, async_op: bool, group_dst: Option<usize>) -> Result<Option<Work>> {
+        let Some(pg) = self.op_group(group, "gather_single")? else { return Ok(None) };
+        let dst = if dst.is_none() && group_dst.is_none() { Some(0) } else { dst };
+        let root = self.group_rank_of(&pg, dst, group_dst)?;
+        let outputs = if root == pg.rank() {
+            let g = gather_tensor.ok_or_else(|| DistError::invalid("gather_tensor must be specified on the destination rank"))?;
+            ensure_same_dtype([tensor, g])?;
+            let n = pg.size();
+            if g.numel() != n * tensor.numel() {
+                return Err(DistError::invalid(format!(
+                    "gather_tensor must hold world_size ({n}) copies of tensor ({} elements each), but has {} elements",
+                    tensor.numel(),
+                    g.numel()
+                )));
+            }
+            let views = g.reshape(&[g.numel()])?.chunk(n)?;
+            vec![views.iter().map(|v| v.reshape(tensor.shape())).collect::<Result<Vec<_>>>()?]
+        } else {
+            Vec::new()
+        };
+        let w = pg.gather(&outputs, std::slice::from_ref(tensor), &GatherOptions { root_rank: root, timeout: None, async_op })?;
+        self.launched(&pg, w, async_op)
+    }
+
+    /// `gather_into_tensor`: alias of [`World::gather_single`].
+    ///
+    /// # Errors
+    /// As [`World::gather_single`].
+    pub fn gather_into_tensor(&self, tensor: &Tensor, gather_tensor: Option<&Tensor>, dst: Option<usize>, group: Option<&GroupMember>, async_op: bool, group_dst: Option<usize>) -> Result<Option<Work>> {
+        self.gather_single(tensor, gather_tensor, dst, group, async_op, group_dst)
+    }
+
+    /// `all_gather_single(output, input, group, async_op)`: alias of
+    /// [`World::all_gather_into_tensor`] (PyTorch 2.15's new name).
+    ///
+    /// # Errors
+    /// As [`World::all_gather_into_tensor`].
+    pub fn all_gather_single(&self, output: &Tensor, input: &Tensor, group: Option<&GroupMember>, async_op: bool) -> Result<Option<Work>> {
+        self.all_gather_into_tensor(output, input, group, async_op)
+    }
+
+    /// `reduce_scatter_single(output, input, op, group, async_op)`: alias of
+    /// [`World::reduce_scatter_tensor`] (PyTorch 2.15's new name).
+    ///
+    /// # Errors
+    /// As [`World::reduce_scatter_tensor`].
+    pub fn reduce_scatter_single(&self, output: &Tensor, input: &Tensor, op: ReduceOp, group: Option<&GroupMember>, async_op: bool) -> Result<Option<Work>> {
+        self.reduce_scatter_tensor(output, input, op, group, async_op)
+    }
+
     /// `scatter(tensor, scatter_list, src, group, async_op, group_src)`; root defaults to global 0.
     ///
     /// # Errors

@@ -252,6 +252,34 @@ pub fn all_gather_coalesced(outputs: &[Vec<Tensor>], inputs: &[Tensor], group: O
 pub fn gather(tensor: &Tensor, gather_list: Option<&[Tensor]>, dst: Option<usize>, group: Option<&GroupMember>, async_op: bool, group_dst: Option<usize>) -> Result<Option<Work>> {
     w().gather(tensor, gather_list, dst, group, async_op, group_dst)
 }
+/// [`World::gather_single`] on the global world.
+///
+/// # Errors
+/// See [`World::gather_single`].
+pub fn gather_single(tensor: &Tensor, gather_tensor: Option<&Tensor>, dst: Option<usize>, group: Option<&GroupMember>, async_op: bool, group_dst: Option<usize>) -> Result<Option<Work>> {
+    w().gather_single(tensor, gather_tensor, dst, group, async_op, group_dst)
+}
+/// [`World::gather_into_tensor`] on the global world.
+///
+/// # Errors
+/// See [`World::gather_single`].
+pub fn gather_into_tensor(tensor: &Tensor, gather_tensor: Option<&Tensor>, dst: Option<usize>, group: Option<&GroupMember>, async_op: bool, group_dst: Option<usize>) -> Result<Option<Work>> {
+    w().gather_into_tensor(tensor, gather_tensor, dst, group, async_op, group_dst)
+}
+/// [`World::all_gather_single`] on the global world.
+///
+/// # Errors
+/// See [`World::all_gather_into_tensor`].
+pub fn all_gather_single(output: &Tensor, input: &Tensor, group: Option<&GroupMember>, async_op: bool) -> Result<Option<Work>> {
+    w().all_gather_single(output, input, group, async_op)
+}
+/// [`World::reduce_scatter_single`] on the global world.
+///
+/// # Errors
+/// See [`World::reduce_scatter_tensor`].
+pub fn reduce_scatter_single(output: &Tensor, input: &Tensor, op: ReduceOp, group: Option<&GroupMember>, async_op: bool) -> Result<Option<Work>> {
+    w().reduce_scatter_single(output, input, op, group, async_op)
+}
 /// [`World::scatter`] on the global world.
 ///
 /// # Errors

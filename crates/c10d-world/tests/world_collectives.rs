@@ -291,3 +291,28 @@ fn detail_catches_more_op_pairs() {
     assert!(c.contains("OpType=SCATTER") && c.contains("Tensor Tensor shapes: 2vs 3"), "{c}");
     assert!(out[1].0.contains("Op type: BARRIERvs REDUCE"), "{}", out[1].0);
 }
+
+#[test]
+fn single_tensor_variants() {
+    let out = run(3, |w, r| {
+        let t = Tensor::from_vec_shaped(vec![r as i16; 4], &[2, 2]).unwrap();
+        // stacked output on the root, group rank given
+        let g = Tensor::zeros(DType::I16, &[3, 2, 2]);
+        w.gather_single(&t, (r == 1).then_some(&g), None, None, false, Some(1)).unwrap();
+        if r == 1 {
+            let e = w.gather_into_tensor(&t, None, Some(1), None, false, None).unwrap_err();
+            assert_eq!(e.to_string(), "gather_tensor must be specified on the destination rank");
+            let bad = Tensor::zeros(DType::I16, &[5]);
+            assert!(w.gather_into_tensor(&t, Some(&bad), Some(1), None, false, None).unwrap_err().to_string().contains("world_size (3)"));
+        }
+        let ag = Tensor::zeros(DType::I16, &[12]);
+        w.all_gather_single(&ag, &t, None, false).unwrap();
+        let rs = Tensor::zeros(DType::I16, &[4]);
+        w.reduce_scatter_single(&rs, &ag, ReduceOp::Sum, None, false).unwrap();
+        (g.to_vec::<i16>().unwrap(), ag.to_vec::<i16>().unwrap(), rs.to_vec::<i16>().unwrap())
+    });
+    assert_eq!(out[1].0, vec![0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2]);
+    assert_eq!(out[0].0, vec![0; 12]);
+    assert_eq!(out[2].1, vec![0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2]);
+    assert_eq!(out[2].2, vec![6, 6, 6, 6]);
+}

@@ -66,6 +66,12 @@ fn gloo_world_collectives_and_groups() {
         let y = Tensor::from_vec(vec![r as i32]);
         w.broadcast(&y, None, Some(&s), false, Some(0)).unwrap();
         w.monitored_barrier(None, Some(Duration::from_secs(10)), true).unwrap();
+        // gather into one tensor: disjoint views of one storage as gather outputs
+        let gt = Tensor::zeros(DType::I64, &[3, 2]);
+        w.gather_single(&Tensor::from_vec(vec![r as i64; 2]), (r == 2).then_some(&gt), Some(2), None, false, None).unwrap();
+        if r == 2 {
+            assert_eq!(gt.to_vec::<i64>().unwrap(), vec![0, 0, 1, 1, 2, 2]);
+        }
         let objs: Vec<String> = w.all_gather_object(&format!("rank{r}"), None).unwrap();
         assert_eq!(objs, vec!["rank0", "rank1", "rank2"]);
         w.barrier(None, false, None).unwrap();
