@@ -169,7 +169,7 @@ impl World {
                 if st.default_pg.is_none() {
                     return Err(DistError::invalid(NOT_INITIALIZED));
                 }
-                if st.entry(g).is_none() {
+                if st.entry(g).is_none() && !st.registry.values().any(|p| p.ptr_eq(g)) {
                     return Err(DistError::invalid(format!(
                         "Invalid process group specified: {g:?} is not registered (destroyed, or created by another World)"
                     )));

@@ -6,11 +6,11 @@
 //! 2. an all-gather of the fingerprints' lengths, then of the fingerprints (op type, sequence
 //!    number, tensor count, dtypes, device types, shapes) padded to the longest;
 //!
-//! and fails with PyTorch's text when any rank's fingerprint differs from this rank's:
-//! "Detected mismatch between collectives on ranks. Rank A is running collective:
-//! CollectiveFingerPrint(SequenceNumber=0, OpType=ALLREDUCE, TensorShape=[2], TensorDtypes=Float,
-//! TensorDeviceTypes=CPU), but Rank B is running collective: CollectiveFingerPrint(...).Collectives
-//! differ in the following aspects: ...". Departure from PyTorch: the real sequence number is
+//! and fails with PyTorch's text, e.g. `Detected mismatch between collectives on ranks. Rank 0 is
+//! running collective: CollectiveFingerPrint(SequenceNumber=0, OpType=ALLREDUCE,
+//! TensorShape=[2], TensorDtypes=Float, TensorDeviceTypes=CPU), but Rank 1 is running collective:
+//! CollectiveFingerPrint(...).Collectives differ in the following aspects: ...`. Departure from
+//! PyTorch: the real sequence number is
 //! printed (PyTorch prints 0), and a length mismatch is reported with both full fingerprints.
 //!
 //! Which tensors are fingerprinted follows PyTorch: inputs for most ops; outputs for scatter and

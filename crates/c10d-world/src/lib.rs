@@ -20,8 +20,25 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Departures from PyTorch are listed in the module docs where they occur (e.g. DETAIL prints
-//! real sequence numbers; a split of a backend without `split` support creates a fresh backend).
+//! ## Departures from PyTorch
+//!
+//! - Ranks are `usize`; functions that return −1 for non-members in PyTorch (`get_rank`,
+//!   `get_world_size`, `recv`) return `i64`. Groups are passed as `Option<&GroupMember>`
+//!   (`None` = WORLD).
+//! - An unknown single backend name fails at once with "Unknown backend ..." (PyTorch warns and
+//!   fails later at creation).
+//! - A failed `init_process_group` does not consume the WORLD name (PyTorch's counter stays at 1).
+//! - `split_group` on a backend without [`c10d_core::Backend::split`] (gloo here) creates a
+//!   fresh backend for the members instead of raising.
+//! - DETAIL fingerprints print the real sequence number (PyTorch prints 0) and device types as
+//!   "CPU"/"CUDA".
+//! - `monitored_barrier` without a timeout uses the group's timeout (PyTorch: 30 min always).
+//! - Object collectives serialise with `bincode` (PyTorch pickles), so they do not interoperate
+//!   with Python ranks; everything else in the store layout (the `default_pg` prefix of
+//!   rendezvous stores, `"<name>/"` group prefixes, `"<device>/"` backend prefixes, barrier keys,
+//!   SHA-1 group names) is PyTorch's and is checked against torch in `tests/interop_world.rs`.
+//! - This build has no accelerator: "undefined"/no backend means `cpu:gloo`; `"nccl"` is
+//!   registered but unavailable.
 
 pub mod collectives;
 pub mod config;

@@ -188,7 +188,7 @@ pub struct SplitOptions {
     pub timeout: Option<Duration>,
     /// Backend options for the child.
     pub pg_options: Option<PgOptions>,
-    /// Description; `None` = "<parent desc>:split:<n>".
+    /// Description; `None` = `"<parent desc>:split:<n>"`.
     pub group_desc: Option<String>,
     /// Keep only these device backends of the parent ("gloo", "cpu:gloo").
     pub backend: Option<String>,
