@@ -230,3 +230,36 @@ fn env_init_method_with_agent_store() {
     use c10d_store::Store;
     assert!(client.check(&["default_pg/0//k"]).unwrap());
 }
+
+#[test]
+fn set_timeout_and_recv_from_any_source() {
+    let out = run_gloo(3, |_| {}, |w, r| {
+        // recv without src returns the sender's global rank
+        let got = if r == 0 {
+            let mut senders = Vec::new();
+            for _ in 0..2 {
+                let t = Tensor::zeros(DType::I32, &[1]);
+                let from = w.recv(&t, None, None, 5, None).unwrap();
+                assert_eq!(t.to_vec::<i32>().unwrap()[0] as i64, from * 10);
+                senders.push(from);
+            }
+            senders.sort_unstable();
+            senders
+        } else {
+            w.send(&Tensor::from_vec(vec![r as i32 * 10]), Some(0), None, 5, None).unwrap();
+            Vec::new()
+        };
+        // dist.set_timeout on a live group: only rank 0 calls all_reduce and times out quickly
+        let err = if r == 0 {
+            w.set_timeout(Duration::from_millis(50), None).unwrap();
+            let t = Tensor::from_vec(vec![1.0f32]);
+            Some(w.all_reduce(&t, ReduceOp::Sum, None, false).unwrap_err().to_string())
+        } else {
+            None
+        };
+        (got, err)
+    });
+    assert_eq!(out[0].0, vec![1, 2]);
+    let e = out[0].1.as_ref().unwrap();
+    assert!(e.contains("Timed out waiting 50ms"), "{e}");
+}
