@@ -61,7 +61,7 @@ fn three_processes_over_env_init() {
         })
         .collect();
     let start = Instant::now();
-    let mut done = vec![None; 3];
+    let mut done = [None; 3];
     while done.iter().any(|d| d.is_none()) && start.elapsed() < Duration::from_secs(120) {
         for (i, k) in kids.iter_mut().enumerate() {
             if done[i].is_none() {
