@@ -82,7 +82,9 @@ fn bad_input_drops_only_that_connection() {
         assert!(t0.elapsed() < Duration::from_secs(15), "{name}: slow close");
         healthy(&good, name);
     }
-    // Truncated frames followed by a disconnect, many times.
+    // Truncated frames followed by a disconnect, many times; the server must not keep them.
+    let fds = || std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0);
+    let base = fds();
     for cut in 1..30 {
         let mut v = HELLO.to_vec();
         v.extend_from_slice(&[0x02, 3, 0, 0, 0, 0, 0, 0, 0, b'/', b'c', b's', 1, 0, 0, 0, 0, 0, 0, 0, b'x', 1, 0, 0, 0, 0, 0, 0, 0, b'y']);
@@ -91,6 +93,11 @@ fn bad_input_drops_only_that_connection() {
         drop(s);
     }
     healthy(&good, "truncated");
+    let t0 = Instant::now();
+    while fds() > base && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(fds() <= base, "server leaked connections: {} fds, baseline {base}", fds());
     assert_eq!(good.get("before").unwrap(), b"1");
 }
 

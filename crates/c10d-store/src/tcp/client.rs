@@ -55,6 +55,11 @@ struct Client {
     broken: Option<String>,
     desc: String,
     buf: Vec<u8>,
+    /// Received bytes not consumed yet (replies arrive strictly in request order, so reading
+    /// ahead is safe and saves a syscall per length-prefixed reply).
+    rbuf: Box<[u8]>,
+    rpos: usize,
+    rlen: usize,
 }
 
 fn err_broken(desc: &str, why: &str) -> DistError {
@@ -144,7 +149,16 @@ impl Client {
         let sock = sock.ok_or(Attempt::Connect(last))?;
         let _ = sock.set_nodelay(true);
         let desc = format!("({host}, {port})");
-        let mut c = Client { sock, rcvtimeo: None, broken: None, desc, buf: Vec::with_capacity(256) };
+        let mut c = Client {
+            sock,
+            rcvtimeo: None,
+            broken: None,
+            desc,
+            buf: Vec::with_capacity(256),
+            rbuf: vec![0u8; 16 * 1024].into_boxed_slice(),
+            rpos: 0,
+            rlen: 0,
+        };
         c.handshake(limit).map_err(Attempt::Handshake)?;
         Ok(c)
     }
@@ -204,33 +218,69 @@ impl Client {
         }
     }
 
-    /// Reads exactly `buf.len()` bytes with the current receive timeout (EINTR retried).
-    fn read_exact(&mut self, buf: &mut [u8]) -> Result<()> {
-        let mut got = 0;
-        while got < buf.len() {
-            match self.sock.read(&mut buf[got..]) {
-                Ok(0) => {
-                    let e = DistError::network(format!(
-                        "Failed to recv, got 0 bytes. Connection was likely closed. Did the remote server shutdown or crash? (server {})",
-                        self.desc
-                    ));
-                    return Err(self.fail(e));
+    fn eof_error(&mut self) -> DistError {
+        let e = DistError::network(format!(
+            "Failed to recv, got 0 bytes. Connection was likely closed. Did the remote server shutdown or crash? (server {})",
+            self.desc
+        ));
+        self.fail(e)
+    }
+
+    /// One `read` into the read-ahead buffer (which must be empty). `Ok(false)` = timed out.
+    fn fill(&mut self) -> Result<bool> {
+        debug_assert_eq!(self.rpos, self.rlen);
+        loop {
+            match self.sock.read(&mut self.rbuf) {
+                Ok(0) => return Err(self.eof_error()),
+                Ok(n) => {
+                    self.rpos = 0;
+                    self.rlen = n;
+                    return Ok(true);
                 }
-                Ok(n) => got += n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
-                    let e = DistError::network(format!(
-                        "Socket Timeout: no reply from the TCPStore server at {} within {}ms",
-                        self.desc,
-                        self.rcvtimeo.unwrap_or_default().as_millis()
-                    ));
-                    return Err(self.fail(e));
-                }
+                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => return Ok(false),
                 Err(e) => {
                     let e = DistError::network(format!("Failed to recv from the TCPStore server at {}: {e}", self.desc));
                     return Err(self.fail(e));
                 }
             }
+        }
+    }
+
+    /// Reads exactly `buf.len()` bytes with the current receive timeout (EINTR retried).
+    fn read_exact(&mut self, buf: &mut [u8]) -> Result<()> {
+        let mut got = 0;
+        while got < buf.len() {
+            if self.rpos == self.rlen {
+                if buf.len() - got >= self.rbuf.len() {
+                    // Large payload: read straight into the destination.
+                    match self.sock.read(&mut buf[got..]) {
+                        Ok(0) => return Err(self.eof_error()),
+                        Ok(n) => {
+                            got += n;
+                            continue;
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                        Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {}
+                        Err(e) => {
+                            let e = DistError::network(format!("Failed to recv from the TCPStore server at {}: {e}", self.desc));
+                            return Err(self.fail(e));
+                        }
+                    }
+                } else if self.fill()? {
+                    continue;
+                }
+                let e = DistError::network(format!(
+                    "Socket Timeout: no reply from the TCPStore server at {} within {}ms",
+                    self.desc,
+                    self.rcvtimeo.unwrap_or_default().as_millis()
+                ));
+                return Err(self.fail(e));
+            }
+            let n = (self.rlen - self.rpos).min(buf.len() - got);
+            buf[got..got + n].copy_from_slice(&self.rbuf[self.rpos..self.rpos + n]);
+            self.rpos += n;
+            got += n;
         }
         Ok(())
     }
@@ -270,29 +320,24 @@ impl Client {
             return Ok(None);
         }
         let deadline = Instant::now() + timeout;
+        let mut first = true;
         loop {
+            if self.rpos < self.rlen {
+                self.rpos += 1;
+                return Ok(Some(self.rbuf[self.rpos - 1]));
+            }
             let remaining = deadline.saturating_duration_since(Instant::now());
             if remaining.is_zero() {
                 return Ok(None);
             }
-            self.set_rcvtimeo(remaining)?;
-            let mut b = [0u8; 1];
-            match self.sock.read(&mut b) {
-                Ok(0) => {
-                    let e = DistError::network(format!(
-                        "Failed to recv, got 0 bytes. Connection was likely closed. Did the remote server shutdown or crash? (server {})",
-                        self.desc
-                    ));
-                    return Err(self.fail(e));
-                }
-                Ok(_) => return Ok(Some(b[0])),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => continue,
-                Err(e) => {
-                    let e = DistError::network(format!("Failed to recv from the TCPStore server at {}: {e}", self.desc));
-                    return Err(self.fail(e));
-                }
+            // The receive timeout already equals `timeout` in the common case (a store-timeout
+            // wait); re-arming it would cost a syscall for microseconds of accuracy.
+            if !(first && self.rcvtimeo == Some(timeout)) {
+                self.set_rcvtimeo(remaining)?;
             }
+            first = false;
+            // Timed out or interrupted (EINTR is retried inside) → loop re-checks the deadline.
+            self.fill()?;
         }
     }
 

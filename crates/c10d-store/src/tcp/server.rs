@@ -247,6 +247,8 @@ struct Conn {
     wait_keys: Vec<Vec<u8>>,
     /// Reading paused because too much output is pending.
     read_paused: bool,
+    /// Registered for WRITABLE (output could not be written completely).
+    want_write: bool,
 }
 
 /// Pending output above which the server stops reading a connection until it drains.
@@ -294,7 +296,9 @@ impl EventLoop {
                             self.flush_conn(id);
                         }
                         if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
-                            self.serve_conn(id, &mut buf);
+                            // With a FIN/error already signalled no further edge comes: read to EOF.
+                            let read_all = ev.is_read_closed() || ev.is_error();
+                            self.serve_conn(id, &mut buf, read_all);
                         }
                     }
                 }
@@ -311,7 +315,9 @@ impl EventLoop {
                     let _ = sock.set_nodelay(true);
                     let id = self.next_id;
                     self.next_id = (self.next_id + 1) % (usize::MAX - 16);
-                    if let Err(e) = self.poll.registry().register(&mut sock, Token(id), Interest::READABLE | Interest::WRITABLE) {
+                    // WRITABLE interest is added only while output is blocked (see flush_conn):
+                    // otherwise every ACK would wake the loop for nothing.
+                    if let Err(e) = self.poll.registry().register(&mut sock, Token(id), Interest::READABLE) {
                         log::warn!("c10d-store server: cannot register connection from {peer}: {e}");
                         continue;
                     }
@@ -328,6 +334,7 @@ impl EventLoop {
                             awaiting: 0,
                             wait_keys: Vec::new(),
                             read_paused: false,
+                            want_write: false,
                         },
                     );
                 }
@@ -366,8 +373,8 @@ impl EventLoop {
     }
 
     /// Reads and serves everything available on connection `id`.
-    fn serve_conn(&mut self, id: usize, buf: &mut [u8]) {
-        if let Err(f) = self.serve_inner(id, buf) {
+    fn serve_conn(&mut self, id: usize, buf: &mut [u8], read_all: bool) {
+        if let Err(f) = self.serve_inner(id, buf, read_all) {
             match f {
                 Fatal::Closed => self.close(id, ""),
                 Fatal::Error(e) => self.close(id, &e),
@@ -377,7 +384,7 @@ impl EventLoop {
         self.flush_conn(id);
     }
 
-    fn serve_inner(&mut self, id: usize, buf: &mut [u8]) -> std::result::Result<(), Fatal> {
+    fn serve_inner(&mut self, id: usize, buf: &mut [u8], read_all: bool) -> std::result::Result<(), Fatal> {
         loop {
             let Some(c) = self.conns.get_mut(&id) else { return Ok(()) };
             if c.out.len() - c.out_pos > OUT_HIGH_WATER {
@@ -411,6 +418,9 @@ impl EventLoop {
                     c.validated = true;
                 }
             }
+            // A short read drained the socket: on Linux an edge-triggered epoll reports the next
+            // arrival, so skip the read that would only return EAGAIN.
+            let drained = n < buf.len();
             loop {
                 let Some(c) = self.conns.get_mut(&id) else { return Ok(()) };
                 let req = match c.decoder.decode(&mut input) {
@@ -419,6 +429,9 @@ impl EventLoop {
                     Err(e) => return Err(Fatal::Error(format!("protocol error: {e}"))),
                 };
                 self.handle(id, req).map_err(Fatal::Error)?;
+            }
+            if drained && !read_all && cfg!(target_os = "linux") {
+                return Ok(());
             }
         }
     }
@@ -653,6 +666,7 @@ impl EventLoop {
     /// Writes pending output of `id`; resumes reading when it drains below the high-water mark.
     fn flush_conn(&mut self, id: usize) {
         let mut resume = false;
+        let registry = self.poll.registry();
         let res: std::result::Result<(), String> = (|| {
             let Some(c) = self.conns.get_mut(&id) else { return Ok(()) };
             while c.out_pos < c.out.len() {
@@ -674,6 +688,12 @@ impl EventLoop {
                 c.out.drain(..c.out_pos);
                 c.out_pos = 0;
             }
+            let pending = c.out_pos < c.out.len();
+            if pending != c.want_write {
+                let interest = if pending { Interest::READABLE | Interest::WRITABLE } else { Interest::READABLE };
+                registry.reregister(&mut c.sock, Token(id), interest).map_err(|e| format!("reregister failed: {e}"))?;
+                c.want_write = pending;
+            }
             resume = c.read_paused && c.out.len() - c.out_pos <= OUT_HIGH_WATER;
             Ok(())
         })();
@@ -681,7 +701,7 @@ impl EventLoop {
             self.close(id, &e);
         } else if resume {
             let mut buf = vec![0u8; CHUNK];
-            self.serve_conn(id, &mut buf);
+            self.serve_conn(id, &mut buf, true);
         }
     }
 }
