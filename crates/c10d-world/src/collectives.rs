@@ -623,6 +623,8 @@ impl World {
     /// recorded and launched at the end as one coalesced op (`allreduce_coalesced`,
     /// `allgather_into_tensor_coalesced`, `reduce_scatter_tensor_coalesced`); other ops run at
     /// once and their works are collected. With `async_ops == false` every work is waited for.
+    /// When the backend lacks the fused op ([`DistError::Unsupported`]), the recorded ops are
+    /// issued one by one instead.
     ///
     /// # Errors
     /// "Coalescing manager does not support fast-path coalescing of X, yet Y is still recorded in
@@ -651,7 +653,7 @@ impl World {
                     bad.name()
                 )));
             }
-            let w = match op0 {
+            let fused = match op0 {
                 CollOp::AllReduce(_, op) => {
                     let mut ts = Vec::new();
                     for o in &state.ops {
@@ -662,7 +664,7 @@ impl World {
                             ts.push(t.clone());
                         }
                     }
-                    pg.all_reduce_coalesced(&ts, &AllreduceOptions { reduce_op: *op, timeout: None, async_op: async_ops })?
+                    pg.all_reduce_coalesced(&ts, &AllreduceOptions { reduce_op: *op, timeout: None, async_op: async_ops })
                 }
                 CollOp::AllGatherIntoTensor(..) => {
                     let (mut outs, mut ins) = (Vec::new(), Vec::new());
@@ -672,7 +674,7 @@ impl World {
                             ins.push(inp.clone());
                         }
                     }
-                    pg.all_gather_into_tensor_coalesced(&outs, &ins, &AllgatherOptions { timeout: None, async_op: async_ops })?
+                    pg.all_gather_into_tensor_coalesced(&outs, &ins, &AllgatherOptions { timeout: None, async_op: async_ops })
                 }
                 CollOp::ReduceScatterTensor(_, _, op) => {
                     let (mut outs, mut ins) = (Vec::new(), Vec::new());
@@ -682,10 +684,27 @@ impl World {
                             ins.push(inp.clone());
                         }
                     }
-                    pg.reduce_scatter_tensor_coalesced(&outs, &ins, &ReduceScatterOptions { reduce_op: *op, timeout: None, async_op: async_ops })?
+                    pg.reduce_scatter_tensor_coalesced(&outs, &ins, &ReduceScatterOptions { reduce_op: *op, timeout: None, async_op: async_ops })
                 }
             };
-            works.push(w);
+            match fused {
+                Ok(w) => works.push(w),
+                // A backend without the fused op: issue the recorded ops one by one, in order
+                // (every rank takes the same branch, as the backend is the same everywhere).
+                Err(e) if e.kind() == c10d_core::ErrorKind::Unsupported => {
+                    for o in &state.ops {
+                        let w = match o {
+                            CollOp::AllReduce(t, op) => pg.all_reduce(std::slice::from_ref(t), &AllreduceOptions { reduce_op: *op, timeout: None, async_op: async_ops })?,
+                            CollOp::AllGatherIntoTensor(out, inp) => pg.all_gather_into_tensor(out, inp, &AllgatherOptions { timeout: None, async_op: async_ops })?,
+                            CollOp::ReduceScatterTensor(out, inp, op) => {
+                                pg.reduce_scatter_tensor(out, inp, &ReduceScatterOptions { reduce_op: *op, timeout: None, async_op: async_ops })?
+                            }
+                        };
+                        works.push(w);
+                    }
+                }
+                Err(e) => return Err(e),
+            }
         }
         let cm = CoalescingManager { works };
         if !async_ops {

@@ -421,6 +421,26 @@ impl Backend for StoreBackend {
         })
     }
 
+    fn reduce_scatter_tensor_coalesced(&self, outputs: &[Tensor], inputs: &[Tensor], opts: &ReduceScatterOptions) -> Result<Work> {
+        if outputs.len() != inputs.len() || outputs.iter().zip(inputs).any(|(o, i)| i.numel() != o.numel() * self.size || i.dtype() != o.dtype()) {
+            return Err(DistError::invalid("StoreBackend::reduce_scatter_tensor_coalesced: each input must be world size times its output"));
+        }
+        let (seq, cs) = self.begin(OpType::Coalesced)?;
+        let to = self.to(opts.timeout);
+        run(OpType::Coalesced, seq, outputs.to_vec(), || {
+            let all = self.exchange(cs, &Self::bytes_of(inputs)?, to, OpType::Coalesced, seq)?;
+            let mut off = 0;
+            for (out, inp) in outputs.iter().zip(inputs) {
+                let n = out.nbytes();
+                let parts: Vec<&[u8]> = all.iter().map(|b| &b[off + self.rank * n..off + (self.rank + 1) * n]).collect();
+                let res = self.reduce_blobs(opts.reduce_op, out.dtype(), &parts)?;
+                Self::write_concat(std::slice::from_ref(out), &res)?;
+                off += inp.nbytes();
+            }
+            Ok(())
+        })
+    }
+
     fn all_to_all(&self, outputs: &[Tensor], inputs: &[Tensor], opts: &AllToAllOptions) -> Result<Work> {
         if inputs.len() != self.size || outputs.len() != self.size {
             return Err(DistError::invalid("StoreBackend::alltoall: input/output tensor list size does not match world size"));

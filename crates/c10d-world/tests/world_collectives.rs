@@ -316,3 +316,101 @@ fn single_tensor_variants() {
     assert_eq!(out[2].1, vec![0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2]);
     assert_eq!(out[2].2, vec![6, 6, 6, 6]);
 }
+
+#[test]
+fn coalescing_manager_fast_paths_and_mixed_ops() {
+    let out = run(2, |w, r| {
+        let (i1, i2) = (Tensor::from_vec(vec![r as i32; 2]), Tensor::from_vec(vec![r as i32 + 10; 3]));
+        let (o1, o2) = (Tensor::zeros(DType::I32, &[4]), Tensor::zeros(DType::I32, &[6]));
+        w.coalescing_manager(None, false, || {
+            w.all_gather_into_tensor(&o1, &i1, None, false)?;
+            w.all_gather_into_tensor(&o2, &i2, None, false)
+        })
+        .unwrap();
+        let big = Tensor::from_vec(vec![1.0f32; 4]);
+        let small = Tensor::zeros(DType::F32, &[2]);
+        let (_, cm) = w.coalescing_manager(None, true, || w.reduce_scatter_tensor(&small, &big, ReduceOp::Avg, None, true)).unwrap();
+        assert_eq!(cm.works.len(), 1);
+        cm.wait().unwrap();
+        let a = Tensor::from_vec(vec![1.0f32]);
+        let e = w
+            .coalescing_manager(None, false, || {
+                w.all_reduce(&a, ReduceOp::Sum, None, false)?;
+                w.all_gather_into_tensor(&o1, &i1, None, false)
+            })
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "Coalescing manager does not support fast-path coalescing of all_reduce, yet all_gather_into_tensor is still recorded in coalescing manager."
+        );
+        // the World is usable afterwards
+        w.all_reduce(&a, ReduceOp::Sum, None, false).unwrap();
+        (o1.to_vec::<i32>().unwrap(), o2.to_vec::<i32>().unwrap(), small.to_vec::<f32>().unwrap(), a.to_vec::<f32>().unwrap())
+    });
+    assert_eq!(out[0].0, vec![0, 0, 1, 1]);
+    assert_eq!(out[1].1, vec![10, 10, 10, 11, 11, 11]);
+    assert_eq!(out[0].2, vec![1.0, 1.0]);
+    assert_eq!(out[0].3, vec![2.0]);
+}
+
+/// A backend with only all_reduce and barrier (no fused coalesced ops).
+struct NoFuse(std::sync::Arc<dyn c10d_core::Backend>);
+
+impl c10d_core::Backend for NoFuse {
+    fn name(&self) -> &str {
+        "nofuse"
+    }
+    fn rank(&self) -> usize {
+        self.0.rank()
+    }
+    fn size(&self) -> usize {
+        self.0.size()
+    }
+    fn device_type(&self) -> c10d_core::DeviceType {
+        self.0.device_type()
+    }
+    fn timeout(&self) -> std::time::Duration {
+        self.0.timeout()
+    }
+    fn set_timeout(&self, t: std::time::Duration) {
+        self.0.set_timeout(t)
+    }
+    fn all_reduce(&self, tensors: &[Tensor], opts: &c10d_core::AllreduceOptions) -> c10d_core::Result<c10d_core::Work> {
+        self.0.all_reduce(tensors, opts)
+    }
+    fn barrier(&self, opts: &c10d_core::BarrierOptions) -> c10d_core::Result<c10d_core::Work> {
+        self.0.barrier(opts)
+    }
+}
+
+#[test]
+fn coalescing_manager_falls_back_to_single_ops() {
+    use std::sync::Arc;
+    let inner = c10d_world::store_backend::StoreBackend::creator("inner");
+    c10d_world::register_backend(
+        "nofuse",
+        Arc::new(move |a: &c10d_world::BackendCreateArgs| {
+            let b = inner(a)?.expect("store backend");
+            let nf: Arc<dyn c10d_core::Backend> = Arc::new(NoFuse(b));
+            Ok(Some(nf))
+        }),
+        Some(&["cpu"]),
+        false,
+    );
+    let out = run(2, |w, r| {
+        let g = w.new_group(None, GroupOptions { backend: Some("nofuse".into()), ..Default::default() }).unwrap();
+        let (a, b) = (Tensor::from_vec(vec![r as i64 + 1]), Tensor::from_vec(vec![10i64; 2]));
+        let (_, cm) = w
+            .coalescing_manager(Some(&g), true, || {
+                w.all_reduce(&a, ReduceOp::Sum, Some(&g), false)?;
+                w.all_reduce(&b, ReduceOp::Sum, Some(&g), false)
+            })
+            .unwrap();
+        assert_eq!(cm.works.len(), 2, "one work per op when the backend cannot fuse");
+        cm.wait().unwrap();
+        let e = w.all_reduce_coalesced(&[a.clone()], ReduceOp::Sum, Some(&g), false).unwrap_err();
+        assert_eq!(e.to_string(), "Backend nofuse does not support allreduce_coalesced");
+        (a.to_vec::<i64>().unwrap(), b.to_vec::<i64>().unwrap())
+    });
+    assert_eq!(out[0], (vec![3], vec![20, 20]));
+}
