@@ -408,7 +408,7 @@ fn coalescing_manager_falls_back_to_single_ops() {
             .unwrap();
         assert_eq!(cm.works.len(), 2, "one work per op when the backend cannot fuse");
         cm.wait().unwrap();
-        let e = w.all_reduce_coalesced(&[a.clone()], ReduceOp::Sum, Some(&g), false).unwrap_err();
+        let e = w.all_reduce_coalesced(std::slice::from_ref(&a), ReduceOp::Sum, Some(&g), false).unwrap_err();
         assert_eq!(e.to_string(), "Backend nofuse does not support allreduce_coalesced");
         (a.to_vec::<i64>().unwrap(), b.to_vec::<i64>().unwrap())
     });
