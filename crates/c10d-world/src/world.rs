@@ -727,6 +727,24 @@ impl World {
             if !is_member {
                 return Ok(GroupMember::NonGroupMember);
             }
+            let store: Arc<dyn Store> = Arc::new(PrefixStore::new(&format!("{group_name}/"), default_store));
+            let child = if self.get_debug_level()? == DebugLevel::Detail {
+                let args = BackendCreateArgs {
+                    store: Arc::new(PrefixStore::new(&format!("{}/", child.device_type()), store.clone())),
+                    group_rank: child.rank(),
+                    group_size: child.size(),
+                    timeout,
+                    device: child.device_type().as_str().to_string(),
+                    group_name: group_name.clone(),
+                    group_desc: group_desc.clone(),
+                    global_ranks_in_group: global_ranks.clone(),
+                    pg_options: None,
+                    hostname_hint: self.lock().hostname_hint.clone(),
+                };
+                self.wrap_detail(child, &args)?
+            } else {
+                child
+            };
             let pg = ProcessGroup::new(child.rank(), child.size(), group_name.clone(), group_desc, parent.bound_device_id())?;
             pg.set_backend(child.device_type(), child.clone(), true);
             for (d, _) in &backend_config.device_backend_map {
@@ -736,7 +754,6 @@ impl World {
                     }
                 }
             }
-            let store: Arc<dyn Store> = Arc::new(PrefixStore::new(&format!("{group_name}/"), default_store));
             self.register_pg(GroupEntry {
                 pg: pg.clone(),
                 backend_name: backend_str,

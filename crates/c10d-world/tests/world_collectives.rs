@@ -414,3 +414,18 @@ fn coalescing_manager_falls_back_to_single_ops() {
     });
     assert_eq!(out[0], (vec![3], vec![20, 20]));
 }
+
+#[test]
+fn detail_checks_split_groups_too() {
+    let out = run_with(3, detail_setup, |w, r| {
+        let g = w.split_group(None, &[vec![0, 1], vec![2]], c10d_world::SplitOptions::default()).unwrap();
+        if r < 2 {
+            let t = if r == 0 { Tensor::zeros(DType::F32, &[2]) } else { Tensor::zeros(DType::F32, &[5]) };
+            Some(w.all_reduce(&t, ReduceOp::Sum, Some(&g), false).unwrap_err().to_string())
+        } else {
+            None
+        }
+    });
+    let e = out[0].as_ref().unwrap();
+    assert!(e.contains("Tensor Tensor shapes: 2vs 5"), "{e}");
+}
