@@ -103,7 +103,7 @@ fn raise_nofile() -> u64 {
             libc::setrlimit(libc::RLIMIT_NOFILE, &r);
         }
     }
-    r.rlim_cur as u64
+    r.rlim_cur
 }
 
 struct Proc(Child);
@@ -249,7 +249,7 @@ fn rendezvous(port: u16, n: usize, threads: usize, cap: Duration) -> Result<Rdv,
                 if verbose {
                     eprintln!("  thread 0: {mine} clients connected, added and waiting after {:?}", t0.elapsed());
                 }
-                while hit.load(Ordering::Relaxed) == false && joined.load(Ordering::Relaxed) < n {
+                while !hit.load(Ordering::Relaxed) && joined.load(Ordering::Relaxed) < n {
                     std::thread::sleep(Duration::from_millis(1));
                 }
                 if hit.load(Ordering::Relaxed) {
@@ -288,7 +288,7 @@ fn proc_cpu(pid: u32) -> Option<Duration> {
 }
 
 /// Runs `f` (returning pairs/s over `secs`) and also returns the server's CPU µs per pair.
-fn with_cpu(pid: u32, secs: f64, f: impl FnOnce() -> Option<f64>) -> (Option<f64>, Option<f64>) {
+fn with_cpu(pid: u32, secs: f64, f: impl FnOnce() -> Option<f64>) -> RateCpu {
     let c0 = proc_cpu(pid);
     let rate = f();
     let c1 = proc_cpu(pid);
@@ -298,6 +298,9 @@ fn with_cpu(pid: u32, secs: f64, f: impl FnOnce() -> Option<f64>) -> (Option<f64
     };
     (rate, per)
 }
+
+/// (pairs/s, server CPU µs per pair) of one measurement.
+type RateCpu = (Option<f64>, Option<f64>);
 
 fn fmt_rate(x: Option<f64>) -> String {
     x.map_or("n/a".into(), |v| format!("{v:.0}"))
@@ -333,7 +336,7 @@ fn main() {
     let our_pid = ours.0.id();
     let their_pid = theirs.as_ref().map(|(p, _)| p.0.id());
     let secs = args.seconds;
-    let mut rows: Vec<(String, (Option<f64>, Option<f64>), (Option<f64>, Option<f64>))> = Vec::new();
+    let mut rows: Vec<(String, RateCpu, RateCpu)> = Vec::new();
     for &n in &args.clients {
         eprintln!("rust clients: {n} ...");
         let o = with_cpu(our_pid, secs, || Some(rust_throughput(our_port, n, secs)));

@@ -110,7 +110,12 @@ impl Client {
             let remaining = deadline.saturating_duration_since(Instant::now());
             let attempt = Self::connect_once(host, port, remaining.max(Duration::from_millis(100)));
             let last = match attempt {
-                Ok(c) => return Ok(c),
+                Ok(c) => {
+                    // Later writes get the store timeout (the handshake used the connect budget).
+                    let io_t = if timeout.is_zero() { DEFAULT_STORE_TIMEOUT } else { timeout };
+                    c.sock.set_write_timeout(Some(io_t))?;
+                    return Ok(c);
+                }
                 Err(a) => a,
             };
             let remaining = deadline.saturating_duration_since(Instant::now());
@@ -427,7 +432,7 @@ impl TcpStore {
     /// `multi_tenant` reuses this process's server on that port; `master_listen_fd` adopts a
     /// bound socket). If binding fails while env `TORCHELASTIC_USE_AGENT_STORE` is truthy and
     /// `MASTER_PORT` equals `port`, the store becomes a plain client (torchrun agent store).
-    /// Then a client connects to `host:port` (hostname, IPv4, IPv6 or "[v6]") with exponential
+    /// Then a client connects to `host:port` (hostname, IPv4, IPv6 or `"[::1]"`) with exponential
     /// backoff until `timeout`.
     ///
     /// # Errors
