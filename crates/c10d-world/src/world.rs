@@ -1216,11 +1216,7 @@ impl World {
             drop(st);
             groups.sort_by(|a, b| b.pg.group_name().cmp(a.pg.group_name()));
             for g in groups {
-                if abort {
-                    g.pg.abort()
-                } else {
-                    g.pg.shutdown()
-                }
+                stop_backends(&g.pg, abort);
             }
         } else {
             st.groups.retain(|e| !e.pg.ptr_eq(&pg));
@@ -1232,13 +1228,27 @@ impl World {
                 st.registry.remove(&name);
             }
             drop(st);
-            if abort {
-                pg.abort()
-            } else {
-                pg.shutdown()
-            }
+            stop_backends(&pg, abort);
         }
         Ok(())
+    }
+}
+
+/// Shuts down (or aborts) each distinct backend of `pg` once: a backend serving several device
+/// types (gloo for cpu and cuda) is registered under each of them.
+fn stop_backends(pg: &ProcessGroup, abort: bool) {
+    let mut seen: Vec<*const ()> = Vec::new();
+    for (_, b) in pg.backends() {
+        let p = Arc::as_ptr(&b) as *const ();
+        if seen.contains(&p) {
+            continue;
+        }
+        seen.push(p);
+        if abort {
+            b.abort()
+        } else {
+            b.shutdown()
+        }
     }
 }
 

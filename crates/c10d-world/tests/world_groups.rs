@@ -382,3 +382,77 @@ fn explicit_group_name_reuse_is_refused() {
         assert!(w.resolve_process_group("mine").unwrap().ptr_eq(g.group().unwrap()));
     });
 }
+
+/// Records shutdown/abort calls with the group name the backend was created for.
+struct Spy {
+    inner: std::sync::Arc<dyn c10d_core::Backend>,
+    name: String,
+    log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl c10d_core::Backend for Spy {
+    fn name(&self) -> &str {
+        "spyshut"
+    }
+    fn rank(&self) -> usize {
+        self.inner.rank()
+    }
+    fn size(&self) -> usize {
+        self.inner.size()
+    }
+    fn device_type(&self) -> c10d_core::DeviceType {
+        self.inner.device_type()
+    }
+    fn timeout(&self) -> Duration {
+        self.inner.timeout()
+    }
+    fn set_timeout(&self, t: Duration) {
+        self.inner.set_timeout(t)
+    }
+    fn shutdown(&self) {
+        self.log.lock().unwrap().push(format!("shutdown {}", self.name));
+    }
+    fn abort(&self) {
+        self.log.lock().unwrap().push(format!("abort {}", self.name));
+    }
+}
+
+#[test]
+fn destroy_shuts_down_and_abort_aborts_in_reverse_name_order() {
+    use std::sync::{Arc, Mutex};
+    register();
+    let log: Arc<Mutex<Vec<String>>> = Arc::default();
+    let l2 = log.clone();
+    let inner = c10d_world::store_backend::StoreBackend::creator("inner");
+    c10d_world::register_backend(
+        "spyshut",
+        Arc::new(move |a: &c10d_world::BackendCreateArgs| {
+            let b: Arc<dyn c10d_core::Backend> = Arc::new(Spy { inner: inner(a)?.unwrap(), name: a.group_name.clone(), log: l2.clone() });
+            Ok(Some(b))
+        }),
+        Some(&["cpu"]),
+        true,
+    );
+    let s = store();
+    let w = World::new();
+    let mut o = opts(&s, 0, 1);
+    o.backend = Some("spyshut".into());
+    w.init_process_group(o.clone()).unwrap();
+    let g1 = grp(&w, &[0]);
+    let _g2 = grp(&w, &[0]);
+    w.destroy_process_group(Some(&g1)).unwrap();
+    assert_eq!(*log.lock().unwrap(), vec!["shutdown 1"]);
+    w.destroy_process_group(None).unwrap();
+    assert_eq!(*log.lock().unwrap(), vec!["shutdown 1", "shutdown 2", "shutdown 0"]);
+    log.lock().unwrap().clear();
+    let s2 = store();
+    o.store = Some(s2);
+    w.init_process_group(o).unwrap();
+    let g = grp(&w, &[0]);
+    w.abort_process_group(Some(&g)).unwrap();
+    let e = w.abort_process_group(Some(&g)).unwrap_err();
+    assert_eq!(e.to_string(), "Invalid process group specified or has been destroyed.");
+    w.abort_process_group(None).unwrap();
+    assert_eq!(*log.lock().unwrap(), vec!["abort 1", "abort 0"]);
+    assert!(!w.is_initialized());
+}
