@@ -860,10 +860,10 @@ impl Engine {
                 (_, None) => "; no data from any rank".to_string(),
             };
             let e = DistError::backend(format!(
-                "Timed out waiting {}ms for {op} (seq {seq}) on rank {}{who} (group {})",
+                "ProcessGroupGloo (group {}): Timed out waiting {}ms for {op} (seq {seq}) on rank {}{who}",
+                self.id.group_name,
                 timeout.as_millis(),
                 self.id.rank,
-                self.id.group_name
             ));
             self.complete_p2p(id, Err(e), None);
         }
@@ -1562,12 +1562,12 @@ impl Comm<'_> {
                     format!("; sends to rank(s) {} did not complete", list(&send))
                 };
                 DistError::backend(format!(
-                    "Timed out waiting {}ms for {} (seq {}) on rank {}{who} (group {})",
+                    "ProcessGroupGloo (group {}): Timed out waiting {}ms for {} (seq {}) on rank {}{who}",
+                    self.eng.id.group_name,
                     self.timeout.as_millis(),
                     self.info.op,
                     self.info.seq,
                     self.rank(),
-                    self.eng.id.group_name
                 ))
             }
         };

@@ -63,6 +63,24 @@ fn op_timeout_names_op_seq_rank_and_silent_peer() {
     for r in 0..2 {
         assert!(res[r].contains(&format!("Timed out waiting 200ms for ALLREDUCE (seq 0) on rank {r}; no data from rank(s) 2")), "{}", res[r]);
     }
+    assert!(res[0].contains(" Timed out "), "PyTorch's tests match ' (Timed out|closed|timeout) '");
+    // After a time-out the group stays usable: the late rank's frames of the failed op are
+    // dropped as stale and the next collective matches again.
+    run_world(2, opts(), |r, pg| {
+        let t = Tensor::full(1.0f32, &[1000]);
+        if r == 0 {
+            let o = AllreduceOptions { timeout: Some(Duration::from_millis(100)), ..Default::default() };
+            assert!(err_text(pg.all_reduce(&[t], &o)).contains("Timed out"));
+        } else {
+            std::thread::sleep(Duration::from_millis(400));
+            pg.all_reduce(&[t], &AllreduceOptions::default()).unwrap().wait().unwrap();
+        }
+        for i in 0..3 {
+            let t = Tensor::full((r + i) as f32, &[1000]);
+            pg.all_reduce(&[t.clone()], &AllreduceOptions::default()).unwrap().wait().unwrap();
+            assert_eq!(f32s(&t), vec![(1 + 2 * i) as f32; 1000]);
+        }
+    });
     // set_timeout applies to later ops; barrier too.
     let res = run_world(2, opts(), |r, pg| {
         if r == 1 {
