@@ -134,9 +134,17 @@ fn slow_reader_does_not_block_others() {
     s.set_nonblocking(true).unwrap();
     let mut req = HELLO.to_vec();
     let get = [0x03, 4, 0, 0, 0, 0, 0, 0, 0, b'/', b'b', b'i', b'g'];
-    for _ in 0..200 {
+    // 5000 GETs of 1 MiB = 5 GB of replies if the server buffered them all.
+    for _ in 0..5000 {
         req.extend_from_slice(&get);
     }
+    let rss = || {
+        std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok()))
+            .unwrap_or(0)
+    };
+    let rss0 = rss();
     // Writes 200 GETs of a 1 MiB value and never reads the replies.
     let mut off = 0;
     let t0 = Instant::now();
@@ -146,8 +154,10 @@ fn slow_reader_does_not_block_others() {
             Err(_) => std::thread::sleep(Duration::from_millis(10)),
         }
     }
-    std::thread::sleep(Duration::from_millis(200));
+    std::thread::sleep(Duration::from_millis(300));
     healthy(&good, "slow reader");
+    let grown_mb = rss().saturating_sub(rss0) / 1024;
+    assert!(grown_mb < 400, "server memory grew by {grown_mb} MiB for a reader that never reads");
     drop(s);
     healthy(&good, "slow reader gone");
 }

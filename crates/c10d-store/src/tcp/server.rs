@@ -78,6 +78,11 @@ impl Drop for ServerHandle {
 
 /// A standalone TCPStore server (PyTorch's `TCPServer`, libuv flavour). Serves until dropped or
 /// [`TcpStoreServer::stop`]ped; open connections are closed then.
+///
+/// Memory per connection is bounded: one request buffers at most max(4 × `max_payload`, 64 MiB)
+/// (bytes are stored as they arrive, never pre-allocated from a length field); when more than
+/// 16 MiB of replies wait for a slow reader, the server stops reading that connection until they
+/// drain; a single MULTI_GET reply larger than max(4 × `max_payload`, 256 MiB) drops it.
 pub struct TcpStoreServer {
     pub(crate) handle: Arc<ServerHandle>,
 }
@@ -219,6 +224,7 @@ pub(crate) fn start(listener: std::net::TcpListener, opts: &ServerOptions) -> Re
         queues: HashMap::new(),
         waiters: HashMap::new(),
         limits,
+        max_reply: opts.max_payload.saturating_mul(4).max(256 << 20),
         world_size: opts.world_size,
         stop: stop.clone(),
         dirty: Vec::new(),
@@ -249,6 +255,8 @@ struct Conn {
     read_paused: bool,
     /// Registered for WRITABLE (output could not be written completely).
     want_write: bool,
+    /// Received bytes not yet decoded because output backed up (≤ one read chunk).
+    pending_in: Vec<u8>,
 }
 
 /// Pending output above which the server stops reading a connection until it drains.
@@ -264,6 +272,8 @@ struct EventLoop {
     /// key → connection ids registered on it (duplicates allowed).
     waiters: HashMap<Vec<u8>, Vec<usize>>,
     limits: Limits,
+    /// Largest single reply (MULTI_GET) before the connection is dropped.
+    max_reply: usize,
     world_size: Option<usize>,
     stop: Arc<AtomicBool>,
     /// Connections that got output from someone else's request and need a flush.
@@ -335,6 +345,7 @@ impl EventLoop {
                             wait_keys: Vec::new(),
                             read_paused: false,
                             want_write: false,
+                            pending_in: Vec::new(),
                         },
                     );
                 }
@@ -385,6 +396,15 @@ impl EventLoop {
     }
 
     fn serve_inner(&mut self, id: usize, buf: &mut [u8], read_all: bool) -> std::result::Result<(), Fatal> {
+        // Input left over when output backed up is served first.
+        if let Some(c) = self.conns.get_mut(&id) {
+            if !c.pending_in.is_empty() {
+                let p = std::mem::take(&mut c.pending_in);
+                if self.process_input(id, &p)? {
+                    return Ok(());
+                }
+            }
+        }
         loop {
             let Some(c) = self.conns.get_mut(&id) else { return Ok(()) };
             if c.out.len() - c.out_pos > OUT_HIGH_WATER {
@@ -421,18 +441,32 @@ impl EventLoop {
             // A short read drained the socket: on Linux an edge-triggered epoll reports the next
             // arrival, so skip the read that would only return EAGAIN.
             let drained = n < buf.len();
-            loop {
-                let Some(c) = self.conns.get_mut(&id) else { return Ok(()) };
-                let req = match c.decoder.decode(&mut input) {
-                    Ok(Some(r)) => r,
-                    Ok(None) => break,
-                    Err(e) => return Err(Fatal::Error(format!("protocol error: {e}"))),
-                };
-                self.handle(id, req).map_err(Fatal::Error)?;
+            if self.process_input(id, input)? {
+                return Ok(());
             }
             if drained && !read_all && cfg!(target_os = "linux") {
                 return Ok(());
             }
+        }
+    }
+
+    /// Decodes and applies requests from `input`. When the connection's pending output passes
+    /// the high-water mark, the rest of `input` is kept (at most one read chunk) and `Ok(true)`
+    /// says reading is paused until the output drains.
+    fn process_input(&mut self, id: usize, mut input: &[u8]) -> std::result::Result<bool, Fatal> {
+        loop {
+            let Some(c) = self.conns.get_mut(&id) else { return Ok(true) };
+            if c.out.len() - c.out_pos > OUT_HIGH_WATER {
+                c.pending_in.extend_from_slice(input);
+                c.read_paused = true;
+                return Ok(true);
+            }
+            let req = match c.decoder.decode(&mut input) {
+                Ok(Some(r)) => r,
+                Ok(None) => return Ok(false),
+                Err(e) => return Err(Fatal::Error(format!("protocol error: {e}"))),
+            };
+            self.handle(id, req).map_err(Fatal::Error)?;
         }
     }
 
@@ -534,6 +568,10 @@ impl EventLoop {
                 self.wake(&k);
             }
             Request::MultiGet(keys) => {
+                let total: usize = keys.iter().map(|k| 8 + self.kv.get(k).map_or(0, |v| v.len())).sum();
+                if total > self.max_reply {
+                    return Err(format!("MULTI_GET reply of {total} bytes exceeds the {} byte reply cap", self.max_reply));
+                }
                 let mut out = std::mem::take(self.out(id));
                 for k in &keys {
                     put_bytes(&mut out, self.kv.get(k).map_or(&[][..], |v| &v[..]));
