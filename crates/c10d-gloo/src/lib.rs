@@ -808,7 +808,7 @@ impl Backend for ProcessGroupGloo {
         }
         let splits = |t: &Tensor, s: &[usize], what: &str| -> Result<Vec<usize>> {
             let rows = t.shape().first().copied().unwrap_or(1);
-            let row_bytes = if rows == 0 { 0 } else { t.nbytes() / rows };
+            let row_bytes = t.nbytes().checked_div(rows).unwrap_or(0);
             if s.is_empty() {
                 if rows % n != 0 {
                     return Err(inval(OP, format!("{what} tensor's dim 0 ({rows}) must be divisible by world size {n}")));

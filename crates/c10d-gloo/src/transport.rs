@@ -173,6 +173,7 @@ pub(crate) fn connect_mesh(store: &dyn Store, listeners: &Listeners, spec: &Mesh
     let mut peers: Vec<Option<Conn>> = (0..spec.size).map(|_| None).collect();
     let my_boot = boot_id();
     // 1. Connect to every lower rank.
+    #[allow(clippy::needless_range_loop)]
     for p in 0..spec.rank {
         let key = addr_key(p);
         store.wait_timeout(&[&key], left(deadline)).map_err(|e| {

@@ -36,8 +36,7 @@ fn mismatched_collectives_name_both_ranks_and_ops() {
 fn mismatched_dtype_and_size_are_detected() {
     let res = run_world(2, opts(), |r, pg| {
         let t = if r == 0 { Tensor::full(1.0f32, &[16]) } else { Tensor::full(1i32, &[16]) };
-        let a = err_text(pg.all_reduce(&[t], &AllreduceOptions::default()));
-        a
+        err_text(pg.all_reduce(&[t], &AllreduceOptions::default()))
     });
     assert!(res.iter().any(|e| e.contains("Float") && e.contains("Int") && e.contains("mismatch")), "{res:?}");
     let res = run_world(2, opts(), |r, pg| {

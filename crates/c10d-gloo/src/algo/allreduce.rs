@@ -83,7 +83,7 @@ pub(crate) fn ring(comm: &mut Comm<'_>, buf: &mut [u8], op: ReduceOp, dtype: DTy
     let mut rs_ids = vec![0u64; steps * k_chunks];
     let mut ag_ids = vec![0u64; steps * k_chunks];
     let mut posted_rs = 0usize; // receives posted, in (s, k) order
-    // SAFETY (all posts below): `buf` and `scratch` outlive every post; each id is waited on
+    // SAFETY: (all posts below) `buf` and `scratch` outlive every post; each id is waited on
     // before the memory is read or reused, and `Comm` detaches leftovers on any early return.
     unsafe {
         let post_rs = |comm: &mut Comm<'_>, s: usize, k: usize| {
@@ -177,7 +177,7 @@ pub(crate) fn all_pairs(comm: &mut Comm<'_>, buf: &mut [u8], op: ReduceOp, dtype
     let bp = buf.as_mut_ptr();
     let peers: Vec<usize> = (0..n).filter(|p| *p != r).collect();
     let mut rs_ids = vec![0u64; n * k_chunks];
-    // SAFETY (all posts and raw slices below): `buf` and `scratch` outlive every post; a
+    // SAFETY: (all posts and raw slices below) `buf` and `scratch` outlive every post; a
     // receive's bytes are only read after its id was waited on; sends read bytes nobody writes
     // until they are written (by causality, see above); `Comm` detaches leftovers on error.
     unsafe {
