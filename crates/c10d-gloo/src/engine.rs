@@ -77,7 +77,10 @@ pub(crate) struct OpInfo {
 }
 
 /// The algorithm of one collective, run on the worker with host views of the leased tensors.
-pub(crate) type CollBody = Box<dyn for<'a, 'b, 'c> FnOnce(&'a mut Comm<'b>, Vec<&'c [u8]>, Vec<&'c mut [u8]>) -> Result<()> + Send>;
+pub(crate) type CollBody = Box<
+    dyn for<'a, 'b, 'c> FnOnce(&'a mut Comm<'b>, Vec<&'c [u8]>, Vec<&'c mut [u8]>) -> Result<()>
+        + Send,
+>;
 
 pub(crate) struct CollOp {
     pub info: OpInfo,
@@ -373,7 +376,13 @@ impl Scratch {
 }
 
 impl Engine {
-    pub(crate) fn new(shared: Arc<Shared>, poll: Poll, id: Ident, streams: Option<Vec<Option<Conn>>>, connector: Option<Connector>) -> Result<Engine> {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        poll: Poll,
+        id: Ident,
+        streams: Option<Vec<Option<Conn>>>,
+        connector: Option<Connector>,
+    ) -> Result<Engine> {
         let n = id.size;
         let mut e = Engine {
             shared,
@@ -420,7 +429,11 @@ impl Engine {
                         Stream::Unix(mio::net::UnixStream::from_std(u))
                     }
                 };
-                self.poll.registry().register(stream.source(), Token(p), Interest::READABLE | Interest::WRITABLE)?;
+                self.poll.registry().register(
+                    stream.source(),
+                    Token(p),
+                    Interest::READABLE | Interest::WRITABLE,
+                )?;
                 self.peers[p] = Some(Peer {
                     stream,
                     tx: VecDeque::new(),
@@ -492,7 +505,13 @@ impl Engine {
 
     /// True while point-to-point ops are pending or frames wait to be written.
     pub(crate) fn has_pending_io(&self) -> bool {
-        !self.pending.is_empty() || !self.p2p.is_empty() || self.peers.iter().flatten().any(|p| p.open && !p.tx.is_empty())
+        !self.pending.is_empty()
+            || !self.p2p.is_empty()
+            || self
+                .peers
+                .iter()
+                .flatten()
+                .any(|p| p.open && !p.tx.is_empty())
     }
 
     /// True once a stop was seen.
@@ -511,7 +530,12 @@ impl Engine {
                 }
             }
             let deadline = Instant::now() + Duration::from_secs(1);
-            while self.peers.iter().flatten().any(|p| p.open && !p.tx.is_empty()) {
+            while self
+                .peers
+                .iter()
+                .flatten()
+                .any(|p| p.open && !p.tx.is_empty())
+            {
                 let now = Instant::now();
                 if now >= deadline {
                     break;
@@ -527,7 +551,10 @@ impl Engine {
     }
 
     fn ctx(&self) -> String {
-        format!("ProcessGroupGloo (group {}, rank {})", self.id.group_name, self.id.rank)
+        format!(
+            "ProcessGroupGloo (group {}, rank {})",
+            self.id.group_name, self.id.rank
+        )
     }
 
     // ------------------------------------------------------------------------------------------
@@ -552,7 +579,13 @@ impl Engine {
     }
 
     fn run_coll(&mut self, op: CollOp) {
-        let CollOp { info, timeout, mut leases, body, completer } = op;
+        let CollOp {
+            info,
+            timeout,
+            mut leases,
+            body,
+            completer,
+        } = op;
         self.coll_cur = info.coll_seq;
         let res = if let Some(e) = self.failed.clone() {
             Err(op_failed(&info, self.id.rank, &e))
@@ -562,7 +595,13 @@ impl Engine {
         } else {
             self.cur = Some(info);
             let deadline = Instant::now() + timeout;
-            let mut comm = Comm { eng: self, info, deadline, timeout, outstanding: Vec::new() };
+            let mut comm = Comm {
+                eng: self,
+                info,
+                deadline,
+                timeout,
+                outstanding: Vec::new(),
+            };
             let r = match leases.host_slices() {
                 Ok((ins, outs)) => body(&mut comm, ins, outs),
                 Err(e) => Err(e),
@@ -577,7 +616,16 @@ impl Engine {
     }
 
     fn start_p2p(&mut self, op: P2pOp) {
-        let P2pOp { seq, op: kind, peer, tag, dtype, timeout, mut leases, completer } = op;
+        let P2pOp {
+            seq,
+            op: kind,
+            peer,
+            tag,
+            dtype,
+            timeout,
+            mut leases,
+            completer,
+        } = op;
         if let Some(e) = self.failed.clone() {
             drop(leases);
             return completer.complete(Err(p2p_failed(kind, seq, self.id.rank, &e)));
@@ -600,7 +648,14 @@ impl Engine {
                 return completer.complete(Err(e));
             }
         };
-        if let Some(p) = peer.filter(|p| self.left[*p]) {
+        // A peer that left can still have sent what this receive wants (it is in the
+        // unexpected queue); only sends to it, or receives nothing can satisfy, fail.
+        let satisfiable = kind != OpType::Send
+            && self
+                .unexpected
+                .iter()
+                .any(|u| u.hdr.tag == tag && peer.is_none_or(|p| p == u.peer));
+        if let Some(p) = peer.filter(|p| self.left[*p] && !satisfiable) {
             let e = self.left_error(p);
             drop(leases);
             return completer.complete(Err(p2p_failed(kind, seq, self.id.rank, &e)));
@@ -620,13 +675,26 @@ impl Engine {
         };
         if kind == OpType::Send {
             let dst = peer.expect("send has a destination");
-            let hdr = Header { kind: Kind::P2p, op: kind, dtype, step: 0, coll_seq: 0, seq, total: len as u64, nbytes: len as u64, tag };
+            let hdr = Header {
+                kind: Kind::P2p,
+                op: kind,
+                dtype,
+                step: 0,
+                coll_seq: 0,
+                seq,
+                total: len as u64,
+                nbytes: len as u64,
+                tag,
+            };
             self.p2p.insert(id, pend);
             self.push_tx(dst, hdr, TxData::Borrowed(ptr, len), Owner::P2p(id));
             return;
         }
         // A receive: an already arrived message first.
-        let pos = self.unexpected.iter().position(|u| u.hdr.tag == tag && peer.is_none_or(|p| p == u.peer));
+        let pos = self
+            .unexpected
+            .iter()
+            .position(|u| u.hdr.tag == tag && peer.is_none_or(|p| p == u.peer));
         if let Some(i) = pos {
             let u = self.unexpected.remove(i).expect("index from position");
             self.p2p.insert(id, pend);
@@ -644,7 +712,15 @@ impl Engine {
         self.p2p_recvs.push(id);
     }
 
-    fn p2p_size_error(&self, seq: u64, kind: OpType, from: usize, tag: i64, want: usize, got: usize) -> DistError {
+    fn p2p_size_error(
+        &self,
+        seq: u64,
+        kind: OpType,
+        from: usize,
+        tag: i64,
+        want: usize,
+        got: usize,
+    ) -> DistError {
         DistError::backend(format!(
             "{}: {kind} (seq {seq}) expected {want} bytes with tag {tag} but {} sent {got} bytes",
             self.ctx(),
@@ -655,7 +731,9 @@ impl Engine {
     fn complete_p2p(&mut self, id: u64, res: Result<()>, source: Option<usize>) {
         if let Some(p) = self.p2p.remove(&id) {
             self.p2p_recvs.retain(|x| *x != id);
-            let P2pPending { completer, _leases, .. } = p;
+            let P2pPending {
+                completer, _leases, ..
+            } = p;
             drop(_leases);
             if let Some(s) = source {
                 completer.set_source_rank(s);
@@ -696,7 +774,12 @@ impl Engine {
             // No connection (only when the group already failed): the waiter sees `failed`.
             return;
         };
-        p.tx.push_back(TxMsg { hdr: hdr.encode(), data, off: 0, owner });
+        p.tx.push_back(TxMsg {
+            hdr: hdr.encode(),
+            data,
+            off: 0,
+            owner,
+        });
         if p.tx.len() == 1 {
             self.flush(peer);
         }
@@ -716,7 +799,14 @@ impl Engine {
         }
     }
 
-    fn post_coll_send(&mut self, info: &OpInfo, peer: usize, step: u32, ptr: *const u8, len: usize) -> u64 {
+    fn post_coll_send(
+        &mut self,
+        info: &OpInfo,
+        peer: usize,
+        step: u32,
+        ptr: *const u8,
+        len: usize,
+    ) -> u64 {
         let id = self.new_id();
         if self.left[peer] {
             self.fail_group(self.left_error(peer), false);
@@ -727,17 +817,27 @@ impl Engine {
         id
     }
 
-    fn post_coll_recv(&mut self, info: &OpInfo, peer: usize, step: u32, ptr: *mut u8, len: usize) -> u64 {
+    fn post_coll_recv(
+        &mut self,
+        info: &OpInfo,
+        peer: usize,
+        step: u32,
+        ptr: *mut u8,
+        len: usize,
+    ) -> u64 {
         let id = self.new_id();
-        if self.left[peer] && self.early[peer].is_empty() {
-            self.fail_group(self.left_error(peer), false);
-            return id;
-        }
         let coll_cur = self.coll_cur;
-        while self.early[peer].front().is_some_and(|e| e.hdr.coll_seq < coll_cur) {
+        while self.early[peer]
+            .front()
+            .is_some_and(|e| e.hdr.coll_seq < coll_cur)
+        {
             if let Some(e) = self.early[peer].pop_front() {
                 self.recycle(e.data);
             }
+        }
+        if self.left[peer] && self.early[peer].is_empty() {
+            self.fail_group(self.left_error(peer), false);
+            return id;
         }
         if self.posted[peer].is_empty() {
             let want = self.coll_header(info, step, len);
@@ -757,7 +857,11 @@ impl Engine {
             // A frame being received into the early queue right now: redirect the rest of it
             // into the posted buffer (after copying what already arrived).
             let mut mismatch = None;
-            if let Some(Peer { rx: Rx::Payload { hdr, dest, got }, .. }) = self.peers[peer].as_mut() {
+            if let Some(Peer {
+                rx: Rx::Payload { hdr, dest, got },
+                ..
+            }) = self.peers[peer].as_mut()
+            {
                 if let Dest::Early(v) = dest {
                     if hdr.kind == Kind::Coll && hdr.coll_seq >= coll_cur {
                         if matches(&want, hdr) {
@@ -779,13 +883,37 @@ impl Engine {
                 return id;
             }
         }
-        self.posted[peer].push_back(PostedRecv { id, step, nbytes: len, ptr });
+        self.posted[peer].push_back(PostedRecv {
+            id,
+            step,
+            nbytes: len,
+            ptr,
+        });
         id
     }
 
-    fn mismatch_error(&self, info: &OpInfo, step: u32, len: usize, peer: usize, h: &Header) -> DistError {
-        let me = format!("{} (seq {}, {}, {} bytes)", info.op, info.seq, info.dtype.torch_name(), info.total);
-        let them = format!("{} (seq {}, {}, {} bytes)", h.op, h.seq, h.dtype.torch_name(), h.total);
+    fn mismatch_error(
+        &self,
+        info: &OpInfo,
+        step: u32,
+        len: usize,
+        peer: usize,
+        h: &Header,
+    ) -> DistError {
+        let me = format!(
+            "{} (seq {}, {}, {} bytes)",
+            info.op,
+            info.seq,
+            info.dtype.torch_name(),
+            info.total
+        );
+        let them = format!(
+            "{} (seq {}, {}, {} bytes)",
+            h.op,
+            h.seq,
+            h.dtype.torch_name(),
+            h.total
+        );
         let detail = if me == them {
             format!(
                 " (frame step {} of {} bytes where step {step} of {len} bytes was expected: the ranks chose different algorithms or sizes)",
@@ -826,7 +954,11 @@ impl Engine {
         }
         let mut evs: smallvec::SmallVec<[(Token, bool, bool); 16]> = smallvec::SmallVec::new();
         for ev in self.events.iter() {
-            evs.push((ev.token(), ev.is_readable() || ev.is_read_closed() || ev.is_error(), ev.is_writable() || ev.is_error()));
+            evs.push((
+                ev.token(),
+                ev.is_readable() || ev.is_read_closed() || ev.is_error(),
+                ev.is_writable() || ev.is_error(),
+            ));
         }
         for (tok, r, w) in evs {
             if tok == WAKER {
@@ -847,7 +979,12 @@ impl Engine {
 
     fn expire_p2p(&mut self) {
         let now = Instant::now();
-        let expired: Vec<u64> = self.p2p.iter().filter(|(_, p)| p.deadline <= now).map(|(id, _)| *id).collect();
+        let expired: Vec<u64> = self
+            .p2p
+            .iter()
+            .filter(|(_, p)| p.deadline <= now)
+            .map(|(id, _)| *id)
+            .collect();
         for id in expired {
             let (seq, op, peer, timeout) = {
                 let p = &self.p2p[&id];
@@ -855,7 +992,9 @@ impl Engine {
             };
             self.detach_ids(&[id], false);
             let who = match (op, peer) {
-                (OpType::Send, Some(p)) => format!("; send to {} did not complete", self.id.peer_name(p)),
+                (OpType::Send, Some(p)) => {
+                    format!("; send to {} did not complete", self.id.peer_name(p))
+                }
                 (_, Some(p)) => format!("; no data from rank(s) {p}"),
                 (_, None) => "; no data from any rank".to_string(),
             };
@@ -884,7 +1023,11 @@ impl Engine {
                     if h.nbytes == 0 {
                         self.finish_frame(p, h, dest);
                     } else if let Some(peer) = self.peers[p].as_mut() {
-                        peer.rx = Rx::Payload { hdr: h, dest, got: 0 };
+                        peer.rx = Rx::Payload {
+                            hdr: h,
+                            dest,
+                            got: 0,
+                        };
                     }
                 }
                 ReadStep::Done(h, dest) => self.finish_frame(p, h, dest),
@@ -904,7 +1047,9 @@ impl Engine {
                     let r = &self.p2p[id];
                     r.tag == h.tag && r.peer.is_none_or(|s| s == p)
                 });
-                let Some(i) = pos else { return Dest::Unexpected(vec![0; n]) };
+                let Some(i) = pos else {
+                    return Dest::Unexpected(vec![0; n]);
+                };
                 let id = self.p2p_recvs.remove(i);
                 let (len, ptr, seq, op) = {
                     let r = &self.p2p[&id];
@@ -922,11 +1067,16 @@ impl Engine {
                     return Dest::Discard;
                 }
                 if let Some(front) = self.posted[p].front() {
-                    let info = self.cur.expect("posted receives only exist while a collective runs");
+                    let info = self
+                        .cur
+                        .expect("posted receives only exist while a collective runs");
                     let want = self.coll_header(&info, front.step, front.nbytes);
                     if matches(&want, h) {
                         let r = self.posted[p].pop_front().expect("front exists");
-                        return Dest::Coll { id: r.id, ptr: r.ptr };
+                        return Dest::Coll {
+                            id: r.id,
+                            ptr: r.ptr,
+                        };
                     }
                     let (step, len) = (front.step, front.nbytes);
                     let err = self.mismatch_error(&info, step, len, p, h);
@@ -934,7 +1084,9 @@ impl Engine {
                     return Dest::Discard;
                 }
                 if let Some(info) = self.cur {
-                    if h.coll_seq == info.coll_seq && (h.op != info.op || h.dtype != info.dtype || h.total != info.total) {
+                    if h.coll_seq == info.coll_seq
+                        && (h.op != info.op || h.dtype != info.dtype || h.total != info.total)
+                    {
                         let err = self.mismatch_error(&info, h.step, n, p, h);
                         self.fail_group(err, true);
                         return Dest::Discard;
@@ -977,11 +1129,19 @@ impl Engine {
                             self.complete_p2p(id, Err(e), Some(p));
                         }
                     }
-                    None => self.unexpected.push_back(Unexpected { peer: p, hdr: h, data }),
+                    None => self.unexpected.push_back(Unexpected {
+                        peer: p,
+                        hdr: h,
+                        data,
+                    }),
                 }
             }
             Dest::ErrorText(t) => {
-                let e = DistError::backend(format!("{} reported: {}", self.id.peer_name(p), String::from_utf8_lossy(&t)));
+                let e = DistError::backend(format!(
+                    "{} reported: {}",
+                    self.id.peer_name(p),
+                    String::from_utf8_lossy(&t)
+                ));
                 self.fail_group(e, false);
             }
             Dest::Discard => {}
@@ -1001,7 +1161,8 @@ impl Engine {
                     break;
                 }
                 let res = {
-                    let mut iov: smallvec::SmallVec<[IoSlice<'_>; MAX_IOV]> = smallvec::SmallVec::new();
+                    let mut iov: smallvec::SmallVec<[IoSlice<'_>; MAX_IOV]> =
+                        smallvec::SmallVec::new();
                     for m in peer.tx.iter() {
                         if iov.len() + 2 > MAX_IOV {
                             break;
@@ -1024,7 +1185,10 @@ impl Engine {
                     }
                     Ok(mut n) => {
                         while n > 0 {
-                            let m = peer.tx.front_mut().expect("written bytes belong to queued frames");
+                            let m = peer
+                                .tx
+                                .front_mut()
+                                .expect("written bytes belong to queued frames");
                             let left = HDR + m.data.len() - m.off;
                             if n >= left {
                                 n -= left;
@@ -1067,12 +1231,19 @@ impl Engine {
     fn peer_left(&mut self, p: usize) {
         self.left[p] = true;
         let recv_needed = !self.posted[p].is_empty()
-            || self.peers[p].as_ref().is_some_and(|x| matches!(x.rx, Rx::Payload { .. }) || x.tx.iter().any(|m| m.owner != Owner::Nobody));
+            || self.peers[p].as_ref().is_some_and(|x| {
+                matches!(x.rx, Rx::Payload { .. }) || x.tx.iter().any(|m| m.owner != Owner::Nobody)
+            });
         if recv_needed && self.failed.is_none() {
             self.fail_group(self.left_error(p), false);
             return;
         }
-        let waiting: Vec<u64> = self.p2p.iter().filter(|(_, x)| x.peer == Some(p)).map(|(id, _)| *id).collect();
+        let waiting: Vec<u64> = self
+            .p2p
+            .iter()
+            .filter(|(_, x)| x.peer == Some(p))
+            .map(|(id, _)| *id)
+            .collect();
         for id in waiting {
             let e = self.left_error(p);
             let (op, seq) = (self.p2p[&id].op, self.p2p[&id].seq);
@@ -1082,7 +1253,11 @@ impl Engine {
     }
 
     fn left_error(&self, p: usize) -> DistError {
-        DistError::backend(format!("{}: {} has shut down its process group", self.ctx(), self.id.peer_name(p)))
+        DistError::backend(format!(
+            "{}: {} has shut down its process group",
+            self.ctx(),
+            self.id.peer_name(p)
+        ))
     }
 
     fn peer_lost(&mut self, p: usize, why: String) {
@@ -1168,7 +1343,12 @@ impl Engine {
             self.complete_p2p(id, Err(p2p_failed(op, seq, self.id.rank, &err)), None);
         }
         while let Some(op) = self.pending.pop_front() {
-            let CollOp { info, leases, completer, .. } = op;
+            let CollOp {
+                info,
+                leases,
+                completer,
+                ..
+            } = op;
             drop(leases);
             completer.complete(Err(op_failed(&info, self.id.rank, &err)));
         }
@@ -1243,7 +1423,11 @@ impl Engine {
         }
         for (p, peer) in self.peers.iter().enumerate() {
             if let Some(peer) = peer {
-                if let Rx::Payload { dest: Dest::Coll { id, .. }, .. } = &peer.rx {
+                if let Rx::Payload {
+                    dest: Dest::Coll { id, .. },
+                    ..
+                } = &peer.rx
+                {
                     if ids.contains(id) && !recv.contains(&p) {
                         recv.push(p);
                     }
@@ -1254,7 +1438,11 @@ impl Engine {
         let mut send = Vec::new();
         for (p, peer) in self.peers.iter().enumerate() {
             if let Some(peer) = peer {
-                if peer.tx.iter().any(|m| matches!(m.owner, Owner::Coll(i) if ids.contains(&i))) {
+                if peer
+                    .tx
+                    .iter()
+                    .any(|m| matches!(m.owner, Owner::Coll(i) if ids.contains(&i)))
+                {
                     send.push(p);
                 }
             }
@@ -1283,7 +1471,17 @@ impl Engine {
 }
 
 fn control_header(kind: Kind, nbytes: usize) -> Header {
-    Header { kind, op: OpType::Unknown, dtype: DType::U8, step: 0, coll_seq: 0, seq: 0, total: nbytes as u64, nbytes: nbytes as u64, tag: 0 }
+    Header {
+        kind,
+        op: OpType::Unknown,
+        dtype: DType::U8,
+        step: 0,
+        coll_seq: 0,
+        seq: 0,
+        total: nbytes as u64,
+        nbytes: nbytes as u64,
+        tag: 0,
+    }
 }
 
 fn matches(want: &Header, got: &Header) -> bool {
@@ -1343,7 +1541,9 @@ fn read_step(peer: &mut Peer) -> ReadStep {
             }
             if let Rx::Payload { got, hdr, .. } = &peer.rx {
                 if *got == hdr.nbytes as usize {
-                    if let Rx::Payload { hdr, dest, .. } = std::mem::replace(&mut peer.rx, Rx::Header) {
+                    if let Rx::Payload { hdr, dest, .. } =
+                        std::mem::replace(&mut peer.rx, Rx::Header)
+                    {
                         return ReadStep::Done(hdr, dest);
                     }
                 }
@@ -1377,7 +1577,9 @@ fn dest_slice(dest: &mut Dest, at: usize, len: usize) -> Option<&mut [u8]> {
         // SAFETY: posted destinations stay valid until their id completes or is detached
         // (detaching turns the destination into `Discard` before the memory is released), and
         // the engine is the only writer while the op runs.
-        Dest::Coll { ptr, .. } | Dest::P2p { ptr, .. } => Some(unsafe { std::slice::from_raw_parts_mut(ptr.add(at), len) }),
+        Dest::Coll { ptr, .. } | Dest::P2p { ptr, .. } => {
+            Some(unsafe { std::slice::from_raw_parts_mut(ptr.add(at), len) })
+        }
         Dest::Early(v) | Dest::Unexpected(v) => Some(&mut v[at..at + len]),
         Dest::ErrorText(v) => {
             if at + len <= v.len() {
@@ -1440,7 +1642,13 @@ impl Comm<'_> {
     /// # Safety
     /// The bytes must stay valid and unmodified until the returned id is waited on, or until
     /// this `Comm` is dropped / a wait fails (both detach it).
-    pub(crate) unsafe fn post_send(&mut self, peer: usize, step: u32, ptr: *const u8, len: usize) -> u64 {
+    pub(crate) unsafe fn post_send(
+        &mut self,
+        peer: usize,
+        step: u32,
+        ptr: *const u8,
+        len: usize,
+    ) -> u64 {
         debug_assert_ne!(peer, self.rank());
         let info = self.info;
         let id = self.eng.post_coll_send(&info, peer, step, ptr, len);
@@ -1453,7 +1661,13 @@ impl Comm<'_> {
     /// # Safety
     /// The memory must stay valid, and must not be read or written by anyone else, until the
     /// returned id is waited on or this `Comm` is dropped / a wait fails.
-    pub(crate) unsafe fn post_recv(&mut self, peer: usize, step: u32, ptr: *mut u8, len: usize) -> u64 {
+    pub(crate) unsafe fn post_recv(
+        &mut self,
+        peer: usize,
+        step: u32,
+        ptr: *mut u8,
+        len: usize,
+    ) -> u64 {
         debug_assert_ne!(peer, self.rank());
         let info = self.info;
         let id = self.eng.post_coll_recv(&info, peer, step, ptr, len);
@@ -1510,7 +1724,11 @@ impl Comm<'_> {
 
     /// Like [`Comm::wait`] but on time-out returns the peers whose receives did not complete
     /// (used by monitored barrier), leaving completed ones consumed.
-    pub(crate) fn wait_or_missing(&mut self, ids: &[u64], deadline: Instant) -> std::result::Result<(), (Vec<usize>, Option<DistError>)> {
+    pub(crate) fn wait_or_missing(
+        &mut self,
+        ids: &[u64],
+        deadline: Instant,
+    ) -> std::result::Result<(), (Vec<usize>, Option<DistError>)> {
         match self.eng.wait_ids(ids, deadline) {
             Ok(()) => {
                 self.outstanding.retain(|i| !ids.contains(i));
@@ -1532,7 +1750,11 @@ impl Comm<'_> {
     ///
     /// # Errors
     /// As [`Comm::wait`].
-    pub(crate) fn exchange(&mut self, sends: &[(usize, u32, &[u8])], recvs: &mut [(usize, u32, &mut [u8])]) -> Result<()> {
+    pub(crate) fn exchange(
+        &mut self,
+        sends: &[(usize, u32, &[u8])],
+        recvs: &mut [(usize, u32, &mut [u8])],
+    ) -> Result<()> {
         for (p, s, b) in recvs.iter_mut() {
             // SAFETY: `recvs` is mutably borrowed for this whole call, which waits for (or detaches)
             // every post before returning.
@@ -1555,7 +1777,12 @@ impl Comm<'_> {
             WaitErr::Failed(e) => op_failed(&self.info, self.rank(), &e),
             WaitErr::Timeout => {
                 let (recv, send) = self.eng.missing_peers(ids);
-                let list = |v: &[usize]| v.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(", ");
+                let list = |v: &[usize]| {
+                    v.iter()
+                        .map(|p| p.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
                 let who = if !recv.is_empty() {
                     format!("; no data from rank(s) {}", list(&recv))
                 } else {

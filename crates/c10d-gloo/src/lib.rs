@@ -34,10 +34,13 @@ mod wire;
 
 pub use options::{AllreduceAlgorithm, BroadcastAlgorithm, GlooOptions};
 
-use engine::{lock, worker_loop, CollBody, CollOp, Comm, Connector, Engine, Ident, OpInfo, P2pOp, Queue, Shared, Submission, WAKER};
 use c10d_core::reduce::{finalize, prescale, reduce_into};
 use c10d_core::*;
 use c10d_store::Store;
+use engine::{
+    lock, worker_loop, CollBody, CollOp, Comm, Connector, Engine, Ident, OpInfo, P2pOp, Queue,
+    Shared, Submission, WAKER,
+};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -53,13 +56,25 @@ struct Algo {
 }
 
 impl Algo {
-    fn all_reduce(&self, comm: &mut Comm<'_>, buf: &mut [u8], op: ReduceOp, dtype: DType) -> Result<()> {
+    fn all_reduce(
+        &self,
+        comm: &mut Comm<'_>,
+        buf: &mut [u8],
+        op: ReduceOp,
+        dtype: DType,
+    ) -> Result<()> {
         match self.allreduce {
             AllreduceAlgorithm::Direct => algo::allreduce::direct(comm, buf, op, dtype),
             AllreduceAlgorithm::Ring => algo::allreduce::ring(comm, buf, op, dtype, self.chunk),
-            AllreduceAlgorithm::AllPairs => algo::allreduce::all_pairs(comm, buf, op, dtype, self.chunk),
-            AllreduceAlgorithm::Auto if buf.len() <= self.small_allreduce => algo::allreduce::direct(comm, buf, op, dtype),
-            AllreduceAlgorithm::Auto if comm.size() <= 8 => algo::allreduce::all_pairs(comm, buf, op, dtype, self.chunk),
+            AllreduceAlgorithm::AllPairs => {
+                algo::allreduce::all_pairs(comm, buf, op, dtype, self.chunk)
+            }
+            AllreduceAlgorithm::Auto if buf.len() <= self.small_allreduce => {
+                algo::allreduce::direct(comm, buf, op, dtype)
+            }
+            AllreduceAlgorithm::Auto if comm.size() <= 8 => {
+                algo::allreduce::all_pairs(comm, buf, op, dtype, self.chunk)
+            }
             AllreduceAlgorithm::Auto => algo::allreduce::ring(comm, buf, op, dtype, self.chunk),
         }
     }
@@ -97,7 +112,11 @@ pub struct ProcessGroupGloo {
 
 impl std::fmt::Debug for ProcessGroupGloo {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ProcessGroupGloo(group={}, rank={}, size={})", self.id.group_name, self.id.rank, self.id.size)
+        write!(
+            f,
+            "ProcessGroupGloo(group={}, rank={}, size={})",
+            self.id.group_name, self.id.rank, self.id.size
+        )
     }
 }
 
@@ -116,17 +135,32 @@ fn check_cpu(op: &str, ts: &[&Tensor]) -> Result<()> {
 fn check_same(op: &str, ts: &[&Tensor], proto: &Tensor) -> Result<()> {
     for t in ts {
         if t.dtype() != proto.dtype() {
-            return Err(inval(op, format!("invalid tensor type (expected {}, got {})", proto.dtype(), t.dtype())));
+            return Err(inval(
+                op,
+                format!(
+                    "invalid tensor type (expected {}, got {})",
+                    proto.dtype(),
+                    t.dtype()
+                ),
+            ));
         }
         if t.numel() != proto.numel() {
-            return Err(inval(op, format!("invalid tensor size (expected {} elements, got {})", proto.numel(), t.numel())));
+            return Err(inval(
+                op,
+                format!(
+                    "invalid tensor size (expected {} elements, got {})",
+                    proto.numel(),
+                    t.numel()
+                ),
+            ));
         }
     }
     Ok(())
 }
 
 fn check_op(op: &str, rop: ReduceOp, dtype: DType) -> Result<()> {
-    rop.check_dtype(dtype).map_err(|e| e.with_prefix(&format!("ProcessGroupGloo::{op}: ")))
+    rop.check_dtype(dtype)
+        .map_err(|e| e.with_prefix(&format!("ProcessGroupGloo::{op}: ")))
 }
 
 /// Splits `buf` into `n` equal parts (works for empty buffers too).
@@ -189,16 +223,35 @@ impl ProcessGroupGloo {
     /// [`DistError::InvalidArgument`] for `rank >= size` or a bad interface name,
     /// [`DistError::Network`] when connecting times out (after `opts.timeout`), and
     /// [`DistError::Backend`] when a peer's handshake does not match (group name, size, rank).
-    pub fn new(store: Arc<dyn Store>, rank: usize, size: usize, opts: GlooOptions) -> Result<Arc<ProcessGroupGloo>> {
+    pub fn new(
+        store: Arc<dyn Store>,
+        rank: usize,
+        size: usize,
+        opts: GlooOptions,
+    ) -> Result<Arc<ProcessGroupGloo>> {
         if size == 0 || rank >= size {
-            return Err(DistError::invalid(format!("ProcessGroupGloo: invalid rank {rank} for group size {size}")));
+            return Err(DistError::invalid(format!(
+                "ProcessGroupGloo: invalid rank {rank} for group size {size}"
+            )));
         }
         let listen_addr = opts.resolve_listen_addr()?;
-        let id = Ident { group_name: opts.group_name.clone(), rank, size, global_ranks: opts.global_ranks.clone() };
+        let id = Ident {
+            group_name: opts.group_name.clone(),
+            rank,
+            size,
+            global_ranks: opts.global_ranks.clone(),
+        };
         let poll = mio::Poll::new()?;
         let waker = mio::Waker::new(poll.registry(), WAKER)?;
         let shared = Arc::new(Shared {
-            queue: Mutex::new(Queue { subs: Default::default(), seq: 0, coll_seq: 0, stop: None, kick: false, graceful: false }),
+            queue: Mutex::new(Queue {
+                subs: Default::default(),
+                seq: 0,
+                coll_seq: 0,
+                stop: None,
+                kick: false,
+                graceful: false,
+            }),
             cv: std::sync::Condvar::new(),
             waker,
             initialized: Default::default(),
@@ -223,14 +276,29 @@ impl ProcessGroupGloo {
                 timeout: opts.timeout,
                 socket_buffer_bytes: opts.socket_buffer_bytes,
             };
-            (Some(transport::connect_mesh(connector.store.as_ref(), &listener, &spec)?), None)
+            (
+                Some(transport::connect_mesh(
+                    connector.store.as_ref(),
+                    &listener,
+                    &spec,
+                )?),
+                None,
+            )
         };
-        let engine = Arc::new(Mutex::new(Engine::new(shared.clone(), poll, id.clone(), streams, connector)?));
+        let engine = Arc::new(Mutex::new(Engine::new(
+            shared.clone(),
+            poll,
+            id.clone(),
+            streams,
+            connector,
+        )?));
         let (e2, s2) = (engine.clone(), shared.clone());
         let worker = std::thread::Builder::new()
             .name(format!("gloo-{}-r{rank}", opts.group_name))
             .spawn(move || worker_loop(e2, s2))
-            .map_err(|e| DistError::backend(format!("ProcessGroupGloo: cannot start worker thread: {e}")))?;
+            .map_err(|e| {
+                DistError::backend(format!("ProcessGroupGloo: cannot start worker thread: {e}"))
+            })?;
         Ok(Arc::new(ProcessGroupGloo {
             shared,
             engine,
@@ -277,7 +345,9 @@ impl ProcessGroupGloo {
         body: CollBody,
         inline: bool,
     ) -> Result<Work> {
-        let leases = TensorLeases::acquire(inputs, outputs).map_err(|e| e.with_prefix(&format!("ProcessGroupGloo::{}: ", op.name().to_lowercase())))?;
+        let leases = TensorLeases::acquire(inputs, outputs).map_err(|e| {
+            e.with_prefix(&format!("ProcessGroupGloo::{}: ", op.name().to_lowercase()))
+        })?;
         let timeout = self.op_timeout(timeout);
         let mut q = lock(&self.shared.queue);
         let seq = q.seq;
@@ -289,11 +359,25 @@ impl ProcessGroupGloo {
         if let Some(e) = q.stop.clone() {
             drop(q);
             drop(leases);
-            completer.complete(Err(e.map_message(|m| format!("{op} (seq {seq}) on rank {} failed: {m}", self.id.rank))));
+            completer.complete(Err(e.map_message(|m| {
+                format!("{op} (seq {seq}) on rank {} failed: {m}", self.id.rank)
+            })));
             return Ok(work);
         }
-        let info = OpInfo { coll_seq, seq, op, dtype, total };
-        q.subs.push_back(Submission::Coll(CollOp { info, timeout, leases, body, completer }));
+        let info = OpInfo {
+            coll_seq,
+            seq,
+            op,
+            dtype,
+            total,
+        };
+        q.subs.push_back(Submission::Coll(CollOp {
+            info,
+            timeout,
+            leases,
+            body,
+            completer,
+        }));
         drop(q);
         if inline {
             // A blocking call: run it on this thread when the engine is free (no thread hop).
@@ -313,7 +397,13 @@ impl ProcessGroupGloo {
         Ok(work)
     }
 
-    fn submit_p2p(&self, op: OpType, tensors: &[Tensor], peer: Option<usize>, tag: i64) -> Result<Work> {
+    fn submit_p2p(
+        &self,
+        op: OpType,
+        tensors: &[Tensor],
+        peer: Option<usize>,
+        tag: i64,
+    ) -> Result<Work> {
         let name = match op {
             OpType::Send => "send",
             OpType::Recv => "recv",
@@ -325,12 +415,27 @@ impl ProcessGroupGloo {
         check_cpu(name, &[&tensors[0]])?;
         if let Some(p) = peer {
             if p >= self.id.size || p == self.id.rank {
-                let what = if op == OpType::Send { "destination" } else { "source" };
-                return Err(inval(name, format!("invalid {what} rank {p} (rank {} of a group of {})", self.id.rank, self.id.size)));
+                let what = if op == OpType::Send {
+                    "destination"
+                } else {
+                    "source"
+                };
+                return Err(inval(
+                    name,
+                    format!(
+                        "invalid {what} rank {p} (rank {} of a group of {})",
+                        self.id.rank, self.id.size
+                    ),
+                ));
             }
         }
-        let (ins, outs) = if op == OpType::Send { (tensors, &[][..]) } else { (&[][..], tensors) };
-        let leases = TensorLeases::acquire(ins, outs).map_err(|e| e.with_prefix(&format!("ProcessGroupGloo::{name}: ")))?;
+        let (ins, outs) = if op == OpType::Send {
+            (tensors, &[][..])
+        } else {
+            (&[][..], tensors)
+        };
+        let leases = TensorLeases::acquire(ins, outs)
+            .map_err(|e| e.with_prefix(&format!("ProcessGroupGloo::{name}: ")))?;
         let timeout = *lock(&self.timeout);
         let mut q = lock(&self.shared.queue);
         let seq = q.seq;
@@ -344,7 +449,16 @@ impl ProcessGroupGloo {
             return Ok(work);
         }
         let dtype = tensors[0].dtype();
-        q.subs.push_back(Submission::P2p(P2pOp { seq, op, peer, tag, dtype, timeout, leases, completer }));
+        q.subs.push_back(Submission::P2p(P2pOp {
+            seq,
+            op,
+            peer,
+            tag,
+            dtype,
+            timeout,
+            leases,
+            completer,
+        }));
         drop(q);
         self.notify();
         Ok(work)
@@ -400,7 +514,13 @@ impl ProcessGroupGloo {
 
 impl Drop for ProcessGroupGloo {
     fn drop(&mut self) {
-        self.stop(format!("ProcessGroupGloo (group {}, rank {}) was shut down", self.id.group_name, self.id.rank), true);
+        self.stop(
+            format!(
+                "ProcessGroupGloo (group {}, rank {}) was shut down",
+                self.id.group_name, self.id.rank
+            ),
+            true,
+        );
         self.join();
     }
 }
@@ -437,13 +557,20 @@ impl Backend for ProcessGroupGloo {
             return Err(inval(OP, format!("invalid root rank: {}", opts.root_rank)));
         }
         if opts.root_tensor >= tensors.len() {
-            return Err(inval(OP, format!("invalid root tensor: {}", opts.root_tensor)));
+            return Err(inval(
+                OP,
+                format!("invalid root tensor: {}", opts.root_tensor),
+            ));
         }
         let refs: Vec<&Tensor> = tensors.iter().collect();
         check_cpu(OP, &refs)?;
         check_same(OP, &refs, &tensors[0])?;
         let root = opts.root_rank;
-        let src = if self.id.rank == root { opts.root_tensor } else { 0 };
+        let src = if self.id.rank == root {
+            opts.root_tensor
+        } else {
+            0
+        };
         let algo = self.algo;
         let t0 = &tensors[0];
         let body: CollBody = Box::new(move |comm, _ins, mut outs| {
@@ -455,7 +582,17 @@ impl Backend for ProcessGroupGloo {
             }
             Ok(())
         });
-        self.submit(OpType::Broadcast, t0.dtype(), t0.nbytes() as u64, opts.timeout, &[], tensors, tensors.to_vec(), body, !opts.async_op)
+        self.submit(
+            OpType::Broadcast,
+            t0.dtype(),
+            t0.nbytes() as u64,
+            opts.timeout,
+            &[],
+            tensors,
+            tensors.to_vec(),
+            body,
+            !opts.async_op,
+        )
     }
 
     fn all_reduce(&self, tensors: &[Tensor], opts: &AllreduceOptions) -> Result<Work> {
@@ -469,10 +606,24 @@ impl Backend for ProcessGroupGloo {
         let dtype = tensors[0].dtype();
         check_op(OP, opts.reduce_op, dtype)?;
         let body = self.all_reduce_body(opts.reduce_op, dtype);
-        self.submit(OpType::Allreduce, dtype, tensors[0].nbytes() as u64, opts.timeout, &[], tensors, tensors.to_vec(), body, !opts.async_op)
+        self.submit(
+            OpType::Allreduce,
+            dtype,
+            tensors[0].nbytes() as u64,
+            opts.timeout,
+            &[],
+            tensors,
+            tensors.to_vec(),
+            body,
+            !opts.async_op,
+        )
     }
 
-    fn all_reduce_coalesced(&self, tensors: &[Tensor], opts: &AllreduceCoalescedOptions) -> Result<Work> {
+    fn all_reduce_coalesced(
+        &self,
+        tensors: &[Tensor],
+        opts: &AllreduceCoalescedOptions,
+    ) -> Result<Work> {
         const OP: &str = "allreduce_coalesced";
         if tensors.is_empty() {
             return Err(inval(OP, "requires non-empty tensor list"));
@@ -507,7 +658,17 @@ impl Backend for ProcessGroupGloo {
             comm.put_scratch(s);
             Ok(())
         });
-        self.submit(OpType::AllreduceCoalesced, dtype, total as u64, opts.timeout, &[], tensors, tensors.to_vec(), body, !opts.async_op)
+        self.submit(
+            OpType::AllreduceCoalesced,
+            dtype,
+            total as u64,
+            opts.timeout,
+            &[],
+            tensors,
+            tensors.to_vec(),
+            body,
+            !opts.async_op,
+        )
     }
 
     fn reduce(&self, tensors: &[Tensor], opts: &ReduceOptions) -> Result<Work> {
@@ -516,7 +677,10 @@ impl Backend for ProcessGroupGloo {
             return Err(inval(OP, format!("invalid root rank: {}", opts.root_rank)));
         }
         if opts.root_tensor >= tensors.len() {
-            return Err(inval(OP, format!("invalid root tensor: {}", opts.root_tensor)));
+            return Err(inval(
+                OP,
+                format!("invalid root tensor: {}", opts.root_tensor),
+            ));
         }
         if tensors.len() != 1 {
             return Err(inval(OP, "requires a single-element tensor list"));
@@ -533,7 +697,17 @@ impl Backend for ProcessGroupGloo {
                 algo::reduce::reduce(comm, outs[0], rop.combine_op(), dtype, root)?;
                 finalize(rop, dtype, outs[0], n)
             });
-            self.submit(OpType::Reduce, dtype, total, opts.timeout, &[], tensors, tensors.to_vec(), body, !opts.async_op)
+            self.submit(
+                OpType::Reduce,
+                dtype,
+                total,
+                opts.timeout,
+                &[],
+                tensors,
+                tensors.to_vec(),
+                body,
+                !opts.async_op,
+            )
         } else {
             let body: CollBody = Box::new(move |comm, ins, _outs| {
                 if matches!(rop, ReduceOp::PremulSum(_)) {
@@ -547,22 +721,46 @@ impl Backend for ProcessGroupGloo {
                     algo::reduce::contribute(comm, ins[0], root)
                 }
             });
-            self.submit(OpType::Reduce, dtype, total, opts.timeout, tensors, &[], tensors.to_vec(), body, !opts.async_op)
+            self.submit(
+                OpType::Reduce,
+                dtype,
+                total,
+                opts.timeout,
+                tensors,
+                &[],
+                tensors.to_vec(),
+                body,
+                !opts.async_op,
+            )
         }
     }
 
-    fn all_gather(&self, outputs: &[Vec<Tensor>], inputs: &[Tensor], opts: &AllgatherOptions) -> Result<Work> {
+    fn all_gather(
+        &self,
+        outputs: &[Vec<Tensor>],
+        inputs: &[Tensor],
+        opts: &AllgatherOptions,
+    ) -> Result<Work> {
         const OP: &str = "allgather";
         if inputs.is_empty() {
             return Err(inval(OP, "requires non-empty input tensor list"));
         }
         if outputs.len() != inputs.len() {
-            return Err(inval(OP, "requires input/output tensor lists to have the same length"));
+            return Err(inval(
+                OP,
+                "requires input/output tensor lists to have the same length",
+            ));
         }
         let n = self.id.size;
         for (i, o) in outputs.iter().enumerate() {
             if o.len() != n {
-                return Err(inval(OP, format!("invalid output tensor list at index {i} (expected length {n}, got {})", o.len())));
+                return Err(inval(
+                    OP,
+                    format!(
+                        "invalid output tensor list at index {i} (expected length {n}, got {})",
+                        o.len()
+                    ),
+                ));
             }
         }
         let refs: Vec<&Tensor> = inputs.iter().chain(outputs.iter().flatten()).collect();
@@ -572,29 +770,66 @@ impl Backend for ProcessGroupGloo {
             check_same(OP, &o.iter().collect::<Vec<_>>(), &inputs[i])?;
         }
         let flat: Vec<Tensor> = outputs.iter().flatten().cloned().collect();
-        let body: CollBody = Box::new(move |comm, ins, mut outs| algo::exchange::all_gather(comm, &ins, &mut outs));
-        self.submit(OpType::Allgather, inputs[0].dtype(), nbytes(inputs), opts.timeout, inputs, &flat, flat.clone(), body, !opts.async_op)
+        let body: CollBody =
+            Box::new(move |comm, ins, mut outs| algo::exchange::all_gather(comm, &ins, &mut outs));
+        self.submit(
+            OpType::Allgather,
+            inputs[0].dtype(),
+            nbytes(inputs),
+            opts.timeout,
+            inputs,
+            &flat,
+            flat.clone(),
+            body,
+            !opts.async_op,
+        )
     }
 
-    fn all_gather_into_tensor(&self, output: &Tensor, input: &Tensor, opts: &AllgatherOptions) -> Result<Work> {
+    fn all_gather_into_tensor(
+        &self,
+        output: &Tensor,
+        input: &Tensor,
+        opts: &AllgatherOptions,
+    ) -> Result<Work> {
         const OP: &str = "_allgather_base";
         check_cpu(OP, &[output, input])?;
         if output.dtype() != input.dtype() {
-            return Err(inval(OP, "output tensor must have the same type as input tensor"));
+            return Err(inval(
+                OP,
+                "output tensor must have the same type as input tensor",
+            ));
         }
         let n = self.id.size;
         if output.numel() != input.numel() * n {
-            return Err(inval(OP, "output tensor size must be equal to world_size times input tensor size"));
+            return Err(inval(
+                OP,
+                "output tensor size must be equal to world_size times input tensor size",
+            ));
         }
         let body: CollBody = Box::new(move |comm, ins, mut outs| {
             let mut parts = split_n(std::mem::take(&mut outs[0]), n);
             algo::exchange::all_gather(comm, &ins, &mut parts)
         });
         let (i, o) = (std::slice::from_ref(input), std::slice::from_ref(output));
-        self.submit(OpType::AllgatherBase, input.dtype(), input.nbytes() as u64, opts.timeout, i, o, vec![output.clone()], body, !opts.async_op)
+        self.submit(
+            OpType::AllgatherBase,
+            input.dtype(),
+            input.nbytes() as u64,
+            opts.timeout,
+            i,
+            o,
+            vec![output.clone()],
+            body,
+            !opts.async_op,
+        )
     }
 
-    fn all_gather_coalesced(&self, outputs: &[Vec<Tensor>], inputs: &[Tensor], opts: &AllgatherOptions) -> Result<Work> {
+    fn all_gather_coalesced(
+        &self,
+        outputs: &[Vec<Tensor>],
+        inputs: &[Tensor],
+        opts: &AllgatherOptions,
+    ) -> Result<Work> {
         const OP: &str = "allgather_coalesced";
         let n = self.id.size;
         if inputs.is_empty() {
@@ -611,7 +846,10 @@ impl Backend for ProcessGroupGloo {
             }
             for (i, (t, inp)) in o.iter().zip(inputs).enumerate() {
                 if t.numel() != inp.numel() {
-                    return Err(inval(OP, format!("invalid size of output tensor at index {i}")));
+                    return Err(inval(
+                        OP,
+                        format!("invalid size of output tensor at index {i}"),
+                    ));
                 }
                 if t.dtype() != inp.dtype() {
                     return Err(inval(OP, format!("invalid tensor type at index {i}")));
@@ -619,17 +857,39 @@ impl Backend for ProcessGroupGloo {
             }
         }
         // Flatten as [i * n + p] = outputs[p][i].
-        let flat: Vec<Tensor> = (0..inputs.len()).flat_map(|i| (0..n).map(move |p| (i, p))).map(|(i, p)| outputs[p][i].clone()).collect();
-        let body: CollBody = Box::new(move |comm, ins, mut outs| algo::exchange::all_gather(comm, &ins, &mut outs));
+        let flat: Vec<Tensor> = (0..inputs.len())
+            .flat_map(|i| (0..n).map(move |p| (i, p)))
+            .map(|(i, p)| outputs[p][i].clone())
+            .collect();
+        let body: CollBody =
+            Box::new(move |comm, ins, mut outs| algo::exchange::all_gather(comm, &ins, &mut outs));
         let result: Vec<Tensor> = outputs.iter().flatten().cloned().collect();
-        self.submit(OpType::AllgatherCoalesced, inputs[0].dtype(), nbytes(inputs), opts.timeout, inputs, &flat, result, body, !opts.async_op)
+        self.submit(
+            OpType::AllgatherCoalesced,
+            inputs[0].dtype(),
+            nbytes(inputs),
+            opts.timeout,
+            inputs,
+            &flat,
+            result,
+            body,
+            !opts.async_op,
+        )
     }
 
-    fn all_gather_into_tensor_coalesced(&self, outputs: &[Tensor], inputs: &[Tensor], opts: &AllgatherOptions) -> Result<Work> {
+    fn all_gather_into_tensor_coalesced(
+        &self,
+        outputs: &[Tensor],
+        inputs: &[Tensor],
+        opts: &AllgatherOptions,
+    ) -> Result<Work> {
         const OP: &str = "allgather_into_tensor_coalesced";
         let n = self.id.size;
         if inputs.is_empty() || outputs.len() != inputs.len() {
-            return Err(inval(OP, "requires non-empty input/output tensor lists of the same length"));
+            return Err(inval(
+                OP,
+                "requires non-empty input/output tensor lists of the same length",
+            ));
         }
         let refs: Vec<&Tensor> = inputs.iter().chain(outputs).collect();
         check_cpu(OP, &refs)?;
@@ -646,10 +906,25 @@ impl Backend for ProcessGroupGloo {
             let mut parts: Vec<&mut [u8]> = outs.into_iter().flat_map(|o| split_n(o, n)).collect();
             algo::exchange::all_gather(comm, &ins, &mut parts)
         });
-        self.submit(OpType::AllgatherCoalesced, inputs[0].dtype(), nbytes(inputs), opts.timeout, inputs, outputs, outputs.to_vec(), body, !opts.async_op)
+        self.submit(
+            OpType::AllgatherCoalesced,
+            inputs[0].dtype(),
+            nbytes(inputs),
+            opts.timeout,
+            inputs,
+            outputs,
+            outputs.to_vec(),
+            body,
+            !opts.async_op,
+        )
     }
 
-    fn gather(&self, outputs: &[Vec<Tensor>], inputs: &[Tensor], opts: &GatherOptions) -> Result<Work> {
+    fn gather(
+        &self,
+        outputs: &[Vec<Tensor>],
+        inputs: &[Tensor],
+        opts: &GatherOptions,
+    ) -> Result<Work> {
         const OP: &str = "gather";
         let (r, n, root) = (self.id.rank, self.id.size, opts.root_rank);
         if root >= n {
@@ -666,24 +941,59 @@ impl Backend for ProcessGroupGloo {
                 return Err(inval(OP, "requires a single-element output list"));
             }
             if outputs[0].len() != n {
-                return Err(inval(OP, format!("Incorrect output list size {}. Output list size should be {n}.", outputs[0].len())));
+                return Err(inval(
+                    OP,
+                    format!(
+                        "Incorrect output list size {}. Output list size should be {n}.",
+                        outputs[0].len()
+                    ),
+                ));
             }
             let refs: Vec<&Tensor> = outputs[0].iter().chain(inputs).collect();
             check_cpu(OP, &refs)?;
             check_same(OP, &outputs[0].iter().collect::<Vec<_>>(), input)?;
-            let body: CollBody = Box::new(move |comm, ins, mut outs| algo::exchange::gather(comm, ins[0], &mut outs, root));
-            self.submit(OpType::Gather, dtype, total, opts.timeout, inputs, &outputs[0], outputs[0].clone(), body, !opts.async_op)
+            let body: CollBody = Box::new(move |comm, ins, mut outs| {
+                algo::exchange::gather(comm, ins[0], &mut outs, root)
+            });
+            self.submit(
+                OpType::Gather,
+                dtype,
+                total,
+                opts.timeout,
+                inputs,
+                &outputs[0],
+                outputs[0].clone(),
+                body,
+                !opts.async_op,
+            )
         } else {
             if !outputs.is_empty() {
                 return Err(inval(OP, "requires empty output on non-root"));
             }
             check_cpu(OP, &[input])?;
-            let body: CollBody = Box::new(move |comm, ins, mut outs| algo::exchange::gather(comm, ins[0], &mut outs, root));
-            self.submit(OpType::Gather, dtype, total, opts.timeout, inputs, &[], Vec::new(), body, !opts.async_op)
+            let body: CollBody = Box::new(move |comm, ins, mut outs| {
+                algo::exchange::gather(comm, ins[0], &mut outs, root)
+            });
+            self.submit(
+                OpType::Gather,
+                dtype,
+                total,
+                opts.timeout,
+                inputs,
+                &[],
+                Vec::new(),
+                body,
+                !opts.async_op,
+            )
         }
     }
 
-    fn scatter(&self, outputs: &[Tensor], inputs: &[Vec<Tensor>], opts: &ScatterOptions) -> Result<Work> {
+    fn scatter(
+        &self,
+        outputs: &[Tensor],
+        inputs: &[Vec<Tensor>],
+        opts: &ScatterOptions,
+    ) -> Result<Work> {
         const OP: &str = "scatter";
         let (r, n, root) = (self.id.rank, self.id.size, opts.root_rank);
         if root >= n {
@@ -699,24 +1009,59 @@ impl Backend for ProcessGroupGloo {
                 return Err(inval(OP, "requires a single-element input list"));
             }
             if inputs[0].len() != n {
-                return Err(inval(OP, format!("Incorrect input list size {}. Input list size should be {n}.", inputs[0].len())));
+                return Err(inval(
+                    OP,
+                    format!(
+                        "Incorrect input list size {}. Input list size should be {n}.",
+                        inputs[0].len()
+                    ),
+                ));
             }
             let refs: Vec<&Tensor> = inputs[0].iter().chain(outputs).collect();
             check_cpu(OP, &refs)?;
             check_same(OP, &inputs[0].iter().collect::<Vec<_>>(), out)?;
-            let body: CollBody = Box::new(move |comm, ins, mut outs| algo::exchange::scatter(comm, &ins, outs[0], root));
-            self.submit(OpType::Scatter, dtype, total, opts.timeout, &inputs[0], outputs, outputs.to_vec(), body, !opts.async_op)
+            let body: CollBody = Box::new(move |comm, ins, mut outs| {
+                algo::exchange::scatter(comm, &ins, outs[0], root)
+            });
+            self.submit(
+                OpType::Scatter,
+                dtype,
+                total,
+                opts.timeout,
+                &inputs[0],
+                outputs,
+                outputs.to_vec(),
+                body,
+                !opts.async_op,
+            )
         } else {
             if !inputs.is_empty() {
                 return Err(inval(OP, "requires empty input on non-root"));
             }
             check_cpu(OP, &[out])?;
-            let body: CollBody = Box::new(move |comm, ins, mut outs| algo::exchange::scatter(comm, &ins, outs[0], root));
-            self.submit(OpType::Scatter, dtype, total, opts.timeout, &[], outputs, outputs.to_vec(), body, !opts.async_op)
+            let body: CollBody = Box::new(move |comm, ins, mut outs| {
+                algo::exchange::scatter(comm, &ins, outs[0], root)
+            });
+            self.submit(
+                OpType::Scatter,
+                dtype,
+                total,
+                opts.timeout,
+                &[],
+                outputs,
+                outputs.to_vec(),
+                body,
+                !opts.async_op,
+            )
         }
     }
 
-    fn reduce_scatter(&self, outputs: &[Tensor], inputs: &[Vec<Tensor>], opts: &ReduceScatterOptions) -> Result<Work> {
+    fn reduce_scatter(
+        &self,
+        outputs: &[Tensor],
+        inputs: &[Vec<Tensor>],
+        opts: &ReduceScatterOptions,
+    ) -> Result<Work> {
         const OP: &str = "reduce_scatter";
         let (r, n) = (self.id.rank, self.id.size);
         if outputs.len() != 1 {
@@ -726,32 +1071,75 @@ impl Backend for ProcessGroupGloo {
             return Err(inval(OP, "requires a single-element input list"));
         }
         if inputs[0].len() != n {
-            return Err(inval(OP, format!("Incorrect input list size {}. Input list size should be {n}.", inputs[0].len())));
+            return Err(inval(
+                OP,
+                format!(
+                    "Incorrect input list size {}. Input list size should be {n}.",
+                    inputs[0].len()
+                ),
+            ));
         }
         let out = &outputs[0];
         let refs: Vec<&Tensor> = inputs[0].iter().chain(outputs).collect();
         check_cpu(OP, &refs)?;
         if let Some(t) = inputs[0].iter().find(|t| t.dtype() != out.dtype()) {
-            return Err(inval(OP, format!("invalid tensor type (expected {}, got {})", out.dtype(), t.dtype())));
+            return Err(inval(
+                OP,
+                format!(
+                    "invalid tensor type (expected {}, got {})",
+                    out.dtype(),
+                    t.dtype()
+                ),
+            ));
         }
         if inputs[0][r].numel() != out.numel() {
-            return Err(inval(OP, format!("invalid tensor size (input {r} has {} elements, output {})", inputs[0][r].numel(), out.numel())));
+            return Err(inval(
+                OP,
+                format!(
+                    "invalid tensor size (input {r} has {} elements, output {})",
+                    inputs[0][r].numel(),
+                    out.numel()
+                ),
+            ));
         }
         let (dtype, rop) = (out.dtype(), opts.reduce_op);
         check_op(OP, rop, dtype)?;
-        let body: CollBody = Box::new(move |comm, ins, mut outs| reduce_scatter_body(comm, &ins, outs[0], rop, dtype, n));
-        self.submit(OpType::ReduceScatter, dtype, nbytes(&inputs[0]), opts.timeout, &inputs[0], outputs, outputs.to_vec(), body, !opts.async_op)
+        let body: CollBody = Box::new(move |comm, ins, mut outs| {
+            reduce_scatter_body(comm, &ins, outs[0], rop, dtype, n)
+        });
+        self.submit(
+            OpType::ReduceScatter,
+            dtype,
+            nbytes(&inputs[0]),
+            opts.timeout,
+            &inputs[0],
+            outputs,
+            outputs.to_vec(),
+            body,
+            !opts.async_op,
+        )
     }
 
-    fn reduce_scatter_tensor(&self, output: &Tensor, input: &Tensor, opts: &ReduceScatterOptions) -> Result<Work> {
+    fn reduce_scatter_tensor(
+        &self,
+        output: &Tensor,
+        input: &Tensor,
+        opts: &ReduceScatterOptions,
+    ) -> Result<Work> {
         const OP: &str = "_reduce_scatter_base";
         let n = self.id.size;
         check_cpu(OP, &[output, input])?;
         if output.dtype() != input.dtype() {
-            return Err(inval(OP, "input tensor must be the same type as the output tensor."));
+            return Err(inval(
+                OP,
+                "input tensor must be the same type as the output tensor.",
+            ));
         }
         if input.numel() != output.numel() * n {
-            return Err(inval(OP, "input tensor must be the same size as output size times world size"));
+            return Err(inval(
+                OP,
+                "input tensor must be the same size as output size times world size",
+            ));
         }
         let (dtype, rop) = (output.dtype(), opts.reduce_op);
         check_op(OP, rop, dtype)?;
@@ -760,14 +1148,32 @@ impl Backend for ProcessGroupGloo {
             reduce_scatter_body(comm, &blocks, outs[0], rop, dtype, n)
         });
         let (i, o) = (std::slice::from_ref(input), std::slice::from_ref(output));
-        self.submit(OpType::ReduceScatterBase, dtype, input.nbytes() as u64, opts.timeout, i, o, vec![output.clone()], body, !opts.async_op)
+        self.submit(
+            OpType::ReduceScatterBase,
+            dtype,
+            input.nbytes() as u64,
+            opts.timeout,
+            i,
+            o,
+            vec![output.clone()],
+            body,
+            !opts.async_op,
+        )
     }
 
-    fn reduce_scatter_tensor_coalesced(&self, outputs: &[Tensor], inputs: &[Tensor], opts: &ReduceScatterOptions) -> Result<Work> {
+    fn reduce_scatter_tensor_coalesced(
+        &self,
+        outputs: &[Tensor],
+        inputs: &[Tensor],
+        opts: &ReduceScatterOptions,
+    ) -> Result<Work> {
         const OP: &str = "reduce_scatter_tensor_coalesced";
         let n = self.id.size;
         if inputs.is_empty() || outputs.len() != inputs.len() {
-            return Err(inval(OP, "requires non-empty input/output tensor lists of the same length"));
+            return Err(inval(
+                OP,
+                "requires non-empty input/output tensor lists of the same length",
+            ));
         }
         let refs: Vec<&Tensor> = inputs.iter().chain(outputs).collect();
         check_cpu(OP, &refs)?;
@@ -778,7 +1184,12 @@ impl Backend for ProcessGroupGloo {
                 return Err(inval(OP, format!("invalid tensor type at index {i}")));
             }
             if inp.numel() != o.numel() * n {
-                return Err(inval(OP, format!("input tensor {i} must be the same size as output size times world size")));
+                return Err(inval(
+                    OP,
+                    format!(
+                        "input tensor {i} must be the same size as output size times world size"
+                    ),
+                ));
             }
         }
         check_op(OP, rop, dtype)?;
@@ -789,7 +1200,17 @@ impl Backend for ProcessGroupGloo {
             }
             Ok(())
         });
-        self.submit(OpType::ReduceScatterBase, dtype, nbytes(inputs), opts.timeout, inputs, outputs, outputs.to_vec(), body, !opts.async_op)
+        self.submit(
+            OpType::ReduceScatterBase,
+            dtype,
+            nbytes(inputs),
+            opts.timeout,
+            inputs,
+            outputs,
+            outputs.to_vec(),
+            body,
+            !opts.async_op,
+        )
     }
 
     fn all_to_all_single(
@@ -811,15 +1232,32 @@ impl Backend for ProcessGroupGloo {
             let row_bytes = t.nbytes().checked_div(rows).unwrap_or(0);
             if s.is_empty() {
                 if rows % n != 0 {
-                    return Err(inval(OP, format!("{what} tensor's dim 0 ({rows}) must be divisible by world size {n}")));
+                    return Err(inval(
+                        OP,
+                        format!(
+                            "{what} tensor's dim 0 ({rows}) must be divisible by world size {n}"
+                        ),
+                    ));
                 }
                 return Ok(vec![rows / n * row_bytes; n]);
             }
             if s.len() != n {
-                return Err(inval(OP, format!("{what} split sizes have {} entries, expected world size {n}", s.len())));
+                return Err(inval(
+                    OP,
+                    format!(
+                        "{what} split sizes have {} entries, expected world size {n}",
+                        s.len()
+                    ),
+                ));
             }
             if s.iter().sum::<usize>() != rows {
-                return Err(inval(OP, format!("{what} split sizes sum to {} but dim 0 is {rows}", s.iter().sum::<usize>())));
+                return Err(inval(
+                    OP,
+                    format!(
+                        "{what} split sizes sum to {} but dim 0 is {rows}",
+                        s.iter().sum::<usize>()
+                    ),
+                ));
             }
             Ok(s.iter().map(|x| x * row_bytes).collect())
         };
@@ -831,38 +1269,101 @@ impl Backend for ProcessGroupGloo {
             algo::exchange::all_to_all(comm, &ib, &mut ob)
         });
         let (i, o) = (std::slice::from_ref(input), std::slice::from_ref(output));
-        self.submit(OpType::AlltoallBase, input.dtype(), input.nbytes() as u64, opts.timeout, i, o, vec![output.clone()], body, !opts.async_op)
+        self.submit(
+            OpType::AlltoallBase,
+            input.dtype(),
+            input.nbytes() as u64,
+            opts.timeout,
+            i,
+            o,
+            vec![output.clone()],
+            body,
+            !opts.async_op,
+        )
     }
 
-    fn all_to_all(&self, outputs: &[Tensor], inputs: &[Tensor], opts: &AllToAllOptions) -> Result<Work> {
+    fn all_to_all(
+        &self,
+        outputs: &[Tensor],
+        inputs: &[Tensor],
+        opts: &AllToAllOptions,
+    ) -> Result<Work> {
         const OP: &str = "alltoall";
         let n = self.id.size;
         if inputs.len() != n {
-            return Err(inval(OP, format!("input tensor list size {} does not match world size {n}", inputs.len())));
+            return Err(inval(
+                OP,
+                format!(
+                    "input tensor list size {} does not match world size {n}",
+                    inputs.len()
+                ),
+            ));
         }
         if outputs.len() != n {
-            return Err(inval(OP, format!("output tensor list size {} does not match world size {n}", outputs.len())));
+            return Err(inval(
+                OP,
+                format!(
+                    "output tensor list size {} does not match world size {n}",
+                    outputs.len()
+                ),
+            ));
         }
         let refs: Vec<&Tensor> = inputs.iter().chain(outputs).collect();
         check_cpu(OP, &refs)?;
         let dtype = inputs[0].dtype();
         if refs.iter().any(|t| t.dtype() != dtype) {
-            return Err(inval(OP, "input and output tensors must have the same type"));
+            return Err(inval(
+                OP,
+                "input and output tensors must have the same type",
+            ));
         }
-        let body: CollBody = Box::new(move |comm, ins, mut outs| algo::exchange::all_to_all(comm, &ins, &mut outs));
-        self.submit(OpType::Alltoall, dtype, nbytes(inputs), opts.timeout, inputs, outputs, outputs.to_vec(), body, !opts.async_op)
+        let body: CollBody =
+            Box::new(move |comm, ins, mut outs| algo::exchange::all_to_all(comm, &ins, &mut outs));
+        self.submit(
+            OpType::Alltoall,
+            dtype,
+            nbytes(inputs),
+            opts.timeout,
+            inputs,
+            outputs,
+            outputs.to_vec(),
+            body,
+            !opts.async_op,
+        )
     }
 
     fn barrier(&self, opts: &BarrierOptions) -> Result<Work> {
         let body: CollBody = Box::new(move |comm, _ins, _outs| algo::barrier::dissemination(comm));
-        self.submit(OpType::Barrier, DType::U8, 0, opts.timeout, &[], &[], Vec::new(), body, !opts.async_op)
+        self.submit(
+            OpType::Barrier,
+            DType::U8,
+            0,
+            opts.timeout,
+            &[],
+            &[],
+            Vec::new(),
+            body,
+            !opts.async_op,
+        )
     }
 
     fn monitored_barrier(&self, opts: &BarrierOptions, wait_all_ranks: bool) -> Result<()> {
         let timeout = self.op_timeout(opts.timeout);
-        let body: CollBody = Box::new(move |comm, _ins, _outs| algo::barrier::monitored(comm, timeout, wait_all_ranks));
+        let body: CollBody = Box::new(move |comm, _ins, _outs| {
+            algo::barrier::monitored(comm, timeout, wait_all_ranks)
+        });
         // The engine's own deadline must not pre-empt the barrier's reporting.
-        let w = self.submit(OpType::MonitoredBarrier, DType::U8, 0, Some(timeout + Duration::from_secs(5)), &[], &[], Vec::new(), body, true)?;
+        let w = self.submit(
+            OpType::MonitoredBarrier,
+            DType::U8,
+            0,
+            Some(timeout + Duration::from_secs(5)),
+            &[],
+            &[],
+            Vec::new(),
+            body,
+            true,
+        )?;
         w.wait()
     }
 
@@ -879,18 +1380,37 @@ impl Backend for ProcessGroupGloo {
     }
 
     fn abort(&self) {
-        self.stop(format!("ProcessGroupGloo (group {}, rank {}) was aborted", self.id.group_name, self.id.rank), false);
+        self.stop(
+            format!(
+                "ProcessGroupGloo (group {}, rank {}) was aborted",
+                self.id.group_name, self.id.rank
+            ),
+            false,
+        );
         self.join();
     }
 
     fn shutdown(&self) {
-        self.stop(format!("ProcessGroupGloo (group {}, rank {}) was shut down", self.id.group_name, self.id.rank), true);
+        self.stop(
+            format!(
+                "ProcessGroupGloo (group {}, rank {}) was shut down",
+                self.id.group_name, self.id.rank
+            ),
+            true,
+        );
         self.join();
     }
 }
 
 /// Prescale (copying for PREMUL_SUM), direct reduce-scatter, finalize.
-fn reduce_scatter_body(comm: &mut Comm<'_>, blocks: &[&[u8]], out: &mut [u8], rop: ReduceOp, dtype: DType, n: usize) -> Result<()> {
+fn reduce_scatter_body(
+    comm: &mut Comm<'_>,
+    blocks: &[&[u8]],
+    out: &mut [u8],
+    rop: ReduceOp,
+    dtype: DType,
+    n: usize,
+) -> Result<()> {
     if matches!(rop, ReduceOp::PremulSum(_)) {
         let total: usize = blocks.iter().map(|b| b.len()).sum();
         let mut s = comm.take_scratch(total);

@@ -93,7 +93,9 @@ impl Default for GlooOptions {
             small_broadcast_bytes: 256 * 1024,
             pipeline_chunk_bytes: 1024 * 1024,
             socket_buffer_bytes: 4 * 1024 * 1024,
-            local_unix_sockets: std::env::var("C10D_GLOO_TCP_ONLY").map(|v| v.trim() != "1").unwrap_or(true),
+            local_unix_sockets: std::env::var("C10D_GLOO_TCP_ONLY")
+                .map(|v| v.trim() != "1")
+                .unwrap_or(true),
         }
     }
 }
@@ -106,7 +108,9 @@ impl GlooOptions {
             group_name: o.group_name.clone(),
             group_desc: o.group_desc.clone(),
             global_ranks: o.global_ranks.clone(),
-            lazy_init: std::env::var("TORCH_GLOO_LAZY_INIT").map(|v| v.trim() == "1").unwrap_or(false),
+            lazy_init: std::env::var("TORCH_GLOO_LAZY_INIT")
+                .map(|v| v.trim() == "1")
+                .unwrap_or(false),
             ..Default::default()
         }
     }
@@ -123,9 +127,11 @@ impl GlooOptions {
             if let Ok(name) = std::env::var(var) {
                 let name = name.split(',').next().unwrap_or("").trim().to_string();
                 if !name.is_empty() {
-                    return interface_ipv4(&name)
-                        .map(IpAddr::V4)
-                        .ok_or_else(|| DistError::invalid(format!("{var}={name}: no such interface with an IPv4 address")));
+                    return interface_ipv4(&name).map(IpAddr::V4).ok_or_else(|| {
+                        DistError::invalid(format!(
+                            "{var}={name}: no such interface with an IPv4 address"
+                        ))
+                    });
                 }
             }
         }
@@ -190,10 +196,18 @@ mod tests {
         assert_eq!(interface_ipv4("no-such-if0"), None);
         let o = GlooOptions::default();
         assert_eq!(o.timeout, DEFAULT_TIMEOUT);
-        let o = GlooOptions { hostname_hint: Some("127.0.0.1".into()), ..Default::default() };
+        let o = GlooOptions {
+            hostname_hint: Some("127.0.0.1".into()),
+            ..Default::default()
+        };
         // Env vars may be set by the environment; only check the hint path when they are not.
-        if std::env::var("C10D_SOCKET_IFNAME").is_err() && std::env::var("GLOO_SOCKET_IFNAME").is_err() {
-            assert_eq!(o.resolve_listen_addr().unwrap(), IpAddr::V4(Ipv4Addr::LOCALHOST));
+        if std::env::var("C10D_SOCKET_IFNAME").is_err()
+            && std::env::var("GLOO_SOCKET_IFNAME").is_err()
+        {
+            assert_eq!(
+                o.resolve_listen_addr().unwrap(),
+                IpAddr::V4(Ipv4Addr::LOCALHOST)
+            );
         }
     }
 }

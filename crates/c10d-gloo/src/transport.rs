@@ -86,14 +86,23 @@ pub(crate) struct Listeners {
 
 /// Binds a TCP listener on `addr`, port 0, and (when `local`) an abstract Unix listener.
 pub(crate) fn listen(addr: IpAddr, local: bool) -> Result<Listeners> {
-    let dom = if addr.is_ipv4() { Domain::IPV4 } else { Domain::IPV6 };
+    let dom = if addr.is_ipv4() {
+        Domain::IPV4
+    } else {
+        Domain::IPV6
+    };
     let s = Socket::new(dom, Type::STREAM, Some(Protocol::TCP))?;
     s.set_reuse_address(true)?;
     s.bind(&SockAddr::from(SocketAddr::new(addr, 0)))
-        .map_err(|e| DistError::network(format!("ProcessGroupGloo: cannot listen on {addr}:0: {e}")))?;
+        .map_err(|e| {
+            DistError::network(format!("ProcessGroupGloo: cannot listen on {addr}:0: {e}"))
+        })?;
     s.listen(1024)?;
     let unix = if local { listen_unix() } else { None };
-    Ok(Listeners { tcp: s.into(), unix })
+    Ok(Listeners {
+        tcp: s.into(),
+        unix,
+    })
 }
 
 #[cfg(target_os = "linux")]
@@ -101,8 +110,15 @@ fn listen_unix() -> Option<(UnixListener, String)> {
     use std::os::linux::net::SocketAddrExt;
     use std::sync::atomic::{AtomicU64, Ordering};
     static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
-    let name = format!("c10d-gloo.{}.{nanos}.{}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed));
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let name = format!(
+        "c10d-gloo.{}.{nanos}.{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    );
     let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).ok()?;
     let l = UnixListener::bind_addr(&addr).ok()?;
     Some((l, name))
@@ -127,7 +143,10 @@ fn connect_unix(_name: &str) -> std::io::Result<UnixStream> {
 
 /// Identifies the running kernel: equal on every process of one host (one boot).
 fn boot_id() -> Option<String> {
-    std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
 }
 
 fn addr_key(rank: usize) -> String {
@@ -150,7 +169,9 @@ pub(crate) fn publish(store: &dyn Store, rank: usize, l: &Listeners) -> Result<(
 }
 
 fn left(deadline: Instant) -> Duration {
-    deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1))
+    deadline
+        .saturating_duration_since(Instant::now())
+        .max(Duration::from_millis(1))
 }
 
 /// Who we are, for the handshake and error texts.
@@ -167,9 +188,18 @@ pub(crate) struct MeshSpec<'a> {
 /// # Errors
 /// [`DistError::Network`] for connect/accept failures or time-outs, [`DistError::Backend`] for a
 /// handshake mismatch (group name, size or rank), store errors from the address look-ups.
-pub(crate) fn connect_mesh(store: &dyn Store, listeners: &Listeners, spec: &MeshSpec<'_>) -> Result<Vec<Option<Conn>>> {
+pub(crate) fn connect_mesh(
+    store: &dyn Store,
+    listeners: &Listeners,
+    spec: &MeshSpec<'_>,
+) -> Result<Vec<Option<Conn>>> {
     let deadline = Instant::now() + spec.timeout;
-    let ctx = |m: String| format!("ProcessGroupGloo (group {}, rank {}): {m}", spec.group_name, spec.rank);
+    let ctx = |m: String| {
+        format!(
+            "ProcessGroupGloo (group {}, rank {}): {m}",
+            spec.group_name, spec.rank
+        )
+    };
     let mut peers: Vec<Option<Conn>> = (0..spec.size).map(|_| None).collect();
     let my_boot = boot_id();
     // 1. Connect to every lower rank.
@@ -177,7 +207,10 @@ pub(crate) fn connect_mesh(store: &dyn Store, listeners: &Listeners, spec: &Mesh
     for p in 0..spec.rank {
         let key = addr_key(p);
         store.wait_timeout(&[&key], left(deadline)).map_err(|e| {
-            DistError::network(ctx(format!("rank {p} did not publish its address within {}ms: {e}", spec.timeout.as_millis())))
+            DistError::network(ctx(format!(
+                "rank {p} did not publish its address within {}ms: {e}",
+                spec.timeout.as_millis()
+            )))
         })?;
         let mut conn = None;
         if listeners.unix.is_some() {
@@ -186,7 +219,12 @@ pub(crate) fn connect_mesh(store: &dyn Store, listeners: &Listeners, spec: &Mesh
                 if b == mine {
                     match connect_unix(name) {
                         Ok(s) => conn = Some(Conn::Unix(s)),
-                        Err(e) => log::debug!("{}", ctx(format!("local socket of rank {p} unreachable ({e}); using TCP"))),
+                        Err(e) => log::debug!(
+                            "{}",
+                            ctx(format!(
+                                "local socket of rank {p} unreachable ({e}); using TCP"
+                            ))
+                        ),
                     }
                 }
             }
@@ -195,17 +233,26 @@ pub(crate) fn connect_mesh(store: &dyn Store, listeners: &Listeners, spec: &Mesh
             Some(c) => c,
             None => {
                 let addr_s = String::from_utf8_lossy(&store.get(&key)?).to_string();
-                let addr: SocketAddr = addr_s
-                    .parse()
-                    .map_err(|e| DistError::network(ctx(format!("bad address '{addr_s}' published by rank {p}: {e}"))))?;
+                let addr: SocketAddr = addr_s.parse().map_err(|e| {
+                    DistError::network(ctx(format!(
+                        "bad address '{addr_s}' published by rank {p}: {e}"
+                    )))
+                })?;
                 loop {
-                    match TcpStream::connect_timeout(&addr, left(deadline).min(Duration::from_secs(5))) {
+                    match TcpStream::connect_timeout(
+                        &addr,
+                        left(deadline).min(Duration::from_secs(5)),
+                    ) {
                         Ok(s) => break Conn::Tcp(s),
                         Err(e) if Instant::now() < deadline => {
                             log::debug!("connect to rank {p} at {addr}: {e}; retrying");
                             std::thread::sleep(Duration::from_millis(10));
                         }
-                        Err(e) => return Err(DistError::network(ctx(format!("cannot connect to rank {p} at {addr}: {e}")))),
+                        Err(e) => {
+                            return Err(DistError::network(ctx(format!(
+                                "cannot connect to rank {p} at {addr}: {e}"
+                            ))))
+                        }
                     }
                 }
             }
@@ -217,8 +264,10 @@ pub(crate) fn connect_mesh(store: &dyn Store, listeners: &Listeners, spec: &Mesh
         hello.extend_from_slice(&(spec.size as u64).to_le_bytes());
         hello.extend_from_slice(&(spec.group_name.len() as u32).to_le_bytes());
         hello.extend_from_slice(spec.group_name.as_bytes());
-        s.write_all(&hello).map_err(|e| DistError::network(ctx(format!("handshake with rank {p} failed: {e}"))))?;
-        let reply = read_frame(&mut s).map_err(|e| DistError::network(ctx(format!("handshake with rank {p} failed: {e}"))))?;
+        s.write_all(&hello)
+            .map_err(|e| DistError::network(ctx(format!("handshake with rank {p} failed: {e}"))))?;
+        let reply = read_frame(&mut s)
+            .map_err(|e| DistError::network(ctx(format!("handshake with rank {p} failed: {e}"))))?;
         if reply != b"OK" {
             return Err(DistError::backend(ctx(format!(
                 "rank {p} refused the connection: {}",
@@ -237,16 +286,23 @@ pub(crate) fn connect_mesh(store: &dyn Store, listeners: &Listeners, spec: &Mesh
         let accepted = match listeners.tcp.accept() {
             Ok((s, from)) => Ok((Conn::Tcp(s), from.to_string())),
             Err(e) => match &listeners.unix {
-                Some((u, _)) if e.kind() == std::io::ErrorKind::WouldBlock => u.accept().map(|(s, _)| (Conn::Unix(s), "a local socket".to_string())),
+                Some((u, _)) if e.kind() == std::io::ErrorKind::WouldBlock => u
+                    .accept()
+                    .map(|(s, _)| (Conn::Unix(s), "a local socket".to_string())),
                 _ => Err(e),
             },
         };
         let (mut s, from) = match accepted {
             Ok(x) => x,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::Interrupted => {
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    || e.kind() == std::io::ErrorKind::Interrupted =>
+            {
                 if Instant::now() >= deadline {
-                    let absent: Vec<String> =
-                        (spec.rank + 1..spec.size).filter(|p| peers[*p].is_none()).map(|p| p.to_string()).collect();
+                    let absent: Vec<String> = (spec.rank + 1..spec.size)
+                        .filter(|p| peers[*p].is_none())
+                        .map(|p| p.to_string())
+                        .collect();
                     return Err(DistError::network(ctx(format!(
                         "timed out after {}ms waiting for rank(s) {} to connect",
                         spec.timeout.as_millis(),
@@ -265,7 +321,10 @@ pub(crate) fn connect_mesh(store: &dyn Store, listeners: &Listeners, spec: &Mesh
         s.set_timeouts(Some(left(deadline)))?;
         let mut head = [0u8; 24];
         if let Err(e) = s.read_exact(&mut head) {
-            log::warn!("{}", ctx(format!("dropping connection from {from}: bad hello: {e}")));
+            log::warn!(
+                "{}",
+                ctx(format!("dropping connection from {from}: bad hello: {e}"))
+            );
             continue;
         }
         let magic = u32::from_le_bytes(head[0..4].try_into().expect("4"));
@@ -273,7 +332,12 @@ pub(crate) fn connect_mesh(store: &dyn Store, listeners: &Listeners, spec: &Mesh
         let psize = u64::from_le_bytes(head[12..20].try_into().expect("8")) as usize;
         let nlen = u32::from_le_bytes(head[20..24].try_into().expect("4")) as usize;
         if magic != HELLO_MAGIC || nlen > 1 << 20 {
-            log::warn!("{}", ctx(format!("dropping connection from {from}: not a c10d-gloo peer")));
+            log::warn!(
+                "{}",
+                ctx(format!(
+                    "dropping connection from {from}: not a c10d-gloo peer"
+                ))
+            );
             continue;
         }
         let mut name = vec![0u8; nlen];
@@ -290,7 +354,10 @@ pub(crate) fn connect_mesh(store: &dyn Store, listeners: &Listeners, spec: &Mesh
                 spec.rank, spec.size
             ))
         } else if prank <= spec.rank || prank >= spec.size || peers[prank].is_some() {
-            Some(format!("handshake mismatch: unexpected connection claiming rank {prank} (to rank {})", spec.rank))
+            Some(format!(
+                "handshake mismatch: unexpected connection claiming rank {prank} (to rank {})",
+                spec.rank
+            ))
         } else {
             None
         };
@@ -328,10 +395,24 @@ fn read_frame(s: &mut Conn) -> std::io::Result<Vec<u8>> {
 
 /// Blocks until a listener is readable or `d` passes (poll(2); no spinning).
 fn wait_readable(l: &Listeners, d: Duration) {
-    let mut pfds = vec![libc::pollfd { fd: l.tcp.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
+    let mut pfds = vec![libc::pollfd {
+        fd: l.tcp.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    }];
     if let Some((u, _)) = &l.unix {
-        pfds.push(libc::pollfd { fd: u.as_raw_fd(), events: libc::POLLIN, revents: 0 });
+        pfds.push(libc::pollfd {
+            fd: u.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        });
     }
     // SAFETY: `pfds` is a valid array of pollfd for the duration of the call.
-    unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, d.as_millis() as i32) };
+    unsafe {
+        libc::poll(
+            pfds.as_mut_ptr(),
+            pfds.len() as libc::nfds_t,
+            d.as_millis() as i32,
+        )
+    };
 }

@@ -103,7 +103,9 @@ impl Header {
         let u64at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
         let magic = u32::from_le_bytes(b[0..4].try_into().expect("4 bytes"));
         if magic != MAGIC {
-            return Err(format!("bad frame magic {magic:#x} (stream out of sync or not a c10d-gloo peer)"));
+            return Err(format!(
+                "bad frame magic {magic:#x} (stream out of sync or not a c10d-gloo peer)"
+            ));
         }
         let kind = match b[4] {
             1 => Kind::Coll,
@@ -112,7 +114,9 @@ impl Header {
             4 => Kind::Bye,
             k => return Err(format!("unknown frame kind {k}")),
         };
-        let op = *OPS.get(b[5] as usize).ok_or_else(|| format!("unknown op code {}", b[5]))?;
+        let op = *OPS
+            .get(b[5] as usize)
+            .ok_or_else(|| format!("unknown op code {}", b[5]))?;
         let dtype = DType::from_code(b[6]).ok_or_else(|| format!("unknown dtype code {}", b[6]))?;
         Ok(Header {
             kind,

@@ -23,27 +23,54 @@ fn mismatched_collectives_name_both_ranks_and_ops() {
         if r == 0 {
             err_text(pg.all_reduce(&[t], &AllreduceOptions::default()))
         } else {
-            let _ = pg.broadcast(&[t], &BroadcastOptions { root_rank: 1, ..Default::default() }).unwrap().wait();
+            let _ = pg
+                .broadcast(
+                    &[t],
+                    &BroadcastOptions {
+                        root_rank: 1,
+                        ..Default::default()
+                    },
+                )
+                .unwrap()
+                .wait();
             String::new()
         }
     });
     let e = &res[0];
-    assert!(e.contains("rank 0 is running ALLREDUCE (seq 0, Float, 64 bytes)"), "{e}");
-    assert!(e.contains("rank 1 sent BROADCAST (seq 0, Float, 64 bytes)"), "{e}");
+    assert!(
+        e.contains("rank 0 is running ALLREDUCE (seq 0, Float, 64 bytes)"),
+        "{e}"
+    );
+    assert!(
+        e.contains("rank 1 sent BROADCAST (seq 0, Float, 64 bytes)"),
+        "{e}"
+    );
 }
 
 #[test]
 fn mismatched_dtype_and_size_are_detected() {
     let res = run_world(2, opts(), |r, pg| {
-        let t = if r == 0 { Tensor::full(1.0f32, &[16]) } else { Tensor::full(1i32, &[16]) };
+        let t = if r == 0 {
+            Tensor::full(1.0f32, &[16])
+        } else {
+            Tensor::full(1i32, &[16])
+        };
         err_text(pg.all_reduce(&[t], &AllreduceOptions::default()))
     });
-    assert!(res.iter().any(|e| e.contains("Float") && e.contains("Int") && e.contains("mismatch")), "{res:?}");
+    assert!(
+        res.iter()
+            .any(|e| e.contains("Float") && e.contains("Int") && e.contains("mismatch")),
+        "{res:?}"
+    );
     let res = run_world(2, opts(), |r, pg| {
         let t = Tensor::full(1.0f32, &[16 + r]);
         err_text(pg.all_reduce(&[t], &AllreduceOptions::default()))
     });
-    assert!(res.iter().all(|e| e.contains("64 bytes") && e.contains("68 bytes")), "{res:?}");
+    assert!(
+        res.iter()
+            .all(|e| e.contains("64 bytes") && e.contains("68 bytes")),
+        "{res:?}"
+    );
 }
 
 #[test]
@@ -55,28 +82,52 @@ fn op_timeout_names_op_seq_rank_and_silent_peer() {
         }
         let t = Tensor::full(1.0f32, &[4]);
         let start = Instant::now();
-        let e = err_text(pg.all_reduce(&[t], &AllreduceOptions { timeout: Some(Duration::from_millis(200)), ..Default::default() }));
+        let e = err_text(pg.all_reduce(
+            &[t],
+            &AllreduceOptions {
+                timeout: Some(Duration::from_millis(200)),
+                ..Default::default()
+            },
+        ));
         assert!(start.elapsed() < Duration::from_secs(5));
         e
     });
     for r in 0..2 {
-        assert!(res[r].contains(&format!("Timed out waiting 200ms for ALLREDUCE (seq 0) on rank {r}; no data from rank(s) 2")), "{}", res[r]);
+        assert!(
+            res[r].contains(&format!(
+                "Timed out waiting 200ms for ALLREDUCE (seq 0) on rank {r}; no data from rank(s) 2"
+            )),
+            "{}",
+            res[r]
+        );
     }
-    assert!(res[0].contains(" Timed out "), "PyTorch's tests match ' (Timed out|closed|timeout) '");
+    assert!(
+        res[0].contains(" Timed out "),
+        "PyTorch's tests match ' (Timed out|closed|timeout) '"
+    );
     // After a time-out the group stays usable: the late rank's frames of the failed op are
     // dropped as stale and the next collective matches again.
     run_world(2, opts(), |r, pg| {
         let t = Tensor::full(1.0f32, &[1000]);
         if r == 0 {
-            let o = AllreduceOptions { timeout: Some(Duration::from_millis(100)), ..Default::default() };
+            let o = AllreduceOptions {
+                timeout: Some(Duration::from_millis(100)),
+                ..Default::default()
+            };
             assert!(err_text(pg.all_reduce(&[t], &o)).contains("Timed out"));
         } else {
             std::thread::sleep(Duration::from_millis(400));
-            pg.all_reduce(&[t], &AllreduceOptions::default()).unwrap().wait().unwrap();
+            pg.all_reduce(&[t], &AllreduceOptions::default())
+                .unwrap()
+                .wait()
+                .unwrap();
         }
         for i in 0..3 {
             let t = Tensor::full((r + i) as f32, &[1000]);
-            pg.all_reduce(&[t.clone()], &AllreduceOptions::default()).unwrap().wait().unwrap();
+            pg.all_reduce(&[t.clone()], &AllreduceOptions::default())
+                .unwrap()
+                .wait()
+                .unwrap();
             assert_eq!(f32s(&t), vec![(1 + 2 * i) as f32; 1000]);
         }
     });
@@ -89,7 +140,11 @@ fn op_timeout_names_op_seq_rank_and_silent_peer() {
         pg.set_timeout(Duration::from_millis(100));
         err_text(pg.barrier(&BarrierOptions::default()))
     });
-    assert!(res[0].contains("Timed out waiting 100ms for BARRIER (seq 0) on rank 0"), "{}", res[0]);
+    assert!(
+        res[0].contains("Timed out waiting 100ms for BARRIER (seq 0) on rank 0"),
+        "{}",
+        res[0]
+    );
 }
 
 #[test]
@@ -102,7 +157,12 @@ fn p2p_recv_times_out() {
         pg.set_timeout(Duration::from_millis(150));
         err_text(pg.recv(&[Tensor::zeros(DType::F32, &[2])], 1, 0))
     });
-    assert!(res[0].contains("Timed out waiting 150ms for RECV (seq 0) on rank 0; no data from rank(s) 1"), "{}", res[0]);
+    assert!(
+        res[0]
+            .contains("Timed out waiting 150ms for RECV (seq 0) on rank 0; no data from rank(s) 1"),
+        "{}",
+        res[0]
+    );
 }
 
 #[test]
@@ -117,21 +177,32 @@ fn abort_unblocks_waiters_and_names_the_dead_rank() {
     });
     let res = run_on(pgs[..2].to_vec(), |_r, pg| {
         let t = Tensor::full(1.0f32, &[1 << 16]);
-        let e = pg.all_reduce(&[t], &AllreduceOptions::default()).unwrap().wait().unwrap_err();
+        let e = pg
+            .all_reduce(&[t], &AllreduceOptions::default())
+            .unwrap()
+            .wait()
+            .unwrap_err();
         let at = Instant::now();
-        let later = err_text(pg.all_reduce(&[Tensor::full(1.0f32, &[2])], &AllreduceOptions::default()));
+        let later =
+            err_text(pg.all_reduce(&[Tensor::full(1.0f32, &[2])], &AllreduceOptions::default()));
         (e.to_string(), later, at)
     });
     let aborted_at = killer.join().unwrap();
     for (e, later, at) in res {
         assert!(e.contains("rank 2") && e.contains("lost"), "{e}");
         assert!(later.contains("rank 2"), "{later}");
-        assert!(at.duration_since(aborted_at) < Duration::from_secs(1), "took {:?}", at.duration_since(aborted_at));
+        assert!(
+            at.duration_since(aborted_at) < Duration::from_secs(1),
+            "took {:?}",
+            at.duration_since(aborted_at)
+        );
     }
     // Own abort: a pending op on the aborting rank fails promptly.
     let pgs = make_world(2, opts());
     let pg0 = pgs[0].clone();
-    let w = pg0.all_reduce(&[Tensor::full(1.0f32, &[4])], &AllreduceOptions::default()).unwrap();
+    let w = pg0
+        .all_reduce(&[Tensor::full(1.0f32, &[4])], &AllreduceOptions::default())
+        .unwrap();
     let t0 = Instant::now();
     pg0.abort();
     let e = w.wait().unwrap_err().to_string();
@@ -145,31 +216,77 @@ fn abort_unblocks_waiters_and_names_the_dead_rank() {
 #[test]
 fn monitored_barrier_texts() {
     run_world(3, opts(), |_r, pg| {
-        pg.monitored_barrier(&BarrierOptions { timeout: Some(Duration::from_secs(20)), ..Default::default() }, false).unwrap();
-        pg.monitored_barrier(&BarrierOptions { timeout: Some(Duration::from_secs(20)), ..Default::default() }, true).unwrap();
+        pg.monitored_barrier(
+            &BarrierOptions {
+                timeout: Some(Duration::from_secs(20)),
+                ..Default::default()
+            },
+            false,
+        )
+        .unwrap();
+        pg.monitored_barrier(
+            &BarrierOptions {
+                timeout: Some(Duration::from_secs(20)),
+                ..Default::default()
+            },
+            true,
+        )
+        .unwrap();
     });
     let res = run_world(2, opts(), |r, pg| {
         if r == 1 {
             std::thread::sleep(Duration::from_millis(800));
             return String::new();
         }
-        pg.monitored_barrier(&BarrierOptions { timeout: Some(Duration::from_millis(300)), ..Default::default() }, false).unwrap_err().to_string()
+        pg.monitored_barrier(
+            &BarrierOptions {
+                timeout: Some(Duration::from_millis(300)),
+                ..Default::default()
+            },
+            false,
+        )
+        .unwrap_err()
+        .to_string()
     });
-    assert!(res[0].contains("Rank 1 failed to pass monitoredBarrier in 300 ms"), "{}", res[0]);
+    assert!(
+        res[0].contains("Rank 1 failed to pass monitoredBarrier in 300 ms"),
+        "{}",
+        res[0]
+    );
     let res = run_world(3, opts(), |r, pg| {
         if r != 0 {
             std::thread::sleep(Duration::from_millis(800));
             return String::new();
         }
-        pg.monitored_barrier(&BarrierOptions { timeout: Some(Duration::from_millis(300)), ..Default::default() }, true).unwrap_err().to_string()
+        pg.monitored_barrier(
+            &BarrierOptions {
+                timeout: Some(Duration::from_millis(300)),
+                ..Default::default()
+            },
+            true,
+        )
+        .unwrap_err()
+        .to_string()
     });
-    assert!(res[0].contains("Ranks 1, 2 failed to pass monitoredBarrier in 300 ms"), "{}", res[0]);
+    assert!(
+        res[0].contains("Ranks 1, 2 failed to pass monitoredBarrier in 300 ms"),
+        "{}",
+        res[0]
+    );
     let res = run_world(2, opts(), |r, pg| {
         if r == 0 {
             std::thread::sleep(Duration::from_millis(800));
             return String::new();
         }
-        pg.monitored_barrier(&BarrierOptions { timeout: Some(Duration::from_millis(300)), ..Default::default() }, false).unwrap_err().to_string()
+        pg.monitored_barrier(
+            &BarrierOptions {
+                timeout: Some(Duration::from_millis(300)),
+                ..Default::default()
+            },
+            false,
+        )
+        .unwrap_err()
+        .to_string()
     });
     assert!(res[1].contains("Rank 1 successfully reached monitoredBarrier, but received errors while waiting for send/recv from rank 0"), "{}", res[1]);
     assert!(res[1].contains("Please check rank 0 logs for faulty rank"));
@@ -177,12 +294,18 @@ fn monitored_barrier_texts() {
 
 #[test]
 fn lazy_init_connects_at_first_op() {
-    let o = GlooOptions { lazy_init: true, ..opts() };
+    let o = GlooOptions {
+        lazy_init: true,
+        ..opts()
+    };
     let pgs = make_world(3, o);
     assert!(pgs.iter().all(|p| !p.is_initialized()));
     run_on(pgs, |r, pg| {
         let t = Tensor::full(r as i64, &[3]);
-        pg.all_reduce(&[t.clone()], &AllreduceOptions::default()).unwrap().wait().unwrap();
+        pg.all_reduce(&[t.clone()], &AllreduceOptions::default())
+            .unwrap()
+            .wait()
+            .unwrap();
         assert_eq!(t.to_vec::<i64>().unwrap(), vec![3; 3]);
         assert!(pg.is_initialized());
     });
@@ -195,14 +318,29 @@ fn handshake_rejects_other_group_or_size() {
         .map(|r| {
             let s = store.clone();
             std::thread::spawn(move || {
-                let o = GlooOptions { group_name: format!("g{r}"), timeout: Duration::from_secs(3), ..Default::default() };
-                ProcessGroupGloo::new(s, r, 2, o).map(|_| ()).unwrap_err().to_string()
+                let o = GlooOptions {
+                    group_name: format!("g{r}"),
+                    timeout: Duration::from_secs(3),
+                    ..Default::default()
+                };
+                ProcessGroupGloo::new(s, r, 2, o)
+                    .map(|_| ())
+                    .unwrap_err()
+                    .to_string()
             })
         })
         .collect();
     let errs: Vec<String> = hs.into_iter().map(|h| h.join().unwrap()).collect();
-    assert!(errs[0].contains("handshake mismatch") && errs[0].contains("'g1'") && errs[0].contains("'g0'"), "{errs:?}");
-    assert!(errs[1].contains("refused") || errs[1].contains("handshake"), "{errs:?}");
+    assert!(
+        errs[0].contains("handshake mismatch")
+            && errs[0].contains("'g1'")
+            && errs[0].contains("'g0'"),
+        "{errs:?}"
+    );
+    assert!(
+        errs[1].contains("refused") || errs[1].contains("handshake"),
+        "{errs:?}"
+    );
     assert!(ProcessGroupGloo::new(Arc::new(HashStore::new()), 2, 2, opts()).is_err());
 }
 
@@ -218,44 +356,188 @@ fn argument_checks_use_pytorch_texts() {
             assert!(e.to_string().contains(s), "{e} does not contain {s}");
             assert!(e.to_string().starts_with("ProcessGroupGloo::"), "{e}");
         };
-        let bo = |root_rank, root_tensor| BroadcastOptions { root_rank, root_tensor, ..Default::default() };
+        let bo = |root_rank, root_tensor| BroadcastOptions {
+            root_rank,
+            root_tensor,
+            ..Default::default()
+        };
         has(pg.broadcast(&[f.clone()], &bo(2, 0)), "invalid root rank");
         has(pg.broadcast(&[f.clone()], &bo(0, 1)), "invalid root tensor");
         has(pg.broadcast(&[], &bo(0, 0)), "invalid root tensor");
-        has(pg.broadcast(&[f.clone(), d.clone()], &bo(0, 0)), "invalid tensor type");
-        has(pg.broadcast(&[f.clone(), f3.clone()], &bo(0, 0)), "invalid tensor size");
-        has(pg.all_reduce(&[], &AllreduceOptions::default()), "requires non-empty tensor list");
-        has(pg.all_reduce(&[f.clone(), d.clone()], &AllreduceOptions::default()), "invalid tensor type");
-        has(pg.all_reduce(&[f.clone()], &AllreduceOptions { reduce_op: ReduceOp::Band, ..Default::default() }), "Cannot use ReduceOp.BAND with non-integral dtype");
+        has(
+            pg.broadcast(&[f.clone(), d.clone()], &bo(0, 0)),
+            "invalid tensor type",
+        );
+        has(
+            pg.broadcast(&[f.clone(), f3.clone()], &bo(0, 0)),
+            "invalid tensor size",
+        );
+        has(
+            pg.all_reduce(&[], &AllreduceOptions::default()),
+            "requires non-empty tensor list",
+        );
+        has(
+            pg.all_reduce(&[f.clone(), d.clone()], &AllreduceOptions::default()),
+            "invalid tensor type",
+        );
+        has(
+            pg.all_reduce(
+                &[f.clone()],
+                &AllreduceOptions {
+                    reduce_op: ReduceOp::Band,
+                    ..Default::default()
+                },
+            ),
+            "Cannot use ReduceOp.BAND with non-integral dtype",
+        );
         let c = Tensor::full(c32 { re: 1.0, im: 0.0 }, &[2]);
-        has(pg.all_reduce(&[c], &AllreduceOptions { reduce_op: ReduceOp::Max, ..Default::default() }), "does not support");
-        has(pg.all_reduce_coalesced(&[f.clone(), d.clone()], &AllreduceOptions::default()), "tensors must all have the same type");
-        has(pg.reduce(&[f.clone(), f.clone()], &ReduceOptions::default()), "requires a single-element tensor list");
-        has(pg.reduce(&[f.clone()], &ReduceOptions { root_rank: 5, ..Default::default() }), "invalid root rank");
-        has(pg.all_gather(&[], &[], &AllgatherOptions::default()), "requires non-empty input tensor list");
-        has(pg.all_gather(&[vec![f.clone(), f.clone()]], &[f.clone(), f.clone()], &AllgatherOptions::default()), "requires input/output tensor lists to have the same length");
-        has(pg.all_gather(&[vec![f.clone()]], &[f.clone()], &AllgatherOptions::default()), "invalid output tensor list");
-        has(pg.all_gather(&[vec![f.clone(), f.clone(), f.clone()]], &[f.clone()], &AllgatherOptions::default()), "invalid output tensor list");
-        has(pg.all_gather_coalesced(&[vec![f.clone()]], &[f.clone()], &AllgatherOptions::default()), "output lists should be equal to world size");
-        has(pg.all_gather_coalesced(&[vec![f3.clone()], vec![f.clone()]], &[f.clone()], &AllgatherOptions::default()), "invalid size of output tensor at index 0");
-        has(pg.all_gather_coalesced(&[vec![d.clone()], vec![f.clone()]], &[f.clone()], &AllgatherOptions::default()), "invalid tensor type at index 0");
-        let so = |root_rank| ScatterOptions { root_rank, ..Default::default() };
-        has(pg.scatter(&[], &[], &so(0)), "requires a single-element output tensor list");
-        let go = |root_rank| GatherOptions { root_rank, ..Default::default() };
-        has(pg.gather(&[], &[], &go(0)), "requires a single-element input tensor list");
+        has(
+            pg.all_reduce(
+                &[c],
+                &AllreduceOptions {
+                    reduce_op: ReduceOp::Max,
+                    ..Default::default()
+                },
+            ),
+            "does not support",
+        );
+        has(
+            pg.all_reduce_coalesced(&[f.clone(), d.clone()], &AllreduceOptions::default()),
+            "tensors must all have the same type",
+        );
+        has(
+            pg.reduce(&[f.clone(), f.clone()], &ReduceOptions::default()),
+            "requires a single-element tensor list",
+        );
+        has(
+            pg.reduce(
+                &[f.clone()],
+                &ReduceOptions {
+                    root_rank: 5,
+                    ..Default::default()
+                },
+            ),
+            "invalid root rank",
+        );
+        has(
+            pg.all_gather(&[], &[], &AllgatherOptions::default()),
+            "requires non-empty input tensor list",
+        );
+        has(
+            pg.all_gather(
+                &[vec![f.clone(), f.clone()]],
+                &[f.clone(), f.clone()],
+                &AllgatherOptions::default(),
+            ),
+            "requires input/output tensor lists to have the same length",
+        );
+        has(
+            pg.all_gather(
+                &[vec![f.clone()]],
+                &[f.clone()],
+                &AllgatherOptions::default(),
+            ),
+            "invalid output tensor list",
+        );
+        has(
+            pg.all_gather(
+                &[vec![f.clone(), f.clone(), f.clone()]],
+                &[f.clone()],
+                &AllgatherOptions::default(),
+            ),
+            "invalid output tensor list",
+        );
+        has(
+            pg.all_gather_coalesced(
+                &[vec![f.clone()]],
+                &[f.clone()],
+                &AllgatherOptions::default(),
+            ),
+            "output lists should be equal to world size",
+        );
+        has(
+            pg.all_gather_coalesced(
+                &[vec![f3.clone()], vec![f.clone()]],
+                &[f.clone()],
+                &AllgatherOptions::default(),
+            ),
+            "invalid size of output tensor at index 0",
+        );
+        has(
+            pg.all_gather_coalesced(
+                &[vec![d.clone()], vec![f.clone()]],
+                &[f.clone()],
+                &AllgatherOptions::default(),
+            ),
+            "invalid tensor type at index 0",
+        );
+        let so = |root_rank| ScatterOptions {
+            root_rank,
+            ..Default::default()
+        };
+        has(
+            pg.scatter(&[], &[], &so(0)),
+            "requires a single-element output tensor list",
+        );
+        let go = |root_rank| GatherOptions {
+            root_rank,
+            ..Default::default()
+        };
+        has(
+            pg.gather(&[], &[], &go(0)),
+            "requires a single-element input tensor list",
+        );
         if r == 0 {
-            has(pg.scatter(&[f.clone()], &[], &so(0)), "requires a single-element input list");
-            has(pg.scatter(&[f.clone()], &[vec![f.clone()]], &so(0)), "Incorrect input list size 1. Input list size should be 2");
-            has(pg.gather(&[], &[f.clone()], &go(0)), "requires a single-element output list");
-            has(pg.gather(&[vec![f.clone()]], &[f.clone()], &go(0)), "Incorrect output list size 1. Output list size should be 2");
+            has(
+                pg.scatter(&[f.clone()], &[], &so(0)),
+                "requires a single-element input list",
+            );
+            has(
+                pg.scatter(&[f.clone()], &[vec![f.clone()]], &so(0)),
+                "Incorrect input list size 1. Input list size should be 2",
+            );
+            has(
+                pg.gather(&[], &[f.clone()], &go(0)),
+                "requires a single-element output list",
+            );
+            has(
+                pg.gather(&[vec![f.clone()]], &[f.clone()], &go(0)),
+                "Incorrect output list size 1. Output list size should be 2",
+            );
         } else {
-            has(pg.scatter(&[f.clone()], &[vec![f.clone(), f.clone()]], &so(0)), "requires empty input on non-root");
-            has(pg.gather(&[vec![f.clone(), f.clone()]], &[f.clone()], &go(0)), "requires empty output on non-root");
+            has(
+                pg.scatter(&[f.clone()], &[vec![f.clone(), f.clone()]], &so(0)),
+                "requires empty input on non-root",
+            );
+            has(
+                pg.gather(&[vec![f.clone(), f.clone()]], &[f.clone()], &go(0)),
+                "requires empty output on non-root",
+            );
         }
-        has(pg.all_to_all(&[f.clone()], &[f.clone(), f.clone()], &AllToAllOptions::default()), "does not match world size");
-        has(pg.all_to_all(&[f.clone(), d.clone()], &[f.clone(), f.clone()], &AllToAllOptions::default()), "input and output tensors must have the same type");
-        has(pg.all_gather_into_tensor(&f, &f, &AllgatherOptions::default()), "output tensor size must be equal to world_size times input tensor size");
-        has(pg.reduce_scatter_tensor(&f, &f, &ReduceScatterOptions::default()), "input tensor must be the same size as output size times world size");
+        has(
+            pg.all_to_all(
+                &[f.clone()],
+                &[f.clone(), f.clone()],
+                &AllToAllOptions::default(),
+            ),
+            "does not match world size",
+        );
+        has(
+            pg.all_to_all(
+                &[f.clone(), d.clone()],
+                &[f.clone(), f.clone()],
+                &AllToAllOptions::default(),
+            ),
+            "input and output tensors must have the same type",
+        );
+        has(
+            pg.all_gather_into_tensor(&f, &f, &AllgatherOptions::default()),
+            "output tensor size must be equal to world_size times input tensor size",
+        );
+        has(
+            pg.reduce_scatter_tensor(&f, &f, &ReduceScatterOptions::default()),
+            "input tensor must be the same size as output size times world size",
+        );
         has(pg.send(&[f.clone()], r, 0), "invalid destination rank");
         has(pg.recv(&[f.clone()], 7, 0), "invalid source rank");
         // A tensor in use by an in-flight op is refused, not raced.
@@ -263,14 +545,47 @@ fn argument_checks_use_pytorch_texts() {
         if r == 1 {
             std::thread::sleep(Duration::from_millis(200));
         }
-        let w = pg.all_reduce(&[busy.clone()], &AllreduceOptions::default()).unwrap();
+        let w = pg
+            .all_reduce(&[busy.clone()], &AllreduceOptions::default())
+            .unwrap();
         if r == 0 {
             // Rank 1 has not joined yet, so the op is certainly still in flight.
-            let e = pg.all_reduce(&[busy.clone()], &AllreduceOptions::default()).unwrap_err();
+            let e = pg
+                .all_reduce(&[busy.clone()], &AllreduceOptions::default())
+                .unwrap_err();
             assert!(e.to_string().contains("in-flight"), "{e}");
         }
         w.wait().unwrap();
         // Argument errors do not consume sequence numbers, so the ranks stay in step.
-        pg.barrier(&BarrierOptions::default()).unwrap().wait().unwrap();
+        pg.barrier(&BarrierOptions::default())
+            .unwrap()
+            .wait()
+            .unwrap();
     });
+}
+
+#[test]
+fn messages_from_a_peer_that_left_can_still_be_received() {
+    let pgs = make_world(2, opts());
+    let mut it = pgs.into_iter();
+    let (pg0, pg1) = (it.next().unwrap(), it.next().unwrap());
+    pg1.send(&[Tensor::full(5i32, &[3])], 0, 5)
+        .unwrap()
+        .wait()
+        .unwrap();
+    pg1.send(&[Tensor::full(6i32, &[3])], 0, 6)
+        .unwrap()
+        .wait()
+        .unwrap();
+    drop(pg1); // orderly: a bye frame follows the data
+    let b = Tensor::zeros(DType::I32, &[3]);
+    pg0.recv(&[b.clone()], 1, 6).unwrap().wait().unwrap();
+    assert_eq!(b.to_vec::<i32>().unwrap(), vec![6; 3]);
+    std::thread::sleep(Duration::from_millis(100));
+    pg0.recv(&[b.clone()], 1, 5).unwrap().wait().unwrap();
+    assert_eq!(b.to_vec::<i32>().unwrap(), vec![5; 3]);
+    let e = err_text(pg0.recv(&[b.clone()], 1, 7));
+    assert!(e.contains("rank 1 has shut down"), "{e}");
+    let e = err_text(pg0.all_reduce(&[b.clone()], &AllreduceOptions::default()));
+    assert!(e.contains("rank 1 has shut down"), "{e}");
 }

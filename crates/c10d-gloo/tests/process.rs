@@ -18,13 +18,25 @@ impl Drop for Ranks {
     }
 }
 
-fn spawn(mode: &str, port: u16, n: usize, extra: &[&str]) -> (Ranks, mpsc::Receiver<(usize, String)>) {
+fn spawn(
+    mode: &str,
+    port: u16,
+    n: usize,
+    extra: &[&str],
+) -> (Ranks, mpsc::Receiver<(usize, String)>) {
     let (tx, rx) = mpsc::channel();
     let mut kids = Vec::new();
     for r in 0..n {
         let mut c = Command::new(EXE)
             .arg(mode)
-            .args(["--port", &port.to_string(), "--rank", &r.to_string(), "--size", &n.to_string()])
+            .args([
+                "--port",
+                &port.to_string(),
+                "--rank",
+                &r.to_string(),
+                "--size",
+                &n.to_string(),
+            ])
             .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -43,13 +55,35 @@ fn spawn(mode: &str, port: u16, n: usize, extra: &[&str]) -> (Ranks, mpsc::Recei
 }
 
 fn now_ms() -> u128 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis()
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
 }
 
 #[test]
 fn ranks_as_processes_compute_correct_results() {
-    let server = TcpStoreServer::bind(ServerOptions { host: Some("127.0.0.1".into()), port: 0, ..Default::default() }).unwrap();
-    let (mut ranks, rx) = spawn("bench", server.port(), 3, &["--min-bytes", "1024", "--max-bytes", "1048576", "--iters", "1", "--timeout-s", "60"]);
+    let server = TcpStoreServer::bind(ServerOptions {
+        host: Some("127.0.0.1".into()),
+        port: 0,
+        ..Default::default()
+    })
+    .unwrap();
+    let (mut ranks, rx) = spawn(
+        "bench",
+        server.port(),
+        3,
+        &[
+            "--min-bytes",
+            "1024",
+            "--max-bytes",
+            "1048576",
+            "--iters",
+            "1",
+            "--timeout-s",
+            "60",
+        ],
+    );
     let deadline = Instant::now() + Duration::from_secs(120);
     for c in &mut ranks.0 {
         loop {
@@ -61,8 +95,15 @@ fn ranks_as_processes_compute_correct_results() {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
-    let lines: Vec<String> = rx.try_iter().filter(|(r, _)| *r == 0).map(|(_, l)| l).collect();
-    let rows: Vec<&String> = lines.iter().filter(|l| !l.starts_with('#') && l.contains("float")).collect();
+    let lines: Vec<String> = rx
+        .try_iter()
+        .filter(|(r, _)| *r == 0)
+        .map(|(_, l)| l)
+        .collect();
+    let rows: Vec<&String> = lines
+        .iter()
+        .filter(|l| !l.starts_with('#') && l.contains("float"))
+        .collect();
     assert_eq!(rows.len(), 6, "{lines:?}");
     for row in rows {
         assert!(row.trim_end().ends_with(" 0"), "wrong elements: {row}");
@@ -77,14 +118,26 @@ fn killed_rank_fails_every_survivor_within_a_second() {
 }
 
 fn killed_rank_case(unix: &str) {
-    let server = TcpStoreServer::bind(ServerOptions { host: Some("127.0.0.1".into()), port: 0, ..Default::default() }).unwrap();
+    let server = TcpStoreServer::bind(ServerOptions {
+        host: Some("127.0.0.1".into()),
+        port: 0,
+        ..Default::default()
+    })
+    .unwrap();
     let n = 3;
     let victim = 1;
-    let (mut ranks, rx) = spawn("allreduce-loop", server.port(), n, &["--bytes", "4194304", "--timeout-s", "60", "--unix", unix]);
+    let (mut ranks, rx) = spawn(
+        "allreduce-loop",
+        server.port(),
+        n,
+        &["--bytes", "4194304", "--timeout-s", "60", "--unix", unix],
+    );
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut ready = 0;
     while ready < n {
-        let (_, l) = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())).expect("ranks did not start");
+        let (_, l) = rx
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .expect("ranks did not start");
         if l.starts_with("READY") {
             ready += 1;
         }
@@ -95,16 +148,26 @@ fn killed_rank_case(unix: &str) {
     ranks.0[victim].wait().unwrap();
     let mut errors = Vec::new();
     while errors.len() < n - 1 {
-        let (r, l) = rx.recv_timeout(Duration::from_secs(10)).expect("a survivor hangs after the kill");
+        let (r, l) = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("a survivor hangs after the kill");
         if let Some(rest) = l.strip_prefix("ERROR ") {
             let (ms, msg) = rest.split_once(' ').unwrap();
             errors.push((r, ms.parse::<u128>().unwrap(), msg.to_string()));
         }
     }
     for (r, ms, msg) in &errors {
+        eprintln!(
+            "[{unix}] rank {r} failed {} ms after the kill: {msg}",
+            ms.saturating_sub(killed_at)
+        );
         assert_ne!(*r, victim);
         assert!(msg.contains(&format!("rank {victim}")), "rank {r}: {msg}");
-        assert!(ms.saturating_sub(killed_at) < 1000, "rank {r} noticed after {} ms", ms - killed_at);
+        assert!(
+            ms.saturating_sub(killed_at) < 1000,
+            "rank {r} noticed after {} ms",
+            ms - killed_at
+        );
     }
     for (r, c) in ranks.0.iter_mut().enumerate() {
         if r != victim {

@@ -35,28 +35,71 @@ fn run(n: usize, seed: u64, o: GlooOptions) {
             }
             match kind {
                 0 | 1 => {
-                    let t = Tensor::from_vec((0..len).map(|i| ((i + r) % 5) as f32).collect::<Vec<f32>>());
-                    let want: Vec<f32> = (0..len).map(|i| (0..n).map(|q| ((i + q) % 5) as f32).sum()).collect();
-                    let w = pg.all_reduce(&[t.clone()], &AllreduceOptions { async_op: !blocking, ..Default::default() }).unwrap();
+                    let t = Tensor::from_vec(
+                        (0..len).map(|i| ((i + r) % 5) as f32).collect::<Vec<f32>>(),
+                    );
+                    let want: Vec<f32> = (0..len)
+                        .map(|i| (0..n).map(|q| ((i + q) % 5) as f32).sum())
+                        .collect();
+                    let w = pg
+                        .all_reduce(
+                            &[t.clone()],
+                            &AllreduceOptions {
+                                async_op: !blocking,
+                                ..Default::default()
+                            },
+                        )
+                        .unwrap();
                     pending.push((w, t, want));
                 }
                 2 => {
                     let root = rng.below(n as u64);
                     let t = Tensor::full((r * 10 + step) as f32, &[len]);
-                    let w = pg.broadcast(&[t.clone()], &BroadcastOptions { root_rank: root, async_op: !blocking, ..Default::default() }).unwrap();
+                    let w = pg
+                        .broadcast(
+                            &[t.clone()],
+                            &BroadcastOptions {
+                                root_rank: root,
+                                async_op: !blocking,
+                                ..Default::default()
+                            },
+                        )
+                        .unwrap();
                     pending.push((w, t, vec![(root * 10 + step) as f32; len]));
                 }
                 3 => {
                     let inp = Tensor::full((r + step) as f32, &[len]);
                     let out = Tensor::zeros(DType::F32, &[len * n]);
-                    let w = pg.all_gather_into_tensor(&out, &inp, &AllgatherOptions { async_op: !blocking, ..Default::default() }).unwrap();
+                    let w = pg
+                        .all_gather_into_tensor(
+                            &out,
+                            &inp,
+                            &AllgatherOptions {
+                                async_op: !blocking,
+                                ..Default::default()
+                            },
+                        )
+                        .unwrap();
                     let want = (0..n).flat_map(|q| vec![(q + step) as f32; len]).collect();
                     pending.push((w, out, want));
                 }
                 4 => {
-                    let inp = Tensor::from_vec((0..len * n).map(|i| (i / len.max(1) + r) as f32).collect::<Vec<f32>>());
+                    let inp = Tensor::from_vec(
+                        (0..len * n)
+                            .map(|i| (i / len.max(1) + r) as f32)
+                            .collect::<Vec<f32>>(),
+                    );
                     let out = Tensor::zeros(DType::F32, &[len]);
-                    let w = pg.reduce_scatter_tensor(&out, &inp, &ReduceScatterOptions { async_op: !blocking, ..Default::default() }).unwrap();
+                    let w = pg
+                        .reduce_scatter_tensor(
+                            &out,
+                            &inp,
+                            &ReduceScatterOptions {
+                                async_op: !blocking,
+                                ..Default::default()
+                            },
+                        )
+                        .unwrap();
                     let want = vec![(0..n).map(|q| (r + q) as f32).sum::<f32>(); len];
                     pending.push((w, out, want));
                 }
@@ -85,17 +128,31 @@ fn run(n: usize, seed: u64, o: GlooOptions) {
             w.wait().unwrap();
             assert_eq!(f32s(&t), want, "seed {seed} rank {r}");
         }
-        pg.barrier(&BarrierOptions::default()).unwrap().wait().unwrap();
+        pg.barrier(&BarrierOptions::default())
+            .unwrap()
+            .wait()
+            .unwrap();
     });
 }
 
 #[test]
 fn random_mixes_of_ops() {
     for (i, n) in [2usize, 3, 4, 7].into_iter().enumerate() {
-        for (j, ar) in [AllreduceAlgorithm::Auto, AllreduceAlgorithm::Ring, AllreduceAlgorithm::AllPairs].into_iter().enumerate() {
+        for (j, ar) in [
+            AllreduceAlgorithm::Auto,
+            AllreduceAlgorithm::Ring,
+            AllreduceAlgorithm::AllPairs,
+        ]
+        .into_iter()
+        .enumerate()
+        {
             let o = GlooOptions {
                 allreduce_algorithm: ar,
-                broadcast_algorithm: if j == 1 { BroadcastAlgorithm::Chain } else { BroadcastAlgorithm::Auto },
+                broadcast_algorithm: if j == 1 {
+                    BroadcastAlgorithm::Chain
+                } else {
+                    BroadcastAlgorithm::Auto
+                },
                 pipeline_chunk_bytes: 8192,
                 small_allreduce_bytes: 4096,
                 local_unix_sockets: i % 2 == 0,

@@ -9,7 +9,12 @@ use c10d_core::{DType, ReduceOp, Result};
 
 /// Direct exchange: every rank sends its buffer to every other rank, then computes
 /// `x₀ ⊕ x₁ ⊕ … ⊕ xₙ₋₁` in rank order. One network hop; (n−1)·|x| bytes each way.
-pub(crate) fn direct(comm: &mut Comm<'_>, buf: &mut [u8], op: ReduceOp, dtype: DType) -> Result<()> {
+pub(crate) fn direct(
+    comm: &mut Comm<'_>,
+    buf: &mut [u8],
+    op: ReduceOp,
+    dtype: DType,
+) -> Result<()> {
     let (r, n, len) = (comm.rank(), comm.size(), buf.len());
     if n == 1 || len == 0 {
         return Ok(());
@@ -17,8 +22,14 @@ pub(crate) fn direct(comm: &mut Comm<'_>, buf: &mut [u8], op: ReduceOp, dtype: D
     let mut scratch = comm.take_scratch(len * n);
     {
         let s = scratch.bytes();
-        let mut recvs: Vec<(usize, u32, &mut [u8])> = s.chunks_mut(len).enumerate().filter(|(p, _)| *p != r).map(|(p, b)| (p, 0, b)).collect();
-        let sends: Vec<(usize, u32, &[u8])> = (0..n).filter(|p| *p != r).map(|p| (p, 0, &*buf)).collect();
+        let mut recvs: Vec<(usize, u32, &mut [u8])> = s
+            .chunks_mut(len)
+            .enumerate()
+            .filter(|(p, _)| *p != r)
+            .map(|(p, b)| (p, 0, b))
+            .collect();
+        let sends: Vec<(usize, u32, &[u8])> =
+            (0..n).filter(|p| *p != r).map(|p| (p, 0, &*buf)).collect();
         comm.exchange(&sends, &mut recvs)?;
     }
     let s = scratch.bytes();
@@ -52,7 +63,13 @@ fn ag_step(s: usize, k: usize) -> u32 {
 ///
 /// Buffer reuse is safe by causality: a final chunk can only arrive after every rank's
 /// contribution to it was received, which includes our own send of that chunk.
-pub(crate) fn ring(comm: &mut Comm<'_>, buf: &mut [u8], op: ReduceOp, dtype: DType, chunk_bytes: usize) -> Result<()> {
+pub(crate) fn ring(
+    comm: &mut Comm<'_>,
+    buf: &mut [u8],
+    op: ReduceOp,
+    dtype: DType,
+    chunk_bytes: usize,
+) -> Result<()> {
     let (r, n, len) = (comm.rank(), comm.size(), buf.len());
     if n == 1 || len == 0 {
         return Ok(());
@@ -83,8 +100,8 @@ pub(crate) fn ring(comm: &mut Comm<'_>, buf: &mut [u8], op: ReduceOp, dtype: DTy
     let mut rs_ids = vec![0u64; steps * k_chunks];
     let mut ag_ids = vec![0u64; steps * k_chunks];
     let mut posted_rs = 0usize; // receives posted, in (s, k) order
-    // SAFETY: (all posts below) `buf` and `scratch` outlive every post; each id is waited on
-    // before the memory is read or reused, and `Comm` detaches leftovers on any early return.
+                                // SAFETY: (all posts below) `buf` and `scratch` outlive every post; each id is waited on
+                                // before the memory is read or reused, and `Comm` detaches leftovers on any early return.
     unsafe {
         let post_rs = |comm: &mut Comm<'_>, s: usize, k: usize| {
             let c = chunk(r + n - s - 1, k);
@@ -100,7 +117,8 @@ pub(crate) fn ring(comm: &mut Comm<'_>, buf: &mut [u8], op: ReduceOp, dtype: DTy
             for s in 0..steps {
                 for k in 0..k_chunks {
                     let c = chunk(r + n - s, k);
-                    ag_ids[s * k_chunks + k] = comm.post_recv(left, ag_step(s, k), bp.add(c.start), c.len());
+                    ag_ids[s * k_chunks + k] =
+                        comm.post_recv(left, ag_step(s, k), bp.add(c.start), c.len());
                 }
             }
         };
@@ -118,7 +136,11 @@ pub(crate) fn ring(comm: &mut Comm<'_>, buf: &mut [u8], op: ReduceOp, dtype: DTy
                 let src = std::slice::from_raw_parts(slot_ptr(s, k), c.len());
                 let acc = std::slice::from_raw_parts_mut(bp.add(c.start), c.len());
                 reduce_into(op, dtype, acc, src)?;
-                let step = if s + 1 < steps { rs_step(s + 1, k) } else { ag_step(0, k) };
+                let step = if s + 1 < steps {
+                    rs_step(s + 1, k)
+                } else {
+                    ag_step(0, k)
+                };
                 comm.post_send(right, step, bp.add(c.start), c.len());
                 if s + 2 < steps {
                     rs_ids[posted_rs] = post_rs(comm, s + 2, k);
@@ -155,7 +177,13 @@ pub(crate) fn ring(comm: &mut Comm<'_>, buf: &mut [u8], op: ReduceOp, dtype: DTy
 ///
 /// In-place receives are safe by causality: a final chunk of segment p can only arrive after
 /// p received our contribution to it, i.e. after our send of those bytes was written.
-pub(crate) fn all_pairs(comm: &mut Comm<'_>, buf: &mut [u8], op: ReduceOp, dtype: DType, chunk_bytes: usize) -> Result<()> {
+pub(crate) fn all_pairs(
+    comm: &mut Comm<'_>,
+    buf: &mut [u8],
+    op: ReduceOp,
+    dtype: DType,
+    chunk_bytes: usize,
+) -> Result<()> {
     let (r, n, len) = (comm.rank(), comm.size(), buf.len());
     if n == 1 || len == 0 {
         return Ok(());
@@ -184,7 +212,12 @@ pub(crate) fn all_pairs(comm: &mut Comm<'_>, buf: &mut [u8], op: ReduceOp, dtype
         for &p in &peers {
             for k in 0..k_chunks {
                 let c = chunk(r, k);
-                rs_ids[p * k_chunks + k] = comm.post_recv(p, k as u32, sp.add(p * my_len + (c.start - my.start)), c.len());
+                rs_ids[p * k_chunks + k] = comm.post_recv(
+                    p,
+                    k as u32,
+                    sp.add(p * my_len + (c.start - my.start)),
+                    c.len(),
+                );
             }
         }
         for &p in &peers {

@@ -23,7 +23,11 @@ pub(crate) fn dissemination(comm: &mut Comm<'_>) -> Result<()> {
 /// Monitored barrier: every rank reports to rank 0, which then releases everyone. Rank 0 names
 /// the ranks that did not arrive within `timeout` (all of them with `wait_all_ranks`, else the
 /// lowest), with PyTorch's texts.
-pub(crate) fn monitored(comm: &mut Comm<'_>, timeout: Duration, wait_all_ranks: bool) -> Result<()> {
+pub(crate) fn monitored(
+    comm: &mut Comm<'_>,
+    timeout: Duration,
+    wait_all_ranks: bool,
+) -> Result<()> {
     let (r, n) = (comm.rank(), comm.size());
     if n == 1 {
         return Ok(());
@@ -31,7 +35,12 @@ pub(crate) fn monitored(comm: &mut Comm<'_>, timeout: Duration, wait_all_ranks: 
     let deadline = Instant::now() + timeout;
     if r != 0 {
         // SAFETY: empty buffers; waited on (or detached) before returning.
-        let ids = unsafe { [comm.post_send(0, 0, [].as_ptr(), 0), comm.post_recv(0, 1, [].as_mut_ptr(), 0)] };
+        let ids = unsafe {
+            [
+                comm.post_send(0, 0, [].as_ptr(), 0),
+                comm.post_recv(0, 1, [].as_mut_ptr(), 0),
+            ]
+        };
         return comm.wait_or_missing(&ids, deadline).map_err(|(_, e)| {
             let why = e.map(|e| format!(" Original exception: {e}")).unwrap_or_default();
             DistError::backend(format!(
@@ -40,21 +49,36 @@ pub(crate) fn monitored(comm: &mut Comm<'_>, timeout: Duration, wait_all_ranks: 
         });
     }
     if timeout.is_zero() {
-        return Err(DistError::backend("Rank 0 timed out in monitoredBarrier after 0 ms"));
+        return Err(DistError::backend(
+            "Rank 0 timed out in monitoredBarrier after 0 ms",
+        ));
     }
     // SAFETY: empty buffers; waited on (or detached) before returning.
-    let ids: Vec<u64> = (1..n).map(|p| unsafe { comm.post_recv(p, 0, [].as_mut_ptr(), 0) }).collect();
+    let ids: Vec<u64> = (1..n)
+        .map(|p| unsafe { comm.post_recv(p, 0, [].as_mut_ptr(), 0) })
+        .collect();
     if let Err((missing, e)) = comm.wait_or_missing(&ids, deadline) {
         let ms = timeout.as_millis();
-        let why = e.map(|e| format!(" Original exception: {e}")).unwrap_or_default();
+        let why = e
+            .map(|e| format!(" Original exception: {e}"))
+            .unwrap_or_default();
         if missing.is_empty() {
-            return Err(DistError::backend(format!("Rank 0 failed in monitoredBarrier.{why}")));
+            return Err(DistError::backend(format!(
+                "Rank 0 failed in monitoredBarrier.{why}"
+            )));
         }
         return Err(DistError::backend(if wait_all_ranks {
-            let list = missing.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(", ");
+            let list = missing
+                .iter()
+                .map(|p| p.to_string())
+                .collect::<Vec<_>>()
+                .join(", ");
             format!("Ranks {list} failed to pass monitoredBarrier in {ms} ms{why}")
         } else {
-            format!("Rank {} failed to pass monitoredBarrier in {ms} ms{why}", missing[0])
+            format!(
+                "Rank {} failed to pass monitoredBarrier in {ms} ms{why}",
+                missing[0]
+            )
         }));
     }
     let sends: Vec<(usize, u32, &[u8])> = (1..n).map(|p| (p, 1, &[][..])).collect();

@@ -34,7 +34,12 @@ pub(crate) fn tree(comm: &mut Comm<'_>, buf: &mut [u8], root: usize) -> Result<(
 
 /// Pipelined chain root → root+1 → … → root−1 in chunks of `chunk_bytes`: each chunk is
 /// forwarded as soon as it arrived, so the chain costs about one buffer time plus n−2 chunk times.
-pub(crate) fn chain(comm: &mut Comm<'_>, buf: &mut [u8], root: usize, chunk_bytes: usize) -> Result<()> {
+pub(crate) fn chain(
+    comm: &mut Comm<'_>,
+    buf: &mut [u8],
+    root: usize,
+    chunk_bytes: usize,
+) -> Result<()> {
     let (r, n, len) = (comm.rank(), comm.size(), buf.len());
     if n == 1 || len == 0 {
         return Ok(());
@@ -51,7 +56,12 @@ pub(crate) fn chain(comm: &mut Comm<'_>, buf: &mut [u8], root: usize, chunk_byte
         if vr == 0 {
             for k in 0..k_chunks {
                 let lo = k * chunk;
-                comm.post_send(next.expect("n > 1"), k as u32, bp.add(lo), chunk.min(len - lo));
+                comm.post_send(
+                    next.expect("n > 1"),
+                    k as u32,
+                    bp.add(lo),
+                    chunk.min(len - lo),
+                );
             }
         } else {
             let ids: Vec<u64> = (0..k_chunks)

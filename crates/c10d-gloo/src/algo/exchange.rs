@@ -8,7 +8,11 @@ use crate::engine::Comm;
 use c10d_core::Result;
 
 /// All-gather of `inputs.len()` tensors: `outputs[i * n + p]` receives rank p's `inputs[i]`.
-pub(crate) fn all_gather(comm: &mut Comm<'_>, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<()> {
+pub(crate) fn all_gather(
+    comm: &mut Comm<'_>,
+    inputs: &[&[u8]],
+    outputs: &mut [&mut [u8]],
+) -> Result<()> {
     let (r, n) = (comm.rank(), comm.size());
     let mut recvs: Vec<(usize, u32, &mut [u8])> = Vec::new();
     for (j, o) in outputs.iter_mut().enumerate() {
@@ -31,7 +35,12 @@ pub(crate) fn all_gather(comm: &mut Comm<'_>, inputs: &[&[u8]], outputs: &mut [&
 }
 
 /// Gather to `root`: on the root `outputs[p]` receives rank p's `input`.
-pub(crate) fn gather(comm: &mut Comm<'_>, input: &[u8], outputs: &mut [&mut [u8]], root: usize) -> Result<()> {
+pub(crate) fn gather(
+    comm: &mut Comm<'_>,
+    input: &[u8],
+    outputs: &mut [&mut [u8]],
+    root: usize,
+) -> Result<()> {
     let r = comm.rank();
     if r != root {
         return comm.exchange(&[(root, 0, input)], &mut []);
@@ -48,22 +57,45 @@ pub(crate) fn gather(comm: &mut Comm<'_>, input: &[u8], outputs: &mut [&mut [u8]
 }
 
 /// Scatter from `root`: rank p's `output` receives the root's `inputs[p]`.
-pub(crate) fn scatter(comm: &mut Comm<'_>, inputs: &[&[u8]], output: &mut [u8], root: usize) -> Result<()> {
+pub(crate) fn scatter(
+    comm: &mut Comm<'_>,
+    inputs: &[&[u8]],
+    output: &mut [u8],
+    root: usize,
+) -> Result<()> {
     let r = comm.rank();
     if r != root {
         return comm.exchange(&[], &mut [(root, 0, output)]);
     }
     output.copy_from_slice(inputs[r]);
-    let sends: Vec<(usize, u32, &[u8])> = inputs.iter().enumerate().filter(|(p, _)| *p != r).map(|(p, b)| (p, 0, *b)).collect();
+    let sends: Vec<(usize, u32, &[u8])> = inputs
+        .iter()
+        .enumerate()
+        .filter(|(p, _)| *p != r)
+        .map(|(p, b)| (p, 0, *b))
+        .collect();
     comm.exchange(&sends, &mut [])
 }
 
 /// All-to-all: block `inputs[p]` goes to rank p; `outputs[p]` receives rank p's block for us.
-pub(crate) fn all_to_all(comm: &mut Comm<'_>, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<()> {
+pub(crate) fn all_to_all(
+    comm: &mut Comm<'_>,
+    inputs: &[&[u8]],
+    outputs: &mut [&mut [u8]],
+) -> Result<()> {
     let r = comm.rank();
     outputs[r].copy_from_slice(inputs[r]);
-    let mut recvs: Vec<(usize, u32, &mut [u8])> =
-        outputs.iter_mut().enumerate().filter(|(p, _)| *p != r).map(|(p, b)| (p, 0, &mut **b)).collect();
-    let sends: Vec<(usize, u32, &[u8])> = inputs.iter().enumerate().filter(|(p, _)| *p != r).map(|(p, b)| (p, 0, *b)).collect();
+    let mut recvs: Vec<(usize, u32, &mut [u8])> = outputs
+        .iter_mut()
+        .enumerate()
+        .filter(|(p, _)| *p != r)
+        .map(|(p, b)| (p, 0, &mut **b))
+        .collect();
+    let sends: Vec<(usize, u32, &[u8])> = inputs
+        .iter()
+        .enumerate()
+        .filter(|(p, _)| *p != r)
+        .map(|(p, b)| (p, 0, *b))
+        .collect();
     comm.exchange(&sends, &mut recvs)
 }

@@ -8,7 +8,13 @@ use c10d_core::{DType, ReduceOp, Result};
 
 /// Reduce to `root`: non-roots send `data`; the root receives every contribution and computes
 /// `x₀ ⊕ … ⊕ xₙ₋₁` in rank order into `data`.
-pub(crate) fn reduce(comm: &mut Comm<'_>, data: &mut [u8], op: ReduceOp, dtype: DType, root: usize) -> Result<()> {
+pub(crate) fn reduce(
+    comm: &mut Comm<'_>,
+    data: &mut [u8],
+    op: ReduceOp,
+    dtype: DType,
+    root: usize,
+) -> Result<()> {
     let (r, n, len) = (comm.rank(), comm.size(), data.len());
     if n == 1 || len == 0 {
         return Ok(());
@@ -19,7 +25,12 @@ pub(crate) fn reduce(comm: &mut Comm<'_>, data: &mut [u8], op: ReduceOp, dtype: 
     let mut scratch = comm.take_scratch(len * n);
     {
         let s = scratch.bytes();
-        let mut recvs: Vec<(usize, u32, &mut [u8])> = s.chunks_mut(len).enumerate().filter(|(p, _)| *p != r).map(|(p, b)| (p, 0, b)).collect();
+        let mut recvs: Vec<(usize, u32, &mut [u8])> = s
+            .chunks_mut(len)
+            .enumerate()
+            .filter(|(p, _)| *p != r)
+            .map(|(p, b)| (p, 0, b))
+            .collect();
         comm.exchange(&[], &mut recvs)?;
     }
     fold_in_rank_order(scratch.bytes(), data, r, n, op, dtype)?;
@@ -36,7 +47,14 @@ pub(crate) fn contribute(comm: &mut Comm<'_>, data: &[u8], root: usize) -> Resul
 }
 
 /// `out = slot₀ ⊕ … ⊕ slotₙ₋₁` where slot `own` is `out`'s current content.
-fn fold_in_rank_order(slots: &mut [u8], out: &mut [u8], own: usize, n: usize, op: ReduceOp, dtype: DType) -> Result<()> {
+fn fold_in_rank_order(
+    slots: &mut [u8],
+    out: &mut [u8],
+    own: usize,
+    n: usize,
+    op: ReduceOp,
+    dtype: DType,
+) -> Result<()> {
     let len = out.len();
     if own != 0 {
         slots[own * len..(own + 1) * len].copy_from_slice(out);
@@ -50,7 +68,13 @@ fn fold_in_rank_order(slots: &mut [u8], out: &mut [u8], own: usize, n: usize, op
 
 /// Reduce-scatter: `blocks[p]` is this rank's contribution to rank p's result; `out` (the size
 /// of `blocks[rank]`) receives `⊕ over ranks q of q's blocks[rank]`, in rank order.
-pub(crate) fn reduce_scatter(comm: &mut Comm<'_>, blocks: &[&[u8]], out: &mut [u8], op: ReduceOp, dtype: DType) -> Result<()> {
+pub(crate) fn reduce_scatter(
+    comm: &mut Comm<'_>,
+    blocks: &[&[u8]],
+    out: &mut [u8],
+    op: ReduceOp,
+    dtype: DType,
+) -> Result<()> {
     let (r, n, len) = (comm.rank(), comm.size(), out.len());
     out.copy_from_slice(blocks[r]);
     if n == 1 {
@@ -59,8 +83,19 @@ pub(crate) fn reduce_scatter(comm: &mut Comm<'_>, blocks: &[&[u8]], out: &mut [u
     let mut scratch = comm.take_scratch((len * n).max(n));
     {
         let s = scratch.bytes();
-        let mut recvs: Vec<(usize, u32, &mut [u8])> = s.chunks_mut(len.max(1)).take(n).enumerate().filter(|(p, _)| *p != r).map(|(p, b)| (p, 0, &mut b[..len])).collect();
-        let sends: Vec<(usize, u32, &[u8])> = blocks.iter().enumerate().filter(|(p, _)| *p != r).map(|(p, b)| (p, 0, *b)).collect();
+        let mut recvs: Vec<(usize, u32, &mut [u8])> = s
+            .chunks_mut(len.max(1))
+            .take(n)
+            .enumerate()
+            .filter(|(p, _)| *p != r)
+            .map(|(p, b)| (p, 0, &mut b[..len]))
+            .collect();
+        let sends: Vec<(usize, u32, &[u8])> = blocks
+            .iter()
+            .enumerate()
+            .filter(|(p, _)| *p != r)
+            .map(|(p, b)| (p, 0, *b))
+            .collect();
         comm.exchange(&sends, &mut recvs)?;
     }
     if len > 0 {

@@ -10,7 +10,10 @@
 //!     "ERROR <unix-ms> <message>" and exits with status 3. Used by the kill test.
 //! ```
 
-use c10d_core::{AllgatherOptions, AllreduceOptions, AllToAllOptions, Backend, BarrierOptions, BroadcastOptions, DType, ReduceScatterOptions, Tensor};
+use c10d_core::{
+    AllToAllOptions, AllgatherOptions, AllreduceOptions, Backend, BarrierOptions, BroadcastOptions,
+    DType, ReduceScatterOptions, Tensor,
+};
 use c10d_gloo::{AllreduceAlgorithm, GlooOptions, ProcessGroupGloo};
 use c10d_store::{ServerOptions, Store, TcpStore, TcpStoreOptions, TcpStoreServer};
 use std::collections::HashMap;
@@ -33,7 +36,10 @@ fn get<T: std::str::FromStr>(m: &HashMap<String, String>, k: &str, d: T) -> T {
 }
 
 fn now_ms() -> u128 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0)
 }
 
 fn connect(m: &HashMap<String, String>) -> (Arc<ProcessGroupGloo>, usize, usize) {
@@ -41,8 +47,16 @@ fn connect(m: &HashMap<String, String>) -> (Arc<ProcessGroupGloo>, usize, usize)
     let rank: usize = get(m, "rank", 0);
     let size: usize = get(m, "size", 1);
     let store: Arc<dyn Store> = Arc::new(
-        TcpStore::new("127.0.0.1", port, TcpStoreOptions { timeout: Duration::from_secs(60), wait_for_workers: false, ..Default::default() })
-            .expect("connect to store"),
+        TcpStore::new(
+            "127.0.0.1",
+            port,
+            TcpStoreOptions {
+                timeout: Duration::from_secs(60),
+                wait_for_workers: false,
+                ..Default::default()
+            },
+        )
+        .expect("connect to store"),
     );
     let algo = match m.get("algo").map(String::as_str) {
         Some("direct") => AllreduceAlgorithm::Direct,
@@ -66,14 +80,49 @@ fn connect(m: &HashMap<String, String>) -> (Arc<ProcessGroupGloo>, usize, usize)
 fn run_op(pg: &ProcessGroupGloo, op: &str, t: &Tensor, out: &Tensor) {
     let n = pg.size();
     let w = match op {
-        "all_reduce" => pg.all_reduce(std::slice::from_ref(t), &AllreduceOptions { async_op: false, ..Default::default() }),
-        "broadcast" => pg.broadcast(std::slice::from_ref(t), &BroadcastOptions { async_op: false, ..Default::default() }),
-        "all_gather" => pg.all_gather_into_tensor(out, t, &AllgatherOptions { async_op: false, ..Default::default() }),
+        "all_reduce" => pg.all_reduce(
+            std::slice::from_ref(t),
+            &AllreduceOptions {
+                async_op: false,
+                ..Default::default()
+            },
+        ),
+        "broadcast" => pg.broadcast(
+            std::slice::from_ref(t),
+            &BroadcastOptions {
+                async_op: false,
+                ..Default::default()
+            },
+        ),
+        "all_gather" => pg.all_gather_into_tensor(
+            out,
+            t,
+            &AllgatherOptions {
+                async_op: false,
+                ..Default::default()
+            },
+        ),
         "reduce_scatter" => {
             let o = out.flat_slice(0, t.numel() / n).expect("slice");
-            pg.reduce_scatter_tensor(&o, t, &ReduceScatterOptions { async_op: false, ..Default::default() })
+            pg.reduce_scatter_tensor(
+                &o,
+                t,
+                &ReduceScatterOptions {
+                    async_op: false,
+                    ..Default::default()
+                },
+            )
         }
-        "all_to_all" => pg.all_to_all_single(&out.flat_slice(0, t.numel()).expect("slice"), t, &[], &[], &AllToAllOptions { async_op: false, ..Default::default() }),
+        "all_to_all" => pg.all_to_all_single(
+            &out.flat_slice(0, t.numel()).expect("slice"),
+            t,
+            &[],
+            &[],
+            &AllToAllOptions {
+                async_op: false,
+                ..Default::default()
+            },
+        ),
         other => panic!("unknown op {other}"),
     };
     w.expect("launch").wait().expect("collective failed");
@@ -96,7 +145,10 @@ fn bench(m: &HashMap<String, String>) {
     let iters: usize = get(m, "iters", 20);
     if rank == 0 {
         println!("# c10d-gloo {op}, {n} ranks, float32, 127.0.0.1");
-        println!("{:>12} {:>12} {:>6} {:>12} {:>10} {:>10} {:>8}", "size(B)", "count", "type", "time(us)", "algbw", "busbw", "#wrong");
+        println!(
+            "{:>12} {:>12} {:>6} {:>12} {:>10} {:>10} {:>8}",
+            "size(B)", "count", "type", "time(us)", "algbw", "busbw", "#wrong"
+        );
     }
     let mut bytes = min;
     while bytes <= max {
@@ -104,11 +156,20 @@ fn bench(m: &HashMap<String, String>) {
         let t = Tensor::from_vec(vec![(rank + 1) as f32; count]);
         let out = Tensor::zeros(DType::F32, &[count * n]);
         // Fewer iterations for big messages, more for tiny ones.
-        let its = if bytes <= 64 << 10 { iters * 20 } else if bytes >= 16 << 20 { iters.div_ceil(2).max(5) } else { iters };
+        let its = if bytes <= 64 << 10 {
+            iters * 20
+        } else if bytes >= 16 << 20 {
+            iters.div_ceil(2).max(5)
+        } else {
+            iters
+        };
         for _ in 0..5 {
             run_op(&pg, &op, &t, &out);
         }
-        pg.barrier(&BarrierOptions::default()).unwrap().wait().unwrap();
+        pg.barrier(&BarrierOptions::default())
+            .unwrap()
+            .wait()
+            .unwrap();
         let start = Instant::now();
         for _ in 0..its {
             run_op(&pg, &op, &t, &out);
@@ -119,18 +180,34 @@ fn bench(m: &HashMap<String, String>) {
         run_op(&pg, &op, &t, &out);
         let wrong = if op == "all_reduce" {
             let want = (n * (n + 1) / 2) as f32;
-            t.to_vec::<f32>().unwrap().iter().filter(|x| **x != want).count()
+            t.to_vec::<f32>()
+                .unwrap()
+                .iter()
+                .filter(|x| **x != want)
+                .count()
         } else {
             0
         };
         let b = (count * 4) as f64;
         let algbw = b / us / 1e3;
         if rank == 0 {
-            println!("{:>12} {:>12} {:>6} {:>12.1} {:>10.3} {:>10.3} {:>8}", count * 4, count, "float", us, algbw, algbw * bus_factor(&op, n), wrong);
+            println!(
+                "{:>12} {:>12} {:>6} {:>12.1} {:>10.3} {:>10.3} {:>8}",
+                count * 4,
+                count,
+                "float",
+                us,
+                algbw,
+                algbw * bus_factor(&op, n),
+                wrong
+            );
         }
         bytes *= 4;
     }
-    pg.barrier(&BarrierOptions::default()).unwrap().wait().unwrap();
+    pg.barrier(&BarrierOptions::default())
+        .unwrap()
+        .wait()
+        .unwrap();
 }
 
 fn allreduce_loop(m: &HashMap<String, String>) {
@@ -139,7 +216,9 @@ fn allreduce_loop(m: &HashMap<String, String>) {
     let t = Tensor::from_vec(vec![1.0f32; bytes / 4]);
     println!("READY {rank}");
     loop {
-        let r = pg.all_reduce(std::slice::from_ref(&t), &AllreduceOptions::default()).and_then(|w| w.wait());
+        let r = pg
+            .all_reduce(std::slice::from_ref(&t), &AllreduceOptions::default())
+            .and_then(|w| w.wait());
         if let Err(e) = r {
             println!("ERROR {} {}", now_ms(), e);
             std::process::exit(3);
@@ -149,13 +228,25 @@ fn allreduce_loop(m: &HashMap<String, String>) {
 
 fn launch(m: &HashMap<String, String>) {
     let n: usize = get(m, "nproc", 2);
-    let server = TcpStoreServer::bind(ServerOptions { host: Some("127.0.0.1".into()), port: 0, ..Default::default() }).expect("store server");
+    let server = TcpStoreServer::bind(ServerOptions {
+        host: Some("127.0.0.1".into()),
+        port: 0,
+        ..Default::default()
+    })
+    .expect("store server");
     let port = server.port();
     let exe = std::env::current_exe().expect("own path");
     let mut children: Vec<_> = (0..n)
         .map(|r| {
             let mut c = std::process::Command::new(&exe);
-            c.arg("bench").args(["--port", &port.to_string(), "--rank", &r.to_string(), "--size", &n.to_string()]);
+            c.arg("bench").args([
+                "--port",
+                &port.to_string(),
+                "--rank",
+                &r.to_string(),
+                "--size",
+                &n.to_string(),
+            ]);
             for (k, v) in m {
                 if k != "nproc" {
                     c.args([format!("--{k}"), v.clone()]);

@@ -9,7 +9,10 @@ use std::time::Duration;
 
 /// Options for tests: short timeout so a bug fails instead of hanging.
 pub fn opts() -> GlooOptions {
-    GlooOptions { timeout: Duration::from_secs(60), ..Default::default() }
+    GlooOptions {
+        timeout: Duration::from_secs(60),
+        ..Default::default()
+    }
 }
 
 /// Creates `n` process groups on threads (the constructor blocks until the mesh is up).
@@ -26,13 +29,20 @@ pub fn make_world(n: usize, o: GlooOptions) -> Vec<Arc<ProcessGroupGloo>> {
 }
 
 /// Runs `f(rank, pg)` on one thread per rank and returns the results in rank order.
-pub fn run_world<T: Send + 'static>(n: usize, o: GlooOptions, f: impl Fn(usize, Arc<ProcessGroupGloo>) -> T + Send + Sync + 'static) -> Vec<T> {
+pub fn run_world<T: Send + 'static>(
+    n: usize,
+    o: GlooOptions,
+    f: impl Fn(usize, Arc<ProcessGroupGloo>) -> T + Send + Sync + 'static,
+) -> Vec<T> {
     let pgs = make_world(n, o);
     run_on(pgs, f)
 }
 
 /// Runs `f` on existing groups.
-pub fn run_on<T: Send + 'static>(pgs: Vec<Arc<ProcessGroupGloo>>, f: impl Fn(usize, Arc<ProcessGroupGloo>) -> T + Send + Sync + 'static) -> Vec<T> {
+pub fn run_on<T: Send + 'static>(
+    pgs: Vec<Arc<ProcessGroupGloo>>,
+    f: impl Fn(usize, Arc<ProcessGroupGloo>) -> T + Send + Sync + 'static,
+) -> Vec<T> {
     let f = Arc::new(f);
     let hs: Vec<_> = pgs
         .into_iter()
@@ -42,7 +52,9 @@ pub fn run_on<T: Send + 'static>(pgs: Vec<Arc<ProcessGroupGloo>>, f: impl Fn(usi
             std::thread::spawn(move || f(r, pg))
         })
         .collect();
-    hs.into_iter().map(|h| h.join().expect("rank thread panicked")).collect()
+    hs.into_iter()
+        .map(|h| h.join().expect("rank thread panicked"))
+        .collect()
 }
 
 pub fn f32s(t: &Tensor) -> Vec<f32> {
