@@ -1574,10 +1574,10 @@ fn fill_stage(peer: &mut Peer) -> ReadStep {
 
 fn dest_slice(dest: &mut Dest, at: usize, len: usize) -> Option<&mut [u8]> {
     match dest {
-        // SAFETY: posted destinations stay valid until their id completes or is detached
-        // (detaching turns the destination into `Discard` before the memory is released), and
-        // the engine is the only writer while the op runs.
         Dest::Coll { ptr, .. } | Dest::P2p { ptr, .. } => {
+            // SAFETY: posted destinations stay valid until their id completes or is detached
+            // (detaching turns the destination into `Discard` before the memory is released),
+            // `at + len` never exceeds the posted length, and the engine is the only writer.
             Some(unsafe { std::slice::from_raw_parts_mut(ptr.add(at), len) })
         }
         Dest::Early(v) | Dest::Unexpected(v) => Some(&mut v[at..at + len]),
