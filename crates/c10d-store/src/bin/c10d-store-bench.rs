@@ -11,6 +11,10 @@
 //! `--serve-internal`; PyTorch's: `TCPStore(..., is_master=True)` in the torch python given by
 //! `--python` or `C10D_TORCH_PYTHON`). RLIMIT_NOFILE is raised to the hard limit first.
 //!
+//! The last column is each server's CPU time (utime + stime from /proc) over a run divided by
+//! the pairs served. Rendezvous runs are capped (`--rendezvous-cap-s`, default 60 s); a server
+//! still unfinished then is shown as `>cap (joined/N)`.
+//!
 //! ```text
 //! cargo run --release -p c10d-store --bin c10d-store-bench -- [--python PY] [--seconds S]
 //! ```
