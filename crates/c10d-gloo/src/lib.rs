@@ -52,6 +52,7 @@ struct Algo {
     broadcast: BroadcastAlgorithm,
     small_allreduce: usize,
     small_broadcast: usize,
+    small_reduce_scratch: usize,
     chunk: usize,
 }
 
@@ -310,6 +311,7 @@ impl ProcessGroupGloo {
                 broadcast: opts.broadcast_algorithm,
                 small_allreduce: opts.small_allreduce_bytes,
                 small_broadcast: opts.small_broadcast_bytes,
+                small_reduce_scratch: opts.small_reduce_scratch_bytes,
                 chunk: opts.pipeline_chunk_bytes.max(64),
             },
             worker: Mutex::new(Some(worker)),
@@ -691,10 +693,16 @@ impl Backend for ProcessGroupGloo {
         check_op(OP, rop, dtype)?;
         let (root, n) = (opts.root_rank, self.id.size);
         let total = tensors[0].nbytes() as u64;
+        // Direct to the root while its scratch (n buffers) stays small, segmented above.
+        let segmented = n > 2 && tensors[0].nbytes() * n > self.algo.small_reduce_scratch;
         if self.id.rank == root {
             let body: CollBody = Box::new(move |comm, _ins, mut outs| {
                 prescale(rop, dtype, outs[0])?;
-                algo::reduce::reduce(comm, outs[0], rop.combine_op(), dtype, root)?;
+                if segmented {
+                    algo::reduce::reduce_segmented(comm, outs[0], rop.combine_op(), dtype, root)?;
+                } else {
+                    algo::reduce::reduce(comm, outs[0], rop.combine_op(), dtype, root)?;
+                }
                 finalize(rop, dtype, outs[0], n)
             });
             self.submit(
@@ -710,15 +718,28 @@ impl Backend for ProcessGroupGloo {
             )
         } else {
             let body: CollBody = Box::new(move |comm, ins, _outs| {
+                let send = |comm: &mut Comm<'_>, data: &[u8]| {
+                    if segmented {
+                        algo::reduce::contribute_segmented(
+                            comm,
+                            data,
+                            rop.combine_op(),
+                            dtype,
+                            root,
+                        )
+                    } else {
+                        algo::reduce::contribute(comm, data, root)
+                    }
+                };
                 if matches!(rop, ReduceOp::PremulSum(_)) {
                     let mut s = comm.take_scratch(ins[0].len());
                     s.bytes().copy_from_slice(ins[0]);
                     prescale(rop, dtype, s.bytes())?;
-                    algo::reduce::contribute(comm, s.bytes(), root)?;
+                    send(comm, s.bytes())?;
                     comm.put_scratch(s);
                     Ok(())
                 } else {
-                    algo::reduce::contribute(comm, ins[0], root)
+                    send(comm, ins[0])
                 }
             });
             self.submit(

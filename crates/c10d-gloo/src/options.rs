@@ -65,6 +65,9 @@ pub struct GlooOptions {
     pub small_allreduce_bytes: usize,
     /// With [`BroadcastAlgorithm::Auto`]: the tree is used up to this many bytes.
     pub small_broadcast_bytes: usize,
+    /// `reduce` sends every contribution straight to the root while n × the buffer stays within
+    /// this many bytes (the root's scratch), and reduce-scatters then gathers above.
+    pub small_reduce_scratch_bytes: usize,
     /// Chunk size of pipelined algorithms (ring, chain), in bytes.
     pub pipeline_chunk_bytes: usize,
     /// Kernel socket buffer size (SO_SNDBUF/SO_RCVBUF) in bytes; 0 keeps the kernel's autotuning.
@@ -91,6 +94,7 @@ impl Default for GlooOptions {
             broadcast_algorithm: BroadcastAlgorithm::Auto,
             small_allreduce_bytes: 64 * 1024,
             small_broadcast_bytes: 256 * 1024,
+            small_reduce_scratch_bytes: 4 * 1024 * 1024,
             pipeline_chunk_bytes: 1024 * 1024,
             socket_buffer_bytes: 4 * 1024 * 1024,
             local_unix_sockets: std::env::var("C10D_GLOO_TCP_ONLY")

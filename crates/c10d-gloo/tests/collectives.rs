@@ -335,40 +335,48 @@ fn broadcast_every_root_algorithm_and_tensor_count() {
 
 #[test]
 fn reduce_every_root_and_op() {
-    for n in WORLDS {
-        run_world(n, opts(), move |r, pg| {
-            for root in 0..n {
-                for dtype in [DType::F32, DType::I64, DType::BF16, DType::Complex64] {
-                    for op in OPS {
-                        if !allowed(op, dtype) {
-                            continue;
-                        }
-                        let t = contribution(dtype, op, r, 9);
-                        let before = bytes(&t);
-                        pg.reduce(
-                            &[t.clone()],
-                            &ReduceOptions {
-                                reduce_op: op,
-                                root_rank: root,
-                                ..Default::default()
-                            },
-                        )
-                        .unwrap()
-                        .wait()
-                        .unwrap();
-                        if r == root {
-                            assert_eq!(
-                                bytes(&t),
-                                reference(dtype, op, n, 9, |q| contribution(dtype, op, q, 9)),
-                                "{dtype} {op}"
-                            );
-                        } else {
-                            assert_eq!(bytes(&t), before, "non-root input must stay unchanged");
+    for (n, scratch) in WORLDS.into_iter().flat_map(|n| [(n, 1usize << 22), (n, 0)]) {
+        // scratch 0: always the segmented (reduce-scatter + gather) algorithm.
+        run_world(
+            n,
+            GlooOptions {
+                small_reduce_scratch_bytes: scratch,
+                ..opts()
+            },
+            move |r, pg| {
+                for root in 0..n {
+                    for dtype in [DType::F32, DType::I64, DType::BF16, DType::Complex64] {
+                        for op in OPS {
+                            if !allowed(op, dtype) {
+                                continue;
+                            }
+                            let t = contribution(dtype, op, r, 9);
+                            let before = bytes(&t);
+                            pg.reduce(
+                                &[t.clone()],
+                                &ReduceOptions {
+                                    reduce_op: op,
+                                    root_rank: root,
+                                    ..Default::default()
+                                },
+                            )
+                            .unwrap()
+                            .wait()
+                            .unwrap();
+                            if r == root {
+                                assert_eq!(
+                                    bytes(&t),
+                                    reference(dtype, op, n, 9, |q| contribution(dtype, op, q, 9)),
+                                    "{dtype} {op}"
+                                );
+                            } else {
+                                assert_eq!(bytes(&t), before, "non-root input must stay unchanged");
+                            }
                         }
                     }
                 }
-            }
-        });
+            },
+        );
     }
 }
 

@@ -104,3 +104,101 @@ pub(crate) fn reduce_scatter(
     comm.put_scratch(scratch);
     Ok(())
 }
+
+/// Large rooted reduce: reduce-scatter on the full mesh, then gather of the reduced segments
+/// to the root. Every rank folds one segment (its own contribution first, then the others in
+/// rank order); scratch is one buffer's worth per rank instead of n buffers at the root, and
+/// the root receives (n−1)/n of the buffer twice instead of n−1 whole buffers.
+///
+/// `data` is the (prescaled) contribution; on the root it also receives the result. The
+/// root's in-place receives are safe by causality: a final segment arrives only after its
+/// owner received the root's contribution to it.
+pub(crate) fn reduce_segmented(
+    comm: &mut Comm<'_>,
+    data: &mut [u8],
+    op: ReduceOp,
+    dtype: DType,
+    root: usize,
+) -> Result<()> {
+    segmented(comm, data.as_mut_ptr(), data.len(), true, op, dtype, root)
+}
+
+/// Non-root side of [`reduce_segmented`] for a read-only contribution.
+pub(crate) fn contribute_segmented(
+    comm: &mut Comm<'_>,
+    data: &[u8],
+    op: ReduceOp,
+    dtype: DType,
+    root: usize,
+) -> Result<()> {
+    segmented(
+        comm,
+        data.as_ptr() as *mut u8,
+        data.len(),
+        false,
+        op,
+        dtype,
+        root,
+    )
+}
+
+fn segmented(
+    comm: &mut Comm<'_>,
+    base: *mut u8,
+    len: usize,
+    is_root: bool,
+    op: ReduceOp,
+    dtype: DType,
+    root: usize,
+) -> Result<()> {
+    let (r, n) = (comm.rank(), comm.size());
+    if n == 1 || len == 0 {
+        return Ok(());
+    }
+    let es = dtype.size();
+    let count = len / es;
+    let seg = |i: usize| super::part(count, n, i, es);
+    let my = seg(r);
+    let my_len = my.len();
+    let peers: Vec<usize> = (0..n).filter(|p| *p != r).collect();
+    let mut scratch = comm.take_scratch(n * my_len);
+    let sp = scratch.bytes().as_mut_ptr();
+    // SAFETY: (all posts and raw slices below) `base` points to `len` bytes valid for the whole
+    // call (writable when `is_root`, where the caller passed `&mut`); `scratch` outlives every
+    // post; receives are read only after being waited on; `Comm` detaches leftovers on error.
+    unsafe {
+        let mut rs_ids = Vec::with_capacity(n);
+        for &q in &peers {
+            rs_ids.push(comm.post_recv(q, 0, sp.add(q * my_len), my_len));
+        }
+        if is_root {
+            for &p in &peers {
+                let s = seg(p);
+                comm.post_recv(p, 1, base.add(s.start), s.len());
+            }
+        }
+        for &p in &peers {
+            let s = seg(p);
+            comm.post_send(p, 0, base.add(s.start), s.len());
+        }
+        comm.wait(&rs_ids)?;
+        let acc = std::slice::from_raw_parts_mut(sp.add(r * my_len), my_len);
+        acc.copy_from_slice(std::slice::from_raw_parts(base.add(my.start), my_len));
+        for &q in &peers {
+            reduce_into(
+                op,
+                dtype,
+                acc,
+                std::slice::from_raw_parts(sp.add(q * my_len), my_len),
+            )?;
+        }
+        if is_root {
+            std::ptr::copy_nonoverlapping(acc.as_ptr(), base.add(my.start), my_len);
+        } else {
+            comm.post_send(root, 1, acc.as_ptr(), my_len);
+        }
+    }
+    comm.wait_all()?;
+    comm.put_scratch(scratch);
+    Ok(())
+}
