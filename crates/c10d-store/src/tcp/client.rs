@@ -405,10 +405,13 @@ pub struct TcpStore {
 }
 
 impl std::fmt::Debug for TcpStore {
+    /// Like PyTorch's repr: `TCPStore(client=TCPClient((host, port)), server=TCPServer(port=P))`,
+    /// `server=<nullptr>` for clients. Never blocks on a request in flight.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let client = format!("({}, {})", self.host, self.port);
         match &self.server {
-            Some(s) => write!(f, "TCPStore(client=TCPClient({}), server=TCPServer(port={}))", self.lock().desc, s.port()),
-            None => write!(f, "TCPStore(client=TCPClient({}), server=<nullptr>)", self.lock().desc),
+            Some(s) => write!(f, "TCPStore(client=TCPClient({client}), server=TCPServer(port={}))", s.port()),
+            None => write!(f, "TCPStore(client=TCPClient({client}), server=<nullptr>)"),
         }
     }
 }
