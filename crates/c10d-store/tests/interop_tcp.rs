@@ -181,6 +181,21 @@ fn our_client_on_pytorch_server(backend: &str) {
     )
     .unwrap();
     drive_all_ops(&s, backend == "libuv");
+    // The CLI talks to PyTorch's server too.
+    let cli = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_c10d-store"))
+            .args(["--addr", &format!("127.0.0.1:{port}"), "--timeout-ms", "20000"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "cli {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert_eq!(cli(&["get", "key"]), "6");
+    assert_eq!(cli(&["add", "key", "1"]), "7\n");
+    cli(&["set", "from_cli", "x"]);
+    assert_eq!(s.get("from_cli").unwrap(), b"x");
+    assert_eq!(cli(&["check", "from_cli"]), "true\n");
 }
 
 #[test]
