@@ -257,6 +257,39 @@ struct Peer {
     s0: usize,
     s1: usize,
     open: bool,
+    /// Current SO_RCVLOWAT of a TCP stream (1 = the kernel's default).
+    lowat: usize,
+}
+
+/// While a large payload is outstanding on a TCP stream, the kernel is asked (SO_RCVLOWAT) to
+/// report it readable only once this much of it (or all of it) arrived: one wake-up per
+/// ~512 KiB instead of one per 64 KiB segment, which matters when ranks outnumber cores.
+/// The whole frame is on its way (frames are written whole), so the wait cannot stall; EOF and
+/// errors are reported regardless.
+const LOWAT_MAX: usize = 512 * 1024;
+
+impl Peer {
+    fn set_lowat(&mut self, want: usize) {
+        let Stream::Tcp(s) = &self.stream else { return };
+        if want == self.lowat {
+            return;
+        }
+        use std::os::fd::AsRawFd;
+        let v = want as libc::c_int;
+        // SAFETY: valid socket fd owned by `s`; the option value is a c_int of the given size.
+        let rc = unsafe {
+            libc::setsockopt(
+                s.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVLOWAT,
+                (&v as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if rc == 0 {
+            self.lowat = want;
+        }
+    }
 }
 
 struct PostedRecv {
@@ -442,6 +475,7 @@ impl Engine {
                     s0: 0,
                     s1: 0,
                     open: true,
+                    lowat: 1,
                 });
             }
         }
@@ -1532,7 +1566,10 @@ fn read_step(peer: &mut Peer) -> ReadStep {
                 match peer.stream.read(d) {
                     Ok(0) => return ReadStep::Lost("connection closed by peer".into()),
                     Ok(k) => *got += k,
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return ReadStep::Block,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        peer.set_lowat(want.min(LOWAT_MAX));
+                        return ReadStep::Block;
+                    }
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => return ReadStep::More,
                     Err(e) => return ReadStep::Lost(e.to_string()),
                 }
@@ -1555,6 +1592,9 @@ fn read_step(peer: &mut Peer) -> ReadStep {
 
 /// Reads more bytes into the staging buffer (compacting it first).
 fn fill_stage(peer: &mut Peer) -> ReadStep {
+    if peer.lowat != 1 {
+        peer.set_lowat(1);
+    }
     if peer.s0 > 0 {
         peer.stage.copy_within(peer.s0..peer.s1, 0);
         peer.s1 -= peer.s0;
