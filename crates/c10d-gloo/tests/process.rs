@@ -176,3 +176,75 @@ fn killed_rank_case(unix: &str) {
         }
     }
 }
+
+#[test]
+fn interface_environment_variables_choose_the_listen_address() {
+    let server = TcpStoreServer::bind(ServerOptions {
+        host: Some("127.0.0.1".into()),
+        port: 0,
+        ..Default::default()
+    })
+    .unwrap();
+    let run = |env: (&str, &str), port: u16| {
+        let kids: Vec<Child> = (0..2)
+            .map(|r| {
+                Command::new(EXE)
+                    .arg("bench")
+                    .args([
+                        "--port",
+                        &port.to_string(),
+                        "--rank",
+                        &r.to_string(),
+                        "--size",
+                        "2",
+                    ])
+                    .args([
+                        "--min-bytes",
+                        "1024",
+                        "--max-bytes",
+                        "1024",
+                        "--iters",
+                        "1",
+                        "--unix",
+                        "false",
+                        "--timeout-s",
+                        "20",
+                    ])
+                    .env_remove("C10D_SOCKET_IFNAME")
+                    .env_remove("GLOO_SOCKET_IFNAME")
+                    .env(env.0, env.1)
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let mut ranks = Ranks(kids);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut out = Vec::new();
+        for c in &mut ranks.0 {
+            loop {
+                if let Some(st) = c.try_wait().unwrap() {
+                    let mut err = String::new();
+                    if let Some(mut e) = c.stderr.take() {
+                        use std::io::Read;
+                        let _ = e.read_to_string(&mut err);
+                    }
+                    out.push((st.success(), err));
+                    break;
+                }
+                assert!(Instant::now() < deadline, "rank processes hang");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        out
+    };
+    let ok = run(("C10D_SOCKET_IFNAME", "lo"), server.port());
+    assert!(ok.iter().all(|(s, _)| *s), "{ok:?}");
+    let bad = run(("GLOO_SOCKET_IFNAME", "no-such-if0"), server.port());
+    assert!(
+        bad.iter()
+            .all(|(s, e)| !*s && e.contains("GLOO_SOCKET_IFNAME=no-such-if0")),
+        "{bad:?}"
+    );
+}
