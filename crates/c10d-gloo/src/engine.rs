@@ -636,13 +636,34 @@ impl Engine {
                 timeout,
                 outstanding: Vec::new(),
             };
-            let r = match leases.host_slices() {
-                Ok((ins, outs)) => body(&mut comm, ins, outs),
-                Err(e) => Err(e),
-            };
+            // A bug in an algorithm must not kill the engine (every later op would hang):
+            // the panic becomes this op's error and fails the group, whose state is suspect.
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                match leases.host_slices() {
+                    Ok((ins, outs)) => body(&mut comm, ins, outs),
+                    Err(e) => Err(e),
+                }
+            }));
             drop(comm);
             self.cur = None;
-            r
+            match r {
+                Ok(r) => r,
+                Err(p) => {
+                    let what = p
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| p.downcast_ref::<String>().cloned())
+                        .unwrap_or_default();
+                    let e = DistError::backend(format!(
+                        "{}: internal error (panic) in {} (seq {}): {what}",
+                        self.ctx(),
+                        info.op,
+                        info.seq
+                    ));
+                    self.fail_group(e.clone(), true);
+                    Err(e)
+                }
+            }
         };
         self.coll_cur = info.coll_seq + 1;
         drop(leases);
