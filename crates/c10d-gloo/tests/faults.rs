@@ -116,7 +116,7 @@ fn op_timeout_names_op_seq_rank_and_silent_peer() {
             };
             assert!(err_text(pg.all_reduce(&[t], &o)).contains("Timed out"));
         } else {
-            std::thread::sleep(Duration::from_millis(400));
+            std::thread::sleep(Duration::from_millis(1500));
             pg.all_reduce(&[t], &AllreduceOptions::default())
                 .unwrap()
                 .wait()
