@@ -52,9 +52,10 @@ def worker(rank, n, path, a):
         t = torch.full((count,), float(rank + 1))
         run_op(a.op, t, out, n)
         wrong = int((t != n * (n + 1) / 2).sum()) if a.op == "all_reduce" else 0
-        algbw = count * 4 / us / 1e3
+        total = count * 4 * (n if a.op == "all_gather" else 1)  # nccl-tests: gathered size
+        algbw = total / us / 1e3
         if rank == 0:
-            print(f"{count*4:>12} {count:>12} {'float':>6} {us:>12.1f} {algbw:>10.3f} {algbw*bus_factor(a.op, n):>10.3f} {wrong:>8}", flush=True)
+            print(f"{total:>12} {total // 4:>12} {'float':>6} {us:>12.1f} {algbw:>10.3f} {algbw*bus_factor(a.op, n):>10.3f} {wrong:>8}", flush=True)
         b *= 4
     dist.barrier()
     dist.destroy_process_group()

@@ -188,13 +188,19 @@ fn bench(m: &HashMap<String, String>) {
         } else {
             0
         };
-        let b = (count * 4) as f64;
+        // nccl-tests convention: all_gather's size is the gathered (output) size.
+        let total = if op == "all_gather" {
+            count * n * 4
+        } else {
+            count * 4
+        };
+        let b = total as f64;
         let algbw = b / us / 1e3;
         if rank == 0 {
             println!(
                 "{:>12} {:>12} {:>6} {:>12.1} {:>10.3} {:>10.3} {:>8}",
-                count * 4,
-                count,
+                total,
+                total / 4,
                 "float",
                 us,
                 algbw,
