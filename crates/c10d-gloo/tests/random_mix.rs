@@ -156,6 +156,7 @@ fn random_mixes_of_ops() {
                 pipeline_chunk_bytes: 8192,
                 small_allreduce_bytes: 4096,
                 local_unix_sockets: i % 2 == 0,
+                lazy_init: j == 2,
                 ..opts()
             };
             run(n, 0x9E37_79B9_7F4A_7C15 ^ (i * 31 + j) as u64, o);
