@@ -11,15 +11,18 @@
 //!   see the `engine` module for why the event loop is per group rather than per process.
 //! * Peers on the same host talk over abstract Unix sockets, others over TCP (see `transport`;
 //!   [`GlooOptions::local_unix_sockets`] turns this off).
-//! * Algorithms live in `algo::*`, one small module each: direct exchange and pipelined ring
-//!   all-reduce, binomial-tree and pipelined-chain broadcast, direct all-gather / gather /
-//!   scatter / all-to-all / reduce / reduce-scatter, dissemination barrier, monitored barrier.
+//! * Algorithms live in `algo::*`, one small module each: direct-exchange, all-pairs
+//!   (reduce-scatter + all-gather) and pipelined-ring all-reduce, binomial-tree and
+//!   pipelined-chain broadcast, direct all-gather / gather / scatter / all-to-all /
+//!   reduce-scatter, direct and segmented reduce, dissemination barrier, monitored barrier.
 //! * Every frame carries a header (see `wire`); a rank that runs a different collective, dtype
 //!   or size than its peer fails with an error naming both ranks and both ops.
 //!
 //! Performance (2-core machine, loopback, best of 3, vs PyTorch 2.15 Gloo in the same run; run
-//! `crates/c10d-gloo/benches/compare.sh`): 2 ranks 1 KiB all-reduce ≈ 11 µs (PyTorch ≈ 400 µs),
-//! 4 ranks ≈ 50 µs (PyTorch ≈ 5 ms); 16 MiB busbw ≈ 1.9× PyTorch's with 2 ranks, ≈ 2.1× with 4.
+//! `crates/c10d-gloo/benches/compare.sh`): 2 ranks 1 KiB all-reduce ≈ 10 µs (PyTorch ≈ 400 µs),
+//! 4 ranks ≈ 50 µs (PyTorch ≈ 5 ms); 16 MiB busbw ≈ 2–3× PyTorch's with 2 ranks, ≈ 2× with 4.
+//! With `C10D_GLOO_TCP_ONLY=1` (loopback TCP like PyTorch): 1 KiB ≈ 10–18 µs / ≈ 100 µs, 16 MiB
+//! busbw ≈ 1.7× (2 ranks) and ≈ 1.25× (4 ranks), the rest being the kernel's TCP cost.
 //!
 //! Differences from PyTorch's Gloo, on purpose: `ReduceOp::Avg` and `ReduceOp::PremulSum` are
 //! supported (PyTorch's Gloo refuses them); AVG divides by the group size (also when a rank
