@@ -36,7 +36,7 @@ use c10d_store::Store;
 use clap::Parser;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -160,15 +160,23 @@ fn say(msg: &str) {
 struct Worker {
     rank: usize,
     local_rank: usize,
-    child: Child,
     pid: i32,
     status: Option<ExitStatus>,
     ended_at: Option<Instant>,
-    /// The last signal c10drun sent to it, if any.
-    signalled: Option<i32>,
+    /// The signals c10drun sent to it.
+    sent: Vec<i32>,
 }
 
 impl Worker {
+    /// Ended by a signal that c10drun itself sent (a casualty, not a failure).
+    fn stopped_by_us(&self) -> bool {
+        matches!(self.status.and_then(|s| s.signal()), Some(sig) if self.sent.contains(&sig))
+    }
+    /// Ended unsuccessfully on its own.
+    fn failed(&self) -> bool {
+        matches!(self.status, Some(s) if !s.success()) && !self.stopped_by_us()
+    }
+
     fn signal(&mut self, sig: i32) {
         if self.status.is_some() {
             return;
@@ -179,7 +187,7 @@ impl Worker {
         unsafe {
             libc::kill(-self.pid, sig);
         }
-        self.signalled = Some(sig);
+        self.sent.push(sig);
     }
 }
 
@@ -319,6 +327,7 @@ fn run(args: Args) -> Result<i32, String> {
     let world_size = args.nnodes * args.nproc_per_node;
     let (done_tx, done_rx) = mpsc::channel::<()>();
     let mut workers: Vec<Worker> = Vec::new();
+    let (exit_tx, exit_rx) = mpsc::channel::<(usize, std::io::Result<ExitStatus>)>();
     let mut pumps = 0usize;
     let started_at = Instant::now();
     for local_rank in 0..args.nproc_per_node {
@@ -365,7 +374,9 @@ fn run(args: Args) -> Result<i32, String> {
                 say(&format!("cannot start rank {rank} ({}): {e}", args.command[0]));
                 for w in workers.iter_mut() {
                     w.signal(libc::SIGKILL);
-                    let _ = w.child.wait();
+                }
+                for _ in 0..workers.len() {
+                    let _ = exit_rx.recv_timeout(Duration::from_secs(10));
                 }
                 if let Some(s) = &store {
                     let _ = s.set(&keys.failed, format!("rank {rank} on node {} could not start: {e}", args.node_rank).as_bytes());
@@ -386,7 +397,15 @@ fn run(args: Args) -> Result<i32, String> {
             }
         }
         let pid = child.id() as i32;
-        workers.push(Worker { rank, local_rank, child, pid, status: None, ended_at: None, signalled: None });
+        // A waiter thread per worker reaps it the moment it ends, so exit order (and so the root
+        // cause) is observed exactly, not at the next poll.
+        let tx = exit_tx.clone();
+        let index = workers.len();
+        std::thread::spawn(move || {
+            let st = child.wait();
+            let _ = tx.send((index, st));
+        });
+        workers.push(Worker { rank, local_rank, pid, status: None, ended_at: None, sent: Vec::new() });
     }
     drop(done_tx);
 
@@ -436,37 +455,36 @@ fn run(args: Args) -> Result<i32, String> {
                 stop = Some((StopReason::RemoteFailure(msg), Instant::now()));
             }
         }
-        for i in 0..workers.len() {
-            if workers[i].status.is_some() {
-                continue;
+        // Wait (briefly) for the next worker to end, then take every exit already reported.
+        let mut exits = Vec::new();
+        match exit_rx.recv_timeout(Duration::from_millis(20)) {
+            Ok(e) => {
+                exits.push(e);
+                exits.extend(exit_rx.try_iter());
             }
-            match workers[i].child.try_wait() {
-                Ok(Some(st)) => {
-                    workers[i].status = Some(st);
-                    workers[i].ended_at = Some(Instant::now());
-                    if !st.success() && stop.is_none() {
-                        let w = &workers[i];
-                        say(&format!(
-                            "rank {} (local_rank {}, pid {}) failed with {}; stopping the other workers",
-                            w.rank,
-                            w.local_rank,
-                            w.pid,
-                            describe_status(&st)
-                        ));
-                        if let Some(s) = &store {
-                            let _ = s.set(
-                                &keys.failed,
-                                format!("rank {} on node {}: {}", w.rank, args.node_rank, describe_status(&st)).as_bytes(),
-                            );
-                        }
-                        for w in workers.iter_mut() {
-                            w.signal(libc::SIGTERM);
-                        }
-                        stop = Some((StopReason::LocalFailure(i), Instant::now()));
-                    }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => return Err("lost track of the workers".into()),
+        }
+        for (i, st) in exits {
+            let st = st.map_err(|e| format!("waiting for rank {}: {e}", workers[i].rank))?;
+            workers[i].status = Some(st);
+            workers[i].ended_at = Some(Instant::now());
+            if !st.success() && stop.is_none() {
+                let w = &workers[i];
+                say(&format!(
+                    "rank {} (local_rank {}, pid {}) failed with {}; stopping the other workers",
+                    w.rank,
+                    w.local_rank,
+                    w.pid,
+                    describe_status(&st)
+                ));
+                if let Some(s) = &store {
+                    let _ = s.set(&keys.failed, format!("rank {} on node {}: {}", w.rank, args.node_rank, describe_status(&st)).as_bytes());
                 }
-                Ok(None) => {}
-                Err(e) => return Err(format!("waiting for rank {}: {e}", workers[i].rank)),
+                for w in workers.iter_mut() {
+                    w.signal(libc::SIGTERM);
+                }
+                stop = Some((StopReason::LocalFailure(i), Instant::now()));
             }
         }
         if workers.iter().all(|w| w.status.is_some()) {
@@ -482,7 +500,6 @@ fn run(args: Args) -> Result<i32, String> {
                 killed = true;
             }
         }
-        std::thread::sleep(Duration::from_millis(20));
     }
 
     // Let the output pumps drain (a grandchild holding a pipe open must not keep us here).
@@ -548,32 +565,43 @@ fn print_summary(args: &Args, workers: &[Worker], reason: &StopReason, elapsed: 
         let st = w.status.as_ref().map(describe_status).unwrap_or_else(|| "still running".into());
         format!("rank {} (local_rank {}, pid {}): {}", w.rank, w.local_rank, w.pid, st)
     };
-    match reason {
-        StopReason::LocalFailure(i) => {
-            lines.push("root cause (first observed failure):".into());
-            lines.push(format!("  {}", fmt_worker(&workers[*i])));
-        }
-        StopReason::RemoteFailure(msg) => lines.push(format!("root cause: another node failed: {msg}")),
-        StopReason::Signal(sig) => lines.push(format!("root cause: c10drun received {}", signal_name(*sig))),
-    }
+    // Root cause: when a rank dies, its peers fail a moment later with "connection lost" errors,
+    // and their exit may even be observed first. Among the failures seen within ROOT_WINDOW of
+    // the first one, a death by a signal (crash, OOM kill, kill -9) is the cause rather than an
+    // error exit; otherwise the earliest failure is.
+    const ROOT_WINDOW: Duration = Duration::from_millis(1000);
     let root = match reason {
-        StopReason::LocalFailure(i) => Some(*i),
+        StopReason::LocalFailure(first) => {
+            let t0 = workers[*first].ended_at.unwrap_or_else(Instant::now);
+            workers
+                .iter()
+                .enumerate()
+                .filter(|(_, w)| w.failed() && w.ended_at.is_some_and(|t| t <= t0 + ROOT_WINDOW))
+                .min_by_key(|(_, w)| (w.status.and_then(|s| s.signal()).is_none(), w.ended_at))
+                .map(|(i, _)| i)
+                .or(Some(*first))
+        }
         _ => None,
     };
+    match (reason, root) {
+        (StopReason::LocalFailure(_), Some(i)) => {
+            lines.push("root cause (first observed failure):".into());
+            lines.push(format!("  {}", fmt_worker(&workers[i])));
+        }
+        (StopReason::RemoteFailure(msg), _) => lines.push(format!("root cause: another node failed: {msg}")),
+        (StopReason::Signal(sig), _) => lines.push(format!("root cause: c10drun received {}", signal_name(*sig))),
+        _ => {}
+    }
     let mut others = Vec::new();
     let mut stopped = Vec::new();
     let mut ok = Vec::new();
     for (i, w) in workers.iter().enumerate() {
-        if Some(i) == root {
+        if Some(i) == root || w.status.is_none() {
             continue;
         }
-        let st = match &w.status {
-            Some(s) => s,
-            None => continue,
-        };
-        if st.success() {
+        if w.status.is_some_and(|s| s.success()) {
             ok.push(w.rank.to_string());
-        } else if st.signal().is_some() && w.signalled.is_some() {
+        } else if w.stopped_by_us() {
             stopped.push(format!("  {} (stopped by c10drun)", fmt_worker(w)));
         } else {
             others.push(format!("  {}", fmt_worker(w)));

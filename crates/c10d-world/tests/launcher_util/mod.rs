@@ -92,18 +92,19 @@ impl Job {
     fn wait_line(&mut self, want_err: bool, needle: &str, limit: Duration) -> String {
         let deadline = Instant::now() + limit;
         loop {
+            // Look in everything received so far (lines may arrive in any order).
+            let buf = if want_err { &self.stderr } else { &self.stdout };
+            if let Some(l) = buf.lock().unwrap().lines().find(|l| l.contains(needle)) {
+                return l.trim_end().to_string();
+            }
             let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok((is_err, l)) if is_err == want_err && l.contains(needle) => return l.trim_end().to_string(),
-                Ok(_) => {}
-                Err(_) => {
-                    let _ = self.child.kill();
-                    panic!(
-                        "no line containing {needle:?} within {limit:?}\nstdout: {}\nstderr: {}",
-                        self.stdout.lock().unwrap(),
-                        self.stderr.lock().unwrap()
-                    );
-                }
+            if self.lines.recv_timeout(left.min(Duration::from_millis(100))).is_err() && left.is_zero() {
+                let _ = self.child.kill();
+                panic!(
+                    "no line containing {needle:?} within {limit:?}\nstdout: {}\nstderr: {}",
+                    self.stdout.lock().unwrap(),
+                    self.stderr.lock().unwrap()
+                );
             }
         }
     }
