@@ -71,7 +71,8 @@ pub struct GlooOptions {
     /// Chunk size of pipelined algorithms (ring, chain), in bytes.
     pub pipeline_chunk_bytes: usize,
     /// Kernel socket buffer size (SO_SNDBUF/SO_RCVBUF) in bytes; 0 keeps the kernel's autotuning.
-    /// Default 4 MiB: measured ~1.5x the busbw of autotuned loopback buffers at 16 MiB.
+    /// Default 4 MiB (measured up to ~1.5x the busbw of autotuned loopback buffers at 16 MiB).
+    /// TCP sockets keep autotuning when `net.core.rmem_max`/`wmem_max` are below this size.
     pub socket_buffer_bytes: usize,
     /// Connect peers on the same host (same kernel boot id) through abstract Unix-domain
     /// sockets instead of loopback TCP (Linux; falls back to TCP when unreachable). Same frames

@@ -61,16 +61,24 @@ impl Conn {
             Conn::Unix(s) => s.write_all(b),
         }
     }
-    /// No Nagle (TCP), optional big kernel buffers.
+    /// No Nagle (TCP), optional big kernel buffers. A TCP socket keeps the kernel's buffer
+    /// autotuning when the system caps (`net.core.rmem_max`/`wmem_max`) are below `buf`:
+    /// a capped fixed size would be smaller than what autotuning reaches.
     fn tune(&self, buf: usize) -> Result<()> {
-        let sock = match self {
+        let (sock, tcp) = match self {
             Conn::Tcp(s) => {
                 s.set_nodelay(true)?;
-                socket2::SockRef::from(s)
+                (socket2::SockRef::from(s), true)
             }
-            Conn::Unix(s) => socket2::SockRef::from(s),
+            Conn::Unix(s) => (socket2::SockRef::from(s), false),
         };
-        if buf > 0 {
+        let cap = |f: &str| {
+            std::fs::read_to_string(format!("/proc/sys/net/core/{f}"))
+                .ok()
+                .and_then(|v| v.trim().parse::<usize>().ok())
+                .unwrap_or(0)
+        };
+        if buf > 0 && (!tcp || (cap("rmem_max") >= buf && cap("wmem_max") >= buf)) {
             sock.set_send_buffer_size(buf)?;
             sock.set_recv_buffer_size(buf)?;
         }
