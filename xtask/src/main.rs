@@ -31,7 +31,9 @@ fn main() {
         Some("bench") => bench(rest),
         Some("test-multigpu") => test_multigpu(),
         _ => {
-            eprintln!("usage: cargo xtask <test [--no-interop] | interop | demo | bench | test-multigpu>");
+            eprintln!(
+                "usage: cargo xtask <test [--no-interop] | interop | demo | bench | test-multigpu>"
+            );
             exit(2);
         }
     };
@@ -45,12 +47,16 @@ type Res = Result<(), String>;
 
 fn workspace_root() -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    dir.parent().expect("xtask lives in the workspace root").to_path_buf()
+    dir.parent()
+        .expect("xtask lives in the workspace root")
+        .to_path_buf()
 }
 
 fn run(cmd: &mut Command) -> Res {
     eprintln!("xtask: running {cmd:?}");
-    let st = cmd.status().map_err(|e| format!("cannot start {cmd:?}: {e}"))?;
+    let st = cmd
+        .status()
+        .map_err(|e| format!("cannot start {cmd:?}: {e}"))?;
     if st.success() {
         Ok(())
     } else {
@@ -94,22 +100,37 @@ fn provision_torch() -> Result<PathBuf, String> {
     if ok {
         return Ok(py);
     }
-    eprintln!("xtask: provisioning torch=={TORCH_VERSION} into {} (large download, cached afterwards)", venv.display());
+    eprintln!(
+        "xtask: provisioning torch=={TORCH_VERSION} into {} (large download, cached afterwards)",
+        venv.display()
+    );
     if !py.exists() {
         run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
     }
-    run(Command::new(&py).args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", &format!("torch=={TORCH_VERSION}"), "numpy"]))?;
+    run(Command::new(&py).args([
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        &format!("torch=={TORCH_VERSION}"),
+        "numpy",
+    ]))?;
     Ok(py)
 }
 
 /// Every `crates/<crate>/tests/interop*.rs` as (package, test name).
 fn interop_tests() -> Vec<(String, String)> {
     let mut out = Vec::new();
-    let Ok(crates) = std::fs::read_dir("crates") else { return out };
+    let Ok(crates) = std::fs::read_dir("crates") else {
+        return out;
+    };
     let mut crates: Vec<_> = crates.flatten().collect();
     crates.sort_by_key(|e| e.file_name());
     for c in crates {
-        let Ok(tests) = std::fs::read_dir(c.path().join("tests")) else { continue };
+        let Ok(tests) = std::fs::read_dir(c.path().join("tests")) else {
+            continue;
+        };
         let mut names: Vec<String> = tests
             .flatten()
             .filter_map(|e| e.file_name().into_string().ok())
@@ -151,30 +172,73 @@ fn demo(args: &[String]) -> Res {
         .and_then(|i| args.get(i + 1))
         .cloned()
         .unwrap_or_else(|| "4".into());
-    run(cargo().args(["build", "--release", "-p", "c10d-world", "--bins", "--examples"]))?;
+    run(cargo().args([
+        "build",
+        "--release",
+        "-p",
+        "c10d-world",
+        "--bins",
+        "--examples",
+    ]))?;
     let bin = |n: &str| format!("target/release/{n}");
-    let demo = if Path::new(&bin("examples/ddp_wine")).exists() { bin("examples/ddp_wine") } else { bin("c10d-train") };
+    let demo = if Path::new(&bin("examples/ddp_wine")).exists() {
+        bin("examples/ddp_wine")
+    } else {
+        bin("c10d-train")
+    };
     println!("== data-parallel training on the wine-quality data, {nproc} ranks (c10drun) ==");
-    run(Command::new(bin("c10drun")).args(["--nproc-per-node", &nproc, "--master-port", "0", &demo]))?;
+    run(Command::new(bin("c10drun")).args([
+        "--nproc-per-node",
+        &nproc,
+        "--master-port",
+        "0",
+        &demo,
+    ]))?;
     println!("\n== c10d-bench all_reduce, 2 ranks, float32 ==");
-    run(Command::new(bin("c10d-bench")).args(["all_reduce", "--nproc", "2", "-b", "1K", "-e", "1M", "-f", "4"]))
+    run(Command::new(bin("c10d-bench")).args([
+        "all_reduce",
+        "--nproc",
+        "2",
+        "-b",
+        "1K",
+        "-e",
+        "1M",
+        "-f",
+        "4",
+    ]))
 }
 
 fn bench(_args: &[String]) -> Res {
     run(cargo().args(["bench", "-p", "c10d-core", "--bench", "reduce_kernels"]))?;
     let py = provision_torch()?;
     if Path::new("crates/c10d-store/src/bin/c10d-store-bench.rs").exists() {
-        run(cargo().args(["run", "--release", "-p", "c10d-store", "--bin", "c10d-store-bench", "--"]).env("C10D_TORCH_PYTHON", &py))?;
+        run(cargo()
+            .args([
+                "run",
+                "--release",
+                "-p",
+                "c10d-store",
+                "--bin",
+                "c10d-store-bench",
+                "--",
+            ])
+            .env("C10D_TORCH_PYTHON", &py))?;
     }
     if Path::new("crates/c10d-world/benches/compare.sh").exists() {
-        run(Command::new("bash").arg("crates/c10d-world/benches/compare.sh").env("C10D_TORCH_PYTHON", &py))?;
+        run(Command::new("bash")
+            .arg("crates/c10d-world/benches/compare.sh")
+            .env("C10D_TORCH_PYTHON", &py))?;
     }
     Ok(())
 }
 
 fn has_gpu() -> bool {
     Path::new("/dev/nvidiactl").exists()
-        || Command::new("nvidia-smi").arg("-L").output().map(|o| o.status.success() && !o.stdout.is_empty()).unwrap_or(false)
+        || Command::new("nvidia-smi")
+            .arg("-L")
+            .output()
+            .map(|o| o.status.success() && !o.stdout.is_empty())
+            .unwrap_or(false)
 }
 
 fn test_multigpu() -> Res {
@@ -187,5 +251,7 @@ fn test_multigpu() -> Res {
         println!("skipped: GPU present but c10d-nccl has no GPU tests yet");
         return Ok(());
     }
-    run(cargo().args(["test", "-p", "c10d-nccl", "--", "--test-threads=1"]).env("C10D_REQUIRE_GPU", "1"))
+    run(cargo()
+        .args(["test", "-p", "c10d-nccl", "--", "--test-threads=1"])
+        .env("C10D_REQUIRE_GPU", "1"))
 }
