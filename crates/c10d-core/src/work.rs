@@ -36,6 +36,41 @@ pub enum OpType {
 }
 
 impl OpType {
+    /// Every op type, in declaration order (the order of [`OpType::code`]).
+    pub const ALL: [OpType; 21] = [
+        OpType::Broadcast,
+        OpType::Allreduce,
+        OpType::AllreduceCoalesced,
+        OpType::Reduce,
+        OpType::Allgather,
+        OpType::AllgatherBase,
+        OpType::AllgatherCoalesced,
+        OpType::Gather,
+        OpType::Scatter,
+        OpType::ReduceScatter,
+        OpType::AlltoallBase,
+        OpType::Alltoall,
+        OpType::Send,
+        OpType::Recv,
+        OpType::RecvAnysource,
+        OpType::Barrier,
+        OpType::ReduceScatterBase,
+        OpType::Coalesced,
+        OpType::AllreduceSparse,
+        OpType::MonitoredBarrier,
+        OpType::Unknown,
+    ];
+
+    /// Stable one-byte code for wire formats (index in [`OpType::ALL`]).
+    pub const fn code(self) -> u8 {
+        self as u8
+    }
+
+    /// Inverse of [`OpType::code`].
+    pub fn from_code(code: u8) -> Option<OpType> {
+        OpType::ALL.get(code as usize).copied()
+    }
+
     /// PyTorch's `opTypeToString` name ("ALLREDUCE", "_ALLGATHER_BASE" ...).
     pub const fn name(self) -> &'static str {
         match self {
@@ -331,6 +366,14 @@ mod tests {
         assert_eq!(t.join().unwrap().unwrap_err().to_string(), "boom");
         assert!(w.is_completed() && !w.is_success());
         assert_eq!(w.exception().unwrap().to_string(), "boom");
+    }
+
+    #[test]
+    fn op_codes_round_trip() {
+        for op in OpType::ALL {
+            assert_eq!(OpType::from_code(op.code()), Some(op));
+        }
+        assert_eq!(OpType::from_code(21), None);
     }
 
     #[test]

@@ -52,33 +52,9 @@ pub(crate) struct Header {
     pub tag: i64,
 }
 
-const OPS: [OpType; 21] = [
-    OpType::Broadcast,
-    OpType::Allreduce,
-    OpType::AllreduceCoalesced,
-    OpType::Reduce,
-    OpType::Allgather,
-    OpType::AllgatherBase,
-    OpType::AllgatherCoalesced,
-    OpType::Gather,
-    OpType::Scatter,
-    OpType::ReduceScatter,
-    OpType::AlltoallBase,
-    OpType::Alltoall,
-    OpType::Send,
-    OpType::Recv,
-    OpType::RecvAnysource,
-    OpType::Barrier,
-    OpType::ReduceScatterBase,
-    OpType::Coalesced,
-    OpType::AllreduceSparse,
-    OpType::MonitoredBarrier,
-    OpType::Unknown,
-];
-
 /// Wire code of an op type.
 pub(crate) fn op_code(op: OpType) -> u8 {
-    OPS.iter().position(|o| *o == op).unwrap_or(OPS.len() - 1) as u8
+    op.code()
 }
 
 impl Header {
@@ -114,9 +90,7 @@ impl Header {
             4 => Kind::Bye,
             k => return Err(format!("unknown frame kind {k}")),
         };
-        let op = *OPS
-            .get(b[5] as usize)
-            .ok_or_else(|| format!("unknown op code {}", b[5]))?;
+        let op = OpType::from_code(b[5]).ok_or_else(|| format!("unknown op code {}", b[5]))?;
         let dtype = DType::from_code(b[6]).ok_or_else(|| format!("unknown dtype code {}", b[6]))?;
         Ok(Header {
             kind,
@@ -153,8 +127,8 @@ mod tests {
         let mut bad = h.encode();
         bad[0] = 0;
         assert!(Header::decode(&bad).unwrap_err().contains("magic"));
-        for op in OPS {
-            assert_eq!(OPS[op_code(op) as usize], op);
+        for op in OpType::ALL {
+            assert_eq!(OpType::from_code(op_code(op)), Some(op));
         }
     }
 }

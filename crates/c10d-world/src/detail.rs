@@ -40,32 +40,8 @@ pub struct CollectiveFingerPrint {
     pub shapes: Vec<Vec<usize>>,
 }
 
-const OPS: [OpType; 21] = [
-    OpType::Broadcast,
-    OpType::Allreduce,
-    OpType::AllreduceCoalesced,
-    OpType::Reduce,
-    OpType::Allgather,
-    OpType::AllgatherBase,
-    OpType::AllgatherCoalesced,
-    OpType::Gather,
-    OpType::Scatter,
-    OpType::ReduceScatter,
-    OpType::AlltoallBase,
-    OpType::Alltoall,
-    OpType::Send,
-    OpType::Recv,
-    OpType::RecvAnysource,
-    OpType::Barrier,
-    OpType::ReduceScatterBase,
-    OpType::Coalesced,
-    OpType::AllreduceSparse,
-    OpType::MonitoredBarrier,
-    OpType::Unknown,
-];
-
 fn op_code(op: OpType) -> i64 {
-    OPS.iter().position(|o| *o == op).unwrap_or(OPS.len() - 1) as i64
+    op.code() as i64
 }
 
 fn device_name(d: DeviceType) -> &'static str {
@@ -107,7 +83,7 @@ impl CollectiveFingerPrint {
         let bad = || DistError::backend(format!("malformed collective fingerprint {v:?}"));
         let mut it = v.iter().copied();
         let mut next = || it.next().ok_or_else(bad);
-        let op = *OPS.get(next()? as usize).ok_or_else(bad)?;
+        let op = u8::try_from(next()?).ok().and_then(OpType::from_code).ok_or_else(bad)?;
         let seq = next()? as u64;
         let n = next()? as usize;
         if n > v.len() {
