@@ -199,7 +199,7 @@ impl Mlp {
 }
 
 /// How the ranks combine their partial sums: by all_reduce, or not at all (one process).
-trait Sync {
+trait GradSync {
     /// Sums every buffer elementwise over the ranks, in place.
     fn sum(&self, bufs: &mut [&mut [f32]]) -> Result<()>;
 }
@@ -209,7 +209,7 @@ trait Sync {
 struct AllReduce {
     timeout: Duration,
 }
-impl Sync for AllReduce {
+impl GradSync for AllReduce {
     fn sum(&self, bufs: &mut [&mut [f32]]) -> Result<()> {
         let mut inflight: Vec<(Tensor, Work)> = Vec::with_capacity(bufs.len());
         for b in bufs.iter() {
@@ -227,7 +227,7 @@ impl Sync for AllReduce {
 
 /// One process: nothing to combine.
 struct Local;
-impl Sync for Local {
+impl GradSync for Local {
     fn sum(&self, _bufs: &mut [&mut [f32]]) -> Result<()> {
         Ok(())
     }
@@ -241,8 +241,15 @@ struct History {
     samples_seen: usize,
 }
 
-/// Trains as rank `rank` of `world` (world 1 = the single-process reference).
-fn train(args: &Args, model: &Mlp, train_set: &Data, val_set: &Data, rank: usize, world: usize, sync: &dyn Sync, verbose: bool) -> Result<History> {
+/// Which part of every global batch this process computes.
+#[derive(Clone, Copy)]
+struct Shard {
+    rank: usize,
+    world: usize,
+}
+
+/// Trains as `shard.rank` of `shard.world` (world 1 = the single-process reference).
+fn train(args: &Args, model: &Mlp, (train_set, val_set): (&Data, &Data), Shard { rank, world }: Shard, sync: &dyn GradSync, verbose: bool) -> Result<History> {
     let np = model.num_params();
     let mut params = model.init(args.seed);
     let mut velocity = vec![0f32; np];
@@ -354,7 +361,7 @@ fn run(args: &Args) -> Result<bool> {
         );
     }
     let t0 = Instant::now();
-    let hist = train(args, &model, &train_set, &val_set, rank, world, &AllReduce { timeout }, lead)?;
+    let hist = train(args, &model, (&train_set, &val_set), Shard { rank, world }, &AllReduce { timeout }, lead)?;
     let secs = t0.elapsed().as_secs_f64();
     println!("rank {rank} trained on {} samples ({:.1} per epoch) in {secs:.2} s", hist.samples_seen, hist.samples_seen as f64 / args.epochs as f64);
 
@@ -381,7 +388,7 @@ fn run(args: &Args) -> Result<bool> {
 
     // Check 2: the same training in one process on the full data.
     if lead && !args.no_reference {
-        let reference = train(args, &model, &train_set, &val_set, 0, 1, &Local, false)?;
+        let reference = train(args, &model, (&train_set, &val_set), Shard { rank: 0, world: 1 }, &Local, false)?;
         let dp = max_abs_diff(&hist.params, &reference.params);
         let dl = max_abs_diff(&hist.train, &reference.train).max(max_abs_diff(&hist.val, &reference.val));
         let good = dp <= args.tolerance && dl <= args.tolerance;

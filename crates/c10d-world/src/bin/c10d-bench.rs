@@ -412,7 +412,8 @@ fn count_wrong_typed<T: Num>(t: &Tensor, expected: &dyn Fn(usize) -> f64, tol: f
             .filter(|(i, x)| {
                 let want = T::from_f64(expected(*i)).to_f64();
                 let got = x.to_f64();
-                !((got - want).abs() <= tol * want.abs().max(1.0))
+                // NaN counts as wrong.
+                !matches!((got - want).abs().partial_cmp(&(tol * want.abs().max(1.0))), Some(std::cmp::Ordering::Less | std::cmp::Ordering::Equal))
             })
             .count() as u64
     })
