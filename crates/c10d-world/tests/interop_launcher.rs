@@ -72,3 +72,29 @@ fn a_failing_torch_rank_is_reported_and_the_survivor_does_not_hang() {
     // Rank 0 either saw Gloo's connection error and exited non-zero, or was stopped by c10drun.
     assert!(summary.contains("rank 0 (local_rank 0, pid "), "{out}");
 }
+
+#[test]
+fn the_torch_baseline_bench_runs_under_c10drun_and_prints_the_same_table() {
+    let Some(py) = torch_python() else { return };
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/torch_gloo_bench.py");
+    let out = run_c10drun(
+        &["--nproc-per-node", "2", "--master-port", "0", &py, script, "all_reduce", "-b", "1K", "-e", "4K", "-n", "3", "-w", "1"],
+        Duration::from_secs(240),
+    );
+    assert_eq!(out.code, Some(0), "{out}");
+    let rows: Vec<Vec<String>> = out
+        .stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("[rank 0]: "))
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .map(|l| l.split_whitespace().map(str::to_string).collect())
+        .collect();
+    assert_eq!(rows.len(), 3, "{out}");
+    for (r, size) in rows.iter().zip(["1024", "2048", "4096"]) {
+        assert_eq!(r.len(), 8, "{r:?}");
+        assert_eq!(r[0], size);
+        assert_eq!((r[2].as_str(), r[3].as_str(), r[7].as_str()), ("float", "sum", "0"), "{r:?}");
+        assert!(r[4].parse::<f64>().unwrap() > 0.0);
+    }
+    assert!(out.stdout.contains("[rank 0]: # Out of bounds values : 0 OK"), "{out}");
+}
