@@ -21,7 +21,8 @@
 //!    max absolute difference; float32 sums in another order give differences around 1e-6).
 //!
 //! The loss printed per epoch is the mean squared error on the standardised quality score
-//! (train: mean over the epoch's steps; val: held-out 20 %). With 1, 2 or 4 ranks the curves
+//! (train: mean over the epoch's samples, under the weights of the moment; val: the held-out
+//! 20 %, after the epoch). With 1, 2 or 4 ranks the curves
 //! agree to about 1e-6.
 //!
 //! Without `RANK`/`WORLD_SIZE` in the environment it runs as a world of one, so
