@@ -799,14 +799,15 @@ impl Engine {
 
     /// A buffer of `n` bytes for a frame that has no posted destination yet, reusing the
     /// allocation of an earlier one (avoids page faults and munmap for every early frame).
-    fn spare_buf(&mut self, n: usize) -> Vec<u8> {
+    /// `None` when `n` bytes cannot be allocated (a garbled or hostile header length).
+    fn spare_buf(&mut self, n: usize) -> Option<Vec<u8>> {
         let mut v = match self.spare.iter().position(|b| b.capacity() >= n) {
             Some(i) => self.spare.swap_remove(i),
-            None => Vec::new(),
+            None => return try_zeroed(n),
         };
         v.clear();
         v.resize(n, 0);
-        v
+        Some(v)
     }
 
     fn recycle(&mut self, v: Vec<u8>) {
@@ -1103,7 +1104,10 @@ impl Engine {
                     r.tag == h.tag && r.peer.is_none_or(|s| s == p)
                 });
                 let Some(i) = pos else {
-                    return Dest::Unexpected(vec![0; n]);
+                    return match try_zeroed(n) {
+                        Some(v) => Dest::Unexpected(v),
+                        None => self.unbufferable(p, h),
+                    };
                 };
                 let id = self.p2p_recvs.remove(i);
                 let (len, ptr, seq, op) = {
@@ -1147,9 +1151,25 @@ impl Engine {
                         return Dest::Discard;
                     }
                 }
-                Dest::Early(self.spare_buf(n))
+                match self.spare_buf(n) {
+                    Some(v) => Dest::Early(v),
+                    None => self.unbufferable(p, h),
+                }
             }
         }
+    }
+
+    /// A frame whose announced length cannot even be allocated: the stream from `p` is
+    /// garbled or hostile, so the connection is dropped and the group fails (no abort).
+    fn unbufferable(&mut self, p: usize, h: &Header) -> Dest {
+        self.peer_lost(
+            p,
+            format!(
+                "protocol error: a {:?} frame announces {} payload bytes, more than can be buffered",
+                h.kind, h.nbytes
+            ),
+        );
+        Dest::Discard
     }
 
     fn finish_frame(&mut self, p: usize, h: Header, dest: Dest) {
@@ -1582,8 +1602,9 @@ fn read_step(peer: &mut Peer) -> ReadStep {
                 }
                 peer.s0 += k;
                 *got += k;
-            } else if want >= DIRECT_READ && !matches!(dest, Dest::Discard) {
-                let d = dest_slice(dest, *got, want).expect("non-discard destination");
+            } else if want >= DIRECT_READ && dest_slice(dest, *got, want).is_some() {
+                // (A truncated error text or a discarded frame has no room: staged reads.)
+                let d = dest_slice(dest, *got, want).expect("checked just above");
                 match peer.stream.read(d) {
                     Ok(0) => return ReadStep::Lost("connection closed by peer".into()),
                     Ok(k) => *got += k,
@@ -1631,6 +1652,23 @@ fn fill_stage(peer: &mut Peer) -> ReadStep {
         Err(e) if e.kind() == std::io::ErrorKind::Interrupted => ReadStep::More,
         Err(e) => ReadStep::Lost(e.to_string()),
     }
+}
+
+/// A zeroed buffer of `n` bytes, or `None` when the allocation fails. Zeroed pages come
+/// lazily from the allocator, so a big frame costs memory only as its bytes arrive.
+fn try_zeroed(n: usize) -> Option<Vec<u8>> {
+    if n == 0 {
+        return Some(Vec::new());
+    }
+    let layout = std::alloc::Layout::array::<u8>(n).ok()?;
+    // SAFETY: `layout` has a non-zero size.
+    let p = unsafe { std::alloc::alloc_zeroed(layout) };
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: `p` comes from the global allocator with exactly the layout of a `Vec<u8>` of
+    // capacity `n`, and all `n` bytes are initialised (zeroed).
+    Some(unsafe { Vec::from_raw_parts(p, n, n) })
 }
 
 fn dest_slice(dest: &mut Dest, at: usize, len: usize) -> Option<&mut [u8]> {
