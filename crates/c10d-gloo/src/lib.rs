@@ -1274,29 +1274,39 @@ impl Backend for ProcessGroupGloo {
                     ),
                 ));
             }
-            if s.iter().sum::<usize>() != rows {
+            let sum = s.iter().try_fold(0usize, |a, x| a.checked_add(*x));
+            if sum != Some(rows) {
                 return Err(inval(
                     OP,
-                    format!(
-                        "{what} split sizes sum to {} but dim 0 is {rows}",
-                        s.iter().sum::<usize>()
-                    ),
+                    format!("{what} split sizes {s:?} do not sum to dim 0 ({rows})"),
                 ));
             }
             Ok(s.iter().map(|x| x * row_bytes).collect())
         };
         let out_b = splits(output, output_split_sizes, "output")?;
         let in_b = splits(input, input_split_sizes, "input")?;
+        let r = self.id.rank;
+        if out_b[r] != in_b[r] {
+            return Err(inval(
+                OP,
+                format!(
+                    "rank {r} sends itself {} bytes but expects {} bytes from itself (input and output split sizes disagree at index {r})",
+                    in_b[r], out_b[r]
+                ),
+            ));
+        }
         let body: CollBody = Box::new(move |comm, ins, mut outs| {
             let ib = split_sizes_ref(ins[0], &in_b);
             let mut ob = split_sizes(std::mem::take(&mut outs[0]), &out_b);
             algo::exchange::all_to_all(comm, &ib, &mut ob)
         });
         let (i, o) = (std::slice::from_ref(input), std::slice::from_ref(output));
+        // Ranks may legally send different amounts (uneven splits), so the op's total is not
+        // comparable across ranks: 0 here; every frame's size is still checked against its receive.
         self.submit(
             OpType::AlltoallBase,
             input.dtype(),
-            input.nbytes() as u64,
+            0,
             opts.timeout,
             i,
             o,
@@ -1341,12 +1351,24 @@ impl Backend for ProcessGroupGloo {
                 "input and output tensors must have the same type",
             ));
         }
+        let r = self.id.rank;
+        if inputs[r].numel() != outputs[r].numel() {
+            return Err(inval(
+                OP,
+                format!(
+                    "rank {r} sends itself {} elements but expects {} from itself (input and output tensors at index {r} differ in size)",
+                    inputs[r].numel(),
+                    outputs[r].numel()
+                ),
+            ));
+        }
         let body: CollBody =
             Box::new(move |comm, ins, mut outs| algo::exchange::all_to_all(comm, &ins, &mut outs));
+        // As in all_to_all_single: per-rank totals may legally differ; frames are still checked.
         self.submit(
             OpType::Alltoall,
             dtype,
-            nbytes(inputs),
+            0,
             opts.timeout,
             inputs,
             outputs,
