@@ -80,13 +80,20 @@ impl LockedFile {
             }
             match opts.open(path) {
                 Ok(f) => break f,
-                Err(e) if e.kind() == io::ErrorKind::NotFound && (timeout.is_zero() || start.elapsed() <= timeout) => {
+                Err(e)
+                    if e.kind() == io::ErrorKind::NotFound
+                        && (timeout.is_zero() || start.elapsed() <= timeout) =>
+                {
                     std::thread::sleep(POLL);
                 }
                 Err(e) => return Err(io_err(path, "open", &e)),
             }
         };
-        let op = if mode == OpenMode::Read { libc::LOCK_SH } else { libc::LOCK_EX };
+        let op = if mode == OpenMode::Read {
+            libc::LOCK_SH
+        } else {
+            libc::LOCK_EX
+        };
         flock(&file, op).map_err(|e| io_err(path, "flock", &e))?;
         Ok(LockedFile { file })
     }
@@ -132,7 +139,12 @@ fn flock(file: &File, op: libc::c_int) -> io::Result<()> {
 }
 
 fn record_len(b: &[u8]) -> io::Result<u32> {
-    u32::try_from(b.len()).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "FileStore record longer than 4 GiB"))
+    u32::try_from(b.len()).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "FileStore record longer than 4 GiB",
+        )
+    })
 }
 
 fn io_err(path: &Path, what: &str, e: &io::Error) -> DistError {
@@ -168,7 +180,10 @@ pub struct FileStore {
 
 impl std::fmt::Debug for FileStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FileStore").field("path", &self.path).field("world_size", &self.world_size).finish()
+        f.debug_struct("FileStore")
+            .field("path", &self.path)
+            .field("world_size", &self.world_size)
+            .finish()
     }
 }
 
@@ -188,7 +203,11 @@ impl FileStore {
     ///
     /// # Errors
     /// As [`FileStore::new`].
-    pub fn with_timeout(path: impl AsRef<Path>, world_size: Option<usize>, timeout: Duration) -> Result<FileStore> {
+    pub fn with_timeout(
+        path: impl AsRef<Path>,
+        world_size: Option<usize>,
+        timeout: Duration,
+    ) -> Result<FileStore> {
         let mut store = FileStore {
             path: path.as_ref().to_path_buf(),
             world_size,
@@ -268,7 +287,8 @@ impl FileStore {
             _ => 0,
         };
         let new = cur.wrapping_add(delta);
-        file.append_record(key, new.to_string().as_bytes()).map_err(|e| io_err(&self.path, "write", &e))?;
+        file.append_record(key, new.to_string().as_bytes())
+            .map_err(|e| io_err(&self.path, "write", &e))?;
         Ok(new)
     }
 
@@ -300,7 +320,8 @@ impl Store for FileStore {
     fn set(&self, key: &str, value: &[u8]) -> Result<()> {
         let _cache = self.cache();
         let mut file = self.open(OpenMode::WriteCreate)?;
-        file.append_record(&regular_key(key), value).map_err(|e| io_err(&self.path, "write", &e))
+        file.append_record(&regular_key(key), value)
+            .map_err(|e| io_err(&self.path, "write", &e))
     }
 
     fn get(&self, key: &str) -> Result<Vec<u8>> {
@@ -309,7 +330,10 @@ impl Store for FileStore {
         let start = Instant::now();
         loop {
             if !timeout.is_zero() && start.elapsed() > timeout {
-                return Err(DistError::store(format!("Timeout waiting for key: {key} after {} ms", timeout.as_millis())));
+                return Err(DistError::store(format!(
+                    "Timeout waiting for key: {key} after {} ms",
+                    timeout.as_millis()
+                )));
             }
             {
                 let mut cache = self.cache();
@@ -345,7 +369,8 @@ impl Store for FileStore {
             None => return Ok(expected.to_vec()),
             Some(cur) => return Ok(cur.clone()),
         }
-        file.append_record(&rk, desired).map_err(|e| io_err(&self.path, "write", &e))?;
+        file.append_record(&rk, desired)
+            .map_err(|e| io_err(&self.path, "write", &e))?;
         Ok(desired.to_vec())
     }
 
@@ -371,7 +396,8 @@ impl Store for FileStore {
         dk.extend_from_slice(&regular_key(key));
         let _cache = self.cache();
         let mut file = self.open(OpenMode::Write)?;
-        file.append_record(&dk, b"").map_err(|e| io_err(&self.path, "write", &e))?;
+        file.append_record(&dk, b"")
+            .map_err(|e| io_err(&self.path, "write", &e))?;
         Ok(true)
     }
 
@@ -391,7 +417,8 @@ impl Store for FileStore {
         self.refresh(&mut file, &mut cache)?;
         let mut new = cache.map.get(&rk).cloned().unwrap_or_default();
         new.extend_from_slice(value);
-        file.append_record(&rk, &new).map_err(|e| io_err(&self.path, "write", &e))
+        file.append_record(&rk, &new)
+            .map_err(|e| io_err(&self.path, "write", &e))
     }
 
     fn queue_push(&self, key: &str, value: &[u8]) -> Result<()> {
@@ -432,7 +459,11 @@ impl Store for FileStore {
     /// A new handle on the same file, like PyTorch's `FileStore.clone()`: it registers itself
     /// in `refcount/` (and counts in `cleanup/` when dropped). Keeps this handle's timeout.
     fn clone_store(&self) -> Result<Arc<dyn Store>> {
-        Ok(Arc::new(FileStore::with_timeout(&self.path, self.world_size, self.timeout())?))
+        Ok(Arc::new(FileStore::with_timeout(
+            &self.path,
+            self.world_size,
+            self.timeout(),
+        )?))
     }
 }
 
@@ -444,17 +475,24 @@ impl Drop for FileStore {
         if !self.registered || !self.path.exists() {
             return;
         }
-        let res = self.add_raw(CLEANUP_KEY.as_bytes(), 1).and_then(|n| Ok((n, self.add_raw(REFCOUNT_KEY.as_bytes(), -1)?)));
+        let res = self
+            .add_raw(CLEANUP_KEY.as_bytes(), 1)
+            .and_then(|n| Ok((n, self.add_raw(REFCOUNT_KEY.as_bytes(), -1)?)));
         match res {
             Ok((finished, refs)) => {
-                let enough = self.world_size.is_some_and(|w| finished >= 0 && finished as u64 >= w as u64);
+                let enough = self
+                    .world_size
+                    .is_some_and(|w| finished >= 0 && finished as u64 >= w as u64);
                 if refs == 0 && enough {
                     if let Err(e) = std::fs::remove_file(&self.path) {
                         log::debug!("FileStore {}: remove failed: {e}", self.path.display());
                     }
                 }
             }
-            Err(e) => log::warn!("FileStore {}: cleanup on close failed: {e}", self.path.display()),
+            Err(e) => log::warn!(
+                "FileStore {}: cleanup on close failed: {e}",
+                self.path.display()
+            ),
         }
     }
 }
@@ -513,6 +551,9 @@ mod tests {
         let p = dir.path().join("store");
         std::fs::write(&p, [0xff, 0xff, 0xff, 0x7f, b'x']).unwrap();
         let e = FileStore::new(&p, None).unwrap_err();
-        assert!(e.to_string().contains("corrupt record at byte offset 0"), "{e}");
+        assert!(
+            e.to_string().contains("corrupt record at byte offset 0"),
+            "{e}"
+        );
     }
 }

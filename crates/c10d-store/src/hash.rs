@@ -36,7 +36,10 @@ impl HashStore {
     /// An empty store with the default 300 s timeout.
     pub fn new() -> Self {
         HashStore {
-            shared: Arc::new(Shared { data: Mutex::new(Data::default()), cv: Condvar::new() }),
+            shared: Arc::new(Shared {
+                data: Mutex::new(Data::default()),
+                cv: Condvar::new(),
+            }),
             timeout: Mutex::new(DEFAULT_STORE_TIMEOUT),
         }
     }
@@ -46,7 +49,11 @@ impl HashStore {
     }
 
     /// Waits until `ready(data)` holds or the timeout passes (zero = forever).
-    fn wait_until<'a>(&'a self, timeout: Duration, mut ready: impl FnMut(&Data) -> bool) -> Result<MutexGuard<'a, Data>> {
+    fn wait_until<'a>(
+        &'a self,
+        timeout: Duration,
+        mut ready: impl FnMut(&Data) -> bool,
+    ) -> Result<MutexGuard<'a, Data>> {
         let deadline = (!timeout.is_zero()).then(|| Instant::now() + timeout);
         let mut g = self.lock();
         while !ready(&g) {
@@ -57,7 +64,12 @@ impl HashStore {
                     if now >= d {
                         return Err(DistError::store("Wait timeout"));
                     }
-                    g = self.shared.cv.wait_timeout(g, d - now).unwrap_or_else(|e| e.into_inner()).0;
+                    g = self
+                        .shared
+                        .cv
+                        .wait_timeout(g, d - now)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
                 }
             }
         }
@@ -119,7 +131,8 @@ impl Store for HashStore {
     }
 
     fn wait_timeout(&self, keys: &[&str], timeout: Duration) -> Result<()> {
-        self.wait_until(timeout, |d| keys.iter().all(|k| Self::present(d, k))).map(drop)
+        self.wait_until(timeout, |d| keys.iter().all(|k| Self::present(d, k)))
+            .map(drop)
     }
 
     fn delete_key(&self, key: &str) -> Result<bool> {
@@ -135,19 +148,27 @@ impl Store for HashStore {
     }
 
     fn append(&self, key: &str, value: &[u8]) -> Result<()> {
-        self.lock().map.entry(key.to_owned()).or_default().extend_from_slice(value);
+        self.lock()
+            .map
+            .entry(key.to_owned())
+            .or_default()
+            .extend_from_slice(value);
         self.shared.cv.notify_all();
         Ok(())
     }
 
     fn multi_get(&self, keys: &[&str]) -> Result<Vec<Vec<u8>>> {
-        let g = self.wait_until(self.timeout(), |d| keys.iter().all(|k| d.map.contains_key(*k)))?;
+        let g = self.wait_until(self.timeout(), |d| {
+            keys.iter().all(|k| d.map.contains_key(*k))
+        })?;
         Ok(keys.iter().map(|k| g.map[*k].clone()).collect())
     }
 
     fn multi_set(&self, keys: &[&str], values: &[&[u8]]) -> Result<()> {
         if keys.len() != values.len() {
-            return Err(DistError::invalid("multi_set: keys and values must have the same length"));
+            return Err(DistError::invalid(
+                "multi_set: keys and values must have the same length",
+            ));
         }
         let mut g = self.lock();
         for (k, v) in keys.iter().zip(values) {
@@ -159,15 +180,21 @@ impl Store for HashStore {
     }
 
     fn queue_push(&self, key: &str, value: &[u8]) -> Result<()> {
-        self.lock().queues.entry(key.to_owned()).or_default().push_back(value.to_vec());
+        self.lock()
+            .queues
+            .entry(key.to_owned())
+            .or_default()
+            .push_back(value.to_vec());
         self.shared.cv.notify_all();
         Ok(())
     }
 
     fn queue_pop(&self, key: &str, block: bool) -> Result<Vec<u8>> {
         let mut g = if block {
-            self.wait_until(self.timeout(), |d| d.queues.get(key).is_some_and(|q| !q.is_empty()))
-                .map_err(|_| DistError::store(format!("queue_pop timeout waiting for key: {key}")))?
+            self.wait_until(self.timeout(), |d| {
+                d.queues.get(key).is_some_and(|q| !q.is_empty())
+            })
+            .map_err(|_| DistError::store(format!("queue_pop timeout waiting for key: {key}")))?
         } else {
             self.lock()
         };
@@ -194,7 +221,10 @@ impl Store for HashStore {
     }
 
     fn clone_store(&self) -> Result<Arc<dyn Store>> {
-        Ok(Arc::new(HashStore { shared: self.shared.clone(), timeout: Mutex::new(self.timeout()) }))
+        Ok(Arc::new(HashStore {
+            shared: self.shared.clone(),
+            timeout: Mutex::new(self.timeout()),
+        }))
     }
 }
 
@@ -205,9 +235,12 @@ pub(crate) fn parse_i64(v: &[u8]) -> Result<i64> {
         .char_indices()
         .find(|&(i, c)| !(c.is_ascii_digit() || (i == 0 && (c == '-' || c == '+'))))
         .map_or(s.len(), |(i, _)| i);
-    s[..end]
-        .parse()
-        .map_err(|_| DistError::store(format!("add: value {:?} is not an integer", String::from_utf8_lossy(v))))
+    s[..end].parse().map_err(|_| {
+        DistError::store(format!(
+            "add: value {:?} is not an integer",
+            String::from_utf8_lossy(v)
+        ))
+    })
 }
 
 #[cfg(test)]
@@ -220,7 +253,9 @@ mod tests {
         assert_eq!(s.add("k", 3).unwrap(), 3);
         assert_eq!(s.add("k", -5).unwrap(), -2);
         assert_eq!(s.get("k").unwrap(), b"-2");
-        let e = s.wait_timeout(&["nope"], Duration::from_millis(20)).unwrap_err();
+        let e = s
+            .wait_timeout(&["nope"], Duration::from_millis(20))
+            .unwrap_err();
         assert_eq!(e.to_string(), "Wait timeout");
         assert!(e.is_store_error());
         let c = s.clone_store().unwrap();
@@ -228,7 +263,10 @@ mod tests {
         std::thread::sleep(Duration::from_millis(20));
         s.set("late", b"x").unwrap();
         assert_eq!(t.join().unwrap(), b"x");
-        assert!(matches!(s.queue_pop("q", false), Err(DistError::QueueEmpty(_))));
+        assert!(matches!(
+            s.queue_pop("q", false),
+            Err(DistError::QueueEmpty(_))
+        ));
         assert_eq!(parse_i64(b"  +12abc").unwrap(), 12);
     }
 }

@@ -7,15 +7,15 @@
 pub mod hash;
 pub mod store;
 // -- module list: each line is owned by the module's author; add yours below. --
-pub mod tcp;
 pub mod file;
 pub mod prefix;
 pub mod rendezvous;
+pub mod tcp;
 
 pub use hash::HashStore;
 pub use store::{store_barrier, Store, DEFAULT_STORE_TIMEOUT};
 // -- re-exports: add yours below. --
-pub use tcp::{ServerOptions, TcpStore, TcpStoreOptions, TcpStoreServer};
 pub use file::FileStore;
 pub use prefix::PrefixStore;
 pub use rendezvous::{rendezvous, rendezvous_with_env, Rendezvous, DEFAULT_RENDEZVOUS_TIMEOUT};
+pub use tcp::{ServerOptions, TcpStore, TcpStoreOptions, TcpStoreServer};

@@ -24,7 +24,9 @@ pub struct PrefixStore {
 
 impl std::fmt::Debug for PrefixStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PrefixStore").field("prefix", &self.prefix).finish_non_exhaustive()
+        f.debug_struct("PrefixStore")
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
     }
 }
 
@@ -33,7 +35,10 @@ impl PrefixStore {
     /// (`torch.distributed.PrefixStore(prefix, store)`). PyTorch's `ValueError` for a `None`
     /// store cannot happen here: `inner` is always a store.
     pub fn new(prefix: &str, inner: Arc<dyn Store>) -> PrefixStore {
-        PrefixStore { prefix: prefix.to_owned(), inner }
+        PrefixStore {
+            prefix: prefix.to_owned(),
+            inner,
+        }
     }
 
     /// The prefix (without the trailing `/`).
@@ -88,7 +93,8 @@ impl Store for PrefixStore {
     }
 
     fn compare_set(&self, key: &str, expected: &[u8], desired: &[u8]) -> Result<Vec<u8>> {
-        self.inner.compare_set(&self.join_key(key), expected, desired)
+        self.inner
+            .compare_set(&self.join_key(key), expected, desired)
     }
 
     fn check(&self, keys: &[&str]) -> Result<bool> {
@@ -100,7 +106,8 @@ impl Store for PrefixStore {
     }
 
     fn wait_timeout(&self, keys: &[&str], timeout: Duration) -> Result<()> {
-        self.inner.wait_timeout(&as_strs(&self.join_keys(keys)), timeout)
+        self.inner
+            .wait_timeout(&as_strs(&self.join_keys(keys)), timeout)
     }
 
     fn delete_key(&self, key: &str) -> Result<bool> {
@@ -152,7 +159,10 @@ impl Store for PrefixStore {
         if self.inner.has_extended_api() {
             return self.inner.multi_set(&as_strs(&joined), values);
         }
-        joined.iter().zip(values).try_for_each(|(k, v)| self.inner.set(k, v))
+        joined
+            .iter()
+            .zip(values)
+            .try_for_each(|(k, v)| self.inner.set(k, v))
     }
 
     fn queue_push(&self, key: &str, value: &[u8]) -> Result<()> {
@@ -169,7 +179,12 @@ impl Store for PrefixStore {
 
     fn list_keys(&self) -> Result<Vec<String>> {
         let head = self.join_key("");
-        Ok(self.inner.list_keys()?.into_iter().filter_map(|k| k.strip_prefix(&head).map(str::to_owned)).collect())
+        Ok(self
+            .inner
+            .list_keys()?
+            .into_iter()
+            .filter_map(|k| k.strip_prefix(&head).map(str::to_owned))
+            .collect())
     }
 
     fn timeout(&self) -> Duration {
@@ -181,7 +196,10 @@ impl Store for PrefixStore {
     }
 
     fn clone_store(&self) -> Result<Arc<dyn Store>> {
-        Ok(Arc::new(PrefixStore::new(&self.prefix, self.inner.clone_store()?)))
+        Ok(Arc::new(PrefixStore::new(
+            &self.prefix,
+            self.inner.clone_store()?,
+        )))
     }
 
     fn wrapped_store(&self) -> Option<Arc<dyn Store>> {
@@ -236,16 +254,26 @@ mod tests {
     #[test]
     fn fallbacks_without_extended_api() {
         let bare = Arc::new(Bare(HashStore::new()));
-        assert_eq!(bare.append("x", b"y").unwrap_err().to_string(), "Not implemented.");
+        assert_eq!(
+            bare.append("x", b"y").unwrap_err().to_string(),
+            "Not implemented."
+        );
         let p = PrefixStore::new("p", bare.clone());
         assert!(!p.has_extended_api());
         p.append("foo", b"po").unwrap();
         p.append("foo", b"tato").unwrap();
         assert_eq!(bare.get("p/foo").unwrap(), b"potato");
         p.multi_set(&["a", "b"], &[b"1", b"22"]).unwrap();
-        assert_eq!(p.multi_get(&["b", "a"]).unwrap(), vec![b"22".to_vec(), b"1".to_vec()]);
+        assert_eq!(
+            p.multi_get(&["b", "a"]).unwrap(),
+            vec![b"22".to_vec(), b"1".to_vec()]
+        );
         assert_eq!(bare.get("p/a").unwrap(), b"1");
-        assert!(p.multi_set(&["a"], &[]).unwrap_err().to_string().contains("1 keys but 0 values"));
+        assert!(p
+            .multi_set(&["a"], &[])
+            .unwrap_err()
+            .to_string()
+            .contains("1 keys but 0 values"));
     }
 
     #[test]

@@ -39,7 +39,10 @@ pub struct Rendezvous {
 
 impl std::fmt::Debug for Rendezvous {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Rendezvous").field("rank", &self.rank).field("world_size", &self.world_size).finish_non_exhaustive()
+        f.debug_struct("Rendezvous")
+            .field("rank", &self.rank)
+            .field("world_size", &self.world_size)
+            .finish_non_exhaustive()
     }
 }
 
@@ -64,7 +67,12 @@ impl std::fmt::Debug for Rendezvous {
 ///   was {port}.".
 /// - Whatever [`TcpStore::new`] or [`FileStore::new`] return: connect timeouts
 ///   ([`DistError::Network`]), "Timed out after … waiting for clients" ([`DistError::Store`]), …
-pub fn rendezvous(url: &str, rank: Option<usize>, world_size: Option<usize>, timeout: Duration) -> Result<Rendezvous> {
+pub fn rendezvous(
+    url: &str,
+    rank: Option<usize>,
+    world_size: Option<usize>,
+    timeout: Duration,
+) -> Result<Rendezvous> {
     rendezvous_with_env(url, rank, world_size, timeout, &|k| std::env::var(k).ok())
 }
 
@@ -88,7 +96,9 @@ pub fn rendezvous_with_env(
     if rank.is_some() || world_size.is_some() {
         let mut q = parse_query(&parsed.query, &parsed.scheme)?;
         if q.contains_key("rank") || q.contains_key("world_size") {
-            return Err(DistError::invalid(format!("The url: {url} has node-specific arguments(rank, world_size) already.")));
+            return Err(DistError::invalid(format!(
+                "The url: {url} has node-specific arguments(rank, world_size) already."
+            )));
         }
         if let Some(r) = rank {
             q.insert("rank".into(), r.to_string());
@@ -96,7 +106,11 @@ pub fn rendezvous_with_env(
         if let Some(w) = world_size {
             q.insert("world_size".into(), w.to_string());
         }
-        parsed.query = q.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("&");
+        parsed.query = q
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join("&");
     }
     match parsed.scheme.as_str() {
         "tcp" => tcp_handler(&parsed, timeout, env),
@@ -108,7 +122,9 @@ pub fn rendezvous_with_env(
 
 /// `ValueError("Error initializing torch.distributed using {scheme}:// rendezvous: {msg}")`.
 fn rdzv_error(scheme: &str, msg: &str) -> DistError {
-    DistError::invalid(format!("Error initializing torch.distributed using {scheme}:// rendezvous: {msg}"))
+    DistError::invalid(format!(
+        "Error initializing torch.distributed using {scheme}:// rendezvous: {msg}"
+    ))
 }
 
 /// The parts of a URL that `urllib.parse.urlparse` gives the handlers.
@@ -131,7 +147,8 @@ impl Url {
         if let Some(i) = url.find(':') {
             let s = &url[..i];
             let valid = s.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
-                && s.chars().all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c));
+                && s.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c));
             if valid {
                 scheme = s.to_ascii_lowercase();
                 rest = &url[i + 1..];
@@ -150,17 +167,30 @@ impl Url {
             Some((p, q)) => (p, q),
             None => (rest, ""),
         };
-        Url { scheme, netloc, path: path.to_owned(), query: query.to_owned() }
+        Url {
+            scheme,
+            netloc,
+            path: path.to_owned(),
+            query: query.to_owned(),
+        }
     }
 
     /// `(hostname, port)` of the netloc as `urlparse` reports them: user info dropped, IPv6
     /// brackets removed, host lower-cased; `Ok(None)` port when absent or empty.
     fn host_port(&self) -> Result<(Option<String>, Option<u16>)> {
-        let hostport = self.netloc.rsplit_once('@').map_or(self.netloc.as_str(), |(_, h)| h);
+        let hostport = self
+            .netloc
+            .rsplit_once('@')
+            .map_or(self.netloc.as_str(), |(_, h)| h);
         let (host, port) = if let Some(r) = hostport.strip_prefix('[') {
             match r.split_once(']') {
                 Some((h, after)) => (h, after.strip_prefix(':')),
-                None => return Err(DistError::invalid(format!("Invalid IPv6 URL: {}", self.netloc))),
+                None => {
+                    return Err(DistError::invalid(format!(
+                        "Invalid IPv6 URL: {}",
+                        self.netloc
+                    )))
+                }
             }
         } else {
             match hostport.rsplit_once(':') {
@@ -172,8 +202,13 @@ impl Url {
         let port = match port {
             None | Some("") => None,
             Some(p) => {
-                let n: u64 = p.parse().map_err(|_| DistError::invalid(format!("Port could not be cast to integer value as '{p}'")))?;
-                Some(u16::try_from(n).map_err(|_| DistError::invalid("Port out of range 0-65535"))?)
+                let n: u64 = p.parse().map_err(|_| {
+                    DistError::invalid(format!("Port could not be cast to integer value as '{p}'"))
+                })?;
+                Some(
+                    u16::try_from(n)
+                        .map_err(|_| DistError::invalid("Port out of range 0-65535"))?,
+                )
             }
         };
         Ok((host, port))
@@ -186,7 +221,12 @@ fn parse_query(query: &str, scheme: &str) -> Result<HashMap<String, String>> {
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let mut it = pair.split('=');
         let k = it.next().unwrap_or_default();
-        let v = it.next().ok_or_else(|| rdzv_error(scheme, &format!("malformed query parameter '{pair}' (expected key=value)")))?;
+        let v = it.next().ok_or_else(|| {
+            rdzv_error(
+                scheme,
+                &format!("malformed query parameter '{pair}' (expected key=value)"),
+            )
+        })?;
         out.insert(k.to_owned(), v.to_owned());
     }
     Ok(out)
@@ -194,15 +234,22 @@ fn parse_query(query: &str, scheme: &str) -> Result<HashMap<String, String>> {
 
 /// Parses a rank / world size given as text (`int(...)` in PyTorch).
 fn parse_count(scheme: &str, what: &str, v: &str) -> Result<usize> {
-    v.trim()
-        .parse::<usize>()
-        .map_err(|_| rdzv_error(scheme, &format!("{what} must be a non-negative integer, got '{v}'")))
+    v.trim().parse::<usize>().map_err(|_| {
+        rdzv_error(
+            scheme,
+            &format!("{what} must be a non-negative integer, got '{v}'"),
+        )
+    })
 }
 
 /// `_get_use_libuv_from_query_dict`: query `use_libuv`, else env `USE_LIBUV`, else "1";
 /// only the exact string "1" enables it.
 fn use_libuv(q: &HashMap<String, String>, env: &dyn Fn(&str) -> Option<String>) -> bool {
-    q.get("use_libuv").cloned().or_else(|| env("USE_LIBUV")).unwrap_or_else(|| "1".into()) == "1"
+    q.get("use_libuv")
+        .cloned()
+        .or_else(|| env("USE_LIBUV"))
+        .unwrap_or_else(|| "1".into())
+        == "1"
 }
 
 /// `_create_c10d_store`: the agent's store when it serves `host:port`, else rank 0 is the
@@ -221,7 +268,12 @@ fn create_c10d_store(
         && env("MASTER_ADDR").as_deref() == Some(host)
         && env("MASTER_PORT") == Some(port.to_string());
     let opts = if agent_serves {
-        TcpStoreOptions { world_size: Some(world_size), is_master: false, timeout, ..TcpStoreOptions::default() }
+        TcpStoreOptions {
+            world_size: Some(world_size),
+            is_master: false,
+            timeout,
+            ..TcpStoreOptions::default()
+        }
     } else {
         TcpStoreOptions {
             world_size: Some(world_size),
@@ -237,19 +289,33 @@ fn create_c10d_store(
 
 /// Rank and world size from the query, each required.
 fn rank_and_size(scheme: &str, q: &HashMap<String, String>) -> Result<(usize, usize)> {
-    let rank = q.get("rank").ok_or_else(|| rdzv_error(scheme, "rank parameter missing"))?;
-    let ws = q.get("world_size").ok_or_else(|| rdzv_error(scheme, "world size parameter missing"))?;
-    Ok((parse_count(scheme, "rank", rank)?, parse_count(scheme, "world_size", ws)?))
+    let rank = q
+        .get("rank")
+        .ok_or_else(|| rdzv_error(scheme, "rank parameter missing"))?;
+    let ws = q
+        .get("world_size")
+        .ok_or_else(|| rdzv_error(scheme, "world size parameter missing"))?;
+    Ok((
+        parse_count(scheme, "rank", rank)?,
+        parse_count(scheme, "world_size", ws)?,
+    ))
 }
 
 fn check_rank(scheme: &str, rank: usize, world_size: usize) -> Result<()> {
     if rank >= world_size {
-        return Err(rdzv_error(scheme, &format!("rank {rank} is out of range for world_size {world_size}")));
+        return Err(rdzv_error(
+            scheme,
+            &format!("rank {rank} is out of range for world_size {world_size}"),
+        ));
     }
     Ok(())
 }
 
-fn tcp_handler(url: &Url, timeout: Duration, env: &dyn Fn(&str) -> Option<String>) -> Result<Rendezvous> {
+fn tcp_handler(
+    url: &Url,
+    timeout: Duration,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Rendezvous> {
     const S: &str = "tcp";
     let (host, port) = url.host_port()?;
     let port = port.ok_or_else(|| rdzv_error(S, "port number missing"))?;
@@ -257,16 +323,35 @@ fn tcp_handler(url: &Url, timeout: Duration, env: &dyn Fn(&str) -> Option<String
     let (rank, world_size) = rank_and_size(S, &q)?;
     check_rank(S, rank, world_size)?;
     let host = host.ok_or_else(|| DistError::invalid("hostname cannot be None"))?;
-    let store = create_c10d_store(&host, port, rank, world_size, timeout, use_libuv(&q, env), env)?;
-    Ok(Rendezvous { store, rank, world_size })
+    let store = create_c10d_store(
+        &host,
+        port,
+        rank,
+        world_size,
+        timeout,
+        use_libuv(&q, env),
+        env,
+    )?;
+    Ok(Rendezvous {
+        store,
+        rank,
+        world_size,
+    })
 }
 
-fn env_handler(url: &Url, timeout: Duration, env: &dyn Fn(&str) -> Option<String>) -> Result<Rendezvous> {
+fn env_handler(
+    url: &Url,
+    timeout: Duration,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Rendezvous> {
     const S: &str = "env";
     let get = |var: &str| -> Result<String> {
-        env(var)
-            .filter(|v| !v.is_empty())
-            .ok_or_else(|| rdzv_error(S, &format!("environment variable {var} expected, but not set")))
+        env(var).filter(|v| !v.is_empty()).ok_or_else(|| {
+            rdzv_error(
+                S,
+                &format!("environment variable {var} expected, but not set"),
+            )
+        })
     };
     let q = parse_query(&url.query, S)?;
     let rank = match q.get("rank") {
@@ -279,11 +364,32 @@ fn env_handler(url: &Url, timeout: Duration, env: &dyn Fn(&str) -> Option<String
     };
     let addr = get("MASTER_ADDR")?;
     let port_s = get("MASTER_PORT")?;
-    let port: i64 = port_s.trim().parse().map_err(|_| rdzv_error(S, &format!("MASTER_PORT must be an integer, got '{port_s}'")))?;
-    let port = u16::try_from(port).map_err(|_| DistError::invalid(format!("port must have value from 0 to 65535 but was {port}.")))?;
+    let port: i64 = port_s.trim().parse().map_err(|_| {
+        rdzv_error(
+            S,
+            &format!("MASTER_PORT must be an integer, got '{port_s}'"),
+        )
+    })?;
+    let port = u16::try_from(port).map_err(|_| {
+        DistError::invalid(format!(
+            "port must have value from 0 to 65535 but was {port}."
+        ))
+    })?;
     check_rank(S, rank, world_size)?;
-    let store = create_c10d_store(&addr, port, rank, world_size, timeout, use_libuv(&q, env), env)?;
-    Ok(Rendezvous { store, rank, world_size })
+    let store = create_c10d_store(
+        &addr,
+        port,
+        rank,
+        world_size,
+        timeout,
+        use_libuv(&q, env),
+        env,
+    )?;
+    Ok(Rendezvous {
+        store,
+        rank,
+        world_size,
+    })
 }
 
 fn file_handler(url: &Url, timeout: Duration) -> Result<Rendezvous> {
@@ -295,7 +401,11 @@ fn file_handler(url: &Url, timeout: Duration) -> Result<Rendezvous> {
     let (rank, world_size) = rank_and_size(S, &q)?;
     check_rank(S, rank, world_size)?;
     let store = FileStore::with_timeout(&url.path, Some(world_size), timeout)?;
-    Ok(Rendezvous { store: Arc::new(store), rank, world_size })
+    Ok(Rendezvous {
+        store: Arc::new(store),
+        rank,
+        world_size,
+    })
 }
 
 #[cfg(test)]
@@ -305,15 +415,30 @@ mod tests {
     #[test]
     fn url_parsing_like_urlparse() {
         let u = Url::parse("tcp://Host.Example:29500?rank=0&world_size=2");
-        assert_eq!((u.scheme.as_str(), u.netloc.as_str(), u.path.as_str()), ("tcp", "Host.Example:29500", ""));
-        assert_eq!(u.host_port().unwrap(), (Some("host.example".into()), Some(29500)));
+        assert_eq!(
+            (u.scheme.as_str(), u.netloc.as_str(), u.path.as_str()),
+            ("tcp", "Host.Example:29500", "")
+        );
+        assert_eq!(
+            u.host_port().unwrap(),
+            (Some("host.example".into()), Some(29500))
+        );
         let u = Url::parse("tcp://[::1]:5?x=1#frag");
         assert_eq!(u.host_port().unwrap(), (Some("::1".into()), Some(5)));
         assert_eq!(u.query, "x=1");
         let u = Url::parse("FILE:///tmp/a/b?rank=0");
-        assert_eq!((u.scheme.as_str(), u.path.as_str(), u.query.as_str()), ("file", "/tmp/a/b", "rank=0"));
-        assert_eq!(Url::parse("tcp://host:?a=1").host_port().unwrap(), (Some("host".into()), None));
-        assert_eq!(Url::parse("tcp://u@:7").host_port().unwrap(), (None, Some(7)));
+        assert_eq!(
+            (u.scheme.as_str(), u.path.as_str(), u.query.as_str()),
+            ("file", "/tmp/a/b", "rank=0")
+        );
+        assert_eq!(
+            Url::parse("tcp://host:?a=1").host_port().unwrap(),
+            (Some("host".into()), None)
+        );
+        assert_eq!(
+            Url::parse("tcp://u@:7").host_port().unwrap(),
+            (None, Some(7))
+        );
         assert!(Url::parse("tcp://h:99999").host_port().is_err());
         assert_eq!(Url::parse("/just/a/path").scheme, "");
         let q = parse_query("a=1&&b=2&a=3", "tcp").unwrap();

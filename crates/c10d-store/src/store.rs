@@ -104,9 +104,13 @@ pub trait Store: Send + Sync {
     /// [`DistError::InvalidArgument`] when the lengths differ; as [`Store::set`].
     fn multi_set(&self, keys: &[&str], values: &[&[u8]]) -> Result<()> {
         if keys.len() != values.len() {
-            return Err(DistError::invalid("multi_set: keys and values must have the same length"));
+            return Err(DistError::invalid(
+                "multi_set: keys and values must have the same length",
+            ));
         }
-        keys.iter().zip(values).try_for_each(|(k, v)| self.set(k, v))
+        keys.iter()
+            .zip(values)
+            .try_for_each(|(k, v)| self.set(k, v))
     }
 
     /// Pushes onto the queue `key` (`store.queue_push`).
@@ -115,7 +119,9 @@ pub trait Store: Send + Sync {
     /// [`DistError::Unsupported`] on stores without queues.
     fn queue_push(&self, key: &str, value: &[u8]) -> Result<()> {
         let _ = (key, value);
-        Err(DistError::unsupported("queues not implemented on this store"))
+        Err(DistError::unsupported(
+            "queues not implemented on this store",
+        ))
     }
 
     /// Pops the front of queue `key`; with `block` waits up to the timeout for an item
@@ -126,7 +132,9 @@ pub trait Store: Send + Sync {
     /// [`DistError::Unsupported`] on stores without queues.
     fn queue_pop(&self, key: &str, block: bool) -> Result<Vec<u8>> {
         let _ = (key, block);
-        Err(DistError::unsupported("queues not implemented on this store"))
+        Err(DistError::unsupported(
+            "queues not implemented on this store",
+        ))
     }
 
     /// Length of queue `key` (`store.queue_len`).
@@ -135,7 +143,9 @@ pub trait Store: Send + Sync {
     /// [`DistError::Unsupported`] on stores without queues.
     fn queue_len(&self, key: &str) -> Result<i64> {
         let _ = key;
-        Err(DistError::unsupported("queues not implemented on this store"))
+        Err(DistError::unsupported(
+            "queues not implemented on this store",
+        ))
     }
 
     /// User keys (`store.list_keys`), internal keys omitted.
@@ -143,7 +153,9 @@ pub trait Store: Send + Sync {
     /// # Errors
     /// [`DistError::Unsupported`] on stores that cannot list.
     fn list_keys(&self) -> Result<Vec<String>> {
-        Err(DistError::unsupported("list_keys not implemented on this store"))
+        Err(DistError::unsupported(
+            "list_keys not implemented on this store",
+        ))
     }
 
     /// The default timeout of blocking calls.
@@ -176,13 +188,17 @@ pub trait Store: Send + Sync {
         if n as usize >= world_size {
             return self.set(&done_key, b"1");
         }
-        self.wait_timeout(&[done_key.as_str()], timeout).map_err(|e| {
-            if e.is_store_error() {
-                DistError::store(format!("barrier timeout after {}ms, key: {key}", timeout.as_millis()))
-            } else {
-                e
-            }
-        })
+        self.wait_timeout(&[done_key.as_str()], timeout)
+            .map_err(|e| {
+                if e.is_store_error() {
+                    DistError::store(format!(
+                        "barrier timeout after {}ms, key: {key}",
+                        timeout.as_millis()
+                    ))
+                } else {
+                    e
+                }
+            })
     }
 }
 
@@ -192,7 +208,12 @@ pub trait Store: Send + Sync {
 ///
 /// # Errors
 /// [`DistError::Store`] "barrier timeout after {ms}ms, key: {key}" when not all arrive in time.
-pub fn store_barrier(store: &dyn Store, key: &str, world_size: usize, timeout: Duration) -> Result<()> {
+pub fn store_barrier(
+    store: &dyn Store,
+    key: &str,
+    world_size: usize,
+    timeout: Duration,
+) -> Result<()> {
     let n = store.add(key, 1)?;
     let done_key = format!("{key}/done");
     if n as usize >= world_size {
@@ -200,11 +221,18 @@ pub fn store_barrier(store: &dyn Store, key: &str, world_size: usize, timeout: D
         return Ok(());
     }
     let start = Instant::now();
-    store.wait_timeout(&[done_key.as_str()], timeout).map_err(|e| {
-        if e.is_store_error() {
-            DistError::store(format!("barrier timeout after {}ms, key: {key}", timeout.as_millis().max(start.elapsed().as_millis().min(timeout.as_millis()))))
-        } else {
-            e
-        }
-    })
+    store
+        .wait_timeout(&[done_key.as_str()], timeout)
+        .map_err(|e| {
+            if e.is_store_error() {
+                DistError::store(format!(
+                    "barrier timeout after {}ms, key: {key}",
+                    timeout
+                        .as_millis()
+                        .max(start.elapsed().as_millis().min(timeout.as_millis()))
+                ))
+            } else {
+                e
+            }
+        })
 }

@@ -55,9 +55,22 @@ fn finish(mut child: Child) -> String {
     loop {
         if let Some(status) = child.try_wait().expect("try_wait") {
             let (mut out, mut err) = (String::new(), String::new());
-            child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
-            child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
-            assert!(status.success(), "python failed ({status}):\nstdout:\n{out}\nstderr:\n{err}");
+            child
+                .stdout
+                .take()
+                .unwrap()
+                .read_to_string(&mut out)
+                .unwrap();
+            child
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut err)
+                .unwrap();
+            assert!(
+                status.success(),
+                "python failed ({status}):\nstdout:\n{out}\nstderr:\n{err}"
+            );
             return out;
         }
         if start.elapsed() > PY_TIMEOUT {
@@ -114,7 +127,10 @@ print(s.num_keys())
     assert_eq!(s.get("-dash").unwrap(), b"7");
     assert_eq!(s.get("bin").unwrap(), [0u8, 0xff, 1]);
     assert!(!s.check(&["d"]).unwrap(), "deleted by python");
-    assert!(!s.check(&["absent"]).unwrap(), "compare_set on a missing key with expected != '' creates nothing");
+    assert!(
+        !s.check(&["absent"]).unwrap(),
+        "compare_set on a missing key with expected != '' creates nothing"
+    );
     // refcount/, /a, /c, /cs, /-dash, /bin, plus cleanup/ written when python closed.
     assert_eq!(py_num_keys, 6);
     assert_eq!(s.num_keys().unwrap(), py_num_keys + 1);
@@ -192,7 +208,11 @@ print(open(path, "rb").read().hex())
     assert_eq!(py_open, vector);
     assert_eq!(rs_open, vector);
     drop(s);
-    assert_eq!(hex(&std::fs::read(&pr).unwrap()), hex(&std::fs::read(&pp).unwrap()), "after close");
+    assert_eq!(
+        hex(&std::fs::read(&pr).unwrap()),
+        hex(&std::fs::read(&pp).unwrap()),
+        "after close"
+    );
 }
 
 /// Concurrent adds from both processes on one counter: no update is lost (the two sides'
@@ -246,10 +266,18 @@ fn cleanup_after_both_close() {
 
     // Python closes last: Python removes the file.
     let p = dir.path().join("py_last");
-    let child = spawn_py(&py, "s = open_store()\ns.set('py_up', '1')\ns.get('rust_closed')\n", &p, 2);
+    let child = spawn_py(
+        &py,
+        "s = open_store()\ns.set('py_up', '1')\ns.get('rust_closed')\n",
+        &p,
+        2,
+    );
     let start = Instant::now();
     while !p.exists() {
-        assert!(start.elapsed() < PY_TIMEOUT, "python never created the file");
+        assert!(
+            start.elapsed() < PY_TIMEOUT,
+            "python never created the file"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
     let s = FileStore::new(&p, Some(2)).unwrap();

@@ -81,7 +81,8 @@ fn first_line(child: &mut Child, limit: Duration) -> String {
         let mut sink = Vec::new();
         let _ = r.read_to_end(&mut sink);
     });
-    rx.recv_timeout(limit).expect("child printed nothing in time")
+    rx.recv_timeout(limit)
+        .expect("child printed nothing in time")
 }
 
 #[test]
@@ -89,13 +90,20 @@ fn pytorch_client_drives_our_server() {
     let Some(py) = torch_python() else { return };
     let srv = TcpStoreServer::bind(ServerOptions::default()).unwrap();
     let child = Command::new(&py)
-        .args([&script("tcp_client_ops.py"), "127.0.0.1", &srv.port().to_string()])
+        .args([
+            &script("tcp_client_ops.py"),
+            "127.0.0.1",
+            &srv.port().to_string(),
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let (ok, out, err) = finish(Guard(child), Duration::from_secs(180));
-    assert!(ok && out.contains("OK"), "python client failed\nstdout:\n{out}\nstderr:\n{err}");
+    assert!(
+        ok && out.contains("OK"),
+        "python client failed\nstdout:\n{out}\nstderr:\n{err}"
+    );
 }
 
 fn drive_all_ops(s: &TcpStore, queues: bool) {
@@ -125,22 +133,32 @@ fn drive_all_ops(s: &TcpStore, queues: bool) {
     assert_eq!(s.compare_set("cs", b"", b"v").unwrap(), b"v");
     assert_eq!(s.compare_set("cs", b"no", b"w").unwrap(), b"v");
     assert_eq!(s.compare_set("cs", b"v", b"w").unwrap(), b"w");
-    let e = s.wait_timeout(&["bad_key"], Duration::from_millis(200)).unwrap_err();
+    let e = s
+        .wait_timeout(&["bad_key"], Duration::from_millis(200))
+        .unwrap_err();
     assert_eq!(e.to_string(), "wait timeout after 200ms, keys: /bad_key");
     s.wait_timeout(&["key"], Duration::from_secs(10)).unwrap();
     s.set("foo", b"po").unwrap();
     s.append("foo", b"tato").unwrap();
     assert_eq!(s.get("foo").unwrap(), b"potato");
     s.multi_set(&["m1", "m2"], &[b"1", b"22"]).unwrap();
-    assert_eq!(s.multi_get(&["m2", "m1"]).unwrap(), vec![b"22".to_vec(), b"1".to_vec()]);
+    assert_eq!(
+        s.multi_get(&["m2", "m1"]).unwrap(),
+        vec![b"22".to_vec(), b"1".to_vec()]
+    );
     let big: Vec<u8> = (0..(2 << 20)).map(|i| (i % 253) as u8).collect();
     s.set("big", &big).unwrap();
     assert_eq!(s.get("big").unwrap(), big);
     let mut keys = s.list_keys().unwrap();
     keys.sort();
-    assert!(keys.contains(&"key".to_string()) && !keys.iter().any(|k| k.starts_with("init")), "{keys:?}");
+    assert!(
+        keys.contains(&"key".to_string()) && !keys.iter().any(|k| k.starts_with("init")),
+        "{keys:?}"
+    );
     s.barrier("bar", 1, Duration::from_secs(10)).unwrap();
-    let e = s.barrier("bar2", 2, Duration::from_millis(100)).unwrap_err();
+    let e = s
+        .barrier("bar2", 2, Duration::from_millis(100))
+        .unwrap_err();
     assert_eq!(e.to_string(), "barrier timeout after 100ms, key: bar2");
     // A second connection wakes a waiter.
     let c = s.clone_store().unwrap();
@@ -158,7 +176,10 @@ fn drive_all_ops(s: &TcpStore, queues: bool) {
         assert_eq!(s.queue_len("q").unwrap(), 2);
         assert_eq!(s.queue_pop("q", true).unwrap(), b"1");
         assert_eq!(s.queue_pop("q", false).unwrap(), b"2");
-        assert_eq!(s.queue_pop("q", false).unwrap_err().kind(), ErrorKind::QueueEmpty);
+        assert_eq!(
+            s.queue_pop("q", false).unwrap_err().kind(),
+            ErrorKind::QueueEmpty
+        );
     }
 }
 
@@ -173,22 +194,38 @@ fn our_client_on_pytorch_server(backend: &str) {
         .unwrap();
     let line = first_line(&mut child, Duration::from_secs(120));
     let _g = Guard(child);
-    let port: u16 = line.trim().parse().unwrap_or_else(|_| panic!("bad port line {line:?}"));
+    let port: u16 = line
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("bad port line {line:?}"));
     let s = TcpStore::new(
         "127.0.0.1",
         port,
-        TcpStoreOptions { world_size: Some(1), timeout: Duration::from_secs(60), ..Default::default() },
+        TcpStoreOptions {
+            world_size: Some(1),
+            timeout: Duration::from_secs(60),
+            ..Default::default()
+        },
     )
     .unwrap();
     drive_all_ops(&s, backend == "libuv");
     // The CLI talks to PyTorch's server too.
     let cli = |args: &[&str]| {
         let out = Command::new(env!("CARGO_BIN_EXE_c10d-store"))
-            .args(["--addr", &format!("127.0.0.1:{port}"), "--timeout-ms", "20000"])
+            .args([
+                "--addr",
+                &format!("127.0.0.1:{port}"),
+                "--timeout-ms",
+                "20000",
+            ])
             .args(args)
             .output()
             .unwrap();
-        assert!(out.status.success(), "cli {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "cli {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     assert_eq!(cli(&["get", "key"]), "6");
@@ -212,7 +249,15 @@ fn our_client_drives_pytorch_legacy_server() {
 fn gloo_ranks_rendezvous_on_our_cli_server() {
     let Some(py) = torch_python() else { return };
     let mut srv = Command::new(env!("CARGO_BIN_EXE_c10d-store"))
-        .args(["serve", "--host", "127.0.0.1", "--port", "0", "--world-size", "2"])
+        .args([
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--world-size",
+            "2",
+        ])
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -240,9 +285,20 @@ fn gloo_ranks_rendezvous_on_our_cli_server() {
         .collect();
     for (r, g) in ranks.into_iter().enumerate() {
         let (ok, out, err) = finish(g, Duration::from_secs(240));
-        assert!(ok && out.contains(&format!("rank {r} OK")), "rank {r} failed\nstdout:\n{out}\nstderr:\n{err}");
+        assert!(
+            ok && out.contains(&format!("rank {r} OK")),
+            "rank {r} failed\nstdout:\n{out}\nstderr:\n{err}"
+        );
     }
     // The job's keys are visible through our client.
-    let c = TcpStore::new("127.0.0.1", port.parse().unwrap(), TcpStoreOptions { timeout: Duration::from_secs(10), ..Default::default() }).unwrap();
+    let c = TcpStore::new(
+        "127.0.0.1",
+        port.parse().unwrap(),
+        TcpStoreOptions {
+            timeout: Duration::from_secs(10),
+            ..Default::default()
+        },
+    )
+    .unwrap();
     assert!(c.num_keys().unwrap() > 0);
 }

@@ -4,7 +4,9 @@
 //! Run: `cargo test -p c10d-store --test store_suite`.
 
 use c10d_core::{DistError, ErrorKind};
-use c10d_store::{store_barrier, FileStore, HashStore, PrefixStore, Store, TcpStore, TcpStoreOptions};
+use c10d_store::{
+    store_barrier, FileStore, HashStore, PrefixStore, Store, TcpStore, TcpStoreOptions,
+};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -49,14 +51,22 @@ impl Fixture {
     fn wait_timeout_text(&self, key: &str, timeout: Duration) -> String {
         match self.kind {
             Kind::Hash | Kind::File => "Wait timeout".to_owned(),
-            Kind::Tcp => format!("wait timeout after {}ms, keys: {}", timeout.as_millis(), self.wire_key(key)),
+            Kind::Tcp => format!(
+                "wait timeout after {}ms, keys: {}",
+                timeout.as_millis(),
+                self.wire_key(key)
+            ),
         }
     }
 
     /// The text of a timed-out `get(key)` with store timeout `timeout`.
     fn get_timeout_text(&self, key: &str, timeout: Duration) -> String {
         match self.kind {
-            Kind::File => format!("Timeout waiting for key: {} after {} ms", self.wire_key(key), timeout.as_millis()),
+            Kind::File => format!(
+                "Timeout waiting for key: {} after {} ms",
+                self.wire_key(key),
+                timeout.as_millis()
+            ),
             _ => self.wait_timeout_text(key, timeout),
         }
     }
@@ -68,13 +78,28 @@ impl Fixture {
 
 fn hash() -> Fixture {
     let s: Arc<dyn Store> = Arc::new(HashStore::new());
-    Fixture { store: s.clone(), kind: Kind::Hash, prefix: None, inner: s, internal_keys: 0, _guard: Box::new(()) }
+    Fixture {
+        store: s.clone(),
+        kind: Kind::Hash,
+        prefix: None,
+        inner: s,
+        internal_keys: 0,
+        _guard: Box::new(()),
+    }
 }
 
 fn file() -> Fixture {
     let dir = tempfile::tempdir().expect("tempdir");
-    let s: Arc<dyn Store> = Arc::new(FileStore::new(dir.path().join("store"), Some(1)).expect("FileStore"));
-    Fixture { store: s.clone(), kind: Kind::File, prefix: None, inner: s, internal_keys: 1, _guard: Box::new(dir) }
+    let s: Arc<dyn Store> =
+        Arc::new(FileStore::new(dir.path().join("store"), Some(1)).expect("FileStore"));
+    Fixture {
+        store: s.clone(),
+        kind: Kind::File,
+        prefix: None,
+        inner: s,
+        internal_keys: 1,
+        _guard: Box::new(dir),
+    }
 }
 
 /// A master TcpStore on 127.0.0.1, port 0, world size 1 (so it holds the `init/` key).
@@ -86,7 +111,14 @@ fn tcp() -> Fixture {
         ..TcpStoreOptions::default()
     };
     let s: Arc<dyn Store> = Arc::new(TcpStore::new("127.0.0.1", 0, opts).expect("TcpStore"));
-    Fixture { store: s.clone(), kind: Kind::Tcp, prefix: None, inner: s, internal_keys: 1, _guard: Box::new(()) }
+    Fixture {
+        store: s.clone(),
+        kind: Kind::Tcp,
+        prefix: None,
+        inner: s,
+        internal_keys: 1,
+        _guard: Box::new(()),
+    }
 }
 
 fn prefix_tcp() -> Fixture {
@@ -95,7 +127,12 @@ fn prefix_tcp() -> Fixture {
 
 fn prefixed(f: Fixture) -> Fixture {
     let p: Arc<dyn Store> = Arc::new(PrefixStore::new("test_prefix", f.store.clone()));
-    Fixture { store: p, prefix: Some("test_prefix"), inner: f.store.clone(), ..f }
+    Fixture {
+        store: p,
+        prefix: Some("test_prefix"),
+        inner: f.store.clone(),
+        ..f
+    }
 }
 
 fn prefix_hash() -> Fixture {
@@ -137,7 +174,13 @@ fn set_get_add_num_keys(f: &Fixture) {
         Kind::Hash => 5,
         Kind::File | Kind::Tcp => 6,
     };
-    assert_eq!(s.num_keys().unwrap(), want, "{:?} prefix={:?}", f.kind, f.prefix);
+    assert_eq!(
+        s.num_keys().unwrap(),
+        want,
+        "{:?} prefix={:?}",
+        f.kind,
+        f.prefix
+    );
     assert_eq!(want, 5 + f.internal_keys);
 }
 
@@ -151,7 +194,11 @@ fn dash_keys(f: &Fixture) {
     assert_eq!(s.num_keys().unwrap(), before + 1);
     assert!(s.delete_key("-key3").unwrap());
     assert_eq!(s.num_keys().unwrap(), before);
-    assert_eq!(s.get("key").unwrap(), b"x", "deleting -key3 must not touch key");
+    assert_eq!(
+        s.get("key").unwrap(),
+        b"x",
+        "deleting -key3 must not touch key"
+    );
     assert!(!s.check(&["-key3"]).unwrap());
 }
 
@@ -169,17 +216,31 @@ fn check(f: &Fixture) {
 fn compare_set(f: &Fixture) {
     let s = &f.store;
     // missing, expected non-empty → returns expected, creates nothing
-    assert_eq!(s.compare_set("cs_key0", b"wrong_old_value", b"new_value0").unwrap(), b"wrong_old_value");
+    assert_eq!(
+        s.compare_set("cs_key0", b"wrong_old_value", b"new_value0")
+            .unwrap(),
+        b"wrong_old_value"
+    );
     assert!(!s.check(&["cs_key0"]).unwrap());
     // present, expected != current → current, no change
     s.set("cs_key0", b"value0").unwrap();
-    assert_eq!(s.compare_set("cs_key0", b"wrong_old_value", b"new_value0").unwrap(), b"value0");
+    assert_eq!(
+        s.compare_set("cs_key0", b"wrong_old_value", b"new_value0")
+            .unwrap(),
+        b"value0"
+    );
     assert_eq!(s.get("cs_key0").unwrap(), b"value0");
     // present, equal → stores and returns desired
-    assert_eq!(s.compare_set("cs_key0", b"value0", b"new_value0").unwrap(), b"new_value0");
+    assert_eq!(
+        s.compare_set("cs_key0", b"value0", b"new_value0").unwrap(),
+        b"new_value0"
+    );
     assert_eq!(s.get("cs_key0").unwrap(), b"new_value0");
     // missing, expected "" → stores desired
-    assert_eq!(s.compare_set("cs_key1", b"", b"new_value1").unwrap(), b"new_value1");
+    assert_eq!(
+        s.compare_set("cs_key1", b"", b"new_value1").unwrap(),
+        b"new_value1"
+    );
     assert_eq!(s.get("cs_key1").unwrap(), b"new_value1");
 }
 
@@ -244,14 +305,22 @@ fn delete_and_num_keys(f: &Fixture) {
     assert_eq!(s.delete_key("never_set").unwrap(), f.kind == Kind::File);
     if let Ok(mut keys) = s.list_keys() {
         keys.sort();
-        assert_eq!(keys, vec!["key1".to_owned(), "key4".to_owned()], "list_keys omits internal keys");
+        assert_eq!(
+            keys,
+            vec!["key1".to_owned(), "key4".to_owned()],
+            "list_keys omits internal keys"
+        );
     }
 }
 
 /// Item 8: append / multi_set / multi_get (native or through the fallbacks).
 fn append_and_multi(f: &Fixture) {
     let s = &f.store;
-    assert_eq!(s.has_extended_api(), f.kind != Kind::File, "has_extended_api");
+    assert_eq!(
+        s.has_extended_api(),
+        f.kind != Kind::File,
+        "has_extended_api"
+    );
     s.set("foo", b"po").unwrap();
     s.append("foo", b"tato").unwrap();
     assert_eq!(s.get("foo").unwrap(), b"potato");
@@ -260,7 +329,10 @@ fn append_and_multi(f: &Fixture) {
     s.multi_set(&["foo", "bar"], &[b"po", b"tato"]).unwrap();
     assert_eq!(s.get("foo").unwrap(), b"po");
     assert_eq!(s.get("bar").unwrap(), b"tato");
-    assert_eq!(s.multi_get(&["bar", "foo"]).unwrap(), vec![b"tato".to_vec(), b"po".to_vec()]);
+    assert_eq!(
+        s.multi_get(&["bar", "foo"]).unwrap(),
+        vec![b"tato".to_vec(), b"po".to_vec()]
+    );
     assert_eq!(s.multi_get(&[]).unwrap(), Vec::<Vec<u8>>::new());
     let e = s.multi_set(&["a", "b"], &[b"1"]).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidArgument);
@@ -280,15 +352,26 @@ fn prefix_mapping(f: &Fixture) {
     s.append("a", b"2").unwrap();
     assert_eq!(inner.get(&k("a")).unwrap(), b"12");
     s.multi_set(&["m1", "m2"], &[b"x", b"y"]).unwrap();
-    assert_eq!(inner.multi_get(&[&k("m1"), &k("m2")]).unwrap(), vec![b"x".to_vec(), b"y".to_vec()]);
+    assert_eq!(
+        inner.multi_get(&[&k("m1"), &k("m2")]).unwrap(),
+        vec![b"x".to_vec(), b"y".to_vec()]
+    );
     inner.set(&k("from_inner"), b"z").unwrap();
     assert_eq!(s.get("from_inner").unwrap(), b"z");
     assert!(s.check(&["from_inner"]).unwrap());
-    s.wait_timeout(&["from_inner"], Duration::from_secs(30)).unwrap();
-    assert!(!inner.check(&["a"]).unwrap(), "unprefixed key must not exist");
+    s.wait_timeout(&["from_inner"], Duration::from_secs(30))
+        .unwrap();
+    assert!(
+        !inner.check(&["a"]).unwrap(),
+        "unprefixed key must not exist"
+    );
     assert!(s.delete_key("a").unwrap());
     assert!(!inner.check(&[&k("a")]).unwrap());
-    assert_eq!(s.num_keys().unwrap(), inner.num_keys().unwrap(), "num_keys passes through");
+    assert_eq!(
+        s.num_keys().unwrap(),
+        inner.num_keys().unwrap(),
+        "num_keys passes through"
+    );
     s.set_timeout(ms(1234));
     assert_eq!(inner.timeout(), ms(1234), "set_timeout passes through");
     assert_eq!(s.has_extended_api(), inner.has_extended_api());
@@ -351,14 +434,20 @@ fn queues(f: &Fixture) {
     let t = std::thread::spawn(move || -> Result<(), DistError> {
         for i in 0..10 {
             let v = other.queue_pop("ping", true)?;
-            other.queue_push("pong", format!("{}!", String::from_utf8_lossy(&v)).as_bytes())?;
+            other.queue_push(
+                "pong",
+                format!("{}!", String::from_utf8_lossy(&v)).as_bytes(),
+            )?;
             assert_eq!(v, format!("m{i}").into_bytes());
         }
         Ok(())
     });
     for i in 0..10 {
         s.queue_push("ping", format!("m{i}").as_bytes()).unwrap();
-        assert_eq!(s.queue_pop("pong", true).unwrap(), format!("m{i}!").into_bytes());
+        assert_eq!(
+            s.queue_pop("pong", true).unwrap(),
+            format!("m{i}!").into_bytes()
+        );
     }
     t.join().unwrap().unwrap();
 }
@@ -384,7 +473,10 @@ fn barrier(f: &Fixture) {
         let e = run(s.as_ref(), &key, 2, ms(100)).unwrap_err();
         assert!(start.elapsed() >= ms(100));
         assert_eq!(e.kind(), ErrorKind::Store);
-        assert_eq!(e.to_string(), format!("barrier timeout after 100ms, key: {key}"));
+        assert_eq!(
+            e.to_string(),
+            format!("barrier timeout after 100ms, key: {key}")
+        );
         // the handle stays usable after a timed-out barrier
         s.set("after_barrier", b"ok").unwrap();
         assert_eq!(s.get("after_barrier").unwrap(), b"ok");
@@ -392,7 +484,9 @@ fn barrier(f: &Fixture) {
         let handles: Vec<_> = (0..4)
             .map(|_| {
                 let c = s.clone_store().unwrap();
-                std::thread::spawn(move || run(c.as_ref(), &format!("b4{tag}"), 4, Duration::from_secs(60)))
+                std::thread::spawn(move || {
+                    run(c.as_ref(), &format!("b4{tag}"), 4, Duration::from_secs(60))
+                })
             })
             .collect();
         for h in handles {
@@ -405,10 +499,18 @@ fn barrier(f: &Fixture) {
 /// A TcpStore handle serialises its requests (one connection, like PyTorch's per-object lock),
 /// so there the waiter uses its own handle, as PyTorch's test does.
 fn multithreaded_wait(f: &Fixture) {
-    let variants: &[bool] = if f.kind == Kind::Tcp { &[true] } else { &[false, true] };
+    let variants: &[bool] = if f.kind == Kind::Tcp {
+        &[true]
+    } else {
+        &[false, true]
+    };
     for &use_clone in variants {
         let key = format!("key1_{use_clone}");
-        let waiter = if use_clone { f.store.clone_store().unwrap() } else { f.store.clone() };
+        let waiter = if use_clone {
+            f.store.clone_store().unwrap()
+        } else {
+            f.store.clone()
+        };
         let k2 = key.clone();
         let t = std::thread::spawn(move || {
             waiter.wait_timeout(&[k2.as_str()], Duration::from_secs(60))?;
@@ -506,11 +608,18 @@ mod rendezvous_urls {
 
     /// A port that was free a moment ago (bound on 127.0.0.1:0, then released).
     fn free_port() -> u16 {
-        std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
     }
 
     fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let m: HashMap<String, String> = pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        let m: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
         move |k| m.get(k).cloned()
     }
 
@@ -531,7 +640,10 @@ mod rendezvous_urls {
         for (r, w) in [(Some(0), None), (None, Some(1)), (Some(0), Some(1))] {
             let url = "file:///tmp/x?rank=0&world_size=1";
             let e = err(rendezvous(url, r, w, LONG));
-            assert_eq!(e.to_string(), format!("The url: {url} has node-specific arguments(rank, world_size) already."));
+            assert_eq!(
+                e.to_string(),
+                format!("The url: {url} has node-specific arguments(rank, world_size) already.")
+            );
             assert_eq!(e.kind(), ErrorKind::InvalidArgument);
             let url = "tcp://127.0.0.1:1?world_size=1";
             let e = err(rendezvous(url, r, w, LONG));
@@ -544,8 +656,14 @@ mod rendezvous_urls {
         let pre = "Error initializing torch.distributed using file:// rendezvous: ";
         let cases = [
             ("file://?rank=0&world_size=1", "path missing"),
-            ("file:///tmp/c10d_never_created?world_size=2", "rank parameter missing"),
-            ("file:///tmp/c10d_never_created?rank=0", "world size parameter missing"),
+            (
+                "file:///tmp/c10d_never_created?world_size=2",
+                "rank parameter missing",
+            ),
+            (
+                "file:///tmp/c10d_never_created?rank=0",
+                "world size parameter missing",
+            ),
         ];
         for (url, what) in cases {
             let e = err(rendezvous(url, None, None, LONG));
@@ -563,9 +681,18 @@ mod rendezvous_urls {
         let pre = "Error initializing torch.distributed using tcp:// rendezvous: ";
         let cases = [
             ("tcp://127.0.0.1?rank=0&world_size=1", "port number missing"),
-            ("tcp://127.0.0.1:?rank=0&world_size=1", "port number missing"),
-            ("tcp://127.0.0.1:23456?world_size=1", "rank parameter missing"),
-            ("tcp://127.0.0.1:23456?rank=0", "world size parameter missing"),
+            (
+                "tcp://127.0.0.1:?rank=0&world_size=1",
+                "port number missing",
+            ),
+            (
+                "tcp://127.0.0.1:23456?world_size=1",
+                "rank parameter missing",
+            ),
+            (
+                "tcp://127.0.0.1:23456?rank=0",
+                "world size parameter missing",
+            ),
         ];
         for (url, what) in cases {
             let e = err(rendezvous(url, None, None, LONG));
@@ -574,10 +701,24 @@ mod rendezvous_urls {
         }
         let e = err(rendezvous("tcp://127.0.0.1:23456", None, Some(1), LONG));
         assert_eq!(e.to_string(), format!("{pre}rank parameter missing"));
-        let e = err(rendezvous("tcp://127.0.0.1:23456?rank=x&world_size=1", None, None, LONG));
+        let e = err(rendezvous(
+            "tcp://127.0.0.1:23456?rank=x&world_size=1",
+            None,
+            None,
+            LONG,
+        ));
         assert!(e.to_string().starts_with(pre), "{e}");
-        let e = err(rendezvous("tcp://127.0.0.1:23456?rank=2&world_size=2", None, None, LONG));
-        assert!(e.to_string().contains("rank 2 is out of range for world_size 2"), "{e}");
+        let e = err(rendezvous(
+            "tcp://127.0.0.1:23456?rank=2&world_size=2",
+            None,
+            None,
+            LONG,
+        ));
+        assert!(
+            e.to_string()
+                .contains("rank 2 is out of range for world_size 2"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -593,28 +734,78 @@ mod rendezvous_urls {
         check(&[("RANK", "")], "env://", "RANK");
         check(&[("RANK", "0")], "env://", "WORLD_SIZE");
         check(&[("RANK", "0"), ("WORLD_SIZE", "")], "env://", "WORLD_SIZE");
-        check(&[("RANK", "0"), ("WORLD_SIZE", "1")], "env://", "MASTER_ADDR");
-        check(&[("RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1")], "env://", "MASTER_PORT");
-        check(&[("RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", ""), ("MASTER_PORT", "1")], "env://", "MASTER_ADDR");
+        check(
+            &[("RANK", "0"), ("WORLD_SIZE", "1")],
+            "env://",
+            "MASTER_ADDR",
+        );
+        check(
+            &[
+                ("RANK", "0"),
+                ("WORLD_SIZE", "1"),
+                ("MASTER_ADDR", "127.0.0.1"),
+            ],
+            "env://",
+            "MASTER_PORT",
+        );
+        check(
+            &[
+                ("RANK", "0"),
+                ("WORLD_SIZE", "1"),
+                ("MASTER_ADDR", ""),
+                ("MASTER_PORT", "1"),
+            ],
+            "env://",
+            "MASTER_ADDR",
+        );
         // query values replace RANK / WORLD_SIZE
         check(&[], "env://?rank=0&world_size=1", "MASTER_ADDR");
         // arguments too
-        let e = err(rendezvous_with_env("env://", Some(0), Some(1), LONG, &env_of(&[])));
+        let e = err(rendezvous_with_env(
+            "env://",
+            Some(0),
+            Some(1),
+            LONG,
+            &env_of(&[]),
+        ));
         assert_eq!(e.to_string(), msg("MASTER_ADDR"));
-        let env = [("RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "70000")];
-        let e = err(rendezvous_with_env("env://", None, None, LONG, &env_of(&env)));
-        assert_eq!(e.to_string(), "port must have value from 0 to 65535 but was 70000.");
+        let env = [
+            ("RANK", "0"),
+            ("WORLD_SIZE", "1"),
+            ("MASTER_ADDR", "127.0.0.1"),
+            ("MASTER_PORT", "70000"),
+        ];
+        let e = err(rendezvous_with_env(
+            "env://",
+            None,
+            None,
+            LONG,
+            &env_of(&env),
+        ));
+        assert_eq!(
+            e.to_string(),
+            "port must have value from 0 to 65535 but was 70000."
+        );
     }
 
     #[test]
     fn env_rendezvous_world_one_and_query_override() {
-        let env = env_of(&[("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "0"), ("RANK", "5"), ("WORLD_SIZE", "9")]);
+        let env = env_of(&[
+            ("MASTER_ADDR", "127.0.0.1"),
+            ("MASTER_PORT", "0"),
+            ("RANK", "5"),
+            ("WORLD_SIZE", "9"),
+        ]);
         let r = rendezvous_with_env("env://?rank=0&world_size=1", None, None, LONG, &env).unwrap();
         assert_eq!((r.rank, r.world_size), (0, 1));
         r.store.set("k", b"v").unwrap();
         assert_eq!(r.store.get("k").unwrap(), b"v");
         assert_eq!(r.store.num_keys().unwrap(), 2, "user key + init/");
-        assert_eq!(r.store.timeout(), LONG, "rendezvous timeout becomes the store timeout");
+        assert_eq!(
+            r.store.timeout(),
+            LONG,
+            "rendezvous timeout becomes the store timeout"
+        );
     }
 
     #[test]
@@ -624,7 +815,10 @@ mod rendezvous_urls {
         let url = format!("file://{}", path.display());
         let r0 = rendezvous(&format!("{url}?world_size=2&rank=0"), None, None, LONG).unwrap();
         let r1 = rendezvous(&url, Some(1), Some(2), LONG).unwrap();
-        assert_eq!((r0.rank, r0.world_size, r1.rank, r1.world_size), (0, 2, 1, 2));
+        assert_eq!(
+            (r0.rank, r0.world_size, r1.rank, r1.world_size),
+            (0, 2, 1, 2)
+        );
         r0.store.set("from0", b"a").unwrap();
         r1.store.set("from1", b"b").unwrap();
         assert_eq!(r1.store.get("from0").unwrap(), b"a");
@@ -633,7 +827,10 @@ mod rendezvous_urls {
         drop(r0);
         assert!(path.exists());
         drop(r1);
-        assert!(!path.exists(), "FileStore(path, world_size=2) removes the file after both close");
+        assert!(
+            !path.exists(),
+            "FileStore(path, world_size=2) removes the file after both close"
+        );
     }
 
     #[test]
@@ -643,7 +840,10 @@ mod rendezvous_urls {
         let t = std::thread::spawn(move || rendezvous(&url, None, None, LONG));
         let r1 = rendezvous(&format!("tcp://localhost:{port}"), Some(1), Some(2), LONG).unwrap();
         let r0 = t.join().unwrap().unwrap();
-        assert_eq!((r0.rank, r1.rank, r0.world_size, r1.world_size), (0, 1, 2, 2));
+        assert_eq!(
+            (r0.rank, r1.rank, r0.world_size, r1.world_size),
+            (0, 1, 2, 2)
+        );
         r0.store.set("from0", b"a").unwrap();
         r1.store.set("from1", b"b").unwrap();
         assert_eq!(r1.store.get("from0").unwrap(), b"a");
@@ -655,7 +855,13 @@ mod rendezvous_urls {
         assert_eq!(e.to_string(), "wait timeout after 100ms, keys: /the_key");
         assert_eq!(r1.store.get("from1").unwrap(), b"b");
         // use_libuv=0 selects PyTorch's legacy backend name; the store still works.
-        let r = rendezvous("tcp://127.0.0.1:0?rank=0&world_size=1&use_libuv=0", None, None, LONG).unwrap();
+        let r = rendezvous(
+            "tcp://127.0.0.1:0?rank=0&world_size=1&use_libuv=0",
+            None,
+            None,
+            LONG,
+        )
+        .unwrap();
         r.store.set("x", b"y").unwrap();
         assert_eq!(r.store.get("x").unwrap(), b"y");
     }
@@ -663,7 +869,11 @@ mod rendezvous_urls {
     #[test]
     fn env_with_agent_store_makes_every_rank_a_client() {
         // The "agent" serves the store on an ephemeral port, as torchrun does.
-        let opts = TcpStoreOptions { is_master: true, timeout: LONG, ..TcpStoreOptions::default() };
+        let opts = TcpStoreOptions {
+            is_master: true,
+            timeout: LONG,
+            ..TcpStoreOptions::default()
+        };
         let agent = TcpStore::new("127.0.0.1", 0, opts).unwrap();
         let port = agent.port().to_string();
         let env_pairs = [
@@ -674,28 +884,45 @@ mod rendezvous_urls {
         ];
         // Rank 0 would try to bind the agent's port (not multi-tenant-shared) and fail, so a
         // successful rendezvous for both ranks proves both are clients.
-        let env: Vec<(String, String)> = env_pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        let env: Vec<(String, String)> = env_pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
         let handles: Vec<_> = (0..2)
             .map(|rank| {
                 let env = env.clone();
                 std::thread::spawn(move || {
-                    let mut pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+                    let mut pairs: Vec<(&str, &str)> =
+                        env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
                     let r = rank.to_string();
                     pairs.push(("RANK", &r));
                     rendezvous_with_env("env://", None, None, LONG, &env_of(&pairs))
                 })
             })
             .collect();
-        let rs: Vec<Rendezvous> = handles.into_iter().map(|h| h.join().unwrap().unwrap()).collect();
+        let rs: Vec<Rendezvous> = handles
+            .into_iter()
+            .map(|h| h.join().unwrap().unwrap())
+            .collect();
         rs[0].store.set("a", b"0").unwrap();
         assert_eq!(rs[1].store.get("a").unwrap(), b"0");
         assert_eq!(agent.get("a").unwrap(), b"0");
-        assert_eq!(agent.num_keys().unwrap(), 2, "a + init/ (both ranks counted in init/)");
+        assert_eq!(
+            agent.num_keys().unwrap(),
+            2,
+            "a + init/ (both ranks counted in init/)"
+        );
         // "True" must be exact; otherwise rank 0 tries to serve the (busy) port itself.
         let mut pairs = env_pairs.to_vec();
         pairs[0] = ("TORCHELASTIC_USE_AGENT_STORE", "1");
         pairs.push(("RANK", "0"));
-        let e = err(rendezvous_with_env("env://", None, None, Duration::from_secs(5), &env_of(&pairs)));
+        let e = err(rendezvous_with_env(
+            "env://",
+            None,
+            None,
+            Duration::from_secs(5),
+            &env_of(&pairs),
+        ));
         assert_eq!(e.kind(), ErrorKind::Network, "{e:?}");
         assert!(e.to_string().contains("failed to listen"), "{e}");
     }
@@ -703,10 +930,20 @@ mod rendezvous_urls {
     #[test]
     fn agent_flag_ignored_for_other_addresses() {
         let port = free_port();
-        let env = env_of(&[("TORCHELASTIC_USE_AGENT_STORE", "True"), ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "1")]);
+        let env = env_of(&[
+            ("TORCHELASTIC_USE_AGENT_STORE", "True"),
+            ("MASTER_ADDR", "127.0.0.1"),
+            ("MASTER_PORT", "1"),
+        ]);
         // tcp:// on another port: rank 0 serves it (would hang as a client with no server).
-        let r = rendezvous_with_env(&format!("tcp://127.0.0.1:{port}?rank=0&world_size=1"), None, None, Duration::from_secs(10), &env)
-            .unwrap();
+        let r = rendezvous_with_env(
+            &format!("tcp://127.0.0.1:{port}?rank=0&world_size=1"),
+            None,
+            None,
+            Duration::from_secs(10),
+            &env,
+        )
+        .unwrap();
         r.store.set("k", b"v").unwrap();
         assert_eq!(r.store.get("k").unwrap(), b"v");
     }
@@ -717,34 +954,80 @@ mod rendezvous_urls {
         let one = Duration::from_secs(1);
         // master waiting for a worker that never comes
         let start = Instant::now();
-        let e = err(rendezvous("tcp://127.0.0.1:0?rank=0&world_size=2", None, None, one));
-        assert!(start.elapsed() < Duration::from_secs(3), "{:?}", start.elapsed());
+        let e = err(rendezvous(
+            "tcp://127.0.0.1:0?rank=0&world_size=2",
+            None,
+            None,
+            one,
+        ));
+        assert!(
+            start.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            start.elapsed()
+        );
         assert_eq!(e.kind(), ErrorKind::Store);
-        assert_eq!(e.to_string(), "Timed out after 1 seconds waiting for clients. 1/2 clients joined.");
+        assert_eq!(
+            e.to_string(),
+            "Timed out after 1 seconds waiting for clients. 1/2 clients joined."
+        );
         // client with no server
         let port = free_port();
         let start = Instant::now();
-        let e = err(rendezvous(&format!("tcp://127.0.0.1:{port}?rank=1&world_size=2"), None, None, one));
-        assert!(start.elapsed() < Duration::from_secs(3), "{:?}", start.elapsed());
+        let e = err(rendezvous(
+            &format!("tcp://127.0.0.1:{port}?rank=1&world_size=2"),
+            None,
+            None,
+            one,
+        ));
+        assert!(
+            start.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            start.elapsed()
+        );
         assert_eq!(e.kind(), ErrorKind::Network);
-        assert!(e.to_string().contains("client socket has timed out after"), "{e}");
+        assert!(
+            e.to_string().contains("client socket has timed out after"),
+            "{e}"
+        );
         // file store: a missing key
         let dir = tempfile::tempdir().unwrap();
-        let url = format!("file://{}?rank=0&world_size=1", dir.path().join("f").display());
+        let url = format!(
+            "file://{}?rank=0&world_size=1",
+            dir.path().join("f").display()
+        );
         let r = rendezvous(&url, None, None, one).unwrap();
         let start = Instant::now();
         let e = r.store.get("never").unwrap_err();
-        assert!(start.elapsed() < Duration::from_secs(3), "{:?}", start.elapsed());
-        assert_eq!(e.to_string(), "Timeout waiting for key: never after 1000 ms");
+        assert!(
+            start.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            start.elapsed()
+        );
+        assert_eq!(
+            e.to_string(),
+            "Timeout waiting for key: never after 1000 ms"
+        );
     }
 
     #[test]
     fn unresolvable_host_times_out() {
         let start = Instant::now();
-        let e = err(rendezvous("tcp://dnsnotexist:23456?rank=1&world_size=2", None, None, Duration::from_secs(1)));
-        assert!(start.elapsed() < Duration::from_secs(20), "{:?}", start.elapsed());
+        let e = err(rendezvous(
+            "tcp://dnsnotexist:23456?rank=1&world_size=2",
+            None,
+            None,
+            Duration::from_secs(1),
+        ));
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{:?}",
+            start.elapsed()
+        );
         assert_eq!(e.kind(), ErrorKind::Network);
         let s = e.to_string();
-        assert!(s.contains("client socket has timed out after") && s.contains("dnsnotexist"), "{s}");
+        assert!(
+            s.contains("client socket has timed out after") && s.contains("dnsnotexist"),
+            "{s}"
+        );
     }
 }

@@ -9,13 +9,27 @@ use std::time::Duration;
 fn agent_store_fallback() {
     let agent = TcpStoreServer::bind(ServerOptions::default()).unwrap();
     let port = agent.port();
-    let opts = TcpStoreOptions { is_master: true, timeout: Duration::from_secs(30), ..Default::default() };
+    let opts = TcpStoreOptions {
+        is_master: true,
+        timeout: Duration::from_secs(30),
+        ..Default::default()
+    };
     // Without the env: a plain bind failure.
     std::env::remove_var("TORCHELASTIC_USE_AGENT_STORE");
-    assert_eq!(TcpStore::new("127.0.0.1", port, opts.clone()).unwrap_err().kind(), ErrorKind::Network);
+    assert_eq!(
+        TcpStore::new("127.0.0.1", port, opts.clone())
+            .unwrap_err()
+            .kind(),
+        ErrorKind::Network
+    );
     std::env::set_var("TORCHELASTIC_USE_AGENT_STORE", "True");
     std::env::set_var("MASTER_PORT", (port.wrapping_add(1)).to_string());
-    assert_eq!(TcpStore::new("127.0.0.1", port, opts.clone()).unwrap_err().kind(), ErrorKind::Network);
+    assert_eq!(
+        TcpStore::new("127.0.0.1", port, opts.clone())
+            .unwrap_err()
+            .kind(),
+        ErrorKind::Network
+    );
     std::env::set_var("MASTER_PORT", port.to_string());
     let s = TcpStore::new("127.0.0.1", port, opts.clone()).unwrap();
     assert!(!s.is_master());

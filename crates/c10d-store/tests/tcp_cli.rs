@@ -21,19 +21,33 @@ fn serve() -> (Server, u16) {
         .spawn()
         .unwrap();
     let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
     let srv = Server(child);
-    let rest = line.trim().strip_prefix("c10d-store listening on 127.0.0.1:").unwrap_or_else(|| panic!("bad line {line:?}"));
+    let rest = line
+        .trim()
+        .strip_prefix("c10d-store listening on 127.0.0.1:")
+        .unwrap_or_else(|| panic!("bad line {line:?}"));
     (srv, rest.parse().unwrap())
 }
 
 fn op(port: u16, args: &[&str]) -> (bool, String, String) {
     let out = Command::new(BIN)
-        .args(["--addr", &format!("127.0.0.1:{port}"), "--timeout-ms", "20000"])
+        .args([
+            "--addr",
+            &format!("127.0.0.1:{port}"),
+            "--timeout-ms",
+            "20000",
+        ])
         .args(args)
         .output()
         .unwrap();
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 fn ok(port: u16, args: &[&str]) -> String {
@@ -69,12 +83,25 @@ fn cli_end_to_end() {
 
 #[test]
 fn cli_reports_connect_failure() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let out = Command::new(BIN)
-        .args(["--addr", &format!("127.0.0.1:{port}"), "--timeout-ms", "300", "num-keys"])
+        .args([
+            "--addr",
+            &format!("127.0.0.1:{port}"),
+            "--timeout-ms",
+            "300",
+            "num-keys",
+        ])
         .output()
         .unwrap();
     assert!(!out.status.success());
     let e = String::from_utf8_lossy(&out.stderr);
-    assert!(e.contains("The client socket has timed out after 300ms"), "{e}");
+    assert!(
+        e.contains("The client socket has timed out after 300ms"),
+        "{e}"
+    );
 }

@@ -31,14 +31,30 @@ const HELLO: [u8; 10] = [0x00, 0xce, 0xf7, 0x85, 0x3c, 0x0d, 1, 0, 0, 0];
 
 fn healthy(good: &TcpStore, tag: &str) {
     good.set(tag, b"ok").unwrap();
-    assert_eq!(good.get(tag).unwrap(), b"ok", "server unhealthy after {tag}");
+    assert_eq!(
+        good.get(tag).unwrap(),
+        b"ok",
+        "server unhealthy after {tag}"
+    );
 }
 
 #[test]
 fn bad_input_drops_only_that_connection() {
-    let srv = TcpStoreServer::bind(ServerOptions { max_payload: 4096, ..Default::default() }).unwrap();
+    let srv = TcpStoreServer::bind(ServerOptions {
+        max_payload: 4096,
+        ..Default::default()
+    })
+    .unwrap();
     let port = srv.port();
-    let good = TcpStore::new("127.0.0.1", port, TcpStoreOptions { timeout: Duration::from_secs(30), ..Default::default() }).unwrap();
+    let good = TcpStore::new(
+        "127.0.0.1",
+        port,
+        TcpStoreOptions {
+            timeout: Duration::from_secs(30),
+            ..Default::default()
+        },
+    )
+    .unwrap();
     good.set("before", b"1").unwrap();
 
     let mut cases: Vec<(&str, Vec<u8>)> = vec![
@@ -70,8 +86,12 @@ fn bad_input_drops_only_that_connection() {
     cases.push(("second VALIDATE with wrong magic", v));
     let mut v = HELLO.to_vec();
     // ADD on a non-integer value.
-    v.extend_from_slice(&[0x01, 2, 0, 0, 0, 0, 0, 0, 0, b'/', b's', 1, 0, 0, 0, 0, 0, 0, 0, b'x']);
-    v.extend_from_slice(&[0x04, 2, 0, 0, 0, 0, 0, 0, 0, b'/', b's', 1, 0, 0, 0, 0, 0, 0, 0]);
+    v.extend_from_slice(&[
+        0x01, 2, 0, 0, 0, 0, 0, 0, 0, b'/', b's', 1, 0, 0, 0, 0, 0, 0, 0, b'x',
+    ]);
+    v.extend_from_slice(&[
+        0x04, 2, 0, 0, 0, 0, 0, 0, 0, b'/', b's', 1, 0, 0, 0, 0, 0, 0, 0,
+    ]);
     cases.push(("add on garbage", v));
 
     for (name, bytes) in cases {
@@ -83,11 +103,18 @@ fn bad_input_drops_only_that_connection() {
         healthy(&good, name);
     }
     // Truncated frames followed by a disconnect, many times; the server must not keep them.
-    let fds = || std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0);
+    let fds = || {
+        std::fs::read_dir("/proc/self/fd")
+            .map(|d| d.count())
+            .unwrap_or(0)
+    };
     let base = fds();
     for cut in 1..30 {
         let mut v = HELLO.to_vec();
-        v.extend_from_slice(&[0x02, 3, 0, 0, 0, 0, 0, 0, 0, b'/', b'c', b's', 1, 0, 0, 0, 0, 0, 0, 0, b'x', 1, 0, 0, 0, 0, 0, 0, 0, b'y']);
+        v.extend_from_slice(&[
+            0x02, 3, 0, 0, 0, 0, 0, 0, 0, b'/', b'c', b's', 1, 0, 0, 0, 0, 0, 0, 0, b'x', 1, 0, 0,
+            0, 0, 0, 0, 0, b'y',
+        ]);
         let mut s = raw(port);
         s.write_all(&v[..v.len() - cut]).unwrap();
         drop(s);
@@ -97,7 +124,11 @@ fn bad_input_drops_only_that_connection() {
     while fds() > base && t0.elapsed() < Duration::from_secs(10) {
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert!(fds() <= base, "server leaked connections: {} fds, baseline {base}", fds());
+    assert!(
+        fds() <= base,
+        "server leaked connections: {} fds, baseline {base}",
+        fds()
+    );
     assert_eq!(good.get("before").unwrap(), b"1");
 }
 
@@ -105,7 +136,15 @@ fn bad_input_drops_only_that_connection() {
 fn random_bytes_never_kill_the_server() {
     let srv = TcpStoreServer::bind(ServerOptions::default()).unwrap();
     let port = srv.port();
-    let good = TcpStore::new("127.0.0.1", port, TcpStoreOptions { timeout: Duration::from_secs(30), ..Default::default() }).unwrap();
+    let good = TcpStore::new(
+        "127.0.0.1",
+        port,
+        TcpStoreOptions {
+            timeout: Duration::from_secs(30),
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
     let mut next = || {
         seed ^= seed << 13;
@@ -115,7 +154,11 @@ fn random_bytes_never_kill_the_server() {
     };
     for round in 0..40 {
         let mut s = raw(port);
-        let mut v = if round % 2 == 0 { HELLO.to_vec() } else { Vec::new() };
+        let mut v = if round % 2 == 0 {
+            HELLO.to_vec()
+        } else {
+            Vec::new()
+        };
         let n = (next() % 4096) as usize;
         v.extend((0..n).map(|_| next() as u8));
         let _ = s.write_all(&v);
@@ -128,7 +171,15 @@ fn random_bytes_never_kill_the_server() {
 fn slow_reader_does_not_block_others() {
     let srv = TcpStoreServer::bind(ServerOptions::default()).unwrap();
     let port = srv.port();
-    let good = TcpStore::new("127.0.0.1", port, TcpStoreOptions { timeout: Duration::from_secs(30), ..Default::default() }).unwrap();
+    let good = TcpStore::new(
+        "127.0.0.1",
+        port,
+        TcpStoreOptions {
+            timeout: Duration::from_secs(30),
+            ..Default::default()
+        },
+    )
+    .unwrap();
     good.set("big", &vec![7u8; 1 << 20]).unwrap();
     let mut s = raw(port);
     s.set_nonblocking(true).unwrap();
@@ -141,7 +192,11 @@ fn slow_reader_does_not_block_others() {
     let rss = || {
         std::fs::read_to_string("/proc/self/status")
             .ok()
-            .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok()))
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("VmRSS:"))
+                    .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            })
             .unwrap_or(0)
     };
     let rss0 = rss();
@@ -157,7 +212,10 @@ fn slow_reader_does_not_block_others() {
     std::thread::sleep(Duration::from_millis(300));
     healthy(&good, "slow reader");
     let grown_mb = rss().saturating_sub(rss0) / 1024;
-    assert!(grown_mb < 400, "server memory grew by {grown_mb} MiB for a reader that never reads");
+    assert!(
+        grown_mb < 400,
+        "server memory grew by {grown_mb} MiB for a reader that never reads"
+    );
     drop(s);
     healthy(&good, "slow reader gone");
 }

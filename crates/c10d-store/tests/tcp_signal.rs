@@ -19,7 +19,10 @@ fn wait_survives_signals() {
     }
     let srv = TcpStoreServer::bind(ServerOptions::default()).unwrap();
     let port = srv.port();
-    let opts = TcpStoreOptions { timeout: Duration::from_secs(30), ..Default::default() };
+    let opts = TcpStoreOptions {
+        timeout: Duration::from_secs(30),
+        ..Default::default()
+    };
     let waiter = TcpStore::new("127.0.0.1", port, opts.clone()).unwrap();
     let setter = TcpStore::new("127.0.0.1", port, opts).unwrap();
     let h = std::thread::spawn(move || {
@@ -36,7 +39,10 @@ fn wait_survives_signals() {
     setter.set("key1", b"v").unwrap();
     let (r, took) = h.join().unwrap();
     r.unwrap();
-    assert!(took >= Duration::from_millis(250), "wait returned early: {took:?}");
+    assert!(
+        took >= Duration::from_millis(250),
+        "wait returned early: {took:?}"
+    );
     // A short wait interrupted by signals still times out on time with the usual error.
     let w2 = setter.clone_store().unwrap();
     let h = std::thread::spawn(move || w2.wait_timeout(&["never"], Duration::from_millis(400)));

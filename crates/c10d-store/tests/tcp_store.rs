@@ -10,13 +10,27 @@ fn master(world: Option<usize>) -> TcpStore {
     TcpStore::new(
         "127.0.0.1",
         0,
-        TcpStoreOptions { world_size: world, is_master: true, timeout: T, wait_for_workers: world.is_some(), ..Default::default() },
+        TcpStoreOptions {
+            world_size: world,
+            is_master: true,
+            timeout: T,
+            wait_for_workers: world.is_some(),
+            ..Default::default()
+        },
     )
     .unwrap()
 }
 
 fn client(port: u16) -> TcpStore {
-    TcpStore::new("127.0.0.1", port, TcpStoreOptions { timeout: T, ..Default::default() }).unwrap()
+    TcpStore::new(
+        "127.0.0.1",
+        port,
+        TcpStoreOptions {
+            timeout: T,
+            ..Default::default()
+        },
+    )
+    .unwrap()
 }
 
 #[test]
@@ -38,7 +52,10 @@ fn set_get_add_and_num_keys() {
     assert_eq!(s.get("key3").unwrap(), b"21");
     assert_eq!(s.add("key3", 0).unwrap(), 21);
     for i in 0..3 {
-        assert_eq!(s.get(&format!("key{i}")).unwrap(), format!("value{i}").as_bytes());
+        assert_eq!(
+            s.get(&format!("key{i}")).unwrap(),
+            format!("value{i}").as_bytes()
+        );
     }
     assert_eq!(s.num_keys().unwrap(), 6);
     s.set("-key3", b"7").unwrap();
@@ -97,7 +114,10 @@ fn compare_set_append_multi() {
     s.append("new", b"x").unwrap();
     assert_eq!(s.get("new").unwrap(), b"x");
     s.multi_set(&["foo", "bar"], &[b"po", b"tato"]).unwrap();
-    assert_eq!(s.multi_get(&["bar", "foo"]).unwrap(), vec![b"tato".to_vec(), b"po".to_vec()]);
+    assert_eq!(
+        s.multi_get(&["bar", "foo"]).unwrap(),
+        vec![b"tato".to_vec(), b"po".to_vec()]
+    );
     // Large value round trip (1 MiB).
     let big: Vec<u8> = (0..1 << 20).map(|i| (i % 251) as u8).collect();
     s.set("big", &big).unwrap();
@@ -108,14 +128,18 @@ fn compare_set_append_multi() {
 fn wait_timeouts_and_connection_reuse() {
     let s = master(None);
     let t0 = Instant::now();
-    let e = s.wait_timeout(&["bad_key"], Duration::from_millis(250)).unwrap_err();
+    let e = s
+        .wait_timeout(&["bad_key"], Duration::from_millis(250))
+        .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Store);
     assert_eq!(e.to_string(), "wait timeout after 250ms, keys: /bad_key");
     assert!(t0.elapsed() >= Duration::from_millis(240));
     // Still usable.
     s.set("k", b"1").unwrap();
     s.wait_timeout(&["k"], Duration::from_secs(10)).unwrap();
-    let e = s.wait_timeout(&["k", "x1", "x2"], Duration::from_millis(50)).unwrap_err();
+    let e = s
+        .wait_timeout(&["k", "x1", "x2"], Duration::from_millis(50))
+        .unwrap_err();
     assert_eq!(e.to_string(), "wait timeout after 50ms, keys: /k, /x1, /x2");
     // PyTorch quirk: timeout 0 fails at once even for an existing key.
     let e = s.wait_timeout(&["k"], Duration::ZERO).unwrap_err();
@@ -205,27 +229,63 @@ fn server_port_errors_and_world_size() {
     let s = master(None);
     assert_ne!(s.port(), 0);
     assert!(s.is_master());
-    let e = TcpStore::new("127.0.0.1", s.port(), TcpStoreOptions { is_master: true, timeout: T, ..Default::default() }).unwrap_err();
+    let e = TcpStore::new(
+        "127.0.0.1",
+        s.port(),
+        TcpStoreOptions {
+            is_master: true,
+            timeout: T,
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Network);
-    assert!(e.to_string().starts_with("The server socket has failed to listen on any local network address"), "{e}");
+    assert!(
+        e.to_string()
+            .starts_with("The server socket has failed to listen on any local network address"),
+        "{e}"
+    );
     assert!(e.to_string().contains(&s.port().to_string()));
-    let e = TcpStore::new("127.0.0.1", 0, TcpStoreOptions { world_size: Some(0), is_master: true, ..Default::default() }).unwrap_err();
+    let e = TcpStore::new(
+        "127.0.0.1",
+        0,
+        TcpStoreOptions {
+            world_size: Some(0),
+            is_master: true,
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidArgument);
     assert_eq!(e.to_string(), "TCPStore world size cannot be 0");
     let t0 = Instant::now();
     let e = TcpStore::new(
         "127.0.0.1",
         0,
-        TcpStoreOptions { world_size: Some(2), is_master: true, timeout: Duration::from_millis(1500), ..Default::default() },
+        TcpStoreOptions {
+            world_size: Some(2),
+            is_master: true,
+            timeout: Duration::from_millis(1500),
+            ..Default::default()
+        },
     )
     .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Store);
-    assert_eq!(e.to_string(), "Timed out after 2 seconds waiting for clients. 1/2 clients joined.");
+    assert_eq!(
+        e.to_string(),
+        "Timed out after 2 seconds waiting for clients. 1/2 clients joined."
+    );
     assert!(t0.elapsed() < Duration::from_secs(20));
     TcpStore::new(
         "127.0.0.1",
         0,
-        TcpStoreOptions { world_size: Some(2), is_master: true, timeout: T, wait_for_workers: false, ..Default::default() },
+        TcpStoreOptions {
+            world_size: Some(2),
+            is_master: true,
+            timeout: T,
+            wait_for_workers: false,
+            ..Default::default()
+        },
     )
     .unwrap();
 }
@@ -240,7 +300,13 @@ fn world_of_five_with_master_listen_fd() {
         let m = TcpStore::new(
             "127.0.0.1",
             port,
-            TcpStoreOptions { world_size: Some(5), is_master: true, timeout: T, master_listen_fd: Some(fd), ..Default::default() },
+            TcpStoreOptions {
+                world_size: Some(5),
+                is_master: true,
+                timeout: T,
+                master_listen_fd: Some(fd),
+                ..Default::default()
+            },
         )
         .unwrap();
         m.set("key", b"value").unwrap();
@@ -249,11 +315,26 @@ fn world_of_five_with_master_listen_fd() {
     let hs: Vec<_> = (0..4)
         .map(|i| {
             std::thread::spawn(move || {
-                let c = TcpStore::new("127.0.0.1", port, TcpStoreOptions { world_size: Some(5), timeout: T, ..Default::default() }).unwrap();
+                let c = TcpStore::new(
+                    "127.0.0.1",
+                    port,
+                    TcpStoreOptions {
+                        world_size: Some(5),
+                        timeout: T,
+                        ..Default::default()
+                    },
+                )
+                .unwrap();
                 assert_eq!(c.get("key").unwrap(), b"value");
-                c.set(&format!("new_key{i}"), format!("new_value{i}").as_bytes()).unwrap();
+                c.set(&format!("new_key{i}"), format!("new_value{i}").as_bytes())
+                    .unwrap();
                 assert_eq!(
-                    c.compare_set(&format!("new_key{i}"), format!("new_value{i}").as_bytes(), format!("next_value{i}").as_bytes()).unwrap(),
+                    c.compare_set(
+                        &format!("new_key{i}"),
+                        format!("new_value{i}").as_bytes(),
+                        format!("next_value{i}").as_bytes()
+                    )
+                    .unwrap(),
                     format!("next_value{i}").as_bytes()
                 );
             })
@@ -264,7 +345,11 @@ fn world_of_five_with_master_listen_fd() {
     }
     let (m, _l) = m.join().unwrap();
     m.set_timeout(Duration::from_millis(200));
-    assert_eq!(m.get("init/").unwrap_err().kind(), ErrorKind::Store, "init/ is not under the / prefix");
+    assert_eq!(
+        m.get("init/").unwrap_err().kind(),
+        ErrorKind::Store,
+        "init/ is not under the / prefix"
+    );
     assert_eq!(m.num_keys().unwrap(), 1 + 1 + 4);
     assert!(format!("{m:?}").contains(&format!("server=TCPServer(port={port})")));
 }
@@ -273,13 +358,44 @@ fn world_of_five_with_master_listen_fd() {
 fn multi_tenant_shares_one_server() {
     let a = master(None);
     let port = a.port();
-    let mk = || TcpStore::new("127.0.0.1", port, TcpStoreOptions { is_master: true, multi_tenant: true, timeout: T, ..Default::default() });
+    let mk = || {
+        TcpStore::new(
+            "127.0.0.1",
+            port,
+            TcpStoreOptions {
+                is_master: true,
+                multi_tenant: true,
+                timeout: T,
+                ..Default::default()
+            },
+        )
+    };
     // `a` was not multi-tenant, so a multi-tenant bind on its port fails like PyTorch.
     assert_eq!(mk().unwrap_err().kind(), ErrorKind::Network);
     drop(a);
-    let m1 = TcpStore::new("127.0.0.1", 0, TcpStoreOptions { is_master: true, multi_tenant: true, timeout: T, ..Default::default() }).unwrap();
+    let m1 = TcpStore::new(
+        "127.0.0.1",
+        0,
+        TcpStoreOptions {
+            is_master: true,
+            multi_tenant: true,
+            timeout: T,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let port = m1.port();
-    let m2 = TcpStore::new("127.0.0.1", port, TcpStoreOptions { is_master: true, multi_tenant: true, timeout: T, ..Default::default() }).unwrap();
+    let m2 = TcpStore::new(
+        "127.0.0.1",
+        port,
+        TcpStoreOptions {
+            is_master: true,
+            multi_tenant: true,
+            timeout: T,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     m1.set("shared", b"1").unwrap();
     drop(m1);
     assert_eq!(m2.get("shared").unwrap(), b"1");
@@ -343,17 +459,41 @@ fn server_drop_during_blocking_get_is_network_error() {
 #[test]
 fn connect_times_out_with_pytorch_text() {
     // A port with nothing listening: bind, note the port, close.
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let t0 = Instant::now();
-    let e = TcpStore::new("127.0.0.1", port, TcpStoreOptions { timeout: Duration::from_millis(800), ..Default::default() }).unwrap_err();
+    let e = TcpStore::new(
+        "127.0.0.1",
+        port,
+        TcpStoreOptions {
+            timeout: Duration::from_millis(800),
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Network);
     assert_eq!(
         e.to_string(),
         format!("The client socket has timed out after 800ms while trying to connect to (127.0.0.1, {port}).")
     );
     assert!(t0.elapsed() >= Duration::from_millis(700) && t0.elapsed() < Duration::from_secs(10));
-    let e = TcpStore::new("dnsnotexist.invalid", port, TcpStoreOptions { timeout: Duration::from_millis(300), ..Default::default() }).unwrap_err();
-    assert!(e.to_string().contains("client socket has timed out after") && e.to_string().contains("dnsnotexist"), "{e}");
+    let e = TcpStore::new(
+        "dnsnotexist.invalid",
+        port,
+        TcpStoreOptions {
+            timeout: Duration::from_millis(300),
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string().contains("client socket has timed out after")
+            && e.to_string().contains("dnsnotexist"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -361,9 +501,22 @@ fn connect_retries_until_server_appears() {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
     drop(l);
-    let h = std::thread::spawn(move || TcpStore::new("127.0.0.1", port, TcpStoreOptions { timeout: T, ..Default::default() }));
+    let h = std::thread::spawn(move || {
+        TcpStore::new(
+            "127.0.0.1",
+            port,
+            TcpStoreOptions {
+                timeout: T,
+                ..Default::default()
+            },
+        )
+    });
     std::thread::sleep(Duration::from_millis(700));
-    let srv = TcpStoreServer::bind(ServerOptions { port, ..Default::default() }).unwrap();
+    let srv = TcpStoreServer::bind(ServerOptions {
+        port,
+        ..Default::default()
+    })
+    .unwrap();
     let c = h.join().unwrap().unwrap();
     c.set("a", b"1").unwrap();
     drop(srv);
@@ -376,10 +529,20 @@ fn ipv6_and_hostnames() {
     let a = client(port);
     a.set("x", b"1").unwrap();
     for host in ["localhost", "[::1]", "::1"] {
-        match TcpStore::new(host, port, TcpStoreOptions { timeout: Duration::from_secs(5), ..Default::default() }) {
+        match TcpStore::new(
+            host,
+            port,
+            TcpStoreOptions {
+                timeout: Duration::from_secs(5),
+                ..Default::default()
+            },
+        ) {
             Ok(c) => assert_eq!(c.get("x").unwrap(), b"1"),
             // Hosts without IPv6 loopback: the failure must still be the clean connect error.
-            Err(e) => assert!(host != "localhost" && e.kind() == ErrorKind::Network, "{host}: {e}"),
+            Err(e) => assert!(
+                host != "localhost" && e.kind() == ErrorKind::Network,
+                "{host}: {e}"
+            ),
         }
     }
 }

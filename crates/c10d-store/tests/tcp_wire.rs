@@ -10,12 +10,16 @@ use std::time::{Duration, Instant};
 fn hex(s: &str) -> Vec<u8> {
     let s: String = s.chars().filter(|c| !c.is_whitespace()).collect();
     assert!(s.len() % 2 == 0, "odd hex {s}");
-    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
 }
 
 fn read_n(s: &mut TcpStream, n: usize) -> Vec<u8> {
     let mut v = vec![0u8; n];
-    s.read_exact(&mut v).unwrap_or_else(|e| panic!("reading {n} bytes: {e}"));
+    s.read_exact(&mut v)
+        .unwrap_or_else(|e| panic!("reading {n} bytes: {e}"));
     v
 }
 
@@ -81,21 +85,31 @@ fn client_bytes_match_pytorch() {
             s.write_all(&hex(r)).unwrap();
         }
         // Nothing else was sent.
-        s.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
         let mut b = [0u8; 1];
-        assert!(!matches!(s.read(&mut b), Ok(1)), "unexpected extra byte {b:?}");
+        assert!(
+            !matches!(s.read(&mut b), Ok(1)),
+            "unexpected extra byte {b:?}"
+        );
     });
     let st = TcpStore::new(
         "127.0.0.1",
         port,
-        TcpStoreOptions { world_size: Some(2), timeout: Duration::from_secs(30), ..Default::default() },
+        TcpStoreOptions {
+            world_size: Some(2),
+            timeout: Duration::from_secs(30),
+            ..Default::default()
+        },
     )
     .unwrap();
     st.set("a", b"b").unwrap();
     assert_eq!(st.add("counter", 5).unwrap(), 5);
     assert_eq!(st.get("a").unwrap(), b"b");
     let t0 = Instant::now();
-    let e = st.wait_timeout(&["nokey"], Duration::from_millis(200)).unwrap_err();
+    let e = st
+        .wait_timeout(&["nokey"], Duration::from_millis(200))
+        .unwrap_err();
     assert!(t0.elapsed() >= Duration::from_millis(190));
     assert!(e.is_store_error());
     assert_eq!(e.to_string(), "wait timeout after 200ms, keys: /nokey");
@@ -129,11 +143,15 @@ impl Raw {
         assert_eq!(got, want, "server reply to {c}");
     }
     fn silent(&mut self, ms: u64) {
-        self.0.set_read_timeout(Some(Duration::from_millis(ms))).unwrap();
+        self.0
+            .set_read_timeout(Some(Duration::from_millis(ms)))
+            .unwrap();
         let mut b = [0u8; 1];
         let r = self.0.read(&mut b);
         assert!(r.is_err(), "expected silence, got {r:?} {b:?}");
-        self.0.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        self.0
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
     }
 }
 
@@ -142,37 +160,67 @@ fn server_replies_match_pytorch() {
     let srv = TcpStoreServer::bind(ServerOptions::default()).unwrap();
     let mut c = Raw::connect(srv.port());
     c.xchg("00 cef7853c 0d 39300000", "39300000");
-    c.xchg("04 0500000000000000 696e69742f 0100000000000000", "0100000000000000");
+    c.xchg(
+        "04 0500000000000000 696e69742f 0100000000000000",
+        "0100000000000000",
+    );
     c.xchg("11", "0100000000000000 0500000000000000 696e69742f");
     c.xchg("01 0200000000000000 2f61 0100000000000000 62", "");
-    c.xchg("04 0800000000000000 2f636f756e746572 0500000000000000", "0500000000000000");
+    c.xchg(
+        "04 0800000000000000 2f636f756e746572 0500000000000000",
+        "0500000000000000",
+    );
     c.xchg("07", "0300000000000000");
     c.xchg("06 0100000000000000 0200000000000000 2f61", "00");
     c.xchg("03 0200000000000000 2f61", "0100000000000000 62");
     c.xchg("06 0100000000000000 0600000000000000 2f6e6f6b6579", "");
     c.silent(200);
     c.xchg("0c", "01");
-    c.xchg("02 0300000000000000 2f6373 0000000000000000 0200000000000000 7631", "0200000000000000 7631");
-    c.xchg("02 0300000000000000 2f6373 0100000000000000 78 0200000000000000 7632", "0200000000000000 7631");
-    c.xchg("02 0800000000000000 2f6d697373696e67 0100000000000000 78 0200000000000000 7632", "0100000000000000 78");
+    c.xchg(
+        "02 0300000000000000 2f6373 0000000000000000 0200000000000000 7631",
+        "0200000000000000 7631",
+    );
+    c.xchg(
+        "02 0300000000000000 2f6373 0100000000000000 78 0200000000000000 7632",
+        "0200000000000000 7631",
+    );
+    c.xchg(
+        "02 0800000000000000 2f6d697373696e67 0100000000000000 78 0200000000000000 7632",
+        "0100000000000000 78",
+    );
     // The "lying" compare_set did not create the key.
-    c.xchg("05 0100000000000000 0800000000000000 2f6d697373696e67", "01");
-    c.xchg("05 0200000000000000 0200000000000000 2f61 0300000000000000 2f7a7a", "01");
+    c.xchg(
+        "05 0100000000000000 0800000000000000 2f6d697373696e67",
+        "01",
+    );
+    c.xchg(
+        "05 0200000000000000 0200000000000000 2f61 0300000000000000 2f7a7a",
+        "01",
+    );
     c.xchg("05 0100000000000000 0200000000000000 2f61", "00");
     c.xchg("08 0200000000000000 2f61", "0100000000000000");
     c.xchg("08 0200000000000000 2f61", "0000000000000000");
     c.xchg("0b 0200000000000000 0300000000000000 2f6d31 0100000000000000 31 0300000000000000 2f6d32 0200000000000000 3232", "");
-    c.xchg("0a 0300000000000000 0300000000000000 2f6d31 0300000000000000 2f6d32 0200000000000000 2f7a", "0100000000000000 31 0200000000000000 3232 0000000000000000");
+    c.xchg(
+        "0a 0300000000000000 0300000000000000 2f6d31 0300000000000000 2f6d32 0200000000000000 2f7a",
+        "0100000000000000 31 0200000000000000 3232 0000000000000000",
+    );
     c.xchg("0e 0200000000000000 2f71 0400000000000000 6974656d", "");
     c.xchg("10 0200000000000000 2f71", "0100000000000000");
     c.xchg("06 0100000000000000 0200000000000000 2f71", "00");
-    c.xchg("0f 0200000000000000 2f71", "0100000000000000 0400000000000000 6974656d");
+    c.xchg(
+        "0f 0200000000000000 2f71",
+        "0100000000000000 0400000000000000 6974656d",
+    );
     c.xchg("0f 0200000000000000 2f71", "0000000000000000");
     c.xchg("12 0400000000000000 2f626172 0100000000000000", "00");
     // APPEND then GET; ADD parses the appended decimal.
     c.xchg("09 0200000000000000 2f6e 0100000000000000 34", "");
     c.xchg("09 0200000000000000 2f6e 0100000000000000 32", "");
-    c.xchg("04 0200000000000000 2f6e 0000000000000000", "2a00000000000000");
+    c.xchg(
+        "04 0200000000000000 2f6e 0000000000000000",
+        "2a00000000000000",
+    );
     // WAIT with zero keys answers at once; PING any time after validation.
     c.xchg("06 0000000000000000", "00");
     c.xchg("0d 01020304", "01020304");
@@ -198,7 +246,10 @@ fn server_handles_split_and_coalesced_requests() {
         many.extend(hex("04 0200000000000000 2f63 0100000000000000"));
     }
     c.0.write_all(&many).unwrap();
-    assert_eq!(read_n(&mut c.0, 24), hex("0100000000000000 0200000000000000 0300000000000000"));
+    assert_eq!(
+        read_n(&mut c.0, 24),
+        hex("0100000000000000 0200000000000000 0300000000000000")
+    );
 }
 
 #[test]
@@ -207,7 +258,10 @@ fn waiters_are_woken_by_other_connections() {
     let mut w = Raw::connect(srv.port());
     w.xchg("00 cef7853c 0d 01000000", "01000000");
     // WAIT on two keys, one of them twice (counts twice).
-    w.xchg("06 0200000000000000 0200000000000000 2f78 0200000000000000 2f79", "");
+    w.xchg(
+        "06 0200000000000000 0200000000000000 2f78 0200000000000000 2f79",
+        "",
+    );
     let mut s = Raw::connect(srv.port());
     s.xchg("00 cef7853c 0d 02000000", "02000000");
     s.xchg("01 0200000000000000 2f78 0100000000000000 31", "");

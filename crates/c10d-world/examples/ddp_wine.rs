@@ -122,11 +122,20 @@ fn load(seed: u64) -> (Data, Data, f64) {
         let s = (v.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / v.len() as f64).sqrt();
         (m, if s > 0.0 { s } else { 1.0 })
     };
-    let fstats: Vec<(f64, f64)> = (0..d).map(|j| mean_std(&mut tr.iter().map(|&i| ds.records[[i, j]]))).collect();
+    let fstats: Vec<(f64, f64)> = (0..d)
+        .map(|j| mean_std(&mut tr.iter().map(|&i| ds.records[[i, j]])))
+        .collect();
     let tstats = mean_std(&mut tr.iter().map(|&i| ds.targets[i] as f64));
     let make = |rows: &[usize]| Data {
-        x: rows.iter().flat_map(|&i| (0..d).map(move |j| (i, j))).map(|(i, j)| ((ds.records[[i, j]] - fstats[j].0) / fstats[j].1) as f32).collect(),
-        y: rows.iter().map(|&i| ((ds.targets[i] as f64 - tstats.0) / tstats.1) as f32).collect(),
+        x: rows
+            .iter()
+            .flat_map(|&i| (0..d).map(move |j| (i, j)))
+            .map(|(i, j)| ((ds.records[[i, j]] - fstats[j].0) / fstats[j].1) as f32)
+            .collect(),
+        y: rows
+            .iter()
+            .map(|&i| ((ds.targets[i] as f64 - tstats.0) / tstats.1) as f32)
+            .collect(),
         d,
     };
     (make(tr), make(va), tstats.1)
@@ -157,7 +166,12 @@ impl Mlp {
         let (w2, b2) = rest.split_at(h);
         let mut out = b2[0];
         for j in 0..h {
-            let z = b1[j] + w1[j * d..(j + 1) * d].iter().zip(x).map(|(w, x)| w * x).sum::<f32>();
+            let z = b1[j]
+                + w1[j * d..(j + 1) * d]
+                    .iter()
+                    .zip(x)
+                    .map(|(w, x)| w * x)
+                    .sum::<f32>();
             act[j] = z.tanh();
             out += w2[j] * act[j];
         }
@@ -215,7 +229,8 @@ impl GradSync for AllReduce {
         let mut inflight: Vec<(Tensor, Work)> = Vec::with_capacity(bufs.len());
         for b in bufs.iter() {
             let t = Tensor::from_vec(b.to_vec());
-            let w = dist::all_reduce(&t, ReduceOp::Sum, None, true)?.ok_or_else(|| DistError::invalid("all_reduce returned no work"))?;
+            let w = dist::all_reduce(&t, ReduceOp::Sum, None, true)?
+                .ok_or_else(|| DistError::invalid("all_reduce returned no work"))?;
             inflight.push((t, w));
         }
         for (b, (t, w)) in bufs.iter_mut().zip(inflight) {
@@ -250,7 +265,14 @@ struct Shard {
 }
 
 /// Trains as `shard.rank` of `shard.world` (world 1 = the single-process reference).
-fn train(args: &Args, model: &Mlp, (train_set, val_set): (&Data, &Data), Shard { rank, world }: Shard, sync: &dyn GradSync, verbose: bool) -> Result<History> {
+fn train(
+    args: &Args,
+    model: &Mlp,
+    (train_set, val_set): (&Data, &Data),
+    Shard { rank, world }: Shard,
+    sync: &dyn GradSync,
+    verbose: bool,
+) -> Result<History> {
     let np = model.num_params();
     let mut params = model.init(args.seed);
     let mut velocity = vec![0f32; np];
@@ -258,7 +280,12 @@ fn train(args: &Args, model: &Mlp, (train_set, val_set): (&Data, &Data), Shard {
     let mut grad = vec![0f32; np + 1];
     let mut order: Vec<usize> = (0..train_set.len()).collect();
     let mut rng = Rng(args.seed.wrapping_add(1));
-    let mut hist = History { train: Vec::new(), val: Vec::new(), params: Vec::new(), samples_seen: 0 };
+    let mut hist = History {
+        train: Vec::new(),
+        val: Vec::new(),
+        params: Vec::new(),
+        samples_seen: 0,
+    };
     for epoch in 1..=args.epochs {
         rng.shuffle(&mut order);
         let mut loss_sum = 0f64;
@@ -291,7 +318,10 @@ fn train(args: &Args, model: &Mlp, (train_set, val_set): (&Data, &Data), Shard {
         // Validation: each rank scores every world-th sample, then one all_reduce.
         let mut val = [model.sse(&params, val_set, (rank..val_set.len()).step_by(world))];
         sync.sum(&mut [&mut val[..]])?;
-        let (tl, vl) = ((loss_sum / train_set.len() as f64) as f32, val[0] / val_set.len() as f32);
+        let (tl, vl) = (
+            (loss_sum / train_set.len() as f64) as f32,
+            val[0] / val_set.len() as f32,
+        );
         hist.train.push(tl);
         hist.val.push(vl);
         if verbose {
@@ -303,7 +333,10 @@ fn train(args: &Args, model: &Mlp, (train_set, val_set): (&Data, &Data), Shard {
 }
 
 fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
 }
 
 fn main() {
@@ -323,7 +356,11 @@ fn run(args: &Args) -> Result<bool> {
     // Under c10drun/torchrun: env:// rendezvous. Alone: a world of one over an in-process store.
     let launched = std::env::var_os("RANK").is_some();
     let init = if launched {
-        dist::InitOptions { backend: Some("gloo".into()), timeout: Some(timeout), ..Default::default() }
+        dist::InitOptions {
+            backend: Some("gloo".into()),
+            timeout: Some(timeout),
+            ..Default::default()
+        }
     } else {
         dist::InitOptions {
             backend: Some("gloo".into()),
@@ -340,7 +377,10 @@ fn run(args: &Args) -> Result<bool> {
     let lead = rank == 0;
 
     let (train_set, val_set, quality_std) = load(args.seed);
-    let model = Mlp { d: train_set.d, h: args.hidden };
+    let model = Mlp {
+        d: train_set.d,
+        h: args.hidden,
+    };
     let np = model.num_params();
     if lead {
         println!(
@@ -362,24 +402,50 @@ fn run(args: &Args) -> Result<bool> {
         );
     }
     let t0 = Instant::now();
-    let hist = train(args, &model, (&train_set, &val_set), Shard { rank, world }, &AllReduce { timeout }, lead)?;
+    let hist = train(
+        args,
+        &model,
+        (&train_set, &val_set),
+        Shard { rank, world },
+        &AllReduce { timeout },
+        lead,
+    )?;
     let secs = t0.elapsed().as_secs_f64();
-    println!("rank {rank} trained on {} samples ({:.1} per epoch) in {secs:.2} s", hist.samples_seen, hist.samples_seen as f64 / args.epochs as f64);
+    println!(
+        "rank {rank} trained on {} samples ({:.1} per epoch) in {secs:.2} s",
+        hist.samples_seen,
+        hist.samples_seen as f64 / args.epochs as f64
+    );
 
     // Check 1: parameters identical on every rank.
     let mine = Tensor::from_vec(hist.params.clone());
     let all = Tensor::zeros(c10d_core::DType::F32, &[world * np]);
     dist::all_gather_into_tensor(&all, &mine, None, false)?;
     let all: Vec<f32> = all.to_vec()?;
-    let differing: Vec<usize> = (0..world).filter(|r| all[r * np..(r + 1) * np].iter().zip(&hist.params).any(|(a, b)| a.to_bits() != b.to_bits())).collect();
+    let differing: Vec<usize> = (0..world)
+        .filter(|r| {
+            all[r * np..(r + 1) * np]
+                .iter()
+                .zip(&hist.params)
+                .any(|(a, b)| a.to_bits() != b.to_bits())
+        })
+        .collect();
     dist::barrier(None, false, None)?;
     dist::destroy_process_group(None)?;
     let mut ok = differing.is_empty();
     if lead {
-        let (tl, vl) = (hist.train.last().copied().unwrap_or(f32::NAN), hist.val.last().copied().unwrap_or(f32::NAN));
-        println!("final train_loss {tl:.6}  val_loss {vl:.6}  (val RMSE {:.3} quality points)", (vl as f64).sqrt() * quality_std);
+        let (tl, vl) = (
+            hist.train.last().copied().unwrap_or(f32::NAN),
+            hist.val.last().copied().unwrap_or(f32::NAN),
+        );
+        println!(
+            "final train_loss {tl:.6}  val_loss {vl:.6}  (val RMSE {:.3} quality points)",
+            (vl as f64).sqrt() * quality_std
+        );
         if ok {
-            println!("check: parameters identical on all {world} ranks ({np} values each, bitwise)");
+            println!(
+                "check: parameters identical on all {world} ranks ({np} values each, bitwise)"
+            );
         } else {
             println!("check FAILED: parameters of ranks {differing:?} differ from rank 0's");
         }
@@ -389,9 +455,17 @@ fn run(args: &Args) -> Result<bool> {
 
     // Check 2: the same training in one process on the full data.
     if lead && !args.no_reference {
-        let reference = train(args, &model, (&train_set, &val_set), Shard { rank: 0, world: 1 }, &Local, false)?;
+        let reference = train(
+            args,
+            &model,
+            (&train_set, &val_set),
+            Shard { rank: 0, world: 1 },
+            &Local,
+            false,
+        )?;
         let dp = max_abs_diff(&hist.params, &reference.params);
-        let dl = max_abs_diff(&hist.train, &reference.train).max(max_abs_diff(&hist.val, &reference.val));
+        let dl = max_abs_diff(&hist.train, &reference.train)
+            .max(max_abs_diff(&hist.val, &reference.val));
         let good = dp <= args.tolerance && dl <= args.tolerance;
         println!(
             "check: single-process run on the full data: max |param diff| {dp:.3e}, max |loss diff| {dl:.3e} (tolerance {:.0e}) {}",

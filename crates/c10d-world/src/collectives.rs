@@ -12,8 +12,9 @@
 
 use crate::world::{GroupMember, World, NOT_INITIALIZED};
 use c10d_core::{
-    AllToAllOptions, AllgatherOptions, AllreduceOptions, BarrierOptions, BroadcastOptions, DType, DistError, GatherOptions,
-    ProcessGroup, ReduceOp, ReduceOptions, ReduceScatterOptions, Result, ScatterOptions, Tensor, Work,
+    AllToAllOptions, AllgatherOptions, AllreduceOptions, BarrierOptions, BroadcastOptions, DType,
+    DistError, GatherOptions, ProcessGroup, ReduceOp, ReduceOptions, ReduceScatterOptions, Result,
+    ScatterOptions, Tensor, Work,
 };
 use std::time::Duration;
 
@@ -90,7 +91,14 @@ impl P2POp {
     /// # Errors
     /// [`DistError::InvalidArgument`] "Invalid ``op``. Expected ``op`` to be of type
     /// ``torch.distributed.isend`` or ``torch.distributed.irecv``." for any other name.
-    pub fn new(op: &str, tensor: Tensor, peer: Option<usize>, group: Option<GroupMember>, tag: i64, group_peer: Option<usize>) -> Result<P2POp> {
+    pub fn new(
+        op: &str,
+        tensor: Tensor,
+        peer: Option<usize>,
+        group: Option<GroupMember>,
+        tag: i64,
+        group_peer: Option<usize>,
+    ) -> Result<P2POp> {
         let op = match op {
             "isend" | "torch.distributed.isend" => P2PKind::Isend,
             "irecv" | "torch.distributed.irecv" => P2PKind::Irecv,
@@ -100,15 +108,36 @@ impl P2POp {
                 ))
             }
         };
-        Ok(P2POp { op, tensor, peer, group, tag, group_peer })
+        Ok(P2POp {
+            op,
+            tensor,
+            peer,
+            group,
+            tag,
+            group_peer,
+        })
     }
     /// An isend to global rank `peer` on WORLD with tag 0.
     pub fn isend(tensor: Tensor, peer: usize) -> P2POp {
-        P2POp { op: P2PKind::Isend, tensor, peer: Some(peer), group: None, tag: 0, group_peer: None }
+        P2POp {
+            op: P2PKind::Isend,
+            tensor,
+            peer: Some(peer),
+            group: None,
+            tag: 0,
+            group_peer: None,
+        }
     }
     /// An irecv from global rank `peer` on WORLD with tag 0.
     pub fn irecv(tensor: Tensor, peer: usize) -> P2POp {
-        P2POp { op: P2PKind::Irecv, tensor, peer: Some(peer), group: None, tag: 0, group_peer: None }
+        P2POp {
+            op: P2PKind::Irecv,
+            tensor,
+            peer: Some(peer),
+            group: None,
+            tag: 0,
+            group_peer: None,
+        }
     }
 }
 
@@ -150,18 +179,31 @@ fn finish(work: Work, async_op: bool) -> Result<Option<Work>> {
 
 fn check_complex_op(op: ReduceOp, ts: &[&Tensor], fname: &str) -> Result<()> {
     if ts.iter().any(|t| t.dtype().is_complex()) && !op.supports_complex() {
-        return Err(DistError::invalid(format!("{fname} does not support {op} on complex tensors")));
+        return Err(DistError::invalid(format!(
+            "{fname} does not support {op} on complex tensors"
+        )));
     }
     Ok(())
 }
 
 impl World {
     /// The group an op runs on; `None` for non-members (after a warning).
-    pub(crate) fn op_group(&self, group: Option<&GroupMember>, op: &str) -> Result<Option<ProcessGroup>> {
+    pub(crate) fn op_group(
+        &self,
+        group: Option<&GroupMember>,
+        op: &str,
+    ) -> Result<Option<ProcessGroup>> {
         match group {
             Some(GroupMember::NonGroupMember) => {
-                let r = self.lock().default_pg.as_ref().map(|p| p.rank() as i64).unwrap_or(-1);
-                log::warn!("Running {op} on global rank {r} which does not belong to the given group.");
+                let r = self
+                    .lock()
+                    .default_pg
+                    .as_ref()
+                    .map(|p| p.rank() as i64)
+                    .unwrap_or(-1);
+                log::warn!(
+                    "Running {op} on global rank {r} which does not belong to the given group."
+                );
                 Ok(None)
             }
             Some(GroupMember::Group(g)) => {
@@ -180,9 +222,16 @@ impl World {
         }
     }
 
-    fn group_rank_of(&self, pg: &ProcessGroup, global: Option<usize>, group_rank: Option<usize>) -> Result<usize> {
+    fn group_rank_of(
+        &self,
+        pg: &ProcessGroup,
+        global: Option<usize>,
+        group_rank: Option<usize>,
+    ) -> Result<usize> {
         match (group_rank, global) {
-            (Some(_), Some(_)) => Err(DistError::invalid("Can't specify both group_rank and global_rank")),
+            (Some(_), Some(_)) => Err(DistError::invalid(
+                "Can't specify both group_rank and global_rank",
+            )),
             (Some(g), None) => Ok(g),
             (None, Some(r)) => self.get_group_rank(pg, r),
             (None, None) => Err(DistError::invalid("Must specify global_rank or group_rank")),
@@ -190,7 +239,10 @@ impl World {
     }
 
     fn coalescing_for(&self, pg: &ProcessGroup) -> bool {
-        self.lock().coalescing.as_ref().is_some_and(|c| c.pg.ptr_eq(pg))
+        self.lock()
+            .coalescing
+            .as_ref()
+            .is_some_and(|c| c.pg.ptr_eq(pg))
     }
 
     fn record_work(&self, pg: &ProcessGroup, w: &Work) {
@@ -211,16 +263,28 @@ impl World {
     /// # Errors
     /// Not initialized; "all_reduce does not support ReduceOp.MAX on complex tensors"; backend
     /// argument errors ("Cannot use ReduceOp.BAND with non-integral dtype ..."); the op's failure.
-    pub fn all_reduce(&self, tensor: &Tensor, op: ReduceOp, group: Option<&GroupMember>, async_op: bool) -> Result<Option<Work>> {
+    pub fn all_reduce(
+        &self,
+        tensor: &Tensor,
+        op: ReduceOp,
+        group: Option<&GroupMember>,
+        async_op: bool,
+    ) -> Result<Option<Work>> {
         check_complex_op(op, &[tensor], "all_reduce")?;
-        let Some(pg) = self.op_group(group, "all_reduce")? else { return Ok(None) };
+        let Some(pg) = self.op_group(group, "all_reduce")? else {
+            return Ok(None);
+        };
         if self.coalescing_for(&pg) {
             if let Some(c) = self.lock().coalescing.as_mut() {
                 c.ops.push(CollOp::AllReduce(tensor.clone(), op));
             }
             return Ok(None);
         }
-        let opts = AllreduceOptions { reduce_op: op, timeout: None, async_op };
+        let opts = AllreduceOptions {
+            reduce_op: op,
+            timeout: None,
+            async_op,
+        };
         let w = pg.all_reduce(std::slice::from_ref(tensor), &opts)?;
         self.launched(&pg, w, async_op)
     }
@@ -229,11 +293,23 @@ impl World {
     ///
     /// # Errors
     /// "tensors with different dtypes"; complex with a non-complex op; backend errors.
-    pub fn all_reduce_coalesced(&self, tensors: &[Tensor], op: ReduceOp, group: Option<&GroupMember>, async_op: bool) -> Result<Option<Work>> {
+    pub fn all_reduce_coalesced(
+        &self,
+        tensors: &[Tensor],
+        op: ReduceOp,
+        group: Option<&GroupMember>,
+        async_op: bool,
+    ) -> Result<Option<Work>> {
         ensure_same_dtype(tensors)?;
         check_complex_op(op, &tensors.iter().collect::<Vec<_>>(), "all_reduce")?;
-        let Some(pg) = self.op_group(group, "all_reduce_coalesced")? else { return Ok(None) };
-        let opts = AllreduceOptions { reduce_op: op, timeout: None, async_op };
+        let Some(pg) = self.op_group(group, "all_reduce_coalesced")? else {
+            return Ok(None);
+        };
+        let opts = AllreduceOptions {
+            reduce_op: op,
+            timeout: None,
+            async_op,
+        };
         let w = pg.all_reduce_coalesced(tensors, &opts)?;
         self.launched(&pg, w, async_op)
     }
@@ -243,10 +319,24 @@ impl World {
     ///
     /// # Errors
     /// Both or neither root given; src not in the group; backend errors.
-    pub fn broadcast(&self, tensor: &Tensor, src: Option<usize>, group: Option<&GroupMember>, async_op: bool, group_src: Option<usize>) -> Result<Option<Work>> {
-        let Some(pg) = self.op_group(group, "broadcast")? else { return Ok(None) };
+    pub fn broadcast(
+        &self,
+        tensor: &Tensor,
+        src: Option<usize>,
+        group: Option<&GroupMember>,
+        async_op: bool,
+        group_src: Option<usize>,
+    ) -> Result<Option<Work>> {
+        let Some(pg) = self.op_group(group, "broadcast")? else {
+            return Ok(None);
+        };
         let root = self.group_rank_of(&pg, src, group_src)?;
-        let opts = BroadcastOptions { root_rank: root, root_tensor: 0, timeout: None, async_op };
+        let opts = BroadcastOptions {
+            root_rank: root,
+            root_tensor: 0,
+            timeout: None,
+            async_op,
+        };
         let w = pg.broadcast(std::slice::from_ref(tensor), &opts)?;
         self.launched(&pg, w, async_op)
     }
@@ -255,11 +345,27 @@ impl World {
     ///
     /// # Errors
     /// As [`World::broadcast`] and [`World::all_reduce`].
-    pub fn reduce(&self, tensor: &Tensor, dst: Option<usize>, op: ReduceOp, group: Option<&GroupMember>, async_op: bool, group_dst: Option<usize>) -> Result<Option<Work>> {
+    pub fn reduce(
+        &self,
+        tensor: &Tensor,
+        dst: Option<usize>,
+        op: ReduceOp,
+        group: Option<&GroupMember>,
+        async_op: bool,
+        group_dst: Option<usize>,
+    ) -> Result<Option<Work>> {
         check_complex_op(op, &[tensor], "reduce")?;
-        let Some(pg) = self.op_group(group, "reduce")? else { return Ok(None) };
+        let Some(pg) = self.op_group(group, "reduce")? else {
+            return Ok(None);
+        };
         let root = self.group_rank_of(&pg, dst, group_dst)?;
-        let opts = ReduceOptions { reduce_op: op, root_rank: root, root_tensor: 0, timeout: None, async_op };
+        let opts = ReduceOptions {
+            reduce_op: op,
+            root_rank: root,
+            root_tensor: 0,
+            timeout: None,
+            async_op,
+        };
         let w = pg.reduce(std::slice::from_ref(tensor), &opts)?;
         self.launched(&pg, w, async_op)
     }
@@ -268,10 +374,21 @@ impl World {
     ///
     /// # Errors
     /// "tensors with different dtypes"; backend errors ("invalid output tensor list" ...).
-    pub fn all_gather(&self, tensor_list: &[Tensor], tensor: &Tensor, group: Option<&GroupMember>, async_op: bool) -> Result<Option<Work>> {
+    pub fn all_gather(
+        &self,
+        tensor_list: &[Tensor],
+        tensor: &Tensor,
+        group: Option<&GroupMember>,
+        async_op: bool,
+    ) -> Result<Option<Work>> {
         ensure_same_dtype(tensor_list.iter().chain([tensor]))?;
-        let Some(pg) = self.op_group(group, "all_gather")? else { return Ok(None) };
-        let opts = AllgatherOptions { timeout: None, async_op };
+        let Some(pg) = self.op_group(group, "all_gather")? else {
+            return Ok(None);
+        };
+        let opts = AllgatherOptions {
+            timeout: None,
+            async_op,
+        };
         let w = pg.all_gather(&[tensor_list.to_vec()], std::slice::from_ref(tensor), &opts)?;
         self.launched(&pg, w, async_op)
     }
@@ -281,16 +398,32 @@ impl World {
     ///
     /// # Errors
     /// "tensors with different dtypes"; backend errors.
-    pub fn all_gather_into_tensor(&self, output: &Tensor, input: &Tensor, group: Option<&GroupMember>, async_op: bool) -> Result<Option<Work>> {
+    pub fn all_gather_into_tensor(
+        &self,
+        output: &Tensor,
+        input: &Tensor,
+        group: Option<&GroupMember>,
+        async_op: bool,
+    ) -> Result<Option<Work>> {
         ensure_same_dtype([output, input])?;
-        let Some(pg) = self.op_group(group, "all_gather_into_tensor")? else { return Ok(None) };
+        let Some(pg) = self.op_group(group, "all_gather_into_tensor")? else {
+            return Ok(None);
+        };
         if self.coalescing_for(&pg) {
             if let Some(c) = self.lock().coalescing.as_mut() {
-                c.ops.push(CollOp::AllGatherIntoTensor(output.clone(), input.clone()));
+                c.ops
+                    .push(CollOp::AllGatherIntoTensor(output.clone(), input.clone()));
             }
             return Ok(None);
         }
-        let w = pg.all_gather_into_tensor(output, input, &AllgatherOptions { timeout: None, async_op })?;
+        let w = pg.all_gather_into_tensor(
+            output,
+            input,
+            &AllgatherOptions {
+                timeout: None,
+                async_op,
+            },
+        )?;
         self.launched(&pg, w, async_op)
     }
 
@@ -299,10 +432,29 @@ impl World {
     ///
     /// # Errors
     /// "tensors with different dtypes"; backend errors.
-    pub fn all_gather_coalesced(&self, output_tensor_lists: &[Vec<Tensor>], input_tensor_list: &[Tensor], group: Option<&GroupMember>, async_op: bool) -> Result<Option<Work>> {
-        ensure_same_dtype(input_tensor_list.iter().chain(output_tensor_lists.iter().flatten()))?;
-        let Some(pg) = self.op_group(group, "all_gather_coalesced")? else { return Ok(None) };
-        let w = pg.all_gather_coalesced(output_tensor_lists, input_tensor_list, &AllgatherOptions { timeout: None, async_op })?;
+    pub fn all_gather_coalesced(
+        &self,
+        output_tensor_lists: &[Vec<Tensor>],
+        input_tensor_list: &[Tensor],
+        group: Option<&GroupMember>,
+        async_op: bool,
+    ) -> Result<Option<Work>> {
+        ensure_same_dtype(
+            input_tensor_list
+                .iter()
+                .chain(output_tensor_lists.iter().flatten()),
+        )?;
+        let Some(pg) = self.op_group(group, "all_gather_coalesced")? else {
+            return Ok(None);
+        };
+        let w = pg.all_gather_coalesced(
+            output_tensor_lists,
+            input_tensor_list,
+            &AllgatherOptions {
+                timeout: None,
+                async_op,
+            },
+        )?;
         self.launched(&pg, w, async_op)
     }
 
@@ -311,21 +463,51 @@ impl World {
     /// # Errors
     /// "Argument ``gather_list`` must be specified on destination rank." / "... must NOT be
     /// specified on non-destination ranks."; "tensors with different dtypes"; backend errors.
-    pub fn gather(&self, tensor: &Tensor, gather_list: Option<&[Tensor]>, dst: Option<usize>, group: Option<&GroupMember>, async_op: bool, group_dst: Option<usize>) -> Result<Option<Work>> {
+    pub fn gather(
+        &self,
+        tensor: &Tensor,
+        gather_list: Option<&[Tensor]>,
+        dst: Option<usize>,
+        group: Option<&GroupMember>,
+        async_op: bool,
+        group_dst: Option<usize>,
+    ) -> Result<Option<Work>> {
         let gl = gather_list.unwrap_or(&[]);
         ensure_same_dtype([tensor].into_iter().chain(gl))?;
-        let Some(pg) = self.op_group(group, "gather")? else { return Ok(None) };
-        let dst = if dst.is_none() && group_dst.is_none() { Some(0) } else { dst };
+        let Some(pg) = self.op_group(group, "gather")? else {
+            return Ok(None);
+        };
+        let dst = if dst.is_none() && group_dst.is_none() {
+            Some(0)
+        } else {
+            dst
+        };
         let root = self.group_rank_of(&pg, dst, group_dst)?;
         let me = pg.rank();
         if root == me && gl.is_empty() {
-            return Err(DistError::invalid("Argument ``gather_list`` must be specified on destination rank."));
+            return Err(DistError::invalid(
+                "Argument ``gather_list`` must be specified on destination rank.",
+            ));
         }
         if root != me && !gl.is_empty() {
-            return Err(DistError::invalid("Argument ``gather_list`` must NOT be specified on non-destination ranks."));
+            return Err(DistError::invalid(
+                "Argument ``gather_list`` must NOT be specified on non-destination ranks.",
+            ));
         }
-        let outputs = if root == me { vec![gl.to_vec()] } else { Vec::new() };
-        let w = pg.gather(&outputs, std::slice::from_ref(tensor), &GatherOptions { root_rank: root, timeout: None, async_op })?;
+        let outputs = if root == me {
+            vec![gl.to_vec()]
+        } else {
+            Vec::new()
+        };
+        let w = pg.gather(
+            &outputs,
+            std::slice::from_ref(tensor),
+            &GatherOptions {
+                root_rank: root,
+                timeout: None,
+                async_op,
+            },
+        )?;
         self.launched(&pg, w, async_op)
     }
 
@@ -336,12 +518,28 @@ impl World {
     /// # Errors
     /// "gather_tensor must be specified on the destination rank"; a wrongly sized
     /// `gather_tensor`; "tensors with different dtypes"; backend errors.
-    pub fn gather_single(&self, tensor: &Tensor, gather_tensor: Option<&Tensor>, dst: Option<usize>, group: Option<&GroupMember>, async_op: bool, group_dst: Option<usize>) -> Result<Option<Work>> {
-        let Some(pg) = self.op_group(group, "gather_single")? else { return Ok(None) };
-        let dst = if dst.is_none() && group_dst.is_none() { Some(0) } else { dst };
+    pub fn gather_single(
+        &self,
+        tensor: &Tensor,
+        gather_tensor: Option<&Tensor>,
+        dst: Option<usize>,
+        group: Option<&GroupMember>,
+        async_op: bool,
+        group_dst: Option<usize>,
+    ) -> Result<Option<Work>> {
+        let Some(pg) = self.op_group(group, "gather_single")? else {
+            return Ok(None);
+        };
+        let dst = if dst.is_none() && group_dst.is_none() {
+            Some(0)
+        } else {
+            dst
+        };
         let root = self.group_rank_of(&pg, dst, group_dst)?;
         let outputs = if root == pg.rank() {
-            let g = gather_tensor.ok_or_else(|| DistError::invalid("gather_tensor must be specified on the destination rank"))?;
+            let g = gather_tensor.ok_or_else(|| {
+                DistError::invalid("gather_tensor must be specified on the destination rank")
+            })?;
             ensure_same_dtype([tensor, g])?;
             let n = pg.size();
             if g.numel() != n * tensor.numel() {
@@ -352,11 +550,22 @@ impl World {
                 )));
             }
             let views = g.reshape(&[g.numel()])?.chunk(n)?;
-            vec![views.iter().map(|v| v.reshape(tensor.shape())).collect::<Result<Vec<_>>>()?]
+            vec![views
+                .iter()
+                .map(|v| v.reshape(tensor.shape()))
+                .collect::<Result<Vec<_>>>()?]
         } else {
             Vec::new()
         };
-        let w = pg.gather(&outputs, std::slice::from_ref(tensor), &GatherOptions { root_rank: root, timeout: None, async_op })?;
+        let w = pg.gather(
+            &outputs,
+            std::slice::from_ref(tensor),
+            &GatherOptions {
+                root_rank: root,
+                timeout: None,
+                async_op,
+            },
+        )?;
         self.launched(&pg, w, async_op)
     }
 
@@ -364,7 +573,15 @@ impl World {
     ///
     /// # Errors
     /// As [`World::gather_single`].
-    pub fn gather_into_tensor(&self, tensor: &Tensor, gather_tensor: Option<&Tensor>, dst: Option<usize>, group: Option<&GroupMember>, async_op: bool, group_dst: Option<usize>) -> Result<Option<Work>> {
+    pub fn gather_into_tensor(
+        &self,
+        tensor: &Tensor,
+        gather_tensor: Option<&Tensor>,
+        dst: Option<usize>,
+        group: Option<&GroupMember>,
+        async_op: bool,
+        group_dst: Option<usize>,
+    ) -> Result<Option<Work>> {
         self.gather_single(tensor, gather_tensor, dst, group, async_op, group_dst)
     }
 
@@ -373,7 +590,13 @@ impl World {
     ///
     /// # Errors
     /// As [`World::all_gather_into_tensor`].
-    pub fn all_gather_single(&self, output: &Tensor, input: &Tensor, group: Option<&GroupMember>, async_op: bool) -> Result<Option<Work>> {
+    pub fn all_gather_single(
+        &self,
+        output: &Tensor,
+        input: &Tensor,
+        group: Option<&GroupMember>,
+        async_op: bool,
+    ) -> Result<Option<Work>> {
         self.all_gather_into_tensor(output, input, group, async_op)
     }
 
@@ -382,7 +605,14 @@ impl World {
     ///
     /// # Errors
     /// As [`World::reduce_scatter_tensor`].
-    pub fn reduce_scatter_single(&self, output: &Tensor, input: &Tensor, op: ReduceOp, group: Option<&GroupMember>, async_op: bool) -> Result<Option<Work>> {
+    pub fn reduce_scatter_single(
+        &self,
+        output: &Tensor,
+        input: &Tensor,
+        op: ReduceOp,
+        group: Option<&GroupMember>,
+        async_op: bool,
+    ) -> Result<Option<Work>> {
         self.reduce_scatter_tensor(output, input, op, group, async_op)
     }
 
@@ -392,25 +622,51 @@ impl World {
     /// "Argument ``scatter_list`` must be specified on source rank." / "Argument
     /// ``scatter_list`` must NOT be specified on non-source ranks."; "tensors with different
     /// dtypes"; backend errors.
-    pub fn scatter(&self, tensor: &Tensor, scatter_list: Option<&[Tensor]>, src: Option<usize>, group: Option<&GroupMember>, async_op: bool, group_src: Option<usize>) -> Result<Option<Work>> {
+    pub fn scatter(
+        &self,
+        tensor: &Tensor,
+        scatter_list: Option<&[Tensor]>,
+        src: Option<usize>,
+        group: Option<&GroupMember>,
+        async_op: bool,
+        group_src: Option<usize>,
+    ) -> Result<Option<Work>> {
         let sl = scatter_list.unwrap_or(&[]);
         ensure_same_dtype([tensor].into_iter().chain(sl))?;
-        let Some(pg) = self.op_group(group, "scatter")? else { return Ok(None) };
-        let src = if src.is_none() && group_src.is_none() { Some(0) } else { src };
+        let Some(pg) = self.op_group(group, "scatter")? else {
+            return Ok(None);
+        };
+        let src = if src.is_none() && group_src.is_none() {
+            Some(0)
+        } else {
+            src
+        };
         let root = self.group_rank_of(&pg, src, group_src)?;
         let me = pg.rank();
         let inputs = if root == me {
             if sl.is_empty() {
-                return Err(DistError::invalid("Argument ``scatter_list`` must be specified on source rank."));
+                return Err(DistError::invalid(
+                    "Argument ``scatter_list`` must be specified on source rank.",
+                ));
             }
             vec![sl.to_vec()]
         } else {
             if !sl.is_empty() {
-                return Err(DistError::invalid("Argument ``scatter_list`` must NOT be specified on non-source ranks."));
+                return Err(DistError::invalid(
+                    "Argument ``scatter_list`` must NOT be specified on non-source ranks.",
+                ));
             }
             Vec::new()
         };
-        let w = pg.scatter(std::slice::from_ref(tensor), &inputs, &ScatterOptions { root_rank: root, timeout: None, async_op })?;
+        let w = pg.scatter(
+            std::slice::from_ref(tensor),
+            &inputs,
+            &ScatterOptions {
+                root_rank: root,
+                timeout: None,
+                async_op,
+            },
+        )?;
         self.launched(&pg, w, async_op)
     }
 
@@ -419,10 +675,23 @@ impl World {
     ///
     /// # Errors
     /// "tensors with different dtypes"; backend errors.
-    pub fn reduce_scatter(&self, output: &Tensor, input_list: &[Tensor], op: ReduceOp, group: Option<&GroupMember>, async_op: bool) -> Result<Option<Work>> {
+    pub fn reduce_scatter(
+        &self,
+        output: &Tensor,
+        input_list: &[Tensor],
+        op: ReduceOp,
+        group: Option<&GroupMember>,
+        async_op: bool,
+    ) -> Result<Option<Work>> {
         ensure_same_dtype([output].into_iter().chain(input_list))?;
-        let Some(pg) = self.op_group(group, "reduce_scatter")? else { return Ok(None) };
-        let opts = ReduceScatterOptions { reduce_op: op, timeout: None, async_op };
+        let Some(pg) = self.op_group(group, "reduce_scatter")? else {
+            return Ok(None);
+        };
+        let opts = ReduceScatterOptions {
+            reduce_op: op,
+            timeout: None,
+            async_op,
+        };
         let w = pg.reduce_scatter(std::slice::from_ref(output), &[input_list.to_vec()], &opts)?;
         self.launched(&pg, w, async_op)
     }
@@ -432,16 +701,33 @@ impl World {
     ///
     /// # Errors
     /// "tensors with different dtypes"; backend errors.
-    pub fn reduce_scatter_tensor(&self, output: &Tensor, input: &Tensor, op: ReduceOp, group: Option<&GroupMember>, async_op: bool) -> Result<Option<Work>> {
+    pub fn reduce_scatter_tensor(
+        &self,
+        output: &Tensor,
+        input: &Tensor,
+        op: ReduceOp,
+        group: Option<&GroupMember>,
+        async_op: bool,
+    ) -> Result<Option<Work>> {
         ensure_same_dtype([output, input])?;
-        let Some(pg) = self.op_group(group, "reduce_scatter_tensor")? else { return Ok(None) };
+        let Some(pg) = self.op_group(group, "reduce_scatter_tensor")? else {
+            return Ok(None);
+        };
         if self.coalescing_for(&pg) {
             if let Some(c) = self.lock().coalescing.as_mut() {
-                c.ops.push(CollOp::ReduceScatterTensor(output.clone(), input.clone(), op));
+                c.ops.push(CollOp::ReduceScatterTensor(
+                    output.clone(),
+                    input.clone(),
+                    op,
+                ));
             }
             return Ok(None);
         }
-        let opts = ReduceScatterOptions { reduce_op: op, timeout: None, async_op };
+        let opts = ReduceScatterOptions {
+            reduce_op: op,
+            timeout: None,
+            async_op,
+        };
         let w = pg.reduce_scatter_tensor(output, input, &opts)?;
         self.launched(&pg, w, async_op)
     }
@@ -451,10 +737,25 @@ impl World {
     ///
     /// # Errors
     /// "tensors with different dtypes"; backend errors.
-    pub fn all_to_all(&self, output_tensor_list: &[Tensor], input_tensor_list: &[Tensor], group: Option<&GroupMember>, async_op: bool) -> Result<Option<Work>> {
+    pub fn all_to_all(
+        &self,
+        output_tensor_list: &[Tensor],
+        input_tensor_list: &[Tensor],
+        group: Option<&GroupMember>,
+        async_op: bool,
+    ) -> Result<Option<Work>> {
         ensure_same_dtype(output_tensor_list.iter().chain(input_tensor_list))?;
-        let Some(pg) = self.op_group(group, "all_to_all")? else { return Ok(None) };
-        let w = pg.all_to_all(output_tensor_list, input_tensor_list, &AllToAllOptions { timeout: None, async_op })?;
+        let Some(pg) = self.op_group(group, "all_to_all")? else {
+            return Ok(None);
+        };
+        let w = pg.all_to_all(
+            output_tensor_list,
+            input_tensor_list,
+            &AllToAllOptions {
+                timeout: None,
+                async_op,
+            },
+        )?;
         self.launched(&pg, w, async_op)
     }
 
@@ -473,13 +774,18 @@ impl World {
         async_op: bool,
     ) -> Result<Option<Work>> {
         ensure_same_dtype([output, input])?;
-        let Some(pg) = self.op_group(group, "all_to_all_single")? else { return Ok(None) };
+        let Some(pg) = self.op_group(group, "all_to_all_single")? else {
+            return Ok(None);
+        };
         let w = pg.all_to_all_single(
             output,
             input,
             output_split_sizes.unwrap_or(&[]),
             input_split_sizes.unwrap_or(&[]),
-            &AllToAllOptions { timeout: None, async_op },
+            &AllToAllOptions {
+                timeout: None,
+                async_op,
+            },
         )?;
         self.launched(&pg, w, async_op)
     }
@@ -488,14 +794,26 @@ impl World {
     ///
     /// # Errors
     /// Not initialized; the barrier's failure (timeout, dead peer).
-    pub fn barrier(&self, group: Option<&GroupMember>, async_op: bool, device_ids: Option<&[u32]>) -> Result<Option<Work>> {
-        let Some(pg) = self.op_group(group, "barrier")? else { return Ok(None) };
+    pub fn barrier(
+        &self,
+        group: Option<&GroupMember>,
+        async_op: bool,
+        device_ids: Option<&[u32]>,
+    ) -> Result<Option<Work>> {
+        let Some(pg) = self.op_group(group, "barrier")? else {
+            return Ok(None);
+        };
         // PyTorch: the first of `device_ids`, else the group's bound device, else its default.
         let device = match device_ids.and_then(|d| d.first()) {
             Some(&i) => Some(c10d_core::Device::Cuda(i)),
             None => pg.bound_device_id(),
         };
-        let opts = BarrierOptions { device_ids: device_ids.map(|d| d.to_vec()).unwrap_or_default(), timeout: None, device, async_op };
+        let opts = BarrierOptions {
+            device_ids: device_ids.map(|d| d.to_vec()).unwrap_or_default(),
+            timeout: None,
+            device,
+            async_op,
+        };
         let w = pg.barrier(&opts)?;
         self.launched(&pg, w, async_op)
     }
@@ -509,16 +827,34 @@ impl World {
     /// Please check rank 0 logs for faulty rank." (others); no CPU backend → "monitored_barrier
     /// requires a group with a CPU-capable backend (e.g. GLOO).". A `None` timeout uses the
     /// group backend's timeout (PyTorch uses the 30-min default regardless of the group's).
-    pub fn monitored_barrier(&self, group: Option<&GroupMember>, timeout: Option<Duration>, wait_all_ranks: bool) -> Result<()> {
-        let Some(pg) = self.op_group(group, "monitored_barrier")? else { return Ok(()) };
+    pub fn monitored_barrier(
+        &self,
+        group: Option<&GroupMember>,
+        timeout: Option<Duration>,
+        wait_all_ranks: bool,
+    ) -> Result<()> {
+        let Some(pg) = self.op_group(group, "monitored_barrier")? else {
+            return Ok(());
+        };
         if pg.backend(c10d_core::DeviceType::Cpu).is_err() {
-            return Err(DistError::invalid("monitored_barrier requires a group with a CPU-capable backend (e.g. GLOO)."));
+            return Err(DistError::invalid(
+                "monitored_barrier requires a group with a CPU-capable backend (e.g. GLOO).",
+            ));
         }
-        let opts = BarrierOptions { timeout, ..Default::default() };
+        let opts = BarrierOptions {
+            timeout,
+            ..Default::default()
+        };
         pg.monitored_barrier(&opts, wait_all_ranks)
     }
 
-    fn p2p_peer(&self, pg: &ProcessGroup, global: Option<usize>, group_peer: Option<usize>, kind: &str) -> Result<usize> {
+    fn p2p_peer(
+        &self,
+        pg: &ProcessGroup,
+        global: Option<usize>,
+        group_peer: Option<usize>,
+        kind: &str,
+    ) -> Result<usize> {
         let peer = self.group_rank_of(pg, global, group_peer)?;
         if peer == pg.rank() {
             return Err(DistError::invalid(format!(
@@ -533,8 +869,17 @@ impl World {
     /// # Errors
     /// "Invalid destination rank: destination rank should not be the same as the rank of the
     /// current process."; both or neither of `dst`/`group_dst`; backend errors.
-    pub fn isend(&self, tensor: &Tensor, dst: Option<usize>, group: Option<&GroupMember>, tag: i64, group_dst: Option<usize>) -> Result<Option<Work>> {
-        let Some(pg) = self.op_group(group, "isend")? else { return Ok(None) };
+    pub fn isend(
+        &self,
+        tensor: &Tensor,
+        dst: Option<usize>,
+        group: Option<&GroupMember>,
+        tag: i64,
+        group_dst: Option<usize>,
+    ) -> Result<Option<Work>> {
+        let Some(pg) = self.op_group(group, "isend")? else {
+            return Ok(None);
+        };
         let peer = self.p2p_peer(&pg, dst, group_dst, "destination")?;
         let w = pg.send(std::slice::from_ref(tensor), peer, tag)?;
         self.record_work(&pg, &w);
@@ -545,7 +890,14 @@ impl World {
     ///
     /// # Errors
     /// As [`World::isend`] plus the op's failure.
-    pub fn send(&self, tensor: &Tensor, dst: Option<usize>, group: Option<&GroupMember>, tag: i64, group_dst: Option<usize>) -> Result<()> {
+    pub fn send(
+        &self,
+        tensor: &Tensor,
+        dst: Option<usize>,
+        group: Option<&GroupMember>,
+        tag: i64,
+        group_dst: Option<usize>,
+    ) -> Result<()> {
         if let Some(w) = self.isend(tensor, dst, group, tag, group_dst)? {
             w.wait()?;
         }
@@ -557,8 +909,17 @@ impl World {
     ///
     /// # Errors
     /// "Invalid source rank: ..."; both `src` and `group_src`; backend errors.
-    pub fn irecv(&self, tensor: &Tensor, src: Option<usize>, group: Option<&GroupMember>, tag: i64, group_src: Option<usize>) -> Result<Option<Work>> {
-        let Some(pg) = self.op_group(group, "irecv")? else { return Ok(None) };
+    pub fn irecv(
+        &self,
+        tensor: &Tensor,
+        src: Option<usize>,
+        group: Option<&GroupMember>,
+        tag: i64,
+        group_src: Option<usize>,
+    ) -> Result<Option<Work>> {
+        let Some(pg) = self.op_group(group, "irecv")? else {
+            return Ok(None);
+        };
         let w = if src.is_none() && group_src.is_none() {
             pg.recv_anysource(std::slice::from_ref(tensor), tag)?
         } else {
@@ -574,12 +935,25 @@ impl World {
     ///
     /// # Errors
     /// As [`World::irecv`] plus the op's failure.
-    pub fn recv(&self, tensor: &Tensor, src: Option<usize>, group: Option<&GroupMember>, tag: i64, group_src: Option<usize>) -> Result<i64> {
-        let Some(pg) = self.op_group(group, "recv")? else { return Ok(-1) };
-        let Some(w) = self.irecv(tensor, src, group, tag, group_src)? else { return Ok(-1) };
+    pub fn recv(
+        &self,
+        tensor: &Tensor,
+        src: Option<usize>,
+        group: Option<&GroupMember>,
+        tag: i64,
+        group_src: Option<usize>,
+    ) -> Result<i64> {
+        let Some(pg) = self.op_group(group, "recv")? else {
+            return Ok(-1);
+        };
+        let Some(w) = self.irecv(tensor, src, group, tag, group_src)? else {
+            return Ok(-1);
+        };
         w.wait()?;
         let group_src_rank = match (src, group_src) {
-            (None, None) => w.source_rank().ok_or_else(|| DistError::backend("recv from any source: backend did not report the source rank"))?,
+            (None, None) => w.source_rank().ok_or_else(|| {
+                DistError::backend("recv from any source: backend did not report the source rank")
+            })?,
             _ => self.group_rank_of(&pg, src, group_src)?,
         };
         Ok(self.get_global_rank(&pg, group_src_rank)? as i64)
@@ -598,16 +972,25 @@ impl World {
         if !p2p_op_list.iter().all(|p| p.group == first.group) {
             return Err(DistError::invalid("All ops need to use the same group."));
         }
-        let Some(pg) = self.op_group(first.group.as_ref(), "batch_isend_irecv")? else { return Ok(Vec::new()) };
-        let coalesce = pg.default_backend().map(|b| b.supports_coalescing()).unwrap_or(false);
+        let Some(pg) = self.op_group(first.group.as_ref(), "batch_isend_irecv")? else {
+            return Ok(Vec::new());
+        };
+        let coalesce = pg
+            .default_backend()
+            .map(|b| b.supports_coalescing())
+            .unwrap_or(false);
         if coalesce {
             pg.default_backend()?.start_coalescing()?;
         }
         let mut works = Vec::new();
         for p in p2p_op_list {
             let w = match p.op {
-                P2PKind::Isend => self.isend(&p.tensor, p.peer, p.group.as_ref(), p.tag, p.group_peer)?,
-                P2PKind::Irecv => self.irecv(&p.tensor, p.peer, p.group.as_ref(), p.tag, p.group_peer)?,
+                P2PKind::Isend => {
+                    self.isend(&p.tensor, p.peer, p.group.as_ref(), p.tag, p.group_peer)?
+                }
+                P2PKind::Irecv => {
+                    self.irecv(&p.tensor, p.peer, p.group.as_ref(), p.tag, p.group_peer)?
+                }
             };
             works.extend(w);
         }
@@ -629,24 +1012,41 @@ impl World {
     /// # Errors
     /// "Coalescing manager does not support fast-path coalescing of X, yet Y is still recorded in
     /// coalescing manager." for mixed recorded ops; a nested manager; `f`'s error; the ops' errors.
-    pub fn coalescing_manager<R>(&self, group: Option<&GroupMember>, async_ops: bool, f: impl FnOnce() -> Result<R>) -> Result<(R, CoalescingManager)> {
+    pub fn coalescing_manager<R>(
+        &self,
+        group: Option<&GroupMember>,
+        async_ops: bool,
+        f: impl FnOnce() -> Result<R>,
+    ) -> Result<(R, CoalescingManager)> {
         let Some(pg) = self.op_group(group, "coalescing_manager")? else {
             return Ok((f()?, CoalescingManager::default()));
         };
         {
             let mut st = self.lock();
             if st.coalescing.is_some() {
-                return Err(DistError::invalid("coalescing_manager: a coalescing block is already open in this World"));
+                return Err(DistError::invalid(
+                    "coalescing_manager: a coalescing block is already open in this World",
+                ));
             }
-            st.coalescing = Some(CoalescingState { pg: pg.clone(), ops: Vec::new(), works: Vec::new() });
+            st.coalescing = Some(CoalescingState {
+                pg: pg.clone(),
+                ops: Vec::new(),
+                works: Vec::new(),
+            });
         }
         let r = f();
         let state = self.lock().coalescing.take();
         let r = r?;
-        let Some(state) = state else { return Ok((r, CoalescingManager::default())) };
+        let Some(state) = state else {
+            return Ok((r, CoalescingManager::default()));
+        };
         let mut works = state.works;
         if let Some(op0) = state.ops.first() {
-            if let Some(bad) = state.ops.iter().find(|o| std::mem::discriminant(*o) != std::mem::discriminant(op0)) {
+            if let Some(bad) = state
+                .ops
+                .iter()
+                .find(|o| std::mem::discriminant(*o) != std::mem::discriminant(op0))
+            {
                 return Err(DistError::invalid(format!(
                     "Coalescing manager does not support fast-path coalescing of {}, yet {} is still recorded in coalescing manager.",
                     op0.name(),
@@ -664,7 +1064,14 @@ impl World {
                             ts.push(t.clone());
                         }
                     }
-                    pg.all_reduce_coalesced(&ts, &AllreduceOptions { reduce_op: *op, timeout: None, async_op: async_ops })
+                    pg.all_reduce_coalesced(
+                        &ts,
+                        &AllreduceOptions {
+                            reduce_op: *op,
+                            timeout: None,
+                            async_op: async_ops,
+                        },
+                    )
                 }
                 CollOp::AllGatherIntoTensor(..) => {
                     let (mut outs, mut ins) = (Vec::new(), Vec::new());
@@ -674,7 +1081,14 @@ impl World {
                             ins.push(inp.clone());
                         }
                     }
-                    pg.all_gather_into_tensor_coalesced(&outs, &ins, &AllgatherOptions { timeout: None, async_op: async_ops })
+                    pg.all_gather_into_tensor_coalesced(
+                        &outs,
+                        &ins,
+                        &AllgatherOptions {
+                            timeout: None,
+                            async_op: async_ops,
+                        },
+                    )
                 }
                 CollOp::ReduceScatterTensor(_, _, op) => {
                     let (mut outs, mut ins) = (Vec::new(), Vec::new());
@@ -684,7 +1098,15 @@ impl World {
                             ins.push(inp.clone());
                         }
                     }
-                    pg.reduce_scatter_tensor_coalesced(&outs, &ins, &ReduceScatterOptions { reduce_op: *op, timeout: None, async_op: async_ops })
+                    pg.reduce_scatter_tensor_coalesced(
+                        &outs,
+                        &ins,
+                        &ReduceScatterOptions {
+                            reduce_op: *op,
+                            timeout: None,
+                            async_op: async_ops,
+                        },
+                    )
                 }
             };
             match fused {
@@ -694,11 +1116,31 @@ impl World {
                 Err(e) if e.kind() == c10d_core::ErrorKind::Unsupported => {
                     for o in &state.ops {
                         let w = match o {
-                            CollOp::AllReduce(t, op) => pg.all_reduce(std::slice::from_ref(t), &AllreduceOptions { reduce_op: *op, timeout: None, async_op: async_ops })?,
-                            CollOp::AllGatherIntoTensor(out, inp) => pg.all_gather_into_tensor(out, inp, &AllgatherOptions { timeout: None, async_op: async_ops })?,
-                            CollOp::ReduceScatterTensor(out, inp, op) => {
-                                pg.reduce_scatter_tensor(out, inp, &ReduceScatterOptions { reduce_op: *op, timeout: None, async_op: async_ops })?
-                            }
+                            CollOp::AllReduce(t, op) => pg.all_reduce(
+                                std::slice::from_ref(t),
+                                &AllreduceOptions {
+                                    reduce_op: *op,
+                                    timeout: None,
+                                    async_op: async_ops,
+                                },
+                            )?,
+                            CollOp::AllGatherIntoTensor(out, inp) => pg.all_gather_into_tensor(
+                                out,
+                                inp,
+                                &AllgatherOptions {
+                                    timeout: None,
+                                    async_op: async_ops,
+                                },
+                            )?,
+                            CollOp::ReduceScatterTensor(out, inp, op) => pg.reduce_scatter_tensor(
+                                out,
+                                inp,
+                                &ReduceScatterOptions {
+                                    reduce_op: *op,
+                                    timeout: None,
+                                    async_op: async_ops,
+                                },
+                            )?,
                         };
                         works.push(w);
                     }

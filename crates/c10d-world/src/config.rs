@@ -76,7 +76,8 @@ impl fmt::Debug for BackendCreateArgs {
 
 /// A backend constructor (`func` of `Backend.register_backend`). Returns `Ok(None)` when this
 /// rank should be treated as a non-member (PyTorch's creators may return `None`).
-pub type BackendCreator = Arc<dyn Fn(&BackendCreateArgs) -> Result<Option<Arc<dyn Backend>>> + Send + Sync>;
+pub type BackendCreator =
+    Arc<dyn Fn(&BackendCreateArgs) -> Result<Option<Arc<dyn Backend>>> + Send + Sync>;
 
 #[derive(Clone)]
 struct Plugin {
@@ -136,9 +137,16 @@ fn read() -> std::sync::RwLockReadGuard<'static, Registry> {
 ///
 /// With `extended_api == false` the creator receives only store, rank, size, timeout and device
 /// (other fields of [`BackendCreateArgs`] are empty), as PyTorch's plain creators do.
-pub fn register_backend(name: &str, creator: BackendCreator, devices: Option<&[&str]>, extended_api: bool) {
+pub fn register_backend(
+    name: &str,
+    creator: BackendCreator,
+    devices: Option<&[&str]>,
+    extended_api: bool,
+) {
     let name = name.to_ascii_lowercase();
-    let devices: Vec<String> = devices.map(|d| d.iter().map(|s| s.to_ascii_lowercase()).collect()).unwrap_or_else(|| vec!["cpu".to_string()]);
+    let devices: Vec<String> = devices
+        .map(|d| d.iter().map(|s| s.to_ascii_lowercase()).collect())
+        .unwrap_or_else(|| vec!["cpu".to_string()]);
     let mut r = registry().write().unwrap_or_else(|e| e.into_inner());
     r.capability.retain(|(n, _)| *n != name);
     r.capability.push((name.clone(), devices.clone()));
@@ -147,7 +155,14 @@ pub fn register_backend(name: &str, creator: BackendCreator, devices: Option<&[&
             r.default_device_backend.push((d.clone(), name.clone()));
         }
     }
-    r.plugins.insert(name, Plugin { creator, extended_api, available: true });
+    r.plugins.insert(
+        name,
+        Plugin {
+            creator,
+            extended_api,
+            available: true,
+        },
+    );
 }
 
 /// True when `name` is a registered backend whose creator can work in this build
@@ -156,7 +171,9 @@ pub fn register_backend(name: &str, creator: BackendCreator, devices: Option<&[&
 pub fn is_backend_available(name: &str) -> bool {
     let lower = name.to_ascii_lowercase();
     if lower.contains(':') {
-        return lower.split(',').all(|p| p.split(':').nth(1).is_some_and(is_backend_available));
+        return lower
+            .split(',')
+            .all(|p| p.split(':').nth(1).is_some_and(is_backend_available));
     }
     read().plugins.get(&lower).is_some_and(|p| p.available)
 }
@@ -182,7 +199,11 @@ pub fn get_default_backend_for_device(device: &str) -> Result<String> {
         .iter()
         .find(|(dev, _)| *dev == d)
         .map(|(_, b)| b.clone())
-        .ok_or_else(|| DistError::invalid(format!("Default backend not registered for device : {device}")))
+        .ok_or_else(|| {
+            DistError::invalid(format!(
+                "Default backend not registered for device : {device}"
+            ))
+        })
 }
 
 /// Normalises a backend name like `Backend(name)`: lower case.
@@ -227,7 +248,11 @@ impl BackendConfig {
             let b = get_default_backend_for_device("cpu")?;
             map.push(("cpu".into(), b));
         } else if !lower.contains(':') {
-            let caps = read().capability.iter().find(|(n, _)| *n == lower).map(|(_, d)| d.clone());
+            let caps = read()
+                .capability
+                .iter()
+                .find(|(n, _)| *n == lower)
+                .map(|(_, d)| d.clone());
             match caps {
                 Some(devs) => {
                     for d in devs {
@@ -256,7 +281,9 @@ impl BackendConfig {
                 map.push((device, name));
             }
         }
-        Ok(BackendConfig { device_backend_map: map })
+        Ok(BackendConfig {
+            device_backend_map: map,
+        })
     }
 
     /// The device → backend map (`get_device_backend_map`).
@@ -279,7 +306,11 @@ impl BackendConfig {
 impl fmt::Display for BackendConfig {
     /// `"cpu:gloo,cuda:nccl"` (PyTorch's `repr(BackendConfig)`).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let s: Vec<String> = self.device_backend_map.iter().map(|(d, b)| format!("{d}:{b}")).collect();
+        let s: Vec<String> = self
+            .device_backend_map
+            .iter()
+            .map(|(d, b)| format!("{d}:{b}"))
+            .collect();
         f.write_str(&s.join(","))
     }
 }
@@ -301,16 +332,44 @@ mod tests {
 
     #[test]
     fn parse_backend_strings() {
-        assert_eq!(BackendConfig::parse("gloo").unwrap().to_string(), "cpu:gloo,cuda:gloo");
-        assert_eq!(BackendConfig::parse("GLOO").unwrap().to_string(), "cpu:gloo,cuda:gloo");
-        assert_eq!(BackendConfig::parse("nccl").unwrap().to_string(), "cuda:nccl");
-        assert_eq!(BackendConfig::parse("cpu:gloo,cuda:nccl").unwrap().to_string(), "cpu:gloo,cuda:nccl");
-        assert_eq!(BackendConfig::parse("CPU:GLOO,CUDA:NCCL").unwrap().to_string(), "cpu:gloo,cuda:nccl");
-        assert_eq!(BackendConfig::parse("undefined").unwrap().to_string(), "cpu:gloo");
+        assert_eq!(
+            BackendConfig::parse("gloo").unwrap().to_string(),
+            "cpu:gloo,cuda:gloo"
+        );
+        assert_eq!(
+            BackendConfig::parse("GLOO").unwrap().to_string(),
+            "cpu:gloo,cuda:gloo"
+        );
+        assert_eq!(
+            BackendConfig::parse("nccl").unwrap().to_string(),
+            "cuda:nccl"
+        );
+        assert_eq!(
+            BackendConfig::parse("cpu:gloo,cuda:nccl")
+                .unwrap()
+                .to_string(),
+            "cpu:gloo,cuda:nccl"
+        );
+        assert_eq!(
+            BackendConfig::parse("CPU:GLOO,CUDA:NCCL")
+                .unwrap()
+                .to_string(),
+            "cpu:gloo,cuda:nccl"
+        );
+        assert_eq!(
+            BackendConfig::parse("undefined").unwrap().to_string(),
+            "cpu:gloo"
+        );
         let e = BackendConfig::parse("cpu:gloo,").unwrap_err();
-        assert!(e.to_string().contains("Invalid device:backend pairing"), "{e}");
+        assert!(
+            e.to_string().contains("Invalid device:backend pairing"),
+            "{e}"
+        );
         let e = BackendConfig::parse("cpu:gloo:x").unwrap_err();
-        assert!(e.to_string().contains("Invalid device:backend pairing"), "{e}");
+        assert!(
+            e.to_string().contains("Invalid device:backend pairing"),
+            "{e}"
+        );
         let e = BackendConfig::parse("cpu:gloo,cpu:nccl").unwrap_err();
         assert!(e.to_string().contains("Duplicate device type cpu"), "{e}");
         let e = BackendConfig::parse("bogus").unwrap_err();

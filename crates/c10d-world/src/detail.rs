@@ -18,9 +18,9 @@
 //! all-to-all, barrier and uneven all-gather/reduce-scatter lists. Point-to-point ops are not checked.
 
 use c10d_core::{
-    AllToAllOptions, AllgatherOptions, AllreduceCoalescedOptions, AllreduceOptions, Backend, BackendOptions, BarrierOptions,
-    BroadcastOptions, DType, DeviceType, DistError, GatherOptions, OpType, ReduceOptions, ReduceScatterOptions, Result,
-    ScatterOptions, Tensor, Work,
+    AllToAllOptions, AllgatherOptions, AllreduceCoalescedOptions, AllreduceOptions, Backend,
+    BackendOptions, BarrierOptions, BroadcastOptions, DType, DeviceType, DistError, GatherOptions,
+    OpType, ReduceOptions, ReduceScatterOptions, Result, ScatterOptions, Tensor, Work,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -65,7 +65,11 @@ impl CollectiveFingerPrint {
 
     /// Serialises to int64s: op, seq, count, dtypes, device types, then (len, dims...) per shape.
     pub fn serialize(&self) -> Vec<i64> {
-        let mut v = vec![op_code(self.op), self.sequence_number as i64, self.dtypes.len() as i64];
+        let mut v = vec![
+            op_code(self.op),
+            self.sequence_number as i64,
+            self.dtypes.len() as i64,
+        ];
         v.extend(self.dtypes.iter().map(|d| d.code() as i64));
         v.extend(self.device_types.iter().map(|d| *d as i64));
         for s in &self.shapes {
@@ -83,7 +87,10 @@ impl CollectiveFingerPrint {
         let bad = || DistError::backend(format!("malformed collective fingerprint {v:?}"));
         let mut it = v.iter().copied();
         let mut next = || it.next().ok_or_else(bad);
-        let op = u8::try_from(next()?).ok().and_then(OpType::from_code).ok_or_else(bad)?;
+        let op = u8::try_from(next()?)
+            .ok()
+            .and_then(OpType::from_code)
+            .ok_or_else(bad)?;
         let seq = next()? as u64;
         let n = next()? as usize;
         if n > v.len() {
@@ -95,7 +102,11 @@ impl CollectiveFingerPrint {
         }
         let mut device_types = Vec::with_capacity(n);
         for _ in 0..n {
-            device_types.push(if next()? == 0 { DeviceType::Cpu } else { DeviceType::Cuda });
+            device_types.push(if next()? == 0 {
+                DeviceType::Cpu
+            } else {
+                DeviceType::Cuda
+            });
         }
         let mut shapes = Vec::with_capacity(n);
         for _ in 0..n {
@@ -109,17 +120,32 @@ impl CollectiveFingerPrint {
             }
             shapes.push(s);
         }
-        Ok(CollectiveFingerPrint { op, sequence_number: seq, dtypes, device_types, shapes })
+        Ok(CollectiveFingerPrint {
+            op,
+            sequence_number: seq,
+            dtypes,
+            device_types,
+            shapes,
+        })
     }
 
     fn size_strs(&self) -> Vec<String> {
-        self.shapes.first().map(|s| s.iter().map(|x| x.to_string()).collect()).unwrap_or_default()
+        self.shapes
+            .first()
+            .map(|s| s.iter().map(|x| x.to_string()).collect())
+            .unwrap_or_default()
     }
     fn dtype_strs(&self) -> Vec<String> {
-        self.dtypes.iter().map(|d| d.torch_name().to_string()).collect()
+        self.dtypes
+            .iter()
+            .map(|d| d.torch_name().to_string())
+            .collect()
     }
     fn device_strs(&self) -> Vec<String> {
-        self.device_types.iter().map(|d| device_name(*d).to_string()).collect()
+        self.device_types
+            .iter()
+            .map(|d| device_name(*d).to_string())
+            .collect()
     }
 
     /// "Collectives differ in the following aspects: ..." text, `None` when nothing differs.
@@ -128,16 +154,27 @@ impl CollectiveFingerPrint {
         let mut s = String::from("Collectives differ in the following aspects: ");
         if other.sequence_number != self.sequence_number {
             found = true;
-            s.push_str(&format!("\t Sequence number: {}vs {}", self.sequence_number, other.sequence_number));
+            s.push_str(&format!(
+                "\t Sequence number: {}vs {}",
+                self.sequence_number, other.sequence_number
+            ));
         }
         if other.op != self.op {
             found = true;
-            s.push_str(&format!("  Op type: {}vs {}", self.op.name(), other.op.name()));
+            s.push_str(&format!(
+                "  Op type: {}vs {}",
+                self.op.name(),
+                other.op.name()
+            ));
         }
         let mut check = |arg: &str, other: Vec<String>, cur: Vec<String>| {
             if other != cur {
                 found = true;
-                s.push_str(&format!("  Tensor {arg}: {}vs {}", cur.join(", "), other.join(", ")));
+                s.push_str(&format!(
+                    "  Tensor {arg}: {}vs {}",
+                    cur.join(", "),
+                    other.join(", ")
+                ));
             }
         };
         check("Tensor shapes", other.size_strs(), self.size_strs());
@@ -150,7 +187,12 @@ impl CollectiveFingerPrint {
 impl std::fmt::Display for CollectiveFingerPrint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         if self.dtypes.is_empty() {
-            write!(f, "CollectiveFingerPrint(SequenceNumber={}OpType={})", self.sequence_number, self.op.name())
+            write!(
+                f,
+                "CollectiveFingerPrint(SequenceNumber={}OpType={})",
+                self.sequence_number,
+                self.op.name()
+            )
         } else {
             write!(
                 f,
@@ -189,9 +231,20 @@ impl DetailWrapper {
     fn allgather_i64(&self, data: Vec<i64>) -> Result<Vec<Vec<i64>>> {
         let n = self.helper.size();
         let input = Tensor::from_vec(data.clone());
-        let outs: Vec<Tensor> = (0..n).map(|_| Tensor::zeros(DType::I64, &[data.len()])).collect();
-        let opts = AllgatherOptions { timeout: Some(self.helper_timeout()), async_op: false };
-        self.helper.all_gather(std::slice::from_ref(&outs), std::slice::from_ref(&input), &opts)?.wait()?;
+        let outs: Vec<Tensor> = (0..n)
+            .map(|_| Tensor::zeros(DType::I64, &[data.len()]))
+            .collect();
+        let opts = AllgatherOptions {
+            timeout: Some(self.helper_timeout()),
+            async_op: false,
+        };
+        self.helper
+            .all_gather(
+                std::slice::from_ref(&outs),
+                std::slice::from_ref(&input),
+                &opts,
+            )?
+            .wait()?;
         outs.iter().map(|t| t.to_vec::<i64>()).collect()
     }
 
@@ -202,7 +255,10 @@ impl DetailWrapper {
     /// rank does not arrive; "Detected mismatch between collectives on ranks. ..." on a mismatch.
     pub fn run_collective_checks(&self, op: OpType, tensors: &[&Tensor]) -> Result<()> {
         let fp = CollectiveFingerPrint::new(op, tensors, self.inner.sequence_number());
-        let bopts = BarrierOptions { timeout: Some(self.helper_timeout()), ..Default::default() };
+        let bopts = BarrierOptions {
+            timeout: Some(self.helper_timeout()),
+            ..Default::default()
+        };
         self.helper.monitored_barrier(&bopts, true).map_err(|e| {
             e.map_message(|m| format!("ProcessGroupWrapper: Monitored Barrier encountered error running collective: {fp}. Error: \n{m}"))
         })?;
@@ -271,7 +327,11 @@ impl Backend for DetailWrapper {
         self.run_collective_checks(OpType::Allreduce, &tensors.iter().collect::<Vec<_>>())?;
         self.inner.all_reduce(tensors, opts)
     }
-    fn all_reduce_coalesced(&self, tensors: &[Tensor], opts: &AllreduceCoalescedOptions) -> Result<Work> {
+    fn all_reduce_coalesced(
+        &self,
+        tensors: &[Tensor],
+        opts: &AllreduceCoalescedOptions,
+    ) -> Result<Work> {
         self.run_collective_checks(OpType::AllreduceCoalesced, &[])?;
         self.inner.all_reduce_coalesced(tensors, opts)
     }
@@ -279,45 +339,100 @@ impl Backend for DetailWrapper {
         self.run_collective_checks(OpType::Reduce, &tensors.iter().collect::<Vec<_>>())?;
         self.inner.reduce(tensors, opts)
     }
-    fn all_gather(&self, outputs: &[Vec<Tensor>], inputs: &[Tensor], opts: &AllgatherOptions) -> Result<Work> {
+    fn all_gather(
+        &self,
+        outputs: &[Vec<Tensor>],
+        inputs: &[Tensor],
+        opts: &AllgatherOptions,
+    ) -> Result<Work> {
         let even = outputs.last().is_none_or(|o| same_size(o));
-        let ts: Vec<&Tensor> = if even { inputs.iter().collect() } else { Vec::new() };
+        let ts: Vec<&Tensor> = if even {
+            inputs.iter().collect()
+        } else {
+            Vec::new()
+        };
         self.run_collective_checks(OpType::Allgather, &ts)?;
         self.inner.all_gather(outputs, inputs, opts)
     }
-    fn all_gather_into_tensor(&self, output: &Tensor, input: &Tensor, opts: &AllgatherOptions) -> Result<Work> {
+    fn all_gather_into_tensor(
+        &self,
+        output: &Tensor,
+        input: &Tensor,
+        opts: &AllgatherOptions,
+    ) -> Result<Work> {
         self.run_collective_checks(OpType::AllgatherBase, &[input])?;
         self.inner.all_gather_into_tensor(output, input, opts)
     }
-    fn all_gather_coalesced(&self, outputs: &[Vec<Tensor>], inputs: &[Tensor], opts: &AllgatherOptions) -> Result<Work> {
+    fn all_gather_coalesced(
+        &self,
+        outputs: &[Vec<Tensor>],
+        inputs: &[Tensor],
+        opts: &AllgatherOptions,
+    ) -> Result<Work> {
         self.run_collective_checks(OpType::AllgatherCoalesced, &[])?;
         self.inner.all_gather_coalesced(outputs, inputs, opts)
     }
-    fn all_gather_into_tensor_coalesced(&self, outputs: &[Tensor], inputs: &[Tensor], opts: &AllgatherOptions) -> Result<Work> {
+    fn all_gather_into_tensor_coalesced(
+        &self,
+        outputs: &[Tensor],
+        inputs: &[Tensor],
+        opts: &AllgatherOptions,
+    ) -> Result<Work> {
         self.run_collective_checks(OpType::Coalesced, &[])?;
-        self.inner.all_gather_into_tensor_coalesced(outputs, inputs, opts)
+        self.inner
+            .all_gather_into_tensor_coalesced(outputs, inputs, opts)
     }
-    fn gather(&self, outputs: &[Vec<Tensor>], inputs: &[Tensor], opts: &GatherOptions) -> Result<Work> {
+    fn gather(
+        &self,
+        outputs: &[Vec<Tensor>],
+        inputs: &[Tensor],
+        opts: &GatherOptions,
+    ) -> Result<Work> {
         self.run_collective_checks(OpType::Gather, &inputs.iter().collect::<Vec<_>>())?;
         self.inner.gather(outputs, inputs, opts)
     }
-    fn scatter(&self, outputs: &[Tensor], inputs: &[Vec<Tensor>], opts: &ScatterOptions) -> Result<Work> {
+    fn scatter(
+        &self,
+        outputs: &[Tensor],
+        inputs: &[Vec<Tensor>],
+        opts: &ScatterOptions,
+    ) -> Result<Work> {
         self.run_collective_checks(OpType::Scatter, &outputs.iter().collect::<Vec<_>>())?;
         self.inner.scatter(outputs, inputs, opts)
     }
-    fn reduce_scatter(&self, outputs: &[Tensor], inputs: &[Vec<Tensor>], opts: &ReduceScatterOptions) -> Result<Work> {
+    fn reduce_scatter(
+        &self,
+        outputs: &[Tensor],
+        inputs: &[Vec<Tensor>],
+        opts: &ReduceScatterOptions,
+    ) -> Result<Work> {
         let even = inputs.last().is_none_or(|i| same_size(i));
-        let ts: Vec<&Tensor> = if even { outputs.iter().collect() } else { Vec::new() };
+        let ts: Vec<&Tensor> = if even {
+            outputs.iter().collect()
+        } else {
+            Vec::new()
+        };
         self.run_collective_checks(OpType::ReduceScatter, &ts)?;
         self.inner.reduce_scatter(outputs, inputs, opts)
     }
-    fn reduce_scatter_tensor(&self, output: &Tensor, input: &Tensor, opts: &ReduceScatterOptions) -> Result<Work> {
+    fn reduce_scatter_tensor(
+        &self,
+        output: &Tensor,
+        input: &Tensor,
+        opts: &ReduceScatterOptions,
+    ) -> Result<Work> {
         self.run_collective_checks(OpType::ReduceScatterBase, &[input, output])?;
         self.inner.reduce_scatter_tensor(output, input, opts)
     }
-    fn reduce_scatter_tensor_coalesced(&self, outputs: &[Tensor], inputs: &[Tensor], opts: &ReduceScatterOptions) -> Result<Work> {
+    fn reduce_scatter_tensor_coalesced(
+        &self,
+        outputs: &[Tensor],
+        inputs: &[Tensor],
+        opts: &ReduceScatterOptions,
+    ) -> Result<Work> {
         self.run_collective_checks(OpType::Coalesced, &[])?;
-        self.inner.reduce_scatter_tensor_coalesced(outputs, inputs, opts)
+        self.inner
+            .reduce_scatter_tensor_coalesced(outputs, inputs, opts)
     }
     fn all_to_all_single(
         &self,
@@ -328,9 +443,15 @@ impl Backend for DetailWrapper {
         opts: &AllToAllOptions,
     ) -> Result<Work> {
         self.run_collective_checks(OpType::AlltoallBase, &[])?;
-        self.inner.all_to_all_single(output, input, output_split_sizes, input_split_sizes, opts)
+        self.inner
+            .all_to_all_single(output, input, output_split_sizes, input_split_sizes, opts)
     }
-    fn all_to_all(&self, outputs: &[Tensor], inputs: &[Tensor], opts: &AllToAllOptions) -> Result<Work> {
+    fn all_to_all(
+        &self,
+        outputs: &[Tensor],
+        inputs: &[Tensor],
+        opts: &AllToAllOptions,
+    ) -> Result<Work> {
         self.run_collective_checks(OpType::Alltoall, &[])?;
         self.inner.all_to_all(outputs, inputs, opts)
     }
@@ -385,13 +506,19 @@ mod tests {
         let b = Tensor::from_vec(vec![1.0f64, 2.0, 3.0]);
         let fa = CollectiveFingerPrint::new(OpType::Allreduce, &[&a], 0);
         let fb = CollectiveFingerPrint::new(OpType::Broadcast, &[&b], 0);
-        assert_eq!(CollectiveFingerPrint::deserialize(&fa.serialize()).unwrap(), fa);
+        assert_eq!(
+            CollectiveFingerPrint::deserialize(&fa.serialize()).unwrap(),
+            fa
+        );
         assert_eq!(
             fa.to_string(),
             "CollectiveFingerPrint(SequenceNumber=0, OpType=ALLREDUCE, TensorShape=[2], TensorDtypes=Float, TensorDeviceTypes=CPU)"
         );
         let d = fa.diff(&fb).unwrap();
-        assert!(d.starts_with("Collectives differ in the following aspects: "), "{d}");
+        assert!(
+            d.starts_with("Collectives differ in the following aspects: "),
+            "{d}"
+        );
         assert!(d.contains("Op type: ALLREDUCEvs BROADCAST"), "{d}");
         assert!(d.contains("Tensor Tensor shapes: 2vs 3"), "{d}");
         assert!(d.contains("Tensor Tensor dtypes: Floatvs Double"), "{d}");

@@ -17,7 +17,11 @@ pub(crate) const GLOO_AVAILABLE: bool = true;
 /// Creator registered under `"gloo"`.
 pub(crate) fn create_gloo(args: &BackendCreateArgs) -> Result<Option<Arc<dyn Backend>>> {
     let base = args.backend_options("gloo");
-    let mut o = match args.pg_options.as_ref().and_then(|p| p.downcast_ref::<GlooOptions>()) {
+    let mut o = match args
+        .pg_options
+        .as_ref()
+        .and_then(|p| p.downcast_ref::<GlooOptions>())
+    {
         Some(g) => {
             let mut g = g.clone();
             g.timeout = base.timeout;
@@ -31,6 +35,7 @@ pub(crate) fn create_gloo(args: &BackendCreateArgs) -> Result<Option<Arc<dyn Bac
     if o.hostname_hint.is_none() {
         o.hostname_hint = args.hostname_hint.clone();
     }
-    let pg: Arc<dyn Backend> = ProcessGroupGloo::new(args.store.clone(), args.group_rank, args.group_size, o)?;
+    let pg: Arc<dyn Backend> =
+        ProcessGroupGloo::new(args.store.clone(), args.group_rank, args.group_size, o)?;
     Ok(Some(pg))
 }

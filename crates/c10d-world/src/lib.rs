@@ -52,13 +52,14 @@ pub mod world;
 
 pub use collectives::{CoalescingManager, P2PKind, P2POp};
 pub use config::{
-    default_timeout_for, get_default_backend_for_device, is_backend_available, is_gloo_available, is_nccl_available,
-    register_backend, BackendConfig, BackendCreateArgs, BackendCreator,
+    default_timeout_for, get_default_backend_for_device, is_backend_available, is_gloo_available,
+    is_nccl_available, register_backend, BackendConfig, BackendCreateArgs, BackendCreator,
 };
 pub use detail::{CollectiveFingerPrint, DetailWrapper};
 pub use world::{
-    get_node_local_rank, hash_ranks_to_str, EnvLookup, is_torchelastic_launched, store_based_barrier, GroupMember, GroupOptions, InitOptions,
-    PgOptions, SplitOptions, World, NON_GROUP_MEMBER_VALUE,
+    get_node_local_rank, hash_ranks_to_str, is_torchelastic_launched, store_based_barrier,
+    EnvLookup, GroupMember, GroupOptions, InitOptions, PgOptions, SplitOptions, World,
+    NON_GROUP_MEMBER_VALUE,
 };
 
 pub use c10d_core::{DebugLevel, ProcessGroup, ReduceOp, Tensor, Work};
@@ -106,28 +107,43 @@ pub fn new_group(ranks: Option<&[usize]>, opts: GroupOptions) -> Result<GroupMem
 ///
 /// # Errors
 /// See [`World::new_group_with_tag`].
-pub fn new_group_with_tag(ranks: Option<&[i64]>, opts: GroupOptions, pg_tag: Option<&str>) -> Result<GroupMember> {
+pub fn new_group_with_tag(
+    ranks: Option<&[i64]>,
+    opts: GroupOptions,
+    pg_tag: Option<&str>,
+) -> Result<GroupMember> {
     w().new_group_with_tag(ranks, opts, pg_tag)
 }
 /// [`World::new_subgroups`] on the global world.
 ///
 /// # Errors
 /// See [`World::new_subgroups`].
-pub fn new_subgroups(group_size: Option<usize>, group: Option<&ProcessGroup>, opts: GroupOptions) -> Result<(ProcessGroup, Vec<GroupMember>)> {
+pub fn new_subgroups(
+    group_size: Option<usize>,
+    group: Option<&ProcessGroup>,
+    opts: GroupOptions,
+) -> Result<(ProcessGroup, Vec<GroupMember>)> {
     w().new_subgroups(group_size, group, opts)
 }
 /// [`World::new_subgroups_by_enumeration`] on the global world.
 ///
 /// # Errors
 /// See [`World::new_subgroups_by_enumeration`].
-pub fn new_subgroups_by_enumeration(lists: &[Vec<i64>], opts: GroupOptions) -> Result<(Option<GroupMember>, Vec<GroupMember>)> {
+pub fn new_subgroups_by_enumeration(
+    lists: &[Vec<i64>],
+    opts: GroupOptions,
+) -> Result<(Option<GroupMember>, Vec<GroupMember>)> {
     w().new_subgroups_by_enumeration(lists, opts)
 }
 /// [`World::split_group`] on the global world.
 ///
 /// # Errors
 /// See [`World::split_group`].
-pub fn split_group(parent: Option<&ProcessGroup>, split_ranks: &[Vec<usize>], opts: SplitOptions) -> Result<GroupMember> {
+pub fn split_group(
+    parent: Option<&ProcessGroup>,
+    split_ranks: &[Vec<usize>],
+    opts: SplitOptions,
+) -> Result<GroupMember> {
     w().split_group(parent, split_ranks, opts)
 }
 /// [`World::get_rank`] on the global world (−1 on a non-member).
@@ -217,161 +233,301 @@ pub fn set_timeout(timeout: Duration, group: Option<&ProcessGroup>) -> Result<()
 ///
 /// # Errors
 /// See [`World::all_reduce`].
-pub fn all_reduce(tensor: &Tensor, op: ReduceOp, group: Option<&GroupMember>, async_op: bool) -> Result<Option<Work>> {
+pub fn all_reduce(
+    tensor: &Tensor,
+    op: ReduceOp,
+    group: Option<&GroupMember>,
+    async_op: bool,
+) -> Result<Option<Work>> {
     w().all_reduce(tensor, op, group, async_op)
 }
 /// [`World::all_reduce_coalesced`] on the global world.
 ///
 /// # Errors
 /// See [`World::all_reduce_coalesced`].
-pub fn all_reduce_coalesced(tensors: &[Tensor], op: ReduceOp, group: Option<&GroupMember>, async_op: bool) -> Result<Option<Work>> {
+pub fn all_reduce_coalesced(
+    tensors: &[Tensor],
+    op: ReduceOp,
+    group: Option<&GroupMember>,
+    async_op: bool,
+) -> Result<Option<Work>> {
     w().all_reduce_coalesced(tensors, op, group, async_op)
 }
 /// [`World::broadcast`] on the global world.
 ///
 /// # Errors
 /// See [`World::broadcast`].
-pub fn broadcast(tensor: &Tensor, src: Option<usize>, group: Option<&GroupMember>, async_op: bool, group_src: Option<usize>) -> Result<Option<Work>> {
+pub fn broadcast(
+    tensor: &Tensor,
+    src: Option<usize>,
+    group: Option<&GroupMember>,
+    async_op: bool,
+    group_src: Option<usize>,
+) -> Result<Option<Work>> {
     w().broadcast(tensor, src, group, async_op, group_src)
 }
 /// [`World::reduce`] on the global world.
 ///
 /// # Errors
 /// See [`World::reduce`].
-pub fn reduce(tensor: &Tensor, dst: Option<usize>, op: ReduceOp, group: Option<&GroupMember>, async_op: bool, group_dst: Option<usize>) -> Result<Option<Work>> {
+pub fn reduce(
+    tensor: &Tensor,
+    dst: Option<usize>,
+    op: ReduceOp,
+    group: Option<&GroupMember>,
+    async_op: bool,
+    group_dst: Option<usize>,
+) -> Result<Option<Work>> {
     w().reduce(tensor, dst, op, group, async_op, group_dst)
 }
 /// [`World::all_gather`] on the global world.
 ///
 /// # Errors
 /// See [`World::all_gather`].
-pub fn all_gather(tensor_list: &[Tensor], tensor: &Tensor, group: Option<&GroupMember>, async_op: bool) -> Result<Option<Work>> {
+pub fn all_gather(
+    tensor_list: &[Tensor],
+    tensor: &Tensor,
+    group: Option<&GroupMember>,
+    async_op: bool,
+) -> Result<Option<Work>> {
     w().all_gather(tensor_list, tensor, group, async_op)
 }
 /// [`World::all_gather_into_tensor`] on the global world.
 ///
 /// # Errors
 /// See [`World::all_gather_into_tensor`].
-pub fn all_gather_into_tensor(output: &Tensor, input: &Tensor, group: Option<&GroupMember>, async_op: bool) -> Result<Option<Work>> {
+pub fn all_gather_into_tensor(
+    output: &Tensor,
+    input: &Tensor,
+    group: Option<&GroupMember>,
+    async_op: bool,
+) -> Result<Option<Work>> {
     w().all_gather_into_tensor(output, input, group, async_op)
 }
 /// [`World::all_gather_coalesced`] on the global world.
 ///
 /// # Errors
 /// See [`World::all_gather_coalesced`].
-pub fn all_gather_coalesced(outputs: &[Vec<Tensor>], inputs: &[Tensor], group: Option<&GroupMember>, async_op: bool) -> Result<Option<Work>> {
+pub fn all_gather_coalesced(
+    outputs: &[Vec<Tensor>],
+    inputs: &[Tensor],
+    group: Option<&GroupMember>,
+    async_op: bool,
+) -> Result<Option<Work>> {
     w().all_gather_coalesced(outputs, inputs, group, async_op)
 }
 /// [`World::gather`] on the global world.
 ///
 /// # Errors
 /// See [`World::gather`].
-pub fn gather(tensor: &Tensor, gather_list: Option<&[Tensor]>, dst: Option<usize>, group: Option<&GroupMember>, async_op: bool, group_dst: Option<usize>) -> Result<Option<Work>> {
+pub fn gather(
+    tensor: &Tensor,
+    gather_list: Option<&[Tensor]>,
+    dst: Option<usize>,
+    group: Option<&GroupMember>,
+    async_op: bool,
+    group_dst: Option<usize>,
+) -> Result<Option<Work>> {
     w().gather(tensor, gather_list, dst, group, async_op, group_dst)
 }
 /// [`World::gather_single`] on the global world.
 ///
 /// # Errors
 /// See [`World::gather_single`].
-pub fn gather_single(tensor: &Tensor, gather_tensor: Option<&Tensor>, dst: Option<usize>, group: Option<&GroupMember>, async_op: bool, group_dst: Option<usize>) -> Result<Option<Work>> {
+pub fn gather_single(
+    tensor: &Tensor,
+    gather_tensor: Option<&Tensor>,
+    dst: Option<usize>,
+    group: Option<&GroupMember>,
+    async_op: bool,
+    group_dst: Option<usize>,
+) -> Result<Option<Work>> {
     w().gather_single(tensor, gather_tensor, dst, group, async_op, group_dst)
 }
 /// [`World::gather_into_tensor`] on the global world.
 ///
 /// # Errors
 /// See [`World::gather_single`].
-pub fn gather_into_tensor(tensor: &Tensor, gather_tensor: Option<&Tensor>, dst: Option<usize>, group: Option<&GroupMember>, async_op: bool, group_dst: Option<usize>) -> Result<Option<Work>> {
+pub fn gather_into_tensor(
+    tensor: &Tensor,
+    gather_tensor: Option<&Tensor>,
+    dst: Option<usize>,
+    group: Option<&GroupMember>,
+    async_op: bool,
+    group_dst: Option<usize>,
+) -> Result<Option<Work>> {
     w().gather_into_tensor(tensor, gather_tensor, dst, group, async_op, group_dst)
 }
 /// [`World::all_gather_single`] on the global world.
 ///
 /// # Errors
 /// See [`World::all_gather_into_tensor`].
-pub fn all_gather_single(output: &Tensor, input: &Tensor, group: Option<&GroupMember>, async_op: bool) -> Result<Option<Work>> {
+pub fn all_gather_single(
+    output: &Tensor,
+    input: &Tensor,
+    group: Option<&GroupMember>,
+    async_op: bool,
+) -> Result<Option<Work>> {
     w().all_gather_single(output, input, group, async_op)
 }
 /// [`World::reduce_scatter_single`] on the global world.
 ///
 /// # Errors
 /// See [`World::reduce_scatter_tensor`].
-pub fn reduce_scatter_single(output: &Tensor, input: &Tensor, op: ReduceOp, group: Option<&GroupMember>, async_op: bool) -> Result<Option<Work>> {
+pub fn reduce_scatter_single(
+    output: &Tensor,
+    input: &Tensor,
+    op: ReduceOp,
+    group: Option<&GroupMember>,
+    async_op: bool,
+) -> Result<Option<Work>> {
     w().reduce_scatter_single(output, input, op, group, async_op)
 }
 /// [`World::scatter`] on the global world.
 ///
 /// # Errors
 /// See [`World::scatter`].
-pub fn scatter(tensor: &Tensor, scatter_list: Option<&[Tensor]>, src: Option<usize>, group: Option<&GroupMember>, async_op: bool, group_src: Option<usize>) -> Result<Option<Work>> {
+pub fn scatter(
+    tensor: &Tensor,
+    scatter_list: Option<&[Tensor]>,
+    src: Option<usize>,
+    group: Option<&GroupMember>,
+    async_op: bool,
+    group_src: Option<usize>,
+) -> Result<Option<Work>> {
     w().scatter(tensor, scatter_list, src, group, async_op, group_src)
 }
 /// [`World::reduce_scatter`] on the global world.
 ///
 /// # Errors
 /// See [`World::reduce_scatter`].
-pub fn reduce_scatter(output: &Tensor, input_list: &[Tensor], op: ReduceOp, group: Option<&GroupMember>, async_op: bool) -> Result<Option<Work>> {
+pub fn reduce_scatter(
+    output: &Tensor,
+    input_list: &[Tensor],
+    op: ReduceOp,
+    group: Option<&GroupMember>,
+    async_op: bool,
+) -> Result<Option<Work>> {
     w().reduce_scatter(output, input_list, op, group, async_op)
 }
 /// [`World::reduce_scatter_tensor`] on the global world.
 ///
 /// # Errors
 /// See [`World::reduce_scatter_tensor`].
-pub fn reduce_scatter_tensor(output: &Tensor, input: &Tensor, op: ReduceOp, group: Option<&GroupMember>, async_op: bool) -> Result<Option<Work>> {
+pub fn reduce_scatter_tensor(
+    output: &Tensor,
+    input: &Tensor,
+    op: ReduceOp,
+    group: Option<&GroupMember>,
+    async_op: bool,
+) -> Result<Option<Work>> {
     w().reduce_scatter_tensor(output, input, op, group, async_op)
 }
 /// [`World::all_to_all`] on the global world.
 ///
 /// # Errors
 /// See [`World::all_to_all`].
-pub fn all_to_all(outputs: &[Tensor], inputs: &[Tensor], group: Option<&GroupMember>, async_op: bool) -> Result<Option<Work>> {
+pub fn all_to_all(
+    outputs: &[Tensor],
+    inputs: &[Tensor],
+    group: Option<&GroupMember>,
+    async_op: bool,
+) -> Result<Option<Work>> {
     w().all_to_all(outputs, inputs, group, async_op)
 }
 /// [`World::all_to_all_single`] on the global world.
 ///
 /// # Errors
 /// See [`World::all_to_all_single`].
-pub fn all_to_all_single(output: &Tensor, input: &Tensor, output_split_sizes: Option<&[usize]>, input_split_sizes: Option<&[usize]>, group: Option<&GroupMember>, async_op: bool) -> Result<Option<Work>> {
-    w().all_to_all_single(output, input, output_split_sizes, input_split_sizes, group, async_op)
+pub fn all_to_all_single(
+    output: &Tensor,
+    input: &Tensor,
+    output_split_sizes: Option<&[usize]>,
+    input_split_sizes: Option<&[usize]>,
+    group: Option<&GroupMember>,
+    async_op: bool,
+) -> Result<Option<Work>> {
+    w().all_to_all_single(
+        output,
+        input,
+        output_split_sizes,
+        input_split_sizes,
+        group,
+        async_op,
+    )
 }
 /// [`World::barrier`] on the global world.
 ///
 /// # Errors
 /// See [`World::barrier`].
-pub fn barrier(group: Option<&GroupMember>, async_op: bool, device_ids: Option<&[u32]>) -> Result<Option<Work>> {
+pub fn barrier(
+    group: Option<&GroupMember>,
+    async_op: bool,
+    device_ids: Option<&[u32]>,
+) -> Result<Option<Work>> {
     w().barrier(group, async_op, device_ids)
 }
 /// [`World::monitored_barrier`] on the global world.
 ///
 /// # Errors
 /// See [`World::monitored_barrier`].
-pub fn monitored_barrier(group: Option<&GroupMember>, timeout: Option<Duration>, wait_all_ranks: bool) -> Result<()> {
+pub fn monitored_barrier(
+    group: Option<&GroupMember>,
+    timeout: Option<Duration>,
+    wait_all_ranks: bool,
+) -> Result<()> {
     w().monitored_barrier(group, timeout, wait_all_ranks)
 }
 /// [`World::send`] on the global world.
 ///
 /// # Errors
 /// See [`World::send`].
-pub fn send(tensor: &Tensor, dst: Option<usize>, group: Option<&GroupMember>, tag: i64, group_dst: Option<usize>) -> Result<()> {
+pub fn send(
+    tensor: &Tensor,
+    dst: Option<usize>,
+    group: Option<&GroupMember>,
+    tag: i64,
+    group_dst: Option<usize>,
+) -> Result<()> {
     w().send(tensor, dst, group, tag, group_dst)
 }
 /// [`World::recv`] on the global world.
 ///
 /// # Errors
 /// See [`World::recv`].
-pub fn recv(tensor: &Tensor, src: Option<usize>, group: Option<&GroupMember>, tag: i64, group_src: Option<usize>) -> Result<i64> {
+pub fn recv(
+    tensor: &Tensor,
+    src: Option<usize>,
+    group: Option<&GroupMember>,
+    tag: i64,
+    group_src: Option<usize>,
+) -> Result<i64> {
     w().recv(tensor, src, group, tag, group_src)
 }
 /// [`World::isend`] on the global world.
 ///
 /// # Errors
 /// See [`World::isend`].
-pub fn isend(tensor: &Tensor, dst: Option<usize>, group: Option<&GroupMember>, tag: i64, group_dst: Option<usize>) -> Result<Option<Work>> {
+pub fn isend(
+    tensor: &Tensor,
+    dst: Option<usize>,
+    group: Option<&GroupMember>,
+    tag: i64,
+    group_dst: Option<usize>,
+) -> Result<Option<Work>> {
     w().isend(tensor, dst, group, tag, group_dst)
 }
 /// [`World::irecv`] on the global world.
 ///
 /// # Errors
 /// See [`World::irecv`].
-pub fn irecv(tensor: &Tensor, src: Option<usize>, group: Option<&GroupMember>, tag: i64, group_src: Option<usize>) -> Result<Option<Work>> {
+pub fn irecv(
+    tensor: &Tensor,
+    src: Option<usize>,
+    group: Option<&GroupMember>,
+    tag: i64,
+    group_src: Option<usize>,
+) -> Result<Option<Work>> {
     w().irecv(tensor, src, group, tag, group_src)
 }
 /// [`World::batch_isend_irecv`] on the global world.
@@ -385,7 +541,11 @@ pub fn batch_isend_irecv(ops: &[P2POp]) -> Result<Vec<Work>> {
 ///
 /// # Errors
 /// See [`World::coalescing_manager`].
-pub fn coalescing_manager<R>(group: Option<&GroupMember>, async_ops: bool, f: impl FnOnce() -> Result<R>) -> Result<(R, CoalescingManager)> {
+pub fn coalescing_manager<R>(
+    group: Option<&GroupMember>,
+    async_ops: bool,
+    f: impl FnOnce() -> Result<R>,
+) -> Result<(R, CoalescingManager)> {
     w().coalescing_manager(group, async_ops, f)
 }
 
@@ -393,41 +553,69 @@ pub fn coalescing_manager<R>(group: Option<&GroupMember>, async_ops: bool, f: im
 ///
 /// # Errors
 /// See [`World::all_gather_object`].
-pub fn all_gather_object<T: serde::Serialize + serde::de::DeserializeOwned>(obj: &T, group: Option<&GroupMember>) -> Result<Vec<T>> {
+pub fn all_gather_object<T: serde::Serialize + serde::de::DeserializeOwned>(
+    obj: &T,
+    group: Option<&GroupMember>,
+) -> Result<Vec<T>> {
     w().all_gather_object(obj, group)
 }
 /// [`World::gather_object`] on the global world.
 ///
 /// # Errors
 /// See [`World::gather_object`].
-pub fn gather_object<T: serde::Serialize + serde::de::DeserializeOwned>(obj: &T, dst: Option<usize>, group: Option<&GroupMember>, group_dst: Option<usize>) -> Result<Option<Vec<T>>> {
+pub fn gather_object<T: serde::Serialize + serde::de::DeserializeOwned>(
+    obj: &T,
+    dst: Option<usize>,
+    group: Option<&GroupMember>,
+    group_dst: Option<usize>,
+) -> Result<Option<Vec<T>>> {
     w().gather_object(obj, dst, group, group_dst)
 }
 /// [`World::broadcast_object_list`] on the global world.
 ///
 /// # Errors
 /// See [`World::broadcast_object_list`].
-pub fn broadcast_object_list<T: serde::Serialize + serde::de::DeserializeOwned>(objs: &mut [T], src: Option<usize>, group: Option<&GroupMember>, group_src: Option<usize>) -> Result<()> {
+pub fn broadcast_object_list<T: serde::Serialize + serde::de::DeserializeOwned>(
+    objs: &mut [T],
+    src: Option<usize>,
+    group: Option<&GroupMember>,
+    group_src: Option<usize>,
+) -> Result<()> {
     w().broadcast_object_list(objs, src, group, group_src)
 }
 /// [`World::scatter_object_list`] on the global world.
 ///
 /// # Errors
 /// See [`World::scatter_object_list`].
-pub fn scatter_object_list<T: serde::Serialize + serde::de::DeserializeOwned>(scatter_list: Option<&[T]>, src: Option<usize>, group: Option<&GroupMember>, group_src: Option<usize>) -> Result<Option<T>> {
+pub fn scatter_object_list<T: serde::Serialize + serde::de::DeserializeOwned>(
+    scatter_list: Option<&[T]>,
+    src: Option<usize>,
+    group: Option<&GroupMember>,
+    group_src: Option<usize>,
+) -> Result<Option<T>> {
     w().scatter_object_list(scatter_list, src, group, group_src)
 }
 /// [`World::send_object_list`] on the global world.
 ///
 /// # Errors
 /// See [`World::send_object_list`].
-pub fn send_object_list<T: serde::Serialize>(objs: &[T], dst: Option<usize>, group: Option<&GroupMember>, group_dst: Option<usize>) -> Result<()> {
+pub fn send_object_list<T: serde::Serialize>(
+    objs: &[T],
+    dst: Option<usize>,
+    group: Option<&GroupMember>,
+    group_dst: Option<usize>,
+) -> Result<()> {
     w().send_object_list(objs, dst, group, group_dst)
 }
 /// [`World::recv_object_list`] on the global world.
 ///
 /// # Errors
 /// See [`World::recv_object_list`].
-pub fn recv_object_list<T: serde::de::DeserializeOwned>(objs: &mut [T], src: Option<usize>, group: Option<&GroupMember>, group_src: Option<usize>) -> Result<i64> {
+pub fn recv_object_list<T: serde::de::DeserializeOwned>(
+    objs: &mut [T],
+    src: Option<usize>,
+    group: Option<&GroupMember>,
+    group_src: Option<usize>,
+) -> Result<i64> {
     w().recv_object_list(objs, src, group, group_src)
 }

@@ -18,11 +18,14 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 fn encode<T: Serialize>(obj: &T) -> Result<Vec<u8>> {
-    bincode::serialize(obj).map_err(|e| DistError::invalid(format!("object collective: cannot serialize object: {e}")))
+    bincode::serialize(obj)
+        .map_err(|e| DistError::invalid(format!("object collective: cannot serialize object: {e}")))
 }
 
 fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
-    bincode::deserialize(bytes).map_err(|e| DistError::invalid(format!("object collective: cannot deserialize object: {e}")))
+    bincode::deserialize(bytes).map_err(|e| {
+        DistError::invalid(format!("object collective: cannot deserialize object: {e}"))
+    })
 }
 
 fn padded(bytes: &[u8], len: usize) -> Tensor {
@@ -32,10 +35,21 @@ fn padded(bytes: &[u8], len: usize) -> Tensor {
 }
 
 impl World {
-    fn obj_root(&self, pg: &ProcessGroup, global: Option<usize>, group_rank: Option<usize>) -> Result<usize> {
-        let global = if global.is_none() && group_rank.is_none() { Some(0) } else { global };
+    fn obj_root(
+        &self,
+        pg: &ProcessGroup,
+        global: Option<usize>,
+        group_rank: Option<usize>,
+    ) -> Result<usize> {
+        let global = if global.is_none() && group_rank.is_none() {
+            Some(0)
+        } else {
+            global
+        };
         match (group_rank, global) {
-            (Some(_), Some(_)) => Err(DistError::invalid("Can't specify both group_rank and global_rank")),
+            (Some(_), Some(_)) => Err(DistError::invalid(
+                "Can't specify both group_rank and global_rank",
+            )),
             (Some(g), None) => Ok(g),
             (None, Some(r)) => self.get_group_rank(pg, r),
             (None, None) => Err(DistError::invalid("Must specify global_rank or group_rank")),
@@ -47,20 +61,32 @@ impl World {
     ///
     /// # Errors
     /// Serialization errors; the collectives' errors.
-    pub fn all_gather_object<T: Serialize + DeserializeOwned>(&self, obj: &T, group: Option<&GroupMember>) -> Result<Vec<T>> {
-        let Some(pg) = self.op_group(group, "all_gather_object")? else { return Ok(Vec::new()) };
+    pub fn all_gather_object<T: Serialize + DeserializeOwned>(
+        &self,
+        obj: &T,
+        group: Option<&GroupMember>,
+    ) -> Result<Vec<T>> {
+        let Some(pg) = self.op_group(group, "all_gather_object")? else {
+            return Ok(Vec::new());
+        };
         let g = GroupMember::Group(pg.clone());
         let n = pg.size();
         let bytes = encode(obj)?;
         let size = Tensor::from_vec(vec![bytes.len() as i64]);
         let sizes: Vec<Tensor> = (0..n).map(|_| Tensor::zeros(DType::I64, &[1])).collect();
         self.all_gather(&sizes, &size, Some(&g), false)?;
-        let sizes: Vec<usize> = sizes.iter().map(|t| t.to_vec::<i64>().map(|v| v[0] as usize)).collect::<Result<_>>()?;
+        let sizes: Vec<usize> = sizes
+            .iter()
+            .map(|t| t.to_vec::<i64>().map(|v| v[0] as usize))
+            .collect::<Result<_>>()?;
         let max = sizes.iter().copied().max().unwrap_or(0);
         let input = padded(&bytes, max);
         let outs: Vec<Tensor> = (0..n).map(|_| Tensor::zeros(DType::U8, &[max])).collect();
         self.all_gather(&outs, &input, Some(&g), false)?;
-        outs.iter().zip(&sizes).map(|(t, &s)| t.read(|b: &[u8]| decode(&b[..s]))?).collect()
+        outs.iter()
+            .zip(&sizes)
+            .map(|(t, &s)| t.read(|b: &[u8]| decode(&b[..s]))?)
+            .collect()
     }
 
     /// `gather_object(obj, object_gather_list, dst, group, group_dst)`: the root (default
@@ -68,8 +94,16 @@ impl World {
     ///
     /// # Errors
     /// As [`World::all_gather_object`]; root errors as [`World::gather`].
-    pub fn gather_object<T: Serialize + DeserializeOwned>(&self, obj: &T, dst: Option<usize>, group: Option<&GroupMember>, group_dst: Option<usize>) -> Result<Option<Vec<T>>> {
-        let Some(pg) = self.op_group(group, "gather_object")? else { return Ok(None) };
+    pub fn gather_object<T: Serialize + DeserializeOwned>(
+        &self,
+        obj: &T,
+        dst: Option<usize>,
+        group: Option<&GroupMember>,
+        group_dst: Option<usize>,
+    ) -> Result<Option<Vec<T>>> {
+        let Some(pg) = self.op_group(group, "gather_object")? else {
+            return Ok(None);
+        };
         let g = GroupMember::Group(pg.clone());
         let root = self.obj_root(&pg, dst, group_dst)?;
         let n = pg.size();
@@ -77,13 +111,20 @@ impl World {
         let size = Tensor::from_vec(vec![bytes.len() as i64]);
         let sizes: Vec<Tensor> = (0..n).map(|_| Tensor::zeros(DType::I64, &[1])).collect();
         self.all_gather(&sizes, &size, Some(&g), false)?;
-        let sizes: Vec<usize> = sizes.iter().map(|t| t.to_vec::<i64>().map(|v| v[0] as usize)).collect::<Result<_>>()?;
+        let sizes: Vec<usize> = sizes
+            .iter()
+            .map(|t| t.to_vec::<i64>().map(|v| v[0] as usize))
+            .collect::<Result<_>>()?;
         let max = sizes.iter().copied().max().unwrap_or(0);
         let input = padded(&bytes, max);
         if pg.rank() == root {
             let outs: Vec<Tensor> = (0..n).map(|_| Tensor::zeros(DType::U8, &[max])).collect();
             self.gather(&input, Some(&outs), None, Some(&g), false, Some(root))?;
-            let v = outs.iter().zip(&sizes).map(|(t, &s)| t.read(|b: &[u8]| decode(&b[..s]))?).collect::<Result<Vec<T>>>()?;
+            let v = outs
+                .iter()
+                .zip(&sizes)
+                .map(|(t, &s)| t.read(|b: &[u8]| decode(&b[..s]))?)
+                .collect::<Result<Vec<T>>>()?;
             Ok(Some(v))
         } else {
             self.gather(&input, None, None, Some(&g), false, Some(root))?;
@@ -96,21 +137,41 @@ impl World {
     ///
     /// # Errors
     /// As [`World::broadcast`]; "broadcast_object_list: ..." when lengths differ from the root's.
-    pub fn broadcast_object_list<T: Serialize + DeserializeOwned>(&self, objs: &mut [T], src: Option<usize>, group: Option<&GroupMember>, group_src: Option<usize>) -> Result<()> {
-        let Some(pg) = self.op_group(group, "broadcast_object_list")? else { return Ok(()) };
+    pub fn broadcast_object_list<T: Serialize + DeserializeOwned>(
+        &self,
+        objs: &mut [T],
+        src: Option<usize>,
+        group: Option<&GroupMember>,
+        group_src: Option<usize>,
+    ) -> Result<()> {
+        let Some(pg) = self.op_group(group, "broadcast_object_list")? else {
+            return Ok(());
+        };
         let g = GroupMember::Group(pg.clone());
         let root = self.obj_root(&pg, src, group_src)?;
         let me = pg.rank() == root;
-        let encoded: Vec<Vec<u8>> = if me { objs.iter().map(encode).collect::<Result<_>>()? } else { Vec::new() };
+        let encoded: Vec<Vec<u8>> = if me {
+            objs.iter().map(encode).collect::<Result<_>>()?
+        } else {
+            Vec::new()
+        };
         let sizes = if me {
             Tensor::from_vec(encoded.iter().map(|b| b.len() as i64).collect::<Vec<_>>())
         } else {
             Tensor::zeros(DType::I64, &[objs.len()])
         };
         self.broadcast(&sizes, None, Some(&g), false, Some(root))?;
-        let sizes: Vec<usize> = sizes.to_vec::<i64>()?.into_iter().map(|s| s as usize).collect();
+        let sizes: Vec<usize> = sizes
+            .to_vec::<i64>()?
+            .into_iter()
+            .map(|s| s as usize)
+            .collect();
         let total: usize = sizes.iter().sum();
-        let payload = if me { Tensor::from_vec(encoded.concat()) } else { Tensor::zeros(DType::U8, &[total]) };
+        let payload = if me {
+            Tensor::from_vec(encoded.concat())
+        } else {
+            Tensor::zeros(DType::U8, &[total])
+        };
         self.broadcast(&payload, None, Some(&g), false, Some(root))?;
         if !me {
             payload.read(|b: &[u8]| -> Result<()> {
@@ -131,25 +192,58 @@ impl World {
     /// # Errors
     /// "Argument ``scatter_list`` must be specified on source rank." and the other
     /// [`World::scatter`] errors; serialization errors.
-    pub fn scatter_object_list<T: Serialize + DeserializeOwned>(&self, scatter_list: Option<&[T]>, src: Option<usize>, group: Option<&GroupMember>, group_src: Option<usize>) -> Result<Option<T>> {
-        let Some(pg) = self.op_group(group, "scatter_object_list")? else { return Ok(None) };
+    pub fn scatter_object_list<T: Serialize + DeserializeOwned>(
+        &self,
+        scatter_list: Option<&[T]>,
+        src: Option<usize>,
+        group: Option<&GroupMember>,
+        group_src: Option<usize>,
+    ) -> Result<Option<T>> {
+        let Some(pg) = self.op_group(group, "scatter_object_list")? else {
+            return Ok(None);
+        };
         let g = GroupMember::Group(pg.clone());
         let root = self.obj_root(&pg, src, group_src)?;
         let me = pg.rank() == root;
         let encoded: Vec<Vec<u8>> = match (me, scatter_list) {
             (true, Some(l)) => l.iter().map(encode).collect::<Result<_>>()?,
-            (true, None) => return Err(DistError::invalid("Argument ``scatter_list`` must be specified on source rank.")),
+            (true, None) => {
+                return Err(DistError::invalid(
+                    "Argument ``scatter_list`` must be specified on source rank.",
+                ))
+            }
             (false, _) => Vec::new(),
         };
-        let max = Tensor::from_vec(vec![encoded.iter().map(|b| b.len() as i64).max().unwrap_or(0)]);
+        let max = Tensor::from_vec(vec![encoded
+            .iter()
+            .map(|b| b.len() as i64)
+            .max()
+            .unwrap_or(0)]);
         self.broadcast(&max, None, Some(&g), false, Some(root))?;
         let max = max.to_vec::<i64>()?[0] as usize;
         let out = Tensor::zeros(DType::U8, &[max]);
         let ins: Vec<Tensor> = encoded.iter().map(|b| padded(b, max)).collect();
-        self.scatter(&out, me.then_some(ins.as_slice()), None, Some(&g), false, Some(root))?;
+        self.scatter(
+            &out,
+            me.then_some(ins.as_slice()),
+            None,
+            Some(&g),
+            false,
+            Some(root),
+        )?;
         let size_out = Tensor::zeros(DType::I64, &[1]);
-        let size_ins: Vec<Tensor> = encoded.iter().map(|b| Tensor::from_vec(vec![b.len() as i64])).collect();
-        self.scatter(&size_out, me.then_some(size_ins.as_slice()), None, Some(&g), false, Some(root))?;
+        let size_ins: Vec<Tensor> = encoded
+            .iter()
+            .map(|b| Tensor::from_vec(vec![b.len() as i64]))
+            .collect();
+        self.scatter(
+            &size_out,
+            me.then_some(size_ins.as_slice()),
+            None,
+            Some(&g),
+            false,
+            Some(root),
+        )?;
         let s = size_out.to_vec::<i64>()?[0] as usize;
         Ok(Some(out.read(|b: &[u8]| decode(&b[..s.min(b.len())]))??))
     }
@@ -158,13 +252,27 @@ impl World {
     ///
     /// # Errors
     /// As [`World::send`]; serialization errors.
-    pub fn send_object_list<T: Serialize>(&self, objs: &[T], dst: Option<usize>, group: Option<&GroupMember>, group_dst: Option<usize>) -> Result<()> {
-        let Some(pg) = self.op_group(group, "send_object_list")? else { return Ok(()) };
+    pub fn send_object_list<T: Serialize>(
+        &self,
+        objs: &[T],
+        dst: Option<usize>,
+        group: Option<&GroupMember>,
+        group_dst: Option<usize>,
+    ) -> Result<()> {
+        let Some(pg) = self.op_group(group, "send_object_list")? else {
+            return Ok(());
+        };
         let g = GroupMember::Group(pg.clone());
         let encoded: Vec<Vec<u8>> = objs.iter().map(encode).collect::<Result<_>>()?;
         let sizes = Tensor::from_vec(encoded.iter().map(|b| b.len() as i64).collect::<Vec<_>>());
         self.send(&sizes, dst, Some(&g), 0, group_dst)?;
-        self.send(&Tensor::from_vec(encoded.concat()), dst, Some(&g), 0, group_dst)
+        self.send(
+            &Tensor::from_vec(encoded.concat()),
+            dst,
+            Some(&g),
+            0,
+            group_dst,
+        )
     }
 
     /// `recv_object_list(object_list, src, group, group_src)`: fills `objs` (same length as the
@@ -172,12 +280,24 @@ impl World {
     ///
     /// # Errors
     /// As [`World::recv`]; deserialization errors.
-    pub fn recv_object_list<T: DeserializeOwned>(&self, objs: &mut [T], src: Option<usize>, group: Option<&GroupMember>, group_src: Option<usize>) -> Result<i64> {
-        let Some(pg) = self.op_group(group, "recv_object_list")? else { return Ok(-1) };
+    pub fn recv_object_list<T: DeserializeOwned>(
+        &self,
+        objs: &mut [T],
+        src: Option<usize>,
+        group: Option<&GroupMember>,
+        group_src: Option<usize>,
+    ) -> Result<i64> {
+        let Some(pg) = self.op_group(group, "recv_object_list")? else {
+            return Ok(-1);
+        };
         let g = GroupMember::Group(pg.clone());
         let sizes = Tensor::zeros(DType::I64, &[objs.len()]);
         let sender = self.recv(&sizes, src, Some(&g), 0, group_src)?;
-        let sizes: Vec<usize> = sizes.to_vec::<i64>()?.into_iter().map(|s| s as usize).collect();
+        let sizes: Vec<usize> = sizes
+            .to_vec::<i64>()?
+            .into_iter()
+            .map(|s| s as usize)
+            .collect();
         let payload = Tensor::zeros(DType::U8, &[sizes.iter().sum()]);
         let from = self.get_group_rank(&pg, sender as usize)?;
         self.recv(&payload, None, Some(&g), 0, Some(from))?;

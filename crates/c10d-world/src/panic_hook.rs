@@ -23,7 +23,11 @@ pub(crate) fn install(rank: usize) {
         let prev = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
             let rank = THREAD_RANK.with(|r| r.get());
-            let rank = if rank >= 0 { rank } else { PROCESS_RANK.load(Ordering::SeqCst) };
+            let rank = if rank >= 0 {
+                rank
+            } else {
+                PROCESS_RANK.load(Ordering::SeqCst)
+            };
             if rank < 0 {
                 prev(info);
                 return;
@@ -45,7 +49,12 @@ fn format_panic(info: &std::panic::PanicHookInfo<'_>) -> String {
     let thread = std::thread::current();
     let name = thread.name().unwrap_or("<unnamed>");
     match info.location() {
-        Some(l) => format!("thread '{name}' panicked at {}:{}:{}:\n{msg}\n", l.file(), l.line(), l.column()),
+        Some(l) => format!(
+            "thread '{name}' panicked at {}:{}:{}:\n{msg}\n",
+            l.file(),
+            l.line(),
+            l.column()
+        ),
         None => format!("thread '{name}' panicked:\n{msg}\n"),
     }
 }

@@ -15,8 +15,9 @@
 use crate::config::BackendCreateArgs;
 use c10d_core::reduce::{finalize, prescale, reduce_into};
 use c10d_core::{
-    AllToAllOptions, AllgatherOptions, AllreduceOptions, Backend, BackendOptions, BarrierOptions, BroadcastOptions, DeviceType, DistError,
-    GatherOptions, OpType, ReduceOp, ReduceOptions, ReduceScatterOptions, Result, ScatterOptions, Tensor, Work,
+    AllToAllOptions, AllgatherOptions, AllreduceOptions, Backend, BackendOptions, BarrierOptions,
+    BroadcastOptions, DeviceType, DistError, GatherOptions, OpType, ReduceOp, ReduceOptions,
+    ReduceScatterOptions, Result, ScatterOptions, Tensor, Work,
 };
 use c10d_store::{PrefixStore, Store};
 use std::collections::HashMap;
@@ -43,9 +44,17 @@ impl StoreBackend {
     ///
     /// # Errors
     /// [`DistError::InvalidArgument`] when `rank >= size`.
-    pub fn new(store: Arc<dyn Store>, rank: usize, size: usize, timeout: Duration, name: &str) -> Result<Arc<StoreBackend>> {
+    pub fn new(
+        store: Arc<dyn Store>,
+        rank: usize,
+        size: usize,
+        timeout: Duration,
+        name: &str,
+    ) -> Result<Arc<StoreBackend>> {
         if rank >= size {
-            return Err(DistError::invalid(format!("StoreBackend: rank {rank} out of range for size {size}")));
+            return Err(DistError::invalid(format!(
+                "StoreBackend: rank {rank} out of range for size {size}"
+            )));
         }
         Ok(Arc::new(StoreBackend {
             store,
@@ -63,7 +72,8 @@ impl StoreBackend {
     /// A creator for [`crate::register_backend`]: `register_backend("store", StoreBackend::creator("store"), Some(&["cpu"]), false)`.
     pub fn creator(name: &'static str) -> crate::config::BackendCreator {
         Arc::new(move |a: &BackendCreateArgs| {
-            let b: Arc<dyn Backend> = StoreBackend::new(a.store.clone(), a.group_rank, a.group_size, a.timeout, name)?;
+            let b: Arc<dyn Backend> =
+                StoreBackend::new(a.store.clone(), a.group_rank, a.group_size, a.timeout, name)?;
             Ok(Some(b))
         })
     }
@@ -74,14 +84,25 @@ impl StoreBackend {
 
     fn begin(&self, op: OpType) -> Result<(u64, u64)> {
         if self.closed.load(Ordering::SeqCst) {
-            return Err(DistError::backend(format!("StoreBackend {}: {} on a shut down or aborted group", self.name, op.name())));
+            return Err(DistError::backend(format!(
+                "StoreBackend {}: {} on a shut down or aborted group",
+                self.name,
+                op.name()
+            )));
         }
         let seq = self.seq.fetch_add(1, Ordering::SeqCst);
         let cs = self.coll_seq.fetch_add(1, Ordering::SeqCst);
         Ok((seq, cs))
     }
 
-    fn get(&self, key: &str, timeout: Duration, op: OpType, seq: u64, peer: usize) -> Result<Vec<u8>> {
+    fn get(
+        &self,
+        key: &str,
+        timeout: Duration,
+        op: OpType,
+        seq: u64,
+        peer: usize,
+    ) -> Result<Vec<u8>> {
         self.store.wait_timeout(&[key], timeout).map_err(|e| {
             DistError::backend(format!(
                 "StoreBackend {} {} (seq {seq}) on rank {}: Timed out waiting {}ms for rank {peer}: {e}",
@@ -95,13 +116,24 @@ impl StoreBackend {
     }
 
     /// All ranks' blobs for collective `cs`.
-    fn exchange(&self, cs: u64, mine: &[u8], timeout: Duration, op: OpType, seq: u64) -> Result<Vec<Vec<u8>>> {
+    fn exchange(
+        &self,
+        cs: u64,
+        mine: &[u8],
+        timeout: Duration,
+        op: OpType,
+        seq: u64,
+    ) -> Result<Vec<Vec<u8>>> {
         let mut hdr = vec![op_tag(op)];
         hdr.extend_from_slice(mine);
         self.store.set(&format!("c{cs}/{}", self.rank), &hdr)?;
         let mut out = Vec::with_capacity(self.size);
         for r in 0..self.size {
-            let mut v = if r == self.rank { hdr.clone() } else { self.get(&format!("c{cs}/{r}"), timeout, op, seq, r)? };
+            let mut v = if r == self.rank {
+                hdr.clone()
+            } else {
+                self.get(&format!("c{cs}/{r}"), timeout, op, seq, r)?
+            };
             if v.first() != Some(&op_tag(op)) {
                 return Err(DistError::backend(format!(
                     "StoreBackend {}: rank {} runs {} (seq {seq}) but rank {r} runs another collective",
@@ -128,13 +160,23 @@ impl StoreBackend {
         Ok(v)
     }
 
-    fn reduce_blobs(&self, op: ReduceOp, dtype: c10d_core::DType, blobs: &[&[u8]]) -> Result<Vec<u8>> {
+    fn reduce_blobs(
+        &self,
+        op: ReduceOp,
+        dtype: c10d_core::DType,
+        blobs: &[&[u8]],
+    ) -> Result<Vec<u8>> {
         op.check_dtype(dtype)?;
         let mut acc = blobs[0].to_vec();
         prescale(op, dtype, &mut acc)?;
         for b in &blobs[1..] {
             if b.len() != acc.len() {
-                return Err(DistError::backend(format!("StoreBackend {}: ranks contributed different sizes ({} vs {} bytes)", self.name, acc.len(), b.len())));
+                return Err(DistError::backend(format!(
+                    "StoreBackend {}: ranks contributed different sizes ({} vs {} bytes)",
+                    self.name,
+                    acc.len(),
+                    b.len()
+                )));
             }
             let mut c = b.to_vec();
             prescale(op, dtype, &mut c)?;
@@ -148,7 +190,9 @@ impl StoreBackend {
         let mut off = 0;
         for t in ts {
             let n = t.nbytes();
-            let chunk = data.get(off..off + n).ok_or_else(|| DistError::backend("StoreBackend: peer contribution too short"))?;
+            let chunk = data
+                .get(off..off + n)
+                .ok_or_else(|| DistError::backend("StoreBackend: peer contribution too short"))?;
             t.write_bytes(|d| d.copy_from_slice(chunk))?;
             off += n;
         }
@@ -160,7 +204,12 @@ fn op_tag(op: OpType) -> u8 {
     op as u8
 }
 
-fn run<F: FnOnce() -> Result<()>>(op: OpType, seq: u64, outputs: Vec<Tensor>, f: F) -> Result<Work> {
+fn run<F: FnOnce() -> Result<()>>(
+    op: OpType,
+    seq: u64,
+    outputs: Vec<Tensor>,
+    f: F,
+) -> Result<Work> {
     StoreBackend::done(op, seq, f(), outputs)
 }
 
@@ -189,18 +238,27 @@ impl Backend for StoreBackend {
 
     fn broadcast(&self, tensors: &[Tensor], opts: &BroadcastOptions) -> Result<Work> {
         if opts.root_rank >= self.size {
-            return Err(DistError::invalid("StoreBackend::broadcast: invalid root rank"));
+            return Err(DistError::invalid(
+                "StoreBackend::broadcast: invalid root rank",
+            ));
         }
         if opts.root_tensor >= tensors.len() {
-            return Err(DistError::invalid("StoreBackend::broadcast: invalid root tensor"));
+            return Err(DistError::invalid(
+                "StoreBackend::broadcast: invalid root tensor",
+            ));
         }
         let (seq, cs) = self.begin(OpType::Broadcast)?;
         let to = self.to(opts.timeout);
         run(OpType::Broadcast, seq, tensors.to_vec(), || {
-            let mine = if self.rank == opts.root_rank { Self::bytes_of(&tensors[opts.root_tensor..=opts.root_tensor])? } else { Vec::new() };
+            let mine = if self.rank == opts.root_rank {
+                Self::bytes_of(&tensors[opts.root_tensor..=opts.root_tensor])?
+            } else {
+                Vec::new()
+            };
             let all = self.exchange(cs, &mine, to, OpType::Broadcast, seq)?;
             for t in tensors {
-                if self.rank != opts.root_rank || !t.shares_storage_with(&tensors[opts.root_tensor]) {
+                if self.rank != opts.root_rank || !t.shares_storage_with(&tensors[opts.root_tensor])
+                {
                     Self::write_concat(std::slice::from_ref(t), &all[opts.root_rank])?;
                 }
             }
@@ -210,7 +268,9 @@ impl Backend for StoreBackend {
 
     fn all_reduce(&self, tensors: &[Tensor], opts: &AllreduceOptions) -> Result<Work> {
         if tensors.is_empty() {
-            return Err(DistError::invalid("StoreBackend::allreduce: requires non-empty tensor list"));
+            return Err(DistError::invalid(
+                "StoreBackend::allreduce: requires non-empty tensor list",
+            ));
         }
         opts.reduce_op.check_dtype(tensors[0].dtype())?;
         let (seq, cs) = self.begin(OpType::Allreduce)?;
@@ -222,7 +282,10 @@ impl Backend for StoreBackend {
                 t.read_bytes(|b| mine.extend_from_slice(b))?;
             }
             let all = self.exchange(cs, &mine, to, OpType::Allreduce, seq)?;
-            let parts: Vec<&[u8]> = all.iter().flat_map(|b| b.chunks(n.max(1)).take(tensors.len())).collect();
+            let parts: Vec<&[u8]> = all
+                .iter()
+                .flat_map(|b| b.chunks(n.max(1)).take(tensors.len()))
+                .collect();
             let res = self.reduce_blobs(opts.reduce_op, tensors[0].dtype(), &parts)?;
             for t in tensors {
                 t.write_bytes(|d| d.copy_from_slice(&res))?;
@@ -238,7 +301,10 @@ impl Backend for StoreBackend {
             let mine = Self::bytes_of(tensors)?;
             let all = self.exchange(cs, &mine, to, OpType::AllreduceCoalesced, seq)?;
             let parts: Vec<&[u8]> = all.iter().map(|b| b.as_slice()).collect();
-            let dtype = tensors.first().map(|t| t.dtype()).unwrap_or(c10d_core::DType::F32);
+            let dtype = tensors
+                .first()
+                .map(|t| t.dtype())
+                .unwrap_or(c10d_core::DType::F32);
             let res = self.reduce_blobs(opts.reduce_op, dtype, &parts)?;
             Self::write_concat(tensors, &res)
         })
@@ -246,10 +312,14 @@ impl Backend for StoreBackend {
 
     fn reduce(&self, tensors: &[Tensor], opts: &ReduceOptions) -> Result<Work> {
         if tensors.len() != 1 {
-            return Err(DistError::invalid("StoreBackend::reduce: requires a single-element tensor list"));
+            return Err(DistError::invalid(
+                "StoreBackend::reduce: requires a single-element tensor list",
+            ));
         }
         if opts.root_rank >= self.size {
-            return Err(DistError::invalid("StoreBackend::reduce: invalid root rank"));
+            return Err(DistError::invalid(
+                "StoreBackend::reduce: invalid root rank",
+            ));
         }
         let (seq, cs) = self.begin(OpType::Reduce)?;
         let to = self.to(opts.timeout);
@@ -265,54 +335,102 @@ impl Backend for StoreBackend {
         })
     }
 
-    fn all_gather(&self, outputs: &[Vec<Tensor>], inputs: &[Tensor], opts: &AllgatherOptions) -> Result<Work> {
+    fn all_gather(
+        &self,
+        outputs: &[Vec<Tensor>],
+        inputs: &[Tensor],
+        opts: &AllgatherOptions,
+    ) -> Result<Work> {
         if inputs.is_empty() {
-            return Err(DistError::invalid("StoreBackend::allgather: requires non-empty input tensor list"));
+            return Err(DistError::invalid(
+                "StoreBackend::allgather: requires non-empty input tensor list",
+            ));
         }
         if outputs.len() != inputs.len() || outputs.iter().any(|o| o.len() != self.size) {
-            return Err(DistError::invalid("StoreBackend::allgather: invalid output tensor list"));
+            return Err(DistError::invalid(
+                "StoreBackend::allgather: invalid output tensor list",
+            ));
         }
         let (seq, cs) = self.begin(OpType::Allgather)?;
         let to = self.to(opts.timeout);
-        run(OpType::Allgather, seq, outputs.iter().flatten().cloned().collect(), || {
-            let mine = Self::bytes_of(inputs)?;
-            let all = self.exchange(cs, &mine, to, OpType::Allgather, seq)?;
-            for (r, blob) in all.iter().enumerate() {
-                let col: Vec<Tensor> = outputs.iter().map(|o| o[r].clone()).collect();
-                Self::write_concat(&col, blob)?;
-            }
-            Ok(())
-        })
+        run(
+            OpType::Allgather,
+            seq,
+            outputs.iter().flatten().cloned().collect(),
+            || {
+                let mine = Self::bytes_of(inputs)?;
+                let all = self.exchange(cs, &mine, to, OpType::Allgather, seq)?;
+                for (r, blob) in all.iter().enumerate() {
+                    let col: Vec<Tensor> = outputs.iter().map(|o| o[r].clone()).collect();
+                    Self::write_concat(&col, blob)?;
+                }
+                Ok(())
+            },
+        )
     }
 
-    fn all_gather_into_tensor(&self, output: &Tensor, input: &Tensor, opts: &AllgatherOptions) -> Result<Work> {
+    fn all_gather_into_tensor(
+        &self,
+        output: &Tensor,
+        input: &Tensor,
+        opts: &AllgatherOptions,
+    ) -> Result<Work> {
         if output.numel() != input.numel() * self.size || output.dtype() != input.dtype() {
             return Err(DistError::invalid("StoreBackend::_allgather_base: output tensor size must be equal to world_size times input tensor size"));
         }
         let (seq, cs) = self.begin(OpType::AllgatherBase)?;
         let to = self.to(opts.timeout);
         run(OpType::AllgatherBase, seq, vec![output.clone()], || {
-            let all = self.exchange(cs, &Self::bytes_of(std::slice::from_ref(input))?, to, OpType::AllgatherBase, seq)?;
+            let all = self.exchange(
+                cs,
+                &Self::bytes_of(std::slice::from_ref(input))?,
+                to,
+                OpType::AllgatherBase,
+                seq,
+            )?;
             Self::write_concat(std::slice::from_ref(output), &all.concat())
         })
     }
 
-    fn all_gather_coalesced(&self, outputs: &[Vec<Tensor>], inputs: &[Tensor], opts: &AllgatherOptions) -> Result<Work> {
+    fn all_gather_coalesced(
+        &self,
+        outputs: &[Vec<Tensor>],
+        inputs: &[Tensor],
+        opts: &AllgatherOptions,
+    ) -> Result<Work> {
         if outputs.len() != self.size {
-            return Err(DistError::invalid("StoreBackend::allgather_coalesced: output lists should be equal to world size"));
+            return Err(DistError::invalid(
+                "StoreBackend::allgather_coalesced: output lists should be equal to world size",
+            ));
         }
         let (seq, cs) = self.begin(OpType::AllgatherCoalesced)?;
         let to = self.to(opts.timeout);
-        run(OpType::AllgatherCoalesced, seq, outputs.iter().flatten().cloned().collect(), || {
-            let all = self.exchange(cs, &Self::bytes_of(inputs)?, to, OpType::AllgatherCoalesced, seq)?;
-            for (r, blob) in all.iter().enumerate() {
-                Self::write_concat(&outputs[r], blob)?;
-            }
-            Ok(())
-        })
+        run(
+            OpType::AllgatherCoalesced,
+            seq,
+            outputs.iter().flatten().cloned().collect(),
+            || {
+                let all = self.exchange(
+                    cs,
+                    &Self::bytes_of(inputs)?,
+                    to,
+                    OpType::AllgatherCoalesced,
+                    seq,
+                )?;
+                for (r, blob) in all.iter().enumerate() {
+                    Self::write_concat(&outputs[r], blob)?;
+                }
+                Ok(())
+            },
+        )
     }
 
-    fn all_gather_into_tensor_coalesced(&self, outputs: &[Tensor], inputs: &[Tensor], opts: &AllgatherOptions) -> Result<Work> {
+    fn all_gather_into_tensor_coalesced(
+        &self,
+        outputs: &[Tensor],
+        inputs: &[Tensor],
+        opts: &AllgatherOptions,
+    ) -> Result<Work> {
         let (seq, cs) = self.begin(OpType::Coalesced)?;
         let to = self.to(opts.timeout);
         run(OpType::Coalesced, seq, outputs.to_vec(), || {
@@ -329,13 +447,22 @@ impl Backend for StoreBackend {
         })
     }
 
-    fn gather(&self, outputs: &[Vec<Tensor>], inputs: &[Tensor], opts: &GatherOptions) -> Result<Work> {
+    fn gather(
+        &self,
+        outputs: &[Vec<Tensor>],
+        inputs: &[Tensor],
+        opts: &GatherOptions,
+    ) -> Result<Work> {
         if inputs.len() != 1 {
-            return Err(DistError::invalid("StoreBackend::gather: requires a single-element input tensor list"));
+            return Err(DistError::invalid(
+                "StoreBackend::gather: requires a single-element input tensor list",
+            ));
         }
         if self.rank == opts.root_rank {
             if outputs.len() != 1 {
-                return Err(DistError::invalid("StoreBackend::gather: requires a single-element output list"));
+                return Err(DistError::invalid(
+                    "StoreBackend::gather: requires a single-element output list",
+                ));
             }
             if outputs[0].len() != self.size {
                 return Err(DistError::invalid(format!(
@@ -345,28 +472,44 @@ impl Backend for StoreBackend {
                 )));
             }
         } else if !outputs.is_empty() {
-            return Err(DistError::invalid("StoreBackend::gather: requires empty output on non-root"));
+            return Err(DistError::invalid(
+                "StoreBackend::gather: requires empty output on non-root",
+            ));
         }
         let (seq, cs) = self.begin(OpType::Gather)?;
         let to = self.to(opts.timeout);
-        run(OpType::Gather, seq, outputs.iter().flatten().cloned().collect(), || {
-            let all = self.exchange(cs, &Self::bytes_of(inputs)?, to, OpType::Gather, seq)?;
-            if self.rank == opts.root_rank {
-                for (r, blob) in all.iter().enumerate() {
-                    Self::write_concat(std::slice::from_ref(&outputs[0][r]), blob)?;
+        run(
+            OpType::Gather,
+            seq,
+            outputs.iter().flatten().cloned().collect(),
+            || {
+                let all = self.exchange(cs, &Self::bytes_of(inputs)?, to, OpType::Gather, seq)?;
+                if self.rank == opts.root_rank {
+                    for (r, blob) in all.iter().enumerate() {
+                        Self::write_concat(std::slice::from_ref(&outputs[0][r]), blob)?;
+                    }
                 }
-            }
-            Ok(())
-        })
+                Ok(())
+            },
+        )
     }
 
-    fn scatter(&self, outputs: &[Tensor], inputs: &[Vec<Tensor>], opts: &ScatterOptions) -> Result<Work> {
+    fn scatter(
+        &self,
+        outputs: &[Tensor],
+        inputs: &[Vec<Tensor>],
+        opts: &ScatterOptions,
+    ) -> Result<Work> {
         if outputs.len() != 1 {
-            return Err(DistError::invalid("StoreBackend::scatter: requires a single-element output tensor list"));
+            return Err(DistError::invalid(
+                "StoreBackend::scatter: requires a single-element output tensor list",
+            ));
         }
         if self.rank == opts.root_rank {
             if inputs.len() != 1 {
-                return Err(DistError::invalid("StoreBackend::scatter: requires a single-element input list"));
+                return Err(DistError::invalid(
+                    "StoreBackend::scatter: requires a single-element input list",
+                ));
             }
             if inputs[0].len() != self.size {
                 return Err(DistError::invalid(format!(
@@ -376,28 +519,49 @@ impl Backend for StoreBackend {
                 )));
             }
         } else if !inputs.is_empty() {
-            return Err(DistError::invalid("StoreBackend::scatter: requires empty input on non-root"));
+            return Err(DistError::invalid(
+                "StoreBackend::scatter: requires empty input on non-root",
+            ));
         }
         let (seq, cs) = self.begin(OpType::Scatter)?;
         let to = self.to(opts.timeout);
         run(OpType::Scatter, seq, outputs.to_vec(), || {
-            let mine = if self.rank == opts.root_rank { Self::bytes_of(&inputs[0])? } else { Vec::new() };
+            let mine = if self.rank == opts.root_rank {
+                Self::bytes_of(&inputs[0])?
+            } else {
+                Vec::new()
+            };
             let all = self.exchange(cs, &mine, to, OpType::Scatter, seq)?;
             let n = outputs[0].nbytes();
             let root = &all[opts.root_rank];
-            let chunk = root.get(self.rank * n..(self.rank + 1) * n).ok_or_else(|| DistError::backend("StoreBackend::scatter: invalid tensor size"))?;
+            let chunk = root
+                .get(self.rank * n..(self.rank + 1) * n)
+                .ok_or_else(|| DistError::backend("StoreBackend::scatter: invalid tensor size"))?;
             Self::write_concat(outputs, chunk)
         })
     }
 
-    fn reduce_scatter(&self, outputs: &[Tensor], inputs: &[Vec<Tensor>], opts: &ReduceScatterOptions) -> Result<Work> {
+    fn reduce_scatter(
+        &self,
+        outputs: &[Tensor],
+        inputs: &[Vec<Tensor>],
+        opts: &ReduceScatterOptions,
+    ) -> Result<Work> {
         if outputs.len() != 1 || inputs.len() != 1 || inputs[0].len() != self.size {
-            return Err(DistError::invalid("StoreBackend::reduce_scatter: requires one output and world-size inputs"));
+            return Err(DistError::invalid(
+                "StoreBackend::reduce_scatter: requires one output and world-size inputs",
+            ));
         }
         let (seq, cs) = self.begin(OpType::ReduceScatter)?;
         let to = self.to(opts.timeout);
         run(OpType::ReduceScatter, seq, outputs.to_vec(), || {
-            let all = self.exchange(cs, &Self::bytes_of(&inputs[0])?, to, OpType::ReduceScatter, seq)?;
+            let all = self.exchange(
+                cs,
+                &Self::bytes_of(&inputs[0])?,
+                to,
+                OpType::ReduceScatter,
+                seq,
+            )?;
             let off: usize = inputs[0][..self.rank].iter().map(|t| t.nbytes()).sum();
             let n = inputs[0][self.rank].nbytes();
             let parts: Vec<&[u8]> = all.iter().map(|b| &b[off..off + n]).collect();
@@ -406,23 +570,47 @@ impl Backend for StoreBackend {
         })
     }
 
-    fn reduce_scatter_tensor(&self, output: &Tensor, input: &Tensor, opts: &ReduceScatterOptions) -> Result<Work> {
+    fn reduce_scatter_tensor(
+        &self,
+        output: &Tensor,
+        input: &Tensor,
+        opts: &ReduceScatterOptions,
+    ) -> Result<Work> {
         if input.numel() != output.numel() * self.size {
             return Err(DistError::invalid("StoreBackend::_reduce_scatter_base: input tensor must be the same size as output size times world size"));
         }
         let (seq, cs) = self.begin(OpType::ReduceScatterBase)?;
         let to = self.to(opts.timeout);
         run(OpType::ReduceScatterBase, seq, vec![output.clone()], || {
-            let all = self.exchange(cs, &Self::bytes_of(std::slice::from_ref(input))?, to, OpType::ReduceScatterBase, seq)?;
+            let all = self.exchange(
+                cs,
+                &Self::bytes_of(std::slice::from_ref(input))?,
+                to,
+                OpType::ReduceScatterBase,
+                seq,
+            )?;
             let n = output.nbytes();
-            let parts: Vec<&[u8]> = all.iter().map(|b| &b[self.rank * n..(self.rank + 1) * n]).collect();
+            let parts: Vec<&[u8]> = all
+                .iter()
+                .map(|b| &b[self.rank * n..(self.rank + 1) * n])
+                .collect();
             let res = self.reduce_blobs(opts.reduce_op, output.dtype(), &parts)?;
             Self::write_concat(std::slice::from_ref(output), &res)
         })
     }
 
-    fn reduce_scatter_tensor_coalesced(&self, outputs: &[Tensor], inputs: &[Tensor], opts: &ReduceScatterOptions) -> Result<Work> {
-        if outputs.len() != inputs.len() || outputs.iter().zip(inputs).any(|(o, i)| i.numel() != o.numel() * self.size || i.dtype() != o.dtype()) {
+    fn reduce_scatter_tensor_coalesced(
+        &self,
+        outputs: &[Tensor],
+        inputs: &[Tensor],
+        opts: &ReduceScatterOptions,
+    ) -> Result<Work> {
+        if outputs.len() != inputs.len()
+            || outputs
+                .iter()
+                .zip(inputs)
+                .any(|(o, i)| i.numel() != o.numel() * self.size || i.dtype() != o.dtype())
+        {
             return Err(DistError::invalid("StoreBackend::reduce_scatter_tensor_coalesced: each input must be world size times its output"));
         }
         let (seq, cs) = self.begin(OpType::Coalesced)?;
@@ -432,7 +620,10 @@ impl Backend for StoreBackend {
             let mut off = 0;
             for (out, inp) in outputs.iter().zip(inputs) {
                 let n = out.nbytes();
-                let parts: Vec<&[u8]> = all.iter().map(|b| &b[off + self.rank * n..off + (self.rank + 1) * n]).collect();
+                let parts: Vec<&[u8]> = all
+                    .iter()
+                    .map(|b| &b[off + self.rank * n..off + (self.rank + 1) * n])
+                    .collect();
                 let res = self.reduce_blobs(opts.reduce_op, out.dtype(), &parts)?;
                 Self::write_concat(std::slice::from_ref(out), &res)?;
                 off += inp.nbytes();
@@ -441,9 +632,16 @@ impl Backend for StoreBackend {
         })
     }
 
-    fn all_to_all(&self, outputs: &[Tensor], inputs: &[Tensor], opts: &AllToAllOptions) -> Result<Work> {
+    fn all_to_all(
+        &self,
+        outputs: &[Tensor],
+        inputs: &[Tensor],
+        opts: &AllToAllOptions,
+    ) -> Result<Work> {
         if inputs.len() != self.size || outputs.len() != self.size {
-            return Err(DistError::invalid("StoreBackend::alltoall: input/output tensor list size does not match world size"));
+            return Err(DistError::invalid(
+                "StoreBackend::alltoall: input/output tensor list size does not match world size",
+            ));
         }
         let (seq, cs) = self.begin(OpType::Alltoall)?;
         let to = self.to(opts.timeout);
@@ -452,20 +650,47 @@ impl Backend for StoreBackend {
             for (r, blob) in all.iter().enumerate() {
                 let n = outputs[r].nbytes();
                 let off = self.rank * n;
-                let chunk = blob.get(off..off + n).ok_or_else(|| DistError::backend("StoreBackend::alltoall: invalid tensor size"))?;
+                let chunk = blob.get(off..off + n).ok_or_else(|| {
+                    DistError::backend("StoreBackend::alltoall: invalid tensor size")
+                })?;
                 Self::write_concat(std::slice::from_ref(&outputs[r]), chunk)?;
             }
             Ok(())
         })
     }
 
-    fn all_to_all_single(&self, output: &Tensor, input: &Tensor, out_splits: &[usize], in_splits: &[usize], opts: &AllToAllOptions) -> Result<Work> {
-        let row = |t: &Tensor| if t.shape().is_empty() { t.dtype().size() } else { t.nbytes() / t.shape()[0].max(1) };
-        let equal = |t: &Tensor| -> Vec<usize> { vec![t.shape().first().copied().unwrap_or(1) / self.size; self.size] };
-        let ins = if in_splits.is_empty() { equal(input) } else { in_splits.to_vec() };
-        let outs = if out_splits.is_empty() { equal(output) } else { out_splits.to_vec() };
+    fn all_to_all_single(
+        &self,
+        output: &Tensor,
+        input: &Tensor,
+        out_splits: &[usize],
+        in_splits: &[usize],
+        opts: &AllToAllOptions,
+    ) -> Result<Work> {
+        let row = |t: &Tensor| {
+            if t.shape().is_empty() {
+                t.dtype().size()
+            } else {
+                t.nbytes() / t.shape()[0].max(1)
+            }
+        };
+        let equal = |t: &Tensor| -> Vec<usize> {
+            vec![t.shape().first().copied().unwrap_or(1) / self.size; self.size]
+        };
+        let ins = if in_splits.is_empty() {
+            equal(input)
+        } else {
+            in_splits.to_vec()
+        };
+        let outs = if out_splits.is_empty() {
+            equal(output)
+        } else {
+            out_splits.to_vec()
+        };
         if ins.len() != self.size || outs.len() != self.size {
-            return Err(DistError::invalid("StoreBackend::alltoall_base: split sizes must have world-size entries"));
+            return Err(DistError::invalid(
+                "StoreBackend::alltoall_base: split sizes must have world-size entries",
+            ));
         }
         let (seq, cs) = self.begin(OpType::AlltoallBase)?;
         let to = self.to(opts.timeout);
@@ -480,11 +705,17 @@ impl Backend for StoreBackend {
             let mut data = Vec::new();
             for (r, blob) in all.iter().enumerate() {
                 let (hdr, body) = blob.split_at(8 * self.size);
-                let sizes: Vec<usize> = hdr.chunks(8).map(|c| usize::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect();
+                let sizes: Vec<usize> = hdr
+                    .chunks(8)
+                    .map(|c| usize::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+                    .collect();
                 let off: usize = sizes[..self.rank].iter().sum();
                 let n = sizes[self.rank];
                 if n != outs[r] * rout {
-                    return Err(DistError::backend(format!("StoreBackend::alltoall_base: rank {r} sends {n} bytes, expected {}", outs[r] * rout)));
+                    return Err(DistError::backend(format!(
+                        "StoreBackend::alltoall_base: rank {r} sends {n} bytes, expected {}",
+                        outs[r] * rout
+                    )));
                 }
                 data.extend_from_slice(&body[off..off + n]);
             }
@@ -495,7 +726,9 @@ impl Backend for StoreBackend {
     fn barrier(&self, opts: &BarrierOptions) -> Result<Work> {
         let (seq, cs) = self.begin(OpType::Barrier)?;
         let to = self.to(opts.timeout);
-        run(OpType::Barrier, seq, Vec::new(), || self.exchange(cs, &[], to, OpType::Barrier, seq).map(|_| ()))
+        run(OpType::Barrier, seq, Vec::new(), || {
+            self.exchange(cs, &[], to, OpType::Barrier, seq).map(|_| ())
+        })
     }
 
     fn monitored_barrier(&self, opts: &BarrierOptions, wait_all_ranks: bool) -> Result<()> {
@@ -506,17 +739,26 @@ impl Backend for StoreBackend {
             let start = Instant::now();
             let mut failed = Vec::new();
             for r in 1..self.size {
-                let left = to.saturating_sub(start.elapsed()).max(Duration::from_millis(1));
+                let left = to
+                    .saturating_sub(start.elapsed())
+                    .max(Duration::from_millis(1));
                 if self.store.wait_timeout(&[key(r).as_str()], left).is_err() {
                     if !wait_all_ranks {
-                        return Err(DistError::backend(format!("Rank {r} failed to pass monitoredBarrier in {} ms", to.as_millis())));
+                        return Err(DistError::backend(format!(
+                            "Rank {r} failed to pass monitoredBarrier in {} ms",
+                            to.as_millis()
+                        )));
                     }
                     failed.push(r);
                 }
             }
             if !failed.is_empty() {
                 let list: Vec<String> = failed.iter().map(|r| r.to_string()).collect();
-                return Err(DistError::backend(format!("Ranks {} failed to pass monitoredBarrier in {} ms", list.join(", "), to.as_millis())));
+                return Err(DistError::backend(format!(
+                    "Ranks {} failed to pass monitoredBarrier in {} ms",
+                    list.join(", "),
+                    to.as_millis()
+                )));
             }
             self.store.set(&format!("mb{cs}/ack"), b"1")?;
             let _ = seq;
@@ -534,10 +776,14 @@ impl Backend for StoreBackend {
 
     fn send(&self, tensors: &[Tensor], dst: usize, tag: i64) -> Result<Work> {
         if dst >= self.size {
-            return Err(DistError::invalid(format!("StoreBackend::send: invalid destination rank {dst}")));
+            return Err(DistError::invalid(format!(
+                "StoreBackend::send: invalid destination rank {dst}"
+            )));
         }
         if self.closed.load(Ordering::SeqCst) {
-            return Err(DistError::backend("StoreBackend: send on a shut down group"));
+            return Err(DistError::backend(
+                "StoreBackend: send on a shut down group",
+            ));
         }
         let seq = self.seq.fetch_add(1, Ordering::SeqCst);
         let n = {
@@ -546,15 +792,24 @@ impl Backend for StoreBackend {
             *c += 1;
             *c - 1
         };
-        run(OpType::Send, seq, tensors.to_vec(), || self.store.set(&format!("p2p/{}/{dst}/{tag}/{n}", self.rank), &Self::bytes_of(tensors)?))
+        run(OpType::Send, seq, tensors.to_vec(), || {
+            self.store.set(
+                &format!("p2p/{}/{dst}/{tag}/{n}", self.rank),
+                &Self::bytes_of(tensors)?,
+            )
+        })
     }
 
     fn recv(&self, tensors: &[Tensor], src: usize, tag: i64) -> Result<Work> {
         if src >= self.size {
-            return Err(DistError::invalid(format!("StoreBackend::recv: invalid source rank {src}")));
+            return Err(DistError::invalid(format!(
+                "StoreBackend::recv: invalid source rank {src}"
+            )));
         }
         if self.closed.load(Ordering::SeqCst) {
-            return Err(DistError::backend("StoreBackend: recv on a shut down group"));
+            return Err(DistError::backend(
+                "StoreBackend: recv on a shut down group",
+            ));
         }
         let seq = self.seq.fetch_add(1, Ordering::SeqCst);
         let n = {
@@ -600,11 +855,20 @@ impl Backend for StoreBackend {
     /// their position in `ranks` as rank; non-members get `None`. No communication is needed.
     fn split(&self, ranks: &[usize], opts: &BackendOptions) -> Result<Option<Arc<dyn Backend>>> {
         if ranks.iter().any(|&r| r >= self.size) {
-            return Err(DistError::invalid(format!("StoreBackend::split: ranks {ranks:?} out of range for size {}", self.size)));
+            return Err(DistError::invalid(format!(
+                "StoreBackend::split: ranks {ranks:?} out of range for size {}",
+                self.size
+            )));
         }
-        let Some(me) = ranks.iter().position(|&r| r == self.rank) else { return Ok(None) };
-        let store: Arc<dyn Store> = Arc::new(PrefixStore::new(&format!("split:{}", opts.group_name), self.store.clone()));
-        let child: Arc<dyn Backend> = StoreBackend::new(store, me, ranks.len(), opts.timeout, &self.name)?;
+        let Some(me) = ranks.iter().position(|&r| r == self.rank) else {
+            return Ok(None);
+        };
+        let store: Arc<dyn Store> = Arc::new(PrefixStore::new(
+            &format!("split:{}", opts.group_name),
+            self.store.clone(),
+        ));
+        let child: Arc<dyn Backend> =
+            StoreBackend::new(store, me, ranks.len(), opts.timeout, &self.name)?;
         Ok(Some(child))
     }
 

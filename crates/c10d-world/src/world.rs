@@ -10,7 +10,9 @@
 
 use crate::config::{self, BackendConfig, BackendCreateArgs};
 use crate::detail::DetailWrapper;
-use c10d_core::{Backend, BackendOptions, DebugLevel, Device, DeviceType, DistError, ProcessGroup, Result};
+use c10d_core::{
+    Backend, BackendOptions, DebugLevel, Device, DeviceType, DistError, ProcessGroup, Result,
+};
 use c10d_store::{PrefixStore, Store};
 use std::any::Any;
 use std::collections::HashMap;
@@ -49,7 +51,9 @@ impl GroupMember {
     pub fn into_group(self) -> Result<ProcessGroup> {
         match self {
             GroupMember::Group(g) => Ok(g),
-            GroupMember::NonGroupMember => Err(DistError::invalid("this rank is not a member of the group (GroupMember.NON_GROUP_MEMBER)")),
+            GroupMember::NonGroupMember => Err(DistError::invalid(
+                "this rank is not a member of the group (GroupMember.NON_GROUP_MEMBER)",
+            )),
         }
     }
     /// PyTorch's integer view of the sentinel: −100 for non-members, `None` for real groups.
@@ -95,7 +99,10 @@ pub struct PgOptions {
 
 impl std::fmt::Debug for PgOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PgOptions").field("timeout", &self.timeout).field("backend_specific", &self.backend_specific.is_some()).finish()
+        f.debug_struct("PgOptions")
+            .field("timeout", &self.timeout)
+            .field("backend_specific", &self.backend_specific.is_some())
+            .finish()
     }
 }
 
@@ -257,7 +264,10 @@ impl Default for World {
 impl std::fmt::Debug for World {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let st = self.lock();
-        f.debug_struct("World").field("initialized", &st.default_pg.is_some()).field("groups", &st.groups.len()).finish()
+        f.debug_struct("World")
+            .field("initialized", &st.default_pg.is_some())
+            .field("groups", &st.groups.len())
+            .finish()
     }
 }
 
@@ -268,7 +278,10 @@ impl World {
     /// An empty world (no default group). Debug level and init barrier come from the environment
     /// unless set with [`World::set_debug_level`] / [`World::set_init_barrier`].
     pub fn new() -> World {
-        World { state: Mutex::new(State::default()), settings: Mutex::new(Settings::default()) }
+        World {
+            state: Mutex::new(State::default()),
+            settings: Mutex::new(Settings::default()),
+        }
     }
 
     /// The process-wide world used by the free functions.
@@ -307,7 +320,9 @@ impl World {
     }
 
     fn init_barrier(&self) -> bool {
-        self.settings().init_barrier.unwrap_or_else(|| std::env::var("TORCH_DIST_INIT_BARRIER").is_ok_and(|v| v.trim() == "1"))
+        self.settings().init_barrier.unwrap_or_else(|| {
+            std::env::var("TORCH_DIST_INIT_BARRIER").is_ok_and(|v| v.trim() == "1")
+        })
     }
 
     /// The backend used for DETAIL mode's helper group (default "gloo", as PyTorch's
@@ -336,10 +351,14 @@ impl World {
     /// - [`DistError::Store`] "Timed out initializing process group in store based barrier ..."
     pub fn init_process_group(&self, opts: InitOptions) -> Result<()> {
         if self.lock().default_pg.is_some() {
-            return Err(DistError::invalid("trying to initialize the default process group twice!"));
+            return Err(DistError::invalid(
+                "trying to initialize the default process group twice!",
+            ));
         }
         if opts.store.is_some() && opts.init_method.is_some() {
-            return Err(DistError::invalid("Cannot specify both init_method and store."));
+            return Err(DistError::invalid(
+                "Cannot specify both init_method and store.",
+            ));
         }
         let backend = match (&opts.backend, opts.device_id) {
             (Some(b), _) => config::normalize_backend_name(b),
@@ -347,21 +366,36 @@ impl World {
             (None, None) => "undefined".to_string(),
         };
         let backend_config = BackendConfig::parse(&backend)?;
-        let timeout = opts.timeout.unwrap_or_else(|| config::default_timeout_for(&backend));
+        let timeout = opts
+            .timeout
+            .unwrap_or_else(|| config::default_timeout_for(&backend));
         warn_ignored_pg_timeout(&opts.pg_options);
         let (store, rank, world_size, init_method, hint) = match opts.store.clone() {
             Some(store) => {
-                let ws = opts.world_size.filter(|w| *w > 0).ok_or_else(|| DistError::invalid("world_size must be positive if using store"))?;
-                let rank = opts.rank.ok_or_else(|| DistError::invalid("rank must be non-negative if using store"))?;
+                let ws = opts.world_size.filter(|w| *w > 0).ok_or_else(|| {
+                    DistError::invalid("world_size must be positive if using store")
+                })?;
+                let rank = opts.rank.ok_or_else(|| {
+                    DistError::invalid("rank must be non-negative if using store")
+                })?;
                 (store, rank, ws, None, std::env::var("MASTER_ADDR").ok())
             }
             None => {
-                let url = opts.init_method.clone().unwrap_or_else(|| "env://".to_string());
+                let url = opts
+                    .init_method
+                    .clone()
+                    .unwrap_or_else(|| "env://".to_string());
                 let env = |k: &str| match &opts.env {
                     Some(f) => f(k),
                     None => std::env::var(k).ok(),
                 };
-                let rdv = crate::rdv::rendezvous_with_env(&url, opts.rank, opts.world_size, timeout, &env)?;
+                let rdv = crate::rdv::rendezvous_with_env(
+                    &url,
+                    opts.rank,
+                    opts.world_size,
+                    timeout,
+                    &env,
+                )?;
                 rdv.store.set_timeout(timeout);
                 let hint = hostname_hint(&url, &env);
                 // Only a store made by rendezvous is wrapped, as in PyTorch: a user's store is
@@ -371,7 +405,9 @@ impl World {
             }
         };
         if rank >= world_size {
-            return Err(DistError::invalid(format!("Invalid rank {rank} for world_size {world_size}: rank must be in [0, world_size)")));
+            return Err(DistError::invalid(format!(
+                "Invalid rank {rank} for world_size {world_size}: rank must be in [0, world_size)"
+            )));
         }
         let (group_name, count_before) = {
             let mut st = self.lock();
@@ -402,7 +438,9 @@ impl World {
                 return Err(e);
             }
         };
-        let pg = member.0.into_group().map_err(|_| DistError::invalid("Default process group creation returned a nonmember"))?;
+        let pg = member.0.into_group().map_err(|_| {
+            DistError::invalid("Default process group creation returned a nonmember")
+        })?;
         {
             let mut st = self.lock();
             st.default_pg = Some(pg.clone());
@@ -445,23 +483,43 @@ impl World {
     ///
     /// # Errors
     /// As [`World::new_group`].
-    pub fn new_group_with_tag(&self, ranks: Option<&[i64]>, opts: GroupOptions, pg_tag: Option<&str>) -> Result<GroupMember> {
+    pub fn new_group_with_tag(
+        &self,
+        ranks: Option<&[i64]>,
+        opts: GroupOptions,
+        pg_tag: Option<&str>,
+    ) -> Result<GroupMember> {
         let (default_pg, default_backend, default_store) = {
             let st = self.lock();
-            let pg = st.default_pg.clone().ok_or_else(|| DistError::invalid(NOT_INITIALIZED))?;
-            let e = st.entry(&pg).ok_or_else(|| DistError::invalid(NOT_INITIALIZED))?;
+            let pg = st
+                .default_pg
+                .clone()
+                .ok_or_else(|| DistError::invalid(NOT_INITIALIZED))?;
+            let e = st
+                .entry(&pg)
+                .ok_or_else(|| DistError::invalid(NOT_INITIALIZED))?;
             (pg.clone(), e.backend_name.clone(), e.store.clone())
         };
         let device_id = match (opts.device_id, default_pg.bound_device_id()) {
             (None, d) => d,
-            (Some(d), Some(b)) if d != b => return Err(DistError::invalid("Mismatched bound device between new pg and the default pg.")),
+            (Some(d), Some(b)) if d != b => {
+                return Err(DistError::invalid(
+                    "Mismatched bound device between new pg and the default pg.",
+                ))
+            }
             (Some(d), _) => Some(d),
         };
         let global_rank = default_pg.rank();
         let world_size = default_pg.size();
-        let backend = opts.backend.as_deref().map(config::normalize_backend_name).unwrap_or(default_backend);
+        let backend = opts
+            .backend
+            .as_deref()
+            .map(config::normalize_backend_name)
+            .unwrap_or(default_backend);
         let backend_config = BackendConfig::parse(&backend)?;
-        let timeout = opts.timeout.unwrap_or_else(|| config::default_timeout_for(&backend));
+        let timeout = opts
+            .timeout
+            .unwrap_or_else(|| config::default_timeout_for(&backend));
         warn_ignored_pg_timeout(&opts.pg_options);
         if opts.use_local_synchronization {
             if let Some(r) = ranks {
@@ -480,7 +538,9 @@ impl World {
                 seen.sort_unstable();
                 seen.dedup();
                 if seen.len() != r.len() {
-                    return Err(DistError::invalid(format!("ranks list must not contain duplicate entries, got {r:?}")));
+                    return Err(DistError::invalid(format!(
+                        "ranks list must not contain duplicate entries, got {r:?}"
+                    )));
                 }
                 if r.len() > world_size {
                     return Err(DistError::invalid(
@@ -500,7 +560,11 @@ impl World {
                 let n = r.len();
                 (r, n, gr)
             }
-            None => ((0..world_size).collect::<Vec<_>>(), world_size, Some(global_rank)),
+            None => (
+                (0..world_size).collect::<Vec<_>>(),
+                world_size,
+                Some(global_rank),
+            ),
         };
         let group_name = {
             let mut st = self.lock();
@@ -519,7 +583,10 @@ impl World {
             timeout,
             pg_tag: pg_tag.map(str::to_string),
             device_id,
-            group_desc: opts.group_desc.clone().unwrap_or_else(|| "undefined".into()),
+            group_desc: opts
+                .group_desc
+                .clone()
+                .unwrap_or_else(|| "undefined".into()),
         })?;
         if self.init_barrier() {
             let (store, n) = if opts.use_local_synchronization {
@@ -540,14 +607,21 @@ impl World {
     /// CUDA/XPU is available. ..." on this CPU-only build); "The arg 'group_size' (0) must be
     /// positive"; "The arg 'group_size' ({n}) must not exceed the world size ({W})"; "The world
     /// size ({W}) must be divisible by 'group_size={n}'"; as [`World::new_group`].
-    pub fn new_subgroups(&self, group_size: Option<usize>, group: Option<&ProcessGroup>, opts: GroupOptions) -> Result<(ProcessGroup, Vec<GroupMember>)> {
+    pub fn new_subgroups(
+        &self,
+        group_size: Option<usize>,
+        group: Option<&ProcessGroup>,
+        opts: GroupOptions,
+    ) -> Result<(ProcessGroup, Vec<GroupMember>)> {
         let group_size = group_size.ok_or_else(|| {
             DistError::invalid(
                 "Default group size only takes effect when CUDA/XPU is available.If your subgroup using a backend that does not depend on CUDA/XPU,please pass in 'group_size' correctly.",
             )
         })?;
         if group_size == 0 {
-            return Err(DistError::invalid(format!("The arg 'group_size' ({group_size}) must be positive")));
+            return Err(DistError::invalid(format!(
+                "The arg 'group_size' ({group_size}) must be positive"
+            )));
         }
         let ranks = self.get_process_group_ranks(group)?;
         let world_size = ranks.len();
@@ -557,11 +631,18 @@ impl World {
             )));
         }
         if world_size % group_size != 0 {
-            return Err(DistError::invalid(format!("The world size ({world_size}) must be divisible by 'group_size={group_size}'")));
+            return Err(DistError::invalid(format!(
+                "The world size ({world_size}) must be divisible by 'group_size={group_size}'"
+            )));
         }
-        let lists: Vec<Vec<i64>> = ranks.chunks(group_size).map(|c| c.iter().map(|&x| x as i64).collect()).collect();
+        let lists: Vec<Vec<i64>> = ranks
+            .chunks(group_size)
+            .map(|c| c.iter().map(|&x| x as i64).collect())
+            .collect();
         let (mine, all) = self.new_subgroups_by_enumeration(&lists, opts)?;
-        let mine = mine.and_then(|m| m.group().cloned()).ok_or_else(|| DistError::invalid("Current rank was not assigned to a subgroup"))?;
+        let mine = mine
+            .and_then(|m| m.group().cloned())
+            .ok_or_else(|| DistError::invalid("Current rank was not assigned to a subgroup"))?;
         Ok((mine, all))
     }
 
@@ -572,20 +653,35 @@ impl World {
     /// [`DistError::InvalidArgument`]: "The arg 'ranks_per_subgroup_list' cannot be empty"; "Rank
     /// {r} has appeared in both subgroup [..] and [..]"; "Rank -1 is out of range ..." and the other
     /// [`World::new_group`] errors.
-    pub fn new_subgroups_by_enumeration(&self, ranks_per_subgroup_list: &[Vec<i64>], opts: GroupOptions) -> Result<(Option<GroupMember>, Vec<GroupMember>)> {
+    pub fn new_subgroups_by_enumeration(
+        &self,
+        ranks_per_subgroup_list: &[Vec<i64>],
+        opts: GroupOptions,
+    ) -> Result<(Option<GroupMember>, Vec<GroupMember>)> {
         if ranks_per_subgroup_list.is_empty() {
-            return Err(DistError::invalid("The arg 'ranks_per_subgroup_list' cannot be empty"));
+            return Err(DistError::invalid(
+                "The arg 'ranks_per_subgroup_list' cannot be empty",
+            ));
         }
         let my_rank = self.rank()? as i64;
         let mut seen: HashMap<i64, Vec<i64>> = HashMap::new();
         let mut cur = None;
         let mut all = Vec::new();
         for ranks in ranks_per_subgroup_list {
-            let g = self.new_group_with_tag(Some(ranks), GroupOptions { use_local_synchronization: false, ..opts.clone() }, None)?;
+            let g = self.new_group_with_tag(
+                Some(ranks),
+                GroupOptions {
+                    use_local_synchronization: false,
+                    ..opts.clone()
+                },
+                None,
+            )?;
             all.push(g.clone());
             for &r in ranks {
                 if let Some(prev) = seen.get(&r) {
-                    return Err(DistError::invalid(format!("Rank {r} has appeared in both subgroup {prev:?} and {ranks:?}")));
+                    return Err(DistError::invalid(format!(
+                        "Rank {r} has appeared in both subgroup {prev:?} and {ranks:?}"
+                    )));
                 }
                 seen.insert(r, ranks.clone());
                 if r == my_rank {
@@ -609,16 +705,30 @@ impl World {
     /// be empty", "the split group's size should be less or equal to the world_size set by
     /// init_process_group", "the split group cannot have duplicate ranks", "Requested backend
     /// '..' is not present in the parent process group ..", "Backend mismatch for device ..".
-    pub fn split_group(&self, parent: Option<&ProcessGroup>, split_ranks: &[Vec<usize>], opts: SplitOptions) -> Result<GroupMember> {
+    pub fn split_group(
+        &self,
+        parent: Option<&ProcessGroup>,
+        split_ranks: &[Vec<usize>],
+        opts: SplitOptions,
+    ) -> Result<GroupMember> {
         if split_ranks.is_empty() {
             return Err(DistError::invalid("split_ranks cannot be None or empty"));
         }
         let (default_pg, default_store, parent, parent_entry) = {
             let st = self.lock();
-            let d = st.default_pg.clone().ok_or_else(|| DistError::invalid(NOT_INITIALIZED))?;
-            let ds = st.entry(&d).map(|e| e.store.clone()).ok_or_else(|| DistError::invalid(NOT_INITIALIZED))?;
+            let d = st
+                .default_pg
+                .clone()
+                .ok_or_else(|| DistError::invalid(NOT_INITIALIZED))?;
+            let ds = st
+                .entry(&d)
+                .map(|e| e.store.clone())
+                .ok_or_else(|| DistError::invalid(NOT_INITIALIZED))?;
             let parent = parent.cloned().unwrap_or_else(|| d.clone());
-            let pe = st.entry(&parent).cloned().ok_or_else(|| DistError::invalid(format!("Group {parent:?} is not registered")))?;
+            let pe = st
+                .entry(&parent)
+                .cloned()
+                .ok_or_else(|| DistError::invalid(format!("Group {parent:?} is not registered")))?;
             (d, ds, parent, pe)
         };
         let global_rank = default_pg.rank();
@@ -627,18 +737,35 @@ impl World {
             .ranks
             .iter()
             .position(|&r| r == global_rank)
-            .ok_or_else(|| DistError::invalid(format!("Global rank {global_rank} is not part of the parent group {parent:?}")))?;
+            .ok_or_else(|| {
+                DistError::invalid(format!(
+                    "Global rank {global_rank} is not part of the parent group {parent:?}"
+                ))
+            })?;
         let mut backend_str = parent_entry.backend_name.clone();
         let mut backend_config = parent_entry.config.clone();
         if let Some(req) = &opts.backend {
-            let parent_devices: Vec<String> = parent.backends().iter().map(|(d, _)| d.as_str().to_string()).collect();
-            let parent_map: Vec<(String, String)> =
-                parent_entry.config.device_backend_map.iter().filter(|(d, _)| parent_devices.contains(d)).cloned().collect();
+            let parent_devices: Vec<String> = parent
+                .backends()
+                .iter()
+                .map(|(d, _)| d.as_str().to_string())
+                .collect();
+            let parent_map: Vec<(String, String)> = parent_entry
+                .config
+                .device_backend_map
+                .iter()
+                .filter(|(d, _)| parent_devices.contains(d))
+                .cloned()
+                .collect();
             let req_lower = req.to_ascii_lowercase();
             let requested: Vec<(String, String)> = if req_lower.contains(':') {
                 BackendConfig::parse(&req_lower)?.device_backend_map
             } else {
-                let r: Vec<(String, String)> = parent_map.iter().filter(|(_, b)| *b == req_lower).cloned().collect();
+                let r: Vec<(String, String)> = parent_map
+                    .iter()
+                    .filter(|(_, b)| *b == req_lower)
+                    .cloned()
+                    .collect();
                 if r.is_empty() {
                     return Err(DistError::invalid(format!(
                         "Requested backend '{req_lower}' is not present in the parent process group (parent backends: {parent_map:?})"
@@ -662,9 +789,13 @@ impl World {
                 }
             }
             backend_str = req_lower;
-            backend_config = BackendConfig { device_backend_map: requested };
+            backend_config = BackendConfig {
+                device_backend_map: requested,
+            };
         }
-        let timeout = opts.timeout.unwrap_or_else(|| config::default_timeout_for(&backend_str));
+        let timeout = opts
+            .timeout
+            .unwrap_or_else(|| config::default_timeout_for(&backend_str));
         let mut my_group = &split_ranks[0];
         for g in split_ranks {
             if g.is_empty() {
@@ -679,7 +810,9 @@ impl World {
             s.sort_unstable();
             s.dedup();
             if s.len() != g.len() {
-                return Err(DistError::invalid("the split group cannot have duplicate ranks"));
+                return Err(DistError::invalid(
+                    "the split group cannot have duplicate ranks",
+                ));
             }
             if g.contains(&parent_group_rank) {
                 my_group = g;
@@ -723,14 +856,20 @@ impl World {
                 global_ranks: global_ranks.clone(),
             };
             let child = parent_backend.split(my_group, &bopts)?;
-            let Some(child) = child else { return Ok(GroupMember::NonGroupMember) };
+            let Some(child) = child else {
+                return Ok(GroupMember::NonGroupMember);
+            };
             if !is_member {
                 return Ok(GroupMember::NonGroupMember);
             }
-            let store: Arc<dyn Store> = Arc::new(PrefixStore::new(&format!("{group_name}/"), default_store));
+            let store: Arc<dyn Store> =
+                Arc::new(PrefixStore::new(&format!("{group_name}/"), default_store));
             let child = if self.get_debug_level()? == DebugLevel::Detail {
                 let args = BackendCreateArgs {
-                    store: Arc::new(PrefixStore::new(&format!("{}/", child.device_type()), store.clone())),
+                    store: Arc::new(PrefixStore::new(
+                        &format!("{}/", child.device_type()),
+                        store.clone(),
+                    )),
                     group_rank: child.rank(),
                     group_size: child.size(),
                     timeout,
@@ -745,7 +884,13 @@ impl World {
             } else {
                 child
             };
-            let pg = ProcessGroup::new(child.rank(), child.size(), group_name.clone(), group_desc, parent.bound_device_id())?;
+            let pg = ProcessGroup::new(
+                child.rank(),
+                child.size(),
+                group_name.clone(),
+                group_desc,
+                parent.bound_device_id(),
+            )?;
             pg.set_backend(child.device_type(), child.clone(), true);
             for (d, _) in &backend_config.device_backend_map {
                 if let Ok(dt) = DeviceType::parse(d) {
@@ -754,15 +899,18 @@ impl World {
                     }
                 }
             }
-            self.register_pg(GroupEntry {
-                pg: pg.clone(),
-                backend_name: backend_str,
-                store,
-                config: backend_config,
-                ranks: global_ranks,
-                tag: String::new(),
-                split_count: 0,
-            }, None)?;
+            self.register_pg(
+                GroupEntry {
+                    pg: pg.clone(),
+                    backend_name: backend_str,
+                    store,
+                    config: backend_config,
+                    ranks: global_ranks,
+                    tag: String::new(),
+                    split_count: 0,
+                },
+                None,
+            )?;
             return Ok(GroupMember::Group(pg));
         }
         if !is_member {
@@ -807,9 +955,20 @@ impl World {
         if !is_default && a.group_rank.is_none() {
             return Ok((GroupMember::NonGroupMember, None));
         }
-        let group_rank = a.group_rank.ok_or_else(|| DistError::invalid("Group rank must be specified for group members"))?;
-        let prefix_store: Arc<dyn Store> = Arc::new(PrefixStore::new(&format!("{}/", a.group_name), a.store.clone()));
-        let pg = ProcessGroup::new(group_rank, a.group_size, a.group_name.clone(), a.group_desc.clone(), a.device_id)?;
+        let group_rank = a
+            .group_rank
+            .ok_or_else(|| DistError::invalid("Group rank must be specified for group members"))?;
+        let prefix_store: Arc<dyn Store> = Arc::new(PrefixStore::new(
+            &format!("{}/", a.group_name),
+            a.store.clone(),
+        ));
+        let pg = ProcessGroup::new(
+            group_rank,
+            a.group_size,
+            a.group_name.clone(),
+            a.group_desc.clone(),
+            a.device_id,
+        )?;
         let map = &a.config.device_backend_map;
         let distinct = a.config.backend_names();
         let mixed = distinct.len() > 1;
@@ -822,17 +981,38 @@ impl World {
                 Some((_, b)) if !mixed => b.clone(),
                 _ => {
                     let (creator, extended) = config::creator_for(bname)?;
-                    let store: Arc<dyn Store> = Arc::new(PrefixStore::new(&format!("{device}/"), prefix_store.clone()));
+                    let store: Arc<dyn Store> = Arc::new(PrefixStore::new(
+                        &format!("{device}/"),
+                        prefix_store.clone(),
+                    ));
                     let args = BackendCreateArgs {
                         store: store.clone(),
                         group_rank,
                         group_size: a.group_size,
                         timeout: a.timeout,
                         device: device.clone(),
-                        group_name: if extended { a.group_name.clone() } else { String::new() },
-                        group_desc: if extended { a.group_desc.clone() } else { String::new() },
-                        global_ranks_in_group: if extended { a.global_ranks.clone() } else { Vec::new() },
-                        pg_options: if extended { a.pg_options.as_ref().and_then(|o| o.backend_specific.clone()) } else { None },
+                        group_name: if extended {
+                            a.group_name.clone()
+                        } else {
+                            String::new()
+                        },
+                        group_desc: if extended {
+                            a.group_desc.clone()
+                        } else {
+                            String::new()
+                        },
+                        global_ranks_in_group: if extended {
+                            a.global_ranks.clone()
+                        } else {
+                            Vec::new()
+                        },
+                        pg_options: if extended {
+                            a.pg_options
+                                .as_ref()
+                                .and_then(|o| o.backend_specific.clone())
+                        } else {
+                            None
+                        },
                         hostname_hint: hint.clone(),
                     };
                     let Some(mut b) = creator(&args)? else {
@@ -851,7 +1031,10 @@ impl World {
         let default_dt = if mixed && map.iter().any(|(d, _)| d == "cuda") {
             DeviceType::Cuda
         } else {
-            map.first().map(|(d, _)| DeviceType::parse(d)).transpose()?.unwrap_or(DeviceType::Cpu)
+            map.first()
+                .map(|(d, _)| DeviceType::parse(d))
+                .transpose()?
+                .unwrap_or(DeviceType::Cpu)
         };
         if let Ok(b) = pg.backend(default_dt) {
             pg.set_backend(default_dt, b, true);
@@ -860,7 +1043,11 @@ impl World {
             None | Some("") => None,
             Some(t) => Some(format!("user:{t}")),
         };
-        let ranks = if is_default { (0..a.group_size).collect() } else { a.global_ranks.clone() };
+        let ranks = if is_default {
+            (0..a.group_size).collect()
+        } else {
+            a.global_ranks.clone()
+        };
         self.register_pg(
             GroupEntry {
                 pg: pg.clone(),
@@ -876,10 +1063,20 @@ impl World {
         Ok((GroupMember::Group(pg), Some(prefix_store)))
     }
 
-    fn wrap_detail(&self, b: Arc<dyn Backend>, args: &BackendCreateArgs) -> Result<Arc<dyn Backend>> {
-        let helper_name = self.settings().detail_helper_backend.clone().unwrap_or_else(|| "gloo".to_string());
+    fn wrap_detail(
+        &self,
+        b: Arc<dyn Backend>,
+        args: &BackendCreateArgs,
+    ) -> Result<Arc<dyn Backend>> {
+        let helper_name = self
+            .settings()
+            .detail_helper_backend
+            .clone()
+            .unwrap_or_else(|| "gloo".to_string());
         if !config::is_backend_available(&helper_name) {
-            return Err(DistError::invalid("ProcessGroupWrapper unsupported without GLOO backend."));
+            return Err(DistError::invalid(
+                "ProcessGroupWrapper unsupported without GLOO backend.",
+            ));
         }
         let (creator, _) = config::creator_for(&helper_name)?;
         let mut hargs = args.clone();
@@ -888,7 +1085,9 @@ impl World {
         hargs.store = Arc::new(PrefixStore::new(&prefix, args.store.clone()));
         hargs.group_name = prefix;
         hargs.device = "cpu".into();
-        let helper = creator(&hargs)?.ok_or_else(|| DistError::invalid("ProcessGroupWrapper: helper backend creation returned no backend"))?;
+        let helper = creator(&hargs)?.ok_or_else(|| {
+            DistError::invalid("ProcessGroupWrapper: helper backend creation returned no backend")
+        })?;
         Ok(Arc::new(DetailWrapper::new(b, helper)))
     }
 
@@ -911,7 +1110,10 @@ impl World {
                 let t = format!("ptd:{name}");
                 e.tag = t.clone();
                 st.tags_to_pg.entry(t).or_default().push(e.pg.clone());
-                st.tags_to_pg.entry(String::new()).or_default().push(e.pg.clone());
+                st.tags_to_pg
+                    .entry(String::new())
+                    .or_default()
+                    .push(e.pg.clone());
             }
         }
         st.registry.insert(name, e.pg.clone());
@@ -931,7 +1133,10 @@ impl World {
     /// # Errors
     /// [`DistError::InvalidArgument`] "Default process group has not been initialized, ...".
     pub fn world_group(&self) -> Result<ProcessGroup> {
-        self.lock().default_pg.clone().ok_or_else(|| DistError::invalid(NOT_INITIALIZED))
+        self.lock()
+            .default_pg
+            .clone()
+            .ok_or_else(|| DistError::invalid(NOT_INITIALIZED))
     }
 
     /// The default group's store (`_get_default_store`): `PrefixStore("0/", store)` where `store`
@@ -941,8 +1146,13 @@ impl World {
     /// Not initialized.
     pub fn default_store(&self) -> Result<Arc<dyn Store>> {
         let st = self.lock();
-        let pg = st.default_pg.as_ref().ok_or_else(|| DistError::invalid(NOT_INITIALIZED))?;
-        st.entry(pg).map(|e| e.store.clone()).ok_or_else(|| DistError::invalid(NOT_INITIALIZED))
+        let pg = st
+            .default_pg
+            .as_ref()
+            .ok_or_else(|| DistError::invalid(NOT_INITIALIZED))?;
+        st.entry(pg)
+            .map(|e| e.store.clone())
+            .ok_or_else(|| DistError::invalid(NOT_INITIALIZED))
     }
 
     /// The store recorded for a group (`_world.pg_map[pg][1]`).
@@ -950,7 +1160,10 @@ impl World {
     /// # Errors
     /// "Invalid process group specified" for unknown groups.
     pub fn group_store(&self, group: &ProcessGroup) -> Result<Arc<dyn Store>> {
-        self.lock().entry(group).map(|e| e.store.clone()).ok_or_else(|| DistError::invalid("Invalid process group specified"))
+        self.lock()
+            .entry(group)
+            .map(|e| e.store.clone())
+            .ok_or_else(|| DistError::invalid("Invalid process group specified"))
     }
 
     /// Resolves an optional group argument to a group (None → WORLD).
@@ -1017,7 +1230,11 @@ impl World {
         e.ranks
             .iter()
             .position(|&r| r == global_rank)
-            .ok_or_else(|| DistError::invalid(format!("Global rank {global_rank} is not part of group {group:?}")))
+            .ok_or_else(|| {
+                DistError::invalid(format!(
+                    "Global rank {global_rank} is not part of group {group:?}"
+                ))
+            })
     }
 
     /// `get_global_rank(group, group_rank)`: identity on WORLD.
@@ -1030,10 +1247,11 @@ impl World {
             return Ok(group_rank);
         }
         let e = st.entry(group).ok_or_else(|| not_registered(group))?;
-        e.ranks
-            .get(group_rank)
-            .copied()
-            .ok_or_else(|| DistError::invalid(format!("Group rank {group_rank} is not part of group {group:?}")))
+        e.ranks.get(group_rank).copied().ok_or_else(|| {
+            DistError::invalid(format!(
+                "Group rank {group_rank} is not part of group {group:?}"
+            ))
+        })
     }
 
     /// `get_process_group_ranks(group)`: global ranks in group-rank order (WORLD when `None`).
@@ -1043,7 +1261,9 @@ impl World {
     pub fn get_process_group_ranks(&self, group: Option<&ProcessGroup>) -> Result<Vec<usize>> {
         let g = self.group_or_default(group)?;
         let st = self.lock();
-        st.entry(&g).map(|e| e.ranks.clone()).ok_or_else(|| not_registered(&g))
+        st.entry(&g)
+            .map(|e| e.ranks.clone())
+            .ok_or_else(|| not_registered(&g))
     }
 
     /// `get_pg_count()`: number of live groups, WORLD included.
@@ -1071,11 +1291,16 @@ impl World {
     /// Not initialized; "Invalid process group specified"; −1 groups: "Invalid process group specified".
     pub fn get_backend(&self, group: Option<&GroupMember>) -> Result<String> {
         let g = match group {
-            Some(GroupMember::NonGroupMember) => return Err(DistError::invalid("Invalid process group specified")),
+            Some(GroupMember::NonGroupMember) => {
+                return Err(DistError::invalid("Invalid process group specified"))
+            }
             Some(GroupMember::Group(g)) => g.clone(),
             None => self.world_group()?,
         };
-        self.lock().entry(&g).map(|e| e.backend_name.clone()).ok_or_else(|| DistError::invalid("Invalid process group specified"))
+        self.lock()
+            .entry(&g)
+            .map(|e| e.backend_name.clone())
+            .ok_or_else(|| DistError::invalid("Invalid process group specified"))
     }
 
     /// `get_backend_config(group)`: "cpu:gloo,cuda:gloo" style string.
@@ -1084,11 +1309,16 @@ impl World {
     /// As [`World::get_backend`].
     pub fn get_backend_config(&self, group: Option<&GroupMember>) -> Result<String> {
         let g = match group {
-            Some(GroupMember::NonGroupMember) => return Err(DistError::invalid("Invalid process group specified")),
+            Some(GroupMember::NonGroupMember) => {
+                return Err(DistError::invalid("Invalid process group specified"))
+            }
             Some(GroupMember::Group(g)) => g.clone(),
             None => self.world_group()?,
         };
-        self.lock().entry(&g).map(|e| e.config.to_string()).ok_or_else(|| DistError::invalid("Invalid process group specified"))
+        self.lock()
+            .entry(&g)
+            .map(|e| e.config.to_string())
+            .ok_or_else(|| DistError::invalid("Invalid process group specified"))
     }
 
     /// `_get_group_tag(pg)`: the tag with "user:" stripped.
@@ -1097,7 +1327,9 @@ impl World {
     /// "Invalid process group specified".
     pub fn get_group_tag(&self, group: &ProcessGroup) -> Result<String> {
         let st = self.lock();
-        let e = st.entry(group).ok_or_else(|| DistError::invalid("Invalid process group specified"))?;
+        let e = st
+            .entry(group)
+            .ok_or_else(|| DistError::invalid("Invalid process group specified"))?;
         Ok(e.tag.strip_prefix("user:").unwrap_or(&e.tag).to_string())
     }
 
@@ -1112,9 +1344,17 @@ impl World {
     /// # Errors
     /// "Ranks length ({n}) must be divisible by stride ({s})"; "rankset doesn't include the current
     /// node"; "Cannot automatically create PG with empty tag"; creation errors.
-    pub fn find_or_create_pg_by_ranks_and_tag(&self, tag: &str, ranks: &[usize], stride: usize) -> Result<ProcessGroup> {
+    pub fn find_or_create_pg_by_ranks_and_tag(
+        &self,
+        tag: &str,
+        ranks: &[usize],
+        stride: usize,
+    ) -> Result<ProcessGroup> {
         if stride == 0 || ranks.len() % stride != 0 {
-            return Err(DistError::invalid(format!("Ranks length ({}) must be divisible by stride ({stride})", ranks.len())));
+            return Err(DistError::invalid(format!(
+                "Ranks length ({}) must be divisible by stride ({stride})",
+                ranks.len()
+            )));
         }
         let me = self.rank()?;
         let mut mine = ranks
@@ -1127,12 +1367,18 @@ impl World {
             return Ok(pg);
         }
         if tag.is_empty() {
-            return Err(DistError::invalid("Cannot automatically create PG with empty tag"));
+            return Err(DistError::invalid(
+                "Cannot automatically create PG with empty tag",
+            ));
         }
         let r: Vec<i64> = mine.iter().map(|&x| x as i64).collect();
         self.new_group_with_tag(Some(&r), GroupOptions::default(), Some(tag))?
             .into_group()
-            .map_err(|_| DistError::invalid(format!("Rank {me} was not included in process group {mine:?}")))
+            .map_err(|_| {
+                DistError::invalid(format!(
+                    "Rank {me} was not included in process group {mine:?}"
+                ))
+            })
     }
 
     /// The init method URL the default group was made with (`_default_pg_init_method`).
@@ -1153,11 +1399,11 @@ impl World {
     /// # Errors
     /// [`DistError::InvalidArgument`] "Could not resolve the process group registered under the name {name}".
     pub fn resolve_process_group(&self, name: &str) -> Result<ProcessGroup> {
-        self.lock()
-            .registry
-            .get(name)
-            .cloned()
-            .ok_or_else(|| DistError::invalid(format!("Could not resolve the process group registered under the name {name}")))
+        self.lock().registry.get(name).cloned().ok_or_else(|| {
+            DistError::invalid(format!(
+                "Could not resolve the process group registered under the name {name}"
+            ))
+        })
     }
 
     /// Removes a name from the registry (`_unregister_process_group`); unknown names are ignored.
@@ -1193,7 +1439,11 @@ impl World {
 
     fn teardown(&self, group: Option<&GroupMember>, abort: bool) -> Result<()> {
         let err = || {
-            DistError::invalid(if abort { "Invalid process group specified or has been destroyed." } else { "Invalid process group specified" })
+            DistError::invalid(if abort {
+                "Invalid process group specified or has been destroyed."
+            } else {
+                "Invalid process group specified"
+            })
         };
         let pg = match group {
             Some(GroupMember::NonGroupMember) => return Ok(()),
@@ -1268,7 +1518,9 @@ struct NewPg {
 }
 
 fn not_registered(g: &ProcessGroup) -> DistError {
-    DistError::invalid(format!("Group {g:?} is not registered, please create group with torch.distributed.new_group API"))
+    DistError::invalid(format!(
+        "Group {g:?} is not registered, please create group with torch.distributed.new_group API"
+    ))
 }
 
 fn warn_ignored_pg_timeout(o: &Option<PgOptions>) {
@@ -1284,7 +1536,11 @@ fn hostname_hint(url: &str, env: &dyn Fn(&str) -> Option<String>) -> Option<Stri
             Some(i) => &host[..i],
             None => host,
         };
-        return Some(host.trim_start_matches('[').trim_end_matches(']').to_string());
+        return Some(
+            host.trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_string(),
+        );
     }
     env("MASTER_ADDR")
 }
@@ -1300,13 +1556,21 @@ pub fn hash_ranks_to_str(ranks: &[usize], counter: usize) -> String {
 
 /// `_process_group_name`: hashed or `str(counter)`; advances the counter either way.
 pub(crate) fn process_group_name(st: &mut State, ranks: &[usize], hashed: bool) -> String {
-    let name = if hashed { hash_ranks_to_str(ranks, st.group_count) } else { st.group_count.to_string() };
+    let name = if hashed {
+        hash_ranks_to_str(ranks, st.group_count)
+    } else {
+        st.group_count.to_string()
+    };
     st.group_count += 1;
     name
 }
 
 fn find_pg_by_ranks_and_tag(st: &State, tag: &str, ranks: &[usize]) -> Option<ProcessGroup> {
-    let tag = if !tag.is_empty() && !tag.starts_with("ptd:") && !tag.starts_with("user:") { format!("user:{tag}") } else { tag.to_string() };
+    let tag = if !tag.is_empty() && !tag.starts_with("ptd:") && !tag.starts_with("user:") {
+        format!("user:{tag}")
+    } else {
+        tag.to_string()
+    };
     for g in st.tags_to_pg.get(&tag)? {
         if g.size() != ranks.len() {
             continue;
@@ -1325,7 +1589,13 @@ fn find_pg_by_ranks_and_tag(st: &State, tag: &str, ranks: &[usize]) -> Option<Pr
 /// # Errors
 /// [`DistError::Store`] "Timed out initializing process group in store based barrier on rank
 /// {rank}, for key: {key} (world_size={n}, num_workers_joined={k}, timeout={t:?} error={e})".
-pub fn store_based_barrier(rank: usize, store: &dyn Store, group_name: &str, world_size: usize, timeout: Duration) -> Result<()> {
+pub fn store_based_barrier(
+    rank: usize,
+    store: &dyn Store,
+    group_name: &str,
+    world_size: usize,
+    timeout: Duration,
+) -> Result<()> {
     let key = format!("store_based_barrier_key:{group_name}");
     store.add(&key, 1)?;
     let count = store.add(&key, 0)?;

@@ -46,10 +46,22 @@ fn launches_a_torch_gloo_job() {
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("train.py");
     std::fs::write(&script, TRAIN_PY).unwrap();
-    let out = run_c10drun(&["--nproc-per-node", "2", "--master-port", "0", &py, script.to_str().unwrap()], Duration::from_secs(240));
+    let out = run_c10drun(
+        &[
+            "--nproc-per-node",
+            "2",
+            "--master-port",
+            "0",
+            &py,
+            script.to_str().unwrap(),
+        ],
+        Duration::from_secs(240),
+    );
     assert_eq!(out.code, Some(0), "{out}");
     for r in 0..2 {
-        let want = format!("[rank {r}]: allreduce rank={r} world=2 local_rank={r} sum=[3.0, 3.0, 3.0, 3.0]");
+        let want = format!(
+            "[rank {r}]: allreduce rank={r} world=2 local_rank={r} sum=[3.0, 3.0, 3.0, 3.0]"
+        );
         assert!(out.stdout.contains(&want), "missing {want:?}: {out}");
         let want = format!("[rank {r}]: allgather rank={r} [0.0, 10.0]");
         assert!(out.stdout.contains(&want), "missing {want:?}: {out}");
@@ -62,13 +74,33 @@ fn a_failing_torch_rank_is_reported_and_the_survivor_does_not_hang() {
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("train.py");
     std::fs::write(&script, TRAIN_PY).unwrap();
-    let out = run_c10drun(&["--nproc-per-node", "2", "--master-port", "0", &py, script.to_str().unwrap(), "fail"], Duration::from_secs(240));
+    let out = run_c10drun(
+        &[
+            "--nproc-per-node",
+            "2",
+            "--master-port",
+            "0",
+            &py,
+            script.to_str().unwrap(),
+            "fail",
+        ],
+        Duration::from_secs(240),
+    );
     assert_eq!(out.code, Some(1), "{out}");
-    assert!(out.stdout.contains("[rank 1]: rank 1 exits with code 3"), "{out}");
+    assert!(
+        out.stdout.contains("[rank 1]: rank 1 exits with code 3"),
+        "{out}"
+    );
     assert!(!out.stdout.contains("UNREACHABLE"), "{out}");
     let summary = out.summary();
-    assert!(summary.contains("root cause (first observed failure):"), "{out}");
-    assert!(summary.contains("rank 1 (local_rank 1, pid ") && summary.contains("): exit code 3"), "{out}");
+    assert!(
+        summary.contains("root cause (first observed failure):"),
+        "{out}"
+    );
+    assert!(
+        summary.contains("rank 1 (local_rank 1, pid ") && summary.contains("): exit code 3"),
+        "{out}"
+    );
     // Rank 0 either saw Gloo's connection error and exited non-zero, or was stopped by c10drun.
     assert!(summary.contains("rank 0 (local_rank 0, pid "), "{out}");
 }
@@ -78,7 +110,23 @@ fn the_torch_baseline_bench_runs_under_c10drun_and_prints_the_same_table() {
     let Some(py) = torch_python() else { return };
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/torch_gloo_bench.py");
     let out = run_c10drun(
-        &["--nproc-per-node", "2", "--master-port", "0", &py, script, "all_reduce", "-b", "1K", "-e", "4K", "-n", "3", "-w", "1"],
+        &[
+            "--nproc-per-node",
+            "2",
+            "--master-port",
+            "0",
+            &py,
+            script,
+            "all_reduce",
+            "-b",
+            "1K",
+            "-e",
+            "4K",
+            "-n",
+            "3",
+            "-w",
+            "1",
+        ],
         Duration::from_secs(240),
     );
     assert_eq!(out.code, Some(0), "{out}");
@@ -93,8 +141,16 @@ fn the_torch_baseline_bench_runs_under_c10drun_and_prints_the_same_table() {
     for (r, size) in rows.iter().zip(["1024", "2048", "4096"]) {
         assert_eq!(r.len(), 8, "{r:?}");
         assert_eq!(r[0], size);
-        assert_eq!((r[2].as_str(), r[3].as_str(), r[7].as_str()), ("float", "sum", "0"), "{r:?}");
+        assert_eq!(
+            (r[2].as_str(), r[3].as_str(), r[7].as_str()),
+            ("float", "sum", "0"),
+            "{r:?}"
+        );
         assert!(r[4].parse::<f64>().unwrap() > 0.0);
     }
-    assert!(out.stdout.contains("[rank 0]: # Out of bounds values : 0 OK"), "{out}");
+    assert!(
+        out.stdout
+            .contains("[rank 0]: # Out of bounds values : 0 OK"),
+        "{out}"
+    );
 }

@@ -45,7 +45,11 @@ fn rust_and_torch_share_world_layout() {
             return;
         }
     };
-    let srv = TcpStoreServer::bind(ServerOptions { host: Some("127.0.0.1".into()), ..Default::default() }).unwrap();
+    let srv = TcpStoreServer::bind(ServerOptions {
+        host: Some("127.0.0.1".into()),
+        ..Default::default()
+    })
+    .unwrap();
     let port = srv.port();
     let mut child = Command::new(py)
         .args(["-c", PY, &port.to_string()])
@@ -54,12 +58,23 @@ fn rust_and_torch_share_world_layout() {
         .spawn()
         .unwrap();
     let store: Arc<dyn Store> = Arc::new(
-        TcpStore::new("127.0.0.1", port, TcpStoreOptions { timeout: Duration::from_secs(60), wait_for_workers: false, ..Default::default() })
-            .unwrap(),
+        TcpStore::new(
+            "127.0.0.1",
+            port,
+            TcpStoreOptions {
+                timeout: Duration::from_secs(60),
+                wait_for_workers: false,
+                ..Default::default()
+            },
+        )
+        .unwrap(),
     );
     let w = World::new();
     w.set_init_barrier(true);
-    let gloo_opts = c10d_gloo::GlooOptions { lazy_init: true, ..Default::default() };
+    let gloo_opts = c10d_gloo::GlooOptions {
+        lazy_init: true,
+        ..Default::default()
+    };
     let res = (|| -> c10d_core::Result<(String, String, bool, String, String)> {
         w.init_process_group(InitOptions {
             backend: Some("gloo".into()),
@@ -67,20 +82,48 @@ fn rust_and_torch_share_world_layout() {
             world_size: Some(2),
             rank: Some(0),
             timeout: Some(Duration::from_secs(60)),
-            pg_options: Some(PgOptions { timeout: None, backend_specific: Some(Arc::new(gloo_opts.clone())) }),
+            pg_options: Some(PgOptions {
+                timeout: None,
+                backend_specific: Some(Arc::new(gloo_opts.clone())),
+            }),
             ..Default::default()
         })?;
-        let g = w.new_group(Some(&[0, 1]), GroupOptions { pg_options: Some(PgOptions { timeout: None, backend_specific: Some(Arc::new(gloo_opts.clone())) }), ..Default::default() })?;
+        let g = w.new_group(
+            Some(&[0, 1]),
+            GroupOptions {
+                pg_options: Some(PgOptions {
+                    timeout: None,
+                    backend_specific: Some(Arc::new(gloo_opts.clone())),
+                }),
+                ..Default::default()
+            },
+        )?;
         let h = w.new_group(Some(&[1]), GroupOptions::default())?;
         // local synchronization: the store-based barrier runs on the group's own prefix store
         // under the SHA-1 name, so it only completes when both sides hash alike.
-        let l = w.new_group(Some(&[0, 1]), GroupOptions { use_local_synchronization: true, pg_options: Some(PgOptions { timeout: None, backend_specific: Some(Arc::new(gloo_opts.clone())) }), ..Default::default() })?;
+        let l = w.new_group(
+            Some(&[0, 1]),
+            GroupOptions {
+                use_local_synchronization: true,
+                pg_options: Some(PgOptions {
+                    timeout: None,
+                    backend_specific: Some(Arc::new(gloo_opts.clone())),
+                }),
+                ..Default::default()
+            },
+        )?;
         let lname = l.into_group()?.group_name().to_string();
         let ds = w.default_store()?;
         ds.set("from_rs", b"hello from rust")?;
         let got = String::from_utf8_lossy(&ds.get("from_py")?).to_string();
         ds.wait_timeout(&["py_done"], Duration::from_secs(60))?;
-        let names = (w.world_group()?.group_name().to_string(), g.into_group()?.group_name().to_string(), h.is_non_member(), got, lname);
+        let names = (
+            w.world_group()?.group_name().to_string(),
+            g.into_group()?.group_name().to_string(),
+            h.is_non_member(),
+            got,
+            lname,
+        );
         w.destroy_process_group(None)?;
         Ok(names)
     })();
@@ -97,13 +140,37 @@ fn rust_and_torch_share_world_layout() {
     };
     let mut out = String::new();
     let mut err = String::new();
-    child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
-    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
     let _ = child.wait();
-    let names = res.unwrap_or_else(|e| panic!("rust rank failed: {e}\npython stdout: {out}\npython stderr: {err}"));
-    assert!(status.is_some_and(|s| s.success()), "python failed: {out}\n{err}");
+    let names = res.unwrap_or_else(|e| {
+        panic!("rust rank failed: {e}\npython stdout: {out}\npython stderr: {err}")
+    });
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "python failed: {out}\n{err}"
+    );
     let local = c10d_world::hash_ranks_to_str(&[0, 1], 3);
-    assert_eq!(names, ("0".to_string(), "1".to_string(), true, "hello from torch".to_string(), local.clone()));
+    assert_eq!(
+        names,
+        (
+            "0".to_string(),
+            "1".to_string(),
+            true,
+            "hello from torch".to_string(),
+            local.clone()
+        )
+    );
     assert!(out.contains(&format!("LOCAL {local}")), "{out}\n{err}");
     assert!(out.contains("NAMES 0 1 2 hello from rust"), "{out}\n{err}");
 }

@@ -24,7 +24,9 @@ struct Row {
 fn rows(stdout: &str, prefix: &str) -> Vec<Row> {
     let mut out = Vec::new();
     for line in stdout.lines() {
-        let Some(l) = line.strip_prefix(prefix) else { continue };
+        let Some(l) = line.strip_prefix(prefix) else {
+            continue;
+        };
         if l.trim_start().starts_with('#') {
             continue;
         }
@@ -50,20 +52,44 @@ fn bench(args: &[&str], envs: &[(&str, &str)]) -> Output {
 
 #[test]
 fn every_op_gives_a_checked_table() {
-    for op in ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "sendrecv"] {
+    for op in [
+        "all_reduce",
+        "all_gather",
+        "reduce_scatter",
+        "broadcast",
+        "reduce",
+        "all_to_all",
+        "sendrecv",
+    ] {
         for n in ["1", "3"] {
-            let out = bench(&[op, "--nproc", n, "-b", "1K", "-e", "16K", "-f", "4", "-n", "3", "-w", "1"], &[]);
+            let out = bench(
+                &[
+                    op, "--nproc", n, "-b", "1K", "-e", "16K", "-f", "4", "-n", "3", "-w", "1",
+                ],
+                &[],
+            );
             assert_eq!(out.code, Some(0), "{op} x{n}: {out}");
             let r = rows(&out.stdout, "");
             assert_eq!(r.len(), 3, "{op} x{n}: {out}");
             let n: usize = n.parse().unwrap();
             for (row, want) in r.iter().zip([1024usize, 4096, 16384]) {
                 // Sizes are rounded down to a multiple of the world size where the op needs it.
-                let step = if matches!(op, "all_gather" | "reduce_scatter" | "all_to_all") { 4 * n } else { 4 };
+                let step = if matches!(op, "all_gather" | "reduce_scatter" | "all_to_all") {
+                    4 * n
+                } else {
+                    4
+                };
                 assert_eq!(row.size, want / step * step, "{op}: {row:?}");
                 assert_eq!(row.count * 4, row.size, "{op}: {row:?}");
                 assert_eq!(row.dtype, "float");
-                assert_eq!(row.redop, if matches!(op, "all_reduce" | "reduce_scatter" | "reduce") { "sum" } else { "none" });
+                assert_eq!(
+                    row.redop,
+                    if matches!(op, "all_reduce" | "reduce_scatter" | "reduce") {
+                        "sum"
+                    } else {
+                        "none"
+                    }
+                );
                 assert_eq!(row.wrong, 0, "{op}: {row:?}");
                 assert!(row.time_us > 0.0 && row.algbw > 0.0, "{op}: {row:?}");
                 let factor = match op {
@@ -71,43 +97,122 @@ fn every_op_gives_a_checked_table() {
                     "all_gather" | "reduce_scatter" | "all_to_all" => (n as f64 - 1.0) / n as f64,
                     _ => 1.0,
                 };
-                assert!((row.busbw - row.algbw * factor).abs() <= 0.002 + 0.01 * row.busbw, "{op} x{n}: {row:?}");
+                assert!(
+                    (row.busbw - row.algbw * factor).abs() <= 0.002 + 0.01 * row.busbw,
+                    "{op} x{n}: {row:?}"
+                );
             }
-            assert!(out.stdout.lines().next().unwrap().starts_with(&format!("# c10d-bench {op}: nranks {n}, backend gloo")), "{out}");
-            assert!(out.stdout.contains("# Out of bounds values : 0 OK"), "{out}");
+            assert!(
+                out.stdout
+                    .lines()
+                    .next()
+                    .unwrap()
+                    .starts_with(&format!("# c10d-bench {op}: nranks {n}, backend gloo")),
+                "{out}"
+            );
+            assert!(
+                out.stdout.contains("# Out of bounds values : 0 OK"),
+                "{out}"
+            );
         }
     }
 }
 
 #[test]
 fn dtypes_and_reductions_are_checked() {
-    for (d, o) in [("double", "max"), ("half", "sum"), ("bfloat16", "avg"), ("int8", "prod"), ("int64", "bxor"), ("bool", "min"), ("int32", "avg")] {
-        let out = bench(&["all_reduce", "--nproc", "3", "-b", "1K", "-e", "2K", "-d", d, "-o", o, "-n", "2", "-w", "1"], &[]);
+    for (d, o) in [
+        ("double", "max"),
+        ("half", "sum"),
+        ("bfloat16", "avg"),
+        ("int8", "prod"),
+        ("int64", "bxor"),
+        ("bool", "min"),
+        ("int32", "avg"),
+    ] {
+        let out = bench(
+            &[
+                "all_reduce",
+                "--nproc",
+                "3",
+                "-b",
+                "1K",
+                "-e",
+                "2K",
+                "-d",
+                d,
+                "-o",
+                o,
+                "-n",
+                "2",
+                "-w",
+                "1",
+            ],
+            &[],
+        );
         assert_eq!(out.code, Some(0), "{d} {o}: {out}");
         let r = rows(&out.stdout, "");
         assert_eq!(r.len(), 2);
-        assert!(r.iter().all(|r| r.wrong == 0 && r.redop == o), "{d} {o}: {out}");
+        assert!(
+            r.iter().all(|r| r.wrong == 0 && r.redop == o),
+            "{d} {o}: {out}"
+        );
     }
 }
 
 #[test]
 fn a_corrupted_element_is_counted_and_fails_the_run() {
-    let out = bench(&["all_gather", "--nproc", "3", "-b", "1K", "-e", "4K", "-n", "2"], &[("C10D_BENCH_CORRUPT_RANK", "1")]);
+    let out = bench(
+        &[
+            "all_gather",
+            "--nproc",
+            "3",
+            "-b",
+            "1K",
+            "-e",
+            "4K",
+            "-n",
+            "2",
+        ],
+        &[("C10D_BENCH_CORRUPT_RANK", "1")],
+    );
     assert_eq!(out.code, Some(1), "{out}");
     let r = rows(&out.stdout, "");
     assert_eq!(r.len(), 3);
     assert!(r.iter().all(|r| r.wrong == 1), "{out}");
-    assert!(out.stdout.contains("# Out of bounds values : 3 FAILED"), "{out}");
+    assert!(
+        out.stdout.contains("# Out of bounds values : 3 FAILED"),
+        "{out}"
+    );
 }
 
 #[test]
 fn runs_as_ranks_of_a_c10drun_job() {
-    let out = run_c10drun(&["--nproc-per-node", "2", "--master-port", "0", BENCH, "reduce_scatter", "-b", "1K", "-e", "2K", "-n", "3"], Duration::from_secs(180));
+    let out = run_c10drun(
+        &[
+            "--nproc-per-node",
+            "2",
+            "--master-port",
+            "0",
+            BENCH,
+            "reduce_scatter",
+            "-b",
+            "1K",
+            "-e",
+            "2K",
+            "-n",
+            "3",
+        ],
+        Duration::from_secs(180),
+    );
     assert_eq!(out.code, Some(0), "{out}");
     let r = rows(&out.stdout, "[rank 0]: ");
     assert_eq!(r.len(), 2, "{out}");
     assert!(r.iter().all(|r| r.wrong == 0));
-    assert!(out.stdout.contains("[rank 0]: # c10d-bench reduce_scatter: nranks 2"), "{out}");
+    assert!(
+        out.stdout
+            .contains("[rank 0]: # c10d-bench reduce_scatter: nranks 2"),
+        "{out}"
+    );
     // Only rank 0 prints the table.
     assert!(!out.stdout.contains("[rank 1]: #"), "{out}");
 }
@@ -116,10 +221,22 @@ fn runs_as_ranks_of_a_c10drun_job() {
 fn bad_requests_fail_clearly() {
     let out = bench(&["all_reduce", "--nproc", "2", "--backend", "nccl"], &[]);
     assert_eq!(out.code, Some(1), "{out}");
-    assert!(out.stderr.contains("backend 'nccl' is not available: this build of c10d-rs has no NCCL (CUDA) support"), "{out}");
-    let out = bench(&["all_reduce", "--nproc", "2", "-d", "float", "-o", "band"], &[]);
+    assert!(
+        out.stderr.contains(
+            "backend 'nccl' is not available: this build of c10d-rs has no NCCL (CUDA) support"
+        ),
+        "{out}"
+    );
+    let out = bench(
+        &["all_reduce", "--nproc", "2", "-d", "float", "-o", "band"],
+        &[],
+    );
     assert_eq!(out.code, Some(1), "{out}");
-    assert!(out.stderr.contains("Cannot use ReduceOp.BAND with non-integral dtype torch.float32"), "{out}");
+    assert!(
+        out.stderr
+            .contains("Cannot use ReduceOp.BAND with non-integral dtype torch.float32"),
+        "{out}"
+    );
     let out = bench(&["all_reduce", "-b", "1K", "-e", "1K"], &[]);
     assert_eq!(out.code, Some(1), "{out}");
     assert!(out.stderr.contains("RANK/WORLD_SIZE not set"), "{out}");

@@ -18,13 +18,22 @@ fn demo_binary() -> PathBuf {
     if !bin.exists() {
         let target_dir = profile_dir.parent().unwrap();
         let mut cmd = Command::new(env!("CARGO"));
-        cmd.args(["build", "-p", "c10d-world", "--example", "ddp_wine", "--manifest-path"])
-            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"))
-            .env("CARGO_TARGET_DIR", target_dir);
+        cmd.args([
+            "build",
+            "-p",
+            "c10d-world",
+            "--example",
+            "ddp_wine",
+            "--manifest-path",
+        ])
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"))
+        .env("CARGO_TARGET_DIR", target_dir);
         if profile_dir.file_name().is_some_and(|n| n == "release") {
             cmd.arg("--release");
         }
-        let st = cmd.status().expect("cannot run cargo to build the ddp_wine example");
+        let st = cmd
+            .status()
+            .expect("cannot run cargo to build the ddp_wine example");
         assert!(st.success(), "building the ddp_wine example failed");
     }
     assert!(bin.exists(), "{} missing", bin.display());
@@ -38,7 +47,11 @@ fn curve(out: &Output) -> Vec<(usize, f64, f64)> {
         .filter_map(|l| l.strip_prefix("[rank 0]: epoch "))
         .map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
-            (f[0].parse().unwrap(), f[2].parse().unwrap(), f[4].parse().unwrap())
+            (
+                f[0].parse().unwrap(),
+                f[2].parse().unwrap(),
+                f[4].parse().unwrap(),
+            )
         })
         .collect()
 }
@@ -46,13 +59,35 @@ fn curve(out: &Output) -> Vec<(usize, f64, f64)> {
 fn run_demo(nproc: usize) -> Output {
     let bin = demo_binary();
     let n = nproc.to_string();
-    let out = run_c10drun(&["--nproc-per-node", &n, "--master-port", "0", bin.to_str().unwrap(), "--epochs", "8"], Duration::from_secs(300));
+    let out = run_c10drun(
+        &[
+            "--nproc-per-node",
+            &n,
+            "--master-port",
+            "0",
+            bin.to_str().unwrap(),
+            "--epochs",
+            "8",
+        ],
+        Duration::from_secs(300),
+    );
     assert_eq!(out.code, Some(0), "{nproc} ranks: {out}");
-    assert!(out.stdout.contains(&format!("[rank 0]: check: parameters identical on all {nproc} ranks")), "{out}");
-    let line = out.stdout_line_with("check: single-process run on the full data").unwrap_or_else(|| panic!("no reference check: {out}"));
+    assert!(
+        out.stdout.contains(&format!(
+            "[rank 0]: check: parameters identical on all {nproc} ranks"
+        )),
+        "{out}"
+    );
+    let line = out
+        .stdout_line_with("check: single-process run on the full data")
+        .unwrap_or_else(|| panic!("no reference check: {out}"));
     assert!(line.ends_with(" OK"), "{line}");
     for r in 0..nproc {
-        assert!(out.stdout.contains(&format!("[rank {r}]: rank {r} trained on ")), "rank {r} did not train: {out}");
+        assert!(
+            out.stdout
+                .contains(&format!("[rank {r}]: rank {r} trained on ")),
+            "rank {r} did not train: {out}"
+        );
     }
     out
 }
@@ -63,13 +98,20 @@ fn loss_curves_agree_for_1_2_and_4_ranks() {
     let base = curve(&runs[0].1);
     assert_eq!(base.len(), 8, "{}", runs[0].1);
     // Training must actually learn something.
-    assert!(base[7].1 < base[0].1, "train loss did not decrease: {base:?}");
+    assert!(
+        base[7].1 < base[0].1,
+        "train loss did not decrease: {base:?}"
+    );
     for (n, out) in &runs[1..] {
         let c = curve(out);
         assert_eq!(c.len(), base.len(), "{n} ranks: {out}");
         for (a, b) in base.iter().zip(&c) {
             assert_eq!(a.0, b.0);
-            assert!((a.1 - b.1).abs() <= 1e-4 && (a.2 - b.2).abs() <= 1e-4, "{n} ranks, epoch {}: {a:?} vs {b:?}", a.0);
+            assert!(
+                (a.1 - b.1).abs() <= 1e-4 && (a.2 - b.2).abs() <= 1e-4,
+                "{n} ranks, epoch {}: {a:?} vs {b:?}",
+                a.0
+            );
         }
     }
 }
@@ -82,7 +124,17 @@ fn the_demo_fails_loudly_when_a_rank_dies() {
     // the launcher's SIGKILL 60 s later.
     let bin = demo_binary();
     let script = format!("trap '' TERM; exec '{}' --epochs 100000", bin.display());
-    let mut job = spawn_c10drun(&["--nproc-per-node", "2", "--master-port", "0", "--stop-timeout", "60", "sh", "-c", &script]);
+    let mut job = spawn_c10drun(&[
+        "--nproc-per-node",
+        "2",
+        "--master-port",
+        "0",
+        "--stop-timeout",
+        "60",
+        "sh",
+        "-c",
+        &script,
+    ]);
     let line = job.wait_for_stdout("[rank 0]: epoch   1 ", Duration::from_secs(120));
     assert!(line.contains("train_loss"));
     // Find rank 1's pid: the newest child process of c10drun with RANK=1 in its environment.
@@ -94,10 +146,23 @@ fn the_demo_fails_loudly_when_a_rank_dies() {
     let out = job.finish(Duration::from_secs(120));
     assert_eq!(out.code, Some(1), "{out}");
     let s = out.summary();
-    assert!(s.contains("root cause (first observed failure):") && s.contains("rank 1 (local_rank 1, pid ") && s.contains("signal SIGKILL"), "{out}");
+    assert!(
+        s.contains("root cause (first observed failure):")
+            && s.contains("rank 1 (local_rank 1, pid ")
+            && s.contains("signal SIGKILL"),
+        "{out}"
+    );
     // The survivor's collective failed with an error: it exited by itself with status 1.
-    assert!(!out.stderr.contains("sending SIGKILL"), "rank 0 hung until SIGKILL: {out}");
-    assert!(s.contains("other failures:") && s.contains("rank 0 (local_rank 0, pid ") && s.contains("exit code 1"), "{out}");
+    assert!(
+        !out.stderr.contains("sending SIGKILL"),
+        "rank 0 hung until SIGKILL: {out}"
+    );
+    assert!(
+        s.contains("other failures:")
+            && s.contains("rank 0 (local_rank 0, pid ")
+            && s.contains("exit code 1"),
+        "{out}"
+    );
     assert!(out.stderr.contains("[rank 0]: ddp_wine: error: "), "{out}");
 }
 
@@ -108,12 +173,18 @@ fn find_worker_pid(rank: usize) -> Option<i32> {
     let want = format!("RANK={rank}");
     for e in std::fs::read_dir("/proc").ok()? {
         let e = e.ok()?;
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
-        let Ok(comm) = std::fs::read_to_string(format!("/proc/{pid}/comm")) else { continue };
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(comm) = std::fs::read_to_string(format!("/proc/{pid}/comm")) else {
+            continue;
+        };
         if comm.trim() != "ddp_wine" {
             continue;
         }
-        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else { continue };
+        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else {
+            continue;
+        };
         if !env.split(|b| *b == 0).any(|kv| kv == want.as_bytes()) {
             continue;
         }

@@ -31,14 +31,21 @@ fn init_all_reduce_broadcast_barrier() {
 fn init_twice_and_not_initialized_errors() {
     let w = World::new();
     let e = w.get_rank(None).unwrap_err();
-    assert!(e.to_string().contains("Default process group has not been initialized"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("Default process group has not been initialized"),
+        "{e}"
+    );
     let t = Tensor::zeros(DType::F32, &[1]);
     assert!(w.all_reduce(&t, ReduceOp::Sum, None, false).is_err());
     register();
     let s = store();
     w.init_process_group(opts(&s, 0, 1)).unwrap();
     let e = w.init_process_group(opts(&s, 0, 1)).unwrap_err();
-    assert_eq!(e.to_string(), "trying to initialize the default process group twice!");
+    assert_eq!(
+        e.to_string(),
+        "trying to initialize the default process group twice!"
+    );
     assert_eq!(e.kind(), ErrorKind::InvalidArgument);
     w.all_reduce(&t, ReduceOp::Sum, None, false).unwrap();
     w.destroy_process_group(None).unwrap();
@@ -64,10 +71,16 @@ fn init_argument_errors() {
     assert_eq!(e.to_string(), "Cannot specify both init_method and store.");
     let mut o = opts(&s, 0, 1);
     o.world_size = None;
-    assert_eq!(w.init_process_group(o).unwrap_err().to_string(), "world_size must be positive if using store");
+    assert_eq!(
+        w.init_process_group(o).unwrap_err().to_string(),
+        "world_size must be positive if using store"
+    );
     let mut o = opts(&s, 0, 1);
     o.rank = None;
-    assert_eq!(w.init_process_group(o).unwrap_err().to_string(), "rank must be non-negative if using store");
+    assert_eq!(
+        w.init_process_group(o).unwrap_err().to_string(),
+        "rank must be non-negative if using store"
+    );
     let mut o = opts(&s, 0, 1);
     o.backend = Some("nccl".into());
     let e = w.init_process_group(o).unwrap_err();
@@ -75,10 +88,18 @@ fn init_argument_errors() {
     assert!(!w.is_initialized());
     let mut o = opts(&s, 0, 1);
     o.backend = Some("bogus".into());
-    assert!(w.init_process_group(o).unwrap_err().to_string().contains("Unknown backend"));
+    assert!(w
+        .init_process_group(o)
+        .unwrap_err()
+        .to_string()
+        .contains("Unknown backend"));
     let mut o = opts(&s, 0, 1);
     o.backend = Some("cpu:store,".into());
-    assert!(w.init_process_group(o).unwrap_err().to_string().contains("Invalid device:backend pairing"));
+    assert!(w
+        .init_process_group(o)
+        .unwrap_err()
+        .to_string()
+        .contains("Invalid device:backend pairing"));
     // failed inits do not consume group names
     w.init_process_group(opts(&s, 0, 1)).unwrap();
     assert_eq!(w.world_group().unwrap().group_name(), "0");
@@ -90,19 +111,32 @@ fn mixed_backend_config_registers_one_backend_per_device() {
     use c10d_core::DeviceType;
     let out = run(2, |w, r| {
         let g = w
-            .new_group(None, GroupOptions { backend: Some("CPU:store,CUDA:storex".into()), ..Default::default() })
+            .new_group(
+                None,
+                GroupOptions {
+                    backend: Some("CPU:store,CUDA:storex".into()),
+                    ..Default::default()
+                },
+            )
             .unwrap()
             .into_group()
             .unwrap();
-        assert_eq!(w.get_backend_config(Some(&g.clone().into())).unwrap(), "cpu:store,cuda:storex");
-        assert_eq!(w.get_backend(Some(&g.clone().into())).unwrap(), "cpu:store,cuda:storex");
+        assert_eq!(
+            w.get_backend_config(Some(&g.clone().into())).unwrap(),
+            "cpu:store,cuda:storex"
+        );
+        assert_eq!(
+            w.get_backend(Some(&g.clone().into())).unwrap(),
+            "cpu:store,cuda:storex"
+        );
         // the accelerator's backend is the default of a mixed group
         assert_eq!(g.default_device_type(), DeviceType::Cuda);
         assert_eq!(g.backend(DeviceType::Cpu).unwrap().name(), "store");
         assert_eq!(g.backend(DeviceType::Cuda).unwrap().name(), "storex");
         // CPU tensors go to the cpu backend
         let t = Tensor::from_vec(vec![r as u8 + 1]);
-        w.all_reduce(&t, ReduceOp::Sum, Some(&g.clone().into()), false).unwrap();
+        w.all_reduce(&t, ReduceOp::Sum, Some(&g.clone().into()), false)
+            .unwrap();
         t.to_vec::<u8>().unwrap()[0]
     });
     assert_eq!(out, vec![3, 3]);
@@ -113,7 +147,11 @@ fn default_timeouts_and_backend_queries() {
     let out = run(2, |w, _r| {
         let pg = w.world_group().unwrap();
         let t = pg.default_backend().unwrap().timeout();
-        (t, w.get_backend(None).unwrap(), w.get_backend_config(None).unwrap())
+        (
+            t,
+            w.get_backend(None).unwrap(),
+            w.get_backend_config(None).unwrap(),
+        )
     });
     for (t, b, c) in out {
         assert_eq!(t, Duration::from_secs(20));
@@ -127,9 +165,23 @@ fn default_timeouts_and_backend_queries() {
     let mut o = opts(&s, 0, 1);
     o.timeout = None;
     w.init_process_group(o).unwrap();
-    assert_eq!(w.world_group().unwrap().default_backend().unwrap().timeout(), Duration::from_secs(1800));
+    assert_eq!(
+        w.world_group()
+            .unwrap()
+            .default_backend()
+            .unwrap()
+            .timeout(),
+        Duration::from_secs(1800)
+    );
     w.set_timeout(Duration::from_secs(5), None).unwrap();
-    assert_eq!(w.world_group().unwrap().default_backend().unwrap().timeout(), Duration::from_secs(5));
+    assert_eq!(
+        w.world_group()
+            .unwrap()
+            .default_backend()
+            .unwrap()
+            .timeout(),
+        Duration::from_secs(5)
+    );
     w.destroy_process_group(None).unwrap();
     let _ = GroupOptions::default();
 }

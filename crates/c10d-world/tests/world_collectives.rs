@@ -12,40 +12,90 @@ fn python_layer_checks() {
     run(2, |w, r| {
         let f = Tensor::from_vec(vec![1.0f32; 2]);
         let d = Tensor::from_vec(vec![1.0f64; 2]);
-        let e = w.all_gather(&[f.clone(), d.clone()], &f, None, false).unwrap_err();
-        assert!(e.to_string().contains("tensors with different dtypes"), "{e}");
+        let e = w
+            .all_gather(&[f.clone(), d.clone()], &f, None, false)
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("tensors with different dtypes"),
+            "{e}"
+        );
         assert_eq!(e.kind(), ErrorKind::InvalidArgument);
-        let e = w.all_to_all(&[f.clone(), d.clone()], &[f.clone(), f.clone()], None, false).unwrap_err();
-        assert!(e.to_string().contains("tensors with different dtypes"), "{e}");
+        let e = w
+            .all_to_all(
+                &[f.clone(), d.clone()],
+                &[f.clone(), f.clone()],
+                None,
+                false,
+            )
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("tensors with different dtypes"),
+            "{e}"
+        );
         // complex and its real dtype mix is allowed by the check
         let c = Tensor::from_vec(vec![c32 { re: 1.0, im: 2.0 }]);
         let e = w.all_reduce(&c, ReduceOp::Max, None, false).unwrap_err();
-        assert!(e.to_string().contains("all_reduce does not support ReduceOp.MAX on complex tensors"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("all_reduce does not support ReduceOp.MAX on complex tensors"),
+            "{e}"
+        );
         w.all_reduce(&c, ReduceOp::Sum, None, false).unwrap();
         // scatter_list rules
         let out = Tensor::zeros(DType::F32, &[2]);
         let list = vec![f.clone(), f.clone()];
-        let e = w.scatter(&out, if r == 1 { Some(&list) } else { None }, Some(0), None, false, None).unwrap_err();
+        let e = w
+            .scatter(
+                &out,
+                if r == 1 { Some(&list) } else { None },
+                Some(0),
+                None,
+                false,
+                None,
+            )
+            .unwrap_err();
         let expect = if r == 0 {
             "Argument ``scatter_list`` must be specified on source rank."
         } else {
             "Argument ``scatter_list`` must NOT be specified on non-source ranks."
         };
         assert_eq!(e.to_string(), expect);
-        let e = w.gather(&f, if r == 1 { Some(&list) } else { None }, Some(0), None, false, None).unwrap_err();
-        assert!(e.to_string().contains("Argument ``gather_list`` must"), "{e}");
+        let e = w
+            .gather(
+                &f,
+                if r == 1 { Some(&list) } else { None },
+                Some(0),
+                None,
+                false,
+                None,
+            )
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("Argument ``gather_list`` must"),
+            "{e}"
+        );
         // both / neither root
         let e = w.broadcast(&f, Some(0), None, false, Some(0)).unwrap_err();
-        assert_eq!(e.to_string(), "Can't specify both group_rank and global_rank");
+        assert_eq!(
+            e.to_string(),
+            "Can't specify both group_rank and global_rank"
+        );
         let e = w.broadcast(&f, None, None, false, None).unwrap_err();
         assert_eq!(e.to_string(), "Must specify global_rank or group_rank");
         // send to self
         let e = w.send(&f, Some(r), None, 0, None).unwrap_err();
-        assert!(e.to_string().starts_with("Invalid destination rank: destination rank should not be the same"), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("Invalid destination rank: destination rank should not be the same"),
+            "{e}"
+        );
         let e = w.recv(&f, None, None, 0, Some(r)).unwrap_err();
         assert!(e.to_string().starts_with("Invalid source rank"), "{e}");
         let e = w.isend(&f, Some(1 - r), None, 0, Some(1 - r)).unwrap_err();
-        assert_eq!(e.to_string(), "Can't specify both group_rank and global_rank");
+        assert_eq!(
+            e.to_string(),
+            "Can't specify both group_rank and global_rank"
+        );
         w.barrier(None, false, None).unwrap();
     });
 }
@@ -64,42 +114,81 @@ fn all_ops_route_data() {
         assert_eq!(outs[2].to_vec::<i32>().unwrap(), vec![2, 2]);
         // reduce to 1
         let x = Tensor::from_vec(vec![(r + 1) as i64]);
-        w.reduce(&x, Some(1), ReduceOp::Product, None, false, None).unwrap();
+        w.reduce(&x, Some(1), ReduceOp::Product, None, false, None)
+            .unwrap();
         if r == 1 {
             assert_eq!(x.to_vec::<i64>().unwrap(), vec![6]);
         }
         // gather / scatter
         let g: Vec<Tensor> = (0..n).map(|_| Tensor::zeros(DType::I32, &[2])).collect();
-        w.gather(&t, (r == 2).then_some(g.as_slice()), Some(2), None, false, None).unwrap();
+        w.gather(
+            &t,
+            (r == 2).then_some(g.as_slice()),
+            Some(2),
+            None,
+            false,
+            None,
+        )
+        .unwrap();
         if r == 2 {
             assert_eq!(g[1].to_vec::<i32>().unwrap(), vec![1, 1]);
         }
-        let sl: Vec<Tensor> = (0..n).map(|i| Tensor::from_vec(vec![i as i32 * 7; 2])).collect();
+        let sl: Vec<Tensor> = (0..n)
+            .map(|i| Tensor::from_vec(vec![i as i32 * 7; 2]))
+            .collect();
         let so = Tensor::zeros(DType::I32, &[2]);
-        w.scatter(&so, (r == 0).then_some(sl.as_slice()), None, None, false, None).unwrap();
+        w.scatter(
+            &so,
+            (r == 0).then_some(sl.as_slice()),
+            None,
+            None,
+            false,
+            None,
+        )
+        .unwrap();
         assert_eq!(so.to_vec::<i32>().unwrap(), vec![r as i32 * 7; 2]);
         // reduce_scatter: chunk i on rank r holds r+i+1
-        let ins: Vec<Tensor> = (0..n).map(|i| Tensor::from_vec(vec![(r + i + 1) as f32; 5])).collect();
+        let ins: Vec<Tensor> = (0..n)
+            .map(|i| Tensor::from_vec(vec![(r + i + 1) as f32; 5]))
+            .collect();
         let rs = Tensor::zeros(DType::F32, &[5]);
-        w.reduce_scatter(&rs, &ins, ReduceOp::Sum, None, false).unwrap();
+        w.reduce_scatter(&rs, &ins, ReduceOp::Sum, None, false)
+            .unwrap();
         let expect: f32 = (0..n).map(|k| (k + r + 1) as f32).sum();
         assert_eq!(rs.to_vec::<f32>().unwrap(), vec![expect; 5]);
         let big = Tensor::from_vec((0..6).map(|i| (i + r) as f32).collect::<Vec<_>>());
         let small = Tensor::zeros(DType::F32, &[2]);
-        w.reduce_scatter_tensor(&small, &big, ReduceOp::Max, None, false).unwrap();
-        assert_eq!(small.to_vec::<f32>().unwrap(), vec![(2 * r + 2) as f32, (2 * r + 3) as f32]);
+        w.reduce_scatter_tensor(&small, &big, ReduceOp::Max, None, false)
+            .unwrap();
+        assert_eq!(
+            small.to_vec::<f32>().unwrap(),
+            vec![(2 * r + 2) as f32, (2 * r + 3) as f32]
+        );
         // all_to_all: rank i sends i*100+j to j
-        let ai: Vec<Tensor> = (0..n).map(|j| Tensor::from_vec(vec![(r * 100 + j) as i64])).collect();
+        let ai: Vec<Tensor> = (0..n)
+            .map(|j| Tensor::from_vec(vec![(r * 100 + j) as i64]))
+            .collect();
         let ao: Vec<Tensor> = (0..n).map(|_| Tensor::zeros(DType::I64, &[1])).collect();
         w.all_to_all(&ao, &ai, None, false).unwrap();
         let got: Vec<i64> = ao.iter().map(|t| t.to_vec::<i64>().unwrap()[0]).collect();
-        assert_eq!(got, (0..n).map(|j| (j * 100 + r) as i64).collect::<Vec<_>>());
+        assert_eq!(
+            got,
+            (0..n).map(|j| (j * 100 + r) as i64).collect::<Vec<_>>()
+        );
         // uneven all_to_all_single
         let in_splits: Vec<usize> = (0..n).map(|g| g + 1).collect();
         let input = Tensor::from_vec(vec![r as i64; in_splits.iter().sum()]);
         let out_splits = vec![r + 1; n];
         let output = Tensor::zeros(DType::I64, &[(r + 1) * n]);
-        w.all_to_all_single(&output, &input, Some(&out_splits), Some(&in_splits), None, false).unwrap();
+        w.all_to_all_single(
+            &output,
+            &input,
+            Some(&out_splits),
+            Some(&in_splits),
+            None,
+            false,
+        )
+        .unwrap();
         // coalesced all_reduce through the coalescing manager
         let a = Tensor::from_vec(vec![1.0f64; 3]);
         let b = Tensor::from_vec(vec![2.0f64; 2]);
@@ -122,7 +211,8 @@ fn all_ops_route_data() {
 fn p2p_and_batch_isend_irecv() {
     let out = run(3, |w, r| {
         let n = 3;
-        let e = P2POp::new("send", Tensor::from_vec(vec![0u8]), Some(0), None, 0, None).unwrap_err();
+        let e =
+            P2POp::new("send", Tensor::from_vec(vec![0u8]), Some(0), None, 0, None).unwrap_err();
         assert!(e.to_string().starts_with("Invalid ``op``"), "{e}");
         let e = w.batch_isend_irecv(&[]).unwrap_err();
         assert!(e.to_string().starts_with("Invalid ``p2p_op_list``"), "{e}");
@@ -137,7 +227,15 @@ fn p2p_and_batch_isend_irecv() {
         let recv = Tensor::zeros(DType::I64, &[2]);
         let ops = vec![
             P2POp::new("irecv", recv.clone(), Some((r + n - 1) % n), None, 7, None).unwrap(),
-            P2POp::new("isend", Tensor::from_vec(vec![r as i64; 2]), Some((r + 1) % n), None, 7, None).unwrap(),
+            P2POp::new(
+                "isend",
+                Tensor::from_vec(vec![r as i64; 2]),
+                Some((r + 1) % n),
+                None,
+                7,
+                None,
+            )
+            .unwrap(),
         ];
         for wk in w.batch_isend_irecv(&ops).unwrap() {
             wk.wait().unwrap();
@@ -163,30 +261,48 @@ fn object_collectives() {
         assert_eq!(all, vec![0, 1, 2]);
         let strs: Vec<String> = w.all_gather_object(&"x".repeat(r * 5), None).unwrap();
         assert_eq!(strs[2], "xxxxxxxxxx");
-        let g = w.gather_object(&(r, format!("r{r}")), Some(0), None, None).unwrap();
+        let g = w
+            .gather_object(&(r, format!("r{r}")), Some(0), None, None)
+            .unwrap();
         assert_eq!(g.is_some(), r == 0);
         if let Some(g) = g {
             assert_eq!(g[2], (2, "r2".to_string()));
         }
         let mut objs: Vec<Option<i32>> = vec![if r == 0 { Some(99) } else { None }];
-        w.broadcast_object_list(&mut objs, Some(0), None, None).unwrap();
+        w.broadcast_object_list(&mut objs, Some(0), None, None)
+            .unwrap();
         assert_eq!(objs, vec![Some(99)]);
         let inputs: Vec<Vec<u32>> = (0..3).map(|i| vec![i; i as usize]).collect();
-        let mine: Option<Vec<u32>> = w.scatter_object_list((r == 1).then_some(inputs.as_slice()), Some(1), None, None).unwrap();
+        let mine: Option<Vec<u32>> = w
+            .scatter_object_list((r == 1).then_some(inputs.as_slice()), Some(1), None, None)
+            .unwrap();
         assert_eq!(mine.unwrap(), vec![r as u32; r]);
         let mut got: Vec<Option<String>> = vec![None, None];
         if r == 0 {
-            w.send_object_list(&[Some("a".to_string()), None], Some(1), None, None).unwrap();
+            w.send_object_list(&[Some("a".to_string()), None], Some(1), None, None)
+                .unwrap();
         } else if r == 1 {
-            assert_eq!(w.recv_object_list(&mut got, Some(0), None, None).unwrap(), 0);
+            assert_eq!(
+                w.recv_object_list(&mut got, Some(0), None, None).unwrap(),
+                0
+            );
         }
         // on a 2-rank local-synchronization subgroup, with global src/dst
         if r >= 1 {
-            let sub = w.new_group(Some(&[1, 2]), GroupOptions { use_local_synchronization: true, ..Default::default() }).unwrap();
+            let sub = w
+                .new_group(
+                    Some(&[1, 2]),
+                    GroupOptions {
+                        use_local_synchronization: true,
+                        ..Default::default()
+                    },
+                )
+                .unwrap();
             let v: Vec<usize> = w.all_gather_object(&(r * 10), Some(&sub)).unwrap();
             assert_eq!(v, vec![10, 20]);
             let mut b = vec![r];
-            w.broadcast_object_list(&mut b, Some(2), Some(&sub), None).unwrap();
+            w.broadcast_object_list(&mut b, Some(2), Some(&sub), None)
+                .unwrap();
             assert_eq!(b, vec![2]);
         }
         got
@@ -216,38 +332,103 @@ fn detail_passes_matching_collectives() {
 fn detail_reports_op_mismatch() {
     let out = run_with(2, detail_setup, |w, r| {
         let e = if r == 0 {
-            w.all_reduce(&Tensor::from_vec(vec![1.0f32; 2]), ReduceOp::Sum, None, false).unwrap_err()
+            w.all_reduce(
+                &Tensor::from_vec(vec![1.0f32; 2]),
+                ReduceOp::Sum,
+                None,
+                false,
+            )
+            .unwrap_err()
         } else {
-            w.broadcast(&Tensor::from_vec(vec![1.0f32; 2]), Some(0), None, false, None).unwrap_err()
+            w.broadcast(
+                &Tensor::from_vec(vec![1.0f32; 2]),
+                Some(0),
+                None,
+                false,
+                None,
+            )
+            .unwrap_err()
         };
         e.to_string()
     });
     let e0 = &out[0];
     assert!(e0.starts_with("Detected mismatch between collectives on ranks. Rank 0 is running collective: CollectiveFingerPrint("), "{e0}");
-    assert!(e0.contains("OpType=ALLREDUCE, TensorShape=[2], TensorDtypes=Float, TensorDeviceTypes=CPU)"), "{e0}");
-    assert!(e0.contains("but Rank 1 is running collective: CollectiveFingerPrint("), "{e0}");
+    assert!(
+        e0.contains(
+            "OpType=ALLREDUCE, TensorShape=[2], TensorDtypes=Float, TensorDeviceTypes=CPU)"
+        ),
+        "{e0}"
+    );
+    assert!(
+        e0.contains("but Rank 1 is running collective: CollectiveFingerPrint("),
+        "{e0}"
+    );
     assert!(e0.contains("SequenceNumber"), "{e0}");
-    assert!(e0.contains("Collectives differ in the following aspects: "), "{e0}");
+    assert!(
+        e0.contains("Collectives differ in the following aspects: "),
+        "{e0}"
+    );
     assert!(e0.contains("Op type: ALLREDUCEvs BROADCAST"), "{e0}");
-    assert!(out[1].contains("Op type: BROADCASTvs ALLREDUCE"), "{}", out[1]);
+    assert!(
+        out[1].contains("Op type: BROADCASTvs ALLREDUCE"),
+        "{}",
+        out[1]
+    );
 }
 
 #[test]
 fn detail_reports_shape_and_dtype_mismatch() {
     let out = run_with(2, detail_setup, |w, r| {
-        let t = if r == 0 { Tensor::from_vec(vec![1.0f32; 2]) } else { Tensor::from_vec(vec![1.0f32; 3]) };
-        let shape = w.all_reduce(&t, ReduceOp::Sum, None, false).unwrap_err().to_string();
-        let t = if r == 0 { Tensor::from_vec(vec![1.0f64; 2]) } else { Tensor::from_vec(vec![1.0f32; 2]) };
-        let dtype = w.all_reduce(&t, ReduceOp::Sum, None, false).unwrap_err().to_string();
-        let t = if r == 0 { Tensor::zeros(DType::I64, &[2, 2]) } else { Tensor::zeros(DType::I64, &[4]) };
-        let ndim = w.all_reduce(&t, ReduceOp::Sum, None, false).unwrap_err().to_string();
+        let t = if r == 0 {
+            Tensor::from_vec(vec![1.0f32; 2])
+        } else {
+            Tensor::from_vec(vec![1.0f32; 3])
+        };
+        let shape = w
+            .all_reduce(&t, ReduceOp::Sum, None, false)
+            .unwrap_err()
+            .to_string();
+        let t = if r == 0 {
+            Tensor::from_vec(vec![1.0f64; 2])
+        } else {
+            Tensor::from_vec(vec![1.0f32; 2])
+        };
+        let dtype = w
+            .all_reduce(&t, ReduceOp::Sum, None, false)
+            .unwrap_err()
+            .to_string();
+        let t = if r == 0 {
+            Tensor::zeros(DType::I64, &[2, 2])
+        } else {
+            Tensor::zeros(DType::I64, &[4])
+        };
+        let ndim = w
+            .all_reduce(&t, ReduceOp::Sum, None, false)
+            .unwrap_err()
+            .to_string();
         (shape, dtype, ndim)
     });
-    assert!(out[0].0.contains("Tensor Tensor shapes: 2vs 3"), "{}", out[0].0);
-    assert!(out[0].1.contains("Tensor Tensor dtypes: Doublevs Float"), "{}", out[0].1);
+    assert!(
+        out[0].0.contains("Tensor Tensor shapes: 2vs 3"),
+        "{}",
+        out[0].0
+    );
+    assert!(
+        out[0].1.contains("Tensor Tensor dtypes: Doublevs Float"),
+        "{}",
+        out[0].1
+    );
     assert!(out[1].1.contains("TensorDtypes=Float"), "{}", out[1].1);
-    assert!(out[0].2.contains("TensorShape=[2, 2], TensorDtypes=Long"), "{}", out[0].2);
-    assert!(out[0].2.contains("Tensor Tensor shapes: 2, 2vs 4"), "{}", out[0].2);
+    assert!(
+        out[0].2.contains("TensorShape=[2, 2], TensorDtypes=Long"),
+        "{}",
+        out[0].2
+    );
+    assert!(
+        out[0].2.contains("Tensor Tensor shapes: 2, 2vs 4"),
+        "{}",
+        out[0].2
+    );
 }
 
 #[test]
@@ -258,7 +439,11 @@ fn detail_without_helper_backend_errors() {
     w.set_debug_level(DebugLevel::Detail);
     w.set_detail_helper_backend("no-such-backend");
     let e = w.init_process_group(opts(&s, 0, 1)).unwrap_err();
-    assert!(e.to_string().contains("ProcessGroupWrapper unsupported without GLOO backend"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("ProcessGroupWrapper unsupported without GLOO backend"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -266,30 +451,79 @@ fn detail_catches_more_op_pairs() {
     let out = run_with(2, detail_setup, |w, r| {
         // reduce vs barrier
         let e1 = if r == 0 {
-            w.reduce(&Tensor::from_vec(vec![1i64; 2]), Some(0), ReduceOp::Sum, None, false, None).unwrap_err()
+            w.reduce(
+                &Tensor::from_vec(vec![1i64; 2]),
+                Some(0),
+                ReduceOp::Sum,
+                None,
+                false,
+                None,
+            )
+            .unwrap_err()
         } else {
             w.barrier(None, false, None).unwrap_err()
         };
         // _allgather_base vs _reduce_scatter_base
         let e2 = if r == 0 {
-            w.all_gather_into_tensor(&Tensor::zeros(DType::F32, &[4]), &Tensor::zeros(DType::F32, &[2]), None, false).unwrap_err()
+            w.all_gather_into_tensor(
+                &Tensor::zeros(DType::F32, &[4]),
+                &Tensor::zeros(DType::F32, &[2]),
+                None,
+                false,
+            )
+            .unwrap_err()
         } else {
-            w.reduce_scatter_tensor(&Tensor::zeros(DType::F32, &[2]), &Tensor::zeros(DType::F32, &[4]), ReduceOp::Sum, None, false)
-                .unwrap_err()
+            w.reduce_scatter_tensor(
+                &Tensor::zeros(DType::F32, &[2]),
+                &Tensor::zeros(DType::F32, &[4]),
+                ReduceOp::Sum,
+                None,
+                false,
+            )
+            .unwrap_err()
         };
         // scatter with different output shapes
-        let out = if r == 0 { Tensor::zeros(DType::F32, &[2]) } else { Tensor::zeros(DType::F32, &[3]) };
-        let list = vec![Tensor::zeros(DType::F32, &[2]), Tensor::zeros(DType::F32, &[2])];
-        let e3 = w.scatter(&out, (r == 0).then_some(list.as_slice()), Some(0), None, false, None).unwrap_err();
+        let out = if r == 0 {
+            Tensor::zeros(DType::F32, &[2])
+        } else {
+            Tensor::zeros(DType::F32, &[3])
+        };
+        let list = vec![
+            Tensor::zeros(DType::F32, &[2]),
+            Tensor::zeros(DType::F32, &[2]),
+        ];
+        let e3 = w
+            .scatter(
+                &out,
+                (r == 0).then_some(list.as_slice()),
+                Some(0),
+                None,
+                false,
+                None,
+            )
+            .unwrap_err();
         (e1.to_string(), e2.to_string(), e3.to_string())
     });
     let (a, b, c) = &out[0];
-    assert!(a.contains("OpType=REDUCE, TensorShape=[2], TensorDtypes=Long"), "{a}");
+    assert!(
+        a.contains("OpType=REDUCE, TensorShape=[2], TensorDtypes=Long"),
+        "{a}"
+    );
     assert!(a.contains("but Rank 1 is running collective: CollectiveFingerPrint(SequenceNumber=0OpType=BARRIER)"), "{a}");
     assert!(a.contains("Op type: REDUCEvs BARRIER"), "{a}");
-    assert!(b.contains("Op type: _ALLGATHER_BASEvs _REDUCE_SCATTER_BASE"), "{b}");
-    assert!(c.contains("OpType=SCATTER") && c.contains("Tensor Tensor shapes: 2vs 3"), "{c}");
-    assert!(out[1].0.contains("Op type: BARRIERvs REDUCE"), "{}", out[1].0);
+    assert!(
+        b.contains("Op type: _ALLGATHER_BASEvs _REDUCE_SCATTER_BASE"),
+        "{b}"
+    );
+    assert!(
+        c.contains("OpType=SCATTER") && c.contains("Tensor Tensor shapes: 2vs 3"),
+        "{c}"
+    );
+    assert!(
+        out[1].0.contains("Op type: BARRIERvs REDUCE"),
+        "{}",
+        out[1].0
+    );
 }
 
 #[test]
@@ -298,18 +532,33 @@ fn single_tensor_variants() {
         let t = Tensor::from_vec_shaped(vec![r as i16; 4], &[2, 2]).unwrap();
         // stacked output on the root, group rank given
         let g = Tensor::zeros(DType::I16, &[3, 2, 2]);
-        w.gather_single(&t, (r == 1).then_some(&g), None, None, false, Some(1)).unwrap();
+        w.gather_single(&t, (r == 1).then_some(&g), None, None, false, Some(1))
+            .unwrap();
         if r == 1 {
-            let e = w.gather_into_tensor(&t, None, Some(1), None, false, None).unwrap_err();
-            assert_eq!(e.to_string(), "gather_tensor must be specified on the destination rank");
+            let e = w
+                .gather_into_tensor(&t, None, Some(1), None, false, None)
+                .unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                "gather_tensor must be specified on the destination rank"
+            );
             let bad = Tensor::zeros(DType::I16, &[5]);
-            assert!(w.gather_into_tensor(&t, Some(&bad), Some(1), None, false, None).unwrap_err().to_string().contains("world_size (3)"));
+            assert!(w
+                .gather_into_tensor(&t, Some(&bad), Some(1), None, false, None)
+                .unwrap_err()
+                .to_string()
+                .contains("world_size (3)"));
         }
         let ag = Tensor::zeros(DType::I16, &[12]);
         w.all_gather_single(&ag, &t, None, false).unwrap();
         let rs = Tensor::zeros(DType::I16, &[4]);
-        w.reduce_scatter_single(&rs, &ag, ReduceOp::Sum, None, false).unwrap();
-        (g.to_vec::<i16>().unwrap(), ag.to_vec::<i16>().unwrap(), rs.to_vec::<i16>().unwrap())
+        w.reduce_scatter_single(&rs, &ag, ReduceOp::Sum, None, false)
+            .unwrap();
+        (
+            g.to_vec::<i16>().unwrap(),
+            ag.to_vec::<i16>().unwrap(),
+            rs.to_vec::<i16>().unwrap(),
+        )
     });
     assert_eq!(out[1].0, vec![0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2]);
     assert_eq!(out[0].0, vec![0; 12]);
@@ -320,8 +569,14 @@ fn single_tensor_variants() {
 #[test]
 fn coalescing_manager_fast_paths_and_mixed_ops() {
     let out = run(2, |w, r| {
-        let (i1, i2) = (Tensor::from_vec(vec![r as i32; 2]), Tensor::from_vec(vec![r as i32 + 10; 3]));
-        let (o1, o2) = (Tensor::zeros(DType::I32, &[4]), Tensor::zeros(DType::I32, &[6]));
+        let (i1, i2) = (
+            Tensor::from_vec(vec![r as i32; 2]),
+            Tensor::from_vec(vec![r as i32 + 10; 3]),
+        );
+        let (o1, o2) = (
+            Tensor::zeros(DType::I32, &[4]),
+            Tensor::zeros(DType::I32, &[6]),
+        );
         w.coalescing_manager(None, false, || {
             w.all_gather_into_tensor(&o1, &i1, None, false)?;
             w.all_gather_into_tensor(&o2, &i2, None, false)
@@ -329,7 +584,11 @@ fn coalescing_manager_fast_paths_and_mixed_ops() {
         .unwrap();
         let big = Tensor::from_vec(vec![1.0f32; 4]);
         let small = Tensor::zeros(DType::F32, &[2]);
-        let (_, cm) = w.coalescing_manager(None, true, || w.reduce_scatter_tensor(&small, &big, ReduceOp::Avg, None, true)).unwrap();
+        let (_, cm) = w
+            .coalescing_manager(None, true, || {
+                w.reduce_scatter_tensor(&small, &big, ReduceOp::Avg, None, true)
+            })
+            .unwrap();
         assert_eq!(cm.works.len(), 1);
         cm.wait().unwrap();
         let a = Tensor::from_vec(vec![1.0f32]);
@@ -345,7 +604,12 @@ fn coalescing_manager_fast_paths_and_mixed_ops() {
         );
         // the World is usable afterwards
         w.all_reduce(&a, ReduceOp::Sum, None, false).unwrap();
-        (o1.to_vec::<i32>().unwrap(), o2.to_vec::<i32>().unwrap(), small.to_vec::<f32>().unwrap(), a.to_vec::<f32>().unwrap())
+        (
+            o1.to_vec::<i32>().unwrap(),
+            o2.to_vec::<i32>().unwrap(),
+            small.to_vec::<f32>().unwrap(),
+            a.to_vec::<f32>().unwrap(),
+        )
     });
     assert_eq!(out[0].0, vec![0, 0, 1, 1]);
     assert_eq!(out[1].1, vec![10, 10, 10, 11, 11, 11]);
@@ -375,7 +639,11 @@ impl c10d_core::Backend for NoFuse {
     fn set_timeout(&self, t: std::time::Duration) {
         self.0.set_timeout(t)
     }
-    fn all_reduce(&self, tensors: &[Tensor], opts: &c10d_core::AllreduceOptions) -> c10d_core::Result<c10d_core::Work> {
+    fn all_reduce(
+        &self,
+        tensors: &[Tensor],
+        opts: &c10d_core::AllreduceOptions,
+    ) -> c10d_core::Result<c10d_core::Work> {
         self.0.all_reduce(tensors, opts)
     }
     fn barrier(&self, opts: &c10d_core::BarrierOptions) -> c10d_core::Result<c10d_core::Work> {
@@ -398,18 +666,38 @@ fn coalescing_manager_falls_back_to_single_ops() {
         false,
     );
     let out = run(2, |w, r| {
-        let g = w.new_group(None, GroupOptions { backend: Some("nofuse".into()), ..Default::default() }).unwrap();
-        let (a, b) = (Tensor::from_vec(vec![r as i64 + 1]), Tensor::from_vec(vec![10i64; 2]));
+        let g = w
+            .new_group(
+                None,
+                GroupOptions {
+                    backend: Some("nofuse".into()),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        let (a, b) = (
+            Tensor::from_vec(vec![r as i64 + 1]),
+            Tensor::from_vec(vec![10i64; 2]),
+        );
         let (_, cm) = w
             .coalescing_manager(Some(&g), true, || {
                 w.all_reduce(&a, ReduceOp::Sum, Some(&g), false)?;
                 w.all_reduce(&b, ReduceOp::Sum, Some(&g), false)
             })
             .unwrap();
-        assert_eq!(cm.works.len(), 2, "one work per op when the backend cannot fuse");
+        assert_eq!(
+            cm.works.len(),
+            2,
+            "one work per op when the backend cannot fuse"
+        );
         cm.wait().unwrap();
-        let e = w.all_reduce_coalesced(std::slice::from_ref(&a), ReduceOp::Sum, Some(&g), false).unwrap_err();
-        assert_eq!(e.to_string(), "Backend nofuse does not support allreduce_coalesced");
+        let e = w
+            .all_reduce_coalesced(std::slice::from_ref(&a), ReduceOp::Sum, Some(&g), false)
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "Backend nofuse does not support allreduce_coalesced"
+        );
         (a.to_vec::<i64>().unwrap(), b.to_vec::<i64>().unwrap())
     });
     assert_eq!(out[0], (vec![3], vec![20, 20]));
@@ -418,10 +706,24 @@ fn coalescing_manager_falls_back_to_single_ops() {
 #[test]
 fn detail_checks_split_groups_too() {
     let out = run_with(3, detail_setup, |w, r| {
-        let g = w.split_group(None, &[vec![0, 1], vec![2]], c10d_world::SplitOptions::default()).unwrap();
+        let g = w
+            .split_group(
+                None,
+                &[vec![0, 1], vec![2]],
+                c10d_world::SplitOptions::default(),
+            )
+            .unwrap();
         if r < 2 {
-            let t = if r == 0 { Tensor::zeros(DType::F32, &[2]) } else { Tensor::zeros(DType::F32, &[5]) };
-            Some(w.all_reduce(&t, ReduceOp::Sum, Some(&g), false).unwrap_err().to_string())
+            let t = if r == 0 {
+                Tensor::zeros(DType::F32, &[2])
+            } else {
+                Tensor::zeros(DType::F32, &[5])
+            };
+            Some(
+                w.all_reduce(&t, ReduceOp::Sum, Some(&g), false)
+                    .unwrap_err()
+                    .to_string(),
+            )
         } else {
             None
         }

@@ -38,10 +38,15 @@ fn free_functions_on_the_global_world() {
     assert_eq!(t.to_vec::<f32>().unwrap(), vec![2.5; 3]);
     let g = dist::new_group(Some(&[0]), dist::GroupOptions::default()).unwrap();
     assert_eq!(g.group().unwrap().group_name(), "1");
-    assert!(dist::resolve_process_group("1").unwrap().ptr_eq(g.group().unwrap()));
+    assert!(dist::resolve_process_group("1")
+        .unwrap()
+        .ptr_eq(g.group().unwrap()));
     let out = Tensor::zeros(DType::F32, &[3]);
     dist::all_gather_into_tensor(&out, &t, Some(&g), false).unwrap();
-    assert_eq!(dist::all_gather_object(&"hi".to_string(), None).unwrap(), vec!["hi".to_string()]);
+    assert_eq!(
+        dist::all_gather_object(&"hi".to_string(), None).unwrap(),
+        vec!["hi".to_string()]
+    );
     assert_eq!(dist::get_pg_count(), 2);
     dist::destroy_process_group(None).unwrap();
     assert!(!dist::is_initialized());
@@ -56,7 +61,12 @@ fn panic_messages_get_the_rank_prefix() {
     }
     let exe = std::env::current_exe().unwrap();
     let out = std::process::Command::new(exe)
-        .args(["--exact", "panic_messages_get_the_rank_prefix", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "panic_messages_get_the_rank_prefix",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env("C10D_WORLD_PANIC_CHILD", "1")
         .output()
         .unwrap();

@@ -14,7 +14,11 @@ use std::sync::Arc;
 use std::time::Duration;
 use world_common::store;
 
-fn run_gloo<R: Send + 'static>(n: usize, setup: impl Fn(&World) + Send + Sync + 'static, f: impl Fn(&World, usize) -> R + Send + Sync + 'static) -> Vec<R> {
+fn run_gloo<R: Send + 'static>(
+    n: usize,
+    setup: impl Fn(&World) + Send + Sync + 'static,
+    f: impl Fn(&World, usize) -> R + Send + Sync + 'static,
+) -> Vec<R> {
     let s = store();
     let f = Arc::new(f);
     let setup = Arc::new(setup);
@@ -37,46 +41,69 @@ fn run_gloo<R: Send + 'static>(n: usize, setup: impl Fn(&World) + Send + Sync + 
                     })
                     .expect("init gloo");
                     let out = f(&w, r);
-                    c10d_store::store_barrier(barrier.as_ref(), "world_gloo_end", n, Duration::from_secs(60)).unwrap();
+                    c10d_store::store_barrier(
+                        barrier.as_ref(),
+                        "world_gloo_end",
+                        n,
+                        Duration::from_secs(60),
+                    )
+                    .unwrap();
                     w.destroy_process_group(None).unwrap();
                     out
                 })
                 .unwrap()
         })
         .collect();
-    hs.into_iter().map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
+    hs.into_iter()
+        .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+        .collect()
 }
 
 #[test]
 fn gloo_world_collectives_and_groups() {
     assert!(c10d_world::is_gloo_available());
-    let out = run_gloo(3, |_| {}, |w, r| {
-        assert_eq!(w.get_backend(None).unwrap(), "gloo");
-        assert_eq!(w.get_backend_config(None).unwrap(), "cpu:gloo,cuda:gloo");
-        let t = Tensor::from_vec(vec![(r + 1) as f32; 8]);
-        w.all_reduce(&t, ReduceOp::Sum, None, false).unwrap();
-        assert_eq!(t.to_vec::<f32>().unwrap(), vec![6.0; 8]);
-        let g = w.new_group(Some(&[0, 2]), GroupOptions::default()).unwrap();
-        if r != 1 {
-            let x = Tensor::from_vec(vec![r as i64]);
-            w.all_reduce(&x, ReduceOp::Max, Some(&g), false).unwrap();
-            assert_eq!(x.to_vec::<i64>().unwrap(), vec![2]);
-        }
-        let s = w.split_group(None, &[vec![2, 1], vec![0]], SplitOptions::default()).unwrap();
-        let y = Tensor::from_vec(vec![r as i32]);
-        w.broadcast(&y, None, Some(&s), false, Some(0)).unwrap();
-        w.monitored_barrier(None, Some(Duration::from_secs(10)), true).unwrap();
-        // gather into one tensor: disjoint views of one storage as gather outputs
-        let gt = Tensor::zeros(DType::I64, &[3, 2]);
-        w.gather_single(&Tensor::from_vec(vec![r as i64; 2]), (r == 2).then_some(&gt), Some(2), None, false, None).unwrap();
-        if r == 2 {
-            assert_eq!(gt.to_vec::<i64>().unwrap(), vec![0, 0, 1, 1, 2, 2]);
-        }
-        let objs: Vec<String> = w.all_gather_object(&format!("rank{r}"), None).unwrap();
-        assert_eq!(objs, vec!["rank0", "rank1", "rank2"]);
-        w.barrier(None, false, None).unwrap();
-        y.to_vec::<i32>().unwrap()[0]
-    });
+    let out = run_gloo(
+        3,
+        |_| {},
+        |w, r| {
+            assert_eq!(w.get_backend(None).unwrap(), "gloo");
+            assert_eq!(w.get_backend_config(None).unwrap(), "cpu:gloo,cuda:gloo");
+            let t = Tensor::from_vec(vec![(r + 1) as f32; 8]);
+            w.all_reduce(&t, ReduceOp::Sum, None, false).unwrap();
+            assert_eq!(t.to_vec::<f32>().unwrap(), vec![6.0; 8]);
+            let g = w.new_group(Some(&[0, 2]), GroupOptions::default()).unwrap();
+            if r != 1 {
+                let x = Tensor::from_vec(vec![r as i64]);
+                w.all_reduce(&x, ReduceOp::Max, Some(&g), false).unwrap();
+                assert_eq!(x.to_vec::<i64>().unwrap(), vec![2]);
+            }
+            let s = w
+                .split_group(None, &[vec![2, 1], vec![0]], SplitOptions::default())
+                .unwrap();
+            let y = Tensor::from_vec(vec![r as i32]);
+            w.broadcast(&y, None, Some(&s), false, Some(0)).unwrap();
+            w.monitored_barrier(None, Some(Duration::from_secs(10)), true)
+                .unwrap();
+            // gather into one tensor: disjoint views of one storage as gather outputs
+            let gt = Tensor::zeros(DType::I64, &[3, 2]);
+            w.gather_single(
+                &Tensor::from_vec(vec![r as i64; 2]),
+                (r == 2).then_some(&gt),
+                Some(2),
+                None,
+                false,
+                None,
+            )
+            .unwrap();
+            if r == 2 {
+                assert_eq!(gt.to_vec::<i64>().unwrap(), vec![0, 0, 1, 1, 2, 2]);
+            }
+            let objs: Vec<String> = w.all_gather_object(&format!("rank{r}"), None).unwrap();
+            assert_eq!(objs, vec!["rank0", "rank1", "rank2"]);
+            w.barrier(None, false, None).unwrap();
+            y.to_vec::<i32>().unwrap()[0]
+        },
+    );
     assert_eq!(out, vec![0, 2, 2]);
 }
 
@@ -88,11 +115,21 @@ fn gloo_detail_mode_uses_a_gloo_helper() {
         |w, r| {
             let t = Tensor::from_vec(vec![1.0f32; 2]);
             w.all_reduce(&t, ReduceOp::Sum, None, false).unwrap();
-            let bad = if r == 0 { Tensor::zeros(DType::F32, &[2]) } else { Tensor::zeros(DType::F32, &[3]) };
-            w.all_reduce(&bad, ReduceOp::Sum, None, false).unwrap_err().to_string()
+            let bad = if r == 0 {
+                Tensor::zeros(DType::F32, &[2])
+            } else {
+                Tensor::zeros(DType::F32, &[3])
+            };
+            w.all_reduce(&bad, ReduceOp::Sum, None, false)
+                .unwrap_err()
+                .to_string()
         },
     );
-    assert!(out[0].contains("Detected mismatch between collectives on ranks. Rank 0"), "{}", out[0]);
+    assert!(
+        out[0].contains("Detected mismatch between collectives on ranks. Rank 0"),
+        "{}",
+        out[0]
+    );
     assert!(out[0].contains("Tensor Tensor shapes: 2vs 3"), "{}", out[0]);
     assert!(out[1].contains("Tensor Tensor shapes: 3vs 2"), "{}", out[1]);
 }
@@ -151,7 +188,11 @@ fn gloo_detail_names_a_rank_that_never_arrives() {
                 .unwrap();
                 let out = if r == 0 {
                     let t = Tensor::from_vec(vec![1.0f32; 2]);
-                    Some(w.all_reduce(&t, ReduceOp::Sum, None, false).unwrap_err().to_string())
+                    Some(
+                        w.all_reduce(&t, ReduceOp::Sum, None, false)
+                            .unwrap_err()
+                            .to_string(),
+                    )
                 } else {
                     std::thread::sleep(Duration::from_secs(6));
                     None
@@ -170,16 +211,22 @@ fn gloo_detail_names_a_rank_that_never_arrives() {
 
 #[test]
 fn sequence_numbers_advance_per_collective() {
-    let out = run_gloo(3, |_| {}, |w, r| {
-        assert_eq!(w.get_sequence_number_for_group(None).unwrap(), 0);
-        let t = Tensor::from_vec(vec![1u8]);
-        w.all_reduce(&t, ReduceOp::Sum, None, false).unwrap();
-        if r != 0 && r != 2 {
-            // one extra async all_reduce that ranks 0 and 2 never join (aborted at destroy)
-            let _pending = w.all_reduce(&Tensor::from_vec(vec![1u8]), ReduceOp::Sum, None, true).unwrap();
-        }
-        w.get_sequence_number_for_group(None).unwrap()
-    });
+    let out = run_gloo(
+        3,
+        |_| {},
+        |w, r| {
+            assert_eq!(w.get_sequence_number_for_group(None).unwrap(), 0);
+            let t = Tensor::from_vec(vec![1u8]);
+            w.all_reduce(&t, ReduceOp::Sum, None, false).unwrap();
+            if r != 0 && r != 2 {
+                // one extra async all_reduce that ranks 0 and 2 never join (aborted at destroy)
+                let _pending = w
+                    .all_reduce(&Tensor::from_vec(vec![1u8]), ReduceOp::Sum, None, true)
+                    .unwrap();
+            }
+            w.get_sequence_number_for_group(None).unwrap()
+        },
+    );
     assert_eq!(out, vec![1, 2, 1]);
 }
 
@@ -188,7 +235,11 @@ fn env_init_method_with_agent_store() {
     use c10d_store::{ServerOptions, TcpStoreServer};
     use std::collections::HashMap;
     // As under c10drun/torchrun: a TcpStore server hosted outside the ranks, every rank a client.
-    let srv = TcpStoreServer::bind(ServerOptions { host: Some("127.0.0.1".into()), ..Default::default() }).unwrap();
+    let srv = TcpStoreServer::bind(ServerOptions {
+        host: Some("127.0.0.1".into()),
+        ..Default::default()
+    })
+    .unwrap();
     let port = srv.port();
     let hs: Vec<_> = (0..3)
         .map(|r| {
@@ -226,39 +277,62 @@ fn env_init_method_with_agent_store() {
     for h in hs {
         assert_eq!(h.join().unwrap(), 7);
     }
-    let client = c10d_store::TcpStore::new("127.0.0.1", port, c10d_store::TcpStoreOptions { wait_for_workers: false, ..Default::default() }).unwrap();
+    let client = c10d_store::TcpStore::new(
+        "127.0.0.1",
+        port,
+        c10d_store::TcpStoreOptions {
+            wait_for_workers: false,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     use c10d_store::Store;
     assert!(client.check(&["default_pg/0//k"]).unwrap());
 }
 
 #[test]
 fn set_timeout_and_recv_from_any_source() {
-    let out = run_gloo(3, |_| {}, |w, r| {
-        // recv without src returns the sender's global rank
-        let got = if r == 0 {
-            let mut senders = Vec::new();
-            for _ in 0..2 {
-                let t = Tensor::zeros(DType::I32, &[1]);
-                let from = w.recv(&t, None, None, 5, None).unwrap();
-                assert_eq!(t.to_vec::<i32>().unwrap()[0] as i64, from * 10);
-                senders.push(from);
-            }
-            senders.sort_unstable();
-            senders
-        } else {
-            w.send(&Tensor::from_vec(vec![r as i32 * 10]), Some(0), None, 5, None).unwrap();
-            Vec::new()
-        };
-        // dist.set_timeout on a live group: only rank 0 calls all_reduce and times out quickly
-        let err = if r == 0 {
-            w.set_timeout(Duration::from_millis(50), None).unwrap();
-            let t = Tensor::from_vec(vec![1.0f32]);
-            Some(w.all_reduce(&t, ReduceOp::Sum, None, false).unwrap_err().to_string())
-        } else {
-            None
-        };
-        (got, err)
-    });
+    let out = run_gloo(
+        3,
+        |_| {},
+        |w, r| {
+            // recv without src returns the sender's global rank
+            let got = if r == 0 {
+                let mut senders = Vec::new();
+                for _ in 0..2 {
+                    let t = Tensor::zeros(DType::I32, &[1]);
+                    let from = w.recv(&t, None, None, 5, None).unwrap();
+                    assert_eq!(t.to_vec::<i32>().unwrap()[0] as i64, from * 10);
+                    senders.push(from);
+                }
+                senders.sort_unstable();
+                senders
+            } else {
+                w.send(
+                    &Tensor::from_vec(vec![r as i32 * 10]),
+                    Some(0),
+                    None,
+                    5,
+                    None,
+                )
+                .unwrap();
+                Vec::new()
+            };
+            // dist.set_timeout on a live group: only rank 0 calls all_reduce and times out quickly
+            let err = if r == 0 {
+                w.set_timeout(Duration::from_millis(50), None).unwrap();
+                let t = Tensor::from_vec(vec![1.0f32]);
+                Some(
+                    w.all_reduce(&t, ReduceOp::Sum, None, false)
+                        .unwrap_err()
+                        .to_string(),
+                )
+            } else {
+                None
+            };
+            (got, err)
+        },
+    );
     assert_eq!(out[0].0, vec![1, 2]);
     let e = out[0].1.as_ref().unwrap();
     assert!(e.contains("Timed out waiting 50ms"), "{e}");

@@ -18,7 +18,15 @@ fn naming_counter_and_non_members() {
         assert_eq!(w.world_group().unwrap().group_name(), "0");
         assert_eq!(w.group_count(), 1);
         let g1 = grp(w, &[0, 1]);
-        let g2 = w.new_group(None, GroupOptions { group_desc: Some("mine".into()), ..Default::default() }).unwrap();
+        let g2 = w
+            .new_group(
+                None,
+                GroupOptions {
+                    group_desc: Some("mine".into()),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
         let g3 = grp(w, &[2]);
         assert_eq!(w.group_count(), 4, "counter advances on every rank");
         if r == 2 {
@@ -28,7 +36,10 @@ fn naming_counter_and_non_members() {
             assert_eq!(w.get_world_size(Some(&g1)).unwrap(), -1);
             // collectives on a non-member group only warn
             let t = Tensor::from_vec(vec![1.0f32]);
-            assert!(w.all_reduce(&t, ReduceOp::Sum, Some(&g1), false).unwrap().is_none());
+            assert!(w
+                .all_reduce(&t, ReduceOp::Sum, Some(&g1), false)
+                .unwrap()
+                .is_none());
             assert_eq!(t.to_vec::<f32>().unwrap(), vec![1.0]);
         } else {
             let pg = g1.group().unwrap();
@@ -57,7 +68,10 @@ fn hashed_names_for_local_synchronization_match_pytorch() {
             grp(w, &[0, 1, 2]);
         }
         assert_eq!(w.group_count(), 6);
-        let opts = GroupOptions { use_local_synchronization: true, ..Default::default() };
+        let opts = GroupOptions {
+            use_local_synchronization: true,
+            ..Default::default()
+        };
         if r < 2 {
             let g = w.new_group(Some(&[0, 1]), opts.clone()).unwrap();
             let name = g.group().unwrap().group_name().to_string();
@@ -76,7 +90,11 @@ fn hashed_names_for_local_synchronization_match_pytorch() {
             String::new()
         }
     });
-    assert!(out[0].starts_with("3722ef32") && out[0].ends_with("7206"), "{}", out[0]);
+    assert!(
+        out[0].starts_with("3722ef32") && out[0].ends_with("7206"),
+        "{}",
+        out[0]
+    );
     assert_eq!(out[0], out[1]);
     assert_eq!(out[0], hash_ranks_to_str(&[0, 1], 6));
 }
@@ -84,16 +102,43 @@ fn hashed_names_for_local_synchronization_match_pytorch() {
 #[test]
 fn new_group_argument_errors() {
     run(3, |w, _r| {
-        let e = w.new_group(Some(&[0, 0]), GroupOptions::default()).unwrap_err();
-        assert!(e.to_string().contains("ranks list must not contain duplicate entries, got [0, 0]"), "{e}");
+        let e = w
+            .new_group(Some(&[0, 0]), GroupOptions::default())
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("ranks list must not contain duplicate entries, got [0, 0]"),
+            "{e}"
+        );
         assert_eq!(e.kind(), ErrorKind::InvalidArgument);
-        let e = w.new_group(Some(&[0, 5]), GroupOptions::default()).unwrap_err();
-        assert_eq!(e.to_string(), "Rank 5 is out of range. Valid ranks are 0 to 2 (world_size=3)");
-        let e = w.new_group(Some(&[0, 1, 2, 3]), GroupOptions::default()).unwrap_err();
-        assert!(e.to_string().contains("the new group's world size should be less or equal"), "{e}");
-        let e = w.new_group_with_tag(Some(&[-1]), GroupOptions::default(), None).unwrap_err();
+        let e = w
+            .new_group(Some(&[0, 5]), GroupOptions::default())
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "Rank 5 is out of range. Valid ranks are 0 to 2 (world_size=3)"
+        );
+        let e = w
+            .new_group(Some(&[0, 1, 2, 3]), GroupOptions::default())
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("the new group's world size should be less or equal"),
+            "{e}"
+        );
+        let e = w
+            .new_group_with_tag(Some(&[-1]), GroupOptions::default(), None)
+            .unwrap_err();
         assert!(e.to_string().starts_with("Rank -1 is out of range"), "{e}");
-        let e = w.new_group(Some(&[0]), GroupOptions { backend: Some("nope".into()), ..Default::default() }).unwrap_err();
+        let e = w
+            .new_group(
+                Some(&[0]),
+                GroupOptions {
+                    backend: Some("nope".into()),
+                    ..Default::default()
+                },
+            )
+            .unwrap_err();
         assert!(e.to_string().contains("Unknown backend"), "{e}");
     });
 }
@@ -101,7 +146,15 @@ fn new_group_argument_errors() {
 #[test]
 fn unsorted_ranks_keep_list_order() {
     let out = run(3, |w, r| {
-        let g = w.new_group(Some(&[2, 0, 1]), GroupOptions { sort_ranks: false, ..Default::default() }).unwrap();
+        let g = w
+            .new_group(
+                Some(&[2, 0, 1]),
+                GroupOptions {
+                    sort_ranks: false,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
         let pg = g.group().unwrap().clone();
         assert_eq!(w.get_process_group_ranks(Some(&pg)).unwrap(), vec![2, 0, 1]);
         let t = Tensor::from_vec(vec![r as i64]);
@@ -124,12 +177,25 @@ fn rank_translation() {
             assert_eq!(w.get_global_rank(&pg, 0).unwrap(), 1);
             assert_eq!(w.get_process_group_ranks(Some(&pg)).unwrap(), vec![1]);
             let e = w.get_group_rank(&pg, 0).unwrap_err();
-            assert!(e.to_string().starts_with("Global rank 0 is not part of group"), "{e}");
+            assert!(
+                e.to_string()
+                    .starts_with("Global rank 0 is not part of group"),
+                "{e}"
+            );
             let e = w.get_global_rank(&pg, 3).unwrap_err();
-            assert!(e.to_string().starts_with("Group rank 3 is not part of group"), "{e}");
+            assert!(
+                e.to_string()
+                    .starts_with("Group rank 3 is not part of group"),
+                "{e}"
+            );
             w.destroy_process_group(Some(&g)).unwrap();
             let e = w.get_group_rank(&pg, 1).unwrap_err();
-            assert!(e.to_string().contains("is not registered, please create group with torch.distributed.new_group API"), "{e}");
+            assert!(
+                e.to_string().contains(
+                    "is not registered, please create group with torch.distributed.new_group API"
+                ),
+                "{e}"
+            );
             let e = w.destroy_process_group(Some(&g)).unwrap_err();
             assert_eq!(e.to_string(), "Invalid process group specified");
         } else {
@@ -144,30 +210,62 @@ fn tags_and_lookup() {
     run(3, |w, _r| {
         let world = w.world_group().unwrap();
         assert_eq!(w.get_group_tag(&world).unwrap(), "ptd:0");
-        assert!(w.find_pg_by_ranks_and_tag("", &[0, 1, 2]).unwrap().ptr_eq(&world));
-        let a = w.new_group_with_tag(Some(&[0, 1, 2]), GroupOptions::default(), Some("t")).unwrap();
+        assert!(w
+            .find_pg_by_ranks_and_tag("", &[0, 1, 2])
+            .unwrap()
+            .ptr_eq(&world));
+        let a = w
+            .new_group_with_tag(Some(&[0, 1, 2]), GroupOptions::default(), Some("t"))
+            .unwrap();
         let c0 = w.group_count();
-        let b = w.new_group_with_tag(Some(&[0, 1, 2]), GroupOptions::default(), Some("t")).unwrap();
-        assert_eq!(w.group_count(), c0 + 1, "a tagged lookup still advances the counter");
+        let b = w
+            .new_group_with_tag(Some(&[0, 1, 2]), GroupOptions::default(), Some("t"))
+            .unwrap();
+        assert_eq!(
+            w.group_count(),
+            c0 + 1,
+            "a tagged lookup still advances the counter"
+        );
         assert_eq!(a, b, "same tag + ranks → same group object");
-        let c = w.new_group_with_tag(Some(&[0, 1, 2]), GroupOptions::default(), Some("u")).unwrap();
+        let c = w
+            .new_group_with_tag(Some(&[0, 1, 2]), GroupOptions::default(), Some("u"))
+            .unwrap();
         assert_ne!(a, c);
         let d = grp(w, &[0, 1, 2]);
         assert_ne!(a, d);
         let apg = a.group().unwrap();
         assert_eq!(w.get_group_tag(apg).unwrap(), "t");
-        assert_eq!(w.get_group_tag(d.group().unwrap()).unwrap(), format!("ptd:{}", d.group().unwrap().group_name()));
-        assert!(w.find_pg_by_ranks_and_tag("t", &[0, 1, 2]).unwrap().ptr_eq(apg));
-        assert!(w.find_pg_by_ranks_and_tag("user:t", &[0, 1, 2]).unwrap().ptr_eq(apg));
+        assert_eq!(
+            w.get_group_tag(d.group().unwrap()).unwrap(),
+            format!("ptd:{}", d.group().unwrap().group_name())
+        );
+        assert!(w
+            .find_pg_by_ranks_and_tag("t", &[0, 1, 2])
+            .unwrap()
+            .ptr_eq(apg));
+        assert!(w
+            .find_pg_by_ranks_and_tag("user:t", &[0, 1, 2])
+            .unwrap()
+            .ptr_eq(apg));
         let e = w.find_or_create_pg_by_ranks_and_tag("", &[0, 2], 2);
         // rank 1 is not in [0, 2]
         if w.rank().unwrap() == 1 {
-            assert!(e.unwrap_err().to_string().contains("rankset doesn't include the current node"));
+            assert!(e
+                .unwrap_err()
+                .to_string()
+                .contains("rankset doesn't include the current node"));
         } else {
-            assert_eq!(e.unwrap_err().to_string(), "Cannot automatically create PG with empty tag");
+            assert_eq!(
+                e.unwrap_err().to_string(),
+                "Cannot automatically create PG with empty tag"
+            );
         }
-        let g = w.find_or_create_pg_by_ranks_and_tag("x", &[0, 1, 2], 3).unwrap();
-        let g2 = w.find_or_create_pg_by_ranks_and_tag("x", &[2, 1, 0], 3).unwrap();
+        let g = w
+            .find_or_create_pg_by_ranks_and_tag("x", &[0, 1, 2], 3)
+            .unwrap();
+        let g2 = w
+            .find_or_create_pg_by_ranks_and_tag("x", &[2, 1, 0], 3)
+            .unwrap();
         assert!(g.ptr_eq(&g2));
     });
 }
@@ -177,9 +275,15 @@ fn registry_resolves_by_name() {
     run(2, |w, _r| {
         let g = grp(w, &[0, 1]).into_group().unwrap();
         assert!(w.resolve_process_group("1").unwrap().ptr_eq(&g));
-        assert!(w.resolve_process_group("0").unwrap().ptr_eq(&w.world_group().unwrap()));
+        assert!(w
+            .resolve_process_group("0")
+            .unwrap()
+            .ptr_eq(&w.world_group().unwrap()));
         let e = w.resolve_process_group("nope").unwrap_err();
-        assert_eq!(e.to_string(), "Could not resolve the process group registered under the name nope");
+        assert_eq!(
+            e.to_string(),
+            "Could not resolve the process group registered under the name nope"
+        );
         w.register_process_group("alias", &g);
         assert!(w.resolve_process_group("alias").unwrap().ptr_eq(&g));
         w.unregister_process_group("alias");
@@ -190,35 +294,77 @@ fn registry_resolves_by_name() {
 #[test]
 fn subgroups() {
     let out = run(4, |w, r| {
-        let e = w.new_subgroups(Some(5), None, GroupOptions::default()).unwrap_err();
+        let e = w
+            .new_subgroups(Some(5), None, GroupOptions::default())
+            .unwrap_err();
         assert!(e.to_string().contains("must not exceed"), "{e}");
-        let e = w.new_subgroups(Some(3), None, GroupOptions::default()).unwrap_err();
-        assert_eq!(e.to_string(), "The world size (4) must be divisible by 'group_size=3'");
-        assert!(w.new_subgroups(None, None, GroupOptions::default()).is_err());
-        let (mine, all) = w.new_subgroups(Some(2), None, GroupOptions::default()).unwrap();
+        let e = w
+            .new_subgroups(Some(3), None, GroupOptions::default())
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "The world size (4) must be divisible by 'group_size=3'"
+        );
+        assert!(w
+            .new_subgroups(None, None, GroupOptions::default())
+            .is_err());
+        let (mine, all) = w
+            .new_subgroups(Some(2), None, GroupOptions::default())
+            .unwrap();
         assert_eq!(all.len(), 2);
         let ranks = w.get_process_group_ranks(Some(&mine)).unwrap();
         let t = Tensor::from_vec(vec![r as i32]);
-        w.all_reduce(&t, ReduceOp::Sum, Some(&GroupMember::from(&mine)), false).unwrap();
-        let e = w.new_subgroups_by_enumeration(&[vec![0, 1], vec![1, 2]], GroupOptions::default()).unwrap_err();
-        assert!(e.to_string().contains("Rank 1 has appeared in both subgroup"), "{e}");
-        let e = w.new_subgroups_by_enumeration(&[vec![-1, 0]], GroupOptions::default()).unwrap_err();
+        w.all_reduce(&t, ReduceOp::Sum, Some(&GroupMember::from(&mine)), false)
+            .unwrap();
+        let e = w
+            .new_subgroups_by_enumeration(&[vec![0, 1], vec![1, 2]], GroupOptions::default())
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("Rank 1 has appeared in both subgroup"),
+            "{e}"
+        );
+        let e = w
+            .new_subgroups_by_enumeration(&[vec![-1, 0]], GroupOptions::default())
+            .unwrap_err();
         assert!(e.to_string().contains("Rank -1 is out of range"), "{e}");
-        let (cur, all) = w.new_subgroups_by_enumeration(&[vec![0, 3]], GroupOptions::default()).unwrap();
+        let (cur, all) = w
+            .new_subgroups_by_enumeration(&[vec![0, 3]], GroupOptions::default())
+            .unwrap();
         assert_eq!(all.len(), 1);
         assert_eq!(cur.is_some(), r == 0 || r == 3);
         (ranks, t.to_vec::<i32>().unwrap()[0])
     });
-    assert_eq!(out, vec![(vec![0, 1], 1), (vec![0, 1], 1), (vec![2, 3], 5), (vec![2, 3], 5)]);
+    assert_eq!(
+        out,
+        vec![
+            (vec![0, 1], 1),
+            (vec![0, 1], 1),
+            (vec![2, 3], 5),
+            (vec![2, 3], 5)
+        ]
+    );
 }
 
 #[test]
 fn split_group_names_order_and_errors() {
     let out = run(3, |w, r| {
-        assert_eq!(w.split_group(None, &[], SplitOptions::default()).unwrap_err().to_string(), "split_ranks cannot be None or empty");
-        assert_eq!(w.split_group(None, &[vec![]], SplitOptions::default()).unwrap_err().to_string(), "the split group cannot be empty");
         assert_eq!(
-            w.split_group(None, &[vec![0, 0]], SplitOptions::default()).unwrap_err().to_string(),
+            w.split_group(None, &[], SplitOptions::default())
+                .unwrap_err()
+                .to_string(),
+            "split_ranks cannot be None or empty"
+        );
+        assert_eq!(
+            w.split_group(None, &[vec![]], SplitOptions::default())
+                .unwrap_err()
+                .to_string(),
+            "the split group cannot be empty"
+        );
+        assert_eq!(
+            w.split_group(None, &[vec![0, 0]], SplitOptions::default())
+                .unwrap_err()
+                .to_string(),
             "the split group cannot have duplicate ranks"
         );
         assert!(w
@@ -227,17 +373,38 @@ fn split_group_names_order_and_errors() {
             .to_string()
             .contains("the split group's size should be less or equal"));
         let c = w.group_count();
-        let g = w.split_group(None, &[vec![1, 0], vec![2]], SplitOptions::default()).unwrap();
+        let g = w
+            .split_group(None, &[vec![1, 0], vec![2]], SplitOptions::default())
+            .unwrap();
         let pg = g.group().unwrap().clone();
-        let expect = if r < 2 { hash_ranks_to_str(&[1, 0], c) } else { hash_ranks_to_str(&[2], c) };
+        let expect = if r < 2 {
+            hash_ranks_to_str(&[1, 0], c)
+        } else {
+            hash_ranks_to_str(&[2], c)
+        };
         assert_eq!(pg.group_name(), expect);
         assert_eq!(pg.group_desc(), "default_pg:split:0");
         // inner order preserved: global 1 is group rank 0
         let t = Tensor::from_vec(vec![r as i64 + 10]);
         w.broadcast(&t, None, Some(&g), false, Some(0)).unwrap();
-        let e = w.split_group(None, &[vec![0]], SplitOptions { backend: Some("gloo".into()), ..Default::default() }).unwrap_err();
-        assert!(e.to_string().contains("is not present in the parent process group"), "{e}");
-        let only0 = w.split_group(None, &[vec![0]], SplitOptions::default()).unwrap();
+        let e = w
+            .split_group(
+                None,
+                &[vec![0]],
+                SplitOptions {
+                    backend: Some("gloo".into()),
+                    ..Default::default()
+                },
+            )
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("is not present in the parent process group"),
+            "{e}"
+        );
+        let only0 = w
+            .split_group(None, &[vec![0]], SplitOptions::default())
+            .unwrap();
         assert_eq!(only0.is_non_member(), r != 0);
         (w.get_rank(Some(&g)).unwrap(), t.to_vec::<i64>().unwrap()[0])
     });
@@ -257,8 +424,13 @@ fn destroy_all_resets_and_reinit() {
     assert_eq!(w.get_pg_count(), 1);
     assert!(w.resolve_process_group("1").is_err());
     let t = Tensor::from_vec(vec![1.0f32]);
-    let e = w.all_reduce(&t, ReduceOp::Sum, Some(&g), false).unwrap_err();
-    assert!(e.to_string().contains("Invalid process group specified"), "{e}");
+    let e = w
+        .all_reduce(&t, ReduceOp::Sum, Some(&g), false)
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("Invalid process group specified"),
+        "{e}"
+    );
     w.destroy_process_group(None).unwrap();
     assert_eq!(w.get_pg_count(), 0);
     assert_eq!(w.group_count(), 0);
@@ -306,7 +478,11 @@ fn init_barrier_times_out_when_a_rank_is_missing() {
         .collect();
     for h in handles {
         let e = h.join().unwrap();
-        assert!(e.to_string().contains("Timed out initializing process group in store based barrier"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("Timed out initializing process group in store based barrier"),
+            "{e}"
+        );
         assert!(e.is_store_error());
     }
 }
@@ -322,14 +498,21 @@ fn extended_api_creators_get_group_details() {
     register_backend(
         "spy",
         Arc::new(move |a: &BackendCreateArgs| {
-            s2.lock().unwrap().push((a.group_name.clone(), a.global_ranks_in_group.clone(), a.device.clone()));
+            s2.lock().unwrap().push((
+                a.group_name.clone(),
+                a.global_ranks_in_group.clone(),
+                a.device.clone(),
+            ));
             c10d_world::store_backend::StoreBackend::creator("spy")(a)
         }),
         Some(&["cpu"]),
         true,
     );
     assert!(c10d_world::is_backend_available("spy"));
-    assert_eq!(c10d_world::BackendConfig::parse("spy").unwrap().to_string(), "cpu:spy");
+    assert_eq!(
+        c10d_world::BackendConfig::parse("spy").unwrap().to_string(),
+        "cpu:spy"
+    );
     let s = store();
     let w = World::new();
     let mut o = opts(&s, 0, 1);
@@ -338,7 +521,13 @@ fn extended_api_creators_get_group_details() {
     grp(&w, &[0]);
     w.destroy_process_group(None).unwrap();
     let v = seen.lock().unwrap().clone();
-    assert_eq!(v, vec![("0".to_string(), vec![], "cpu".to_string()), ("1".to_string(), vec![0], "cpu".to_string())]);
+    assert_eq!(
+        v,
+        vec![
+            ("0".to_string(), vec![], "cpu".to_string()),
+            ("1".to_string(), vec![0], "cpu".to_string())
+        ]
+    );
 }
 
 #[test]
@@ -349,7 +538,14 @@ fn init_barrier_passes_when_all_ranks_arrive() {
         |w, r| {
             let g = grp(w, &[0, 2]);
             let l = if r != 1 {
-                w.new_group(Some(&[0, 2]), GroupOptions { use_local_synchronization: true, ..Default::default() }).unwrap()
+                w.new_group(
+                    Some(&[0, 2]),
+                    GroupOptions {
+                        use_local_synchronization: true,
+                        ..Default::default()
+                    },
+                )
+                .unwrap()
             } else {
                 GroupMember::NonGroupMember
             };
@@ -367,19 +563,32 @@ fn node_local_rank_fallback() {
     }
     assert_eq!(c10d_world::get_node_local_rank(Some(3)).unwrap(), 3);
     let e = c10d_world::get_node_local_rank(None).unwrap_err();
-    assert!(e.to_string().starts_with("LOCAL_RANK is not in the environment"), "{e}");
+    assert!(
+        e.to_string()
+            .starts_with("LOCAL_RANK is not in the environment"),
+        "{e}"
+    );
 }
 
 #[test]
 fn explicit_group_name_reuse_is_refused() {
     run(2, |w, _r| {
-        let o = GroupOptions { group_name: Some("mine".into()), ..Default::default() };
+        let o = GroupOptions {
+            group_name: Some("mine".into()),
+            ..Default::default()
+        };
         let g = w.new_group(Some(&[0, 1]), o.clone()).unwrap();
         assert_eq!(g.group().unwrap().group_name(), "mine");
         let e = w.new_group(Some(&[0, 1]), o).unwrap_err();
-        assert_eq!(e.to_string(), "The specified group name has already been created, please use a different group name");
+        assert_eq!(
+            e.to_string(),
+            "The specified group name has already been created, please use a different group name"
+        );
         assert_eq!(e.kind(), ErrorKind::InvalidArgument);
-        assert!(w.resolve_process_group("mine").unwrap().ptr_eq(g.group().unwrap()));
+        assert!(w
+            .resolve_process_group("mine")
+            .unwrap()
+            .ptr_eq(g.group().unwrap()));
     });
 }
 
@@ -410,10 +619,16 @@ impl c10d_core::Backend for Spy {
         self.inner.set_timeout(t)
     }
     fn shutdown(&self) {
-        self.log.lock().unwrap().push(format!("shutdown {}", self.name));
+        self.log
+            .lock()
+            .unwrap()
+            .push(format!("shutdown {}", self.name));
     }
     fn abort(&self) {
-        self.log.lock().unwrap().push(format!("abort {}", self.name));
+        self.log
+            .lock()
+            .unwrap()
+            .push(format!("abort {}", self.name));
     }
 }
 
@@ -427,7 +642,11 @@ fn destroy_shuts_down_and_abort_aborts_in_reverse_name_order() {
     c10d_world::register_backend(
         "spyshut",
         Arc::new(move |a: &c10d_world::BackendCreateArgs| {
-            let b: Arc<dyn c10d_core::Backend> = Arc::new(Spy { inner: inner(a)?.unwrap(), name: a.group_name.clone(), log: l2.clone() });
+            let b: Arc<dyn c10d_core::Backend> = Arc::new(Spy {
+                inner: inner(a)?.unwrap(),
+                name: a.group_name.clone(),
+                log: l2.clone(),
+            });
             Ok(Some(b))
         }),
         Some(&["cpu"]),
@@ -443,7 +662,10 @@ fn destroy_shuts_down_and_abort_aborts_in_reverse_name_order() {
     w.destroy_process_group(Some(&g1)).unwrap();
     assert_eq!(*log.lock().unwrap(), vec!["shutdown 1"]);
     w.destroy_process_group(None).unwrap();
-    assert_eq!(*log.lock().unwrap(), vec!["shutdown 1", "shutdown 2", "shutdown 0"]);
+    assert_eq!(
+        *log.lock().unwrap(),
+        vec!["shutdown 1", "shutdown 2", "shutdown 0"]
+    );
     log.lock().unwrap().clear();
     let s2 = store();
     o.store = Some(s2);
@@ -451,7 +673,10 @@ fn destroy_shuts_down_and_abort_aborts_in_reverse_name_order() {
     let g = grp(&w, &[0]);
     w.abort_process_group(Some(&g)).unwrap();
     let e = w.abort_process_group(Some(&g)).unwrap_err();
-    assert_eq!(e.to_string(), "Invalid process group specified or has been destroyed.");
+    assert_eq!(
+        e.to_string(),
+        "Invalid process group specified or has been destroyed."
+    );
     w.abort_process_group(None).unwrap();
     assert_eq!(*log.lock().unwrap(), vec!["abort 1", "abort 0"]);
     assert!(!w.is_initialized());

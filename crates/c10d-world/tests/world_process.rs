@@ -11,13 +11,19 @@ use std::time::{Duration, Instant};
 const CHILD: &str = "C10D_WORLD_PROCESS_CHILD";
 
 fn child_main() {
-    dist::init_process_group(dist::InitOptions { backend: Some("gloo".into()), timeout: Some(Duration::from_secs(60)), ..Default::default() }).unwrap();
+    dist::init_process_group(dist::InitOptions {
+        backend: Some("gloo".into()),
+        timeout: Some(Duration::from_secs(60)),
+        ..Default::default()
+    })
+    .unwrap();
     assert!(dist::is_torchelastic_launched());
     let r = dist::get_rank(None).unwrap();
     let n = dist::get_world_size(None).unwrap();
     let t = Tensor::from_vec(vec![(r + 1) as f32; 1000]);
     dist::all_reduce(&t, ReduceOp::Sum, None, false).unwrap();
-    let objs: Vec<(i64, String)> = dist::all_gather_object(&(r, format!("pid{}", std::process::id())), None).unwrap();
+    let objs: Vec<(i64, String)> =
+        dist::all_gather_object(&(r, format!("pid{}", std::process::id())), None).unwrap();
     let g = dist::new_group(Some(&[0, 2]), dist::GroupOptions::default()).unwrap();
     if let Some(pg) = g.group() {
         let x = Tensor::from_vec(vec![r]);
@@ -26,7 +32,11 @@ fn child_main() {
         assert_eq!(pg.group_name(), "1");
     }
     dist::barrier(None, false, None).unwrap();
-    println!("RESULT rank={r} size={n} sum={} objs={}", t.to_vec::<f32>().unwrap()[999], objs.len());
+    println!(
+        "RESULT rank={r} size={n} sum={} objs={}",
+        t.to_vec::<f32>().unwrap()[999],
+        objs.len()
+    );
     // c10d-gloo can fail a peer's last op when a rank shuts down right after it (see world_gloo.rs)
     let ds = dist::World::global().default_store().unwrap();
     c10d_store::store_barrier(ds.as_ref(), "end", n as usize, Duration::from_secs(60)).unwrap();
@@ -39,12 +49,21 @@ fn three_processes_over_env_init() {
         child_main();
         return;
     }
-    let srv = TcpStoreServer::bind(ServerOptions { host: Some("127.0.0.1".into()), ..Default::default() }).unwrap();
+    let srv = TcpStoreServer::bind(ServerOptions {
+        host: Some("127.0.0.1".into()),
+        ..Default::default()
+    })
+    .unwrap();
     let exe = std::env::current_exe().unwrap();
     let mut kids: Vec<_> = (0..3)
         .map(|r| {
             Command::new(&exe)
-                .args(["--exact", "three_processes_over_env_init", "--nocapture", "--test-threads=1"])
+                .args([
+                    "--exact",
+                    "three_processes_over_env_init",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
                 .env(CHILD, "1")
                 .env("MASTER_ADDR", "127.0.0.1")
                 .env("MASTER_PORT", srv.port().to_string())
@@ -74,10 +93,17 @@ fn three_processes_over_env_init() {
     for mut k in kids {
         let _ = k.kill();
         let o = k.wait_with_output().unwrap();
-        outs.push((o.status, String::from_utf8_lossy(&o.stdout).to_string(), String::from_utf8_lossy(&o.stderr).to_string()));
+        outs.push((
+            o.status,
+            String::from_utf8_lossy(&o.stdout).to_string(),
+            String::from_utf8_lossy(&o.stderr).to_string(),
+        ));
     }
     for (r, (st, out, err)) in outs.iter().enumerate() {
         assert!(st.success(), "rank {r} failed: {out}\n{err}");
-        assert!(out.contains(&format!("RESULT rank={r} size=3 sum=6 objs=3")), "rank {r}: {out}\n{err}");
+        assert!(
+            out.contains(&format!("RESULT rank={r} size=3 sum=6 objs=3")),
+            "rank {r}: {out}\n{err}"
+        );
     }
 }

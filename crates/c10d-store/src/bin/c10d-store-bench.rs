@@ -30,7 +30,10 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 #[derive(Parser)]
-#[command(name = "c10d-store-bench", about = "TCPStore server throughput and rendezvous: ours vs PyTorch's")]
+#[command(
+    name = "c10d-store-bench",
+    about = "TCPStore server throughput and rendezvous: ours vs PyTorch's"
+)]
 struct Args {
     /// Python with torch installed (default: env C10D_TORCH_PYTHON). Without it only our server is measured.
     #[arg(long)]
@@ -99,7 +102,10 @@ if __name__ == "__main__":
 "#;
 
 fn raise_nofile() -> u64 {
-    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
     // SAFETY: getrlimit/setrlimit only read/write the struct we pass.
     unsafe {
         if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 {
@@ -120,7 +126,11 @@ impl Drop for Proc {
 }
 
 fn spawn_with_port(mut cmd: Command) -> Result<(Proc, u16), String> {
-    let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().map_err(|e| format!("spawn: {e}"))?;
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("spawn: {e}"))?;
     let out = child.stdout.take().expect("piped");
     let p = Proc(child);
     let (tx, rx) = std::sync::mpsc::channel();
@@ -129,15 +139,30 @@ fn spawn_with_port(mut cmd: Command) -> Result<(Proc, u16), String> {
         let _ = BufReader::new(out).read_line(&mut l);
         let _ = tx.send(l);
     });
-    let l = rx.recv_timeout(Duration::from_secs(120)).map_err(|_| "server printed no port".to_string())?;
-    let port = l.trim().parse().map_err(|_| format!("bad port line {l:?}"))?;
+    let l = rx
+        .recv_timeout(Duration::from_secs(120))
+        .map_err(|_| "server printed no port".to_string())?;
+    let port = l
+        .trim()
+        .parse()
+        .map_err(|_| format!("bad port line {l:?}"))?;
     Ok((p, port))
 }
 
 /// set+get pairs per second with `n` Rust clients.
 fn rust_throughput(port: u16, n: usize, secs: f64) -> f64 {
     let stores: Vec<TcpStore> = (0..n)
-        .map(|_| TcpStore::new("127.0.0.1", port, TcpStoreOptions { timeout: Duration::from_secs(120), ..Default::default() }).expect("connect"))
+        .map(|_| {
+            TcpStore::new(
+                "127.0.0.1",
+                port,
+                TcpStoreOptions {
+                    timeout: Duration::from_secs(120),
+                    ..Default::default()
+                },
+            )
+            .expect("connect")
+        })
         .collect();
     let stop = Arc::new(AtomicBool::new(false));
     let total = Arc::new(AtomicU64::new(0));
@@ -174,14 +199,23 @@ fn rust_throughput(port: u16, n: usize, secs: f64) -> f64 {
 
 fn python_throughput(py: &str, port: u16, n: usize, secs: f64) -> Result<f64, String> {
     let out = Command::new(py)
-        .args(["-c", PY_CLIENTS, &port.to_string(), &n.to_string(), &secs.to_string()])
+        .args([
+            "-c",
+            PY_CLIENTS,
+            &port.to_string(),
+            &n.to_string(),
+            &secs.to_string(),
+        ])
         .stderr(Stdio::inherit())
         .output()
         .map_err(|e| format!("python clients: {e}"))?;
     if !out.status.success() {
         return Err(format!("python clients failed: {}", out.status));
     }
-    String::from_utf8_lossy(&out.stdout).trim().parse().map_err(|e| format!("python clients output: {e}"))
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .map_err(|e| format!("python clients output: {e}"))
 }
 
 fn read_exact(s: &mut TcpStream, b: &mut [u8]) -> std::io::Result<()> {
@@ -208,7 +242,13 @@ fn rendezvous(port: u16, n: usize, threads: usize, cap: Duration) -> Result<Rdv,
     let bar = Arc::new(Barrier::new(threads + 1));
     let hs: Vec<_> = (0..threads)
         .map(|t| {
-            let (key, go, bar, joined, hit) = (key.clone(), go.clone(), bar.clone(), joined.clone(), deadline_hit.clone());
+            let (key, go, bar, joined, hit) = (
+                key.clone(),
+                go.clone(),
+                bar.clone(),
+                joined.clone(),
+                deadline_hit.clone(),
+            );
             let mine = n / threads + usize::from(t < n % threads);
             std::thread::spawn(move || -> std::io::Result<()> {
                 bar.wait();
@@ -251,7 +291,10 @@ fn rendezvous(port: u16, n: usize, threads: usize, cap: Duration) -> Result<Rdv,
                     socks.push(s);
                 }
                 if verbose {
-                    eprintln!("  thread 0: {mine} clients connected, added and waiting after {:?}", t0.elapsed());
+                    eprintln!(
+                        "  thread 0: {mine} clients connected, added and waiting after {:?}",
+                        t0.elapsed()
+                    );
                 }
                 while !hit.load(Ordering::Relaxed) && joined.load(Ordering::Relaxed) < n {
                     std::thread::sleep(Duration::from_millis(1));
@@ -273,10 +316,16 @@ fn rendezvous(port: u16, n: usize, threads: usize, cap: Duration) -> Result<Rdv,
     bar.wait();
     let t0 = Instant::now();
     for h in hs {
-        h.join().map_err(|_| "rendezvous thread panicked".to_string())?.map_err(|e| format!("rendezvous client: {e}"))?;
+        h.join()
+            .map_err(|_| "rendezvous thread panicked".to_string())?
+            .map_err(|e| format!("rendezvous client: {e}"))?;
     }
     let joined = joined.load(Ordering::Relaxed);
-    Ok(Rdv { secs: t0.elapsed().as_secs_f64(), joined, complete: !deadline_hit.load(Ordering::Relaxed) && joined == n })
+    Ok(Rdv {
+        secs: t0.elapsed().as_secs_f64(),
+        joined,
+        complete: !deadline_hit.load(Ordering::Relaxed) && joined == n,
+    })
 }
 
 /// CPU time (user + system) consumed so far by process `pid`.
@@ -313,7 +362,11 @@ fn fmt_rate(x: Option<f64>) -> String {
 fn main() {
     let args = Args::parse();
     if args.serve_internal {
-        let srv = TcpStoreServer::bind(ServerOptions { host: Some("127.0.0.1".into()), ..Default::default() }).expect("bind");
+        let srv = TcpStoreServer::bind(ServerOptions {
+            host: Some("127.0.0.1".into()),
+            ..Default::default()
+        })
+        .expect("bind");
         println!("{}", srv.port());
         let _ = std::io::stdout().flush();
         let mut sink = String::new();
@@ -321,7 +374,11 @@ fn main() {
         return;
     }
     let nofile = raise_nofile();
-    let py = args.python.clone().or_else(|| std::env::var("C10D_TORCH_PYTHON").ok().filter(|s| !s.is_empty()));
+    let py = args.python.clone().or_else(|| {
+        std::env::var("C10D_TORCH_PYTHON")
+            .ok()
+            .filter(|s| !s.is_empty())
+    });
     let exe = std::env::current_exe().expect("current exe");
     let mut ours_cmd = Command::new(exe);
     ours_cmd.arg("--serve-internal");
@@ -353,21 +410,35 @@ fn main() {
     if let (Some(py), false) = (&py, args.no_python_clients) {
         for &n in &args.clients {
             eprintln!("python clients: {n} ...");
-            let o = with_cpu(our_pid, secs, || python_throughput(py, our_port, n, secs).map_err(|e| eprintln!("{e}")).ok());
+            let o = with_cpu(our_pid, secs, || {
+                python_throughput(py, our_port, n, secs)
+                    .map_err(|e| eprintln!("{e}"))
+                    .ok()
+            });
             let t = match (their_port, their_pid) {
-                (Some(p), Some(pid)) => {
-                    with_cpu(pid, secs, || python_throughput(py, p, n, secs).map_err(|e| eprintln!("{e}")).ok())
-                }
+                (Some(p), Some(pid)) => with_cpu(pid, secs, || {
+                    python_throughput(py, p, n, secs)
+                        .map_err(|e| eprintln!("{e}"))
+                        .ok()
+                }),
                 _ => (None, None),
             };
             rows.push((format!("set+get pairs/s, {n} Python clients"), o, t));
         }
     }
-    eprintln!("rendezvous: {} clients over {} threads ...", args.rendezvous, args.rendezvous_threads);
+    eprintln!(
+        "rendezvous: {} clients over {} threads ...",
+        args.rendezvous, args.rendezvous_threads
+    );
     let cap = Duration::from_secs_f64(args.rendezvous_cap_s);
-    let o = rendezvous(our_port, args.rendezvous, args.rendezvous_threads, cap).map_err(|e| eprintln!("ours: {e}")).ok();
-    let t = their_port
-        .and_then(|p| rendezvous(p, args.rendezvous, args.rendezvous_threads, cap).map_err(|e| eprintln!("PyTorch's: {e}")).ok());
+    let o = rendezvous(our_port, args.rendezvous, args.rendezvous_threads, cap)
+        .map_err(|e| eprintln!("ours: {e}"))
+        .ok();
+    let t = their_port.and_then(|p| {
+        rendezvous(p, args.rendezvous, args.rendezvous_threads, cap)
+            .map_err(|e| eprintln!("PyTorch's: {e}"))
+            .ok()
+    });
 
     println!(
         "{:<42} {:>14} {:>14} {:>20}   {:>22}",
@@ -379,7 +450,12 @@ fn main() {
             (Some(o), Some(t)) if t > 0.0 => format!("{:.2}x", o / t),
             _ => "n/a".into(),
         };
-        println!("{name:<42} {:>14} {:>14} {ratio:>20}   {:>22}", fmt_rate(o), fmt_rate(t), format!("{} | {}", us(ocpu), us(tcpu)));
+        println!(
+            "{name:<42} {:>14} {:>14} {ratio:>20}   {:>22}",
+            fmt_rate(o),
+            fmt_rate(t),
+            format!("{} | {}", us(ocpu), us(tcpu))
+        );
     }
     let show = |r: &Option<Rdv>| match r {
         None => "failed".to_string(),
@@ -388,13 +464,20 @@ fn main() {
     };
     let ratio = match (&o, &t) {
         (Some(o), Some(t)) if o.complete && t.secs > 0.0 => {
-            format!("{}{:.4}x", if t.complete { "" } else { "<" }, o.secs / t.secs)
+            format!(
+                "{}{:.4}x",
+                if t.complete { "" } else { "<" },
+                o.secs / t.secs
+            )
         }
         _ => "n/a".into(),
     };
     println!(
         "{:<42} {:>14} {:>14} {ratio:>20}",
-        format!("rendezvous of {} clients, seconds (lower=better)", args.rendezvous),
+        format!(
+            "rendezvous of {} clients, seconds (lower=better)",
+            args.rendezvous
+        ),
         show(&o),
         show(&t)
     );

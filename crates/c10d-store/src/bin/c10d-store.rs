@@ -15,7 +15,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 #[derive(Parser)]
-#[command(name = "c10d-store", version, about = "PyTorch-compatible TCPStore server and client")]
+#[command(
+    name = "c10d-store",
+    version,
+    about = "PyTorch-compatible TCPStore server and client"
+)]
 struct Cli {
     /// Store address, HOST:PORT (IPv6 as [ADDR]:PORT). Required for every op except `serve`.
     #[arg(long, global = true)]
@@ -66,7 +70,11 @@ enum Op {
     /// Print the number of keys (including internal ones such as `init/`).
     NumKeys,
     /// Compare-and-set; print the returned value.
-    CompareSet { key: String, expected: String, desired: String },
+    CompareSet {
+        key: String,
+        expected: String,
+        desired: String,
+    },
     /// Append VALUE to KEY.
     Append { key: String, value: String },
     /// Print each KEY's value, one a line.
@@ -82,23 +90,39 @@ enum Op {
 }
 
 fn split_addr(addr: &str) -> Result<(String, u16), String> {
-    let (host, port) = addr.rsplit_once(':').ok_or_else(|| format!("--addr {addr}: expected HOST:PORT"))?;
-    let port = port.parse::<u16>().map_err(|e| format!("--addr {addr}: bad port: {e}"))?;
+    let (host, port) = addr
+        .rsplit_once(':')
+        .ok_or_else(|| format!("--addr {addr}: expected HOST:PORT"))?;
+    let port = port
+        .parse::<u16>()
+        .map_err(|e| format!("--addr {addr}: bad port: {e}"))?;
     Ok((host.to_string(), port))
 }
 
 fn run(cli: Cli) -> Result<(), String> {
     let timeout = Duration::from_millis(cli.timeout_ms);
-    if let Op::Serve { host, port, world_size } = cli.op {
-        let srv = TcpStoreServer::bind(ServerOptions { host: host.clone(), port, world_size, ..Default::default() })
-            .map_err(|e| e.to_string())?;
+    if let Op::Serve {
+        host,
+        port,
+        world_size,
+    } = cli.op
+    {
+        let srv = TcpStoreServer::bind(ServerOptions {
+            host: host.clone(),
+            port,
+            world_size,
+            ..Default::default()
+        })
+        .map_err(|e| e.to_string())?;
         let shown = match &host {
             Some(h) if h.contains(':') && !h.starts_with('[') => format!("[{h}]:{}", srv.port()),
             Some(h) => format!("{h}:{}", srv.port()),
             None => srv.local_addr().to_string(),
         };
         let mut out = std::io::stdout().lock();
-        writeln!(out, "c10d-store listening on {shown}").and_then(|_| out.flush()).map_err(|e| e.to_string())?;
+        writeln!(out, "c10d-store listening on {shown}")
+            .and_then(|_| out.flush())
+            .map_err(|e| e.to_string())?;
         drop(out);
         loop {
             std::thread::park();
@@ -106,7 +130,15 @@ fn run(cli: Cli) -> Result<(), String> {
     }
     let addr = cli.addr.ok_or("--addr HOST:PORT is required for this op")?;
     let (host, port) = split_addr(&addr)?;
-    let st = TcpStore::new(&host, port, TcpStoreOptions { timeout, ..Default::default() }).map_err(|e| e.to_string())?;
+    let st = TcpStore::new(
+        &host,
+        port,
+        TcpStoreOptions {
+            timeout,
+            ..Default::default()
+        },
+    )
+    .map_err(|e| e.to_string())?;
     let mut out = std::io::stdout().lock();
     let e = |e: c10d_core::DistError| e.to_string();
     let w = |r: std::io::Result<()>| r.map_err(|e| e.to_string());
@@ -125,9 +157,14 @@ fn run(cli: Cli) -> Result<(), String> {
         }
         Op::Delete { key } => w(writeln!(out, "{}", st.delete_key(&key).map_err(e)?))?,
         Op::NumKeys => w(writeln!(out, "{}", st.num_keys().map_err(e)?))?,
-        Op::CompareSet { key, expected, desired } => {
-            w(out.write_all(&st.compare_set(&key, expected.as_bytes(), desired.as_bytes()).map_err(e)?))?
-        }
+        Op::CompareSet {
+            key,
+            expected,
+            desired,
+        } => w(out.write_all(
+            &st.compare_set(&key, expected.as_bytes(), desired.as_bytes())
+                .map_err(e)?,
+        ))?,
         Op::Append { key, value } => st.append(&key, value.as_bytes()).map_err(e)?,
         Op::MultiGet { keys } => {
             let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
@@ -140,7 +177,12 @@ fn run(cli: Cli) -> Result<(), String> {
                 return Err("multi-set expects KEY VALUE pairs".into());
             }
             let keys: Vec<&str> = pairs.iter().step_by(2).map(String::as_str).collect();
-            let vals: Vec<&[u8]> = pairs.iter().skip(1).step_by(2).map(|s| s.as_bytes()).collect();
+            let vals: Vec<&[u8]> = pairs
+                .iter()
+                .skip(1)
+                .step_by(2)
+                .map(|s| s.as_bytes())
+                .collect();
             st.multi_set(&keys, &vals).map_err(e)?;
         }
     }

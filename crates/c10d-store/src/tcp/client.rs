@@ -1,7 +1,9 @@
 //! `TcpStore`: the client of PyTorch's TCPStore protocol (mirrors `torch.distributed.TCPStore`),
 //! optionally owning the server (`is_master`).
 
-use super::protocol::{cmd, put_bytes, put_i64, put_keys, VALIDATE_MAGIC, STOP_WAITING, WAIT_CANCELED};
+use super::protocol::{
+    cmd, put_bytes, put_i64, put_keys, STOP_WAITING, VALIDATE_MAGIC, WAIT_CANCELED,
+};
 use super::server::{self, ServerHandle, ServerOptions, TcpStoreServer};
 use crate::store::{Store, DEFAULT_STORE_TIMEOUT};
 use c10d_core::{DistError, Result};
@@ -63,7 +65,9 @@ struct Client {
 }
 
 fn err_broken(desc: &str, why: &str) -> DistError {
-    DistError::network(format!("the connection to the TCPStore server at {desc} is unusable after an earlier error: {why}"))
+    DistError::network(format!(
+        "the connection to the TCPStore server at {desc} is unusable after an earlier error: {why}"
+    ))
 }
 
 /// The first interval of PyTorch's `ExponentialBackoffWithJitter`.
@@ -77,7 +81,9 @@ struct Backoff {
 
 impl Backoff {
     fn new() -> Self {
-        Backoff { next: BACKOFF_INITIAL }
+        Backoff {
+            next: BACKOFF_INITIAL,
+        }
     }
 
     fn next_interval(&mut self) -> Duration {
@@ -90,7 +96,9 @@ impl Backoff {
 
 /// Strips brackets from "[::1]".
 fn bare_host(host: &str) -> &str {
-    host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host)
+    host.strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host)
 }
 
 enum Attempt {
@@ -112,7 +120,11 @@ impl Client {
             let last = match attempt {
                 Ok(c) => {
                     // Later writes get the store timeout (the handshake used the connect budget).
-                    let io_t = if timeout.is_zero() { DEFAULT_STORE_TIMEOUT } else { timeout };
+                    let io_t = if timeout.is_zero() {
+                        DEFAULT_STORE_TIMEOUT
+                    } else {
+                        timeout
+                    };
                     c.sock.set_write_timeout(Some(io_t))?;
                     return Ok(c);
                 }
@@ -135,7 +147,11 @@ impl Client {
         }
     }
 
-    fn connect_once(host: &str, port: u16, limit: Duration) -> std::result::Result<Client, Attempt> {
+    fn connect_once(
+        host: &str,
+        port: u16,
+        limit: Duration,
+    ) -> std::result::Result<Client, Attempt> {
         let addrs: Vec<SocketAddr> = (bare_host(host), port)
             .to_socket_addrs()
             .map_err(|e| Attempt::Connect(format!("cannot resolve {host}: {e}")))?
@@ -217,7 +233,10 @@ impl Client {
         match self.sock.write_all(b) {
             Ok(()) => Ok(()),
             Err(e) => {
-                let e = DistError::network(format!("Failed to send to the TCPStore server at {}: {e}", self.desc));
+                let e = DistError::network(format!(
+                    "Failed to send to the TCPStore server at {}: {e}",
+                    self.desc
+                ));
                 Err(self.fail(e))
             }
         }
@@ -243,9 +262,19 @@ impl Client {
                     return Ok(true);
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => return Ok(false),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    return Ok(false)
+                }
                 Err(e) => {
-                    let e = DistError::network(format!("Failed to recv from the TCPStore server at {}: {e}", self.desc));
+                    let e = DistError::network(format!(
+                        "Failed to recv from the TCPStore server at {}: {e}",
+                        self.desc
+                    ));
                     return Err(self.fail(e));
                 }
             }
@@ -266,9 +295,16 @@ impl Client {
                             continue;
                         }
                         Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                        Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {}
+                        Err(e)
+                            if matches!(
+                                e.kind(),
+                                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                            ) => {}
                         Err(e) => {
-                            let e = DistError::network(format!("Failed to recv from the TCPStore server at {}: {e}", self.desc));
+                            let e = DistError::network(format!(
+                                "Failed to recv from the TCPStore server at {}: {e}",
+                                self.desc
+                            ));
                             return Err(self.fail(e));
                         }
                     }
@@ -362,7 +398,12 @@ impl Client {
     }
 
     /// WAIT on wire keys; `Ok(false)` when it timed out (and was cancelled).
-    fn wait_keys(&mut self, keys: &[Vec<u8>], timeout: Duration, io_timeout: Duration) -> Result<bool> {
+    fn wait_keys(
+        &mut self,
+        keys: &[Vec<u8>],
+        timeout: Duration,
+        io_timeout: Duration,
+    ) -> Result<bool> {
         let mut b = std::mem::take(&mut self.buf);
         b.clear();
         b.push(cmd::WAIT);
@@ -410,7 +451,11 @@ impl std::fmt::Debug for TcpStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let client = format!("({}, {})", self.host, self.port);
         match &self.server {
-            Some(s) => write!(f, "TCPStore(client=TCPClient({client}), server=TCPServer(port={}))", s.port()),
+            Some(s) => write!(
+                f,
+                "TCPStore(client=TCPClient({client}), server=TCPServer(port={}))",
+                s.port()
+            ),
             None => write!(f, "TCPStore(client=TCPClient({client}), server=<nullptr>)"),
         }
     }
@@ -452,7 +497,11 @@ impl TcpStore {
         }
         let mut server = None;
         if opts.is_master {
-            let sopts = ServerOptions { port, world_size: opts.world_size, ..ServerOptions::default() };
+            let sopts = ServerOptions {
+                port,
+                world_size: opts.world_size,
+                ..ServerOptions::default()
+            };
             let bind = || -> Result<Arc<ServerHandle>> {
                 match opts.master_listen_fd {
                     Some(fd) => Ok(TcpStoreServer::from_listen_fd(fd, port, sopts.clone())?.handle),
@@ -462,12 +511,19 @@ impl TcpStore {
                     }
                 }
             };
-            let res = if opts.multi_tenant { server::multi_tenant_server(port, bind) } else { bind() };
+            let res = if opts.multi_tenant {
+                server::multi_tenant_server(port, bind)
+            } else {
+                bind()
+            };
             match res {
                 Ok(h) => server = Some(h),
                 Err(e) => {
-                    let agent = std::env::var("TORCHELASTIC_USE_AGENT_STORE").is_ok_and(|v| env_truthy(&v));
-                    let mport = std::env::var("MASTER_PORT").ok().and_then(|p| p.trim().parse::<u16>().ok());
+                    let agent =
+                        std::env::var("TORCHELASTIC_USE_AGENT_STORE").is_ok_and(|v| env_truthy(&v));
+                    let mport = std::env::var("MASTER_PORT")
+                        .ok()
+                        .and_then(|p| p.trim().parse::<u16>().ok());
                     if agent && mport == Some(port) && port != 0 {
                         log::warn!("TCPStore: binding port {port} failed ({e}); TORCHELASTIC_USE_AGENT_STORE is set, continuing as a client of the agent's store");
                     } else {
@@ -554,7 +610,11 @@ impl TcpStore {
     }
 
     /// Runs one request: encode with `f`, send, then read the reply with `r` under the store timeout.
-    fn request<T>(&self, f: impl FnOnce(&mut Vec<u8>), r: impl FnOnce(&mut Client) -> Result<T>) -> Result<T> {
+    fn request<T>(
+        &self,
+        f: impl FnOnce(&mut Vec<u8>),
+        r: impl FnOnce(&mut Client) -> Result<T>,
+    ) -> Result<T> {
         let io_t = self.io_timeout();
         let mut c = self.lock();
         let mut b = std::mem::take(&mut c.buf);
@@ -578,12 +638,24 @@ impl TcpStore {
         )
     }
 
-    fn wait_wire(c: &mut Client, keys: &[Vec<u8>], timeout: Duration, io_t: Duration) -> Result<()> {
+    fn wait_wire(
+        c: &mut Client,
+        keys: &[Vec<u8>],
+        timeout: Duration,
+        io_t: Duration,
+    ) -> Result<()> {
         if c.wait_keys(keys, timeout, io_t)? {
             Ok(())
         } else {
-            let names: Vec<String> = keys.iter().map(|k| String::from_utf8_lossy(k).into_owned()).collect();
-            Err(DistError::store(format!("wait timeout after {}ms, keys: {}", timeout.as_millis(), names.join(", "))))
+            let names: Vec<String> = keys
+                .iter()
+                .map(|k| String::from_utf8_lossy(k).into_owned())
+                .collect();
+            Err(DistError::store(format!(
+                "wait timeout after {}ms, keys: {}",
+                timeout.as_millis(),
+                names.join(", ")
+            )))
         }
     }
 }
@@ -693,7 +765,9 @@ impl Store for TcpStore {
 
     fn multi_set(&self, keys: &[&str], values: &[&[u8]]) -> Result<()> {
         if keys.len() != values.len() {
-            return Err(DistError::invalid("multi_set: keys and values must have the same length"));
+            return Err(DistError::invalid(
+                "multi_set: keys and values must have the same length",
+            ));
         }
         let mut c = self.lock();
         let mut b = vec![cmd::MULTI_SET];
@@ -758,7 +832,10 @@ impl Store for TcpStore {
         )?;
         Ok(raw
             .into_iter()
-            .filter_map(|k| k.strip_prefix(b"/").map(|s| String::from_utf8_lossy(s).into_owned()))
+            .filter_map(|k| {
+                k.strip_prefix(b"/")
+                    .map(|s| String::from_utf8_lossy(s).into_owned())
+            })
             .collect())
     }
 
@@ -776,7 +853,10 @@ impl Store for TcpStore {
         if c.finish_wait(timeout, io_t)? {
             Ok(())
         } else {
-            Err(DistError::store(format!("barrier timeout after {}ms, key: {key}", timeout.as_millis())))
+            Err(DistError::store(format!(
+                "barrier timeout after {}ms, key: {key}",
+                timeout.as_millis()
+            )))
         }
     }
 
@@ -792,7 +872,15 @@ impl Store for TcpStore {
     /// server alive as long as it lives.
     fn clone_store(&self) -> Result<Arc<dyn Store>> {
         let t = self.timeout();
-        let client = Client::connect(&self.host, self.port, if t.is_zero() { DEFAULT_STORE_TIMEOUT } else { t })?;
+        let client = Client::connect(
+            &self.host,
+            self.port,
+            if t.is_zero() {
+                DEFAULT_STORE_TIMEOUT
+            } else {
+                t
+            },
+        )?;
         Ok(Arc::new(TcpStore {
             host: self.host.clone(),
             port: self.port,

@@ -92,9 +92,15 @@ impl fmt::Display for ProtocolError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ProtocolError::UnknownCommand(c) => write!(f, "unknown command byte {c}"),
-            ProtocolError::KeyTooLong { len, max } => write!(f, "invalid key size {len}, max: {max}"),
-            ProtocolError::PayloadTooLarge { len, max } => write!(f, "Invalid payload size {len}, max: {max}"),
-            ProtocolError::TooManyKeys { count, max } => write!(f, "invalid key count {count}, max: {max}"),
+            ProtocolError::KeyTooLong { len, max } => {
+                write!(f, "invalid key size {len}, max: {max}")
+            }
+            ProtocolError::PayloadTooLarge { len, max } => {
+                write!(f, "Invalid payload size {len}, max: {max}")
+            }
+            ProtocolError::TooManyKeys { count, max } => {
+                write!(f, "invalid key count {count}, max: {max}")
+            }
             ProtocolError::RequestTooLarge { max } => write!(f, "request larger than {max} bytes"),
         }
     }
@@ -117,7 +123,12 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_key_len: 8192, max_payload: 8 << 20, max_keys: 131_072, max_request: 64 << 20 }
+        Limits {
+            max_key_len: 8192,
+            max_payload: 8 << 20,
+            max_keys: 131_072,
+            max_request: 64 << 20,
+        }
     }
 }
 
@@ -238,7 +249,12 @@ impl Partial {
 impl Decoder {
     /// A decoder enforcing `limits`.
     pub fn new(limits: Limits) -> Self {
-        Decoder { limits, state: None, scratch: [0; 8], scratch_len: 0 }
+        Decoder {
+            limits,
+            state: None,
+            scratch: [0; 8],
+            scratch_len: 0,
+        }
     }
 
     /// True when no request is partially received.
@@ -276,7 +292,9 @@ impl Decoder {
     pub fn decode(&mut self, input: &mut &[u8]) -> Result<Option<Request>, ProtocolError> {
         loop {
             if self.state.is_none() {
-                let Some(&c) = input.first() else { return Ok(None) };
+                let Some(&c) = input.first() else {
+                    return Ok(None);
+                };
                 let (kinds, list) = layout(c).ok_or(ProtocolError::UnknownCommand(c))?;
                 *input = &input[1..];
                 self.state = Some(Partial {
@@ -301,19 +319,26 @@ impl Decoder {
             let cur_len = p.cur_len;
             match kind {
                 Kind::U32 => {
-                    let Some(b) = self.take_fixed(input, 4) else { return Ok(None) };
+                    let Some(b) = self.take_fixed(input, 4) else {
+                        return Ok(None);
+                    };
                     let p = self.state.as_mut().expect("state");
                     p.num = i64::from(u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
                     p.done += 1;
                 }
                 Kind::I64 | Kind::Count => {
-                    let Some(b) = self.take_fixed(input, 8) else { return Ok(None) };
+                    let Some(b) = self.take_fixed(input, 8) else {
+                        return Ok(None);
+                    };
                     let max_keys = self.limits.max_keys;
                     let p = self.state.as_mut().expect("state");
                     if kind == Kind::Count {
                         let count = u64::from_le_bytes(b);
                         if count > max_keys as u64 {
-                            return Err(ProtocolError::TooManyKeys { count, max: max_keys });
+                            return Err(ProtocolError::TooManyKeys {
+                                count,
+                                max: max_keys,
+                            });
                         }
                         p.count = count;
                         p.strs.reserve((count as usize * p.kinds.len()).min(1024));
@@ -324,20 +349,30 @@ impl Decoder {
                 }
                 Kind::Key | Kind::Val => match cur_len {
                     None => {
-                        let Some(b) = self.take_fixed(input, 8) else { return Ok(None) };
+                        let Some(b) = self.take_fixed(input, 8) else {
+                            return Ok(None);
+                        };
                         let len = u64::from_le_bytes(b);
                         let lim = self.limits;
                         if kind == Kind::Key && len > lim.max_key_len as u64 {
-                            return Err(ProtocolError::KeyTooLong { len, max: lim.max_key_len });
+                            return Err(ProtocolError::KeyTooLong {
+                                len,
+                                max: lim.max_key_len,
+                            });
                         }
                         if kind == Kind::Val && len > lim.max_payload as u64 {
-                            return Err(ProtocolError::PayloadTooLarge { len, max: lim.max_payload });
+                            return Err(ProtocolError::PayloadTooLarge {
+                                len,
+                                max: lim.max_payload,
+                            });
                         }
                         let p = self.state.as_mut().expect("state");
                         // 8 bytes of bookkeeping per field count against the request cap too.
                         p.total = p.total.saturating_add(len as usize).saturating_add(8);
                         if p.total > lim.max_request {
-                            return Err(ProtocolError::RequestTooLarge { max: lim.max_request });
+                            return Err(ProtocolError::RequestTooLarge {
+                                max: lim.max_request,
+                            });
                         }
                         p.cur_len = Some(len as usize);
                     }
@@ -491,7 +526,11 @@ pub fn parse_stoll(b: &[u8]) -> Option<i64> {
     let mut v: i64 = 0;
     while i < b.len() && b[i].is_ascii_digit() {
         let d = i64::from(b[i] - b'0');
-        v = if neg { v.checked_mul(10)?.checked_sub(d)? } else { v.checked_mul(10)?.checked_add(d)? };
+        v = if neg {
+            v.checked_mul(10)?.checked_sub(d)?
+        } else {
+            v.checked_mul(10)?.checked_add(d)?
+        };
         i += 1;
     }
     if i == start {
@@ -517,7 +556,10 @@ mod tests {
             Request::DeleteKey(b"/a".to_vec()),
             Request::Append(b"/a".to_vec(), vec![0; 3000]),
             Request::MultiGet(vec![b"/x".to_vec()]),
-            Request::MultiSet(vec![(b"/m1".to_vec(), b"1".to_vec()), (b"/m2".to_vec(), b"22".to_vec())]),
+            Request::MultiSet(vec![
+                (b"/m1".to_vec(), b"1".to_vec()),
+                (b"/m2".to_vec(), b"22".to_vec()),
+            ]),
             Request::CancelWait,
             Request::Ping(12345),
             Request::QueuePush(b"/q".to_vec(), b"item".to_vec()),
@@ -558,17 +600,29 @@ mod tests {
         b.extend_from_slice(b"/a");
         put_u64(&mut b, u64::MAX);
         let mut input = &b[..];
-        assert!(matches!(d.decode(&mut input), Err(ProtocolError::PayloadTooLarge { .. })));
+        assert!(matches!(
+            d.decode(&mut input),
+            Err(ProtocolError::PayloadTooLarge { .. })
+        ));
         let mut d = Decoder::new(Limits::default());
         let mut b = vec![cmd::GET];
         put_u64(&mut b, 8193);
-        assert!(matches!(d.decode(&mut &b[..]), Err(ProtocolError::KeyTooLong { .. })));
+        assert!(matches!(
+            d.decode(&mut &b[..]),
+            Err(ProtocolError::KeyTooLong { .. })
+        ));
         let mut d = Decoder::new(Limits::default());
         let mut b = vec![cmd::WAIT];
         put_u64(&mut b, 131_073);
-        assert!(matches!(d.decode(&mut &b[..]), Err(ProtocolError::TooManyKeys { .. })));
+        assert!(matches!(
+            d.decode(&mut &b[..]),
+            Err(ProtocolError::TooManyKeys { .. })
+        ));
         let mut d = Decoder::new(Limits::default());
-        assert_eq!(d.decode(&mut &[19u8][..]), Err(ProtocolError::UnknownCommand(19)));
+        assert_eq!(
+            d.decode(&mut &[19u8][..]),
+            Err(ProtocolError::UnknownCommand(19))
+        );
     }
 
     #[test]

@@ -6,7 +6,9 @@
 //! the write that satisfies them — there is no polling. A protocol violation or a limit
 //! violation closes only the offending connection (logged at `warn`).
 
-use super::protocol::{parse_stoll, put_bytes, put_i64, Decoder, Limits, Request, STOP_WAITING, VALIDATE_MAGIC};
+use super::protocol::{
+    parse_stoll, put_bytes, put_i64, Decoder, Limits, Request, STOP_WAITING, VALIDATE_MAGIC,
+};
 use c10d_core::{DistError, Result};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
@@ -38,7 +40,14 @@ pub struct ServerOptions {
 
 impl Default for ServerOptions {
     fn default() -> Self {
-        ServerOptions { host: None, port: 0, world_size: None, max_payload: 8 << 20, max_key_len: 8192, max_keys: 131_072 }
+        ServerOptions {
+            host: None,
+            port: 0,
+            world_size: None,
+            max_payload: 8 << 20,
+            max_key_len: 8192,
+            max_keys: 131_072,
+        }
     }
 }
 
@@ -102,7 +111,9 @@ impl TcpStoreServer {
     /// for an unresolvable `host`.
     pub fn bind(opts: ServerOptions) -> Result<TcpStoreServer> {
         let listener = bind_listener(opts.host.as_deref(), opts.port)?;
-        Ok(TcpStoreServer { handle: start(listener, &opts)? })
+        Ok(TcpStoreServer {
+            handle: start(listener, &opts)?,
+        })
     }
 
     /// Adopts an already bound socket (`master_listen_fd`). The descriptor is duplicated, the
@@ -114,7 +125,10 @@ impl TcpStoreServer {
         // SAFETY: dup only reads the descriptor table; a negative result is handled below.
         let dup = unsafe { libc::dup(fd) };
         if dup < 0 {
-            return Err(DistError::network(format!("master_listen_fd {fd} is invalid: {}", io::Error::last_os_error())));
+            return Err(DistError::network(format!(
+                "master_listen_fd {fd} is invalid: {}",
+                io::Error::last_os_error()
+            )));
         }
         // SAFETY: `dup` is a fresh descriptor that we own exclusively from here on.
         let sock = unsafe { socket2::Socket::from_raw_fd(dup) };
@@ -122,18 +136,25 @@ impl TcpStoreServer {
             .local_addr()
             .ok()
             .and_then(|a| a.as_socket())
-            .ok_or_else(|| DistError::network(format!("master_listen_fd {fd} is not a bound TCP socket")))?;
+            .ok_or_else(|| {
+                DistError::network(format!("master_listen_fd {fd} is not a bound TCP socket"))
+            })?;
         if port != 0 && addr.port() != port {
             return Err(DistError::network(format!(
                 "master_listen_fd {fd} is bound to port {} but the store was given port {port}",
                 addr.port()
             )));
         }
-        sock.listen(libc::SOMAXCONN.max(4096))
-            .map_err(|e| DistError::network(format!("The server socket has failed to listen on master_listen_fd {fd}: {e}")))?;
+        sock.listen(libc::SOMAXCONN.max(4096)).map_err(|e| {
+            DistError::network(format!(
+                "The server socket has failed to listen on master_listen_fd {fd}: {e}"
+            ))
+        })?;
         sock.set_nonblocking(true)?;
         let std_l: std::net::TcpListener = sock.into();
-        Ok(TcpStoreServer { handle: start(std_l, &opts)? })
+        Ok(TcpStoreServer {
+            handle: start(std_l, &opts)?,
+        })
     }
 
     /// The bound port.
@@ -180,7 +201,10 @@ pub(crate) fn bind_listener(host: Option<&str>, port: u16) -> Result<std::net::T
                 Err(e6) => {
                     let four = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port);
                     try_bind(four, None).map_err(|e4| {
-                        listen_error(port, &format!("useIpv6: true, error: {e6}; useIpv6: false, error: {e4}"))
+                        listen_error(
+                            port,
+                            &format!("useIpv6: true, error: {e6}; useIpv6: false, error: {e4}"),
+                        )
                     })
                 }
             }
@@ -203,7 +227,10 @@ pub(crate) fn bind_listener(host: Option<&str>, port: u16) -> Result<std::net::T
     }
 }
 
-pub(crate) fn start(listener: std::net::TcpListener, opts: &ServerOptions) -> Result<Arc<ServerHandle>> {
+pub(crate) fn start(
+    listener: std::net::TcpListener,
+    opts: &ServerOptions,
+) -> Result<Arc<ServerHandle>> {
     let addr = listener.local_addr()?;
     listener.set_nonblocking(true)?;
     let poll = Poll::new()?;
@@ -229,13 +256,20 @@ pub(crate) fn start(listener: std::net::TcpListener, opts: &ServerOptions) -> Re
         stop: stop.clone(),
         dirty: Vec::new(),
     };
-    lp.poll.registry().register(&mut lp.listener, LISTENER, Interest::READABLE)?;
+    lp.poll
+        .registry()
+        .register(&mut lp.listener, LISTENER, Interest::READABLE)?;
     let thread = std::thread::Builder::new()
         .name(format!("c10d-store-server:{}", addr.port()))
         .spawn(move || lp.run())
         .map_err(|e| DistError::network(format!("cannot start the store server thread: {e}")))?;
     log::debug!("c10d-store server listening on {addr}");
-    Ok(Arc::new(ServerHandle { addr, stop, waker, thread: Mutex::new(Some(thread)) }))
+    Ok(Arc::new(ServerHandle {
+        addr,
+        stop,
+        waker,
+        thread: Mutex::new(Some(thread)),
+    }))
 }
 
 struct Conn {
@@ -315,7 +349,10 @@ impl EventLoop {
                 self.flush_dirty();
             }
         }
-        log::debug!("c10d-store server stopping, closing {} connections", self.conns.len());
+        log::debug!(
+            "c10d-store server stopping, closing {} connections",
+            self.conns.len()
+        );
     }
 
     fn accept(&mut self) {
@@ -327,8 +364,14 @@ impl EventLoop {
                     self.next_id = (self.next_id + 1) % (usize::MAX - 16);
                     // WRITABLE interest is added only while output is blocked (see flush_conn):
                     // otherwise every ACK would wake the loop for nothing.
-                    if let Err(e) = self.poll.registry().register(&mut sock, Token(id), Interest::READABLE) {
-                        log::warn!("c10d-store server: cannot register connection from {peer}: {e}");
+                    if let Err(e) =
+                        self.poll
+                            .registry()
+                            .register(&mut sock, Token(id), Interest::READABLE)
+                    {
+                        log::warn!(
+                            "c10d-store server: cannot register connection from {peer}: {e}"
+                        );
                         continue;
                     }
                     self.conns.insert(
@@ -395,7 +438,12 @@ impl EventLoop {
         self.flush_conn(id);
     }
 
-    fn serve_inner(&mut self, id: usize, buf: &mut [u8], read_all: bool) -> std::result::Result<(), Fatal> {
+    fn serve_inner(
+        &mut self,
+        id: usize,
+        buf: &mut [u8],
+        read_all: bool,
+    ) -> std::result::Result<(), Fatal> {
         // Input left over when output backed up is served first.
         if let Some(c) = self.conns.get_mut(&id) {
             if !c.pending_in.is_empty() {
@@ -406,7 +454,9 @@ impl EventLoop {
             }
         }
         loop {
-            let Some(c) = self.conns.get_mut(&id) else { return Ok(()) };
+            let Some(c) = self.conns.get_mut(&id) else {
+                return Ok(());
+            };
             if c.out.len() - c.out_pos > OUT_HIGH_WATER {
                 c.read_paused = true;
                 return Ok(());
@@ -455,7 +505,9 @@ impl EventLoop {
     /// says reading is paused until the output drains.
     fn process_input(&mut self, id: usize, mut input: &[u8]) -> std::result::Result<bool, Fatal> {
         loop {
-            let Some(c) = self.conns.get_mut(&id) else { return Ok(true) };
+            let Some(c) = self.conns.get_mut(&id) else {
+                return Ok(true);
+            };
             if c.out.len() - c.out_pos > OUT_HIGH_WATER {
                 c.pending_in.extend_from_slice(input);
                 c.read_paused = true;
@@ -471,7 +523,11 @@ impl EventLoop {
     }
 
     fn out(&mut self, id: usize) -> &mut Vec<u8> {
-        &mut self.conns.get_mut(&id).expect("connection exists while serving it").out
+        &mut self
+            .conns
+            .get_mut(&id)
+            .expect("connection exists while serving it")
+            .out
     }
 
     fn exists(&self, k: &[u8]) -> bool {
@@ -517,7 +573,11 @@ impl EventLoop {
                 let cur = match self.kv.get(&k) {
                     None => 0,
                     Some(v) => parse_stoll(v).ok_or_else(|| {
-                        format!("ADD on key {:?} whose value {:?} is not an integer", String::from_utf8_lossy(&k), String::from_utf8_lossy(v))
+                        format!(
+                            "ADD on key {:?} whose value {:?} is not an integer",
+                            String::from_utf8_lossy(&k),
+                            String::from_utf8_lossy(v)
+                        )
                     })?,
                 };
                 let new = cur.wrapping_add(delta);
@@ -540,7 +600,10 @@ impl EventLoop {
                 if keys.iter().all(|k| self.exists(k)) {
                     self.out(id).push(STOP_WAITING);
                 } else {
-                    let missing: Vec<Vec<u8>> = keys.into_iter().filter(|k| !self.kv.contains_key(k)).collect();
+                    let missing: Vec<Vec<u8>> = keys
+                        .into_iter()
+                        .filter(|k| !self.kv.contains_key(k))
+                        .collect();
                     if missing.is_empty() {
                         // All present in the key map but a queue check failed cannot happen;
                         // reply to keep the client moving.
@@ -568,9 +631,15 @@ impl EventLoop {
                 self.wake(&k);
             }
             Request::MultiGet(keys) => {
-                let total: usize = keys.iter().map(|k| 8 + self.kv.get(k).map_or(0, |v| v.len())).sum();
+                let total: usize = keys
+                    .iter()
+                    .map(|k| 8 + self.kv.get(k).map_or(0, |v| v.len()))
+                    .sum();
                 if total > self.max_reply {
-                    return Err(format!("MULTI_GET reply of {total} bytes exceeds the {} byte reply cap", self.max_reply));
+                    return Err(format!(
+                        "MULTI_GET reply of {total} bytes exceeds the {} byte reply cap",
+                        self.max_reply
+                    ));
                 }
                 let mut out = std::mem::take(self.out(id));
                 for k in &keys {
@@ -626,7 +695,12 @@ impl EventLoop {
                 let count = match self.kv.get(&k) {
                     None => 1,
                     Some(v) => parse_stoll(v)
-                        .ok_or_else(|| format!("BARRIER on key {:?} whose value is not an integer", String::from_utf8_lossy(&k)))?
+                        .ok_or_else(|| {
+                            format!(
+                                "BARRIER on key {:?} whose value is not an integer",
+                                String::from_utf8_lossy(&k)
+                            )
+                        })?
                         .wrapping_add(1),
                 };
                 self.kv.insert(k.clone(), count.to_string().into_bytes());
@@ -647,7 +721,9 @@ impl EventLoop {
     /// A write touched `key`: every registered connection loses one outstanding key; those that
     /// reach zero get STOP_WAITING.
     fn wake(&mut self, key: &[u8]) {
-        let Some(list) = self.waiters.remove(key) else { return };
+        let Some(list) = self.waiters.remove(key) else {
+            return;
+        };
         for w in list {
             if let Some(c) = self.conns.get_mut(&w) {
                 if let Some(pos) = c.wait_keys.iter().position(|k| k == key) {
@@ -667,7 +743,9 @@ impl EventLoop {
     /// A queue push: wake only the first waiter whose count reaches zero (removing it and every
     /// waiter walked past, whose registration on this key was consumed).
     fn wake_one(&mut self, key: &[u8]) {
-        let Some(list) = self.waiters.get_mut(key) else { return };
+        let Some(list) = self.waiters.get_mut(key) else {
+            return;
+        };
         let mut consumed = 0;
         let mut woken = None;
         for &w in list.iter() {
@@ -706,7 +784,9 @@ impl EventLoop {
         let mut resume = false;
         let registry = self.poll.registry();
         let res: std::result::Result<(), String> = (|| {
-            let Some(c) = self.conns.get_mut(&id) else { return Ok(()) };
+            let Some(c) = self.conns.get_mut(&id) else {
+                return Ok(());
+            };
             while c.out_pos < c.out.len() {
                 match c.sock.write(&c.out[c.out_pos..]) {
                     Ok(0) => return Err("write returned 0".into()),
@@ -728,8 +808,14 @@ impl EventLoop {
             }
             let pending = c.out_pos < c.out.len();
             if pending != c.want_write {
-                let interest = if pending { Interest::READABLE | Interest::WRITABLE } else { Interest::READABLE };
-                registry.reregister(&mut c.sock, Token(id), interest).map_err(|e| format!("reregister failed: {e}"))?;
+                let interest = if pending {
+                    Interest::READABLE | Interest::WRITABLE
+                } else {
+                    Interest::READABLE
+                };
+                registry
+                    .reregister(&mut c.sock, Token(id), interest)
+                    .map_err(|e| format!("reregister failed: {e}"))?;
                 c.want_write = pending;
             }
             resume = c.read_paused && c.out.len() - c.out_pos <= OUT_HIGH_WATER;
@@ -755,7 +841,11 @@ pub(crate) fn multi_tenant_server(
     let mut reg = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
     reg.retain(|(_, w)| w.strong_count() > 0);
     if port != 0 {
-        if let Some(h) = reg.iter().find(|(p, _)| *p == port).and_then(|(_, w)| w.upgrade()) {
+        if let Some(h) = reg
+            .iter()
+            .find(|(p, _)| *p == port)
+            .and_then(|(_, w)| w.upgrade())
+        {
             return Ok(h);
         }
     }

@@ -80,7 +80,11 @@ impl Op {
 }
 
 #[derive(Parser, Debug, Clone)]
-#[command(name = "c10d-bench", version, about = "nccl-tests style benchmark of the c10d-rs collectives")]
+#[command(
+    name = "c10d-bench",
+    version,
+    about = "nccl-tests style benchmark of the c10d-rs collectives"
+)]
 struct Args {
     /// The collective to time.
     #[arg(value_enum)]
@@ -129,8 +133,11 @@ fn parse_size(s: &str) -> std::result::Result<usize, String> {
         Some('G') => (&t[..t.len() - 1], 1 << 30),
         _ => (t, 1),
     };
-    let n: usize = num.parse().map_err(|_| format!("invalid size '{s}' (use e.g. 1024, 1K, 16M, 1G)"))?;
-    n.checked_mul(mult).ok_or_else(|| format!("size '{s}' is too large"))
+    let n: usize = num
+        .parse()
+        .map_err(|_| format!("invalid size '{s}' (use e.g. 1024, 1K, 16M, 1G)"))?;
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("size '{s}' is too large"))
 }
 
 fn parse_dtype(s: &str) -> std::result::Result<DType, String> {
@@ -150,7 +157,11 @@ fn redop_name(op: ReduceOp) -> String {
 }
 
 fn parse_redop(s: &str) -> std::result::Result<ReduceOp, String> {
-    let s = if s.eq_ignore_ascii_case("prod") { "product" } else { s };
+    let s = if s.eq_ignore_ascii_case("prod") {
+        "product"
+    } else {
+        s
+    };
     match ReduceOp::parse(s).map_err(|e| e.to_string())? {
         ReduceOp::PremulSum(_) => Err("premul_sum is not supported by c10d-bench".into()),
         op => Ok(op),
@@ -165,7 +176,10 @@ fn main() {
             Ok(true) => 0,
             Ok(false) => 1,
             Err(e) => {
-                eprintln!("c10d-bench: rank {}: error: {e}", std::env::var("RANK").unwrap_or_else(|_| "?".into()));
+                eprintln!(
+                    "c10d-bench: rank {}: error: {e}",
+                    std::env::var("RANK").unwrap_or_else(|_| "?".into())
+                );
                 1
             }
         },
@@ -180,10 +194,15 @@ fn validate(args: &Args) -> std::result::Result<(), String> {
         return Err("-f must be at least 2".into());
     }
     if args.min_bytes > args.max_bytes {
-        return Err(format!("-b ({}) must not exceed -e ({})", args.min_bytes, args.max_bytes));
+        return Err(format!(
+            "-b ({}) must not exceed -e ({})",
+            args.min_bytes, args.max_bytes
+        ));
     }
     if args.op.reduces() {
-        args.redop.check_dtype(args.dtype).map_err(|e| e.to_string())?;
+        args.redop
+            .check_dtype(args.dtype)
+            .map_err(|e| e.to_string())?;
     }
     Ok(())
 }
@@ -195,7 +214,10 @@ fn check_backend(args: &Args) -> std::result::Result<(), String> {
         } else {
             "it is not a backend of this build".to_string()
         };
-        return Err(format!("backend '{}' is not available: {why}; use --backend gloo", args.backend));
+        return Err(format!(
+            "backend '{}' is not available: {why}; use --backend gloo",
+            args.backend
+        ));
     }
     Ok(())
 }
@@ -210,7 +232,12 @@ fn launch(args: &Args, n: usize) -> i32 {
         eprintln!("c10d-bench: {e}");
         return 1;
     }
-    let server = match TcpStoreServer::bind(ServerOptions { host: Some("127.0.0.1".into()), port: 0, world_size: Some(n), ..Default::default() }) {
+    let server = match TcpStoreServer::bind(ServerOptions {
+        host: Some("127.0.0.1".into()),
+        port: 0,
+        world_size: Some(n),
+        ..Default::default()
+    }) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("c10d-bench: cannot start the store: {e}");
@@ -249,7 +276,13 @@ fn launch(args: &Args, n: usize) -> i32 {
         // so the ranks die with the launcher.
         unsafe {
             cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0);
+                libc::prctl(
+                    libc::PR_SET_PDEATHSIG,
+                    libc::SIGKILL as libc::c_ulong,
+                    0,
+                    0,
+                    0,
+                );
                 Ok(())
             });
         }
@@ -279,7 +312,9 @@ fn launch(args: &Args, n: usize) -> i32 {
                     done[rank] = true;
                     left -= 1;
                     if !st.success() && code == 0 {
-                        eprintln!("c10d-bench: rank {rank} failed ({st}); stopping the other ranks");
+                        eprintln!(
+                            "c10d-bench: rank {rank} failed ({st}); stopping the other ranks"
+                        );
                         code = 1;
                     }
                 }
@@ -299,7 +334,6 @@ fn launch(args: &Args, n: usize) -> i32 {
     drop(server);
     code
 }
-
 
 /// Element access through f64 for every supported dtype.
 trait Num: c10d_core::Element {
@@ -376,7 +410,12 @@ fn value(redop: ReduceOp, dtype: DType, r: usize, i: usize) -> f64 {
 }
 
 /// The reduction of `vals` as the backend computes it (in f64, then rounded to the dtype).
-fn reduce_expected(redop: ReduceOp, dtype: DType, vals: impl Iterator<Item = f64> + Clone, n: usize) -> f64 {
+fn reduce_expected(
+    redop: ReduceOp,
+    dtype: DType,
+    vals: impl Iterator<Item = f64> + Clone,
+    n: usize,
+) -> f64 {
     match redop {
         ReduceOp::Sum => vals.sum(),
         ReduceOp::Avg => {
@@ -413,7 +452,10 @@ fn count_wrong_typed<T: Num>(t: &Tensor, expected: &dyn Fn(usize) -> f64, tol: f
                 let want = T::from_f64(expected(*i)).to_f64();
                 let got = x.to_f64();
                 // NaN counts as wrong.
-                !matches!((got - want).abs().partial_cmp(&(tol * want.abs().max(1.0))), Some(std::cmp::Ordering::Less | std::cmp::Ordering::Equal))
+                !matches!(
+                    (got - want).abs().partial_cmp(&(tol * want.abs().max(1.0))),
+                    Some(std::cmp::Ordering::Less | std::cmp::Ordering::Equal)
+                )
             })
             .count() as u64
     })
@@ -485,11 +527,36 @@ impl Case {
         };
         match self.op {
             Op::AllReduce => done(dist::all_reduce(&self.input, self.redop, None, false)?),
-            Op::AllGather => done(dist::all_gather_into_tensor(&self.output, &self.input, None, false)?),
-            Op::ReduceScatter => done(dist::reduce_scatter_tensor(&self.output, &self.input, self.redop, None, false)?),
+            Op::AllGather => done(dist::all_gather_into_tensor(
+                &self.output,
+                &self.input,
+                None,
+                false,
+            )?),
+            Op::ReduceScatter => done(dist::reduce_scatter_tensor(
+                &self.output,
+                &self.input,
+                self.redop,
+                None,
+                false,
+            )?),
             Op::Broadcast => done(dist::broadcast(&self.input, Some(0), None, false, None)?),
-            Op::Reduce => done(dist::reduce(&self.input, Some(0), self.redop, None, false, None)?),
-            Op::AllToAll => done(dist::all_to_all_single(&self.output, &self.input, None, None, None, false)?),
+            Op::Reduce => done(dist::reduce(
+                &self.input,
+                Some(0),
+                self.redop,
+                None,
+                false,
+                None,
+            )?),
+            Op::AllToAll => done(dist::all_to_all_single(
+                &self.output,
+                &self.input,
+                None,
+                None,
+                None,
+                false,
+            )?),
             Op::Sendrecv => {
                 if n == 1 {
                     return self.output.copy_from(&self.input);
@@ -536,7 +603,14 @@ impl Case {
     /// Wrong elements on this rank after a run on [`Case::prepare`]d inputs.
     fn wrong(&self) -> Result<u64> {
         let (r, n, redop, dtype) = (self.rank, self.n, self.redop, self.dtype);
-        let red = |i: usize| reduce_expected(redop, dtype, (0..n).map(move |k| value(redop, dtype, k, i)), n);
+        let red = |i: usize| {
+            reduce_expected(
+                redop,
+                dtype,
+                (0..n).map(move |k| value(redop, dtype, k, i)),
+                n,
+            )
+        };
         match self.op {
             Op::AllReduce => count_wrong(&self.input, &red),
             Op::Reduce if r == 0 => count_wrong(&self.input, &red),
@@ -570,9 +644,15 @@ fn run_rank(args: &Args) -> Result<bool> {
     }
     // Test hook: this rank corrupts one element of its result before the check, to prove that
     // the check sees it.
-    let corrupt_rank: Option<usize> = std::env::var("C10D_BENCH_CORRUPT_RANK").ok().and_then(|v| v.parse().ok());
+    let corrupt_rank: Option<usize> = std::env::var("C10D_BENCH_CORRUPT_RANK")
+        .ok()
+        .and_then(|v| v.parse().ok());
     let timeout = Duration::from_secs(args.timeout);
-    dist::init_process_group(dist::InitOptions { backend: Some(args.backend.clone()), timeout: Some(timeout), ..Default::default() })?;
+    dist::init_process_group(dist::InitOptions {
+        backend: Some(args.backend.clone()),
+        timeout: Some(timeout),
+        ..Default::default()
+    })?;
     let rank = dist::get_rank(None)? as usize;
     let n = dist::get_world_size(None)? as usize;
     let lead = rank == 0;
@@ -587,9 +667,15 @@ fn run_rank(args: &Args) -> Result<bool> {
             args.iters.map(|i| i.to_string()).unwrap_or_else(|| "auto".into()),
             args.check
         );
-        println!("# time: mean per iteration, max over ranks; algbw = size/time; busbw = algbw x {:.4}", args.op.bus_factor(n));
+        println!(
+            "# time: mean per iteration, max over ranks; algbw = size/time; busbw = algbw x {:.4}",
+            args.op.bus_factor(n)
+        );
         println!("#");
-        println!("# {:>10} {:>12} {:>8} {:>6} {:>11} {:>11} {:>11} {:>8}", "size", "count", "type", "redop", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+        println!(
+            "# {:>10} {:>12} {:>8} {:>6} {:>11} {:>11} {:>11} {:>8}",
+            "size", "count", "type", "redop", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong"
+        );
     }
     let mut total_wrong = 0u64;
     let mut busbw_sum = 0f64;
@@ -598,14 +684,16 @@ fn run_rank(args: &Args) -> Result<bool> {
     loop {
         let case = Case::new(args, rank, n, bytes);
         let size = case.count * args.dtype.size();
-        let iters = args.iters.unwrap_or(if size <= 64 << 10 {
-            200
-        } else if size >= 16 << 20 {
-            10
-        } else {
-            20
-        })
-        .max(1);
+        let iters = args
+            .iters
+            .unwrap_or(if size <= 64 << 10 {
+                200
+            } else if size >= 16 << 20 {
+                10
+            } else {
+                20
+            })
+            .max(1);
         case.prepare()?;
         for _ in 0..args.warmup {
             case.run()?;
@@ -638,8 +726,16 @@ fn run_rank(args: &Args) -> Result<bool> {
         busbw_sum += busbw;
         rows += 1;
         if lead {
-            let redop = if args.op.reduces() { redop_name(args.redop) } else { "none".into() };
-            let wrong_col = if args.check == 1 { wrong.to_string() } else { "N/A".into() };
+            let redop = if args.op.reduces() {
+                redop_name(args.redop)
+            } else {
+                "none".into()
+            };
+            let wrong_col = if args.check == 1 {
+                wrong.to_string()
+            } else {
+                "N/A".into()
+            };
             println!(
                 "  {:>10} {:>12} {:>8} {:>6} {:>11.2} {:>11.3} {:>11.3} {:>8}",
                 size,
@@ -658,8 +754,14 @@ fn run_rank(args: &Args) -> Result<bool> {
         }
     }
     if lead {
-        println!("# Out of bounds values : {total_wrong} {}", if total_wrong == 0 { "OK" } else { "FAILED" });
-        println!("# Avg bus bandwidth    : {:.3}", busbw_sum / rows.max(1) as f64);
+        println!(
+            "# Out of bounds values : {total_wrong} {}",
+            if total_wrong == 0 { "OK" } else { "FAILED" }
+        );
+        println!(
+            "# Avg bus bandwidth    : {:.3}",
+            busbw_sum / rows.max(1) as f64
+        );
     }
     dist::destroy_process_group(None)?;
     Ok(total_wrong == 0)

@@ -61,13 +61,22 @@ struct Args {
     #[arg(long = "node-rank", alias = "node_rank", default_value_t = 0)]
     node_rank: usize,
     /// Address of node 0, where the store runs (given to workers as MASTER_ADDR).
-    #[arg(long = "master-addr", alias = "master_addr", default_value = "127.0.0.1")]
+    #[arg(
+        long = "master-addr",
+        alias = "master_addr",
+        default_value = "127.0.0.1"
+    )]
     master_addr: String,
     /// Port of the store on node 0 (MASTER_PORT); 0 picks a free port (node 0 only).
     #[arg(long = "master-port", alias = "master_port", default_value_t = 29500)]
     master_port: u16,
     /// Job id shared by all nodes (TORCHELASTIC_RUN_ID).
-    #[arg(long = "run-id", alias = "rdzv-id", alias = "rdzv_id", default_value = "none")]
+    #[arg(
+        long = "run-id",
+        alias = "rdzv-id",
+        alias = "rdzv_id",
+        default_value = "none"
+    )]
     run_id: String,
     /// Seconds between SIGTERM and SIGKILL when stopping workers.
     #[arg(long = "stop-timeout", default_value_t = 10.0)]
@@ -79,13 +88,20 @@ struct Args {
     #[arg(long = "no-prefix")]
     no_prefix: bool,
     /// The program to run in every worker, followed by its arguments.
-    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROGRAM [ARGS]...")]
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "PROGRAM [ARGS]..."
+    )]
     command: Vec<String>,
 }
 
 fn parse_nproc(s: &str) -> Result<usize, String> {
     match s {
-        "cpu" | "auto" | "gpu" => Ok(std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)),
+        "cpu" | "auto" | "gpu" => Ok(std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)),
         _ => match s.parse::<usize>() {
             Ok(0) => Err("must be at least 1".into()),
             Ok(n) => Ok(n),
@@ -272,7 +288,10 @@ fn run(args: Args) -> Result<i32, String> {
         return Err("--nnodes must be at least 1".into());
     }
     if args.node_rank >= args.nnodes {
-        return Err(format!("--node-rank {} is out of range for --nnodes {}", args.node_rank, args.nnodes));
+        return Err(format!(
+            "--node-rank {} is out of range for --nnodes {}",
+            args.node_rank, args.nnodes
+        ));
     }
     if args.master_port == 0 && args.node_rank != 0 {
         return Err("--master-port 0 (pick a free port) only works on node 0; give the other nodes the port node 0 printed".into());
@@ -285,23 +304,44 @@ fn run(args: Args) -> Result<i32, String> {
 
     // 1. The store: hosted on node 0, reached as a client from every agent.
     let server = if args.node_rank == 0 {
-        let srv = TcpStoreServer::bind(ServerOptions { host: None, port: args.master_port, world_size: None, ..Default::default() })
-            .map_err(|e| format!("cannot host the store on port {}: {e}", args.master_port))?;
+        let srv = TcpStoreServer::bind(ServerOptions {
+            host: None,
+            port: args.master_port,
+            world_size: None,
+            ..Default::default()
+        })
+        .map_err(|e| format!("cannot host the store on port {}: {e}", args.master_port))?;
         Some(srv)
     } else {
         None
     };
-    let port = server.as_ref().map(|s| s.port()).unwrap_or(args.master_port);
+    let port = server
+        .as_ref()
+        .map(|s| s.port())
+        .unwrap_or(args.master_port);
     if args.master_port == 0 || args.nnodes > 1 {
-        say(&format!("store listening on {}:{port} (run id {})", args.master_addr, args.run_id));
+        say(&format!(
+            "store listening on {}:{port} (run id {})",
+            args.master_addr, args.run_id
+        ));
     }
     let keys = AgentKeys::new(&args.run_id);
     let store: Option<Arc<TcpStore>> = if args.nnodes > 1 {
-        let host = if args.node_rank == 0 { "127.0.0.1".to_string() } else { args.master_addr.clone() };
+        let host = if args.node_rank == 0 {
+            "127.0.0.1".to_string()
+        } else {
+            args.master_addr.clone()
+        };
         let s = TcpStore::new(
             &host,
             port,
-            TcpStoreOptions { world_size: None, is_master: false, timeout: rdzv_timeout, wait_for_workers: false, ..Default::default() },
+            TcpStoreOptions {
+                world_size: None,
+                is_master: false,
+                timeout: rdzv_timeout,
+                wait_for_workers: false,
+                ..Default::default()
+            },
         )
         .map_err(|e| format!("cannot reach the store of node 0 at {host}:{port}: {e}"))?;
         let s = Arc::new(s);
@@ -310,14 +350,22 @@ fn run(args: Args) -> Result<i32, String> {
         if n as usize > args.nnodes {
             return Err(format!(
                 "run id '{}' already has {} agents but --nnodes is {}; use a fresh --run-id",
-                args.run_id, n - 1, args.nnodes
+                args.run_id,
+                n - 1,
+                args.nnodes
             ));
         }
         if n as usize == args.nnodes {
-            s.set(&keys.started, b"1").map_err(|e| format!("store: {e}"))?;
+            s.set(&keys.started, b"1")
+                .map_err(|e| format!("store: {e}"))?;
         }
         s.wait_timeout(&[keys.started.as_str()], rdzv_timeout)
-            .map_err(|e| format!("timed out waiting for {} nodes to join (--rdzv-timeout {} s): {e}", args.nnodes, args.rdzv_timeout))?;
+            .map_err(|e| {
+                format!(
+                    "timed out waiting for {} nodes to join (--rdzv-timeout {} s): {e}",
+                    args.nnodes, args.rdzv_timeout
+                )
+            })?;
         Some(s)
     } else {
         None
@@ -364,14 +412,23 @@ fn run(args: Args) -> Result<i32, String> {
         // that forked it (our main thread, alive until we exit) dies.
         unsafe {
             cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0);
+                libc::prctl(
+                    libc::PR_SET_PDEATHSIG,
+                    libc::SIGKILL as libc::c_ulong,
+                    0,
+                    0,
+                    0,
+                );
                 Ok(())
             });
         }
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {
-                say(&format!("cannot start rank {rank} ({}): {e}", args.command[0]));
+                say(&format!(
+                    "cannot start rank {rank} ({}): {e}",
+                    args.command[0]
+                ));
                 for w in workers.iter_mut() {
                     w.signal(libc::SIGKILL);
                 }
@@ -379,13 +436,39 @@ fn run(args: Args) -> Result<i32, String> {
                     let _ = exit_rx.recv_timeout(Duration::from_secs(10));
                 }
                 if let Some(s) = &store {
-                    let _ = s.set(&keys.failed, format!("rank {rank} on node {} could not start: {e}", args.node_rank).as_bytes());
+                    let _ = s.set(
+                        &keys.failed,
+                        format!(
+                            "rank {rank} on node {} could not start: {e}",
+                            args.node_rank
+                        )
+                        .as_bytes(),
+                    );
                 }
                 return Ok(1);
             }
         };
-        let prefix = if args.no_prefix { None } else { Some(format!("[rank {rank}]: ")) };
-        for (stream, to_stderr) in [(child.stdout.take().map(|s| Box::new(s) as Box<dyn Read + Send>), false), (child.stderr.take().map(|s| Box::new(s) as Box<dyn Read + Send>), true)] {
+        let prefix = if args.no_prefix {
+            None
+        } else {
+            Some(format!("[rank {rank}]: "))
+        };
+        for (stream, to_stderr) in [
+            (
+                child
+                    .stdout
+                    .take()
+                    .map(|s| Box::new(s) as Box<dyn Read + Send>),
+                false,
+            ),
+            (
+                child
+                    .stderr
+                    .take()
+                    .map(|s| Box::new(s) as Box<dyn Read + Send>),
+                true,
+            ),
+        ] {
             if let Some(s) = stream {
                 let tx = done_tx.clone();
                 let p = prefix.clone();
@@ -405,7 +488,14 @@ fn run(args: Args) -> Result<i32, String> {
             let st = child.wait();
             let _ = tx.send((index, st));
         });
-        workers.push(Worker { rank, local_rank, pid, status: None, ended_at: None, sent: Vec::new() });
+        workers.push(Worker {
+            rank,
+            local_rank,
+            pid,
+            status: None,
+            ended_at: None,
+            sent: Vec::new(),
+        });
     }
     drop(done_tx);
 
@@ -413,12 +503,17 @@ fn run(args: Args) -> Result<i32, String> {
     let (remote_tx, remote_rx) = mpsc::channel::<String>();
     if let Some(s) = &store {
         // Its own connection: a client handle serves one request at a time, and this one blocks.
-        let s = s.clone_store().map_err(|e| format!("cannot open a second store connection: {e}"))?;
+        let s = s
+            .clone_store()
+            .map_err(|e| format!("cannot open a second store connection: {e}"))?;
         let key = keys.failed.clone();
         std::thread::spawn(move || loop {
             match s.wait_timeout(&[key.as_str()], Duration::from_secs(3600)) {
                 Ok(()) => {
-                    let msg = s.get(&key).map(|v| String::from_utf8_lossy(&v).into_owned()).unwrap_or_else(|e| e.to_string());
+                    let msg = s
+                        .get(&key)
+                        .map(|v| String::from_utf8_lossy(&v).into_owned())
+                        .unwrap_or_else(|e| e.to_string());
                     let _ = remote_tx.send(msg);
                     return;
                 }
@@ -435,20 +530,34 @@ fn run(args: Args) -> Result<i32, String> {
     loop {
         let sig = PENDING_SIGNAL.swap(0, Ordering::SeqCst);
         if sig != 0 {
-            say(&format!("received {}, forwarding it to the workers", signal_name(sig)));
+            say(&format!(
+                "received {}, forwarding it to the workers",
+                signal_name(sig)
+            ));
             for w in workers.iter_mut() {
                 w.signal(sig);
             }
             if stop.is_none() {
                 if let Some(s) = &store {
-                    let _ = s.set(&keys.failed, format!("c10drun on node {} received {}", args.node_rank, signal_name(sig)).as_bytes());
+                    let _ = s.set(
+                        &keys.failed,
+                        format!(
+                            "c10drun on node {} received {}",
+                            args.node_rank,
+                            signal_name(sig)
+                        )
+                        .as_bytes(),
+                    );
                 }
                 stop = Some((StopReason::Signal(sig), Instant::now()));
             }
         }
         if stop.is_none() {
             if let Ok(msg) = remote_rx.try_recv() {
-                say(&format!("another node failed ({msg}); stopping the workers of node {}", args.node_rank));
+                say(&format!(
+                    "another node failed ({msg}); stopping the workers of node {}",
+                    args.node_rank
+                ));
                 for w in workers.iter_mut() {
                     w.signal(libc::SIGTERM);
                 }
@@ -463,7 +572,9 @@ fn run(args: Args) -> Result<i32, String> {
                 exits.extend(exit_rx.try_iter());
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {}
-            Err(mpsc::RecvTimeoutError::Disconnected) => return Err("lost track of the workers".into()),
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                return Err("lost track of the workers".into())
+            }
         }
         for (i, st) in exits {
             let st = st.map_err(|e| format!("waiting for rank {}: {e}", workers[i].rank))?;
@@ -479,7 +590,16 @@ fn run(args: Args) -> Result<i32, String> {
                     describe_status(&st)
                 ));
                 if let Some(s) = &store {
-                    let _ = s.set(&keys.failed, format!("rank {} on node {}: {}", w.rank, args.node_rank, describe_status(&st)).as_bytes());
+                    let _ = s.set(
+                        &keys.failed,
+                        format!(
+                            "rank {} on node {}: {}",
+                            w.rank,
+                            args.node_rank,
+                            describe_status(&st)
+                        )
+                        .as_bytes(),
+                    );
                 }
                 for w in workers.iter_mut() {
                     w.signal(libc::SIGTERM);
@@ -492,8 +612,16 @@ fn run(args: Args) -> Result<i32, String> {
         }
         if let Some((_, since)) = &stop {
             if !killed && since.elapsed() >= grace {
-                let left: Vec<String> = workers.iter().filter(|w| w.status.is_none()).map(|w| w.rank.to_string()).collect();
-                say(&format!("ranks [{}] still running {:.1} s after SIGTERM; sending SIGKILL", left.join(", "), grace.as_secs_f64()));
+                let left: Vec<String> = workers
+                    .iter()
+                    .filter(|w| w.status.is_none())
+                    .map(|w| w.rank.to_string())
+                    .collect();
+                say(&format!(
+                    "ranks [{}] still running {:.1} s after SIGTERM; sending SIGKILL",
+                    left.join(", "),
+                    grace.as_secs_f64()
+                ));
                 for w in workers.iter_mut() {
                     w.signal(libc::SIGKILL);
                 }
@@ -525,7 +653,12 @@ fn run(args: Args) -> Result<i32, String> {
             if let Some(s) = &store {
                 if args.node_rank == 0 {
                     // Give the other agents a moment to read the failure before the store goes away.
-                    exit_barrier(s, &keys, args.nnodes, Duration::from_secs_f64(grace.as_secs_f64() + 5.0));
+                    exit_barrier(
+                        s,
+                        &keys,
+                        args.nnodes,
+                        Duration::from_secs_f64(grace.as_secs_f64() + 5.0),
+                    );
                 } else {
                     let _ = s.add(&keys.done, 1);
                 }
@@ -549,7 +682,10 @@ fn exit_barrier(s: &TcpStore, keys: &AgentKeys, nnodes: usize, timeout: Duration
         Ok(_) => {
             if let Err(e) = s.wait_timeout(&[keys.finished.as_str()], timeout) {
                 if e.is_store_error() {
-                    say(&format!("exit barrier: not every node finished within {:.0} s", timeout.as_secs_f64()));
+                    say(&format!(
+                        "exit barrier: not every node finished within {:.0} s",
+                        timeout.as_secs_f64()
+                    ));
                 }
             }
         }
@@ -560,10 +696,23 @@ fn exit_barrier(s: &TcpStore, keys: &AgentKeys, nnodes: usize, timeout: Duration
 fn print_summary(args: &Args, workers: &[Worker], reason: &StopReason, elapsed: f64) {
     let mut lines = Vec::new();
     lines.push("=".repeat(72));
-    lines.push(format!("job failed: {} (run id {}, node {}, {:.2} s)", args.command.join(" "), args.run_id, args.node_rank, elapsed));
+    lines.push(format!(
+        "job failed: {} (run id {}, node {}, {:.2} s)",
+        args.command.join(" "),
+        args.run_id,
+        args.node_rank,
+        elapsed
+    ));
     let fmt_worker = |w: &Worker| {
-        let st = w.status.as_ref().map(describe_status).unwrap_or_else(|| "still running".into());
-        format!("rank {} (local_rank {}, pid {}): {}", w.rank, w.local_rank, w.pid, st)
+        let st = w
+            .status
+            .as_ref()
+            .map(describe_status)
+            .unwrap_or_else(|| "still running".into());
+        format!(
+            "rank {} (local_rank {}, pid {}): {}",
+            w.rank, w.local_rank, w.pid, st
+        )
     };
     // Root cause: when a rank dies, its peers fail a moment later with "connection lost" errors,
     // and their exit may even be observed first. Among the failures seen within ROOT_WINDOW of
@@ -588,8 +737,13 @@ fn print_summary(args: &Args, workers: &[Worker], reason: &StopReason, elapsed: 
             lines.push("root cause (first observed failure):".into());
             lines.push(format!("  {}", fmt_worker(&workers[i])));
         }
-        (StopReason::RemoteFailure(msg), _) => lines.push(format!("root cause: another node failed: {msg}")),
-        (StopReason::Signal(sig), _) => lines.push(format!("root cause: c10drun received {}", signal_name(*sig))),
+        (StopReason::RemoteFailure(msg), _) => {
+            lines.push(format!("root cause: another node failed: {msg}"))
+        }
+        (StopReason::Signal(sig), _) => lines.push(format!(
+            "root cause: c10drun received {}",
+            signal_name(*sig)
+        )),
         _ => {}
     }
     let mut others = Vec::new();

@@ -21,17 +21,28 @@ pub struct Output {
 impl Output {
     /// The first stdout line containing `needle`.
     pub fn stdout_line_with(&self, needle: &str) -> Option<String> {
-        self.stdout.lines().find(|l| l.contains(needle)).map(str::to_string)
+        self.stdout
+            .lines()
+            .find(|l| l.contains(needle))
+            .map(str::to_string)
     }
     /// c10drun's own stderr lines (not the workers').
     pub fn summary(&self) -> String {
-        self.stderr.lines().filter(|l| l.starts_with("c10drun: ")).collect::<Vec<_>>().join("\n")
+        self.stderr
+            .lines()
+            .filter(|l| l.starts_with("c10drun: "))
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 }
 
 impl std::fmt::Display for Output {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "\n--- exit code {:?}\n--- stdout:\n{}\n--- stderr:\n{}\n---", self.code, self.stdout, self.stderr)
+        write!(
+            f,
+            "\n--- exit code {:?}\n--- stdout:\n{}\n--- stderr:\n{}\n---",
+            self.code, self.stdout, self.stderr
+        )
     }
 }
 
@@ -44,7 +55,12 @@ pub struct Job {
     readers: Vec<std::thread::JoinHandle<()>>,
 }
 
-fn collect(src: impl Read + Send + 'static, buf: Arc<Mutex<String>>, is_err: bool, tx: std::sync::mpsc::Sender<(bool, String)>) -> std::thread::JoinHandle<()> {
+fn collect(
+    src: impl Read + Send + 'static,
+    buf: Arc<Mutex<String>>,
+    is_err: bool,
+    tx: std::sync::mpsc::Sender<(bool, String)>,
+) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         let mut r = BufReader::new(src);
         let mut line = Vec::new();
@@ -65,17 +81,33 @@ fn collect(src: impl Read + Send + 'static, buf: Arc<Mutex<String>>, is_err: boo
 /// Starts `program args` with piped output.
 pub fn spawn(program: &str, args: &[&str], envs: &[(&str, &str)]) -> Job {
     let mut cmd = Command::new(program);
-    cmd.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     for (k, v) in envs {
         cmd.env(k, v);
     }
-    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {program}: {e}"));
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {program}: {e}"));
     let (tx, rx) = channel();
     let stdout = Arc::new(Mutex::new(String::new()));
     let stderr = Arc::new(Mutex::new(String::new()));
-    let r1 = collect(child.stdout.take().unwrap(), stdout.clone(), false, tx.clone());
+    let r1 = collect(
+        child.stdout.take().unwrap(),
+        stdout.clone(),
+        false,
+        tx.clone(),
+    );
     let r2 = collect(child.stderr.take().unwrap(), stderr.clone(), true, tx);
-    Job { child, stdout, stderr, lines: rx, readers: vec![r1, r2] }
+    Job {
+        child,
+        stdout,
+        stderr,
+        lines: rx,
+        readers: vec![r1, r2],
+    }
 }
 
 /// Starts `c10drun args`.
@@ -98,7 +130,12 @@ impl Job {
                 return l.trim_end().to_string();
             }
             let left = deadline.saturating_duration_since(Instant::now());
-            if self.lines.recv_timeout(left.min(Duration::from_millis(100))).is_err() && left.is_zero() {
+            if self
+                .lines
+                .recv_timeout(left.min(Duration::from_millis(100)))
+                .is_err()
+                && left.is_zero()
+            {
                 let _ = self.child.kill();
                 panic!(
                     "no line containing {needle:?} within {limit:?}\nstdout: {}\nstderr: {}",
@@ -149,7 +186,11 @@ impl Job {
         }
         let stdout = self.stdout.lock().unwrap().clone();
         let stderr = self.stderr.lock().unwrap().clone();
-        Output { code: status.code(), stdout, stderr }
+        Output {
+            code: status.code(),
+            stdout,
+            stderr,
+        }
     }
 }
 

@@ -13,8 +13,18 @@ use std::time::Duration;
 pub fn register() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
-        register_backend("store", StoreBackend::creator("store"), Some(&["cpu"]), false);
-        register_backend("storex", StoreBackend::creator("storex"), Some(&["cpu"]), true);
+        register_backend(
+            "store",
+            StoreBackend::creator("store"),
+            Some(&["cpu"]),
+            false,
+        );
+        register_backend(
+            "storex",
+            StoreBackend::creator("storex"),
+            Some(&["cpu"]),
+            true,
+        );
     });
 }
 
@@ -39,7 +49,10 @@ pub fn opts(store: &Arc<dyn Store>, rank: usize, n: usize) -> InitOptions {
 
 /// Runs `f(world, rank)` on `n` threads, each with an initialised `World`; returns the results in
 /// rank order. A panic in any rank fails the test with that rank's message.
-pub fn run<R: Send + 'static>(n: usize, f: impl Fn(&World, usize) -> R + Send + Sync + 'static) -> Vec<R> {
+pub fn run<R: Send + 'static>(
+    n: usize,
+    f: impl Fn(&World, usize) -> R + Send + Sync + 'static,
+) -> Vec<R> {
     run_with(n, |_w, _r| {}, f)
 }
 
@@ -61,7 +74,8 @@ pub fn run_with<R: Send + 'static>(
                 .spawn(move || {
                     let w = World::new();
                     setup(&w, r);
-                    w.init_process_group(opts(&store, r, n)).expect("init_process_group");
+                    w.init_process_group(opts(&store, r, n))
+                        .expect("init_process_group");
                     let out = f(&w, r);
                     let _ = w.destroy_process_group(None);
                     out
@@ -69,5 +83,8 @@ pub fn run_with<R: Send + 'static>(
                 .expect("spawn")
         })
         .collect();
-    handles.into_iter().map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
+    handles
+        .into_iter()
+        .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+        .collect()
 }
