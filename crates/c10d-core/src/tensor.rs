@@ -175,8 +175,26 @@ impl std::fmt::Debug for Tensor {
     }
 }
 
+/// Element count of a shape, `None` when it overflows `usize` (a zero dimension makes it 0).
+fn checked_numel(shape: &[usize]) -> Option<usize> {
+    if shape.contains(&0) {
+        return Some(0);
+    }
+    shape.iter().try_fold(1usize, |a, d| a.checked_mul(*d))
+}
+
+/// Element count of a shape that is known to fit (every tensor's shape is checked at
+/// construction); panics with a clear message for an overflowing one (`zeros`/`full`).
 fn numel_of(shape: &[usize]) -> usize {
-    shape.iter().product()
+    checked_numel(shape)
+        .unwrap_or_else(|| panic!("shape {shape:?} has more elements than fit in usize"))
+}
+
+fn bool_error() -> DistError {
+    DistError::invalid(
+        "bool tensor holds a byte other than 0 or 1 (written through write_bytes or received from a peer); \
+         it cannot be viewed as bool",
+    )
 }
 
 impl Tensor {
@@ -191,10 +209,10 @@ impl Tensor {
     /// # Errors
     /// [`DistError::InvalidArgument`] when the shape's element count differs from `data.len()`.
     pub fn from_vec_shaped<T: Element>(mut data: Vec<T>, shape: &[usize]) -> Result<Tensor> {
-        if numel_of(shape) != data.len() {
+        if checked_numel(shape) != Some(data.len()) {
             return Err(DistError::invalid(format!(
                 "shape {shape:?} has {} elements but the vector holds {}",
-                numel_of(shape),
+                checked_numel(shape).map_or("too many".to_string(), |n| n.to_string()),
                 data.len()
             )));
         }
@@ -242,8 +260,8 @@ impl Tensor {
         dtype: DType,
         shape: &[usize],
     ) -> Result<Tensor> {
-        let need = numel_of(shape) * dtype.size();
-        if need > storage.nbytes() {
+        let need = checked_numel(shape).and_then(|n| n.checked_mul(dtype.size()));
+        if need.is_none_or(|need| need > storage.nbytes()) {
             return Err(DistError::invalid(format!(
                 "device storage of {} bytes is too small for shape {shape:?} of {dtype}",
                 storage.nbytes()
@@ -319,7 +337,7 @@ impl Tensor {
     /// # Errors
     /// [`DistError::InvalidArgument`] when the element counts differ.
     pub fn reshape(&self, shape: &[usize]) -> Result<Tensor> {
-        if numel_of(shape) != self.numel() {
+        if checked_numel(shape) != Some(self.numel()) {
             return Err(DistError::invalid(format!(
                 "shape '{shape:?}' is invalid for input of size {}",
                 self.numel()
@@ -412,9 +430,16 @@ impl Tensor {
         self.check_dtype::<T>()?;
         let ptr = self.host_range()?;
         let _g = StorageGuard::acquire(&self.storage, false)?;
+        if T::DTYPE == DType::Bool {
+            // SAFETY: read guard held; the range lies in the allocation; bytes need no alignment.
+            let b = unsafe { std::slice::from_raw_parts(ptr, self.nbytes()) };
+            if b.iter().any(|x| *x > 1) {
+                return Err(bool_error());
+            }
+        }
         // SAFETY: the read guard excludes writers; the range lies in the allocation and the pointer
         // is aligned for T because the owning Vec has an element type of the same dtype (views
-        // move by whole elements).
+        // move by whole elements); bool bytes were checked to be 0 or 1 just above.
         let s = unsafe { std::slice::from_raw_parts(ptr.cast::<T>(), self.numel()) };
         Ok(f(s))
     }
@@ -427,7 +452,13 @@ impl Tensor {
         self.check_dtype::<T>()?;
         let ptr = self.host_range()?;
         let _g = StorageGuard::acquire(&self.storage, true)?;
-        // SAFETY: the write guard gives exclusive access to the whole storage; alignment as in `read`.
+        if T::DTYPE == DType::Bool {
+            // SAFETY: exclusive write guard held; the range lies in the allocation.
+            let b = unsafe { std::slice::from_raw_parts_mut(ptr, self.nbytes()) };
+            b.iter_mut().for_each(|x| *x = (*x != 0) as u8);
+        }
+        // SAFETY: the write guard gives exclusive access to the whole storage; alignment as in
+        // `read`; bool bytes were just normalised to 0 or 1.
         let s = unsafe { std::slice::from_raw_parts_mut(ptr.cast::<T>(), self.numel()) };
         Ok(f(s))
     }
@@ -471,6 +502,9 @@ impl Tensor {
     /// As [`Tensor::read`].
     pub fn into_vec<T: Element>(self) -> Result<Vec<T>> {
         self.check_dtype::<T>()?;
+        if T::DTYPE == DType::Bool && !self.read_bytes(|b| b.iter().all(|x| *x <= 1))? {
+            return Err(bool_error());
+        }
         if self.offset == 0
             && self.nbytes() == self.storage.nbytes()
             && Arc::strong_count(&self.storage) == 1
@@ -686,8 +720,9 @@ impl TensorLeases {
     }
 }
 
+/// True when the byte ranges share a byte (an empty range overlaps nothing).
 fn ranges_overlap(a: &std::ops::Range<usize>, b: &std::ops::Range<usize>) -> bool {
-    a.start < b.end && b.start < a.end
+    !a.is_empty() && !b.is_empty() && a.start < b.end && b.start < a.end
 }
 
 #[cfg(test)]
@@ -750,12 +785,48 @@ mod tests {
     }
 
     #[test]
+    fn overflowing_shapes_are_refused() {
+        // A wrapping element count would make a view larger than its storage (out of bounds).
+        let big = [1usize << 63, 2];
+        assert!(Tensor::from_vec_shaped(Vec::<f32>::new(), &big).is_err());
+        let t = Tensor::from_vec(Vec::<f32>::new());
+        assert!(t.reshape(&big).is_err());
+        assert!(
+            t.reshape(&[0, usize::MAX, 2]).is_ok(),
+            "a zero dimension makes it empty"
+        );
+    }
+
+    #[test]
+    fn bool_bytes_other_than_0_or_1_never_become_bools() {
+        // `write_bytes` (or a peer's bytes received into a bool tensor) can store any byte; a
+        // `bool` other than 0/1 is undefined behaviour, so typed access must not expose it.
+        let t = Tensor::from_vec(vec![false, true, false]);
+        t.write_bytes(|b| b[2] = 2).unwrap();
+        assert!(t.read(|s: &[bool]| s.to_vec()).is_err());
+        assert!(t.to_vec::<bool>().is_err());
+        assert!(t.clone().into_vec::<bool>().is_err());
+        // Writing normalises (any non-zero byte is true, as in PyTorch).
+        t.write(|s: &mut [bool]| assert_eq!(s, &[false, true, true]))
+            .unwrap();
+        assert_eq!(t.read_bytes(|b| b.to_vec()).unwrap(), vec![0, 1, 1]);
+        assert_eq!(t.into_vec::<bool>().unwrap(), vec![false, true, true]);
+        let u = Tensor::from_vec(vec![true]);
+        u.write_bytes(|b| b[0] = 7).unwrap();
+        assert!(u.into_vec::<bool>().is_err(), "zero-copy path checks too");
+    }
+
+    #[test]
     fn overlapping_outputs_are_refused() {
         let t = Tensor::from_vec(vec![0i32; 4]);
         let a = t.narrow(0, 3).unwrap();
         let b = t.narrow(2, 2).unwrap();
         assert!(TensorLeases::acquire(&[], &[a.clone(), b]).is_err());
         let c = t.narrow(3, 1).unwrap();
-        assert!(TensorLeases::acquire(&[], &[a, c]).is_ok());
+        assert!(TensorLeases::acquire(&[], &[a.clone(), c]).is_ok());
+        // An empty view overlaps nothing, whichever order the outputs come in.
+        let e = t.narrow(1, 0).unwrap();
+        assert!(TensorLeases::acquire(&[], &[a.clone(), e.clone()]).is_ok());
+        assert!(TensorLeases::acquire(&[], &[e, a]).is_ok());
     }
 }
