@@ -619,3 +619,8 @@ pub fn recv_object_list<T: serde::de::DeserializeOwned>(
 ) -> Result<i64> {
     w().recv_object_list(objs, src, group, group_src)
 }
+
+/// The README's Rust examples, compiled as doctests so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
