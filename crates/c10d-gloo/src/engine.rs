@@ -608,7 +608,20 @@ impl Engine {
         if let Some(e) = stop {
             self.graceful = lock(&self.shared.queue).graceful;
             self.stopping = true;
-            self.fail_group(e, false);
+            self.fail_group(e.clone(), false);
+            // When the group had failed before, `fail_group` did nothing; collectives queued
+            // since (taken in this same drain) will never run, so they fail here.
+            let err = self.failed.clone().unwrap_or(e);
+            while let Some(op) = self.pending.pop_front() {
+                let CollOp {
+                    info,
+                    leases,
+                    completer,
+                    ..
+                } = op;
+                drop(leases);
+                completer.complete(Err(op_failed(&info, self.id.rank, &err)));
+            }
         }
     }
 

@@ -178,3 +178,30 @@ fn all_to_all_bad_splits_are_argument_errors_and_the_group_stays_usable() {
         assert_eq!(f32s(&t), vec![2.0; 3]);
     });
 }
+
+#[test]
+fn ops_queued_behind_a_failure_complete_when_the_group_is_aborted() {
+    // Rank 0 of 2 with lazy init: its first op blocks the engine while connecting to a rank
+    // that never comes and then fails the group. An op queued meanwhile and an abort arrive
+    // together; the queued op must still complete (it used to stay pending forever).
+    let store: Arc<dyn Store> = Arc::new(HashStore::new());
+    let o = GlooOptions {
+        timeout: Duration::from_secs(3),
+        lazy_init: true,
+        ..Default::default()
+    };
+    let pg = ProcessGroupGloo::new(store, 0, 2, o).unwrap();
+    let async_op = BarrierOptions {
+        async_op: true,
+        ..Default::default()
+    };
+    let first = pg.barrier(&async_op).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let queued = pg.barrier(&async_op).unwrap();
+    pg.abort();
+    assert!(first.wait_timeout(Duration::from_secs(30)).is_err());
+    let e = queued
+        .wait_timeout(Duration::from_secs(30))
+        .expect_err("the queued op must fail");
+    assert!(!e.to_string().contains("in wait()"), "never completed: {e}");
+}
