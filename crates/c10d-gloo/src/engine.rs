@@ -374,6 +374,8 @@ pub(crate) struct Engine {
     /// Connections found broken during the current loss sweep.
     lost: Vec<(usize, String)>,
     sweeping: bool,
+    /// Reading what a peer sent before its connection failed on a write (see `flush`).
+    draining: bool,
     /// Reusable buffers for early / unexpected frames.
     spare: Vec<Vec<u8>>,
     pending: VecDeque<CollOp>,
@@ -430,6 +432,7 @@ impl Engine {
             left: vec![false; n],
             lost: Vec::new(),
             sweeping: false,
+            draining: false,
             spare: Vec::new(),
             pending: VecDeque::new(),
             coll_cur: 0,
@@ -641,7 +644,7 @@ impl Engine {
             Err(op_failed(&info, self.id.rank, &e))
         } else {
             self.cur = Some(info);
-            let deadline = Instant::now() + timeout;
+            let deadline = deadline_after(timeout);
             let mut comm = Comm {
                 eng: self,
                 info,
@@ -734,7 +737,7 @@ impl Engine {
             op: kind,
             peer,
             tag,
-            deadline: Instant::now() + timeout,
+            deadline: deadline_after(timeout),
             timeout,
             ptr,
             len,
@@ -1311,6 +1314,14 @@ impl Engine {
             }
         }
         if let Some(why) = lost {
+            // A write failed (EPIPE/reset) because the peer closed; what it sent before closing
+            // (its frames, an error text, a bye) may still be unread in our socket buffer and
+            // explains the failure better than the write error: read it first.
+            if !self.draining {
+                self.draining = true;
+                self.on_readable(p);
+                self.draining = false;
+            }
             self.peer_lost(p, why);
         }
     }
@@ -1556,6 +1567,13 @@ impl Engine {
             self.poll_once(Some(deadline - now));
         }
     }
+}
+
+/// `now + t`, or a deadline a century away when that overflows (`Duration::MAX` = no deadline).
+pub(crate) fn deadline_after(t: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(t)
+        .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600))
 }
 
 fn control_header(kind: Kind, nbytes: usize) -> Header {

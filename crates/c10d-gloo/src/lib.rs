@@ -1403,7 +1403,7 @@ impl Backend for ProcessGroupGloo {
             OpType::MonitoredBarrier,
             DType::U8,
             0,
-            Some(timeout + Duration::from_secs(5)),
+            Some(timeout.saturating_add(Duration::from_secs(5))),
             &[],
             &[],
             Vec::new(),

@@ -201,7 +201,7 @@ pub(crate) fn connect_mesh(
     listeners: &Listeners,
     spec: &MeshSpec<'_>,
 ) -> Result<Vec<Option<Conn>>> {
-    let deadline = Instant::now() + spec.timeout;
+    let deadline = crate::engine::deadline_after(spec.timeout);
     let ctx = |m: String| {
         format!(
             "ProcessGroupGloo (group {}, rank {}): {m}",

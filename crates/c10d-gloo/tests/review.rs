@@ -205,3 +205,36 @@ fn ops_queued_behind_a_failure_complete_when_the_group_is_aborted() {
         .expect_err("the queued op must fail");
     assert!(!e.to_string().contains("in wait()"), "never completed: {e}");
 }
+
+#[test]
+fn huge_timeouts_mean_no_deadline_instead_of_panicking() {
+    // `Duration::MAX` ("never time out") used to overflow `Instant + Duration` and panic, in
+    // the constructor, on the worker (leaving the op pending forever) or in the caller.
+    let o = GlooOptions {
+        timeout: Duration::MAX,
+        ..opts()
+    };
+    run_world(2, o, |r, pg| {
+        let t = Tensor::full(1.0f32, &[3]);
+        pg.all_reduce(std::slice::from_ref(&t), &Default::default())
+            .unwrap()
+            .wait_timeout(Duration::from_secs(60))
+            .unwrap();
+        assert_eq!(f32s(&t), vec![2.0; 3]);
+        let w = if r == 0 {
+            pg.send(std::slice::from_ref(&t), 1, 3).unwrap()
+        } else {
+            pg.recv(std::slice::from_ref(&t), 0, 3).unwrap()
+        };
+        w.wait_timeout(Duration::from_secs(60)).unwrap();
+        let b = BarrierOptions {
+            timeout: Some(Duration::MAX),
+            ..Default::default()
+        };
+        pg.monitored_barrier(&b, true).unwrap();
+        pg.barrier(&b)
+            .unwrap()
+            .wait_timeout(Duration::from_secs(60))
+            .unwrap();
+    });
+}

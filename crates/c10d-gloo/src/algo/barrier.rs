@@ -2,7 +2,7 @@
 
 use crate::engine::Comm;
 use c10d_core::{DistError, Result};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Dissemination barrier: in round k (distance d = 2^k) send an empty frame to r + d and wait
 /// for one from r − d. After ⌈log₂ n⌉ rounds every rank has heard, transitively, from all.
@@ -32,7 +32,7 @@ pub(crate) fn monitored(
     if n == 1 {
         return Ok(());
     }
-    let deadline = Instant::now() + timeout;
+    let deadline = crate::engine::deadline_after(timeout);
     if r != 0 {
         // SAFETY: empty buffers; waited on (or detached) before returning.
         let ids = unsafe {
