@@ -392,9 +392,10 @@ pub(crate) struct Engine {
 }
 
 // SAFETY: the raw pointers an engine stores point into tensor storage kept alive by leases the
-// engine itself holds (p2p) or into buffers of the collective running on the engine's own
-// thread; the engine is moved to its worker thread once, right after construction, and is only
-// ever used there.
+// engine itself holds (p2p) or into buffers of the collective currently running on the thread
+// that drives the engine (posts are detached before `run_coll` returns). The engine lives in a
+// `Mutex` and is driven by one thread at a time (the worker, or a caller running a blocking op
+// inline), so no two threads ever touch the pointed-to memory through it concurrently.
 unsafe impl Send for Engine {}
 
 /// A 16-byte aligned scratch buffer borrowed from the engine's pool (reused across ops).
