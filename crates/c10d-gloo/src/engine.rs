@@ -491,12 +491,15 @@ impl Engine {
         if let Some(c) = self.connector.take() {
             let listener = transport::listen(c.listen_addr, c.local_unix_sockets)?;
             transport::publish(c.store.as_ref(), self.id.rank, &listener)?;
+            let shared = self.shared.clone();
+            let aborted = move || lock(&shared.queue).stop.is_some();
             let spec = MeshSpec {
                 group_name: &self.id.group_name,
                 rank: self.id.rank,
                 size: self.id.size,
                 timeout: c.timeout,
                 socket_buffer_bytes: c.socket_buffer_bytes,
+                aborted: &aborted,
             };
             let streams = transport::connect_mesh(c.store.as_ref(), &listener, &spec)?;
             self.install(streams)?;

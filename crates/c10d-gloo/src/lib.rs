@@ -279,6 +279,7 @@ impl ProcessGroupGloo {
                 size,
                 timeout: opts.timeout,
                 socket_buffer_bytes: opts.socket_buffer_bytes,
+                aborted: &|| false,
             };
             (
                 Some(transport::connect_mesh(

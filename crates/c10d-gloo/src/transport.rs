@@ -189,7 +189,16 @@ pub(crate) struct MeshSpec<'a> {
     pub size: usize,
     pub timeout: Duration,
     pub socket_buffer_bytes: usize,
+    /// Polled while waiting: true once the group was aborted or shut down (lazy init runs on
+    /// the engine, and `abort()` must not wait for the whole set-up timeout).
+    pub aborted: &'a (dyn Fn() -> bool + 'a),
 }
+
+/// Longest single blocking wait of the set-up, so that an abort is noticed promptly.
+const SLICE: Duration = Duration::from_millis(100);
+/// Time a connecting peer gets to send its hello (it sends it right after connecting); a
+/// silent stray connection (port scanner, health check) must not stall the set-up.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Builds the full mesh. Returns `peers[p]` = the connection to rank `p` (`None` at our rank).
 ///
@@ -210,16 +219,39 @@ pub(crate) fn connect_mesh(
     };
     let mut peers: Vec<Option<Conn>> = (0..spec.size).map(|_| None).collect();
     let my_boot = boot_id();
+    let aborted = || -> Result<()> {
+        if (spec.aborted)() {
+            return Err(DistError::backend(ctx(
+                "the group was aborted or shut down while connecting".to_string(),
+            )));
+        }
+        Ok(())
+    };
     // 1. Connect to every lower rank.
     #[allow(clippy::needless_range_loop)]
     for p in 0..spec.rank {
         let key = addr_key(p);
-        store.wait_timeout(&[&key], left(deadline)).map_err(|e| {
-            DistError::network(ctx(format!(
-                "rank {p} did not publish its address within {}ms: {e}",
-                spec.timeout.as_millis()
-            )))
-        })?;
+        loop {
+            aborted()?;
+            let t0 = Instant::now();
+            match store.wait_timeout(&[&key], left(deadline).min(SLICE)) {
+                Ok(()) => break,
+                Err(e) => {
+                    if store.check(&[&key])? {
+                        break;
+                    }
+                    if Instant::now() >= deadline {
+                        return Err(DistError::network(ctx(format!(
+                            "rank {p} did not publish its address within {}ms: {e}",
+                            spec.timeout.as_millis()
+                        ))));
+                    }
+                    if t0.elapsed() < SLICE / 2 {
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                }
+            }
+        }
         let mut conn = None;
         if listeners.unix.is_some() {
             let local = String::from_utf8_lossy(&store.get(&local_key(p))?).to_string();
@@ -253,6 +285,7 @@ pub(crate) fn connect_mesh(
                     ) {
                         Ok(s) => break Conn::Tcp(s),
                         Err(e) if Instant::now() < deadline => {
+                            aborted()?;
                             log::debug!("connect to rank {p} at {addr}: {e}; retrying");
                             std::thread::sleep(Duration::from_millis(10));
                         }
@@ -306,6 +339,7 @@ pub(crate) fn connect_mesh(
                 if e.kind() == std::io::ErrorKind::WouldBlock
                     || e.kind() == std::io::ErrorKind::Interrupted =>
             {
+                aborted()?;
                 if Instant::now() >= deadline {
                     let absent: Vec<String> = (spec.rank + 1..spec.size)
                         .filter(|p| peers[*p].is_none())
@@ -326,7 +360,7 @@ pub(crate) fn connect_mesh(
             Conn::Tcp(t) => t.set_nonblocking(false)?,
             Conn::Unix(u) => u.set_nonblocking(false)?,
         }
-        s.set_timeouts(Some(left(deadline)))?;
+        s.set_timeouts(Some(left(deadline).min(HELLO_TIMEOUT)))?;
         let mut head = [0u8; 24];
         if let Err(e) = s.read_exact(&mut head) {
             log::warn!(
@@ -349,7 +383,13 @@ pub(crate) fn connect_mesh(
             continue;
         }
         let mut name = vec![0u8; nlen];
-        s.read_exact(&mut name)?;
+        if let Err(e) = s.read_exact(&mut name) {
+            log::warn!(
+                "{}",
+                ctx(format!("dropping connection from {from}: bad hello: {e}"))
+            );
+            continue;
+        }
         let name = String::from_utf8_lossy(&name).to_string();
         let problem = if name != spec.group_name {
             Some(format!(
