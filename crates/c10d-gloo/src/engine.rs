@@ -1321,7 +1321,10 @@ impl Engine {
             // A write failed (EPIPE/reset) because the peer closed; what it sent before closing
             // (its frames, an error text, a bye) may still be unread in our socket buffer and
             // explains the failure better than the write error: read it first.
-            if !self.draining {
+            // (Not when the group already failed: then this flush may run inside `on_readable`
+            // of the same peer, e.g. an error frame pushed by `fail_group`, and nothing is left
+            // to explain.)
+            if !self.draining && self.failed.is_none() {
                 self.draining = true;
                 self.on_readable(p);
                 self.draining = false;
