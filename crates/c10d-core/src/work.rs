@@ -210,7 +210,10 @@ impl Work {
     /// The op's own error, or [`DistError::Backend`] "Work {op} (seq {n}) timed out after {ms}ms
     /// in wait()" when it is still running (the op itself goes on; call [`Work::abort`] to stop it).
     pub fn wait_timeout(&self, timeout: Duration) -> Result<()> {
-        let deadline = Instant::now() + timeout;
+        let Some(deadline) = Instant::now().checked_add(timeout) else {
+            // A timeout past the end of time (e.g. Duration::MAX) means no timeout.
+            return self.wait();
+        };
         let mut st = lock(&self.0);
         loop {
             if let Status::Done(r) = &st.status {
@@ -374,6 +377,13 @@ mod tests {
             assert_eq!(OpType::from_code(op.code()), Some(op));
         }
         assert_eq!(OpType::from_code(21), None);
+    }
+
+    #[test]
+    fn huge_wait_timeout_means_no_timeout() {
+        let (w, c) = Work::new(OpType::Allreduce, 0);
+        c.complete(Ok(()));
+        assert!(w.wait_timeout(Duration::MAX).is_ok());
     }
 
     #[test]

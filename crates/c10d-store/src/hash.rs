@@ -54,7 +54,8 @@ impl HashStore {
         timeout: Duration,
         mut ready: impl FnMut(&Data) -> bool,
     ) -> Result<MutexGuard<'a, Data>> {
-        let deadline = (!timeout.is_zero()).then(|| Instant::now() + timeout);
+        // Zero, or a timeout past the end of time (Duration::MAX), waits forever.
+        let deadline = (!timeout.is_zero()).then(|| Instant::now().checked_add(timeout)).flatten();
         let mut g = self.lock();
         while !ready(&g) {
             match deadline {
@@ -268,5 +269,7 @@ mod tests {
             Err(DistError::QueueEmpty(_))
         ));
         assert_eq!(parse_i64(b"  +12abc").unwrap(), 12);
+        s.set_timeout(Duration::MAX);
+        assert_eq!(s.get("k").unwrap(), b"-2");
     }
 }

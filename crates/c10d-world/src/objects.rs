@@ -28,6 +28,29 @@ fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
     })
 }
 
+/// Largest serialized object a peer may announce (bytes); anything larger is taken as garbage.
+const MAX_OBJECT_BYTES: i64 = 1 << 34;
+
+/// Validates object sizes announced by peers: each in `0..=MAX_OBJECT_BYTES`, their sum too.
+fn peer_sizes(sizes: Vec<i64>) -> Result<Vec<usize>> {
+    let mut total: i64 = 0;
+    for &s in &sizes {
+        if !(0..=MAX_OBJECT_BYTES).contains(&s) {
+            return Err(DistError::backend(format!(
+                "object collective: a peer announced an object of {s} bytes (expected 0..={MAX_OBJECT_BYTES}); \
+                 the ranks disagree on the call or a peer sent garbage"
+            )));
+        }
+        total = total.saturating_add(s);
+    }
+    if total > MAX_OBJECT_BYTES {
+        return Err(DistError::backend(format!(
+            "object collective: peers announced {total} bytes of objects in one call (limit {MAX_OBJECT_BYTES})"
+        )));
+    }
+    Ok(sizes.into_iter().map(|s| s as usize).collect())
+}
+
 fn padded(bytes: &[u8], len: usize) -> Tensor {
     let mut v = bytes.to_vec();
     v.resize(len, 0);
@@ -75,10 +98,12 @@ impl World {
         let size = Tensor::from_vec(vec![bytes.len() as i64]);
         let sizes: Vec<Tensor> = (0..n).map(|_| Tensor::zeros(DType::I64, &[1])).collect();
         self.all_gather(&sizes, &size, Some(&g), false)?;
-        let sizes: Vec<usize> = sizes
-            .iter()
-            .map(|t| t.to_vec::<i64>().map(|v| v[0] as usize))
-            .collect::<Result<_>>()?;
+        let sizes = peer_sizes(
+            sizes
+                .iter()
+                .map(|t| t.to_vec::<i64>().map(|v| v[0]))
+                .collect::<Result<_>>()?,
+        )?;
         let max = sizes.iter().copied().max().unwrap_or(0);
         let input = padded(&bytes, max);
         let outs: Vec<Tensor> = (0..n).map(|_| Tensor::zeros(DType::U8, &[max])).collect();
@@ -111,10 +136,12 @@ impl World {
         let size = Tensor::from_vec(vec![bytes.len() as i64]);
         let sizes: Vec<Tensor> = (0..n).map(|_| Tensor::zeros(DType::I64, &[1])).collect();
         self.all_gather(&sizes, &size, Some(&g), false)?;
-        let sizes: Vec<usize> = sizes
-            .iter()
-            .map(|t| t.to_vec::<i64>().map(|v| v[0] as usize))
-            .collect::<Result<_>>()?;
+        let sizes = peer_sizes(
+            sizes
+                .iter()
+                .map(|t| t.to_vec::<i64>().map(|v| v[0]))
+                .collect::<Result<_>>()?,
+        )?;
         let max = sizes.iter().copied().max().unwrap_or(0);
         let input = padded(&bytes, max);
         if pg.rank() == root {
@@ -161,11 +188,7 @@ impl World {
             Tensor::zeros(DType::I64, &[objs.len()])
         };
         self.broadcast(&sizes, None, Some(&g), false, Some(root))?;
-        let sizes: Vec<usize> = sizes
-            .to_vec::<i64>()?
-            .into_iter()
-            .map(|s| s as usize)
-            .collect();
+        let sizes = peer_sizes(sizes.to_vec::<i64>()?)?;
         let total: usize = sizes.iter().sum();
         let payload = if me {
             Tensor::from_vec(encoded.concat())
@@ -220,7 +243,7 @@ impl World {
             .max()
             .unwrap_or(0)]);
         self.broadcast(&max, None, Some(&g), false, Some(root))?;
-        let max = max.to_vec::<i64>()?[0] as usize;
+        let max = peer_sizes(max.to_vec::<i64>()?)?[0];
         let out = Tensor::zeros(DType::U8, &[max]);
         let ins: Vec<Tensor> = encoded.iter().map(|b| padded(b, max)).collect();
         self.scatter(
@@ -244,7 +267,7 @@ impl World {
             false,
             Some(root),
         )?;
-        let s = size_out.to_vec::<i64>()?[0] as usize;
+        let s = peer_sizes(size_out.to_vec::<i64>()?)?[0];
         Ok(Some(out.read(|b: &[u8]| decode(&b[..s.min(b.len())]))??))
     }
 
@@ -293,11 +316,7 @@ impl World {
         let g = GroupMember::Group(pg.clone());
         let sizes = Tensor::zeros(DType::I64, &[objs.len()]);
         let sender = self.recv(&sizes, src, Some(&g), 0, group_src)?;
-        let sizes: Vec<usize> = sizes
-            .to_vec::<i64>()?
-            .into_iter()
-            .map(|s| s as usize)
-            .collect();
+        let sizes = peer_sizes(sizes.to_vec::<i64>()?)?;
         let payload = Tensor::zeros(DType::U8, &[sizes.iter().sum()]);
         let from = self.get_group_rank(&pg, sender as usize)?;
         self.recv(&payload, None, Some(&g), 0, Some(from))?;
@@ -310,5 +329,18 @@ impl World {
             Ok(())
         })??;
         Ok(sender)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::peer_sizes;
+
+    #[test]
+    fn garbage_sizes_from_peers_are_errors_not_allocations() {
+        assert_eq!(peer_sizes(vec![0, 3, 5]).unwrap(), vec![0, 3, 5]);
+        assert!(peer_sizes(vec![-1]).unwrap_err().to_string().contains("-1 bytes"));
+        assert!(peer_sizes(vec![i64::MAX]).is_err());
+        assert!(peer_sizes(vec![1 << 33, 1 << 33, 1]).unwrap_err().to_string().contains("limit"));
     }
 }
