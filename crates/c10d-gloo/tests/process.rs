@@ -95,11 +95,18 @@ fn ranks_as_processes_compute_correct_results() {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
-    let lines: Vec<String> = rx
-        .try_iter()
-        .filter(|(r, _)| *r == 0)
-        .map(|(_, l)| l)
-        .collect();
+    // The processes have exited; their reader threads may still be forwarding lines. Read
+    // until every sender is gone (EOF on every pipe), bounded by the deadline.
+    let mut lines: Vec<String> = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left.max(Duration::from_millis(1))) {
+            Ok((0, l)) => lines.push(l),
+            Ok(_) => {}
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => panic!("rank output never closed"),
+        }
+    }
     let rows: Vec<&String> = lines
         .iter()
         .filter(|l| !l.starts_with('#') && l.contains("float"))
