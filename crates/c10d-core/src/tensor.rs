@@ -361,7 +361,7 @@ impl Tensor {
                 "narrow: start ({start}) + length ({len}) exceeds dimension size ({rows})"
             )));
         }
-        let row_bytes = if rows == 0 { 0 } else { self.nbytes() / rows };
+        let row_bytes = self.nbytes().checked_div(rows).unwrap_or(0);
         let mut shape = self.shape.clone();
         if shape.is_empty() {
             shape.push(len);
@@ -693,7 +693,7 @@ impl TensorLeases {
     ///
     /// # Errors
     /// [`DistError::InvalidArgument`] when any tensor lives on a device.
-    pub fn host_slices(&mut self) -> Result<(Vec<&[u8]>, Vec<&mut [u8]>)> {
+    pub fn host_slices(&mut self) -> Result<HostSlices<'_>> {
         let mut ins = Vec::with_capacity(self.inputs.len());
         for (t, src) in &self.inputs {
             ins.push(match src {
@@ -721,6 +721,9 @@ impl TensorLeases {
 }
 
 /// True when the byte ranges share a byte (an empty range overlaps nothing).
+/// Read-only input views and writable output views, as returned by [`TensorLeases::host_slices`].
+pub type HostSlices<'a> = (Vec<&'a [u8]>, Vec<&'a mut [u8]>);
+
 fn ranges_overlap(a: &std::ops::Range<usize>, b: &std::ops::Range<usize>) -> bool {
     !a.is_empty() && !b.is_empty() && a.start < b.end && b.start < a.end
 }
