@@ -1,9 +1,12 @@
 //! Data-movement collectives by direct exchange: all-gather, gather, scatter, all-to-all.
 //!
-//! All of them post every receive and every send at once and let the engine drive the
-//! sockets full-duplex; each byte crosses the wire once, so this is bandwidth-optimal on a full
-//! mesh (a ring would move the same bytes in n−1 dependent steps).
+//! All of them post every receive at once and let the engine drive the sockets full-duplex;
+//! each byte crosses the wire once, so this is bandwidth-optimal on a full mesh (a ring would
+//! move the same bytes in n−1 dependent steps). All-gather, gather and scatter also post every
+//! send at once; all-to-all holds large blocks back until their receiver is ready (see
+//! [`all_to_all`]).
 
+use crate::algo::broadcast::READY;
 use crate::engine::Comm;
 use c10d_core::Result;
 
@@ -77,25 +80,186 @@ pub(crate) fn scatter(
     comm.exchange(&sends, &mut [])
 }
 
+/// Blocks of at least this many bytes wait for the receiver's ready frame (see [`all_to_all`]).
+const PULL_MIN_BYTES: usize = 128 << 10;
+
+/// Step of the empty frame announcing a block that will wait for the receiver's [`READY`].
+const RTS: u32 = u32::MAX - 1;
+
 /// All-to-all: block `inputs[p]` goes to rank p; `outputs[p]` receives rank p's block for us.
+///
+/// Every receive is posted at once; blocks under [`PULL_MIN_BYTES`] are sent at once too.
+/// Larger blocks use receiver-driven flow control: the receiver, once its receives are posted,
+/// sends an empty [`READY`] frame, and the block is sent (in pairwise order: r+1, r+2, …) only
+/// after it arrived. Without it a rank that finished an op early floods peers still busy with
+/// the previous one, whose engines must park the block in a temporary buffer and copy it again
+/// (20–30% slower with 4 ranks at 0.5–64 MiB on a loaded 2-core host); the handshake costs one
+/// message latency, which is why small blocks skip it.
+///
+/// Each side decides from its own view of the block size, which may be wrong (ranks whose split
+/// sizes disagree), so a sender of a large block also announces it with an empty [`RTS`] frame
+/// sent at once. Per peer and direction the frames are: `READY` (if the sender's block for us
+/// is large), `RTS` (if our block for it is large), then the block; the peer posts its receives
+/// from its own sizes in the same order, so a disagreement shows up as a frame that does not
+/// match (an error naming both ranks) instead of two ranks waiting for each other's ready
+/// frames until the timeout.
 pub(crate) fn all_to_all(
     comm: &mut Comm<'_>,
     inputs: &[&[u8]],
     outputs: &mut [&mut [u8]],
 ) -> Result<()> {
-    let r = comm.rank();
+    let (r, n) = (comm.rank(), comm.size());
+    let large = |b: &[u8]| b.len() >= PULL_MIN_BYTES;
+    let none = std::ptr::NonNull::<u8>::dangling().as_ptr();
+    let mut ready = Vec::new();
+    // SAFETY: every post refers to `inputs`/`outputs` (borrowed for this whole call) or, for the
+    // empty control frames, to no memory at all; all are waited on in `wait_all`, or detached on
+    // error before returning.
+    unsafe {
+        for i in 1..n {
+            let p = (r + n - i) % n;
+            if large(inputs[p]) {
+                ready.push((p, comm.post_recv(p, READY, none, 0)));
+            }
+            if large(outputs[p]) {
+                comm.post_recv(p, RTS, none, 0);
+            }
+            comm.recv_slice(p, 0, outputs[p]);
+        }
+        for i in 1..n {
+            let p = (r + i) % n;
+            if large(outputs[p]) {
+                comm.post_send(p, READY, none, 0);
+            }
+            if large(inputs[p]) {
+                comm.post_send(p, RTS, none, 0);
+            } else {
+                comm.send_slice(p, 0, inputs[p]);
+            }
+        }
+    }
     outputs[r].copy_from_slice(inputs[r]);
-    let mut recvs: Vec<(usize, u32, &mut [u8])> = outputs
-        .iter_mut()
-        .enumerate()
-        .filter(|(p, _)| *p != r)
-        .map(|(p, b)| (p, 0, &mut **b))
-        .collect();
-    let sends: Vec<(usize, u32, &[u8])> = inputs
-        .iter()
-        .enumerate()
-        .filter(|(p, _)| *p != r)
-        .map(|(p, b)| (p, 0, *b))
-        .collect();
-    comm.exchange(&sends, &mut recvs)
+    // Large blocks in pairwise order (r+1, r+2, …) as their receivers become ready.
+    ready.sort_by_key(|(p, _)| (p + n - r) % n);
+    for (p, id) in ready {
+        comm.wait(&[id])?;
+        // SAFETY: as above.
+        unsafe { comm.send_slice(p, 0, inputs[p]) };
+    }
+    comm.wait_all()
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use crate::{GlooOptions, ProcessGroupGloo};
+    use c10d_core::*;
+    use c10d_store::{HashStore, Store};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    /// Runs `f(rank, pg)` for `n` ranks on threads over one store; results in rank order.
+    pub(crate) fn run_world<T: Send + 'static>(
+        n: usize,
+        o: GlooOptions,
+        f: impl Fn(usize, Arc<ProcessGroupGloo>) -> T + Send + Sync + 'static,
+    ) -> Vec<T> {
+        let store: Arc<dyn Store> = Arc::new(HashStore::new());
+        let f = Arc::new(f);
+        let hs: Vec<_> = (0..n)
+            .map(|r| {
+                let (s, o, f) = (store.clone(), o.clone(), f.clone());
+                std::thread::spawn(move || {
+                    let pg = ProcessGroupGloo::new(s, r, n, o).expect("create group");
+                    f(r, pg)
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().expect("rank panicked"))
+            .collect()
+    }
+
+    pub(crate) fn opts() -> GlooOptions {
+        GlooOptions {
+            timeout: Duration::from_secs(60),
+            ..Default::default()
+        }
+    }
+
+    /// Elements rank `s` sends rank `d`: a mix of blocks above and below `PULL_MIN_BYTES`.
+    fn block(s: usize, d: usize) -> usize {
+        if (s + 2 * d) % 3 == 0 {
+            33_000 + s
+        } else {
+            5 + d
+        }
+    }
+
+    #[test]
+    fn all_to_all_large_and_small_blocks_back_to_back() {
+        for n in [2usize, 3, 4, 7] {
+            run_world(n, opts(), move |r, pg| {
+                let in_splits: Vec<usize> = (0..n).map(|d| block(r, d)).collect();
+                let out_splits: Vec<usize> = (0..n).map(|s| block(s, r)).collect();
+                // Several ops in flight at once: a rank may run ahead into the next op.
+                let ops: Vec<(Tensor, Work)> = (0..4)
+                    .map(|it| {
+                        let data: Vec<i32> = (0..n)
+                            .flat_map(|d| vec![(it * 10_000 + r * 100 + d) as i32; block(r, d)])
+                            .collect();
+                        let inp = Tensor::from_vec(data);
+                        let out = Tensor::zeros(DType::I32, &[out_splits.iter().sum()]);
+                        let w = pg
+                            .all_to_all_single(
+                                &out,
+                                &inp,
+                                &out_splits,
+                                &in_splits,
+                                &AllToAllOptions::default(),
+                            )
+                            .unwrap();
+                        (out, w)
+                    })
+                    .collect();
+                for (it, (out, w)) in ops.into_iter().enumerate() {
+                    w.wait().unwrap();
+                    let want: Vec<i32> = (0..n)
+                        .flat_map(|s| vec![(it * 10_000 + s * 100 + r) as i32; block(s, r)])
+                        .collect();
+                    assert!(
+                        out.to_vec::<i32>().unwrap() == want,
+                        "n {n} rank {r} op {it}"
+                    );
+                }
+            });
+        }
+    }
+
+    #[test]
+    fn all_to_all_disagreeing_split_sizes_fail_promptly() {
+        // Each rank sends the other a large block (so it waits for the ready frame) but expects
+        // a small one: if the ready frame depended on the receiver's view of the size, both
+        // would wait for each other until the timeout. They must report the mismatch instead.
+        let res = run_world(2, opts(), |r, pg| {
+            let ins = if r == 0 {
+                [1usize, 40_000]
+            } else {
+                [40_000, 1]
+            };
+            let outs = [1usize, 1];
+            let inp = Tensor::zeros(DType::I32, &[ins.iter().sum()]);
+            let out = Tensor::zeros(DType::I32, &[2]);
+            let t0 = Instant::now();
+            let res = pg
+                .all_to_all_single(&out, &inp, &outs, &ins, &AllToAllOptions::default())
+                .unwrap()
+                .wait();
+            (res.err().map(|e| e.to_string()), t0.elapsed())
+        });
+        for (r, (e, took)) in res.iter().enumerate() {
+            let e = e.as_deref().expect("both ranks must fail");
+            assert!(e.contains("mismatch"), "rank {r}: {e}");
+            assert!(*took < Duration::from_secs(20), "rank {r} took {took:?}");
+        }
+    }
 }
