@@ -55,7 +55,9 @@ impl HashStore {
         mut ready: impl FnMut(&Data) -> bool,
     ) -> Result<MutexGuard<'a, Data>> {
         // Zero, or a timeout past the end of time (Duration::MAX), waits forever.
-        let deadline = (!timeout.is_zero()).then(|| Instant::now().checked_add(timeout)).flatten();
+        let deadline = (!timeout.is_zero())
+            .then(|| Instant::now().checked_add(timeout))
+            .flatten();
         let mut g = self.lock();
         while !ready(&g) {
             match deadline {

@@ -339,8 +339,14 @@ mod tests {
     #[test]
     fn garbage_sizes_from_peers_are_errors_not_allocations() {
         assert_eq!(peer_sizes(vec![0, 3, 5]).unwrap(), vec![0, 3, 5]);
-        assert!(peer_sizes(vec![-1]).unwrap_err().to_string().contains("-1 bytes"));
+        assert!(peer_sizes(vec![-1])
+            .unwrap_err()
+            .to_string()
+            .contains("-1 bytes"));
         assert!(peer_sizes(vec![i64::MAX]).is_err());
-        assert!(peer_sizes(vec![1 << 33, 1 << 33, 1]).unwrap_err().to_string().contains("limit"));
+        assert!(peer_sizes(vec![1 << 33, 1 << 33, 1])
+            .unwrap_err()
+            .to_string()
+            .contains("limit"));
     }
 }
