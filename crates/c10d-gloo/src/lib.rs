@@ -130,6 +130,25 @@ fn inval(op: &str, msg: impl std::fmt::Display) -> DistError {
     DistError::invalid(format!("ProcessGroupGloo::{op}: {msg}"))
 }
 
+/// The root's tensor list of gather (`kind` "output") or scatter (`kind` "input"): exactly one
+/// list of `n` tensors, with PyTorch's texts.
+fn check_root_list(op: &str, lists: &[Vec<Tensor>], n: usize, kind: &str) -> Result<()> {
+    if lists.len() != 1 {
+        return Err(inval(op, format!("requires a single-element {kind} list")));
+    }
+    if lists[0].len() != n {
+        let cap = format!("{}{}", kind[..1].to_ascii_uppercase(), &kind[1..]);
+        return Err(inval(
+            op,
+            format!(
+                "Incorrect {kind} list size {}. {cap} list size should be {n}.",
+                lists[0].len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn check_cpu(op: &str, ts: &[&Tensor]) -> Result<()> {
     if ts.iter().any(|t| !t.is_cpu()) {
         return Err(inval(op, "unsupported device type"));
@@ -964,18 +983,7 @@ impl Backend for ProcessGroupGloo {
         let dtype = input.dtype();
         let total = input.nbytes() as u64;
         if r == root {
-            if outputs.len() != 1 {
-                return Err(inval(OP, "requires a single-element output list"));
-            }
-            if outputs[0].len() != n {
-                return Err(inval(
-                    OP,
-                    format!(
-                        "Incorrect output list size {}. Output list size should be {n}.",
-                        outputs[0].len()
-                    ),
-                ));
-            }
+            check_root_list(OP, outputs, n, "output")?;
             let refs: Vec<&Tensor> = outputs[0].iter().chain(inputs).collect();
             check_cpu(OP, &refs)?;
             check_same(OP, &outputs[0].iter().collect::<Vec<_>>(), input)?;
@@ -1032,18 +1040,7 @@ impl Backend for ProcessGroupGloo {
         let out = &outputs[0];
         let (dtype, total) = (out.dtype(), out.nbytes() as u64);
         if r == root {
-            if inputs.len() != 1 {
-                return Err(inval(OP, "requires a single-element input list"));
-            }
-            if inputs[0].len() != n {
-                return Err(inval(
-                    OP,
-                    format!(
-                        "Incorrect input list size {}. Input list size should be {n}.",
-                        inputs[0].len()
-                    ),
-                ));
-            }
+            check_root_list(OP, inputs, n, "input")?;
             let refs: Vec<&Tensor> = inputs[0].iter().chain(outputs).collect();
             check_cpu(OP, &refs)?;
             check_same(OP, &inputs[0].iter().collect::<Vec<_>>(), out)?;
