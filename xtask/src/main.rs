@@ -153,7 +153,9 @@ fn interop() -> Res {
     }
     let mut cmd = cargo();
     cmd.arg("test");
-    for (pkg, _) in &tests {
+    let mut pkgs: Vec<&String> = tests.iter().map(|(p, _)| p).collect();
+    pkgs.dedup();
+    for pkg in pkgs {
         cmd.args(["-p", pkg]);
     }
     for (_, t) in &tests {
