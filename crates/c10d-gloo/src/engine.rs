@@ -619,16 +619,7 @@ impl Engine {
             // When the group had failed before, `fail_group` did nothing; collectives queued
             // since (taken in this same drain) will never run, so they fail here.
             let err = self.failed.clone().unwrap_or(e);
-            while let Some(op) = self.pending.pop_front() {
-                let CollOp {
-                    info,
-                    leases,
-                    completer,
-                    ..
-                } = op;
-                drop(leases);
-                completer.complete(Err(op_failed(&info, self.id.rank, &err)));
-            }
+            self.fail_pending_colls(&err);
         }
     }
 
@@ -1406,6 +1397,20 @@ impl Engine {
 
     /// Fails the group: every pending and later op gets `err`. With `tell_peers`, an error frame
     /// carries the text to every peer so that they fail with the same explanation.
+    /// Fails every queued collective with `err` (releasing its leases first).
+    fn fail_pending_colls(&mut self, err: &DistError) {
+        while let Some(CollOp {
+            info,
+            leases,
+            completer,
+            ..
+        }) = self.pending.pop_front()
+        {
+            drop(leases);
+            completer.complete(Err(op_failed(&info, self.id.rank, err)));
+        }
+    }
+
     fn fail_group(&mut self, err: DistError, tell_peers: bool) {
         if self.failed.is_some() {
             return;
@@ -1448,16 +1453,7 @@ impl Engine {
             let (op, seq) = (self.p2p[&id].op, self.p2p[&id].seq);
             self.complete_p2p(id, Err(p2p_failed(op, seq, self.id.rank, &err)), None);
         }
-        while let Some(op) = self.pending.pop_front() {
-            let CollOp {
-                info,
-                leases,
-                completer,
-                ..
-            } = op;
-            drop(leases);
-            completer.complete(Err(op_failed(&info, self.id.rank, &err)));
-        }
+        self.fail_pending_colls(&err);
         if tell_peers {
             let text = err.message().as_bytes().to_vec();
             for p in 0..self.peers.len() {

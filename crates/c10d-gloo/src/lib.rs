@@ -130,6 +130,18 @@ fn inval(op: &str, msg: impl std::fmt::Display) -> DistError {
     DistError::invalid(format!("ProcessGroupGloo::{op}: {msg}"))
 }
 
+/// Input/output pairs of a `*_tensor_coalesced` op: non-empty lists of one length, all on CPU.
+fn check_coalesced_pairs(op: &str, outputs: &[Tensor], inputs: &[Tensor]) -> Result<()> {
+    if inputs.is_empty() || outputs.len() != inputs.len() {
+        return Err(inval(
+            op,
+            "requires non-empty input/output tensor lists of the same length",
+        ));
+    }
+    let refs: Vec<&Tensor> = inputs.iter().chain(outputs).collect();
+    check_cpu(op, &refs)
+}
+
 /// The root's tensor list of gather (`kind` "output") or scatter (`kind` "input"): exactly one
 /// list of `n` tensors, with PyTorch's texts.
 fn check_root_list(op: &str, lists: &[Vec<Tensor>], n: usize, kind: &str) -> Result<()> {
@@ -931,14 +943,7 @@ impl Backend for ProcessGroupGloo {
     ) -> Result<Work> {
         const OP: &str = "allgather_into_tensor_coalesced";
         let n = self.id.size;
-        if inputs.is_empty() || outputs.len() != inputs.len() {
-            return Err(inval(
-                OP,
-                "requires non-empty input/output tensor lists of the same length",
-            ));
-        }
-        let refs: Vec<&Tensor> = inputs.iter().chain(outputs).collect();
-        check_cpu(OP, &refs)?;
+        check_coalesced_pairs(OP, outputs, inputs)?;
         for (i, (o, inp)) in outputs.iter().zip(inputs).enumerate() {
             if o.dtype() != inp.dtype() {
                 return Err(inval(OP, format!("invalid tensor type at index {i}")));
@@ -1193,14 +1198,7 @@ impl Backend for ProcessGroupGloo {
     ) -> Result<Work> {
         const OP: &str = "reduce_scatter_tensor_coalesced";
         let n = self.id.size;
-        if inputs.is_empty() || outputs.len() != inputs.len() {
-            return Err(inval(
-                OP,
-                "requires non-empty input/output tensor lists of the same length",
-            ));
-        }
-        let refs: Vec<&Tensor> = inputs.iter().chain(outputs).collect();
-        check_cpu(OP, &refs)?;
+        check_coalesced_pairs(OP, outputs, inputs)?;
         let rop = opts.reduce_op;
         let dtype = inputs[0].dtype();
         for (i, (o, inp)) in outputs.iter().zip(inputs).enumerate() {
