@@ -389,19 +389,11 @@ struct Bf16Conv;
 impl HalfConv for Bf16Conv {
     #[inline]
     fn to_f32(dst: &mut [f32], src: &[u16]) {
-        dst.iter_mut()
-            .zip(src)
-            .for_each(|(d, s)| *d = f32::from_bits((*s as u32) << 16));
+        dst.iter_mut().zip(src).for_each(|(d, s)| *d = bf16_widen(*s));
     }
     #[inline]
     fn from_f32(dst: &mut [u16], src: &[f32]) {
-        dst.iter_mut().zip(src).for_each(|(d, s)| {
-            let x = s.to_bits();
-            // Round to nearest even; NaNs keep a quiet-NaN payload.
-            let rounded = ((x.wrapping_add(0x7FFF + ((x >> 16) & 1))) >> 16) as u16;
-            let nan = ((x >> 16) as u16) | 0x0040;
-            *d = if s.is_nan() { nan } else { rounded };
-        });
+        dst.iter_mut().zip(src).for_each(|(d, s)| *d = bf16_narrow(*s));
     }
 }
 
