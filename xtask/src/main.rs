@@ -182,12 +182,9 @@ fn demo(args: &[String]) -> Res {
         "--bins",
         "--examples",
     ]))?;
-    let bin = |n: &str| format!("target/release/{n}");
-    let demo = if Path::new(&bin("examples/ddp_wine")).exists() {
-        bin("examples/ddp_wine")
-    } else {
-        bin("c10d-train")
-    };
+    let target = env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
+    let bin = |n: &str| format!("{target}/release/{n}");
+    let demo = bin("examples/ddp_wine");
     println!("== data-parallel training on the wine-quality data, {nproc} ranks (c10drun) ==");
     run(Command::new(bin("c10drun")).args([
         "--nproc-per-node",
@@ -213,25 +210,19 @@ fn demo(args: &[String]) -> Res {
 fn bench(_args: &[String]) -> Res {
     run(cargo().args(["bench", "-p", "c10d-core", "--bench", "reduce_kernels"]))?;
     let py = provision_torch()?;
-    if Path::new("crates/c10d-store/src/bin/c10d-store-bench.rs").exists() {
-        run(cargo()
-            .args([
-                "run",
-                "--release",
-                "-p",
-                "c10d-store",
-                "--bin",
-                "c10d-store-bench",
-                "--",
-            ])
-            .env("C10D_TORCH_PYTHON", &py))?;
-    }
-    if Path::new("crates/c10d-world/benches/compare.sh").exists() {
-        run(Command::new("bash")
-            .arg("crates/c10d-world/benches/compare.sh")
-            .env("C10D_TORCH_PYTHON", &py))?;
-    }
-    Ok(())
+    let store_bench = [
+        "run",
+        "--release",
+        "-p",
+        "c10d-store",
+        "--bin",
+        "c10d-store-bench",
+        "--",
+    ];
+    run(cargo().args(store_bench).env("C10D_TORCH_PYTHON", &py))?;
+    run(Command::new("bash")
+        .arg("crates/c10d-world/benches/compare.sh")
+        .env("C10D_TORCH_PYTHON", &py))
 }
 
 fn has_gpu() -> bool {
