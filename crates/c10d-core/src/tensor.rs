@@ -190,6 +190,11 @@ fn numel_of(shape: &[usize]) -> usize {
         .unwrap_or_else(|| panic!("shape {shape:?} has more elements than fit in usize"))
 }
 
+/// True when every byte is a valid `bool` (0 or 1).
+fn valid_bools(b: &[u8]) -> bool {
+    b.iter().all(|x| *x <= 1)
+}
+
 fn bool_error() -> DistError {
     DistError::invalid(
         "bool tensor holds a byte other than 0 or 1 (written through write_bytes or received from a peer); \
@@ -425,23 +430,21 @@ impl Tensor {
     /// Runs `f` over the elements as a slice. Mirrors reading a CPU tensor in PyTorch.
     ///
     /// # Errors
-    /// Wrong element type, a device tensor, or a storage currently written by a collective.
+    /// Wrong element type, a device tensor, a storage currently written by a collective, or a
+    /// bool tensor holding a byte other than 0 or 1.
     pub fn read<T: Element, R>(&self, f: impl FnOnce(&[T]) -> R) -> Result<R> {
         self.check_dtype::<T>()?;
-        let ptr = self.host_range()?;
-        let _g = StorageGuard::acquire(&self.storage, false)?;
-        if T::DTYPE == DType::Bool {
-            // SAFETY: read guard held; the range lies in the allocation; bytes need no alignment.
-            let b = unsafe { std::slice::from_raw_parts(ptr, self.nbytes()) };
-            if b.iter().any(|x| *x > 1) {
+        self.read_bytes(|b| {
+            if T::DTYPE == DType::Bool && !valid_bools(b) {
                 return Err(bool_error());
             }
-        }
-        // SAFETY: the read guard excludes writers; the range lies in the allocation and the pointer
-        // is aligned for T because the owning Vec has an element type of the same dtype (views
-        // move by whole elements); bool bytes were checked to be 0 or 1 just above.
-        let s = unsafe { std::slice::from_raw_parts(ptr.cast::<T>(), self.numel()) };
-        Ok(f(s))
+            // SAFETY: `b` is this view's bytes under a read guard; the pointer is aligned for T
+            // because the owning Vec has an element type of the same dtype (views move by whole
+            // elements); `b.len()` is `numel * size_of::<T>()`; bool bytes were checked above.
+            Ok(f(unsafe {
+                std::slice::from_raw_parts(b.as_ptr().cast::<T>(), self.numel())
+            }))
+        })?
     }
 
     /// Runs `f` over the elements as a mutable slice.
@@ -450,17 +453,14 @@ impl Tensor {
     /// Wrong element type, a device tensor, or a storage currently used by a collective.
     pub fn write<T: Element, R>(&self, f: impl FnOnce(&mut [T]) -> R) -> Result<R> {
         self.check_dtype::<T>()?;
-        let ptr = self.host_range()?;
-        let _g = StorageGuard::acquire(&self.storage, true)?;
-        if T::DTYPE == DType::Bool {
-            // SAFETY: exclusive write guard held; the range lies in the allocation.
-            let b = unsafe { std::slice::from_raw_parts_mut(ptr, self.nbytes()) };
-            b.iter_mut().for_each(|x| *x = (*x != 0) as u8);
-        }
-        // SAFETY: the write guard gives exclusive access to the whole storage; alignment as in
-        // `read`; bool bytes were just normalised to 0 or 1.
-        let s = unsafe { std::slice::from_raw_parts_mut(ptr.cast::<T>(), self.numel()) };
-        Ok(f(s))
+        self.write_bytes(|b| {
+            if T::DTYPE == DType::Bool {
+                b.iter_mut().for_each(|x| *x = (*x != 0) as u8);
+            }
+            // SAFETY: `b` is this view's bytes under the exclusive write guard; alignment and
+            // length as in `read`; bool bytes were just normalised to 0 or 1.
+            f(unsafe { std::slice::from_raw_parts_mut(b.as_mut_ptr().cast::<T>(), self.numel()) })
+        })
     }
 
     /// Runs `f` over the raw bytes of this view.
@@ -502,7 +502,7 @@ impl Tensor {
     /// As [`Tensor::read`].
     pub fn into_vec<T: Element>(self) -> Result<Vec<T>> {
         self.check_dtype::<T>()?;
-        if T::DTYPE == DType::Bool && !self.read_bytes(|b| b.iter().all(|x| *x <= 1))? {
+        if T::DTYPE == DType::Bool && !self.read_bytes(valid_bools)? {
             return Err(bool_error());
         }
         if self.offset == 0
