@@ -1,6 +1,7 @@
 //! `HashStore`: an in-process store (mirrors `torch.distributed.HashStore`).
 
 use crate::store::{Store, DEFAULT_STORE_TIMEOUT};
+use crate::tcp::protocol::parse_stoll;
 use c10d_core::{DistError, Result};
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -231,14 +232,10 @@ impl Store for HashStore {
     }
 }
 
-/// Parses a stored counter like C's `stoll`: optional leading whitespace and sign, decimal digits.
+/// Parses a stored counter like C's `stoll` ([`parse_stoll`]), as HashStore/FileStore `add`
+/// needs it: a value without a leading decimal integer is a [`DistError::Store`].
 pub(crate) fn parse_i64(v: &[u8]) -> Result<i64> {
-    let s = std::str::from_utf8(v).unwrap_or("").trim_start();
-    let end = s
-        .char_indices()
-        .find(|&(i, c)| !(c.is_ascii_digit() || (i == 0 && (c == '-' || c == '+'))))
-        .map_or(s.len(), |(i, _)| i);
-    s[..end].parse().map_err(|_| {
+    parse_stoll(v).ok_or_else(|| {
         DistError::store(format!(
             "add: value {:?} is not an integer",
             String::from_utf8_lossy(v)

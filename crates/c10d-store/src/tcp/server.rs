@@ -293,6 +293,25 @@ struct Conn {
     pending_in: Vec<u8>,
 }
 
+impl Conn {
+    /// Consumes this connection's registration on `key`; true when that was the last key its
+    /// WAIT/BARRIER awaited (STOP_WAITING is then queued and the connection needs a flush).
+    fn release(&mut self, key: &[u8]) -> bool {
+        if let Some(pos) = self.wait_keys.iter().position(|k| k == key) {
+            self.wait_keys.swap_remove(pos);
+        }
+        if self.awaiting == 0 {
+            return false;
+        }
+        self.awaiting -= 1;
+        if self.awaiting == 0 {
+            self.out.push(STOP_WAITING);
+            return true;
+        }
+        false
+    }
+}
+
 /// Pending output above which the server stops reading a connection until it drains.
 const OUT_HIGH_WATER: usize = 16 << 20;
 
@@ -544,30 +563,35 @@ impl EventLoop {
                 }
             }
             Request::Ping(n) => self.out(id).extend_from_slice(&n.to_le_bytes()),
+            // `wake` reads neither `kv` nor `queues`, so writes wake first and then move their
+            // key into the map (no key copy); a reply, if any, is queued before the wake-up.
             Request::Set(k, v) => {
-                self.kv.insert(k.clone(), v);
                 self.wake(&k);
+                self.kv.insert(k, v);
             }
             Request::CompareSet(k, expected, desired) => {
-                let reply = match self.kv.get(&k) {
-                    None if expected.is_empty() => {
-                        self.kv.insert(k.clone(), desired.clone());
-                        desired
-                    }
-                    None => expected,
-                    Some(cur) if *cur == expected => {
-                        self.kv.insert(k.clone(), desired.clone());
-                        desired
-                    }
-                    Some(cur) => cur.clone(),
+                // Missing with empty `expected`, or equal: store and reply `desired`; missing
+                // otherwise: reply `expected`; else reply the current value.
+                let swap = self
+                    .kv
+                    .get(&k)
+                    .map_or(expected.is_empty(), |cur| *cur == expected);
+                let out = &mut self.conns.get_mut(&id).expect("serving connection").out;
+                let reply = if swap {
+                    &desired
+                } else {
+                    self.kv.get(&k).unwrap_or(&expected)
                 };
-                put_bytes(self.out(id), &reply);
+                put_bytes(out, reply);
                 // libuv wakes waiters in every branch (store-protocol.md §3 quirk).
                 self.wake(&k);
+                if swap {
+                    self.kv.insert(k, desired);
+                }
             }
             Request::Get(k) => {
-                let v = self.kv.get(&k).cloned().unwrap_or_default();
-                put_bytes(self.out(id), &v);
+                let out = &mut self.conns.get_mut(&id).expect("serving connection").out;
+                put_bytes(out, self.kv.get(&k).map_or(&[][..], Vec::as_slice));
             }
             Request::Add(k, delta) => {
                 let cur = match self.kv.get(&k) {
@@ -588,9 +612,9 @@ impl EventLoop {
                         }
                     }
                 }
-                self.kv.insert(k.clone(), new.to_string().into_bytes());
                 put_i64(self.out(id), new);
                 self.wake(&k);
+                self.kv.insert(k, new.to_string().into_bytes());
             }
             Request::Check(keys) => {
                 let ready = keys.iter().all(|k| self.exists(k));
@@ -627,8 +651,8 @@ impl EventLoop {
                 put_i64(self.out(id), n);
             }
             Request::Append(k, v) => {
-                self.kv.entry(k.clone()).or_default().extend_from_slice(&v);
                 self.wake(&k);
+                self.kv.entry(k).or_default().extend_from_slice(&v);
             }
             Request::MultiGet(keys) => {
                 let total: usize = keys
@@ -649,8 +673,8 @@ impl EventLoop {
             }
             Request::MultiSet(kvs) => {
                 for (k, v) in kvs {
-                    self.kv.insert(k.clone(), v);
                     self.wake(&k);
+                    self.kv.insert(k, v);
                 }
             }
             Request::CancelWait => {
@@ -663,8 +687,8 @@ impl EventLoop {
                 self.out(id).push(super::protocol::WAIT_CANCELED);
             }
             Request::QueuePush(k, v) => {
-                self.queues.entry(k.clone()).or_default().push_back(v);
                 self.wake_one(&k);
+                self.queues.entry(k).or_default().push_back(v);
             }
             Request::QueuePop(k) => {
                 let q = self.queues.get_mut(&k);
@@ -725,17 +749,8 @@ impl EventLoop {
             return;
         };
         for w in list {
-            if let Some(c) = self.conns.get_mut(&w) {
-                if let Some(pos) = c.wait_keys.iter().position(|k| k == key) {
-                    c.wait_keys.swap_remove(pos);
-                }
-                if c.awaiting > 0 {
-                    c.awaiting -= 1;
-                    if c.awaiting == 0 {
-                        c.out.push(STOP_WAITING);
-                        self.dirty.push(w);
-                    }
-                }
+            if self.conns.get_mut(&w).is_some_and(|c| c.release(key)) {
+                self.dirty.push(w);
             }
         }
     }
@@ -750,18 +765,9 @@ impl EventLoop {
         let mut woken = None;
         for &w in list.iter() {
             consumed += 1;
-            if let Some(c) = self.conns.get_mut(&w) {
-                if let Some(pos) = c.wait_keys.iter().position(|k| k == key) {
-                    c.wait_keys.swap_remove(pos);
-                }
-                if c.awaiting > 0 {
-                    c.awaiting -= 1;
-                    if c.awaiting == 0 {
-                        c.out.push(STOP_WAITING);
-                        woken = Some(w);
-                        break;
-                    }
-                }
+            if self.conns.get_mut(&w).is_some_and(|c| c.release(key)) {
+                woken = Some(w);
+                break;
             }
         }
         list.drain(..consumed);
