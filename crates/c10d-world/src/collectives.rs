@@ -186,6 +186,27 @@ fn check_complex_op(op: ReduceOp, ts: &[&Tensor], fname: &str) -> Result<()> {
     Ok(())
 }
 
+/// The root's tensor list of gather/scatter as the backend takes it (`[list]` on the root, empty
+/// elsewhere): "Argument ``{arg}`` must be specified on {root} rank." / "Argument ``{arg}`` must
+/// NOT be specified on non-{root} ranks." when it is missing on the root or given elsewhere.
+fn root_only_list(
+    list: &[Tensor],
+    is_root: bool,
+    arg: &str,
+    root: &str,
+) -> Result<Vec<Vec<Tensor>>> {
+    match (is_root, list.is_empty()) {
+        (true, true) => Err(DistError::invalid(format!(
+            "Argument ``{arg}`` must be specified on {root} rank."
+        ))),
+        (false, false) => Err(DistError::invalid(format!(
+            "Argument ``{arg}`` must NOT be specified on non-{root} ranks."
+        ))),
+        (true, false) => Ok(vec![list.to_vec()]),
+        (false, true) => Ok(Vec::new()),
+    }
+}
+
 impl World {
     /// The group an op runs on; `None` for non-members (after a warning).
     pub(crate) fn op_group(
@@ -238,6 +259,18 @@ impl World {
         }
     }
 
+    /// [`World::group_rank_of`] for ops whose root defaults to global rank 0 (gather, scatter,
+    /// the object collectives).
+    pub(crate) fn root_or_global0(
+        &self,
+        pg: &ProcessGroup,
+        global: Option<usize>,
+        group_rank: Option<usize>,
+    ) -> Result<usize> {
+        let global = global.or(group_rank.is_none().then_some(0));
+        self.group_rank_of(pg, global, group_rank)
+    }
+
     fn coalescing_for(&self, pg: &ProcessGroup) -> bool {
         self.lock()
             .coalescing
@@ -256,6 +289,25 @@ impl World {
     fn launched(&self, pg: &ProcessGroup, w: Work, async_op: bool) -> Result<Option<Work>> {
         self.record_work(pg, &w);
         finish(w, async_op)
+    }
+
+    /// The backend gather shared by [`World::gather`] and [`World::gather_single`] (`outputs`
+    /// empty off the root).
+    fn gather_launch(
+        &self,
+        pg: &ProcessGroup,
+        outputs: &[Vec<Tensor>],
+        tensor: &Tensor,
+        root: usize,
+        async_op: bool,
+    ) -> Result<Option<Work>> {
+        let opts = GatherOptions {
+            root_rank: root,
+            timeout: None,
+            async_op,
+        };
+        let w = pg.gather(outputs, std::slice::from_ref(tensor), &opts)?;
+        self.launched(pg, w, async_op)
     }
 
     /// `all_reduce(tensor, op, group, async_op)`: in-place reduction across the group.
@@ -477,38 +529,9 @@ impl World {
         let Some(pg) = self.op_group(group, "gather")? else {
             return Ok(None);
         };
-        let dst = if dst.is_none() && group_dst.is_none() {
-            Some(0)
-        } else {
-            dst
-        };
-        let root = self.group_rank_of(&pg, dst, group_dst)?;
-        let me = pg.rank();
-        if root == me && gl.is_empty() {
-            return Err(DistError::invalid(
-                "Argument ``gather_list`` must be specified on destination rank.",
-            ));
-        }
-        if root != me && !gl.is_empty() {
-            return Err(DistError::invalid(
-                "Argument ``gather_list`` must NOT be specified on non-destination ranks.",
-            ));
-        }
-        let outputs = if root == me {
-            vec![gl.to_vec()]
-        } else {
-            Vec::new()
-        };
-        let w = pg.gather(
-            &outputs,
-            std::slice::from_ref(tensor),
-            &GatherOptions {
-                root_rank: root,
-                timeout: None,
-                async_op,
-            },
-        )?;
-        self.launched(&pg, w, async_op)
+        let root = self.root_or_global0(&pg, dst, group_dst)?;
+        let outputs = root_only_list(gl, root == pg.rank(), "gather_list", "destination")?;
+        self.gather_launch(&pg, &outputs, tensor, root, async_op)
     }
 
     /// `gather_single(tensor, gather_tensor, dst, group, async_op, group_dst)` (alias
@@ -530,12 +553,7 @@ impl World {
         let Some(pg) = self.op_group(group, "gather_single")? else {
             return Ok(None);
         };
-        let dst = if dst.is_none() && group_dst.is_none() {
-            Some(0)
-        } else {
-            dst
-        };
-        let root = self.group_rank_of(&pg, dst, group_dst)?;
+        let root = self.root_or_global0(&pg, dst, group_dst)?;
         let outputs = if root == pg.rank() {
             let g = gather_tensor.ok_or_else(|| {
                 DistError::invalid("gather_tensor must be specified on the destination rank")
@@ -557,16 +575,7 @@ impl World {
         } else {
             Vec::new()
         };
-        let w = pg.gather(
-            &outputs,
-            std::slice::from_ref(tensor),
-            &GatherOptions {
-                root_rank: root,
-                timeout: None,
-                async_op,
-            },
-        )?;
-        self.launched(&pg, w, async_op)
+        self.gather_launch(&pg, &outputs, tensor, root, async_op)
     }
 
     /// `gather_into_tensor`: alias of [`World::gather_single`].
@@ -636,28 +645,8 @@ impl World {
         let Some(pg) = self.op_group(group, "scatter")? else {
             return Ok(None);
         };
-        let src = if src.is_none() && group_src.is_none() {
-            Some(0)
-        } else {
-            src
-        };
-        let root = self.group_rank_of(&pg, src, group_src)?;
-        let me = pg.rank();
-        let inputs = if root == me {
-            if sl.is_empty() {
-                return Err(DistError::invalid(
-                    "Argument ``scatter_list`` must be specified on source rank.",
-                ));
-            }
-            vec![sl.to_vec()]
-        } else {
-            if !sl.is_empty() {
-                return Err(DistError::invalid(
-                    "Argument ``scatter_list`` must NOT be specified on non-source ranks.",
-                ));
-            }
-            Vec::new()
-        };
+        let root = self.root_or_global0(&pg, src, group_src)?;
+        let inputs = root_only_list(sl, root == pg.rank(), "scatter_list", "source")?;
         let w = pg.scatter(
             std::slice::from_ref(tensor),
             &inputs,

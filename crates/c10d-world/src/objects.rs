@@ -13,7 +13,7 @@
 //! (`group_src`/`group_dst`); non-members get a warning and return without communicating.
 
 use crate::world::{GroupMember, World};
-use c10d_core::{DType, DistError, ProcessGroup, Result, Tensor};
+use c10d_core::{DType, DistError, Result, Tensor};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -51,32 +51,49 @@ fn peer_sizes(sizes: Vec<i64>) -> Result<Vec<usize>> {
     Ok(sizes.into_iter().map(|s| s as usize).collect())
 }
 
-fn padded(bytes: &[u8], len: usize) -> Tensor {
-    let mut v = bytes.to_vec();
-    v.resize(len, 0);
-    Tensor::from_vec(v)
+/// `bytes` zero-padded to `len`, as a uint8 tensor (takes the buffer: no copy).
+fn padded(mut bytes: Vec<u8>, len: usize) -> Tensor {
+    bytes.resize(len, 0);
+    Tensor::from_vec(bytes)
+}
+
+/// One object per padded uint8 tensor, each the first `sizes[i]` bytes of `outs[i]`.
+fn decode_each<T: DeserializeOwned>(outs: &[Tensor], sizes: &[usize]) -> Result<Vec<T>> {
+    outs.iter()
+        .zip(sizes)
+        .map(|(t, &s)| t.read(|b: &[u8]| decode(&b[..s]))?)
+        .collect()
+}
+
+/// Fills `objs` from the concatenated payload of objects of `sizes` bytes.
+fn decode_concat<T: DeserializeOwned>(
+    payload: &Tensor,
+    sizes: &[usize],
+    objs: &mut [T],
+) -> Result<()> {
+    payload.read(|b: &[u8]| -> Result<()> {
+        let mut off = 0;
+        for (slot, s) in objs.iter_mut().zip(sizes) {
+            *slot = decode(&b[off..off + s])?;
+            off += s;
+        }
+        Ok(())
+    })?
 }
 
 impl World {
-    fn obj_root(
-        &self,
-        pg: &ProcessGroup,
-        global: Option<usize>,
-        group_rank: Option<usize>,
-    ) -> Result<usize> {
-        let global = if global.is_none() && group_rank.is_none() {
-            Some(0)
-        } else {
-            global
-        };
-        match (group_rank, global) {
-            (Some(_), Some(_)) => Err(DistError::invalid(
-                "Can't specify both group_rank and global_rank",
-            )),
-            (Some(g), None) => Ok(g),
-            (None, Some(r)) => self.get_group_rank(pg, r),
-            (None, None) => Err(DistError::invalid("Must specify global_rank or group_rank")),
-        }
+    /// All-gathers one object size (int64) per rank of `g` (`n` ranks), checked by
+    /// [`peer_sizes`].
+    fn all_gather_sizes(&self, g: &GroupMember, n: usize, mine: usize) -> Result<Vec<usize>> {
+        let size = Tensor::from_vec(vec![mine as i64]);
+        let sizes: Vec<Tensor> = (0..n).map(|_| Tensor::zeros(DType::I64, &[1])).collect();
+        self.all_gather(&sizes, &size, Some(g), false)?;
+        peer_sizes(
+            sizes
+                .iter()
+                .map(|t| t.to_vec::<i64>().map(|v| v[0]))
+                .collect::<Result<_>>()?,
+        )
     }
 
     /// `all_gather_object(object_list, obj, group)`: returns every rank's object in group-rank
@@ -95,23 +112,12 @@ impl World {
         let g = GroupMember::Group(pg.clone());
         let n = pg.size();
         let bytes = encode(obj)?;
-        let size = Tensor::from_vec(vec![bytes.len() as i64]);
-        let sizes: Vec<Tensor> = (0..n).map(|_| Tensor::zeros(DType::I64, &[1])).collect();
-        self.all_gather(&sizes, &size, Some(&g), false)?;
-        let sizes = peer_sizes(
-            sizes
-                .iter()
-                .map(|t| t.to_vec::<i64>().map(|v| v[0]))
-                .collect::<Result<_>>()?,
-        )?;
+        let sizes = self.all_gather_sizes(&g, n, bytes.len())?;
         let max = sizes.iter().copied().max().unwrap_or(0);
-        let input = padded(&bytes, max);
+        let input = padded(bytes, max);
         let outs: Vec<Tensor> = (0..n).map(|_| Tensor::zeros(DType::U8, &[max])).collect();
         self.all_gather(&outs, &input, Some(&g), false)?;
-        outs.iter()
-            .zip(&sizes)
-            .map(|(t, &s)| t.read(|b: &[u8]| decode(&b[..s]))?)
-            .collect()
+        decode_each(&outs, &sizes)
     }
 
     /// `gather_object(obj, object_gather_list, dst, group, group_dst)`: the root (default
@@ -130,29 +136,16 @@ impl World {
             return Ok(None);
         };
         let g = GroupMember::Group(pg.clone());
-        let root = self.obj_root(&pg, dst, group_dst)?;
+        let root = self.root_or_global0(&pg, dst, group_dst)?;
         let n = pg.size();
         let bytes = encode(obj)?;
-        let size = Tensor::from_vec(vec![bytes.len() as i64]);
-        let sizes: Vec<Tensor> = (0..n).map(|_| Tensor::zeros(DType::I64, &[1])).collect();
-        self.all_gather(&sizes, &size, Some(&g), false)?;
-        let sizes = peer_sizes(
-            sizes
-                .iter()
-                .map(|t| t.to_vec::<i64>().map(|v| v[0]))
-                .collect::<Result<_>>()?,
-        )?;
+        let sizes = self.all_gather_sizes(&g, n, bytes.len())?;
         let max = sizes.iter().copied().max().unwrap_or(0);
-        let input = padded(&bytes, max);
+        let input = padded(bytes, max);
         if pg.rank() == root {
             let outs: Vec<Tensor> = (0..n).map(|_| Tensor::zeros(DType::U8, &[max])).collect();
             self.gather(&input, Some(&outs), None, Some(&g), false, Some(root))?;
-            let v = outs
-                .iter()
-                .zip(&sizes)
-                .map(|(t, &s)| t.read(|b: &[u8]| decode(&b[..s]))?)
-                .collect::<Result<Vec<T>>>()?;
-            Ok(Some(v))
+            Ok(Some(decode_each(&outs, &sizes)?))
         } else {
             self.gather(&input, None, None, Some(&g), false, Some(root))?;
             Ok(None)
@@ -175,7 +168,7 @@ impl World {
             return Ok(());
         };
         let g = GroupMember::Group(pg.clone());
-        let root = self.obj_root(&pg, src, group_src)?;
+        let root = self.root_or_global0(&pg, src, group_src)?;
         let me = pg.rank() == root;
         let encoded: Vec<Vec<u8>> = if me {
             objs.iter().map(encode).collect::<Result<_>>()?
@@ -197,14 +190,7 @@ impl World {
         };
         self.broadcast(&payload, None, Some(&g), false, Some(root))?;
         if !me {
-            payload.read(|b: &[u8]| -> Result<()> {
-                let mut off = 0;
-                for (slot, s) in objs.iter_mut().zip(&sizes) {
-                    *slot = decode(&b[off..off + s])?;
-                    off += s;
-                }
-                Ok(())
-            })??;
+            decode_concat(&payload, &sizes, objs)?;
         }
         Ok(())
     }
@@ -226,7 +212,7 @@ impl World {
             return Ok(None);
         };
         let g = GroupMember::Group(pg.clone());
-        let root = self.obj_root(&pg, src, group_src)?;
+        let root = self.root_or_global0(&pg, src, group_src)?;
         let me = pg.rank() == root;
         let encoded: Vec<Vec<u8>> = match (me, scatter_list) {
             (true, Some(l)) => l.iter().map(encode).collect::<Result<_>>()?,
@@ -237,6 +223,10 @@ impl World {
             }
             (false, _) => Vec::new(),
         };
+        let size_ins: Vec<Tensor> = encoded
+            .iter()
+            .map(|b| Tensor::from_vec(vec![b.len() as i64]))
+            .collect();
         let max = Tensor::from_vec(vec![encoded
             .iter()
             .map(|b| b.len() as i64)
@@ -245,7 +235,7 @@ impl World {
         self.broadcast(&max, None, Some(&g), false, Some(root))?;
         let max = peer_sizes(max.to_vec::<i64>()?)?[0];
         let out = Tensor::zeros(DType::U8, &[max]);
-        let ins: Vec<Tensor> = encoded.iter().map(|b| padded(b, max)).collect();
+        let ins: Vec<Tensor> = encoded.into_iter().map(|b| padded(b, max)).collect();
         self.scatter(
             &out,
             me.then_some(ins.as_slice()),
@@ -255,10 +245,6 @@ impl World {
             Some(root),
         )?;
         let size_out = Tensor::zeros(DType::I64, &[1]);
-        let size_ins: Vec<Tensor> = encoded
-            .iter()
-            .map(|b| Tensor::from_vec(vec![b.len() as i64]))
-            .collect();
         self.scatter(
             &size_out,
             me.then_some(size_ins.as_slice()),
@@ -320,14 +306,7 @@ impl World {
         let payload = Tensor::zeros(DType::U8, &[sizes.iter().sum()]);
         let from = self.get_group_rank(&pg, sender as usize)?;
         self.recv(&payload, None, Some(&g), 0, Some(from))?;
-        payload.read(|b: &[u8]| -> Result<()> {
-            let mut off = 0;
-            for (slot, s) in objs.iter_mut().zip(&sizes) {
-                *slot = decode(&b[off..off + s])?;
-                off += s;
-            }
-            Ok(())
-        })??;
+        decode_concat(&payload, &sizes, objs)?;
         Ok(sender)
     }
 }

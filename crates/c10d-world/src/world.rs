@@ -1290,17 +1290,7 @@ impl World {
     /// # Errors
     /// Not initialized; "Invalid process group specified"; −1 groups: "Invalid process group specified".
     pub fn get_backend(&self, group: Option<&GroupMember>) -> Result<String> {
-        let g = match group {
-            Some(GroupMember::NonGroupMember) => {
-                return Err(DistError::invalid("Invalid process group specified"))
-            }
-            Some(GroupMember::Group(g)) => g.clone(),
-            None => self.world_group()?,
-        };
-        self.lock()
-            .entry(&g)
-            .map(|e| e.backend_name.clone())
-            .ok_or_else(|| DistError::invalid("Invalid process group specified"))
+        self.with_group_entry(group, |e| e.backend_name.clone())
     }
 
     /// `get_backend_config(group)`: "cpu:gloo,cuda:gloo" style string.
@@ -1308,6 +1298,16 @@ impl World {
     /// # Errors
     /// As [`World::get_backend`].
     pub fn get_backend_config(&self, group: Option<&GroupMember>) -> Result<String> {
+        self.with_group_entry(group, |e| e.config.to_string())
+    }
+
+    /// `f` on the registry entry of `group` (None = WORLD); "Invalid process group specified"
+    /// for a non-member or an unregistered group.
+    fn with_group_entry<R>(
+        &self,
+        group: Option<&GroupMember>,
+        f: impl FnOnce(&GroupEntry) -> R,
+    ) -> Result<R> {
         let g = match group {
             Some(GroupMember::NonGroupMember) => {
                 return Err(DistError::invalid("Invalid process group specified"))
@@ -1317,7 +1317,7 @@ impl World {
         };
         self.lock()
             .entry(&g)
-            .map(|e| e.config.to_string())
+            .map(f)
             .ok_or_else(|| DistError::invalid("Invalid process group specified"))
     }
 
