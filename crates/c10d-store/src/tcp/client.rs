@@ -2,7 +2,7 @@
 //! optionally owning the server (`is_master`).
 
 use super::protocol::{
-    cmd, put_bytes, put_i64, put_keys, STOP_WAITING, VALIDATE_MAGIC, WAIT_CANCELED,
+    cmd, put_bytes, put_i64, put_keys, put_u64, STOP_WAITING, VALIDATE_MAGIC, WAIT_CANCELED,
 };
 use super::server::{self, ServerHandle, ServerOptions, TcpStoreServer};
 use crate::store::{Store, DEFAULT_STORE_TIMEOUT};
@@ -70,6 +70,16 @@ fn err_broken(desc: &str, why: &str) -> DistError {
     ))
 }
 
+/// Timeout of plain request I/O for a store timeout `t`: `t`, or the 300 s default when `t` is
+/// zero (PyTorch's "do not wait" applies to WAIT only).
+fn io_timeout_for(t: Duration) -> Duration {
+    if t.is_zero() {
+        DEFAULT_STORE_TIMEOUT
+    } else {
+        t
+    }
+}
+
 /// The first interval of PyTorch's `ExponentialBackoffWithJitter`.
 const BACKOFF_INITIAL: Duration = Duration::from_millis(500);
 const BACKOFF_MAX: Duration = Duration::from_secs(60);
@@ -120,12 +130,7 @@ impl Client {
             let last = match attempt {
                 Ok(c) => {
                     // Later writes get the store timeout (the handshake used the connect budget).
-                    let io_t = if timeout.is_zero() {
-                        DEFAULT_STORE_TIMEOUT
-                    } else {
-                        timeout
-                    };
-                    c.sock.set_write_timeout(Some(io_t))?;
+                    c.sock.set_write_timeout(Some(io_timeout_for(timeout)))?;
                     return Ok(c);
                 }
                 Err(a) => a,
@@ -242,6 +247,16 @@ impl Client {
         }
     }
 
+    /// Encodes a request with `f` into the reusable request buffer and sends it.
+    fn send_with(&mut self, f: impl FnOnce(&mut Vec<u8>)) -> Result<()> {
+        let mut b = std::mem::take(&mut self.buf);
+        b.clear();
+        f(&mut b);
+        let r = self.send(&b);
+        self.buf = b;
+        r
+    }
+
     fn eof_error(&mut self) -> DistError {
         let e = DistError::network(format!(
             "Failed to recv, got 0 bytes. Connection was likely closed. Did the remote server shutdown or crash? (server {})",
@@ -343,13 +358,12 @@ impl Client {
     fn recv_bytes(&mut self) -> Result<Vec<u8>> {
         let len = self.recv_i64()? as u64;
         let mut v = Vec::with_capacity((len as usize).min(1 << 20));
-        let mut left = len;
-        let mut chunk = [0u8; 64 * 1024];
-        while left > 0 {
-            let n = (left as usize).min(chunk.len());
-            self.read_exact(&mut chunk[..n])?;
-            v.extend_from_slice(&chunk[..n]);
-            left -= n as u64;
+        // Grow by at most what already arrived (64 KiB first), reading straight into `v`.
+        while (v.len() as u64) < len {
+            let have = v.len();
+            let step = (len - have as u64).min(have.max(64 * 1024) as u64) as usize;
+            v.resize(have + step, 0);
+            self.read_exact(&mut v[have..])?;
         }
         Ok(v)
     }
@@ -404,13 +418,10 @@ impl Client {
         timeout: Duration,
         io_timeout: Duration,
     ) -> Result<bool> {
-        let mut b = std::mem::take(&mut self.buf);
-        b.clear();
-        b.push(cmd::WAIT);
-        put_keys(&mut b, keys);
-        let r = self.send(&b);
-        self.buf = b;
-        r?;
+        self.send_with(|b| {
+            b.push(cmd::WAIT);
+            put_keys(b, keys);
+        })?;
         self.finish_wait(timeout, io_timeout)
     }
 
@@ -470,6 +481,13 @@ fn wire_key(key: &str) -> Vec<u8> {
     k.push(b'/');
     k.extend_from_slice(key.as_bytes());
     k
+}
+
+/// Appends `wire_key(key)` as a length-prefixed string without building it first.
+fn put_wire_key(out: &mut Vec<u8>, key: &str) {
+    put_u64(out, key.len() as u64 + 1);
+    out.push(b'/');
+    out.extend_from_slice(key.as_bytes());
 }
 
 impl TcpStore {
@@ -555,12 +573,13 @@ impl TcpStore {
         let start = Instant::now();
         loop {
             let n = {
-                let mut c = self.lock();
-                let mut b = vec![cmd::GET];
-                put_bytes(&mut b, b"init/");
-                c.set_rcvtimeo(self.io_timeout())?;
-                c.send(&b)?;
-                let v = c.recv_bytes()?;
+                let v = self.request(
+                    |b| {
+                        b.push(cmd::GET);
+                        put_bytes(b, b"init/");
+                    },
+                    Client::recv_bytes,
+                )?;
                 super::protocol::parse_stoll(&v).unwrap_or(0)
             };
             if n >= ws as i64 {
@@ -601,12 +620,7 @@ impl TcpStore {
     }
 
     fn io_timeout(&self) -> Duration {
-        let t = self.timeout();
-        if t.is_zero() {
-            DEFAULT_STORE_TIMEOUT
-        } else {
-            t
-        }
+        io_timeout_for(self.timeout())
     }
 
     /// Runs one request: encode with `f`, send, then read the reply with `r` under the store timeout.
@@ -617,12 +631,7 @@ impl TcpStore {
     ) -> Result<T> {
         let io_t = self.io_timeout();
         let mut c = self.lock();
-        let mut b = std::mem::take(&mut c.buf);
-        b.clear();
-        f(&mut b);
-        let sent = c.send(&b);
-        c.buf = b;
-        sent?;
+        c.send_with(f)?;
         c.set_rcvtimeo(io_t)?;
         r(&mut c)
     }
@@ -662,15 +671,11 @@ impl TcpStore {
 
 impl Store for TcpStore {
     fn set(&self, key: &str, value: &[u8]) -> Result<()> {
-        let mut c = self.lock();
-        let mut b = std::mem::take(&mut c.buf);
-        b.clear();
-        b.push(cmd::SET);
-        put_bytes(&mut b, &wire_key(key));
-        put_bytes(&mut b, value);
-        let r = c.send(&b);
-        c.buf = b;
-        r
+        self.lock().send_with(|b| {
+            b.push(cmd::SET);
+            put_wire_key(b, key);
+            put_bytes(b, value);
+        })
     }
 
     /// WAIT (store timeout) then GET, like PyTorch.
@@ -679,9 +684,10 @@ impl Store for TcpStore {
         let (t, io_t) = (self.timeout(), self.io_timeout());
         let mut c = self.lock();
         Self::wait_wire(&mut c, std::slice::from_ref(&k), t, io_t)?;
-        let mut b = vec![cmd::GET];
-        put_bytes(&mut b, &k);
-        c.send(&b)?;
+        c.send_with(|b| {
+            b.push(cmd::GET);
+            put_bytes(b, &k);
+        })?;
         c.set_rcvtimeo(io_t)?;
         c.recv_bytes()
     }
@@ -694,7 +700,7 @@ impl Store for TcpStore {
         self.request(
             |b| {
                 b.push(cmd::COMPARE_SET);
-                put_bytes(b, &wire_key(key));
+                put_wire_key(b, key);
                 put_bytes(b, expected);
                 put_bytes(b, desired);
             },
@@ -728,7 +734,7 @@ impl Store for TcpStore {
         self.request(
             |b| {
                 b.push(cmd::DELETE_KEY);
-                put_bytes(b, &wire_key(key));
+                put_wire_key(b, key);
             },
             |c| Ok(c.recv_i64()? == 1),
         )
@@ -743,11 +749,11 @@ impl Store for TcpStore {
     }
 
     fn append(&self, key: &str, value: &[u8]) -> Result<()> {
-        let mut c = self.lock();
-        let mut b = vec![cmd::APPEND];
-        put_bytes(&mut b, &wire_key(key));
-        put_bytes(&mut b, value);
-        c.send(&b)
+        self.lock().send_with(|b| {
+            b.push(cmd::APPEND);
+            put_wire_key(b, key);
+            put_bytes(b, value);
+        })
     }
 
     /// One WAIT on all keys (store timeout), then MULTI_GET.
@@ -756,9 +762,10 @@ impl Store for TcpStore {
         let (t, io_t) = (self.timeout(), self.io_timeout());
         let mut c = self.lock();
         Self::wait_wire(&mut c, &ks, t, io_t)?;
-        let mut b = vec![cmd::MULTI_GET];
-        put_keys(&mut b, &ks);
-        c.send(&b)?;
+        c.send_with(|b| {
+            b.push(cmd::MULTI_GET);
+            put_keys(b, &ks);
+        })?;
         c.set_rcvtimeo(io_t)?;
         (0..ks.len()).map(|_| c.recv_bytes()).collect()
     }
@@ -769,22 +776,22 @@ impl Store for TcpStore {
                 "multi_set: keys and values must have the same length",
             ));
         }
-        let mut c = self.lock();
-        let mut b = vec![cmd::MULTI_SET];
-        put_i64(&mut b, keys.len() as i64);
-        for (k, v) in keys.iter().zip(values) {
-            put_bytes(&mut b, &wire_key(k));
-            put_bytes(&mut b, v);
-        }
-        c.send(&b)
+        self.lock().send_with(|b| {
+            b.push(cmd::MULTI_SET);
+            put_u64(b, keys.len() as u64);
+            for (k, v) in keys.iter().zip(values) {
+                put_wire_key(b, k);
+                put_bytes(b, v);
+            }
+        })
     }
 
     fn queue_push(&self, key: &str, value: &[u8]) -> Result<()> {
-        let mut c = self.lock();
-        let mut b = vec![cmd::QUEUE_PUSH];
-        put_bytes(&mut b, &wire_key(key));
-        put_bytes(&mut b, value);
-        c.send(&b)
+        self.lock().send_with(|b| {
+            b.push(cmd::QUEUE_PUSH);
+            put_wire_key(b, key);
+            put_bytes(b, value);
+        })
     }
 
     /// With `block`, WAIT (store timeout) then QUEUE_POP; an empty reply raises
@@ -796,9 +803,10 @@ impl Store for TcpStore {
         if block {
             Self::wait_wire(&mut c, std::slice::from_ref(&k), t, io_t)?;
         }
-        let mut b = vec![cmd::QUEUE_POP];
-        put_bytes(&mut b, &k);
-        c.send(&b)?;
+        c.send_with(|b| {
+            b.push(cmd::QUEUE_POP);
+            put_bytes(b, &k);
+        })?;
         c.set_rcvtimeo(io_t)?;
         let len = c.recv_i64()?;
         if len <= 0 {
@@ -811,7 +819,7 @@ impl Store for TcpStore {
         self.request(
             |b| {
                 b.push(cmd::QUEUE_LEN);
-                put_bytes(b, &wire_key(key));
+                put_wire_key(b, key);
             },
             |c| c.recv_i64(),
         )
@@ -846,10 +854,11 @@ impl Store for TcpStore {
     fn barrier(&self, key: &str, world_size: usize, timeout: Duration) -> Result<()> {
         let io_t = self.io_timeout();
         let mut c = self.lock();
-        let mut b = vec![cmd::BARRIER];
-        put_bytes(&mut b, &wire_key(key));
-        put_i64(&mut b, world_size as i64);
-        c.send(&b)?;
+        c.send_with(|b| {
+            b.push(cmd::BARRIER);
+            put_wire_key(b, key);
+            put_i64(b, world_size as i64);
+        })?;
         if c.finish_wait(timeout, io_t)? {
             Ok(())
         } else {
@@ -872,15 +881,7 @@ impl Store for TcpStore {
     /// server alive as long as it lives.
     fn clone_store(&self) -> Result<Arc<dyn Store>> {
         let t = self.timeout();
-        let client = Client::connect(
-            &self.host,
-            self.port,
-            if t.is_zero() {
-                DEFAULT_STORE_TIMEOUT
-            } else {
-                t
-            },
-        )?;
+        let client = Client::connect(&self.host, self.port, io_timeout_for(t))?;
         Ok(Arc::new(TcpStore {
             host: self.host.clone(),
             port: self.port,
