@@ -82,6 +82,39 @@ impl StoreBackend {
         t.unwrap_or_else(|| *self.timeout.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
+    /// The root's list argument of gather (`output`) / scatter (`input`): one list of group-size
+    /// tensors on the root, nothing elsewhere.
+    fn check_root_list(
+        &self,
+        op: &str,
+        what: &str,
+        lists: &[Vec<Tensor>],
+        root: usize,
+    ) -> Result<()> {
+        if self.rank != root {
+            if !lists.is_empty() {
+                return Err(DistError::invalid(format!(
+                    "StoreBackend::{op}: requires empty {what} on non-root"
+                )));
+            }
+            return Ok(());
+        }
+        if lists.len() != 1 {
+            return Err(DistError::invalid(format!(
+                "StoreBackend::{op}: requires a single-element {what} list"
+            )));
+        }
+        if lists[0].len() != self.size {
+            let cap = what[..1].to_ascii_uppercase() + &what[1..];
+            return Err(DistError::invalid(format!(
+                "StoreBackend::{op}: Incorrect {what} list size {}. {cap} list size should be {}.",
+                lists[0].len(),
+                self.size
+            )));
+        }
+        Ok(())
+    }
+
     fn begin(&self, op: OpType) -> Result<(u64, u64)> {
         if self.closed.load(Ordering::SeqCst) {
             return Err(DistError::backend(format!(
@@ -458,24 +491,7 @@ impl Backend for StoreBackend {
                 "StoreBackend::gather: requires a single-element input tensor list",
             ));
         }
-        if self.rank == opts.root_rank {
-            if outputs.len() != 1 {
-                return Err(DistError::invalid(
-                    "StoreBackend::gather: requires a single-element output list",
-                ));
-            }
-            if outputs[0].len() != self.size {
-                return Err(DistError::invalid(format!(
-                    "StoreBackend::gather: Incorrect output list size {}. Output list size should be {}.",
-                    outputs[0].len(),
-                    self.size
-                )));
-            }
-        } else if !outputs.is_empty() {
-            return Err(DistError::invalid(
-                "StoreBackend::gather: requires empty output on non-root",
-            ));
-        }
+        self.check_root_list("gather", "output", outputs, opts.root_rank)?;
         let (seq, cs) = self.begin(OpType::Gather)?;
         let to = self.to(opts.timeout);
         run(
@@ -505,24 +521,7 @@ impl Backend for StoreBackend {
                 "StoreBackend::scatter: requires a single-element output tensor list",
             ));
         }
-        if self.rank == opts.root_rank {
-            if inputs.len() != 1 {
-                return Err(DistError::invalid(
-                    "StoreBackend::scatter: requires a single-element input list",
-                ));
-            }
-            if inputs[0].len() != self.size {
-                return Err(DistError::invalid(format!(
-                    "StoreBackend::scatter: Incorrect input list size {}. Input list size should be {}.",
-                    inputs[0].len(),
-                    self.size
-                )));
-            }
-        } else if !inputs.is_empty() {
-            return Err(DistError::invalid(
-                "StoreBackend::scatter: requires empty input on non-root",
-            ));
-        }
+        self.check_root_list("scatter", "input", inputs, opts.root_rank)?;
         let (seq, cs) = self.begin(OpType::Scatter)?;
         let to = self.to(opts.timeout);
         run(OpType::Scatter, seq, outputs.to_vec(), || {
