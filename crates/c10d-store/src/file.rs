@@ -55,6 +55,12 @@ enum OpenMode {
     Write,
 }
 
+/// True once a poll loop started at `start` has run past `timeout` (zero = never: PyTorch's
+/// `kNoTimeout`).
+fn expired(start: Instant, timeout: Duration) -> bool {
+    !timeout.is_zero() && start.elapsed() > timeout
+}
+
 /// An open file holding a `flock(2)`; the lock is released (`LOCK_UN`) before the file closes.
 struct LockedFile {
     file: File,
@@ -80,10 +86,7 @@ impl LockedFile {
             }
             match opts.open(path) {
                 Ok(f) => break f,
-                Err(e)
-                    if e.kind() == io::ErrorKind::NotFound
-                        && (timeout.is_zero() || start.elapsed() <= timeout) =>
-                {
+                Err(e) if e.kind() == io::ErrorKind::NotFound && !expired(start, timeout) => {
                     std::thread::sleep(POLL);
                 }
                 Err(e) => return Err(io_err(path, "open", &e)),
@@ -267,6 +270,10 @@ impl FileStore {
             let (value, next) = read_field(&buf, next).ok_or_else(corrupt)?;
             if let Some(erased) = key.strip_prefix(DELETE_PREFIX.as_bytes()) {
                 cache.map.remove(erased);
+            } else if let Some(v) = cache.map.get_mut(key) {
+                // Rewrites (counters above all) reuse the entry: no key copy.
+                v.clear();
+                v.extend_from_slice(value);
             } else {
                 cache.map.insert(key.to_vec(), value.to_vec());
             }
@@ -329,7 +336,7 @@ impl Store for FileStore {
         let timeout = self.timeout();
         let start = Instant::now();
         loop {
-            if !timeout.is_zero() && start.elapsed() > timeout {
+            if expired(start, timeout) {
                 return Err(DistError::store(format!(
                     "Timeout waiting for key: {key} after {} ms",
                     timeout.as_millis()
@@ -338,12 +345,10 @@ impl Store for FileStore {
             {
                 let mut cache = self.cache();
                 let mut file = self.open(OpenMode::Read)?;
-                let size = file.size().map_err(|e| io_err(&self.path, "stat", &e))?;
-                if cache.map.contains_key(&rk) || size != cache.pos {
-                    self.refresh(&mut file, &mut cache)?;
-                    if let Some(v) = cache.map.get(&rk) {
-                        return Ok(v.clone());
-                    }
+                // Replays only a grown (or replaced) file; unchanged, it costs one fstat.
+                self.refresh(&mut file, &mut cache)?;
+                if let Some(v) = cache.map.get(&rk) {
+                    return Ok(v.clone());
                 }
             }
             // Lock, file and cache are released while sleeping so other threads of this
@@ -383,7 +388,7 @@ impl Store for FileStore {
         let keys: Vec<Vec<u8>> = keys.iter().map(|k| regular_key(k)).collect();
         let start = Instant::now();
         while !self.check_raw(&keys)? {
-            if !timeout.is_zero() && start.elapsed() > timeout {
+            if expired(start, timeout) {
                 return Err(DistError::store("Wait timeout"));
             }
             std::thread::sleep(POLL);
