@@ -39,6 +39,97 @@ impl CollOp {
             CollOp::ReduceScatterTensor(..) => "reduce_scatter_tensor",
         }
     }
+
+    /// Issues this op alone (a backend without the fused op).
+    fn launch(&self, pg: &ProcessGroup, async_op: bool) -> Result<Work> {
+        match self {
+            CollOp::AllReduce(t, op) => pg.all_reduce(
+                std::slice::from_ref(t),
+                &AllreduceOptions {
+                    reduce_op: *op,
+                    timeout: None,
+                    async_op,
+                },
+            ),
+            CollOp::AllGatherIntoTensor(out, inp) => pg.all_gather_into_tensor(
+                out,
+                inp,
+                &AllgatherOptions {
+                    timeout: None,
+                    async_op,
+                },
+            ),
+            CollOp::ReduceScatterTensor(out, inp, op) => pg.reduce_scatter_tensor(
+                out,
+                inp,
+                &ReduceScatterOptions {
+                    reduce_op: *op,
+                    timeout: None,
+                    async_op,
+                },
+            ),
+        }
+    }
+
+    /// Issues `ops` (non-empty, all of `ops[0]`'s kind) as one coalesced op.
+    fn launch_fused(pg: &ProcessGroup, ops: &[CollOp], async_op: bool) -> Result<Work> {
+        match &ops[0] {
+            CollOp::AllReduce(_, op) => {
+                let mut ts = Vec::new();
+                for o in ops {
+                    if let CollOp::AllReduce(t, o2) = o {
+                        if o2 != op {
+                            return Err(DistError::invalid("coalescing_manager: all_reduce ops with different reduce ops cannot be coalesced"));
+                        }
+                        ts.push(t.clone());
+                    }
+                }
+                pg.all_reduce_coalesced(
+                    &ts,
+                    &AllreduceOptions {
+                        reduce_op: *op,
+                        timeout: None,
+                        async_op,
+                    },
+                )
+            }
+            CollOp::AllGatherIntoTensor(..) => {
+                let (mut outs, mut ins) = (Vec::new(), Vec::new());
+                for o in ops {
+                    if let CollOp::AllGatherIntoTensor(out, inp) = o {
+                        outs.push(out.clone());
+                        ins.push(inp.clone());
+                    }
+                }
+                pg.all_gather_into_tensor_coalesced(
+                    &outs,
+                    &ins,
+                    &AllgatherOptions {
+                        timeout: None,
+                        async_op,
+                    },
+                )
+            }
+            CollOp::ReduceScatterTensor(_, _, op) => {
+                let (mut outs, mut ins) = (Vec::new(), Vec::new());
+                for o in ops {
+                    if let CollOp::ReduceScatterTensor(out, inp, _) = o {
+                        outs.push(out.clone());
+                        ins.push(inp.clone());
+                    }
+                }
+                pg.reduce_scatter_tensor_coalesced(
+                    &outs,
+                    &ins,
+                    &ReduceScatterOptions {
+                        reduce_op: *op,
+                        timeout: None,
+                        async_op,
+                    },
+                )
+            }
+        }
+    }
 }
 
 /// The works of a coalescing block (`_CoalescingManager`).
@@ -271,11 +362,16 @@ impl World {
         self.group_rank_of(pg, global, group_rank)
     }
 
-    fn coalescing_for(&self, pg: &ProcessGroup) -> bool {
-        self.lock()
-            .coalescing
-            .as_ref()
-            .is_some_and(|c| c.pg.ptr_eq(pg))
+    /// Inside a [`World::coalescing_manager`] block on `pg`: records `op` for the fused launch
+    /// at the block's end and returns true; otherwise false.
+    fn defer_if_coalescing(&self, pg: &ProcessGroup, op: impl FnOnce() -> CollOp) -> bool {
+        match self.lock().coalescing.as_mut() {
+            Some(c) if c.pg.ptr_eq(pg) => {
+                c.ops.push(op());
+                true
+            }
+            _ => false,
+        }
     }
 
     fn record_work(&self, pg: &ProcessGroup, w: &Work) {
@@ -326,10 +422,7 @@ impl World {
         let Some(pg) = self.op_group(group, "all_reduce")? else {
             return Ok(None);
         };
-        if self.coalescing_for(&pg) {
-            if let Some(c) = self.lock().coalescing.as_mut() {
-                c.ops.push(CollOp::AllReduce(tensor.clone(), op));
-            }
+        if self.defer_if_coalescing(&pg, || CollOp::AllReduce(tensor.clone(), op)) {
             return Ok(None);
         }
         let opts = AllreduceOptions {
@@ -461,11 +554,9 @@ impl World {
         let Some(pg) = self.op_group(group, "all_gather_into_tensor")? else {
             return Ok(None);
         };
-        if self.coalescing_for(&pg) {
-            if let Some(c) = self.lock().coalescing.as_mut() {
-                c.ops
-                    .push(CollOp::AllGatherIntoTensor(output.clone(), input.clone()));
-            }
+        if self.defer_if_coalescing(&pg, || {
+            CollOp::AllGatherIntoTensor(output.clone(), input.clone())
+        }) {
             return Ok(None);
         }
         let w = pg.all_gather_into_tensor(
@@ -702,14 +793,9 @@ impl World {
         let Some(pg) = self.op_group(group, "reduce_scatter_tensor")? else {
             return Ok(None);
         };
-        if self.coalescing_for(&pg) {
-            if let Some(c) = self.lock().coalescing.as_mut() {
-                c.ops.push(CollOp::ReduceScatterTensor(
-                    output.clone(),
-                    input.clone(),
-                    op,
-                ));
-            }
+        if self.defer_if_coalescing(&pg, || {
+            CollOp::ReduceScatterTensor(output.clone(), input.clone(), op)
+        }) {
             return Ok(None);
         }
         let opts = ReduceScatterOptions {
@@ -1042,96 +1128,14 @@ impl World {
                     bad.name()
                 )));
             }
-            let fused = match op0 {
-                CollOp::AllReduce(_, op) => {
-                    let mut ts = Vec::new();
-                    for o in &state.ops {
-                        if let CollOp::AllReduce(t, o2) = o {
-                            if o2 != op {
-                                return Err(DistError::invalid("coalescing_manager: all_reduce ops with different reduce ops cannot be coalesced"));
-                            }
-                            ts.push(t.clone());
-                        }
-                    }
-                    pg.all_reduce_coalesced(
-                        &ts,
-                        &AllreduceOptions {
-                            reduce_op: *op,
-                            timeout: None,
-                            async_op: async_ops,
-                        },
-                    )
-                }
-                CollOp::AllGatherIntoTensor(..) => {
-                    let (mut outs, mut ins) = (Vec::new(), Vec::new());
-                    for o in &state.ops {
-                        if let CollOp::AllGatherIntoTensor(out, inp) = o {
-                            outs.push(out.clone());
-                            ins.push(inp.clone());
-                        }
-                    }
-                    pg.all_gather_into_tensor_coalesced(
-                        &outs,
-                        &ins,
-                        &AllgatherOptions {
-                            timeout: None,
-                            async_op: async_ops,
-                        },
-                    )
-                }
-                CollOp::ReduceScatterTensor(_, _, op) => {
-                    let (mut outs, mut ins) = (Vec::new(), Vec::new());
-                    for o in &state.ops {
-                        if let CollOp::ReduceScatterTensor(out, inp, _) = o {
-                            outs.push(out.clone());
-                            ins.push(inp.clone());
-                        }
-                    }
-                    pg.reduce_scatter_tensor_coalesced(
-                        &outs,
-                        &ins,
-                        &ReduceScatterOptions {
-                            reduce_op: *op,
-                            timeout: None,
-                            async_op: async_ops,
-                        },
-                    )
-                }
-            };
+            let fused = CollOp::launch_fused(&pg, &state.ops, async_ops);
             match fused {
                 Ok(w) => works.push(w),
                 // A backend without the fused op: issue the recorded ops one by one, in order
                 // (every rank takes the same branch, as the backend is the same everywhere).
                 Err(e) if e.kind() == c10d_core::ErrorKind::Unsupported => {
                     for o in &state.ops {
-                        let w = match o {
-                            CollOp::AllReduce(t, op) => pg.all_reduce(
-                                std::slice::from_ref(t),
-                                &AllreduceOptions {
-                                    reduce_op: *op,
-                                    timeout: None,
-                                    async_op: async_ops,
-                                },
-                            )?,
-                            CollOp::AllGatherIntoTensor(out, inp) => pg.all_gather_into_tensor(
-                                out,
-                                inp,
-                                &AllgatherOptions {
-                                    timeout: None,
-                                    async_op: async_ops,
-                                },
-                            )?,
-                            CollOp::ReduceScatterTensor(out, inp, op) => pg.reduce_scatter_tensor(
-                                out,
-                                inp,
-                                &ReduceScatterOptions {
-                                    reduce_op: *op,
-                                    timeout: None,
-                                    async_op: async_ops,
-                                },
-                            )?,
-                        };
-                        works.push(w);
+                        works.push(o.launch(&pg, async_ops)?);
                     }
                 }
                 Err(e) => return Err(e),
