@@ -2,7 +2,7 @@
 
 use c10d_core::{DistError, Result};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// `Store::kDefaultTimeout`: 300 seconds.
 pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_secs(300);
@@ -183,22 +183,7 @@ pub trait Store: Send + Sync {
     /// # Errors
     /// [`DistError::Store`] "barrier timeout after {ms}ms, key: {key}" when not all arrive in time.
     fn barrier(&self, key: &str, world_size: usize, timeout: Duration) -> Result<()> {
-        let n = self.add(key, 1)?;
-        let done_key = format!("{key}/done");
-        if n as usize >= world_size {
-            return self.set(&done_key, b"1");
-        }
-        self.wait_timeout(&[done_key.as_str()], timeout)
-            .map_err(|e| {
-                if e.is_store_error() {
-                    DistError::store(format!(
-                        "barrier timeout after {}ms, key: {key}",
-                        timeout.as_millis()
-                    ))
-                } else {
-                    e
-                }
-            })
+        store_barrier(self, key, world_size, timeout)
     }
 }
 
@@ -208,8 +193,8 @@ pub trait Store: Send + Sync {
 ///
 /// # Errors
 /// [`DistError::Store`] "barrier timeout after {ms}ms, key: {key}" when not all arrive in time.
-pub fn store_barrier(
-    store: &dyn Store,
+pub fn store_barrier<S: Store + ?Sized>(
+    store: &S,
     key: &str,
     world_size: usize,
     timeout: Duration,
@@ -217,19 +202,15 @@ pub fn store_barrier(
     let n = store.add(key, 1)?;
     let done_key = format!("{key}/done");
     if n as usize >= world_size {
-        store.set(&done_key, b"1")?;
-        return Ok(());
+        return store.set(&done_key, b"1");
     }
-    let start = Instant::now();
     store
         .wait_timeout(&[done_key.as_str()], timeout)
         .map_err(|e| {
             if e.is_store_error() {
                 DistError::store(format!(
                     "barrier timeout after {}ms, key: {key}",
-                    timeout
-                        .as_millis()
-                        .max(start.elapsed().as_millis().min(timeout.as_millis()))
+                    timeout.as_millis()
                 ))
             } else {
                 e
