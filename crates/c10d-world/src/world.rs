@@ -234,6 +234,13 @@ impl State {
     fn entry_mut(&mut self, pg: &ProcessGroup) -> Option<&mut GroupEntry> {
         self.groups.iter_mut().find(|e| e.pg.ptr_eq(pg))
     }
+    /// The default group's entry; "Default process group has not been initialized" without one.
+    fn default_entry(&self) -> Result<&GroupEntry> {
+        self.default_pg
+            .as_ref()
+            .and_then(|pg| self.entry(pg))
+            .ok_or_else(|| DistError::invalid(NOT_INITIALIZED))
+    }
     fn is_world(&self, pg: &ProcessGroup) -> bool {
         self.default_pg.as_ref().is_some_and(|d| d.ptr_eq(pg))
     }
@@ -491,14 +498,8 @@ impl World {
     ) -> Result<GroupMember> {
         let (default_pg, default_backend, default_store) = {
             let st = self.lock();
-            let pg = st
-                .default_pg
-                .clone()
-                .ok_or_else(|| DistError::invalid(NOT_INITIALIZED))?;
-            let e = st
-                .entry(&pg)
-                .ok_or_else(|| DistError::invalid(NOT_INITIALIZED))?;
-            (pg.clone(), e.backend_name.clone(), e.store.clone())
+            let e = st.default_entry()?;
+            (e.pg.clone(), e.backend_name.clone(), e.store.clone())
         };
         let device_id = match (opts.device_id, default_pg.bound_device_id()) {
             (None, d) => d,
@@ -528,7 +529,7 @@ impl World {
                 }
             }
         }
-        let (ranks, group_size, group_rank) = match ranks {
+        let (ranks, group_rank) = match ranks {
             Some(r) => {
                 let mut r = r.to_vec();
                 if opts.sort_ranks {
@@ -557,14 +558,9 @@ impl World {
                 }
                 let r: Vec<usize> = r.into_iter().map(|x| x as usize).collect();
                 let gr = r.iter().position(|&x| x == global_rank);
-                let n = r.len();
-                (r, n, gr)
+                (r, gr)
             }
-            None => (
-                (0..world_size).collect::<Vec<_>>(),
-                world_size,
-                Some(global_rank),
-            ),
+            None => ((0..world_size).collect::<Vec<_>>(), Some(global_rank)),
         };
         let group_name = {
             let mut st = self.lock();
@@ -572,7 +568,7 @@ impl World {
             opts.group_name.clone().unwrap_or(generated)
         };
         let (member, pg_store) = self.new_process_group_helper(NewPg {
-            group_size,
+            group_size: ranks.len(),
             group_rank,
             global_ranks: ranks.clone(),
             backend: backend.clone(),
@@ -716,14 +712,8 @@ impl World {
         }
         let (default_pg, default_store, parent, parent_entry) = {
             let st = self.lock();
-            let d = st
-                .default_pg
-                .clone()
-                .ok_or_else(|| DistError::invalid(NOT_INITIALIZED))?;
-            let ds = st
-                .entry(&d)
-                .map(|e| e.store.clone())
-                .ok_or_else(|| DistError::invalid(NOT_INITIALIZED))?;
+            let de = st.default_entry()?;
+            let (d, ds) = (de.pg.clone(), de.store.clone());
             let parent = parent.cloned().unwrap_or_else(|| d.clone());
             let pe = st
                 .entry(&parent)
@@ -1145,14 +1135,7 @@ impl World {
     /// # Errors
     /// Not initialized.
     pub fn default_store(&self) -> Result<Arc<dyn Store>> {
-        let st = self.lock();
-        let pg = st
-            .default_pg
-            .as_ref()
-            .ok_or_else(|| DistError::invalid(NOT_INITIALIZED))?;
-        st.entry(pg)
-            .map(|e| e.store.clone())
-            .ok_or_else(|| DistError::invalid(NOT_INITIALIZED))
+        Ok(self.lock().default_entry()?.store.clone())
     }
 
     /// The store recorded for a group (`_world.pg_map[pg][1]`).
