@@ -19,7 +19,7 @@
 //! cargo run --release -p c10d-store --bin c10d-store-bench -- [--python PY] [--seconds S]
 //! ```
 
-use c10d_store::tcp::protocol::{cmd, put_bytes, put_i64, put_keys, VALIDATE_MAGIC};
+use c10d_store::tcp::protocol::{Request, VALIDATE_MAGIC};
 use c10d_store::{ServerOptions, Store, TcpStore, TcpStoreOptions, TcpStoreServer};
 use clap::Parser;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -218,11 +218,6 @@ fn python_throughput(py: &str, port: u16, n: usize, secs: f64) -> Result<f64, St
         .map_err(|e| format!("python clients output: {e}"))
 }
 
-fn read_exact(s: &mut TcpStream, b: &mut [u8]) -> std::io::Result<()> {
-    s.read_exact(b)
-}
-
-/// The rendezvous: returns seconds from the first connect until every client saw "go".
 /// Outcome of a rendezvous run.
 struct Rdv {
     secs: f64,
@@ -232,6 +227,7 @@ struct Rdv {
     complete: bool,
 }
 
+/// The rendezvous: returns seconds from the first connect until every client saw "go".
 fn rendezvous(port: u16, n: usize, threads: usize, cap: Duration) -> Result<Rdv, String> {
     let key = format!("/rdv{}", std::process::id());
     let joined = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -254,15 +250,10 @@ fn rendezvous(port: u16, n: usize, threads: usize, cap: Duration) -> Result<Rdv,
                 bar.wait();
                 let t0 = Instant::now();
                 let verbose = t == 0 && std::env::var_os("C10D_BENCH_VERBOSE").is_some();
-                let mut hello = vec![cmd::VALIDATE];
-                hello.extend_from_slice(&VALIDATE_MAGIC.to_le_bytes());
-                hello.push(cmd::PING);
-                hello.extend_from_slice(&std::process::id().to_le_bytes());
-                let mut add = vec![cmd::ADD];
-                put_bytes(&mut add, key.as_bytes());
-                put_i64(&mut add, 1);
-                let mut wait = vec![cmd::WAIT];
-                put_keys(&mut wait, &[go.as_bytes()]);
+                let mut hello = Request::Validate(VALIDATE_MAGIC).encode();
+                Request::Ping(std::process::id()).encode_into(&mut hello);
+                let add = Request::Add(key.clone().into_bytes(), 1).encode();
+                let wait = Request::Wait(vec![go.clone().into_bytes()]).encode();
                 let mut socks = Vec::with_capacity(mine);
                 // Each client in turn: connect, handshake, add (what TCPStore's constructor and
                 // `add` do), then park a WAIT on "go"; the last arrival sets "go".
@@ -276,15 +267,14 @@ fn rendezvous(port: u16, n: usize, threads: usize, cap: Duration) -> Result<Rdv,
                     s.set_read_timeout(Some(Duration::from_secs(300)))?;
                     s.write_all(&hello)?;
                     let mut b = [0u8; 4];
-                    read_exact(&mut s, &mut b)?;
+                    s.read_exact(&mut b)?;
                     s.write_all(&add)?;
                     let mut b = [0u8; 8];
-                    read_exact(&mut s, &mut b)?;
+                    s.read_exact(&mut b)?;
                     if i64::from_le_bytes(b) == n as i64 {
-                        let mut set = vec![cmd::SET];
-                        put_bytes(&mut set, go.as_bytes());
-                        put_bytes(&mut set, b"1");
-                        s.write_all(&set)?;
+                        s.write_all(
+                            &Request::Set(go.clone().into_bytes(), b"1".to_vec()).encode(),
+                        )?;
                     }
                     s.write_all(&wait)?;
                     joined.fetch_add(1, Ordering::Relaxed);
@@ -304,7 +294,7 @@ fn rendezvous(port: u16, n: usize, threads: usize, cap: Duration) -> Result<Rdv,
                 }
                 for s in &mut socks {
                     let mut b = [0u8; 1];
-                    read_exact(s, &mut b)?;
+                    s.read_exact(&mut b)?;
                     if b[0] != 0 {
                         return Err(std::io::Error::other("bad STOP_WAITING"));
                     }
