@@ -229,11 +229,9 @@ impl DetailWrapper {
     }
 
     fn allgather_i64(&self, data: Vec<i64>) -> Result<Vec<Vec<i64>>> {
-        let n = self.helper.size();
-        let input = Tensor::from_vec(data.clone());
-        let outs: Vec<Tensor> = (0..n)
-            .map(|_| Tensor::zeros(DType::I64, &[data.len()]))
-            .collect();
+        let (n, len) = (self.helper.size(), data.len());
+        let input = Tensor::from_vec(data);
+        let outs: Vec<Tensor> = (0..n).map(|_| Tensor::zeros(DType::I64, &[len])).collect();
         let opts = AllgatherOptions {
             timeout: Some(self.helper_timeout()),
             async_op: false,
