@@ -709,11 +709,13 @@ impl Store for TcpStore {
     }
 
     fn check(&self, keys: &[&str]) -> Result<bool> {
-        let ks: Vec<Vec<u8>> = keys.iter().map(|k| wire_key(k)).collect();
         self.request(
             |b| {
                 b.push(cmd::CHECK);
-                put_keys(b, &ks);
+                put_u64(b, keys.len() as u64);
+                for k in keys {
+                    put_wire_key(b, k);
+                }
             },
             |c| match c.recv_u8()? {
                 0 => Ok(true),

@@ -234,10 +234,8 @@ impl Partial {
             cmd::MULTI_GET => Request::MultiGet(strs.collect()),
             _ => {
                 // MULTI_SET: pairs.
-                let v: Vec<Bytes> = strs.collect();
-                let mut it = v.into_iter();
-                let mut pairs = Vec::new();
-                while let (Some(k), Some(val)) = (it.next(), it.next()) {
+                let mut pairs = Vec::with_capacity(strs.len() / 2);
+                while let (Some(k), Some(val)) = (strs.next(), strs.next()) {
                     pairs.push((k, val));
                 }
                 Request::MultiSet(pairs)
