@@ -162,11 +162,11 @@ impl StoreBackend {
         self.store.set(&format!("c{cs}/{}", self.rank), &hdr)?;
         let mut out = Vec::with_capacity(self.size);
         for r in 0..self.size {
-            let mut v = if r == self.rank {
-                hdr.clone()
-            } else {
-                self.get(&format!("c{cs}/{r}"), timeout, op, seq, r)?
-            };
+            if r == self.rank {
+                out.push(mine.to_vec());
+                continue;
+            }
+            let mut v = self.get(&format!("c{cs}/{r}"), timeout, op, seq, r)?;
             if v.first() != Some(&op_tag(op)) {
                 return Err(DistError::backend(format!(
                     "StoreBackend {}: rank {} runs {} (seq {seq}) but rank {r} runs another collective",
@@ -211,9 +211,14 @@ impl StoreBackend {
                     b.len()
                 )));
             }
-            let mut c = b.to_vec();
-            prescale(op, dtype, &mut c)?;
-            reduce_into(op.combine_op(), dtype, &mut acc, &c)?;
+            // Only PREMUL_SUM scales a contribution; other ops combine the peer's bytes as they are.
+            if matches!(op, ReduceOp::PremulSum(_)) {
+                let mut c = b.to_vec();
+                prescale(op, dtype, &mut c)?;
+                reduce_into(op.combine_op(), dtype, &mut acc, &c)?;
+            } else {
+                reduce_into(op.combine_op(), dtype, &mut acc, b)?;
+            }
         }
         finalize(op, dtype, &mut acc, self.size)?;
         Ok(acc)
@@ -310,10 +315,7 @@ impl Backend for StoreBackend {
         let to = self.to(opts.timeout);
         run(OpType::Allreduce, seq, tensors.to_vec(), || {
             let n = tensors[0].nbytes();
-            let mut mine = Vec::new();
-            for t in tensors {
-                t.read_bytes(|b| mine.extend_from_slice(b))?;
-            }
+            let mine = Self::bytes_of(tensors)?;
             let all = self.exchange(cs, &mine, to, OpType::Allreduce, seq)?;
             let parts: Vec<&[u8]> = all
                 .iter()
