@@ -145,12 +145,11 @@ impl TcpStoreServer {
                 addr.port()
             )));
         }
-        sock.listen(libc::SOMAXCONN.max(4096)).map_err(|e| {
+        sock.listen(BACKLOG).map_err(|e| {
             DistError::network(format!(
                 "The server socket has failed to listen on master_listen_fd {fd}: {e}"
             ))
         })?;
-        sock.set_nonblocking(true)?;
         let std_l: std::net::TcpListener = sock.into();
         Ok(TcpStoreServer {
             handle: start(std_l, &opts)?,
@@ -172,6 +171,13 @@ impl TcpStoreServer {
     pub fn stop(self) {}
 }
 
+/// Listen backlog: at least 4096 so a large world's simultaneous connects are not dropped.
+const BACKLOG: i32 = if libc::SOMAXCONN > 4096 {
+    libc::SOMAXCONN
+} else {
+    4096
+};
+
 fn listen_error(port: u16, detail: &str) -> DistError {
     DistError::network(format!(
         "The server socket has failed to listen on any local network address. port: {port}, {detail}"
@@ -186,8 +192,7 @@ fn try_bind(addr: SocketAddr, v6only: Option<bool>) -> io::Result<std::net::TcpL
     }
     sock.set_reuse_address(true)?;
     sock.bind(&addr.into())?;
-    sock.listen(libc::SOMAXCONN.max(4096))?;
-    sock.set_nonblocking(true)?;
+    sock.listen(BACKLOG)?;
     Ok(sock.into())
 }
 
@@ -232,6 +237,7 @@ pub(crate) fn start(
     opts: &ServerOptions,
 ) -> Result<Arc<ServerHandle>> {
     let addr = listener.local_addr()?;
+    // The one place every listener (bound here or adopted) is made non-blocking for mio.
     listener.set_nonblocking(true)?;
     let poll = Poll::new()?;
     let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
@@ -274,7 +280,7 @@ pub(crate) fn start(
 
 struct Conn {
     sock: TcpStream,
-    peer: Option<SocketAddr>,
+    peer: SocketAddr,
     validated: bool,
     /// Bytes of the VALIDATE request seen so far (must be exactly `00 ce f7 85 3c`).
     magic_seen: usize,
@@ -397,7 +403,7 @@ impl EventLoop {
                         id,
                         Conn {
                             sock,
-                            peer: Some(peer),
+                            peer,
                             validated: false,
                             magic_seen: 0,
                             decoder: Decoder::new(self.limits),
@@ -425,9 +431,9 @@ impl EventLoop {
     fn close(&mut self, id: usize, why: &str) {
         if let Some(mut c) = self.conns.remove(&id) {
             if why.is_empty() {
-                log::debug!("c10d-store server: client {:?} disconnected", c.peer);
+                log::debug!("c10d-store server: client {} disconnected", c.peer);
             } else {
-                log::warn!("c10d-store server: dropping client {:?}: {why}", c.peer);
+                log::warn!("c10d-store server: dropping client {}: {why}", c.peer);
             }
             let _ = self.poll.registry().deregister(&mut c.sock);
             for k in c.wait_keys.drain(..) {
