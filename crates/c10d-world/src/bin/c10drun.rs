@@ -272,6 +272,14 @@ impl AgentKeys {
     }
 }
 
+/// Tells the other nodes' agents (best effort; single-node runs have no store client) why this
+/// node is stopping.
+fn publish_failure(store: Option<&TcpStore>, keys: &AgentKeys, msg: &str) {
+    if let Some(s) = store {
+        let _ = s.set(&keys.failed, msg.as_bytes());
+    }
+}
+
 fn main() {
     let args = Args::parse();
     std::process::exit(match run(args) {
@@ -435,16 +443,14 @@ fn run(args: Args) -> Result<i32, String> {
                 for _ in 0..workers.len() {
                     let _ = exit_rx.recv_timeout(Duration::from_secs(10));
                 }
-                if let Some(s) = &store {
-                    let _ = s.set(
-                        &keys.failed,
-                        format!(
-                            "rank {rank} on node {} could not start: {e}",
-                            args.node_rank
-                        )
-                        .as_bytes(),
-                    );
-                }
+                publish_failure(
+                    store.as_deref(),
+                    &keys,
+                    &format!(
+                        "rank {rank} on node {} could not start: {e}",
+                        args.node_rank
+                    ),
+                );
                 return Ok(1);
             }
         };
@@ -538,17 +544,15 @@ fn run(args: Args) -> Result<i32, String> {
                 w.signal(sig);
             }
             if stop.is_none() {
-                if let Some(s) = &store {
-                    let _ = s.set(
-                        &keys.failed,
-                        format!(
-                            "c10drun on node {} received {}",
-                            args.node_rank,
-                            signal_name(sig)
-                        )
-                        .as_bytes(),
-                    );
-                }
+                publish_failure(
+                    store.as_deref(),
+                    &keys,
+                    &format!(
+                        "c10drun on node {} received {}",
+                        args.node_rank,
+                        signal_name(sig)
+                    ),
+                );
                 stop = Some((StopReason::Signal(sig), Instant::now()));
             }
         }
@@ -589,18 +593,16 @@ fn run(args: Args) -> Result<i32, String> {
                     w.pid,
                     describe_status(&st)
                 ));
-                if let Some(s) = &store {
-                    let _ = s.set(
-                        &keys.failed,
-                        format!(
-                            "rank {} on node {}: {}",
-                            w.rank,
-                            args.node_rank,
-                            describe_status(&st)
-                        )
-                        .as_bytes(),
-                    );
-                }
+                publish_failure(
+                    store.as_deref(),
+                    &keys,
+                    &format!(
+                        "rank {} on node {}: {}",
+                        w.rank,
+                        args.node_rank,
+                        describe_status(&st)
+                    ),
+                );
                 for w in workers.iter_mut() {
                     w.signal(libc::SIGTERM);
                 }
