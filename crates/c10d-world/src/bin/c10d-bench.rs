@@ -656,13 +656,18 @@ fn run_rank(args: &Args) -> Result<bool> {
     let rank = dist::get_rank(None)? as usize;
     let n = dist::get_world_size(None)? as usize;
     let lead = rank == 0;
+    let redop_col = if args.op.reduces() {
+        redop_name(args.redop)
+    } else {
+        "none".into()
+    };
     if lead {
         println!(
             "# c10d-bench {}: nranks {n}, backend {}, dtype {}, redop {}, warmup {}, iters {}, check {}",
             args.op.name(),
             args.backend,
             args.dtype.short_name(),
-            if args.op.reduces() { redop_name(args.redop) } else { "none".into() },
+            redop_col,
             args.warmup,
             args.iters.map(|i| i.to_string()).unwrap_or_else(|| "auto".into()),
             args.check
@@ -726,11 +731,6 @@ fn run_rank(args: &Args) -> Result<bool> {
         busbw_sum += busbw;
         rows += 1;
         if lead {
-            let redop = if args.op.reduces() {
-                redop_name(args.redop)
-            } else {
-                "none".into()
-            };
             let wrong_col = if args.check == 1 {
                 wrong.to_string()
             } else {
@@ -741,7 +741,7 @@ fn run_rank(args: &Args) -> Result<bool> {
                 size,
                 case.count,
                 args.dtype.short_name(),
-                redop,
+                redop_col,
                 secs * 1e6,
                 algbw,
                 busbw,
