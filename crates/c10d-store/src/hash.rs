@@ -1,6 +1,6 @@
 //! `HashStore`: an in-process store (mirrors `torch.distributed.HashStore`).
 
-use crate::store::{Store, DEFAULT_STORE_TIMEOUT};
+use crate::store::{check_multi_set_len, Store, DEFAULT_STORE_TIMEOUT};
 use crate::tcp::protocol::parse_stoll;
 use c10d_core::{DistError, Result};
 use std::collections::{HashMap, VecDeque};
@@ -169,11 +169,7 @@ impl Store for HashStore {
     }
 
     fn multi_set(&self, keys: &[&str], values: &[&[u8]]) -> Result<()> {
-        if keys.len() != values.len() {
-            return Err(DistError::invalid(
-                "multi_set: keys and values must have the same length",
-            ));
-        }
+        check_multi_set_len(keys, values)?;
         let mut g = self.lock();
         for (k, v) in keys.iter().zip(values) {
             g.map.insert((*k).to_owned(), v.to_vec());

@@ -103,11 +103,7 @@ pub trait Store: Send + Sync {
     /// # Errors
     /// [`DistError::InvalidArgument`] when the lengths differ; as [`Store::set`].
     fn multi_set(&self, keys: &[&str], values: &[&[u8]]) -> Result<()> {
-        if keys.len() != values.len() {
-            return Err(DistError::invalid(
-                "multi_set: keys and values must have the same length",
-            ));
-        }
+        check_multi_set_len(keys, values)?;
         keys.iter()
             .zip(values)
             .try_for_each(|(k, v)| self.set(k, v))
@@ -185,6 +181,16 @@ pub trait Store: Send + Sync {
     fn barrier(&self, key: &str, world_size: usize, timeout: Duration) -> Result<()> {
         store_barrier(self, key, world_size, timeout)
     }
+}
+
+/// The argument check of every `multi_set`: as many values as keys.
+pub(crate) fn check_multi_set_len(keys: &[&str], values: &[&[u8]]) -> Result<()> {
+    if keys.len() != values.len() {
+        return Err(DistError::invalid(
+            "multi_set: keys and values must have the same length",
+        ));
+    }
+    Ok(())
 }
 
 /// Store-based barrier (`store.barrier(key, world_size, timeout)` semantics on every store):

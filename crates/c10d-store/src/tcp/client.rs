@@ -5,7 +5,7 @@ use super::protocol::{
     cmd, put_bytes, put_i64, put_keys, put_u64, STOP_WAITING, VALIDATE_MAGIC, WAIT_CANCELED,
 };
 use super::server::{self, ServerHandle, ServerOptions, TcpStoreServer};
-use crate::store::{Store, DEFAULT_STORE_TIMEOUT};
+use crate::store::{check_multi_set_len, Store, DEFAULT_STORE_TIMEOUT};
 use c10d_core::{DistError, Result};
 use rand::Rng;
 use std::io::{self, Read, Write};
@@ -773,11 +773,7 @@ impl Store for TcpStore {
     }
 
     fn multi_set(&self, keys: &[&str], values: &[&[u8]]) -> Result<()> {
-        if keys.len() != values.len() {
-            return Err(DistError::invalid(
-                "multi_set: keys and values must have the same length",
-            ));
-        }
+        check_multi_set_len(keys, values)?;
         self.lock().send_with(|b| {
             b.push(cmd::MULTI_SET);
             put_u64(b, keys.len() as u64);
