@@ -46,7 +46,6 @@ pub mod detail;
 mod gloo;
 pub mod objects;
 pub mod panic_hook;
-mod rdv;
 pub mod store_backend;
 pub mod world;
 

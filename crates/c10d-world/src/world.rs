@@ -396,7 +396,7 @@ impl World {
                     Some(f) => f(k),
                     None => std::env::var(k).ok(),
                 };
-                let rdv = crate::rdv::rendezvous_with_env(
+                let rdv = c10d_store::rendezvous::rendezvous_with_env(
                     &url,
                     opts.rank,
                     opts.world_size,
