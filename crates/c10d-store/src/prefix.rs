@@ -13,8 +13,9 @@ use std::time::Duration;
 /// - `num_keys`, `timeout` and `set_timeout` pass through unchanged, so `num_keys` is the
 ///   *underlying* store's total (internal keys and other prefixes included), as in PyTorch.
 /// - `has_extended_api` forwards. When the inner store lacks the extended API, `append` falls
-///   back to a `compare_set` loop (PyTorch's `Store::append` fallback: atomic on every store),
-///   `multi_get`/`multi_set` to one `get`/`set` per key.
+///   back to a `compare_set` loop (PyTorch's `Store::append` fallback: atomic on every store);
+///   `multi_get`/`multi_set` always forward, the inner store's own (default: one `get`/`set`
+///   per key) doing the work.
 /// - `list_keys` keeps only the inner keys that start with `"<prefix>/"` and strips that prefix.
 /// - `clone_store` clones the inner store and wraps the clone with the same prefix.
 pub struct PrefixStore {
@@ -140,11 +141,7 @@ impl Store for PrefixStore {
     }
 
     fn multi_get(&self, keys: &[&str]) -> Result<Vec<Vec<u8>>> {
-        let joined = self.join_keys(keys);
-        if self.inner.has_extended_api() {
-            return self.inner.multi_get(&as_strs(&joined));
-        }
-        joined.iter().map(|k| self.inner.get(k)).collect()
+        self.inner.multi_get(&as_strs(&self.join_keys(keys)))
     }
 
     fn multi_set(&self, keys: &[&str], values: &[&[u8]]) -> Result<()> {
@@ -155,14 +152,8 @@ impl Store for PrefixStore {
                 values.len()
             )));
         }
-        let joined = self.join_keys(keys);
-        if self.inner.has_extended_api() {
-            return self.inner.multi_set(&as_strs(&joined), values);
-        }
-        joined
-            .iter()
-            .zip(values)
-            .try_for_each(|(k, v)| self.inner.set(k, v))
+        self.inner
+            .multi_set(&as_strs(&self.join_keys(keys)), values)
     }
 
     fn queue_push(&self, key: &str, value: &[u8]) -> Result<()> {
