@@ -630,22 +630,19 @@ impl EventLoop {
                 if keys.iter().all(|k| self.exists(k)) {
                     self.out(id).push(STOP_WAITING);
                 } else {
+                    // Register on the keys absent from the key map; one key does not exist,
+                    // so at least one is absent.
                     let missing: Vec<Vec<u8>> = keys
                         .into_iter()
                         .filter(|k| !self.kv.contains_key(k))
                         .collect();
-                    if missing.is_empty() {
-                        // All present in the key map but a queue check failed cannot happen;
-                        // reply to keep the client moving.
-                        self.out(id).push(STOP_WAITING);
-                    } else {
-                        for k in &missing {
-                            self.waiters.entry(k.clone()).or_default().push(id);
-                        }
-                        let c = self.conns.get_mut(&id).expect("serving connection");
-                        c.awaiting += missing.len();
-                        c.wait_keys.extend(missing);
+                    debug_assert!(!missing.is_empty());
+                    for k in &missing {
+                        self.waiters.entry(k.clone()).or_default().push(id);
                     }
+                    let c = self.conns.get_mut(&id).expect("serving connection");
+                    c.awaiting += missing.len();
+                    c.wait_keys.extend(missing);
                 }
             }
             Request::GetNumKeys => {
