@@ -389,11 +389,15 @@ struct Bf16Conv;
 impl HalfConv for Bf16Conv {
     #[inline]
     fn to_f32(dst: &mut [f32], src: &[u16]) {
-        dst.iter_mut().zip(src).for_each(|(d, s)| *d = bf16_widen(*s));
+        dst.iter_mut()
+            .zip(src)
+            .for_each(|(d, s)| *d = bf16_widen(*s));
     }
     #[inline]
     fn from_f32(dst: &mut [u16], src: &[f32]) {
-        dst.iter_mut().zip(src).for_each(|(d, s)| *d = bf16_narrow(*s));
+        dst.iter_mut()
+            .zip(src)
+            .for_each(|(d, s)| *d = bf16_narrow(*s));
     }
 }
 
