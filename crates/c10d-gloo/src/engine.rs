@@ -241,6 +241,13 @@ impl Stream {
             Stream::Unix(s) => s.shutdown(std::net::Shutdown::Both),
         };
     }
+    fn raw_fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd;
+        match self {
+            Stream::Tcp(s) => s.as_raw_fd(),
+            Stream::Unix(s) => s.as_raw_fd(),
+        }
+    }
     fn source(&mut self) -> &mut dyn mio::event::Source {
         match self {
             Stream::Tcp(s) => s,
@@ -267,6 +274,10 @@ struct Peer {
 /// The whole frame is on its way (frames are written whole), so the wait cannot stall; EOF and
 /// errors are reported regardless.
 const LOWAT_MAX: usize = 512 * 1024;
+
+/// How long a failing rank waits (at most) for its error frames to reach its peers before it
+/// fails its own works.
+const LINGER: Duration = Duration::from_millis(200);
 
 impl Peer {
     fn set_lowat(&mut self, want: usize) {
@@ -1365,7 +1376,9 @@ impl Engine {
             peer.open = false;
             let _ = self.poll.registry().deregister(peer.stream.source());
         }
-        if self.left[p] {
+        // (Once the group failed, a lost connection explains nothing new; not sweeping then also
+        // keeps this from re-entering `on_readable` of a peer whose frame is being handled.)
+        if self.left[p] || self.failed.is_some() {
             return;
         }
         self.lost.push((p, why));
@@ -1392,7 +1405,9 @@ impl Engine {
             names.join(", "),
             whys.join("; ")
         ));
-        self.fail_group(e, false);
+        // Tell the survivors: a peer that only sees *us* leave (we may exit as soon as the
+        // error reaches the user) then still learns which rank died first.
+        self.fail_group(e, true);
     }
 
     /// Fails the group: every pending and later op gets `err`. With `tell_peers`, an error frame
@@ -1448,12 +1463,6 @@ impl Engine {
             q.clear();
         }
         self.unexpected.clear();
-        let ids: Vec<u64> = self.p2p.keys().copied().collect();
-        for id in ids {
-            let (op, seq) = (self.p2p[&id].op, self.p2p[&id].seq);
-            self.complete_p2p(id, Err(p2p_failed(op, seq, self.id.rank, &err)), None);
-        }
-        self.fail_pending_colls(&err);
         if tell_peers {
             let text = err.message().as_bytes().to_vec();
             for p in 0..self.peers.len() {
@@ -1461,6 +1470,54 @@ impl Engine {
                     let h = control_header(Kind::Error, text.len());
                     self.push_tx(p, h, TxData::Owned(text.clone()), Owner::Nobody);
                 }
+            }
+            // Before any waiter hears of the failure (its process may exit right away), give
+            // the error frames a moment to leave.
+            self.linger(Instant::now() + LINGER);
+        }
+        let ids: Vec<u64> = self.p2p.keys().copied().collect();
+        for id in ids {
+            let (op, seq) = (self.p2p[&id].op, self.p2p[&id].seq);
+            self.complete_p2p(id, Err(p2p_failed(op, seq, self.id.rank, &err)), None);
+        }
+        self.fail_pending_colls(&err);
+    }
+
+    /// Writes what is queued for every open peer, waiting (in `poll(2)`, not spinning) for
+    /// writability until `deadline`; whatever is still queued then stays queued. Reads nothing,
+    /// so it is safe inside `on_readable`. Two ranks lingering towards each other with full
+    /// buffers both give up at the deadline.
+    fn linger(&mut self, deadline: Instant) {
+        loop {
+            for p in 0..self.peers.len() {
+                if self.peers[p]
+                    .as_ref()
+                    .is_some_and(|x| x.open && !x.tx.is_empty())
+                {
+                    self.flush(p);
+                }
+            }
+            let mut fds: smallvec::SmallVec<[libc::pollfd; 8]> = self
+                .peers
+                .iter()
+                .flatten()
+                .filter(|x| x.open && !x.tx.is_empty())
+                .map(|x| libc::pollfd {
+                    fd: x.stream.raw_fd(),
+                    events: libc::POLLOUT,
+                    revents: 0,
+                })
+                .collect();
+            let left = deadline.saturating_duration_since(Instant::now());
+            if fds.is_empty() || left.is_zero() {
+                return;
+            }
+            let ms = left.as_millis().clamp(1, 1000) as libc::c_int;
+            // SAFETY: `fds` is a live, properly initialised array of `fds.len()` pollfd structs
+            // whose descriptors are owned by open peers; poll only writes their `revents`.
+            let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+            if rc < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+                return;
             }
         }
     }
