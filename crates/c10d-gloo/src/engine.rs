@@ -887,7 +887,7 @@ impl Engine {
     ) -> u64 {
         let id = self.new_id();
         if self.left[peer] {
-            self.fail_group(self.left_error(peer), false);
+            self.fail_left(peer);
             return id;
         }
         let hdr = self.coll_header(info, step, len);
@@ -914,7 +914,7 @@ impl Engine {
             }
         }
         if self.left[peer] && self.early[peer].is_empty() {
-            self.fail_group(self.left_error(peer), false);
+            self.fail_left(peer);
             return id;
         }
         if self.posted[peer].is_empty() {
@@ -1343,7 +1343,7 @@ impl Engine {
                 matches!(x.rx, Rx::Payload { .. }) || x.tx.iter().any(|m| m.owner != Owner::Nobody)
             });
         if recv_needed && self.failed.is_none() {
-            self.fail_group(self.left_error(p), false);
+            self.fail_left(p);
             return;
         }
         let waiting: Vec<u64> = self
@@ -1357,6 +1357,24 @@ impl Engine {
             let (op, seq) = (self.p2p[&id].op, self.p2p[&id].seq);
             self.detach_ids(&[id], false);
             self.complete_p2p(id, Err(p2p_failed(op, seq, self.id.rank, &e)), None);
+        }
+    }
+
+    /// Fails the group because `p` left while still needed, unless what the other peers already
+    /// sent (an error frame: `p` may have left *because* of a failure elsewhere) explains more.
+    fn fail_left(&mut self, p: usize) {
+        if !self.sweeping {
+            self.sweeping = true;
+            for q in 0..self.peers.len() {
+                if q != p && self.peers[q].as_ref().is_some_and(|x| x.open) {
+                    self.on_readable(q);
+                }
+            }
+            self.sweeping = false;
+            self.fail_lost();
+        }
+        if self.failed.is_none() {
+            self.fail_group(self.left_error(p), false);
         }
     }
 
@@ -1395,7 +1413,16 @@ impl Engine {
             }
         }
         self.sweeping = false;
+        self.fail_lost();
+    }
+
+    /// Fails the group with the lost connections collected in `self.lost` (if any, and unless
+    /// something already failed it, e.g. an error frame read while sweeping).
+    fn fail_lost(&mut self) {
         let mut lost = std::mem::take(&mut self.lost);
+        if lost.is_empty() || self.failed.is_some() {
+            return;
+        }
         lost.sort_by_key(|(q, _)| *q);
         let names: Vec<String> = lost.iter().map(|(q, _)| self.id.peer_name(*q)).collect();
         let whys: Vec<String> = lost.iter().map(|(q, w)| format!("rank {q}: {w}")).collect();

@@ -589,3 +589,72 @@ fn messages_from_a_peer_that_left_can_still_be_received() {
     let e = err_text(pg0.all_reduce(&[b.clone()], &AllreduceOptions::default()));
     assert!(e.contains("rank 1 has shut down"), "{e}");
 }
+
+/// Ranks that disagree on the size of a broadcast or all_reduce may pick different algorithms
+/// (tree vs chain, direct vs all-pairs); every combination must still end in a prompt mismatch
+/// error on every rank (at the latest on its next op), never in the op timeout.
+#[test]
+fn size_mismatches_across_algorithm_thresholds_fail_promptly() {
+    let small = 1024usize; // f32 elements: 4 KiB, below every threshold
+    let big = 256 * 1024; // 1 MiB, above every threshold
+    let patterns: &[&[usize]] = &[
+        &[big, small],
+        &[small, big],
+        &[big, small, small],
+        &[small, big, big],
+        &[big, big, small],
+        &[small, small, big, small],
+        &[big, small, big, small],
+        &[small, big, big, big],
+    ];
+    for (pi, sizes) in patterns.iter().enumerate() {
+        for op in ["broadcast", "all_reduce"] {
+            for root in [0, sizes.len() - 1] {
+                if op == "all_reduce" && root != 0 {
+                    continue;
+                }
+                let sizes: Vec<usize> = sizes.to_vec();
+                let o = GlooOptions {
+                    timeout: Duration::from_secs(20),
+                    ..Default::default()
+                };
+                let t0 = Instant::now();
+                let res = run_world(sizes.len(), o, move |r, pg| {
+                    let t = Tensor::full(1.0f32, &[sizes[r]]);
+                    let w = if op == "broadcast" {
+                        pg.broadcast(
+                            &[t],
+                            &BroadcastOptions {
+                                root_rank: root,
+                                ..Default::default()
+                            },
+                        )
+                    } else {
+                        pg.all_reduce(&[t], &AllreduceOptions::default())
+                    };
+                    // A rank whose part is only to send (a broadcast root) may finish before
+                    // the mismatch is found; its next op must then fail with it.
+                    match w.and_then(|w| w.wait().map(|_| ())) {
+                        Err(e) => e.to_string(),
+                        Ok(()) => format!(
+                            "op succeeded; then: {}",
+                            err_text(pg.barrier(&BarrierOptions::default()))
+                        ),
+                    }
+                });
+                let took = t0.elapsed();
+                for (r, e) in res.iter().enumerate() {
+                    assert!(
+                        !e.contains("Timed out"),
+                        "pattern {pi} {op} root {root}: rank {r} timed out: {e}"
+                    );
+                    assert!(
+                        e.contains("mismatch") || e.contains("reported"),
+                        "pattern {pi} {op} root {root}: rank {r}: {e}"
+                    );
+                }
+                assert!(took < Duration::from_secs(10), "{op} {pi}: {took:?}");
+            }
+        }
+    }
+}
