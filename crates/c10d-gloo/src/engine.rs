@@ -130,6 +130,8 @@ pub(crate) struct Shared {
     pub waker: Waker,
     pub initialized: AtomicBool,
     pub failed: Mutex<Option<DistError>>,
+    /// The group's cross-memory-attach verdict: 0 not probed, 1 usable, 2 not usable.
+    pub cma: std::sync::atomic::AtomicU8,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -387,6 +389,8 @@ pub(crate) struct Engine {
     sweeping: bool,
     /// Reading what a peer sent before its connection failed on a write (see `flush`).
     draining: bool,
+    /// Whether cross-memory attach works between all ranks (`None`: not probed yet).
+    cma: Option<bool>,
     /// Reusable buffers for early / unexpected frames.
     spare: Vec<Vec<u8>>,
     pending: VecDeque<CollOp>,
@@ -445,6 +449,7 @@ impl Engine {
             lost: Vec::new(),
             sweeping: false,
             draining: false,
+            cma: None,
             spare: Vec::new(),
             pending: VecDeque::new(),
             coll_cur: 0,
@@ -1830,6 +1835,62 @@ impl Comm<'_> {
     /// Group size.
     pub(crate) fn size(&self) -> usize {
         self.eng.id.size
+    }
+
+    /// Whether every peer is connected through a Unix-domain socket (i.e. runs on this host).
+    pub(crate) fn all_peers_local(&self) -> bool {
+        let me = self.rank();
+        self.eng.peers.iter().enumerate().all(|(p, x)| {
+            p == me
+                || matches!(
+                    x,
+                    Some(Peer {
+                        stream: Stream::Unix(_),
+                        ..
+                    })
+                )
+        })
+    }
+
+    /// The group's cross-memory-attach verdict (`None` until probed).
+    pub(crate) fn cma(&self) -> Option<bool> {
+        self.eng.cma
+    }
+
+    /// Records the group's cross-memory-attach verdict.
+    pub(crate) fn set_cma(&mut self, ok: bool) {
+        self.eng.cma = Some(ok);
+        self.eng
+            .shared
+            .cma
+            .store(if ok { 1 } else { 2 }, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Fails the group with `e`, telling every peer (for failures the peers cannot see), and
+    /// returns this op's error ("{op} (seq n) on rank r failed: {e}").
+    /// A failure our peers cannot see (e.g. a failed read of a peer's memory) may be the
+    /// consequence of one they already reported (an error frame, then the reporter exited):
+    /// what the sockets already hold is read first, and an explanation found there wins.
+    pub(crate) fn fail_group(&mut self, e: DistError) -> DistError {
+        let eng = &mut *self.eng;
+        if eng.failed.is_none() && !eng.sweeping {
+            eng.sweeping = true;
+            for q in 0..eng.peers.len() {
+                if eng.peers[q].as_ref().is_some_and(|x| x.open) {
+                    eng.on_readable(q);
+                }
+            }
+            eng.sweeping = false;
+            eng.fail_lost();
+        }
+        let e = eng.failed.clone().unwrap_or(e);
+        self.eng.fail_group(e.clone(), true);
+        op_failed(&self.info, self.rank(), &e)
+    }
+
+    /// "ProcessGroupGloo (group G, rank R)", for error texts.
+    pub(crate) fn ctx(&self) -> String {
+        self.eng.ctx()
     }
 
     /// An aligned scratch buffer of `len` bytes (contents unspecified), reused across ops.

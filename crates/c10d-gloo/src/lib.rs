@@ -59,6 +59,8 @@ struct Algo {
     small_broadcast: usize,
     small_reduce_scratch: usize,
     chunk: usize,
+    cma_allreduce: usize,
+    cma_allowed: bool,
 }
 
 impl Algo {
@@ -69,6 +71,12 @@ impl Algo {
         op: ReduceOp,
         dtype: DType,
     ) -> Result<()> {
+        if self.allreduce == AllreduceAlgorithm::Auto
+            && buf.len() >= self.cma_allreduce
+            && algo::cma::all_reduce(comm, buf, op, dtype, self.cma_allowed)?
+        {
+            return Ok(());
+        }
         match self.allreduce {
             AllreduceAlgorithm::Direct => algo::allreduce::direct(comm, buf, op, dtype),
             AllreduceAlgorithm::Ring => algo::allreduce::ring(comm, buf, op, dtype, self.chunk),
@@ -293,6 +301,7 @@ impl ProcessGroupGloo {
             waker,
             initialized: Default::default(),
             failed: Mutex::new(None),
+            cma: Default::default(),
         });
         let connector = Connector {
             store,
@@ -349,6 +358,8 @@ impl ProcessGroupGloo {
                 small_allreduce: opts.small_allreduce_bytes,
                 small_broadcast: opts.small_broadcast_bytes,
                 small_reduce_scratch: opts.small_reduce_scratch_bytes,
+                cma_allreduce: opts.cma_allreduce_bytes,
+                cma_allowed: opts.cross_memory_attach,
                 chunk: opts.pipeline_chunk_bytes.max(64),
             },
             worker: Mutex::new(Some(worker)),
@@ -363,6 +374,18 @@ impl ProcessGroupGloo {
     /// The group name given at construction.
     pub fn group_name(&self) -> &str {
         &self.id.group_name
+    }
+
+    /// Whether same-host all-reduces of this group copy straight between the ranks' memory
+    /// (see [`GlooOptions::cma_allreduce_bytes`]): `None` until the first all-reduce that
+    /// could (every rank on this host, at least that many bytes) probed it, then the verdict
+    /// every rank of the group agreed on. No PyTorch counterpart (diagnostics).
+    pub fn cross_memory_attach(&self) -> Option<bool> {
+        match self.shared.cma.load(Ordering::Relaxed) {
+            1 => Some(true),
+            2 => Some(false),
+            _ => None,
+        }
     }
 
     fn op_timeout(&self, t: Option<Duration>) -> Duration {

@@ -944,3 +944,147 @@ fn frames_arriving_before_their_receive_is_posted() {
         );
     }
 }
+
+/// A tensor of `len` elements of `dtype` whose values depend on rank and index (not integral,
+/// so that the fold order shows in float results).
+fn varied(dtype: DType, r: usize, len: usize) -> Tensor {
+    let t = Tensor::zeros(dtype, &[len]);
+    let v = |i: usize| ((i * 31 + r * 7919) % 1009) as f64 / 37.0 - 13.0;
+    t.write_bytes(|b| {
+        let es = dtype.size();
+        for i in 0..len {
+            let x = v(i);
+            let e: Vec<u8> = match dtype {
+                DType::F32 => (x as f32).to_le_bytes().to_vec(),
+                DType::F64 => x.to_le_bytes().to_vec(),
+                DType::F16 => half::f16::from_f64(x).to_le_bytes().to_vec(),
+                DType::BF16 => half::bf16::from_f64(x).to_le_bytes().to_vec(),
+                DType::I64 => ((x * 1000.0) as i64).to_le_bytes().to_vec(),
+                DType::Complex64 => {
+                    [(x as f32).to_le_bytes(), (-x as f32 * 0.5).to_le_bytes()].concat()
+                }
+                _ => unreachable!(),
+            };
+            b[i * es..(i + 1) * es].copy_from_slice(&e);
+        }
+    })
+    .unwrap();
+    t
+}
+
+/// Same-host all_reduce through cross-memory attach (process_vm_readv; here the ranks are
+/// threads of one process) must give every rank the bits the all-pairs socket algorithm gives
+/// (same fold order), for every float flavour, AVG / PREMUL_SUM, odd sizes and segments that
+/// are empty (fewer elements than ranks).
+#[test]
+fn cma_all_reduce_matches_the_socket_path_bit_for_bit() {
+    let cases: &[(DType, &[ReduceOp])] = &[
+        (DType::F32, &[ReduceOp::Sum, ReduceOp::Max, ReduceOp::Avg]),
+        (DType::BF16, &[ReduceOp::Sum, ReduceOp::PremulSum(0.5)]),
+        (DType::F16, &[ReduceOp::Sum]),
+        (DType::F64, &[ReduceOp::Product]),
+        (DType::I64, &[ReduceOp::Sum, ReduceOp::Min]),
+        (DType::Complex64, &[ReduceOp::Sum, ReduceOp::Avg]),
+    ];
+    for n in [2usize, 3, 4, 7] {
+        let run = |cma: bool| {
+            let o = GlooOptions {
+                allreduce_algorithm: if cma {
+                    AllreduceAlgorithm::Auto
+                } else {
+                    AllreduceAlgorithm::AllPairs
+                },
+                cma_allreduce_bytes: if cma { 0 } else { usize::MAX },
+                pipeline_chunk_bytes: 64 << 10,
+                ..opts()
+            };
+            run_world(n, o, move |r, pg| {
+                let mut out = Vec::new();
+                for (dtype, ops) in cases {
+                    // Fewer elements than ranks, a little, and > 1 MiB with an odd count.
+                    for len in [n - 1, 1000, (300_000 / dtype.size()) * 4 + 3] {
+                        for op in ops.iter() {
+                            let t = varied(*dtype, r, len);
+                            let o = AllreduceOptions {
+                                reduce_op: *op,
+                                ..Default::default()
+                            };
+                            pg.all_reduce(&[t.clone()], &o).unwrap().wait().unwrap();
+                            out.push(t.read_bytes(|b| b.to_vec()).unwrap());
+                        }
+                    }
+                }
+                out
+            })
+        };
+        let with = run(true);
+        let without = run(false);
+        for r in 0..n {
+            assert!(
+                with[r] == with[0],
+                "n={n}: rank {r} differs from rank 0 (cma)"
+            );
+            for (i, (a, b)) in with[r].iter().zip(&without[r]).enumerate() {
+                if a != b {
+                    let k = a
+                        .iter()
+                        .zip(b.iter())
+                        .position(|(x, y)| x != y)
+                        .unwrap_or(0);
+                    panic!(
+                        "n={n} rank {r} case {i}: cma and all-pairs differ at byte {k} of {} ({:?} vs {:?})",
+                        a.len(),
+                        &a[k - k % 4..(k - k % 4 + 8).min(a.len())],
+                        &b[k - k % 4..(k - k % 4 + 8).min(b.len())]
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Cross-memory attach is agreed by the whole group: one rank that does not allow it (as if
+/// it could not read its peers' memory) makes every rank use sockets, with correct results;
+/// below the threshold nothing is probed; with every rank allowing it, every rank uses it.
+#[test]
+fn cma_is_agreed_by_every_rank_or_by_none() {
+    for refuser in [None, Some(0), Some(2)] {
+        let pgs = make_world_with(3, |r| GlooOptions {
+            cma_allreduce_bytes: 1 << 20,
+            cross_memory_attach: Some(r) != refuser,
+            ..opts()
+        });
+        let res = run_on(pgs, |r, pg| {
+            let small = Tensor::full(r as f32, &[1000]);
+            pg.all_reduce(&[small.clone()], &AllreduceOptions::default())
+                .unwrap()
+                .wait()
+                .unwrap();
+            let before = pg.cross_memory_attach();
+            let t = varied(DType::F32, r, 300_001);
+            pg.all_reduce(&[t.clone()], &AllreduceOptions::default())
+                .unwrap()
+                .wait()
+                .unwrap();
+            (before, pg.cross_memory_attach(), f32s(&small), f32s(&t))
+        });
+        for (r, (before, after, small, t)) in res.iter().enumerate() {
+            assert_eq!(*before, None, "rank {r}: probed below the threshold");
+            assert_eq!(
+                *after,
+                Some(refuser.is_none()),
+                "rank {r}, refuser {refuser:?}"
+            );
+            assert!(small.iter().all(|x| *x == 3.0));
+            assert!(t == &res[0].3, "rank {r} differs from rank 0");
+            for i in [0usize, 150_000, 300_000] {
+                let want: f32 = (0..3).map(|q| f32s(&varied(DType::F32, q, i + 1))[i]).sum();
+                assert!(
+                    (t[i] - want).abs() < 1e-3,
+                    "rank {r} [{i}]: {} vs {want}",
+                    t[i]
+                );
+            }
+        }
+    }
+}

@@ -8,6 +8,7 @@
 pub(crate) mod allreduce;
 pub(crate) mod barrier;
 pub(crate) mod broadcast;
+pub(crate) mod cma;
 pub(crate) mod exchange;
 pub(crate) mod reduce;
 

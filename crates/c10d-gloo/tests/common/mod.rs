@@ -17,11 +17,16 @@ pub fn opts() -> GlooOptions {
 
 /// Creates `n` process groups on threads (the constructor blocks until the mesh is up).
 pub fn make_world(n: usize, o: GlooOptions) -> Vec<Arc<ProcessGroupGloo>> {
+    make_world_with(n, |_| o.clone())
+}
+
+/// As [`make_world`], with options per rank.
+pub fn make_world_with(n: usize, o: impl Fn(usize) -> GlooOptions) -> Vec<Arc<ProcessGroupGloo>> {
     let store: Arc<dyn Store> = Arc::new(HashStore::new());
     let hs: Vec<_> = (0..n)
         .map(|r| {
             let s = store.clone();
-            let o = o.clone();
+            let o = o(r);
             std::thread::spawn(move || ProcessGroupGloo::new(s, r, n, o).expect("create group"))
         })
         .collect();

@@ -1,0 +1,210 @@
+//! All-reduce between processes on one host through cross-memory attach (Linux
+//! `process_vm_readv`): each rank copies what it needs straight out of its peers' buffers,
+//! one copy per byte instead of the two (into and out of the kernel's socket buffers) that any
+//! socket costs. The sockets only carry three rounds of small control frames.
+//!
+//! Segment p of the buffer is reduced by rank p (as in [`super::allreduce::all_pairs`], whose
+//! fold order it keeps, so both paths give the same bits):
+//! 1. ADDR: every rank sends every peer (pid, address, length) of its buffer.
+//! 2. Reduce-scatter: rank r reads segment r of every peer's buffer, piece by piece (an
+//!    L2-sized piece of its own segment is folded with every peer's copy before the next),
+//!    into its own buffer. Nobody writes segment r of anyone's buffer meanwhile.
+//! 3. REDUCED: every rank tells every peer that its segment is final and that it no longer
+//!    reads their buffers' segment r.
+//! 4. All-gather: rank r reads the final segment p of every peer p into its own buffer.
+//! 5. DONE: every rank tells every peer it finished reading; a buffer is given back to its
+//!    owner only after DONE from every peer, so no peer ever reads memory its owner reuses
+//!    (unless the owner's op fails first, e.g. times out: then the group fails anyway).
+//!
+//! Whether cross-memory attach works (seccomp, ptrace restrictions, different users) is probed
+//! once per group, on the first eligible op, and agreed by every rank (a vote round), so that
+//! all ranks always take the same path. Reads are read-only: a faulty or hostile peer can make
+//! our op fail, never write our memory.
+
+use super::part;
+use crate::engine::Comm;
+use c10d_core::reduce::reduce_into;
+use c10d_core::{DType, DistError, ReduceOp, Result};
+
+/// Bytes folded per piece in the reduce-scatter: fits L2 with the accumulator.
+const PIECE: usize = 256 << 10;
+
+/// A value at a known address that peers read to probe cross-memory attach.
+static PROBE: u64 = 0xC10D_C3A0_5EED_0001;
+
+const STEP_PROBE: u32 = 0xC3A0_0001;
+const STEP_VOTE: u32 = 0xC3A0_0002;
+const STEP_ADDR: u32 = 0xC3A0_0003;
+const STEP_REDUCED: u32 = 0xC3A0_0004;
+const STEP_DONE: u32 = 0xC3A0_0005;
+
+/// Copies `dst.len()` bytes at address `remote` in process `pid` into `dst`.
+fn read_remote(pid: u64, remote: u64, dst: &mut [u8]) -> std::io::Result<()> {
+    let mut done = 0usize;
+    while done < dst.len() {
+        let local = libc::iovec {
+            iov_base: dst[done..].as_mut_ptr().cast(),
+            iov_len: dst.len() - done,
+        };
+        let from = libc::iovec {
+            iov_base: (remote as usize + done) as *mut libc::c_void,
+            iov_len: dst.len() - done,
+        };
+        // SAFETY: `local` describes the exclusively borrowed, live `dst[done..]`, the only
+        // memory the kernel writes; the remote range is only read, and checked by the kernel.
+        let k = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &from, 1, 0) };
+        if k < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if k == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "process_vm_readv copied nothing",
+            ));
+        }
+        done += k as usize;
+    }
+    Ok(())
+}
+
+fn encode(words: &[u64]) -> Vec<u8> {
+    words.iter().flat_map(|w| w.to_le_bytes()).collect()
+}
+
+fn word(b: &[u8], i: usize) -> u64 {
+    u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().expect("8 bytes"))
+}
+
+/// Sends `msg` to every peer and receives `len` bytes from each; `out[p]` holds peer p's.
+fn all_to_all(comm: &mut Comm<'_>, step: u32, msg: &[u8], len: usize) -> Result<Vec<Vec<u8>>> {
+    let (r, n) = (comm.rank(), comm.size());
+    let mut out = vec![vec![0u8; len]; n];
+    let mut recvs: Vec<(usize, u32, &mut [u8])> = out
+        .iter_mut()
+        .enumerate()
+        .filter(|(p, _)| *p != r)
+        .map(|(p, b)| (p, step, b.as_mut_slice()))
+        .collect();
+    let sends: Vec<(usize, u32, &[u8])> =
+        (0..n).filter(|p| *p != r).map(|p| (p, step, msg)).collect();
+    comm.exchange(&sends, &mut recvs)?;
+    Ok(out)
+}
+
+/// Probes (once per group) whether every rank can read every peer's memory; every rank gets
+/// the same answer. A rank with `allowed == false` votes no without trying.
+fn usable(comm: &mut Comm<'_>, allowed: bool) -> Result<bool> {
+    if let Some(ok) = comm.cma() {
+        return Ok(ok);
+    }
+    let r = comm.rank();
+    let me = encode(&[u64::from(std::process::id()), &PROBE as *const u64 as u64]);
+    let peers = all_to_all(comm, STEP_PROBE, &me, 16)?;
+    let mut ok = allowed;
+    for (p, m) in peers.iter().enumerate() {
+        if p == r || !allowed {
+            continue;
+        }
+        let mut v = [0u8; 8];
+        match read_remote(word(m, 0), word(m, 1), &mut v) {
+            Ok(()) if u64::from_le_bytes(v) == PROBE => {}
+            Ok(()) => ok = false,
+            Err(e) => {
+                log::info!(
+                    "{}: cross-memory attach to rank {p} unavailable ({e}); same-host all_reduce uses sockets",
+                    comm.ctx()
+                );
+                ok = false;
+            }
+        }
+    }
+    let votes = all_to_all(comm, STEP_VOTE, &[u8::from(ok)], 1)?;
+    let all = ok && votes.iter().enumerate().all(|(p, v)| p == r || v[0] == 1);
+    comm.set_cma(all);
+    Ok(all)
+}
+
+/// All-reduce of `buf` (in place) through cross-memory attach. Returns `Ok(false)` without
+/// touching the buffer or the wire when it does not apply (a peer on another host, or the
+/// probe failed, or some rank did not allow it: `allowed`); the caller then runs a socket
+/// algorithm.
+///
+/// # Errors
+/// Control-frame failures and time-outs (as [`Comm::wait`]); a failed read of a peer's memory
+/// (the group fails, with that text, on every rank).
+pub(crate) fn all_reduce(
+    comm: &mut Comm<'_>,
+    buf: &mut [u8],
+    op: ReduceOp,
+    dtype: DType,
+    allowed: bool,
+) -> Result<bool> {
+    let (r, n, len) = (comm.rank(), comm.size(), buf.len());
+    if n == 1 || len == 0 || !comm.all_peers_local() || !usable(comm, allowed)? {
+        return Ok(false);
+    }
+    let me = encode(&[
+        u64::from(std::process::id()),
+        buf.as_ptr() as u64,
+        len as u64,
+    ]);
+    let addrs = all_to_all(comm, STEP_ADDR, &me, 24)?;
+    for (p, a) in addrs.iter().enumerate() {
+        if p != r && word(a, 2) != len as u64 {
+            // (Frame headers already compare sizes; this only guards the reads below.)
+            let e = DistError::backend(format!(
+                "{}: rank {p} all-reduces {} bytes, rank {r} {len}",
+                comm.ctx(),
+                word(a, 2)
+            ));
+            return Err(comm.fail_group(e));
+        }
+    }
+    let read_err = |comm: &mut Comm<'_>, p: usize, e: std::io::Error| {
+        let gone = if e.raw_os_error() == Some(libc::ESRCH) {
+            "; the peer process died"
+        } else {
+            ""
+        };
+        comm.fail_group(DistError::backend(format!(
+            "{}: reading rank {p}'s buffer (process_vm_readv) failed: {e}{gone}",
+            comm.ctx()
+        )))
+    };
+    let es = dtype.size();
+    let count = len / es;
+    let my = part(count, n, r, es);
+    let mut scratch = comm.take_scratch(PIECE.min(my.len()));
+    let mut off = my.start;
+    while off < my.end {
+        let l = PIECE.min(my.end - off);
+        let tmp = &mut scratch.bytes()[..l];
+        for (p, a) in addrs.iter().enumerate() {
+            if p == r {
+                continue;
+            }
+            if let Err(e) = read_remote(word(a, 0), word(a, 1) + off as u64, tmp) {
+                return Err(read_err(comm, p, e));
+            }
+            reduce_into(op, dtype, &mut buf[off..off + l], tmp)?;
+        }
+        off += l;
+    }
+    comm.put_scratch(scratch);
+    all_to_all(comm, STEP_REDUCED, &[], 0)?;
+    for (p, a) in addrs.iter().enumerate() {
+        if p == r {
+            continue;
+        }
+        let seg = part(count, n, p, es);
+        if let Err(e) = read_remote(word(a, 0), word(a, 1) + seg.start as u64, &mut buf[seg]) {
+            return Err(read_err(comm, p, e));
+        }
+    }
+    all_to_all(comm, STEP_DONE, &[], 0)?;
+    Ok(true)
+}
