@@ -342,7 +342,7 @@ pub(crate) fn worker_loop(engine: Arc<Mutex<Engine>>, shared: Arc<Shared>) {
     loop {
         {
             let mut eng = lock(&engine);
-            if eng.drive_until_idle() {
+            if eng.guarded(|e| e.drive_until_idle()) == Some(true) {
                 eng.finish();
                 return;
             }
@@ -380,6 +380,8 @@ pub(crate) struct Engine {
     peers: Vec<Option<Peer>>,
     connector: Option<Connector>,
     failed: Option<DistError>,
+    /// Why the group had failed when it was asked to stop (told to peers at shutdown).
+    failed_before_stop: Option<DistError>,
     stopping: bool,
     graceful: bool,
     /// Peers that said bye: EOF from them is expected; needing them later is an error.
@@ -443,6 +445,7 @@ impl Engine {
             peers: (0..n).map(|_| None).collect(),
             connector,
             failed: None,
+            failed_before_stop: None,
             stopping: false,
             graceful: false,
             left: vec![false; n],
@@ -523,6 +526,30 @@ impl Engine {
         Ok(())
     }
 
+    /// Runs `f`, turning a panic (a bug in the engine) into the group's failure, so that every
+    /// pending and later op gets an error instead of waiting forever on a dead driver.
+    pub(crate) fn guarded<R>(&mut self, f: impl FnOnce(&mut Self) -> R) -> Option<R> {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut *self))) {
+            Ok(r) => Some(r),
+            Err(p) => {
+                let what = p
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| p.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                self.cur = None;
+                self.sweeping = false;
+                self.draining = false;
+                let e = DistError::backend(format!(
+                    "{}: internal error (panic) in the engine: {what}",
+                    self.ctx()
+                ));
+                self.fail_group(e, true);
+                None
+            }
+        }
+    }
+
     /// Runs queued collectives and drives pending point-to-point traffic until nothing is left
     /// to do. Returns true when the group is stopping (the caller then calls [`Engine::finish`]).
     pub(crate) fn drive_until_idle(&mut self) -> bool {
@@ -580,8 +607,18 @@ impl Engine {
     pub(crate) fn finish(&mut self) {
         if self.graceful {
             // Tell every peer we leave on purpose, and give the frames up to 1 s to go out.
+            // A failed group says why first: a peer that still needs us then fails with the
+            // cause (which may not have reached it yet), not only with "rank r has shut down".
+            let why = self
+                .failed_before_stop
+                .as_ref()
+                .map(|e| e.message().as_bytes().to_vec());
             for p in 0..self.peers.len() {
                 if self.peers[p].as_ref().is_some_and(|x| x.open) {
+                    if let Some(text) = &why {
+                        let h = control_header(Kind::Error, text.len());
+                        self.push_tx(p, h, TxData::Owned(text.clone()), Owner::Nobody);
+                    }
                     let h = control_header(Kind::Bye, 0);
                     self.push_tx(p, h, TxData::Owned(Vec::new()), Owner::Nobody);
                 }
@@ -631,6 +668,7 @@ impl Engine {
         if let Some(e) = stop {
             self.graceful = lock(&self.shared.queue).graceful;
             self.stopping = true;
+            self.failed_before_stop = self.failed.clone();
             self.fail_group(e.clone(), false);
             // When the group had failed before, `fail_group` did nothing; collectives queued
             // since (taken in this same drain) will never run, so they fail here.

@@ -11,6 +11,13 @@
 //!   see the `engine` module for why the event loop is per group rather than per process.
 //! * Peers on the same host talk over abstract Unix sockets, others over TCP (see `transport`;
 //!   [`GlooOptions::local_unix_sockets`] turns this off).
+//! * When every rank of a group is on one host, all-reduces of at least
+//!   [`GlooOptions::cma_allreduce_bytes`] (1 MiB) copy straight out of the peers' buffers with
+//!   Linux cross-memory attach (`process_vm_readv`, see `algo::cma`): one copy per byte instead
+//!   of two through socket buffers, the sockets carrying only three rounds of control frames.
+//!   Whether it is permitted is probed once per group and agreed by every rank; otherwise (or
+//!   with `C10D_GLOO_CMA=0` on any rank) the socket algorithms run. Reads only: a peer can
+//!   never write our memory; it can read it, as any process of the same user already may.
 //! * Algorithms live in `algo::*`, one small module each: direct-exchange, all-pairs
 //!   (reduce-scatter + all-gather) and pipelined-ring all-reduce, binomial-tree and
 //!   pipelined-chain broadcast, direct all-gather / gather / scatter / all-to-all /
@@ -444,7 +451,7 @@ impl ProcessGroupGloo {
         if inline {
             // A blocking call: run it on this thread when the engine is free (no thread hop).
             if let Ok(mut eng) = self.engine.try_lock() {
-                eng.drive_until(|| work.is_completed());
+                eng.guarded(|e| e.drive_until(|| work.is_completed()));
                 let more = eng.has_pending_io() || eng.is_stopping();
                 drop(eng);
                 let mut q = lock(&self.shared.queue);
