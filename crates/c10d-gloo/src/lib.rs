@@ -27,11 +27,12 @@
 //!
 //! Performance (2-core machine, loopback, best of N alternating runs vs PyTorch 2.15 Gloo in the
 //! same run; `bash crates/c10d-world/benches/compare.sh`, which drives `c10d-bench`): 2 ranks
-//! 1 KiB all-reduce ≈ 10–20 µs (PyTorch ≈ 450 µs), 4 ranks ≈ 50 µs (PyTorch ≈ 5 ms); 16 MiB
-//! busbw ≈ 2–3× PyTorch's with 2 ranks, ≈ 1.6–2× with 4; 4-rank broadcast 512 KiB–64 MiB
-//! 1.5–5.6×, all_to_all ≥ 512 KiB 1.3–10×. With `C10D_GLOO_TCP_ONLY=1` (loopback TCP like
-//! PyTorch): 1 KiB ≈ 10–18 µs / ≈ 100 µs, 16 MiB busbw ≈ 1.7× (2 ranks) and ≈ 1.25× (4 ranks),
-//! the rest being the kernel's TCP cost.
+//! 1 KiB all-reduce ≈ 9–14 µs (PyTorch ≈ 1 ms), 4 ranks ≈ 40 µs (PyTorch ≈ 5.5 ms); 16 MiB
+//! busbw ≈ 3.3–3.9× PyTorch's with 2 ranks, ≈ 2.1–2.35× with 4 (cross-memory attach; over Unix
+//! sockets alone ≈ 2× and ≈ 1.4×); 4-rank broadcast 512 KiB–64 MiB 1.5–5.6×, all_to_all
+//! ≥ 512 KiB 1.3–10×. With `C10D_GLOO_TCP_ONLY=1` (loopback TCP like PyTorch): 1 KiB ≈ 10–18 µs
+//! / ≈ 100 µs, 16 MiB busbw ≈ 1.7× (2 ranks) and ≈ 1.2× (4 ranks), the rest being the kernel's
+//! TCP cost.
 //!
 //! Differences from PyTorch's Gloo, on purpose: `ReduceOp::Avg` and `ReduceOp::PremulSum` are
 //! supported (PyTorch's Gloo refuses them); AVG divides by the group size (also when a rank
