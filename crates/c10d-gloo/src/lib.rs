@@ -11,8 +11,8 @@
 //!   see the `engine` module for why the event loop is per group rather than per process.
 //! * Peers on the same host talk over abstract Unix sockets, others over TCP (see `transport`;
 //!   [`GlooOptions::local_unix_sockets`] turns this off).
-//! * When every rank of a group is on one host, all-reduces of at least
-//!   [`GlooOptions::cma_allreduce_bytes`] (1 MiB) copy straight out of the peers' buffers with
+//! * When every rank of a group is on one host, all-reduces, all-gathers and reduce-scatters of
+//!   at least [`GlooOptions::cma_min_bytes`] (1 MiB) copy straight out of the peers' buffers with
 //!   Linux cross-memory attach (`process_vm_readv`, see `algo::cma`): one copy per byte instead
 //!   of two through socket buffers, the sockets carrying only three rounds of control frames.
 //!   Whether it is permitted is probed once per group and agreed by every rank; otherwise (or
@@ -67,7 +67,7 @@ struct Algo {
     small_broadcast: usize,
     small_reduce_scratch: usize,
     chunk: usize,
-    cma_allreduce: usize,
+    cma_min: usize,
     cma_allowed: bool,
 }
 
@@ -80,7 +80,7 @@ impl Algo {
         dtype: DType,
     ) -> Result<()> {
         if self.allreduce == AllreduceAlgorithm::Auto
-            && buf.len() >= self.cma_allreduce
+            && buf.len() >= self.cma_min
             && algo::cma::all_reduce(comm, buf, op, dtype, self.cma_allowed)?
         {
             return Ok(());
@@ -99,6 +99,41 @@ impl Algo {
             }
             AllreduceAlgorithm::Auto => algo::allreduce::ring(comm, buf, op, dtype, self.chunk),
         }
+    }
+
+    /// All-gather (`outputs[i * n + p]` = rank p's `inputs[i]`): cross-memory attach when it
+    /// applies and the outputs total at least `cma_min` bytes, else the direct exchange.
+    fn all_gather(
+        &self,
+        comm: &mut Comm<'_>,
+        inputs: &[&[u8]],
+        outputs: &mut [&mut [u8]],
+    ) -> Result<()> {
+        let total: usize = outputs.iter().map(|o| o.len()).sum();
+        if total >= self.cma_min && algo::cma::all_gather(comm, inputs, outputs, self.cma_allowed)?
+        {
+            return Ok(());
+        }
+        algo::exchange::all_gather(comm, inputs, outputs)
+    }
+
+    /// Reduce-scatter (see `algo::reduce::reduce_scatter`): cross-memory attach when it
+    /// applies and the blocks total at least `cma_min` bytes, else the direct exchange.
+    fn reduce_scatter(
+        &self,
+        comm: &mut Comm<'_>,
+        blocks: &[&[u8]],
+        out: &mut [u8],
+        op: ReduceOp,
+        dtype: DType,
+    ) -> Result<()> {
+        let total: usize = blocks.iter().map(|b| b.len()).sum();
+        if total >= self.cma_min
+            && algo::cma::reduce_scatter(comm, blocks, out, op, dtype, self.cma_allowed)?
+        {
+            return Ok(());
+        }
+        algo::reduce::reduce_scatter(comm, blocks, out, op, dtype)
     }
 
     fn broadcast(&self, comm: &mut Comm<'_>, buf: &mut [u8], root: usize) -> Result<()> {
@@ -366,7 +401,7 @@ impl ProcessGroupGloo {
                 small_allreduce: opts.small_allreduce_bytes,
                 small_broadcast: opts.small_broadcast_bytes,
                 small_reduce_scratch: opts.small_reduce_scratch_bytes,
-                cma_allreduce: opts.cma_allreduce_bytes,
+                cma_min: opts.cma_min_bytes,
                 cma_allowed: opts.cross_memory_attach,
                 chunk: opts.pipeline_chunk_bytes.max(64),
             },
@@ -384,9 +419,9 @@ impl ProcessGroupGloo {
         &self.id.group_name
     }
 
-    /// Whether same-host all-reduces of this group copy straight between the ranks' memory
-    /// (see [`GlooOptions::cma_allreduce_bytes`]): `None` until the first all-reduce that
-    /// could (every rank on this host, at least that many bytes) probed it, then the verdict
+    /// Whether same-host all-reduces, all-gathers and reduce-scatters of this group copy
+    /// straight between the ranks' memory (see [`GlooOptions::cma_min_bytes`]): `None` until
+    /// the first op that could (every rank on this host, at least that many bytes) probed it, then the verdict
     /// every rank of the group agreed on. No PyTorch counterpart (diagnostics).
     pub fn cross_memory_attach(&self) -> Option<bool> {
         match self.shared.cma.load(Ordering::Relaxed) {
@@ -859,8 +894,9 @@ impl Backend for ProcessGroupGloo {
             check_same(OP, &o.iter().collect::<Vec<_>>(), &inputs[i])?;
         }
         let flat: Vec<Tensor> = outputs.iter().flatten().cloned().collect();
+        let algo = self.algo;
         let body: CollBody =
-            Box::new(move |comm, ins, mut outs| algo::exchange::all_gather(comm, &ins, &mut outs));
+            Box::new(move |comm, ins, mut outs| algo.all_gather(comm, &ins, &mut outs));
         self.submit(
             OpType::Allgather,
             inputs[0].dtype(),
@@ -895,9 +931,10 @@ impl Backend for ProcessGroupGloo {
                 "output tensor size must be equal to world_size times input tensor size",
             ));
         }
+        let algo = self.algo;
         let body: CollBody = Box::new(move |comm, ins, mut outs| {
             let mut parts = split_n(std::mem::take(&mut outs[0]), n);
-            algo::exchange::all_gather(comm, &ins, &mut parts)
+            algo.all_gather(comm, &ins, &mut parts)
         });
         let (i, o) = (std::slice::from_ref(input), std::slice::from_ref(output));
         self.submit(
@@ -950,8 +987,9 @@ impl Backend for ProcessGroupGloo {
             .flat_map(|i| (0..n).map(move |p| (i, p)))
             .map(|(i, p)| outputs[p][i].clone())
             .collect();
+        let algo = self.algo;
         let body: CollBody =
-            Box::new(move |comm, ins, mut outs| algo::exchange::all_gather(comm, &ins, &mut outs));
+            Box::new(move |comm, ins, mut outs| algo.all_gather(comm, &ins, &mut outs));
         let result: Vec<Tensor> = outputs.iter().flatten().cloned().collect();
         self.submit(
             OpType::AllgatherCoalesced,
@@ -983,10 +1021,11 @@ impl Backend for ProcessGroupGloo {
                 return Err(inval(OP, format!("invalid size of output tensor at index {i}: must be world_size times the input size")));
             }
         }
+        let algo = self.algo;
         let body: CollBody = Box::new(move |comm, ins, outs| {
             // outs[i] split into n parts, flattened as [i * n + p].
             let mut parts: Vec<&mut [u8]> = outs.into_iter().flat_map(|o| split_n(o, n)).collect();
-            algo::exchange::all_gather(comm, &ins, &mut parts)
+            algo.all_gather(comm, &ins, &mut parts)
         });
         self.submit(
             OpType::AllgatherCoalesced,
@@ -1164,8 +1203,9 @@ impl Backend for ProcessGroupGloo {
         }
         let (dtype, rop) = (out.dtype(), opts.reduce_op);
         check_op(OP, rop, dtype)?;
+        let algo = self.algo;
         let body: CollBody = Box::new(move |comm, ins, mut outs| {
-            reduce_scatter_body(comm, &ins, outs[0], rop, dtype, n)
+            reduce_scatter_body(algo, comm, &ins, outs[0], rop, dtype, n)
         });
         self.submit(
             OpType::ReduceScatter,
@@ -1203,9 +1243,10 @@ impl Backend for ProcessGroupGloo {
         }
         let (dtype, rop) = (output.dtype(), opts.reduce_op);
         check_op(OP, rop, dtype)?;
+        let algo = self.algo;
         let body: CollBody = Box::new(move |comm, ins, mut outs| {
             let blocks = split_n_ref(ins[0], n);
-            reduce_scatter_body(comm, &blocks, outs[0], rop, dtype, n)
+            reduce_scatter_body(algo, comm, &blocks, outs[0], rop, dtype, n)
         });
         let (i, o) = (std::slice::from_ref(input), std::slice::from_ref(output));
         self.submit(
@@ -1246,10 +1287,11 @@ impl Backend for ProcessGroupGloo {
             }
         }
         check_op(OP, rop, dtype)?;
+        let algo = self.algo;
         let body: CollBody = Box::new(move |comm, ins, outs| {
             for (inp, out) in ins.iter().zip(outs) {
                 let blocks = split_n_ref(inp, n);
-                reduce_scatter_body(comm, &blocks, out, rop, dtype, n)?;
+                reduce_scatter_body(algo, comm, &blocks, out, rop, dtype, n)?;
             }
             Ok(())
         });
@@ -1479,6 +1521,7 @@ impl Backend for ProcessGroupGloo {
 
 /// Prescale (copying for PREMUL_SUM), direct reduce-scatter, finalize.
 fn reduce_scatter_body(
+    algo: Algo,
     comm: &mut Comm<'_>,
     blocks: &[&[u8]],
     out: &mut [u8],
@@ -1500,10 +1543,10 @@ fn reduce_scatter_body(
             prescale(rop, dtype, flat)?;
         }
         let scaled = split_sizes_ref(s.bytes(), &sizes);
-        algo::reduce::reduce_scatter(comm, &scaled, out, rop.combine_op(), dtype)?;
+        algo.reduce_scatter(comm, &scaled, out, rop.combine_op(), dtype)?;
         comm.put_scratch(s);
     } else {
-        algo::reduce::reduce_scatter(comm, blocks, out, rop.combine_op(), dtype)?;
+        algo.reduce_scatter(comm, blocks, out, rop.combine_op(), dtype)?;
     }
     finalize(rop, dtype, out, n)
 }

@@ -79,11 +79,13 @@ pub struct GlooOptions {
     /// and fault handling, about twice the throughput. Default on; `C10D_GLOO_TCP_ONLY=1` in
     /// the environment or `false` here forces TCP.
     pub local_unix_sockets: bool,
-    /// With [`AllreduceAlgorithm::Auto`] and every rank on this host (Unix-domain sockets):
-    /// all-reduces of at least this many bytes copy straight between the ranks' memory
-    /// (Linux cross-memory attach, `process_vm_readv`: one copy per byte instead of two through
-    /// socket buffers). Default 1 MiB; `usize::MAX` turns it off. Must be equal on every rank.
-    pub cma_allreduce_bytes: usize,
+    /// With every rank on this host (Unix-domain sockets): all-reduces (with
+    /// [`AllreduceAlgorithm::Auto`]) of at least this many bytes per rank, and all-gathers /
+    /// reduce-scatters of at least this many bytes of outputs / inputs per rank, copy straight
+    /// between the ranks' memory (Linux cross-memory attach, `process_vm_readv`: one copy per
+    /// byte instead of two through socket buffers). Default 1 MiB; `usize::MAX` turns it off.
+    /// Must be equal on every rank.
+    pub cma_min_bytes: usize,
     /// Whether this rank agrees to cross-memory attach. On the group's first eligible
     /// all-reduce every rank probes reading each peer's memory (seccomp, ptrace rules or
     /// different users can forbid it) and votes; one rank that cannot, or that set this to
@@ -112,7 +114,7 @@ impl Default for GlooOptions {
             local_unix_sockets: std::env::var("C10D_GLOO_TCP_ONLY")
                 .map(|v| v.trim() != "1")
                 .unwrap_or(true),
-            cma_allreduce_bytes: 1024 * 1024,
+            cma_min_bytes: 1024 * 1024,
             cross_memory_attach: std::env::var("C10D_GLOO_CMA").map_or(true, |v| v.trim() != "0"),
         }
     }

@@ -994,7 +994,7 @@ fn cma_all_reduce_matches_the_socket_path_bit_for_bit() {
                 } else {
                     AllreduceAlgorithm::AllPairs
                 },
-                cma_allreduce_bytes: if cma { 0 } else { usize::MAX },
+                cma_min_bytes: if cma { 0 } else { usize::MAX },
                 pipeline_chunk_bytes: 64 << 10,
                 ..opts()
             };
@@ -1050,7 +1050,7 @@ fn cma_all_reduce_matches_the_socket_path_bit_for_bit() {
 fn cma_is_agreed_by_every_rank_or_by_none() {
     for refuser in [None, Some(0), Some(2)] {
         let pgs = make_world_with(3, |r| GlooOptions {
-            cma_allreduce_bytes: 1 << 20,
+            cma_min_bytes: 1 << 20,
             cross_memory_attach: Some(r) != refuser,
             ..opts()
         });
@@ -1084,6 +1084,103 @@ fn cma_is_agreed_by_every_rank_or_by_none() {
                     "rank {r} [{i}]: {} vs {want}",
                     t[i]
                 );
+            }
+        }
+    }
+}
+
+/// all_gather (list, into-tensor, in place, coalesced) and reduce_scatter (list, tensor,
+/// PREMUL_SUM, AVG) through cross-memory attach give the bits the socket algorithms give, on
+/// worlds of 2, 3 and 4 ranks, with sizes from empty to > 1 MiB.
+#[test]
+fn cma_all_gather_and_reduce_scatter_match_the_socket_path() {
+    for n in [2usize, 3, 4] {
+        let run = |cma: bool| {
+            let o = GlooOptions {
+                cma_min_bytes: if cma { 0 } else { usize::MAX },
+                ..opts()
+            };
+            run_world(n, o, move |r, pg| {
+                let mut out: Vec<Vec<u8>> = Vec::new();
+                let bytes = |t: &Tensor| t.read_bytes(|b| b.to_vec()).unwrap();
+                for len in [0usize, 3, 70_001] {
+                    // all_gather, list form, two dtypes.
+                    for dtype in [DType::F32, DType::BF16] {
+                        let inp = varied(dtype, r, len);
+                        let outs: Vec<Tensor> =
+                            (0..n).map(|_| Tensor::zeros(dtype, &[len])).collect();
+                        pg.all_gather(&[outs.clone()], &[inp], &AllgatherOptions::default())
+                            .unwrap()
+                            .wait()
+                            .unwrap();
+                        out.extend(outs.iter().map(bytes));
+                    }
+                    // all_gather_into_tensor, in place (input is this rank's slot of the output).
+                    let whole = Tensor::zeros(DType::F32, &[n * len]);
+                    whole
+                        .narrow(r * len, len)
+                        .unwrap()
+                        .copy_from(&varied(DType::F32, r, len))
+                        .unwrap();
+                    let mine = whole.narrow(r * len, len).unwrap();
+                    pg.all_gather_into_tensor(&whole, &mine, &AllgatherOptions::default())
+                        .unwrap()
+                        .wait()
+                        .unwrap();
+                    out.push(bytes(&whole));
+                    // Coalesced into tensors: two inputs of different sizes.
+                    let ins = [
+                        varied(DType::I64, r, len),
+                        varied(DType::F64, r, len / 2 + 1),
+                    ];
+                    let outs = [
+                        Tensor::zeros(DType::I64, &[n * len]),
+                        Tensor::zeros(DType::F64, &[n * (len / 2 + 1)]),
+                    ];
+                    pg.all_gather_into_tensor_coalesced(&outs, &ins, &AllgatherOptions::default())
+                        .unwrap()
+                        .wait()
+                        .unwrap();
+                    out.extend(outs.iter().map(bytes));
+                    // reduce_scatter, list form and tensor form.
+                    for op in [
+                        ReduceOp::Sum,
+                        ReduceOp::Avg,
+                        ReduceOp::PremulSum(0.25),
+                        ReduceOp::Max,
+                    ] {
+                        let o = ReduceScatterOptions {
+                            reduce_op: op,
+                            ..Default::default()
+                        };
+                        let blocks: Vec<Tensor> =
+                            (0..n).map(|p| varied(DType::F32, r * n + p, len)).collect();
+                        let res = Tensor::zeros(DType::F32, &[len]);
+                        pg.reduce_scatter(&[res.clone()], &[blocks], &o)
+                            .unwrap()
+                            .wait()
+                            .unwrap();
+                        out.push(bytes(&res));
+                        let input = varied(DType::BF16, r, n * len);
+                        let res = Tensor::zeros(DType::BF16, &[len]);
+                        pg.reduce_scatter_tensor(&res, &input, &o)
+                            .unwrap()
+                            .wait()
+                            .unwrap();
+                        out.push(bytes(&res));
+                    }
+                }
+                (out, pg.cross_memory_attach())
+            })
+        };
+        let with = run(true);
+        let without = run(false);
+        for r in 0..n {
+            assert_eq!(with[r].1, Some(true), "n={n} rank {r}: cma not used");
+            assert_eq!(without[r].1, None, "n={n} rank {r}: cma probed while off");
+            assert_eq!(with[r].0.len(), without[r].0.len());
+            for (i, (a, b)) in with[r].0.iter().zip(&without[r].0).enumerate() {
+                assert!(a == b, "n={n} rank {r} result {i}: cma and sockets differ");
             }
         }
     }

@@ -1,9 +1,11 @@
-//! All-reduce between processes on one host through cross-memory attach (Linux
-//! `process_vm_readv`): each rank copies what it needs straight out of its peers' buffers,
-//! one copy per byte instead of the two (into and out of the kernel's socket buffers) that any
-//! socket costs. The sockets only carry three rounds of small control frames.
+//! All-reduce, all-gather and reduce-scatter between processes on one host through
+//! cross-memory attach (Linux `process_vm_readv`): each rank copies what it needs straight out
+//! of its peers' buffers, one copy per byte instead of the two (into and out of the kernel's
+//! socket buffers) that any socket costs. The sockets only carry two or three rounds of small
+//! control frames. All-gather and reduce-scatter are the ADDR / read / DONE subset of the
+//! all-reduce below.
 //!
-//! Segment p of the buffer is reduced by rank p (as in [`super::allreduce::all_pairs`], whose
+//! All-reduce: segment p of the buffer is reduced by rank p (as in [`super::allreduce::all_pairs`], whose
 //! fold order it keeps, so both paths give the same bits):
 //! 1. ADDR: every rank sends every peer (pid, address, length) of its buffer.
 //! 2. Reduce-scatter: rank r reads segment r of every peer's buffer, piece by piece (an
@@ -147,34 +149,14 @@ pub(crate) fn all_reduce(
     if n == 1 || len == 0 || !comm.all_peers_local() || !usable(comm, allowed)? {
         return Ok(false);
     }
-    let me = encode(&[
-        u64::from(std::process::id()),
-        buf.as_ptr() as u64,
-        len as u64,
-    ]);
-    let addrs = all_to_all(comm, STEP_ADDR, &me, 24)?;
-    for (p, a) in addrs.iter().enumerate() {
-        if p != r && word(a, 2) != len as u64 {
-            // (Frame headers already compare sizes; this only guards the reads below.)
-            let e = DistError::backend(format!(
-                "{}: rank {p} all-reduces {} bytes, rank {r} {len}",
-                comm.ctx(),
-                word(a, 2)
-            ));
-            return Err(comm.fail_group(e));
+    let peers = publish(comm, &[&*buf])?;
+    for (p, pb) in peers.iter().enumerate() {
+        // (Frame headers already compare sizes; this only guards the reads below.)
+        if pb.regions.first().map(|x| x.1) != Some(len as u64) {
+            let l = pb.regions.first().map_or(0, |x| x.1);
+            return Err(size_error(comm, p, "buffer", l, len));
         }
     }
-    let read_err = |comm: &mut Comm<'_>, p: usize, e: std::io::Error| {
-        let gone = if e.raw_os_error() == Some(libc::ESRCH) {
-            "; the peer process died"
-        } else {
-            ""
-        };
-        comm.fail_group(DistError::backend(format!(
-            "{}: reading rank {p}'s buffer (process_vm_readv) failed: {e}{gone}",
-            comm.ctx()
-        )))
-    };
     let es = dtype.size();
     let count = len / es;
     let my = part(count, n, r, es);
@@ -183,12 +165,12 @@ pub(crate) fn all_reduce(
     while off < my.end {
         let l = PIECE.min(my.end - off);
         let tmp = &mut scratch.bytes()[..l];
-        for (p, a) in addrs.iter().enumerate() {
+        for (p, pb) in peers.iter().enumerate() {
             if p == r {
                 continue;
             }
-            if let Err(e) = read_remote(word(a, 0), word(a, 1) + off as u64, tmp) {
-                return Err(read_err(comm, p, e));
+            if let Err(e) = read_remote(pb.pid, pb.regions[0].0 + off as u64, tmp) {
+                return Err(read_error(comm, p, e));
             }
             reduce_into(op, dtype, &mut buf[off..off + l], tmp)?;
         }
@@ -196,15 +178,160 @@ pub(crate) fn all_reduce(
     }
     comm.put_scratch(scratch);
     all_to_all(comm, STEP_REDUCED, &[], 0)?;
-    for (p, a) in addrs.iter().enumerate() {
+    for (p, pb) in peers.iter().enumerate() {
         if p == r {
             continue;
         }
         let seg = part(count, n, p, es);
-        if let Err(e) = read_remote(word(a, 0), word(a, 1) + seg.start as u64, &mut buf[seg]) {
-            return Err(read_err(comm, p, e));
+        if let Err(e) = read_remote(pb.pid, pb.regions[0].0 + seg.start as u64, &mut buf[seg]) {
+            return Err(read_error(comm, p, e));
         }
     }
+    all_to_all(comm, STEP_DONE, &[], 0)?;
+    Ok(true)
+}
+
+/// One peer's published buffers: its pid and (address, length) of each.
+struct Published {
+    pid: u64,
+    regions: Vec<(u64, u64)>,
+}
+
+/// Sends every peer our pid and the (address, length) of each of `regions`; returns every
+/// rank's (ours at index `rank`).
+fn publish(comm: &mut Comm<'_>, regions: &[&[u8]]) -> Result<Vec<Published>> {
+    let mut words = vec![u64::from(std::process::id()), regions.len() as u64];
+    for b in regions {
+        words.push(b.as_ptr() as u64);
+        words.push(b.len() as u64);
+    }
+    let msg = encode(&words);
+    let got = all_to_all(comm, STEP_ADDR, &msg, msg.len())?;
+    Ok(got
+        .iter()
+        .enumerate()
+        .map(|(p, m)| {
+            let m = if p == comm.rank() { &msg } else { m };
+            Published {
+                pid: word(m, 0),
+                regions: (0..word(m, 1) as usize)
+                    .map(|i| (word(m, 2 + 2 * i), word(m, 3 + 2 * i)))
+                    .collect(),
+            }
+        })
+        .collect())
+}
+
+/// The error (group failed on every rank) for a region whose length differs from ours.
+fn size_error(comm: &mut Comm<'_>, p: usize, what: &str, theirs: u64, ours: usize) -> DistError {
+    let e = DistError::backend(format!(
+        "{}: rank {p}'s {what} has {theirs} bytes, rank {}'s {ours}",
+        comm.ctx(),
+        comm.rank()
+    ));
+    comm.fail_group(e)
+}
+
+fn read_error(comm: &mut Comm<'_>, p: usize, e: std::io::Error) -> DistError {
+    let gone = if e.raw_os_error() == Some(libc::ESRCH) {
+        "; the peer process died"
+    } else {
+        ""
+    };
+    let e = DistError::backend(format!(
+        "{}: reading rank {p}'s buffer (process_vm_readv) failed: {e}{gone}",
+        comm.ctx()
+    ));
+    comm.fail_group(e)
+}
+
+/// All-gather through cross-memory attach: `outputs[i * n + p]` receives rank p's
+/// `inputs[i]`, read straight from p's memory (ours copied locally). `Ok(false)` when it does
+/// not apply (see [`all_reduce`]); nothing was touched then.
+///
+/// # Errors
+/// As [`all_reduce`]; also a peer input whose length differs from our output slot.
+pub(crate) fn all_gather(
+    comm: &mut Comm<'_>,
+    inputs: &[&[u8]],
+    outputs: &mut [&mut [u8]],
+    allowed: bool,
+) -> Result<bool> {
+    let (r, n) = (comm.rank(), comm.size());
+    if n == 1 || !comm.all_peers_local() || !usable(comm, allowed)? {
+        return Ok(false);
+    }
+    let peers = publish(comm, inputs)?;
+    for (j, o) in outputs.iter_mut().enumerate() {
+        let (i, p) = (j / n, j % n);
+        if p == r {
+            o.copy_from_slice(inputs[i]);
+            continue;
+        }
+        let Some(&(addr, len)) = peers[p].regions.get(i) else {
+            return Err(size_error(comm, p, "input list", 0, o.len()));
+        };
+        if len != o.len() as u64 {
+            return Err(size_error(comm, p, "input", len, o.len()));
+        }
+        if let Err(e) = read_remote(peers[p].pid, addr, o) {
+            return Err(read_error(comm, p, e));
+        }
+    }
+    all_to_all(comm, STEP_DONE, &[], 0)?;
+    Ok(true)
+}
+
+/// Reduce-scatter through cross-memory attach: `out` receives `⊕ over ranks q (in rank order)
+/// of q's blocks[rank]`, read piece by piece straight from every peer's memory — the same fold
+/// order as the socket algorithm, so the same bits. `Ok(false)` when it does not apply.
+///
+/// # Errors
+/// As [`all_reduce`]; also a peer block whose length differs from ours.
+pub(crate) fn reduce_scatter(
+    comm: &mut Comm<'_>,
+    blocks: &[&[u8]],
+    out: &mut [u8],
+    op: ReduceOp,
+    dtype: DType,
+    allowed: bool,
+) -> Result<bool> {
+    let (r, n, len) = (comm.rank(), comm.size(), out.len());
+    if n == 1 || !comm.all_peers_local() || !usable(comm, allowed)? {
+        return Ok(false);
+    }
+    let peers = publish(comm, blocks)?;
+    for (p, pb) in peers.iter().enumerate() {
+        match pb.regions.get(r) {
+            Some(&(_, l)) if l == len as u64 => {}
+            Some(&(_, l)) => return Err(size_error(comm, p, "block for this rank", l, len)),
+            None => return Err(size_error(comm, p, "block list", 0, len)),
+        }
+    }
+    let mut scratch = comm.take_scratch(PIECE.min(len));
+    let mut off = 0;
+    while off < len {
+        let l = PIECE.min(len - off);
+        for (p, pb) in peers.iter().enumerate() {
+            let acc = &mut out[off..off + l];
+            let src: &[u8] = if p == r {
+                &blocks[r][off..off + l]
+            } else {
+                let tmp = &mut scratch.bytes()[..l];
+                if let Err(e) = read_remote(pb.pid, pb.regions[r].0 + off as u64, tmp) {
+                    return Err(read_error(comm, p, e));
+                }
+                tmp
+            };
+            if p == 0 {
+                acc.copy_from_slice(src);
+            } else {
+                reduce_into(op, dtype, acc, src)?;
+            }
+        }
+        off += l;
+    }
+    comm.put_scratch(scratch);
     all_to_all(comm, STEP_DONE, &[], 0)?;
     Ok(true)
 }
