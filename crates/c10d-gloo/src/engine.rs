@@ -532,11 +532,7 @@ impl Engine {
         match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut *self))) {
             Ok(r) => Some(r),
             Err(p) => {
-                let what = p
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| p.downcast_ref::<String>().cloned())
-                    .unwrap_or_default();
+                let what = panic_text(&*p);
                 self.cur = None;
                 self.sweeping = false;
                 self.draining = false;
@@ -714,11 +710,7 @@ impl Engine {
             match r {
                 Ok(r) => r,
                 Err(p) => {
-                    let what = p
-                        .downcast_ref::<&str>()
-                        .map(|s| s.to_string())
-                        .or_else(|| p.downcast_ref::<String>().cloned())
-                        .unwrap_or_default();
+                    let what = panic_text(&*p);
                     let e = DistError::backend(format!(
                         "{}: internal error (panic) in {} (seq {}): {what}",
                         self.ctx(),
@@ -1407,14 +1399,7 @@ impl Engine {
     /// sent (an error frame: `p` may have left *because* of a failure elsewhere) explains more.
     fn fail_left(&mut self, p: usize) {
         if !self.sweeping {
-            self.sweeping = true;
-            for q in 0..self.peers.len() {
-                if q != p && self.peers[q].as_ref().is_some_and(|x| x.open) {
-                    self.on_readable(q);
-                }
-            }
-            self.sweeping = false;
-            self.fail_lost();
+            self.sweep(Some(p));
         }
         if self.failed.is_none() {
             self.fail_group(self.left_error(p), false);
@@ -1449,9 +1434,16 @@ impl Engine {
         // When one process dies, others may die or exit because of it at nearly the same time;
         // read every other socket up to what is already there, so that the error names every
         // peer whose connection is gone (the dead one included, whichever we noticed first).
+        self.sweep(Some(p));
+    }
+
+    /// Reads what every open peer but `skip` already sent (error frames fail the group with
+    /// their text; closed connections are collected), then fails the group with the lost
+    /// connections found, if any and if nothing failed it meanwhile.
+    fn sweep(&mut self, skip: Option<usize>) {
         self.sweeping = true;
         for q in 0..self.peers.len() {
-            if q != p && self.peers[q].as_ref().is_some_and(|x| x.open) {
+            if Some(q) != skip && self.peers[q].as_ref().is_some_and(|x| x.open) {
                 self.on_readable(q);
             }
         }
@@ -1730,6 +1722,14 @@ fn matches(want: &Header, got: &Header) -> bool {
         && want.nbytes == got.nbytes
 }
 
+/// The message of a caught panic ("" when it is not a string).
+fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_default()
+}
+
 fn op_failed(info: &OpInfo, rank: usize, e: &DistError) -> DistError {
     e.map_message(|m| format!("{} (seq {}) on rank {rank} failed: {m}", info.op, info.seq))
 }
@@ -1912,14 +1912,7 @@ impl Comm<'_> {
     pub(crate) fn fail_group(&mut self, e: DistError) -> DistError {
         let eng = &mut *self.eng;
         if eng.failed.is_none() && !eng.sweeping {
-            eng.sweeping = true;
-            for q in 0..eng.peers.len() {
-                if eng.peers[q].as_ref().is_some_and(|x| x.open) {
-                    eng.on_readable(q);
-                }
-            }
-            eng.sweeping = false;
-            eng.fail_lost();
+            eng.sweep(None);
         }
         let e = eng.failed.clone().unwrap_or(e);
         self.eng.fail_group(e.clone(), true);
