@@ -945,6 +945,29 @@ fn frames_arriving_before_their_receive_is_posted() {
     }
 }
 
+/// Whether this process may use `process_vm_readv` at all (a seccomp profile can forbid it):
+/// ranks that are threads of one process then agree on cross-memory attach. Where it cannot,
+/// the CMA tests still check that the group agreed on sockets and computed the same bits.
+fn cma_possible() -> bool {
+    let src = 0x5eed_u64;
+    let mut dst = 0u64;
+    let local = libc::iovec {
+        iov_base: (&mut dst as *mut u64).cast(),
+        iov_len: 8,
+    };
+    let remote = libc::iovec {
+        iov_base: (&src as *const u64 as *mut u64).cast(),
+        iov_len: 8,
+    };
+    // SAFETY: both iovecs describe live 8-byte locals of this process; only `dst` is written.
+    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    let ok = n == 8 && dst == src;
+    if !ok {
+        eprintln!("note: process_vm_readv is not permitted here; CMA tests check the fallback");
+    }
+    ok
+}
+
 /// A tensor of `len` elements of `dtype` whose values depend on rank and index (not integral,
 /// so that the fold order shows in float results).
 fn varied(dtype: DType, r: usize, len: usize) -> Tensor {
@@ -1072,7 +1095,7 @@ fn cma_is_agreed_by_every_rank_or_by_none() {
             assert_eq!(*before, None, "rank {r}: probed below the threshold");
             assert_eq!(
                 *after,
-                Some(refuser.is_none()),
+                Some(refuser.is_none() && cma_possible()),
                 "rank {r}, refuser {refuser:?}"
             );
             assert!(small.iter().all(|x| *x == 3.0));
@@ -1176,7 +1199,11 @@ fn cma_all_gather_and_reduce_scatter_match_the_socket_path() {
         let with = run(true);
         let without = run(false);
         for r in 0..n {
-            assert_eq!(with[r].1, Some(true), "n={n} rank {r}: cma not used");
+            assert_eq!(
+                with[r].1,
+                Some(cma_possible()),
+                "n={n} rank {r}: cma verdict"
+            );
             assert_eq!(without[r].1, None, "n={n} rank {r}: cma probed while off");
             assert_eq!(with[r].0.len(), without[r].0.len());
             for (i, (a, b)) in with[r].0.iter().zip(&without[r].0).enumerate() {
