@@ -5,8 +5,8 @@
 //! control frames. All-gather and reduce-scatter are the ADDR / read / DONE subset of the
 //! all-reduce below.
 //!
-//! All-reduce: segment p of the buffer is reduced by rank p (as in [`super::allreduce::all_pairs`], whose
-//! fold order it keeps, so both paths give the same bits):
+//! All-reduce: segment p of the buffer is reduced by rank p (as in
+//! [`super::allreduce::all_pairs`], whose fold order it keeps, so both paths give the same bits):
 //! 1. ADDR: every rank sends every peer (pid, address, length) of its buffer.
 //! 2. Reduce-scatter: rank r reads segment r of every peer's buffer, piece by piece (an
 //!    L2-sized piece of its own segment is folded with every peer's copy before the next),
@@ -20,8 +20,10 @@
 //!
 //! Whether cross-memory attach works (seccomp, ptrace restrictions, different users) is probed
 //! once per group, on the first eligible op, and agreed by every rank (a vote round), so that
-//! all ranks always take the same path. Reads are read-only: a faulty or hostile peer can make
-//! our op fail, never write our memory.
+//! all ranks always take the same path. Cross-memory attach is only ever used to read: a faulty
+//! or hostile peer can make our op fail, never write our memory. A peer that lies about its
+//! (pid, address) makes us copy another process's memory of the same user into our own output,
+//! which that peer could read itself anyway.
 
 use super::part;
 use crate::engine::Comm;
