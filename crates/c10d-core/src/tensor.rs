@@ -239,6 +239,55 @@ impl Tensor {
         })
     }
 
+    /// A CPU tensor over host memory that something else owns (a `torch.Tensor`, a memory
+    /// map, …), without copying. `owner` is kept alive until the last handle to the storage
+    /// (including a collective's lease) is dropped; [`Tensor::into_vec`] always copies.
+    ///
+    /// # Errors
+    /// [`DistError::InvalidArgument`] when `ptr` is null while the shape is not empty, or is
+    /// not aligned for `dtype`.
+    ///
+    /// # Safety
+    /// `ptr` must point to `numel(shape) × dtype.size()` bytes that stay valid for reads and
+    /// writes for as long as `owner` lives, and nobody may access them other than through the
+    /// returned tensor's handles while a handle is in use (in particular while a collective
+    /// owns it) — the rule a `torch.Tensor` passed to a PyTorch collective follows.
+    pub unsafe fn from_raw_host(
+        ptr: *mut u8,
+        dtype: DType,
+        shape: &[usize],
+        owner: Box<dyn Any + Send>,
+    ) -> Result<Tensor> {
+        let nbytes = checked_numel(shape)
+            .and_then(|n| n.checked_mul(dtype.size()))
+            .ok_or_else(|| DistError::invalid(format!("shape {shape:?} is too large")))?;
+        if nbytes > 0 && (ptr.is_null() || ptr as usize % dtype.size().min(8) != 0) {
+            return Err(DistError::invalid(format!(
+                "host pointer {ptr:p} is null or not aligned for {dtype}"
+            )));
+        }
+        // An empty tensor may carry a null pointer; give it a dangling, aligned one instead.
+        let ptr = if nbytes == 0 {
+            std::ptr::NonNull::<u64>::dangling().as_ptr().cast()
+        } else {
+            ptr
+        };
+        let storage = Storage {
+            kind: StorageKind::Host(HostBuffer {
+                ptr,
+                nbytes,
+                owner: Mutex::new(Some(owner)),
+            }),
+            borrow: AtomicIsize::new(0),
+        };
+        Ok(Tensor {
+            storage: Arc::new(storage),
+            dtype,
+            shape: shape.into(),
+            offset: 0,
+        })
+    }
+
     /// A CPU tensor of zeros (`torch.zeros(shape, dtype=dtype)`).
     pub fn zeros(dtype: DType, shape: &[usize]) -> Tensor {
         let n = numel_of(shape);

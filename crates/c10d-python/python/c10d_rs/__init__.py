@@ -1,0 +1,29 @@
+"""c10d-rs's CPU collective engine as a ``torch.distributed`` backend.
+
+Two lines in a PyTorch program::
+
+    import c10d_rs                          # registers the backend "c10drs" for device "cpu"
+    dist.init_process_group("c10drs")       # or "cpu:c10drs,cuda:nccl", new_group(backend="c10drs")
+
+The package is also found through the ``torch.distributed.backends`` entry point, so
+``init_process_group("c10drs")`` works even without the import.
+
+Everything PyTorch's own CPU backend (Gloo) offers is there: every collective and ReduceOp
+(AVG and PREMUL_SUM too), point-to-point with any-source receives, barriers and monitored
+barriers, coalesced ops, abort and shutdown. Contiguous tensors are used in place; the engine
+runs in Rust threads that never hold the GIL. See ``ProcessGroupC10dRs`` and ``Work``.
+"""
+
+from ._backend import BACKEND_NAME, ProcessGroupC10dRs, Work, create_backend, register
+from ._engine import __version__
+
+__all__ = [
+    "BACKEND_NAME",
+    "ProcessGroupC10dRs",
+    "Work",
+    "__version__",
+    "create_backend",
+    "register",
+]
+
+register()

@@ -1,0 +1,453 @@
+"""The ``torch.distributed`` backend "c10drs": a ``Backend`` subclass over the Rust engine."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+from typing import Any, Callable, List, Optional, Sequence, Tuple
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import Backend as _CBackend
+from torch._C._distributed_c10d import Work as _CWork
+
+from . import _engine
+
+BACKEND_NAME = "c10drs"
+
+_DTYPES = {
+    torch.float32: "float32",
+    torch.float64: "float64",
+    torch.float16: "float16",
+    torch.bfloat16: "bfloat16",
+    torch.int8: "int8",
+    torch.uint8: "uint8",
+    torch.int16: "int16",
+    torch.int32: "int32",
+    torch.int64: "int64",
+    torch.bool: "bool",
+    torch.complex64: "complex64",
+    torch.complex128: "complex128",
+}
+
+_Desc = Tuple[int, Tuple[int, ...], str, torch.Tensor]
+
+
+def _seconds(td: Optional[timedelta]) -> Optional[float]:
+    """Seconds of an options timeout; None when PyTorch left it unset (negative)."""
+    if td is None:
+        return None
+    s = td.total_seconds()
+    return s if s > 0 else None
+
+
+def _reduce_op(op: Any) -> Tuple[int, float]:
+    """(RedOpType id, PREMUL_SUM factor) of a ``dist.ReduceOp``."""
+    kind = op.op if isinstance(op, dist.ReduceOp) else op
+    kid = int(kind.value if hasattr(kind, "value") else kind)
+    if kid != int(dist.ReduceOp.PREMUL_SUM.value):
+        return kid, 0.0
+    factor = op.factor
+    if isinstance(factor, torch.Tensor):
+        factor = factor.item()
+    return kid, float(factor)
+
+
+class _Staging:
+    """Contiguous stand-ins for non-contiguous tensors, copied back when the work is done.
+
+    PyTorch's Gloo accepts non-contiguous tensors in its collectives; so do we, through a
+    contiguous copy. Point-to-point and all_to_all_single refuse them, as Gloo does.
+    """
+
+    def __init__(self) -> None:
+        self.back: List[Tuple[torch.Tensor, torch.Tensor]] = []
+
+    def desc(self, t: torch.Tensor, out: bool) -> _Desc:
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"c10drs: expected a torch.Tensor, got {type(t).__name__}")
+        if t.device.type != "cpu":
+            raise ValueError(
+                f"c10drs: only CPU tensors are supported, got a tensor on {t.device} "
+                '(use "cpu:c10drs,cuda:nccl" to send CUDA tensors to NCCL)'
+            )
+        if t.is_sparse:
+            raise RuntimeError("c10drs: sparse tensors are not supported")
+        dtype = _DTYPES.get(t.dtype)
+        if dtype is None:
+            raise RuntimeError(f"c10drs: unsupported dtype {t.dtype}")
+        if not t.is_contiguous():
+            c = t.contiguous()
+            if out:
+                self.back.append((t, c))
+            t = c
+        return (t.data_ptr(), tuple(t.shape), dtype, t)
+
+    def descs(self, ts: Sequence[torch.Tensor], out: bool) -> List[_Desc]:
+        return [self.desc(t, out) for t in ts]
+
+    def lists(self, tss: Sequence[Sequence[torch.Tensor]], out: bool) -> List[List[_Desc]]:
+        return [self.descs(ts, out) for ts in tss]
+
+    def copy_back(self) -> None:
+        for t, c in self.back:
+            t.copy_(c)
+        self.back = []
+
+
+def _dense(ts: Sequence[torch.Tensor], exc: type, msg: str) -> None:
+    for t in ts:
+        if not t.is_contiguous():
+            raise exc(msg)
+
+
+class Work(_CWork):
+    """A ``torch.distributed.Work`` for one c10drs operation.
+
+    ``wait()`` releases the GIL while the engine works; ``get_future()`` is completed by the
+    engine's callback thread with the operation's output tensors (or its error).
+    """
+
+    def __init__(
+        self,
+        work: _engine.PyWork,
+        result: Sequence[torch.Tensor] = (),
+        staging: Optional[_Staging] = None,
+    ) -> None:
+        super().__init__()
+        self._work = work
+        self._result = list(result)
+        self._staging = staging
+        self._lock = threading.Lock()
+        self._future: Optional[torch.futures.Future] = None
+
+    def _finish(self) -> None:
+        with self._lock:
+            if self._staging is not None and self._work.is_success():
+                self._staging.copy_back()
+            self._staging = None
+
+    def wait(self, timeout: timedelta = timedelta(0)) -> bool:
+        self._work.wait(_seconds(timeout))
+        self._finish()
+        return True
+
+    def is_completed(self) -> bool:
+        return self._work.is_completed()
+
+    def is_success(self) -> bool:
+        return self._work.is_success()
+
+    def exception(self) -> Optional[BaseException]:
+        return self._work.exception()
+
+    def source_rank(self) -> int:
+        r = self._work.source_rank()
+        if r is None:
+            raise RuntimeError(
+                "sourceRank() may only be called on work objects that correspond to a "
+                "recv or recv-from-any call."
+            )
+        return r
+
+    _source_rank = source_rank
+
+    def result(self) -> List[torch.Tensor]:
+        return self._result
+
+    def get_future(self) -> torch.futures.Future:
+        with self._lock:
+            if self._future is not None:
+                return self._future
+            fut: torch.futures.Future = torch.futures.Future()
+            self._future = fut
+
+        def done() -> None:
+            self._finish()
+            exc = self._work.exception()
+            if exc is None:
+                fut.set_result(self._result)
+            else:
+                fut.set_exception(exc)
+
+        self._work.add_done_callback(done)
+        return fut
+
+    def __repr__(self) -> str:
+        return (
+            f"c10d_rs.Work({self._work.op_type()}, seq={self._work.sequence_number()}, "
+            f"completed={self._work.is_completed()})"
+        )
+
+
+class ProcessGroupC10dRs(_CBackend):
+    """The c10drs backend of one process group (PyTorch calls its methods).
+
+    Mirrors ``ProcessGroupGloo``'s methods and their argument order; every op is launched
+    asynchronously on the Rust engine and returns a :class:`Work`.
+    """
+
+    def __init__(
+        self,
+        store: dist.Store,
+        rank: int,
+        size: int,
+        timeout: timedelta = timedelta(minutes=30),
+        group_name: str = "0",
+        group_desc: str = "undefined",
+        global_ranks: Sequence[int] = (),
+    ) -> None:
+        super().__init__(rank, size)
+        secs = _seconds(timeout) or 1800.0
+        self._engine = _engine.Engine(
+            store, rank, size, secs, str(group_name), group_desc, list(global_ranks)
+        )
+        self._group_name = str(group_name)
+
+    # -- identity ----------------------------------------------------------------------
+    def getBackendName(self) -> str:  # noqa: N802 (PyTorch's name)
+        return BACKEND_NAME
+
+    def name(self) -> str:
+        return BACKEND_NAME
+
+    def _get_sequence_number_for_group(self) -> int:
+        return self._engine.sequence_number()
+
+    def _set_sequence_number_for_group(self) -> None:
+        pass
+
+    def _set_timeout(self, timeout: timedelta) -> None:
+        self._engine.set_timeout(_seconds(timeout) or 1800.0)
+
+    set_timeout = _set_timeout
+
+    def _launch(
+        self,
+        launch: Callable[[_Staging], _engine.PyWork],
+        result: Sequence[torch.Tensor],
+    ) -> Work:
+        staging = _Staging()
+        work = launch(staging)
+        return Work(work, result, staging if staging.back else None)
+
+    # -- collectives ---------------------------------------------------------------------
+    def allreduce(self, tensors: List[torch.Tensor], opts: Any) -> Work:
+        op, factor = _reduce_op(opts.reduceOp)
+        to = _seconds(opts.timeout)
+        return self._launch(
+            lambda s: self._engine.allreduce(s.descs(tensors, True), op, factor, to), tensors
+        )
+
+    def allreduce_coalesced(self, tensors: List[torch.Tensor], opts: Any) -> Work:
+        op, factor = _reduce_op(opts.reduceOp)
+        to = _seconds(opts.timeout)
+        return self._launch(
+            lambda s: self._engine.allreduce_coalesced(s.descs(tensors, True), op, factor, to),
+            tensors,
+        )
+
+    def broadcast(self, tensors: List[torch.Tensor], opts: Any) -> Work:
+        to = _seconds(opts.timeout)
+        return self._launch(
+            lambda s: self._engine.broadcast(
+                s.descs(tensors, True), opts.rootRank, opts.rootTensor, to
+            ),
+            tensors,
+        )
+
+    def reduce(self, tensors: List[torch.Tensor], opts: Any) -> Work:
+        op, factor = _reduce_op(opts.reduceOp)
+        to = _seconds(opts.timeout)
+        return self._launch(
+            lambda s: self._engine.reduce(
+                s.descs(tensors, True), opts.rootRank, opts.rootTensor, op, factor, to
+            ),
+            tensors,
+        )
+
+    def allgather(
+        self, outputs: List[List[torch.Tensor]], inputs: List[torch.Tensor], opts: Any
+    ) -> Work:
+        to = _seconds(opts.timeout)
+        return self._launch(
+            lambda s: self._engine.allgather(s.lists(outputs, True), s.descs(inputs, False), to),
+            [t for ts in outputs for t in ts],
+        )
+
+    def allgather_coalesced(
+        self, outputs: List[List[torch.Tensor]], inputs: List[torch.Tensor], opts: Any
+    ) -> Work:
+        to = _seconds(opts.timeout)
+        return self._launch(
+            lambda s: self._engine.allgather_coalesced(
+                s.lists(outputs, True), s.descs(inputs, False), to
+            ),
+            [t for ts in outputs for t in ts],
+        )
+
+    def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any) -> Work:
+        to = _seconds(opts.timeout)
+        return self._launch(
+            lambda s: self._engine.allgather_into_tensor(
+                s.desc(output, True), s.desc(input, False), to
+            ),
+            [output],
+        )
+
+    _allgather_base = all_gather_single
+
+    def all_gather_single_coalesced(
+        self, outputs: List[torch.Tensor], inputs: List[torch.Tensor], opts: Any
+    ) -> Work:
+        to = _seconds(opts.timeout)
+        return self._launch(
+            lambda s: self._engine.allgather_into_tensor_coalesced(
+                s.descs(outputs, True), s.descs(inputs, False), to
+            ),
+            outputs,
+        )
+
+    allgather_into_tensor_coalesced = all_gather_single_coalesced
+
+    def gather(
+        self, outputs: List[List[torch.Tensor]], inputs: List[torch.Tensor], opts: Any
+    ) -> Work:
+        to = _seconds(opts.timeout)
+        return self._launch(
+            lambda s: self._engine.gather(
+                s.lists(outputs, True), s.descs(inputs, False), opts.rootRank, to
+            ),
+            [t for ts in outputs for t in ts],
+        )
+
+    def scatter(
+        self, outputs: List[torch.Tensor], inputs: List[List[torch.Tensor]], opts: Any
+    ) -> Work:
+        to = _seconds(opts.timeout)
+        return self._launch(
+            lambda s: self._engine.scatter(
+                s.descs(outputs, True), s.lists(inputs, False), opts.rootRank, to
+            ),
+            outputs,
+        )
+
+    def reduce_scatter(
+        self, outputs: List[torch.Tensor], inputs: List[List[torch.Tensor]], opts: Any
+    ) -> Work:
+        op, factor = _reduce_op(opts.reduceOp)
+        to = _seconds(opts.timeout)
+        return self._launch(
+            lambda s: self._engine.reduce_scatter(
+                s.descs(outputs, True), s.lists(inputs, False), op, factor, to
+            ),
+            outputs,
+        )
+
+    def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any) -> Work:
+        op, factor = _reduce_op(opts.reduceOp)
+        to = _seconds(opts.timeout)
+        return self._launch(
+            lambda s: self._engine.reduce_scatter_tensor(
+                s.desc(output, True), s.desc(input, False), op, factor, to
+            ),
+            [output],
+        )
+
+    _reduce_scatter_base = reduce_scatter_single
+
+    def reduce_scatter_single_coalesced(
+        self, outputs: List[torch.Tensor], inputs: List[torch.Tensor], opts: Any
+    ) -> Work:
+        op, factor = _reduce_op(opts.reduceOp)
+        to = _seconds(opts.timeout)
+        return self._launch(
+            lambda s: self._engine.reduce_scatter_tensor_coalesced(
+                s.descs(outputs, True), s.descs(inputs, False), op, factor, to
+            ),
+            outputs,
+        )
+
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
+
+    def alltoall(
+        self, outputs: List[torch.Tensor], inputs: List[torch.Tensor], opts: Any
+    ) -> Work:
+        to = _seconds(opts.timeout)
+        return self._launch(
+            lambda s: self._engine.alltoall(s.descs(outputs, True), s.descs(inputs, False), to),
+            outputs,
+        )
+
+    def all_to_all_single(
+        self,
+        output: torch.Tensor,
+        input: torch.Tensor,
+        output_splits: List[int],
+        input_splits: List[int],
+        opts: Any,
+    ) -> Work:
+        _dense([output, input], ValueError, "Tensors must be contiguous")
+        to = _seconds(opts.timeout)
+        return self._launch(
+            lambda s: self._engine.alltoall_base(
+                s.desc(output, True),
+                s.desc(input, False),
+                list(output_splits),
+                list(input_splits),
+                to,
+            ),
+            [output],
+        )
+
+    alltoall_base = all_to_all_single
+
+    def barrier(self, opts: Any = None) -> Work:
+        to = _seconds(getattr(opts, "timeout", None))
+        return Work(self._engine.barrier(to))
+
+    def monitored_barrier(self, opts: Any = None, wait_all_ranks: bool = False) -> None:
+        self._engine.monitored_barrier(_seconds(getattr(opts, "timeout", None)), wait_all_ranks)
+
+    # -- point to point ------------------------------------------------------------------
+    def send(self, tensors: List[torch.Tensor], dst: int, tag: int = 0) -> Work:
+        _dense(tensors, RuntimeError, "input tensor has to be contiguous")
+        return self._launch(lambda s: self._engine.send(s.descs(tensors, False), dst, tag), [])
+
+    def recv(self, tensors: List[torch.Tensor], src: int, tag: int = 0) -> Work:
+        _dense(tensors, RuntimeError, "output tensor has to be contiguous")
+        return self._launch(lambda s: self._engine.recv(s.descs(tensors, True), src, tag), tensors)
+
+    def recv_anysource(self, tensors: List[torch.Tensor], tag: int = 0) -> Work:
+        _dense(tensors, RuntimeError, "output tensor has to be contiguous")
+        return self._launch(
+            lambda s: self._engine.recv_anysource(s.descs(tensors, True), tag), tensors
+        )
+
+    # -- lifetime ------------------------------------------------------------------------
+    def abort(self) -> None:
+        self._engine.abort()
+
+    def shutdown(self) -> None:
+        self._engine.shutdown()
+
+
+def create_backend(dist_backend_opts: Any, backend_options: Any = None) -> ProcessGroupC10dRs:
+    """The creator PyTorch calls (``extended_api=True``) for every group on "c10drs"."""
+    o = dist_backend_opts
+    return ProcessGroupC10dRs(
+        o.store,
+        o.group_rank,
+        o.group_size,
+        o.timeout,
+        group_name=str(o.group_id),
+        group_desc=str(getattr(backend_options, "group_desc", "undefined") or "undefined"),
+        global_ranks=list(o.global_ranks_in_group or []),
+    )
+
+
+def register() -> None:
+    """Registers "c10drs" for device "cpu" with ``torch.distributed`` (idempotent)."""
+    if BACKEND_NAME.upper() in dist.Backend._plugins:
+        return
+    dist.Backend.register_backend(BACKEND_NAME, create_backend, extended_api=True, devices=["cpu"])
