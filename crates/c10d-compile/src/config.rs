@@ -42,9 +42,8 @@ pub fn set_enable_compiler_collectives(on: Option<bool>) {
 
 /// `enable_compiler_collectives`: the process-wide setting, else `TORCH_COMPILER_COLLECTIVES=1`.
 pub fn enable_compiler_collectives() -> bool {
-    decode(COMPILER_COLLECTIVES.load(Ordering::SeqCst)).unwrap_or_else(|| {
-        std::env::var(TORCH_COMPILER_COLLECTIVES).is_ok_and(|v| v.trim() == "1")
-    })
+    decode(COMPILER_COLLECTIVES.load(Ordering::SeqCst))
+        .unwrap_or_else(|| std::env::var(TORCH_COMPILER_COLLECTIVES).is_ok_and(|v| v.trim() == "1"))
 }
 
 /// `torch.compiler.set_enable_guard_collectives(on)` for the whole process (`None` = default,

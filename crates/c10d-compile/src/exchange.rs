@@ -249,7 +249,9 @@ mod tests {
         let e = r.ensure_identical().unwrap_err().to_string();
         assert!(e.contains("ranks [2, 3] differ from rank 0"), "{e}");
         assert!(e.contains(&format!("rank 2: {}", hex(&b))), "{e}");
-        let ok = DigestReport { digests: vec![a, a] };
+        let ok = DigestReport {
+            digests: vec![a, a],
+        };
         assert_eq!(ok.ensure_identical().unwrap(), a);
         assert_eq!(
             hex(&sha256(b"")),

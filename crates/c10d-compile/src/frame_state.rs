@@ -198,7 +198,10 @@ mod tests {
             InputState::Tensor(Sizes::DynamicRank)
         );
         assert_eq!(a.merge(&InputState::int(3)), InputState::Dynamic);
-        assert_eq!(InputState::int(3).merge(&InputState::int(3)), InputState::int(3));
+        assert_eq!(
+            InputState::int(3).merge(&InputState::int(3)),
+            InputState::int(3)
+        );
         assert_eq!(
             InputState::int(3).merge(&InputState::int(4)),
             InputState::Int(Dim::Dynamic)

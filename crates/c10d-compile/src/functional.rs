@@ -61,7 +61,9 @@ fn clone_all(ts: &[Tensor]) -> Result<Vec<Tensor>> {
 fn gathered_shape(shape: &[usize], n: usize) -> Vec<usize> {
     match shape.split_first() {
         None => vec![n],
-        Some((d0, rest)) => std::iter::once(d0 * n).chain(rest.iter().copied()).collect(),
+        Some((d0, rest)) => std::iter::once(d0 * n)
+            .chain(rest.iter().copied())
+            .collect(),
     }
 }
 
@@ -76,7 +78,9 @@ fn scattered_shape(shape: &[usize], n: usize) -> Result<Vec<usize>> {
             "reduce_scatter_tensor: input dimension 0 ({d0}) is not a multiple of group_size {n}"
         );
     }
-    Ok(std::iter::once(d0 / n).chain(rest.iter().copied()).collect())
+    Ok(std::iter::once(d0 / n)
+        .chain(rest.iter().copied())
+        .collect())
 }
 
 fn check_group_size(op: &str, pg: &ProcessGroup, group_size: usize) -> Result<()> {
@@ -330,7 +334,12 @@ impl<'w> Funcol<'w> {
         check_group_size("reduce_scatter_tensor_coalesced", &pg, group_size)?;
         let outs = ts
             .iter()
-            .map(|t| Ok(Tensor::zeros(t.dtype(), &scattered_shape(t.shape(), group_size)?)))
+            .map(|t| {
+                Ok(Tensor::zeros(
+                    t.dtype(),
+                    &scattered_shape(t.shape(), group_size)?,
+                ))
+            })
             .collect::<Result<Vec<_>>>()?;
         if outs.is_empty() {
             return Ok(Vec::new());

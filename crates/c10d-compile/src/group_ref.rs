@@ -17,7 +17,10 @@ pub enum GroupRef<'a> {
     Member(&'a GroupMember),
     /// Ranks + tag (deprecated in PyTorch, which warns): one rank list, or several lists of equal
     /// size of which this rank's is used (`_expand_group`). The group is found by tag and ranks
-    /// or created with that tag (`_find_or_create_pg_by_ranks_and_tag`).
+    /// or created with that tag (`_find_or_create_pg_by_ranks_and_tag`). As in PyTorch, creation
+    /// makes only this rank's list with `new_group`, which every rank of the world must call in
+    /// the same order: with a single list spanning the world that holds; with several lists,
+    /// create the groups beforehand on every rank (`World::new_group_with_tag`) so they are found.
     Ranks {
         /// The rank lists.
         ranks: Vec<Vec<usize>>,

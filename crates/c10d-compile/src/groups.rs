@@ -209,7 +209,9 @@ impl<'w> CompileGroups<'w> {
             opts.backend = Some(COMPILE_SYNC_BACKEND.to_string());
             opts.timeout = Some(world_pg.default_backend()?.timeout());
         }
-        let member = self.world.new_group_with_tag(None, opts, Some(kind.tag()))?;
+        let member = self
+            .world
+            .new_group_with_tag(None, opts, Some(kind.tag()))?;
         let pg = member.into_group().map_err(|_| {
             DistError::invalid(format!(
                 "compile group: rank {} is not a member of the all-ranks group tagged {}",

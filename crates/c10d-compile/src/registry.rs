@@ -85,7 +85,9 @@ fn install_exit_hook() {
         // live for the whole process.
         let rc = unsafe { libc::atexit(warn_unwaited_at_exit) };
         if rc != 0 {
-            log::debug!("c10d-compile: atexit registration failed; no exit warning for unwaited works");
+            log::debug!(
+                "c10d-compile: atexit registration failed; no exit warning for unwaited works"
+            );
         }
     });
 }
@@ -133,7 +135,12 @@ pub fn register_work(tensor: &Tensor, work: &Work) {
 pub fn pop_works(tensor: &Tensor) -> Vec<Work> {
     let mut reg = registry();
     match reg.iter().position(|e| e.key.shares_storage_with(tensor)) {
-        Some(i) => reg.swap_remove(i).works.into_iter().map(|w| w.work).collect(),
+        Some(i) => reg
+            .swap_remove(i)
+            .works
+            .into_iter()
+            .map(|w| w.work)
+            .collect(),
         None => Vec::new(),
     }
 }
@@ -169,7 +176,9 @@ pub fn wait_tensor(tensor: &Tensor) -> Result<Tensor> {
 /// as [`wait_tensor`].
 pub fn wait_tensors(tensors: &[Tensor]) -> Result<Vec<Tensor>> {
     if tensors.is_empty() {
-        return Err(DistError::invalid("wait_tensors requires at least one tensor"));
+        return Err(DistError::invalid(
+            "wait_tensors requires at least one tensor",
+        ));
     }
     let mut first_err = None;
     let mut out = Vec::with_capacity(tensors.len());

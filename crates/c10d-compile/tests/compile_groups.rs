@@ -62,8 +62,14 @@ fn groups_are_tagged_cached_and_sync_is_gloo() {
         }
         // The compile and guard groups use the default backend; compile-sync is always gloo
         // with the default group's timeout.
-        assert_eq!(w.get_backend(Some(&GroupMember::Group(c.clone()))).unwrap(), "store");
-        assert_eq!(w.get_backend(Some(&GroupMember::Group(s.clone()))).unwrap(), "gloo");
+        assert_eq!(
+            w.get_backend(Some(&GroupMember::Group(c.clone()))).unwrap(),
+            "store"
+        );
+        assert_eq!(
+            w.get_backend(Some(&GroupMember::Group(s.clone()))).unwrap(),
+            "gloo"
+        );
         assert_eq!(s.default_backend().unwrap().timeout(), TIMEOUT);
         // Cached: the same objects again, no new group.
         let n = w.get_pg_count();
@@ -141,8 +147,15 @@ fn compiler_collective_batch_sizes_oracle() {
         }
         (jit.compiled_at, jit.compiled.unwrap())
     });
-    assert_eq!(out[0], out[1], "identical decisions and views on every rank");
-    assert_eq!(out[0].0, vec![0], "one compile, dim 0 dynamic from the start");
+    assert_eq!(
+        out[0], out[1],
+        "identical decisions and views on every rank"
+    );
+    assert_eq!(
+        out[0].0,
+        vec![0],
+        "one compile, dim 0 dynamic from the start"
+    );
     assert_eq!(
         out[0].1.inputs["L['x']"],
         InputState::Tensor(Sizes::Dims(vec![Dim::Dynamic, Dim::Static(4)]))
@@ -156,8 +169,11 @@ fn compiler_collective_batch_sizes_oracle() {
             cg.set_enable_compiler_collectives(Some(false));
             let mut jit = ToyJit::default();
             for &b in bs {
-                jit.call(&cg, &FrameState::new("forward").with_tensor("L['x']", &[b, 4]))
-                    .unwrap();
+                jit.call(
+                    &cg,
+                    &FrameState::new("forward").with_tensor("L['x']", &[b, 4]),
+                )
+                .unwrap();
             }
             jit.compiled_at
         })
@@ -191,9 +207,18 @@ fn compiler_collective_other_oracles() {
         let per_rank = cg
             .compiler_collective(&FrameState::new("k").with_int("L['xs'][rank]", xs[r]))
             .unwrap();
-        (jit.compiled_at, jit.compiled.unwrap(), rank_dims, mixed, per_rank)
+        (
+            jit.compiled_at,
+            jit.compiled.unwrap(),
+            rank_dims,
+            mixed,
+            per_rank,
+        )
     });
-    assert!(out.iter().all(|o| o == &out[0]), "identical on every rank: {out:?}");
+    assert!(
+        out.iter().all(|o| o == &out[0]),
+        "identical on every rank: {out:?}"
+    );
     let (compiled_at, scalar, rank_dims, mixed, per_rank) = &out[0];
     assert_eq!(compiled_at, &vec![0, 1], "recompiled together at step 1");
     assert_eq!(scalar.inputs["L['n']"], InputState::Int(Dim::Dynamic));
@@ -273,7 +298,11 @@ fn compile_sync_digests_and_cache_hits() {
     let out = run(3, "store", |w, r| {
         let cg = enabled(w);
         let same = cg.compile_sync_digests(b"joint graph v1").unwrap();
-        let artifact = if r == 2 { "joint graph v2" } else { "joint graph v1" };
+        let artifact = if r == 2 {
+            "joint graph v2"
+        } else {
+            "joint graph v1"
+        };
         let diff = cg.compile_sync_digests(artifact.as_bytes()).unwrap();
         let hit_all = cg.cache_hit_collective(true).unwrap();
         let hit_some = cg.cache_hit_collective(r != 0).unwrap();

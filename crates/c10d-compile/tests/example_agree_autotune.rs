@@ -35,7 +35,10 @@ fn built(path: &Path, cargo_args: &[&str]) -> PathBuf {
 #[test]
 fn agree_autotune_under_c10drun_with_4_ranks() {
     let profile = profile_dir();
-    let c10drun = built(&profile.join("c10drun"), &["-p", "c10d-world", "--bin", "c10drun"]);
+    let c10drun = built(
+        &profile.join("c10drun"),
+        &["-p", "c10d-world", "--bin", "c10drun"],
+    );
     let example = built(
         &profile.join("examples").join("agree_autotune"),
         &["-p", "c10d-compile", "--example", "agree_autotune"],
@@ -90,5 +93,8 @@ fn agree_autotune_under_c10drun_with_4_ranks() {
         ["naive", "blocked"].contains(&agreed[0].as_str()),
         "{agreed:?}"
     );
-    assert!(agreed.iter().all(|a| a == &agreed[0]), "ranks disagree: {out}");
+    assert!(
+        agreed.iter().all(|a| a == &agreed[0]),
+        "ranks disagree: {out}"
+    );
 }

@@ -27,7 +27,11 @@ fn all_reduce_new_and_in_place() {
             assert!(out.completed());
             let out = out.wait().unwrap();
             assert!(!out.shares_storage_with(&t), "a new tensor");
-            assert_eq!(t.to_vec::<f32>().unwrap(), vec![r as f32; 16], "input untouched");
+            assert_eq!(
+                t.to_vec::<f32>().unwrap(),
+                vec![r as f32; 16],
+                "input untouched"
+            );
 
             let res = f.all_reduce_(&t, "sum", "0").unwrap().wait().unwrap();
             assert!(res.shares_storage_with(&t), "the same tensor");
@@ -53,7 +57,13 @@ fn all_reduce_on_four_ranks_by_every_group_kind() {
         assert_eq!(by_name.to_vec::<f32>().unwrap(), vec![6.0; 3]);
         assert_eq!(by_pg.to_vec::<f32>().unwrap(), vec![3.0; 3]);
         assert_eq!(by_ranks.to_vec::<f32>().unwrap(), vec![0.0; 3]);
-        // A 2-D rank layout: this rank's row is its group (created under the tag).
+        // A 2-D rank layout: this rank's row is its group, found by tag. (Creation through
+        // ranks + tag makes only this rank's row, so with several rows the groups are made
+        // beforehand by every rank, as new_group requires.)
+        for pair in [[0i64, 1], [2, 3]] {
+            w.new_group_with_tag(Some(&pair), GroupOptions::default(), Some("pairs"))
+                .unwrap();
+        }
         let pair = GroupRef::rank_lists(&[vec![0, 1], vec![2, 3]], "pairs");
         let s = f.all_reduce(&t, "sum", pair.clone()).unwrap();
         let want = if r < 2 { 1.0 } else { 5.0 };
@@ -148,7 +158,10 @@ fn all_gather_into_tensor_variants() {
             outs[1].to_vec::<f32>().unwrap(),
             vec![10.0, 10.0, 11.0, 11.0, 12.0, 12.0]
         );
-        let e = f.all_gather_into_tensor(&t, 2, "0").unwrap_err().to_string();
+        let e = f
+            .all_gather_into_tensor(&t, 2, "0")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("group_size 2 does not match the size 3"), "{e}");
     });
 }
@@ -277,7 +290,13 @@ fn point_to_point_and_batches() {
         assert_eq!(empty.len(), 1);
         assert_eq!(empty[0].shape(), &[0]);
         let e = f
-            .batch_p2p_ops(&["send"], &[peer], &[0], &[Tensor::zeros(DType::F32, &[1])], "0")
+            .batch_p2p_ops(
+                &["send"],
+                &[peer],
+                &[0],
+                &[Tensor::zeros(DType::F32, &[1])],
+                "0",
+            )
             .unwrap_err()
             .to_string();
         assert!(e.contains("unknown op \"send\""), "{e}");
@@ -313,7 +332,10 @@ fn block_on<F: std::future::Future>(fut: F) -> F::Output {
         if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
             return v;
         }
-        assert!(std::time::Instant::now() < deadline, "future did not complete");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "future did not complete"
+        );
         std::thread::park_timeout(std::time::Duration::from_millis(50));
     }
 }
@@ -322,7 +344,13 @@ fn block_on<F: std::future::Future>(fut: F) -> F::Output {
 fn complex_tensors_only_with_sum_avg_premul_sum() {
     run(2, "gloo", |w, r| {
         let f = Funcol::new(w);
-        let t = Tensor::from_vec(vec![c10d_core::c32 { re: r as f32, im: 1.0 }; 2]);
+        let t = Tensor::from_vec(vec![
+            c10d_core::c32 {
+                re: r as f32,
+                im: 1.0
+            };
+            2
+        ]);
         let out = f.all_reduce(&t, "sum", "0").unwrap();
         assert_eq!(
             out.to_vec::<c10d_core::c32>().unwrap(),

@@ -25,7 +25,11 @@ fn child_main() {
     let r = dist::get_rank(None).unwrap() as usize;
     let f = Funcol::global();
     let t = Tensor::from_vec(vec![r as f32; 4]);
-    let avg = f.all_reduce(&t, "avg", "0").unwrap().to_vec::<f32>().unwrap();
+    let avg = f
+        .all_reduce(&t, "avg", "0")
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
     // Uneven all_to_all_single: rank r sends r+1 rows to each peer.
     let ins = vec![r + 1; N];
     let outs: Vec<usize> = (0..N).map(|j| j + 1).collect();
@@ -47,8 +51,11 @@ fn child_main() {
     let batches = [[5usize, 8, 6], [6, 6, 3], [5, 5, 5]];
     let mut jit = ToyJit::default();
     for b in batches[r] {
-        jit.call(cg, &FrameState::new("forward").with_tensor("L['x']", &[b, 4]))
-            .unwrap();
+        jit.call(
+            cg,
+            &FrameState::new("forward").with_tensor("L['x']", &[b, 4]),
+        )
+        .unwrap();
     }
     let guard = cg.guard_collective(r != 1).unwrap();
     let digest = cg.compile_sync_digests(b"joint graph").unwrap();
@@ -105,7 +112,7 @@ fn three_processes_over_tcp_store() {
         })
         .collect();
     let start = Instant::now();
-    let mut done = vec![None; N];
+    let mut done = [None; N];
     while done.iter().any(|d| d.is_none()) && start.elapsed() < Duration::from_secs(90) {
         for (i, k) in kids.iter_mut().enumerate() {
             if done[i].is_none() {
@@ -130,10 +137,19 @@ fn three_processes_over_tcp_store() {
     for (r, line) in results.iter().enumerate() {
         // From rank j: j+1 rows holding j.
         let want_a2a: Vec<String> = (0..N).flat_map(|j| vec![j.to_string(); j + 1]).collect();
-        assert!(line.contains(&format!("rank={r} avg=[1.0, 1.0, 1.0, 1.0]")), "{line}");
-        assert!(line.contains(&format!("a2a=[{}]", want_a2a.join(", "))), "{line}");
+        assert!(
+            line.contains(&format!("rank={r} avg=[1.0, 1.0, 1.0, 1.0]")),
+            "{line}"
+        );
+        assert!(
+            line.contains(&format!("a2a=[{}]", want_a2a.join(", "))),
+            "{line}"
+        );
         assert!(line.contains("gathered=[0, 1, 2]"), "{line}");
-        assert!(line.contains("compiled_at=[0] view=Tensor(Dims([Dynamic, Static(4)]))"), "{line}");
+        assert!(
+            line.contains("compiled_at=[0] view=Tensor(Dims([Dynamic, Static(4)]))"),
+            "{line}"
+        );
         assert!(line.contains("guard=false missed=[1]"), "{line}");
         assert!(line.contains("digests_equal=true hit=false"), "{line}");
     }

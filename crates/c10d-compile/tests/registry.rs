@@ -34,7 +34,10 @@ fn registry_sizes_follow_pytorch() {
         assert_eq!(work_registry_size(), 1);
         let inner = out.inner_unwaited().clone();
         let same = wait_tensor(&inner).unwrap();
-        assert!(same.shares_storage_with(&inner), "wait_tensor returns the same tensor");
+        assert!(
+            same.shares_storage_with(&inner),
+            "wait_tensor returns the same tensor"
+        );
         assert_eq!(work_registry_size(), 0);
         // Waiting again, or on a tensor never registered, is a no-op.
         wait_tensor(&inner).unwrap();
@@ -82,20 +85,27 @@ fn plain_async_collectives_register_only_inside_the_scope() {
         let t = Tensor::from_vec(vec![1i64; 2]);
         for _ in 0..2000 {
             let work = w.all_reduce(&t, ReduceOp::Sum, None, true).unwrap();
-            track_async_work(&[t.clone()], work);
+            track_async_work(std::slice::from_ref(&t), work);
         }
-        assert_eq!(work_registry_size(), b, "nothing registered outside the scope");
+        assert_eq!(
+            work_registry_size(),
+            b,
+            "nothing registered outside the scope"
+        );
         assert!(!allow_inflight_collective_as_graph_input());
         allow_inflight_collective_as_graph_input_ctx(|| {
             assert!(allow_inflight_collective_as_graph_input());
             let work = w.all_reduce(&t, ReduceOp::Sum, None, true).unwrap();
-            assert!(track_async_work(&[t.clone()], work).is_some());
+            assert!(track_async_work(std::slice::from_ref(&t), work).is_some());
             assert_eq!(work_registry_size(), b + 1);
             allow_inflight_collective_as_graph_input_ctx(|| {
                 let work = w.all_reduce(&t, ReduceOp::Sum, None, true).unwrap();
-                track_async_work(&[t.clone()], work);
+                track_async_work(std::slice::from_ref(&t), work);
             });
-            assert!(allow_inflight_collective_as_graph_input(), "nested scope restores");
+            assert!(
+                allow_inflight_collective_as_graph_input(),
+                "nested scope restores"
+            );
             assert_eq!(work_registry_size(), b + 2);
         });
         assert!(!allow_inflight_collective_as_graph_input());
