@@ -1,6 +1,7 @@
 //! Real processes: this test binary re-runs itself as 3 ranks (env:// init over a TcpStore on
 //! 127.0.0.1, port 0, as under c10drun) that use the global world: functional collectives by
-//! group name, the compile oracles and compile sync on the compile-side groups.
+//! group name, the compile oracles and compile sync on the compile-side groups (enabled by
+//! `TORCH_COMPILER_COLLECTIVES=1`), through the global-world free functions.
 
 mod common;
 
@@ -46,8 +47,11 @@ fn child_main() {
         .unwrap();
 
     let cg = CompileGroups::global();
-    cg.set_enable_compiler_collectives(Some(true));
-    cg.set_enable_guard_collectives(Some(true));
+    // Compiler collectives come from TORCH_COMPILER_COLLECTIVES=1 (set by the parent); guard
+    // collectives from the explicit setting.
+    assert!(c10d_compile::config::enable_compiler_collectives());
+    c10d_compile::config::set_enable_guard_collectives(Some(true));
+    assert!(c10d_compile::get_compile_pg().unwrap().is_some());
     let batches = [[5usize, 8, 6], [6, 6, 3], [5, 5, 5]];
     let mut jit = ToyJit::default();
     for b in batches[r] {
@@ -104,7 +108,7 @@ fn three_processes_over_tcp_store() {
                 .env("TORCHELASTIC_USE_AGENT_STORE", "True")
                 .env("TORCHELASTIC_RUN_ID", "compile-test")
                 .env_remove("TORCH_DISTRIBUTED_DEBUG")
-                .env_remove("TORCH_COMPILER_COLLECTIVES")
+                .env("TORCH_COMPILER_COLLECTIVES", "1")
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .spawn()
