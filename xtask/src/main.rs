@@ -5,6 +5,9 @@
 //! - `cargo xtask interop`: provisions PyTorch 2.15 (CPU use) into a cached virtualenv
 //!   (`$C10D_TORCH_VENV`, default `~/.cache/c10d-rs/torch-venv`) and runs every
 //!   `crates/*/tests/interop*.rs` test binary with `C10D_TORCH_PYTHON` pointing at it.
+//! - `cargo xtask python`: builds the `c10d_rs` wheel (maturin, release), installs it into the
+//!   PyTorch virtualenv and runs its pytest suite (`crates/c10d-python/tests`); `cargo xtask
+//!   wheel` only builds the wheel into `target/wheels`.
 //! - `cargo xtask demo`: the main job: builds release binaries, launches the data-parallel
 //!   training demo on 4 ranks with `c10drun`, then prints a short `c10d-bench` table.
 //! - `cargo xtask bench`: the benchmarks with their baselines (store server, reduction kernels,
@@ -27,12 +30,14 @@ fn main() {
     let result = match args.first().map(String::as_str) {
         Some("test") => test(rest),
         Some("interop") => interop(),
+        Some("python") => python_tests(rest),
+        Some("wheel") => build_wheel().map(|w| println!("{}", w.display())),
         Some("demo") => demo(rest),
         Some("bench") => bench(rest),
         Some("test-multigpu") => test_multigpu(),
         _ => {
             eprintln!(
-                "usage: cargo xtask <test [--no-interop] | interop | demo | bench | test-multigpu>"
+                "usage: cargo xtask <test [--no-interop] | interop | python [pytest args] | wheel | demo | bench | test-multigpu>"
             );
             exit(2);
         }
@@ -73,10 +78,11 @@ fn test(args: &[String]) -> Res {
     // `cargo xtask bench`). Examples are built, so they cannot rot.
     run(cargo().args(["test", "--workspace"]))?;
     if args.iter().any(|a| a == "--no-interop") {
-        eprintln!("xtask: interop tests not run (--no-interop)");
+        eprintln!("xtask: interop and Python package tests not run (--no-interop)");
         return Ok(());
     }
-    interop()
+    interop()?;
+    python_tests(&[])
 }
 
 fn venv_dir() -> PathBuf {
@@ -93,7 +99,7 @@ fn provision_torch() -> Result<PathBuf, String> {
     let py = venv.join("bin/python");
     let ok = py.exists()
         && Command::new(&py)
-            .args(["-c", &format!("import torch,sys; sys.exit(0 if torch.__version__.startswith('{TORCH_VERSION}') else 1)")])
+            .args(["-c", &format!("import torch,sys,pytest,maturin; sys.exit(0 if torch.__version__.startswith('{TORCH_VERSION}') else 1)")])
             .status()
             .map(|s| s.success())
             .unwrap_or(false);
@@ -115,6 +121,8 @@ fn provision_torch() -> Result<PathBuf, String> {
         "--disable-pip-version-check",
         &format!("torch=={TORCH_VERSION}"),
         "numpy",
+        "pytest",
+        "maturin>=1.7,<2",
     ]))?;
     Ok(py)
 }
@@ -165,6 +173,65 @@ fn interop() -> Res {
     cmd.args(["--", "--test-threads=1"]);
     cmd.env("C10D_TORCH_PYTHON", &py);
     run(&mut cmd)
+}
+
+/// Builds the `c10d_rs` wheel with the virtualenv's maturin and returns its path.
+fn build_wheel() -> Result<PathBuf, String> {
+    let py = provision_torch()?;
+    let out = Path::new("target/wheels");
+    let _ = std::fs::remove_dir_all(out);
+    run(Command::new(&py)
+        .args([
+            "-m",
+            "maturin",
+            "build",
+            "--release",
+            "--quiet",
+            "-m",
+            "crates/c10d-python/Cargo.toml",
+            "-o",
+            "target/wheels",
+            "--interpreter",
+        ])
+        .arg(&py))?;
+    std::fs::read_dir(out)
+        .map_err(|e| format!("no wheel in {}: {e}", out.display()))?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "whl"))
+        .ok_or_else(|| format!("maturin left no wheel in {}", out.display()))
+}
+
+/// Builds and installs the `c10d_rs` wheel, then runs its pytest suite with `extra` arguments.
+fn python_tests(extra: &[String]) -> Res {
+    let py = provision_torch()?;
+    let wheel = build_wheel()?;
+    run(Command::new(&py)
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+        ])
+        .args(["--force-reinstall", "--no-deps"])
+        .arg(&wheel))?;
+    // The launcher test runs c10drun; build it once here rather than from inside pytest.
+    run(cargo().args(["build", "-p", "c10d-world", "--bin", "c10drun"]))?;
+    let target = env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
+    let c10drun = std::fs::canonicalize(format!("{target}/debug/c10drun"))
+        .map_err(|e| format!("c10drun not built: {e}"))?;
+    run(Command::new(&py)
+        .args([
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "crates/c10d-python/tests",
+        ])
+        .args(extra)
+        .env("C10D_C10DRUN", c10drun))
 }
 
 fn demo(args: &[String]) -> Res {

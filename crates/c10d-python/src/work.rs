@@ -76,7 +76,7 @@ impl PyWork {
         let waker = Waker::from(slot.clone());
         let mut cx = Context::from_waker(&waker);
         let mut w = self.work.clone();
-        if let Poll::Ready(_) = Pin::new(&mut w).poll(&mut cx) {
+        if Pin::new(&mut w).poll(&mut cx).is_ready() {
             if let Some(cb) = slot.take() {
                 cb.call0(py)?;
             }
@@ -106,9 +106,10 @@ impl Wake for Callback {
     }
 }
 
-/// The sender of the process's callback dispatcher thread (started on first use).
-fn dispatcher() -> &'static Mutex<Sender<PyObject>> {
-    static TX: OnceLock<Mutex<Sender<PyObject>>> = OnceLock::new();
+/// The sender of the process's callback dispatcher thread (started on first use; None when the
+/// thread could not be started).
+fn dispatcher() -> Option<&'static Mutex<Sender<PyObject>>> {
+    static TX: OnceLock<Option<Mutex<Sender<PyObject>>>> = OnceLock::new();
     TX.get_or_init(|| {
         let (tx, rx) = channel::<PyObject>();
         std::thread::Builder::new()
@@ -122,7 +123,8 @@ fn dispatcher() -> &'static Mutex<Sender<PyObject>> {
                     });
                 }
             })
-            .expect("spawning the callback dispatcher thread");
-        Mutex::new(tx)
+            .ok()?;
+        Some(Mutex::new(tx))
     })
+    .as_ref()
 }

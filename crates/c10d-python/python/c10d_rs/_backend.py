@@ -211,6 +211,16 @@ class ProcessGroupC10dRs(_CBackend):
     def name(self) -> str:
         return BACKEND_NAME
 
+    @property
+    def supports_coalescing(self) -> bool:
+        """False: ``batch_isend_irecv`` issues each op on its own (as with Gloo)."""
+        return False
+
+    @property
+    def supports_splitting(self) -> bool:
+        """False: subgroups rendezvous through the store."""
+        return False
+
     def _get_sequence_number_for_group(self) -> int:
         return self._engine.sequence_number()
 
