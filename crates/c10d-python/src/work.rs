@@ -13,7 +13,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::{Context, Wake, Waker};
 use std::time::Duration;
 
 /// The handle of one operation launched on the engine (wrapped by `c10d_rs.Work` in Python).
@@ -98,10 +98,12 @@ impl Wake for Callback {
     fn wake(self: Arc<Self>) {
         if let Some(cb) = self.take() {
             // Sending never blocks; the engine thread goes straight back to its work.
-            let _ = dispatcher()
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .send(cb);
+            match dispatcher() {
+                Some(tx) => {
+                    let _ = tx.lock().unwrap_or_else(|e| e.into_inner()).send(cb);
+                }
+                None => log::error!("c10drs: no callback thread; a Work's future stays pending"),
+            }
         }
     }
 }
