@@ -162,6 +162,19 @@ def uneven_all_to_all_and_p2p(rank: int, world: int) -> None:
     for w in dist.batch_isend_irecv(ops):
         w.wait()
     check(r, torch.full((3,), nxt, dtype=torch.int64), "batch_isend_irecv")
+    # receive from any source: every other rank sends its rank to rank 0, tagged
+    import c10d_rs
+
+    if rank == 0:
+        seen = set()
+        for _ in range(world - 1):
+            r = torch.zeros(1, dtype=torch.int64)
+            src = c10d_rs.recv_any(r, tag=7)
+            assert r.item() == src, (r, src)
+            seen.add(src)
+        assert seen == set(range(1, world)), seen
+    else:
+        dist.send(torch.full((1,), rank, dtype=torch.int64), 0, tag=7)
 
 
 def coalesced_async_and_misc(rank: int, world: int) -> None:

@@ -12,9 +12,23 @@ Everything PyTorch's own CPU backend (Gloo) offers is there: every collective an
 (AVG and PREMUL_SUM too), point-to-point with any-source receives, barriers and monitored
 barriers, coalesced ops, abort and shutdown. Contiguous tensors are used in place; the engine
 runs in Rust threads that never hold the GIL. See ``ProcessGroupC10dRs`` and ``Work``.
+
+What PyTorch does not let a Python-implemented backend do (the same holds for any out-of-tree
+backend written in Python): the ``Work`` objects ``torch.distributed`` hands back forward only
+``wait()`` and ``get_future()`` to us, so their ``is_completed()``, ``is_success()``,
+``exception()`` and source rank are PyTorch's defaults. Use ``work.get_future().done()`` to
+poll, and :func:`recv_any` instead of ``dist.recv(tensor)`` without ``src``. A ``Work`` taken
+straight from the backend (``group._get_backend(torch.device("cpu")).allreduce(...)``) has them all.
 """
 
-from ._backend import BACKEND_NAME, ProcessGroupC10dRs, Work, create_backend, register
+from ._backend import (
+    BACKEND_NAME,
+    ProcessGroupC10dRs,
+    Work,
+    create_backend,
+    recv_any,
+    register,
+)
 from ._engine import __version__
 
 __all__ = [
@@ -23,6 +37,7 @@ __all__ = [
     "Work",
     "__version__",
     "create_backend",
+    "recv_any",
     "register",
 ]
 

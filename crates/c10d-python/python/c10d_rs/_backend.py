@@ -442,6 +442,33 @@ class ProcessGroupC10dRs(_CBackend):
         self._engine.shutdown()
 
 
+def _backend_of(group: Optional[dist.ProcessGroup]) -> ProcessGroupC10dRs:
+    pg = group if group is not None else dist.group.WORLD
+    if pg is None:
+        raise ValueError("Default process group has not been initialized")
+    backend = pg._get_backend(torch.device("cpu"))
+    if not isinstance(backend, ProcessGroupC10dRs):
+        raise ValueError(f"group {pg.group_name} does not run c10drs on CPU")
+    return backend
+
+
+def recv_any(
+    tensor: torch.Tensor, group: Optional[dist.ProcessGroup] = None, tag: int = 0
+) -> int:
+    """``dist.recv(tensor)`` without ``src`` for "c10drs" groups; returns the sender's global rank.
+
+    PyTorch forwards only ``wait`` and ``get_future`` of a Python backend's Work through its
+    own ``Work`` objects, so ``dist.recv(tensor)`` cannot read the sender from a Python
+    backend (it raises "sourceRank() may only be called on work objects that correspond to a
+    recv or recv-from-any call"). This calls the backend directly instead.
+    """
+    backend = _backend_of(group)
+    work = backend.recv_anysource([tensor], tag)
+    work.wait()
+    src = work.source_rank()
+    return dist.get_global_rank(group, src) if group is not None else src
+
+
 def create_backend(dist_backend_opts: Any, backend_options: Any = None) -> ProcessGroupC10dRs:
     """The creator PyTorch calls (``extended_api=True``) for every group on "c10drs"."""
     o = dist_backend_opts

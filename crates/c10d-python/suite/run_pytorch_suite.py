@@ -1,0 +1,43 @@
+"""Runs PyTorch's generic distributed test suite (shipped in the wheel) against "c10drs".
+
+    BACKEND=c10drs WORLD_SIZE=3 python run_pytorch_suite.py [-k PATTERN] [unittest args]
+
+Not part of `cargo xtask test` (it takes tens of minutes); `cargo xtask pytorch-suite` runs it
+and prints the counts. The test class is assembled the way PyTorch's own
+`test/distributed/test_distributed_spawn.py` does it: each test spawns WORLD_SIZE processes
+that rendezvous through a file:// init method. Tests that PyTorch gates on a backend name
+("gloo", "nccl") skip themselves for any other backend and say so.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+os.environ.setdefault("BACKEND", "c10drs")
+os.environ.setdefault("WORLD_SIZE", "3")
+os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+
+import c10d_rs  # noqa: E402,F401  (registers the backend in this process and every spawned one)
+import torch  # noqa: E402
+from torch.testing._internal.common_distributed import MultiProcessTestCase  # noqa: E402
+from torch.testing._internal.common_utils import run_tests  # noqa: E402
+from torch.testing._internal.distributed.distributed_test import (  # noqa: E402
+    DistributedTest,
+    TestDistBackend,
+)
+
+
+class TestDistBackendWithSpawn(TestDistBackend, DistributedTest._DistTestBase):
+    """PyTorch's generic suite, one spawned process per rank."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self._spawn_processes()
+        torch.backends.cudnn.flags(enabled=True, allow_tf32=False).__enter__()
+
+
+assert issubclass(TestDistBackendWithSpawn, MultiProcessTestCase)
+
+if __name__ == "__main__":
+    run_tests()
