@@ -7,11 +7,13 @@
 //!   `crates/*/tests/interop*.rs` test binary with `C10D_TORCH_PYTHON` pointing at it.
 //! - `cargo xtask python`: builds the `c10d_rs` wheel (maturin, release), installs it into the
 //!   PyTorch virtualenv and runs its pytest suite (`crates/c10d-python/tests`); `cargo xtask
-//!   wheel` only builds the wheel into `target/wheels`.
+//!   wheel` only builds the wheel into `target/wheels`; `cargo xtask pytorch-suite` runs
+//!   PyTorch's own generic distributed test suite against "c10drs" (tens of minutes; not part
+//!   of `test`).
 //! - `cargo xtask demo`: the main job: builds release binaries, launches the data-parallel
 //!   training demo on 4 ranks with `c10drun`, then prints a short `c10d-bench` table.
 //! - `cargo xtask bench`: the benchmarks with their baselines (store server, reduction kernels,
-//!   collectives vs PyTorch's Gloo).
+//!   collectives vs PyTorch's Gloo, and "c10drs" vs "gloo" inside torch.distributed).
 //! - `cargo xtask test-multigpu`: GPU tests; prints "skipped: no GPU" and succeeds where no GPU exists.
 //!
 //! xtask depends on nothing but std so it builds in seconds.
@@ -31,13 +33,14 @@ fn main() {
         Some("test") => test(rest),
         Some("interop") => interop(),
         Some("python") => python_tests(rest),
+        Some("pytorch-suite") => pytorch_suite(rest),
         Some("wheel") => build_wheel().map(|w| println!("{}", w.display())),
         Some("demo") => demo(rest),
         Some("bench") => bench(rest),
         Some("test-multigpu") => test_multigpu(),
         _ => {
             eprintln!(
-                "usage: cargo xtask <test [--no-interop] | interop | python [pytest args] | wheel | demo | bench | test-multigpu>"
+                "usage: cargo xtask <test [--no-interop] | interop | python [pytest args] | pytorch-suite [unittest args] | wheel | demo | bench | test-multigpu>"
             );
             exit(2);
         }
@@ -202,8 +205,8 @@ fn build_wheel() -> Result<PathBuf, String> {
         .ok_or_else(|| format!("maturin left no wheel in {}", out.display()))
 }
 
-/// Builds and installs the `c10d_rs` wheel, then runs its pytest suite with `extra` arguments.
-fn python_tests(extra: &[String]) -> Res {
+/// Builds the `c10d_rs` wheel and installs it into the PyTorch virtualenv; returns its python.
+fn install_wheel() -> Result<PathBuf, String> {
     let py = provision_torch()?;
     let wheel = build_wheel()?;
     run(Command::new(&py)
@@ -216,6 +219,34 @@ fn python_tests(extra: &[String]) -> Res {
         ])
         .args(["--force-reinstall", "--no-deps"])
         .arg(&wheel))?;
+    Ok(py)
+}
+
+/// PyTorch's generic distributed suite (`torch.testing._internal.distributed.distributed_test`)
+/// against "c10drs", WORLD_SIZE 3 unless set.
+fn pytorch_suite(extra: &[String]) -> Res {
+    let py = install_wheel()?;
+    run(Command::new(&py).args([
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "expecttest",
+        "hypothesis",
+    ]))?;
+    run(Command::new(&py)
+        .arg("crates/c10d-python/suite/run_pytorch_suite.py")
+        .args(extra)
+        .env("BACKEND", "c10drs")
+        .env(
+            "WORLD_SIZE",
+            env::var("WORLD_SIZE").unwrap_or_else(|_| "3".into()),
+        ))
+}
+
+/// Builds and installs the `c10d_rs` wheel, then runs its pytest suite with `extra` arguments.
+fn python_tests(extra: &[String]) -> Res {
+    let py = install_wheel()?;
     // The launcher test runs c10drun; build it once here rather than from inside pytest.
     run(cargo().args(["build", "-p", "c10d-world", "--bin", "c10drun"]))?;
     let target = env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
@@ -289,7 +320,9 @@ fn bench(_args: &[String]) -> Res {
     run(cargo().args(store_bench).env("C10D_TORCH_PYTHON", &py))?;
     run(Command::new("bash")
         .arg("crates/c10d-world/benches/compare.sh")
-        .env("C10D_TORCH_PYTHON", &py))
+        .env("C10D_TORCH_PYTHON", &py))?;
+    let py = install_wheel()?;
+    run(Command::new(&py).arg("crates/c10d-python/benches/torch_backends.py"))
 }
 
 fn has_gpu() -> bool {
