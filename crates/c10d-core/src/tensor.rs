@@ -796,6 +796,73 @@ mod tests {
         );
     }
 
+    /// An owner that records when it is dropped.
+    struct DropFlag(Arc<std::sync::atomic::AtomicBool>);
+    impl Drop for DropFlag {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn raw_host_memory_is_used_in_place_and_its_owner_outlives_every_handle() {
+        let mut mem = vec![1i32, 2, 3, 4, 5, 6];
+        let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        // SAFETY: `mem` outlives the tensor (dropped at the end of the test) and is only
+        // accessed through it while the tensor lives.
+        let t = unsafe {
+            Tensor::from_raw_host(
+                mem.as_mut_ptr().cast(),
+                DType::I32,
+                &[2, 3],
+                Box::new(DropFlag(dropped.clone())),
+            )
+        }
+        .unwrap();
+        t.narrow(1, 1)
+            .unwrap()
+            .write(|s: &mut [i32]| s.fill(9))
+            .unwrap();
+        let view = t.reshape(&[6]).unwrap();
+        drop(t);
+        assert!(
+            !dropped.load(Ordering::SeqCst),
+            "a view still holds the storage"
+        );
+        assert_eq!(view.clone().into_vec::<i32>().unwrap(), [1, 2, 3, 9, 9, 9]);
+        drop(view);
+        assert!(
+            dropped.load(Ordering::SeqCst),
+            "the owner is released with the last handle"
+        );
+        assert_eq!(
+            mem,
+            [1, 2, 3, 9, 9, 9],
+            "writes landed in the caller's memory"
+        );
+    }
+
+    #[test]
+    fn raw_host_memory_rejects_null_and_misaligned_pointers() {
+        let mut mem = [0u64; 2];
+        let base: *mut u8 = mem.as_mut_ptr().cast();
+        // SAFETY: both calls fail their checks before the pointers are used.
+        let null =
+            unsafe { Tensor::from_raw_host(std::ptr::null_mut(), DType::F32, &[2], Box::new(())) };
+        assert!(null
+            .unwrap_err()
+            .to_string()
+            .contains("null or not aligned"));
+        // SAFETY: as above.
+        let odd =
+            unsafe { Tensor::from_raw_host(base.wrapping_add(1), DType::F32, &[2], Box::new(())) };
+        assert!(odd.is_err());
+        // SAFETY: an empty tensor never dereferences its pointer.
+        let empty =
+            unsafe { Tensor::from_raw_host(std::ptr::null_mut(), DType::F32, &[0], Box::new(())) };
+        assert_eq!(empty.unwrap().numel(), 0);
+    }
+
     #[test]
     fn views_share_storage() {
         let t = Tensor::from_vec((0..6i64).collect());

@@ -20,9 +20,18 @@ os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 
 import c10d_rs  # noqa: E402,F401  (registers the backend in this process and every spawned one)
 import torch  # noqa: E402
-from torch.testing._internal.common_distributed import MultiProcessTestCase  # noqa: E402
+from torch.testing._internal.common_distributed import (  # noqa: E402
+    DistTestCases,
+    MultiProcessTestCase,
+)
+
+# PyTorch's suite gates features on backend names. "plugin" is its extension point for
+# out-of-tree backends; "ddp" lets the DistributedDataParallel tests run on CPU. Spawned ranks
+# import this module too, so they see the same sets.
+DistTestCases.backend_feature["plugin"].add("c10drs")
+DistTestCases.backend_feature["ddp"].add("c10drs")
 from torch.testing._internal.common_utils import run_tests  # noqa: E402
-from torch.testing._internal.distributed.distributed_test import (  # noqa: E402
+from torch.testing._internal.distributed.distributed_test import (  # noqa: E402,I001
     DistributedTest,
     TestDistBackend,
 )
