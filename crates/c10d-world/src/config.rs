@@ -4,7 +4,11 @@
 //! The registry is process-wide, like PyTorch's class attributes on `Backend`: every [`crate::World`]
 //! in the process sees the same backends. Built-ins are `"gloo"` (CPU, and CUDA tensors staged
 //! through the host in PyTorch; here it serves `cpu` and, as in PyTorch's capability table, is also
-//! listed for `cuda`) and `"nccl"` (CUDA), which is registered but unavailable in this build.
+//! listed for `cuda`) and `"nccl"` (CUDA), served by `c10d-nccl`. `c10d-nccl` loads NCCL and finds
+//! GPUs at run time but does not have the collectives yet, so `"nccl"` is unavailable and creating
+//! it fails with `c10d-nccl`'s error: PyTorch's "ProcessGroupNCCL is only supported with GPUs, no
+//! GPUs found!" without a GPU, the places searched without a loadable NCCL, and "collectives are
+//! not in this version" with both.
 //!
 //! Backend strings follow PyTorch's `BackendConfig` rules:
 //! - `"gloo"` → `cpu:gloo,cuda:gloo`; `"nccl"` → `cuda:nccl`; a registered name → its devices;
@@ -84,6 +88,20 @@ struct Plugin {
     creator: BackendCreator,
     extended_api: bool,
     available: bool,
+    /// Asked (outside the registry lock) when `available` is true; `None` = always usable.
+    probe: Option<fn() -> bool>,
+}
+
+/// `"nccl"` is usable when c10d-nccl has its collectives and finds NCCL and a GPU.
+fn nccl_usable() -> bool {
+    c10d_nccl::COLLECTIVES_BUILT && c10d_nccl::is_nccl_available()
+}
+
+/// The built-in `"nccl"` creator: never a panic, always c10d-nccl's reason.
+fn create_nccl(_a: &BackendCreateArgs) -> Result<Option<Arc<dyn Backend>>> {
+    Err(c10d_nccl::backend_creation_error().map_message(|m| {
+        format!("{m}\nBackend nccl is not available in this process; use backend \"gloo\"")
+    }))
 }
 
 struct Registry {
@@ -99,17 +117,22 @@ fn registry() -> &'static RwLock<Registry> {
     static R: OnceLock<RwLock<Registry>> = OnceLock::new();
     R.get_or_init(|| {
         let mut plugins = BTreeMap::new();
-        plugins.insert("gloo".to_string(), Plugin { creator: Arc::new(crate::gloo::create_gloo), extended_api: true, available: crate::gloo::GLOO_AVAILABLE });
+        plugins.insert(
+            "gloo".to_string(),
+            Plugin {
+                creator: Arc::new(crate::gloo::create_gloo),
+                extended_api: true,
+                available: crate::gloo::GLOO_AVAILABLE,
+                probe: None,
+            },
+        );
         plugins.insert(
             "nccl".to_string(),
             Plugin {
-                creator: Arc::new(|_a: &BackendCreateArgs| {
-                    Err(DistError::unsupported(
-                        "Backend nccl is not available in this build of c10d-rs (no CUDA support compiled into c10d-world); use backend \"gloo\"",
-                    ))
-                }),
+                creator: Arc::new(create_nccl),
                 extended_api: true,
-                available: false,
+                available: true,
+                probe: Some(nccl_usable),
             },
         );
         RwLock::new(Registry {
@@ -118,7 +141,10 @@ fn registry() -> &'static RwLock<Registry> {
                 ("gloo".into(), vec!["cpu".into(), "cuda".into()]),
                 ("nccl".into(), vec!["cuda".into()]),
             ],
-            default_device_backend: vec![("cpu".into(), "gloo".into()), ("cuda".into(), "nccl".into())],
+            default_device_backend: vec![
+                ("cpu".into(), "gloo".into()),
+                ("cuda".into(), "nccl".into()),
+            ],
         })
     })
 }
@@ -161,13 +187,15 @@ pub fn register_backend(
             creator,
             extended_api,
             available: true,
+            probe: None,
         },
     );
 }
 
 /// True when `name` is a registered backend whose creator can work in this build
 /// (`is_backend_available`). `"gloo"` and registered third-party backends are available;
-/// `"nccl"` is not. Also accepts a `"device:backend,..."` string (every backend must be available).
+/// `"nccl"` only when c10d-nccl has its collectives and finds NCCL and a GPU (never in this
+/// version). Also accepts a `"device:backend,..."` string (every backend must be available).
 pub fn is_backend_available(name: &str) -> bool {
     let lower = name.to_ascii_lowercase();
     if lower.contains(':') {
@@ -175,7 +203,12 @@ pub fn is_backend_available(name: &str) -> bool {
             .split(',')
             .all(|p| p.split(':').nth(1).is_some_and(is_backend_available));
     }
-    read().plugins.get(&lower).is_some_and(|p| p.available)
+    let plugin = read().plugins.get(&lower).map(|p| (p.available, p.probe));
+    match plugin {
+        Some((true, Some(probe))) => probe(),
+        Some((available, _)) => available,
+        None => false,
+    }
 }
 
 /// `torch.distributed.is_gloo_available()`.
@@ -183,7 +216,8 @@ pub fn is_gloo_available() -> bool {
     is_backend_available("gloo")
 }
 
-/// `torch.distributed.is_nccl_available()`: always false in this build.
+/// `torch.distributed.is_nccl_available()`: false until c10d-nccl has its collectives; then
+/// [`c10d_nccl::is_nccl_available`] (the library loads and a GPU is visible).
 pub fn is_nccl_available() -> bool {
     is_backend_available("nccl")
 }
@@ -386,5 +420,39 @@ mod tests {
         assert_eq!(get_default_backend_for_device("cuda:0").unwrap(), "nccl");
         assert!(get_default_backend_for_device("xpu").is_err());
         assert!(!is_nccl_available());
+        assert!(!is_backend_available("cpu:gloo,cuda:nccl"));
+    }
+
+    #[test]
+    fn nccl_group_creation_fails_with_c10d_nccls_reason() {
+        use crate::world::{InitOptions, World};
+        let w = World::new();
+        let store: Arc<dyn Store> = Arc::new(c10d_store::HashStore::new());
+        let e = w
+            .init_process_group(InitOptions {
+                backend: Some("nccl".into()),
+                store: Some(store),
+                rank: Some(0),
+                world_size: Some(1),
+                ..Default::default()
+            })
+            .unwrap_err();
+        assert!(!w.is_initialized());
+        let m = e.message();
+        assert!(m.contains("nccl is not available"), "{m}");
+        if c10d_nccl::cuda_device_count() == 0 {
+            assert_eq!(e.kind(), c10d_core::ErrorKind::InvalidArgument);
+            assert!(
+                m.starts_with("ProcessGroupNCCL is only supported with GPUs, no GPUs found!"),
+                "{m}"
+            );
+            assert!(m.contains("libcuda"), "{m}");
+        } else {
+            assert!(
+                m.contains("could not be loaded")
+                    || m.contains("collectives are not in this version"),
+                "{m}"
+            );
+        }
     }
 }
