@@ -17,8 +17,9 @@
 //!   the `nvidia-nccl-cu12/cu13` wheel of a PyTorch installation), once per process, with an
 //!   error listing every place tried; [`python`] finds those installations' site-packages;
 //! - [`version`]: NCCL version codes;
+//! - [`mapping`]: c10d dtypes and reductions to NCCL's, with PyTorch's refusals (BAND/BOR/BXOR …);
 //! - [`cuda`]: GPU count through cudarc's driver API, never panicking without a driver;
-//! - [`env`]: PyTorch's `TORCH_NCCL_*` variables with PyTorch's parsing rules;
+//! - [`env`](mod@env): PyTorch's `TORCH_NCCL_*` variables with PyTorch's parsing rules;
 //! - [`options`]: `ProcessGroupNCCL.Options` and `NCCLConfig`;
 //! - [`watchdog`]: the watchdog's bookkeeping (timeouts, async errors, what each
 //!   `TORCH_NCCL_ASYNC_ERROR_HANDLING` mode does), as pure logic over an injected clock;
@@ -38,6 +39,7 @@ pub mod cuda;
 pub mod env;
 pub mod library;
 pub mod loader;
+pub mod mapping;
 pub mod options;
 pub mod python;
 pub mod result;

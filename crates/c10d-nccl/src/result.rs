@@ -41,8 +41,8 @@ pub fn result_name(code: sys::ncclResult_t) -> String {
 }
 
 impl fmt::Display for NcclError {
-    /// PyTorch's shape: "NCCL error in: <call>, <description>, NCCL version 2.27.3\n<name>"
-    /// followed by "\nLast error:\n<message>" when NCCL has one.
+    /// PyTorch's shape: `"NCCL error in: <call>, <description>, NCCL version 2.27.3\n<name>"`
+    /// followed by `"\nLast error:\n<message>"` when NCCL has one.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
