@@ -2,8 +2,11 @@
 //!
 //! Every method mirrors one `c10d::Backend` op with PyTorch's argument order; tensors come as
 //! descriptors (see [`crate::tensor`]), reduce ops as `(RedOpType id, PREMUL_SUM factor)`,
-//! timeouts in seconds (None: the group's default). Every op is launched asynchronously and
-//! returns a [`PyWork`]; the GIL is released while the engine takes the op.
+//! timeouts in seconds (None: the group's default). Every op returns a [`PyWork`]; the GIL is
+//! released while the engine takes the op. `async_op` is PyTorch's `opts.asyncOp`: False when
+//! the caller (`dist.all_reduce(..., async_op=False)`) waits right away, and then the op runs
+//! on the calling thread when the engine is free, as a blocking call of c10d-gloo does — on a
+//! 2-core VM that saves two thread wake-ups (≈ 30 µs each) per op.
 
 use crate::errors::py_result;
 use crate::store::PyStore;
@@ -105,7 +108,8 @@ impl Engine {
     }
 
     /// `allreduce`.
-    #[pyo3(signature = (ts, op, factor, timeout=None))]
+    #[pyo3(signature = (ts, op, factor, timeout=None, async_op=true))]
+    #[allow(clippy::too_many_arguments)]
     fn allreduce(
         &self,
         py: Python<'_>,
@@ -113,18 +117,20 @@ impl Engine {
         op: u8,
         factor: f64,
         timeout: Option<f64>,
+        async_op: bool,
     ) -> PyResult<PyWork> {
         let (ts, reduce_op) = (tensors(ts)?, reduce_op(op, factor)?);
         let o = AllreduceOptions {
             reduce_op,
             timeout: secs(timeout),
-            async_op: true,
+            async_op,
         };
         self.launch(py, |pg| pg.all_reduce(&ts, &o))
     }
 
     /// `allreduce_coalesced`.
-    #[pyo3(signature = (ts, op, factor, timeout=None))]
+    #[pyo3(signature = (ts, op, factor, timeout=None, async_op=true))]
+    #[allow(clippy::too_many_arguments)]
     fn allreduce_coalesced(
         &self,
         py: Python<'_>,
@@ -132,18 +138,20 @@ impl Engine {
         op: u8,
         factor: f64,
         timeout: Option<f64>,
+        async_op: bool,
     ) -> PyResult<PyWork> {
         let (ts, reduce_op) = (tensors(ts)?, reduce_op(op, factor)?);
         let o = AllreduceCoalescedOptions {
             reduce_op,
             timeout: secs(timeout),
-            async_op: true,
+            async_op,
         };
         self.launch(py, |pg| pg.all_reduce_coalesced(&ts, &o))
     }
 
     /// `broadcast`.
-    #[pyo3(signature = (ts, root, root_tensor, timeout=None))]
+    #[pyo3(signature = (ts, root, root_tensor, timeout=None, async_op=true))]
+    #[allow(clippy::too_many_arguments)]
     fn broadcast(
         &self,
         py: Python<'_>,
@@ -151,19 +159,20 @@ impl Engine {
         root: usize,
         root_tensor: usize,
         timeout: Option<f64>,
+        async_op: bool,
     ) -> PyResult<PyWork> {
         let ts = tensors(ts)?;
         let o = BroadcastOptions {
             root_rank: root,
             root_tensor,
             timeout: secs(timeout),
-            async_op: true,
+            async_op,
         };
         self.launch(py, |pg| pg.broadcast(&ts, &o))
     }
 
     /// `reduce`.
-    #[pyo3(signature = (ts, root, root_tensor, op, factor, timeout=None))]
+    #[pyo3(signature = (ts, root, root_tensor, op, factor, timeout=None, async_op=true))]
     #[allow(clippy::too_many_arguments)]
     fn reduce(
         &self,
@@ -174,6 +183,7 @@ impl Engine {
         op: u8,
         factor: f64,
         timeout: Option<f64>,
+        async_op: bool,
     ) -> PyResult<PyWork> {
         let (ts, reduce_op) = (tensors(ts)?, reduce_op(op, factor)?);
         let o = ReduceOptions {
@@ -181,75 +191,83 @@ impl Engine {
             root_rank: root,
             root_tensor,
             timeout: secs(timeout),
-            async_op: true,
+            async_op,
         };
         self.launch(py, |pg| pg.reduce(&ts, &o))
     }
 
     /// `allgather`: `outputs[i][r]` receives rank r's `inputs[i]`.
-    #[pyo3(signature = (outputs, inputs, timeout=None))]
+    #[pyo3(signature = (outputs, inputs, timeout=None, async_op=true))]
+    #[allow(clippy::too_many_arguments)]
     fn allgather(
         &self,
         py: Python<'_>,
         outputs: Vec<Vec<TensorArg>>,
         inputs: Vec<TensorArg>,
         timeout: Option<f64>,
+        async_op: bool,
     ) -> PyResult<PyWork> {
         let (outs, ins) = (tensor_lists(outputs)?, tensors(inputs)?);
         let o = AllgatherOptions {
             timeout: secs(timeout),
-            async_op: true,
+            async_op,
         };
         self.launch(py, |pg| pg.all_gather(&outs, &ins, &o))
     }
 
     /// `allgather_coalesced`.
-    #[pyo3(signature = (outputs, inputs, timeout=None))]
+    #[pyo3(signature = (outputs, inputs, timeout=None, async_op=true))]
+    #[allow(clippy::too_many_arguments)]
     fn allgather_coalesced(
         &self,
         py: Python<'_>,
         outputs: Vec<Vec<TensorArg>>,
         inputs: Vec<TensorArg>,
         timeout: Option<f64>,
+        async_op: bool,
     ) -> PyResult<PyWork> {
         let (outs, ins) = (tensor_lists(outputs)?, tensors(inputs)?);
         let o = AllgatherOptions {
             timeout: secs(timeout),
-            async_op: true,
+            async_op,
         };
         self.launch(py, |pg| pg.all_gather_coalesced(&outs, &ins, &o))
     }
 
     /// `_allgather_base` / `all_gather_into_tensor`: dim-0 concatenation into `output`.
-    #[pyo3(signature = (output, input, timeout=None))]
+    #[pyo3(signature = (output, input, timeout=None, async_op=true))]
+    #[allow(clippy::too_many_arguments)]
     fn allgather_into_tensor(
         &self,
         py: Python<'_>,
         output: TensorArg,
         input: TensorArg,
         timeout: Option<f64>,
+        async_op: bool,
     ) -> PyResult<PyWork> {
         let (out, inp) = (output.into_tensor()?, input.into_tensor()?);
         let o = AllgatherOptions {
             timeout: secs(timeout),
-            async_op: true,
+            async_op,
         };
         self.launch(py, |pg| pg.all_gather_into_tensor(&out, &inp, &o))
     }
 
     /// `allgather_into_tensor_coalesced`.
-    #[pyo3(signature = (outputs, inputs, timeout=None))]
+    #[pyo3(signature = (outputs, inputs, timeout=None, async_op=true))]
+    #[allow(clippy::too_many_arguments)]
     fn allgather_into_tensor_coalesced(
         &self,
         py: Python<'_>,
         outputs: Vec<TensorArg>,
         inputs: Vec<TensorArg>,
         timeout: Option<f64>,
+        async_op: bool,
     ) -> PyResult<PyWork> {
         let (outs, ins) = (tensors(outputs)?, tensors(inputs)?);
         let o = AllgatherOptions {
             timeout: secs(timeout),
-            async_op: true,
+            async_op,
         };
         self.launch(py, |pg| {
             pg.all_gather_into_tensor_coalesced(&outs, &ins, &o)
@@ -257,7 +275,8 @@ impl Engine {
     }
 
     /// `gather` to `root`: `outputs[0][r]` (root only) receives rank r's `inputs[0]`.
-    #[pyo3(signature = (outputs, inputs, root, timeout=None))]
+    #[pyo3(signature = (outputs, inputs, root, timeout=None, async_op=true))]
+    #[allow(clippy::too_many_arguments)]
     fn gather(
         &self,
         py: Python<'_>,
@@ -265,18 +284,20 @@ impl Engine {
         inputs: Vec<TensorArg>,
         root: usize,
         timeout: Option<f64>,
+        async_op: bool,
     ) -> PyResult<PyWork> {
         let (outs, ins) = (tensor_lists(outputs)?, tensors(inputs)?);
         let o = GatherOptions {
             root_rank: root,
             timeout: secs(timeout),
-            async_op: true,
+            async_op,
         };
         self.launch(py, |pg| pg.gather(&outs, &ins, &o))
     }
 
     /// `scatter` from `root`: rank r's `outputs[0]` receives the root's `inputs[0][r]`.
-    #[pyo3(signature = (outputs, inputs, root, timeout=None))]
+    #[pyo3(signature = (outputs, inputs, root, timeout=None, async_op=true))]
+    #[allow(clippy::too_many_arguments)]
     fn scatter(
         &self,
         py: Python<'_>,
@@ -284,18 +305,20 @@ impl Engine {
         inputs: Vec<Vec<TensorArg>>,
         root: usize,
         timeout: Option<f64>,
+        async_op: bool,
     ) -> PyResult<PyWork> {
         let (outs, ins) = (tensors(outputs)?, tensor_lists(inputs)?);
         let o = ScatterOptions {
             root_rank: root,
             timeout: secs(timeout),
-            async_op: true,
+            async_op,
         };
         self.launch(py, |pg| pg.scatter(&outs, &ins, &o))
     }
 
     /// `reduce_scatter` (list form).
-    #[pyo3(signature = (outputs, inputs, op, factor, timeout=None))]
+    #[pyo3(signature = (outputs, inputs, op, factor, timeout=None, async_op=true))]
+    #[allow(clippy::too_many_arguments)]
     fn reduce_scatter(
         &self,
         py: Python<'_>,
@@ -304,18 +327,20 @@ impl Engine {
         op: u8,
         factor: f64,
         timeout: Option<f64>,
+        async_op: bool,
     ) -> PyResult<PyWork> {
         let (outs, ins) = (tensors(outputs)?, tensor_lists(inputs)?);
         let o = ReduceScatterOptions {
             reduce_op: reduce_op(op, factor)?,
             timeout: secs(timeout),
-            async_op: true,
+            async_op,
         };
         self.launch(py, |pg| pg.reduce_scatter(&outs, &ins, &o))
     }
 
     /// `_reduce_scatter_base` / `reduce_scatter_tensor`.
-    #[pyo3(signature = (output, input, op, factor, timeout=None))]
+    #[pyo3(signature = (output, input, op, factor, timeout=None, async_op=true))]
+    #[allow(clippy::too_many_arguments)]
     fn reduce_scatter_tensor(
         &self,
         py: Python<'_>,
@@ -324,18 +349,20 @@ impl Engine {
         op: u8,
         factor: f64,
         timeout: Option<f64>,
+        async_op: bool,
     ) -> PyResult<PyWork> {
         let (out, inp) = (output.into_tensor()?, input.into_tensor()?);
         let o = ReduceScatterOptions {
             reduce_op: reduce_op(op, factor)?,
             timeout: secs(timeout),
-            async_op: true,
+            async_op,
         };
         self.launch(py, |pg| pg.reduce_scatter_tensor(&out, &inp, &o))
     }
 
     /// `reduce_scatter_tensor_coalesced`.
-    #[pyo3(signature = (outputs, inputs, op, factor, timeout=None))]
+    #[pyo3(signature = (outputs, inputs, op, factor, timeout=None, async_op=true))]
+    #[allow(clippy::too_many_arguments)]
     fn reduce_scatter_tensor_coalesced(
         &self,
         py: Python<'_>,
@@ -344,35 +371,39 @@ impl Engine {
         op: u8,
         factor: f64,
         timeout: Option<f64>,
+        async_op: bool,
     ) -> PyResult<PyWork> {
         let (outs, ins) = (tensors(outputs)?, tensors(inputs)?);
         let o = ReduceScatterOptions {
             reduce_op: reduce_op(op, factor)?,
             timeout: secs(timeout),
-            async_op: true,
+            async_op,
         };
         self.launch(py, |pg| pg.reduce_scatter_tensor_coalesced(&outs, &ins, &o))
     }
 
     /// `alltoall` (list form).
-    #[pyo3(signature = (outputs, inputs, timeout=None))]
+    #[pyo3(signature = (outputs, inputs, timeout=None, async_op=true))]
+    #[allow(clippy::too_many_arguments)]
     fn alltoall(
         &self,
         py: Python<'_>,
         outputs: Vec<TensorArg>,
         inputs: Vec<TensorArg>,
         timeout: Option<f64>,
+        async_op: bool,
     ) -> PyResult<PyWork> {
         let (outs, ins) = (tensors(outputs)?, tensors(inputs)?);
         let o = AllToAllOptions {
             timeout: secs(timeout),
-            async_op: true,
+            async_op,
         };
         self.launch(py, |pg| pg.all_to_all(&outs, &ins, &o))
     }
 
     /// `alltoall_base` / `all_to_all_single`; split sizes in dim-0 rows (empty: even split).
-    #[pyo3(signature = (output, input, output_splits, input_splits, timeout=None))]
+    #[pyo3(signature = (output, input, output_splits, input_splits, timeout=None, async_op=true))]
+    #[allow(clippy::too_many_arguments)]
     fn alltoall_base(
         &self,
         py: Python<'_>,
@@ -381,11 +412,12 @@ impl Engine {
         output_splits: Vec<usize>,
         input_splits: Vec<usize>,
         timeout: Option<f64>,
+        async_op: bool,
     ) -> PyResult<PyWork> {
         let (out, inp) = (output.into_tensor()?, input.into_tensor()?);
         let o = AllToAllOptions {
             timeout: secs(timeout),
-            async_op: true,
+            async_op,
         };
         self.launch(py, |pg| {
             pg.all_to_all_single(&out, &inp, &output_splits, &input_splits, &o)
@@ -393,11 +425,12 @@ impl Engine {
     }
 
     /// `barrier`.
-    #[pyo3(signature = (timeout=None))]
-    fn barrier(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<PyWork> {
+    #[pyo3(signature = (timeout=None, async_op=true))]
+    #[allow(clippy::too_many_arguments)]
+    fn barrier(&self, py: Python<'_>, timeout: Option<f64>, async_op: bool) -> PyResult<PyWork> {
         let o = BarrierOptions {
             timeout: secs(timeout),
-            async_op: true,
+            async_op,
             ..Default::default()
         };
         self.launch(py, |pg| pg.barrier(&o))

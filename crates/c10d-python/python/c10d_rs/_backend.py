@@ -41,6 +41,11 @@ def _seconds(td: Optional[timedelta]) -> Optional[float]:
     return s if s > 0 else None
 
 
+def _async(opts: Any) -> bool:
+    """PyTorch's ``opts.asyncOp``: False when the caller waits at once (run the op inline)."""
+    return bool(getattr(opts, "asyncOp", True))
+
+
 def _reduce_op(op: Any) -> Tuple[int, float]:
     """(RedOpType id, PREMUL_SUM factor) of a ``dist.ReduceOp``."""
     kind = op.op if isinstance(op, dist.ReduceOp) else op
@@ -246,14 +251,14 @@ class ProcessGroupC10dRs(_CBackend):
         op, factor = _reduce_op(opts.reduceOp)
         to = _seconds(opts.timeout)
         return self._launch(
-            lambda s: self._engine.allreduce(s.descs(tensors, True), op, factor, to), tensors
+            lambda s: self._engine.allreduce(s.descs(tensors, True), op, factor, to, _async(opts)), tensors
         )
 
     def allreduce_coalesced(self, tensors: List[torch.Tensor], opts: Any) -> Work:
         op, factor = _reduce_op(opts.reduceOp)
         to = _seconds(opts.timeout)
         return self._launch(
-            lambda s: self._engine.allreduce_coalesced(s.descs(tensors, True), op, factor, to),
+            lambda s: self._engine.allreduce_coalesced(s.descs(tensors, True), op, factor, to, _async(opts)),
             tensors,
         )
 
@@ -261,7 +266,7 @@ class ProcessGroupC10dRs(_CBackend):
         to = _seconds(opts.timeout)
         return self._launch(
             lambda s: self._engine.broadcast(
-                s.descs(tensors, True), opts.rootRank, opts.rootTensor, to
+                s.descs(tensors, True), opts.rootRank, opts.rootTensor, to, _async(opts)
             ),
             tensors,
         )
@@ -271,7 +276,7 @@ class ProcessGroupC10dRs(_CBackend):
         to = _seconds(opts.timeout)
         return self._launch(
             lambda s: self._engine.reduce(
-                s.descs(tensors, True), opts.rootRank, opts.rootTensor, op, factor, to
+                s.descs(tensors, True), opts.rootRank, opts.rootTensor, op, factor, to, _async(opts)
             ),
             tensors,
         )
@@ -281,7 +286,7 @@ class ProcessGroupC10dRs(_CBackend):
     ) -> Work:
         to = _seconds(opts.timeout)
         return self._launch(
-            lambda s: self._engine.allgather(s.lists(outputs, True), s.descs(inputs, False), to),
+            lambda s: self._engine.allgather(s.lists(outputs, True), s.descs(inputs, False), to, _async(opts)),
             [t for ts in outputs for t in ts],
         )
 
@@ -291,7 +296,7 @@ class ProcessGroupC10dRs(_CBackend):
         to = _seconds(opts.timeout)
         return self._launch(
             lambda s: self._engine.allgather_coalesced(
-                s.lists(outputs, True), s.descs(inputs, False), to
+                s.lists(outputs, True), s.descs(inputs, False), to, _async(opts)
             ),
             [t for ts in outputs for t in ts],
         )
@@ -300,7 +305,7 @@ class ProcessGroupC10dRs(_CBackend):
         to = _seconds(opts.timeout)
         return self._launch(
             lambda s: self._engine.allgather_into_tensor(
-                s.desc(output, True), s.desc(input, False), to
+                s.desc(output, True), s.desc(input, False), to, _async(opts)
             ),
             [output],
         )
@@ -313,7 +318,7 @@ class ProcessGroupC10dRs(_CBackend):
         to = _seconds(opts.timeout)
         return self._launch(
             lambda s: self._engine.allgather_into_tensor_coalesced(
-                s.descs(outputs, True), s.descs(inputs, False), to
+                s.descs(outputs, True), s.descs(inputs, False), to, _async(opts)
             ),
             outputs,
         )
@@ -326,7 +331,7 @@ class ProcessGroupC10dRs(_CBackend):
         to = _seconds(opts.timeout)
         return self._launch(
             lambda s: self._engine.gather(
-                s.lists(outputs, True), s.descs(inputs, False), opts.rootRank, to
+                s.lists(outputs, True), s.descs(inputs, False), opts.rootRank, to, _async(opts)
             ),
             [t for ts in outputs for t in ts],
         )
@@ -337,7 +342,7 @@ class ProcessGroupC10dRs(_CBackend):
         to = _seconds(opts.timeout)
         return self._launch(
             lambda s: self._engine.scatter(
-                s.descs(outputs, True), s.lists(inputs, False), opts.rootRank, to
+                s.descs(outputs, True), s.lists(inputs, False), opts.rootRank, to, _async(opts)
             ),
             outputs,
         )
@@ -349,7 +354,7 @@ class ProcessGroupC10dRs(_CBackend):
         to = _seconds(opts.timeout)
         return self._launch(
             lambda s: self._engine.reduce_scatter(
-                s.descs(outputs, True), s.lists(inputs, False), op, factor, to
+                s.descs(outputs, True), s.lists(inputs, False), op, factor, to, _async(opts)
             ),
             outputs,
         )
@@ -359,7 +364,7 @@ class ProcessGroupC10dRs(_CBackend):
         to = _seconds(opts.timeout)
         return self._launch(
             lambda s: self._engine.reduce_scatter_tensor(
-                s.desc(output, True), s.desc(input, False), op, factor, to
+                s.desc(output, True), s.desc(input, False), op, factor, to, _async(opts)
             ),
             [output],
         )
@@ -373,7 +378,7 @@ class ProcessGroupC10dRs(_CBackend):
         to = _seconds(opts.timeout)
         return self._launch(
             lambda s: self._engine.reduce_scatter_tensor_coalesced(
-                s.descs(outputs, True), s.descs(inputs, False), op, factor, to
+                s.descs(outputs, True), s.descs(inputs, False), op, factor, to, _async(opts)
             ),
             outputs,
         )
@@ -385,7 +390,7 @@ class ProcessGroupC10dRs(_CBackend):
     ) -> Work:
         to = _seconds(opts.timeout)
         return self._launch(
-            lambda s: self._engine.alltoall(s.descs(outputs, True), s.descs(inputs, False), to),
+            lambda s: self._engine.alltoall(s.descs(outputs, True), s.descs(inputs, False), to, _async(opts)),
             outputs,
         )
 
@@ -406,6 +411,7 @@ class ProcessGroupC10dRs(_CBackend):
                 list(output_splits),
                 list(input_splits),
                 to,
+                _async(opts),
             ),
             [output],
         )
@@ -414,7 +420,7 @@ class ProcessGroupC10dRs(_CBackend):
 
     def barrier(self, opts: Any = None) -> Work:
         to = _seconds(getattr(opts, "timeout", None))
-        return Work(self._engine.barrier(to))
+        return Work(self._engine.barrier(to, _async(opts) if opts is not None else True))
 
     def monitored_barrier(self, opts: Any = None, wait_all_ranks: bool = False) -> None:
         self._engine.monitored_barrier(_seconds(getattr(opts, "timeout", None)), wait_all_ranks)
