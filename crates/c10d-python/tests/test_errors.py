@@ -97,3 +97,28 @@ def wait_timeout(rank: int, world: int, port: int) -> None:
 
 def test_work_wait_with_timeout() -> None:
     run_ranks(wait_timeout, 2)
+
+
+def abort_unblocks(rank: int, world: int, port: int) -> None:
+    import threading
+
+    init(rank, world, port)
+    dist.barrier()
+    if rank == 1:
+        time.sleep(3)  # never sends
+        os._exit(0)
+    backend = dist.group.WORLD._get_backend(torch.device("cpu"))
+    threading.Timer(0.3, backend.abort).start()
+    t0 = time.monotonic()
+    w = dist.irecv(torch.zeros(4), src=1)
+    with pytest.raises(dist.DistError, match="aborted"):
+        w.wait()
+    assert time.monotonic() - t0 < 2.0
+    # an aborted group refuses new work with the same explanation
+    with pytest.raises(dist.DistError, match="aborted"):
+        dist.all_reduce(torch.ones(2))
+    os._exit(0)
+
+
+def test_abort_from_another_thread_unblocks_a_stuck_receive() -> None:
+    run_ranks(abort_unblocks, 2)
