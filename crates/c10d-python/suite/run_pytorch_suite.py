@@ -1,6 +1,11 @@
 """Runs PyTorch's generic distributed test suite (shipped in the wheel) against "c10drs".
 
     BACKEND=c10drs WORLD_SIZE=3 python run_pytorch_suite.py [-k PATTERN] [unittest args]
+    C10D_RS_AS_GLOO=1 BACKEND=gloo ...   # our engine registered under the name "gloo"
+
+The second form exists because many tests of the suite are gated on the backend's *name*
+("gloo"); registering our creator under that name runs them against our engine (PyTorch's
+own ProcessGroupGloo is then never created in these processes).
 
 Not part of `cargo xtask test` (it takes tens of minutes); `cargo xtask pytorch-suite` runs it
 and prints the counts. The test class is assembled the way PyTorch's own
@@ -14,7 +19,7 @@ from __future__ import annotations
 import os
 import sys
 
-os.environ.setdefault("BACKEND", "c10drs")
+os.environ.setdefault("BACKEND", "gloo" if os.environ.get("C10D_RS_AS_GLOO") == "1" else "c10drs")
 os.environ.setdefault("WORLD_SIZE", "3")
 os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 
@@ -30,6 +35,18 @@ from torch.testing._internal.common_distributed import (  # noqa: E402
 # import this module too, so they see the same sets.
 DistTestCases.backend_feature["plugin"].add("c10drs")
 DistTestCases.backend_feature["ddp"].add("c10drs")
+
+if os.environ.get("C10D_RS_AS_GLOO") == "1":
+    import torch.distributed as dist
+
+    # CUSTOM: PyTorch must not treat our Python backend as its C++ ProcessGroupGloo.
+    dist.Backend.register_backend(
+        "gloo",
+        c10d_rs.create_backend,
+        extended_api=True,
+        devices=["cpu"],
+        _backend_type=dist.ProcessGroup.BackendType.CUSTOM,
+    )
 from torch.testing._internal.common_utils import run_tests  # noqa: E402
 from torch.testing._internal.distributed.distributed_test import (  # noqa: E402,I001
     DistributedTest,
