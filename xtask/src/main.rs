@@ -237,7 +237,7 @@ fn pytorch_suite(extra: &[String]) -> Res {
     run(Command::new(&py)
         .arg("crates/c10d-python/suite/run_pytorch_suite.py")
         .args(extra)
-        .env("BACKEND", "c10drs")
+        // BACKEND: the runner defaults it to "c10drs" ("gloo" with C10D_RS_AS_GLOO=1).
         .env(
             "WORLD_SIZE",
             env::var("WORLD_SIZE").unwrap_or_else(|_| "3".into()),
