@@ -84,8 +84,6 @@ pub enum ProtocolError {
     PayloadTooLarge { len: u64, max: usize },
     /// A key count above the limit.
     TooManyKeys { count: u64, max: usize },
-    /// The request as a whole would buffer more than the per-request cap.
-    RequestTooLarge { max: usize },
 }
 
 impl fmt::Display for ProtocolError {
@@ -101,14 +99,18 @@ impl fmt::Display for ProtocolError {
             ProtocolError::TooManyKeys { count, max } => {
                 write!(f, "invalid key count {count}, max: {max}")
             }
-            ProtocolError::RequestTooLarge { max } => write!(f, "request larger than {max} bytes"),
         }
     }
 }
 
 impl std::error::Error for ProtocolError {}
 
-/// Decoder limits (libuv server defaults: key 8192 B, value 8 MiB, 131072 keys per request).
+/// Decoder limits (PyTorch's libuv server: key 8192 B, value 8 MiB, 131072 keys per request).
+///
+/// Memory held for one partly received request is bounded by these: a key list (CHECK, WAIT,
+/// MULTI_GET) at most `max_keys` × (`max_key_len` + 8) bytes, COMPARE_SET one key and two
+/// values, and a MULTI_SET at most max(`max_request`, one key + one value): a longer MULTI_SET is
+/// handed out in pieces of complete pairs (see [`Decoder::decode`]).
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     /// Longest key, bytes.
@@ -117,7 +119,7 @@ pub struct Limits {
     pub max_payload: usize,
     /// Most keys in CHECK/WAIT/MULTI_GET/MULTI_SET.
     pub max_keys: usize,
-    /// Most bytes one request may accumulate in total (keys + values), bounding memory.
+    /// Most bytes a MULTI_SET buffers before its complete pairs are handed out as a piece.
     pub max_request: usize,
 }
 
@@ -232,16 +234,19 @@ impl Partial {
             cmd::CHECK => Request::Check(strs.collect()),
             cmd::WAIT => Request::Wait(strs.collect()),
             cmd::MULTI_GET => Request::MultiGet(strs.collect()),
-            _ => {
-                // MULTI_SET: pairs.
-                let mut pairs = Vec::with_capacity(strs.len() / 2);
-                while let (Some(k), Some(val)) = (strs.next(), strs.next()) {
-                    pairs.push((k, val));
-                }
-                Request::MultiSet(pairs)
-            }
+            _ => Request::MultiSet(pairs_of(strs.collect())),
         }
     }
+}
+
+/// Alternating keys and values → pairs.
+fn pairs_of(strs: Vec<Bytes>) -> Vec<(Bytes, Bytes)> {
+    let mut pairs = Vec::with_capacity(strs.len() / 2);
+    let mut it = strs.into_iter();
+    while let (Some(k), Some(v)) = (it.next(), it.next()) {
+        pairs.push((k, v));
+    }
+    pairs
 }
 
 impl Decoder {
@@ -260,9 +265,13 @@ impl Decoder {
         self.state.is_none() && self.scratch_len == 0
     }
 
-    /// Bytes currently held for the partial request.
+    /// Bytes currently held for the partial request (received strings plus bookkeeping).
     pub fn buffered(&self) -> usize {
-        self.state.as_ref().map_or(0, |p| p.total + p.cur.len()) + self.scratch_len
+        self.state.as_ref().map_or(0, |p| {
+            // `total` counts the string being received at its full length already.
+            let unreceived = p.cur_len.map_or(0, |l| l - p.cur.len());
+            p.total - unreceived
+        }) + self.scratch_len
     }
 
     /// Takes a fixed-size field of `n` bytes from `input`, buffering partial bytes in scratch.
@@ -284,6 +293,11 @@ impl Decoder {
 
     /// Consumes bytes from the front of `input` and returns the next complete request, if any.
     /// Call repeatedly until it returns `Ok(None)` (all input consumed, request incomplete).
+    ///
+    /// A MULTI_SET that would buffer more than [`Limits::max_request`] bytes comes out as
+    /// several [`Request::MultiSet`]s of complete pairs, in order (the last one when the request
+    /// ends): applying them one after the other is applying the request, and memory stays bounded
+    /// whatever the request's size.
     ///
     /// # Errors
     /// [`ProtocolError`] on an unknown command or a violated limit; the stream is then unusable.
@@ -365,14 +379,26 @@ impl Decoder {
                             });
                         }
                         let p = self.state.as_mut().expect("state");
-                        // 8 bytes of bookkeeping per field count against the request cap too.
-                        p.total = p.total.saturating_add(len as usize).saturating_add(8);
-                        if p.total > lim.max_request {
-                            return Err(ProtocolError::RequestTooLarge {
-                                max: lim.max_request,
-                            });
-                        }
+                        // 8 bytes of bookkeeping per field (the length field itself).
+                        let field = len as usize + 8;
+                        let piece = if p.cmd == cmd::MULTI_SET
+                            && p.total + field > lim.max_request
+                            && p.strs.len() >= 2
+                        {
+                            // Hand out the complete pairs; a key already received stays.
+                            let keep = p.strs.len() % 2;
+                            let rest = p.strs.split_off(p.strs.len() - keep);
+                            let pairs = std::mem::replace(&mut p.strs, rest);
+                            p.total = p.strs.iter().map(|s| s.len() + 8).sum();
+                            Some(pairs_of(pairs))
+                        } else {
+                            None
+                        };
+                        p.total += field;
                         p.cur_len = Some(len as usize);
+                        if let Some(pairs) = piece {
+                            return Ok(Some(Request::MultiSet(pairs)));
+                        }
                     }
                     Some(len) => {
                         let p = self.state.as_mut().expect("state");

@@ -7,13 +7,14 @@
 //! violation closes only the offending connection (logged at `warn`).
 
 use super::protocol::{
-    parse_stoll, put_bytes, put_i64, Decoder, Limits, Request, STOP_WAITING, VALIDATE_MAGIC,
+    parse_stoll, put_bytes, put_i64, put_u64, Decoder, Limits, Request, STOP_WAITING,
+    VALIDATE_MAGIC,
 };
 use c10d_core::{DistError, Result};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 use std::collections::{HashMap, VecDeque};
-use std::io::{self, Read, Write};
+use std::io::{self, IoSlice, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
 use std::os::fd::{FromRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -246,7 +247,7 @@ pub(crate) fn start(
         max_key_len: opts.max_key_len,
         max_payload: opts.max_payload,
         max_keys: opts.max_keys,
-        max_request: opts.max_payload.saturating_mul(4).max(64 << 20),
+        max_request: MULTI_SET_PIECE,
     };
     let mut lp = EventLoop {
         poll,
@@ -257,10 +258,11 @@ pub(crate) fn start(
         queues: HashMap::new(),
         waiters: HashMap::new(),
         limits,
-        max_reply: opts.max_payload.saturating_mul(4).max(256 << 20),
         world_size: opts.world_size,
         stop: stop.clone(),
         dirty: Vec::new(),
+        reserve: open_reserve(),
+        accept_retry: false,
     };
     lp.poll
         .registry()
@@ -285,8 +287,7 @@ struct Conn {
     /// Bytes of the VALIDATE request seen so far (must be exactly `00 ce f7 85 3c`).
     magic_seen: usize,
     decoder: Decoder,
-    out: Vec<u8>,
-    out_pos: usize,
+    out: Out,
     /// Registrations still outstanding for the current WAIT/BARRIER.
     awaiting: usize,
     /// Keys this connection is registered on (for CANCEL_WAIT / close).
@@ -311,7 +312,7 @@ impl Conn {
         }
         self.awaiting -= 1;
         if self.awaiting == 0 {
-            self.out.push(STOP_WAITING);
+            self.out.tail.push(STOP_WAITING);
             return true;
         }
         false
@@ -320,23 +321,169 @@ impl Conn {
 
 /// Pending output above which the server stops reading a connection until it drains.
 const OUT_HIGH_WATER: usize = 16 << 20;
+/// Bytes a MULTI_SET buffers before its complete pairs are applied (the rest follows in pieces).
+const MULTI_SET_PIECE: usize = 64 << 20;
+/// Values at least this long are referenced by a reply instead of copied into it.
+const SHARE_MIN: usize = 64 * 1024;
+
+/// One queued piece of output.
+enum Seg {
+    Owned(Vec<u8>),
+    /// A stored value, referenced (an overwrite or delete meanwhile does not change the reply).
+    Shared(Arc<Vec<u8>>),
+}
+
+impl Seg {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Seg::Owned(v) => v,
+            Seg::Shared(v) => v,
+        }
+    }
+}
+
+/// Pending output of a connection: queued segments, then `tail`, where small replies are
+/// appended. `tail` is written only while no segment is queued, so the order is kept.
+#[derive(Default)]
+struct Out {
+    segs: VecDeque<Seg>,
+    /// Bytes of `segs[0]` already written.
+    pos: usize,
+    /// Unwritten bytes in `segs`.
+    queued: usize,
+    tail: Vec<u8>,
+    tail_pos: usize,
+}
+
+impl Out {
+    /// Unwritten bytes.
+    fn pending(&self) -> usize {
+        self.queued + self.tail.len() - self.tail_pos
+    }
+
+    /// Appends a length-prefixed value: copied when small, referenced when large.
+    fn push_value(&mut self, v: &Arc<Vec<u8>>) {
+        put_u64(&mut self.tail, v.len() as u64);
+        if v.len() < SHARE_MIN {
+            self.tail.extend_from_slice(v);
+            return;
+        }
+        if self.tail_pos < self.tail.len() {
+            let mut t = std::mem::take(&mut self.tail);
+            if self.segs.is_empty() {
+                self.pos = self.tail_pos;
+            } else {
+                debug_assert_eq!(self.tail_pos, 0);
+            }
+            self.queued += t.len() - self.tail_pos;
+            if t.capacity() > 2 * t.len() + 256 {
+                t.shrink_to_fit();
+            }
+            self.segs.push_back(Seg::Owned(t));
+        } else {
+            self.tail.clear();
+        }
+        self.tail_pos = 0;
+        self.queued += v.len();
+        self.segs.push_back(Seg::Shared(v.clone()));
+    }
+
+    /// Writes until the socket would block or nothing is left.
+    fn write_to(&mut self, sock: &mut TcpStream) -> std::result::Result<(), String> {
+        loop {
+            let n = {
+                let mut bufs: [IoSlice<'_>; 64] = [IoSlice::new(&[]); 64];
+                let mut k = 0;
+                for (i, seg) in self.segs.iter().enumerate().take(bufs.len()) {
+                    let from = if i == 0 { self.pos } else { 0 };
+                    bufs[k] = IoSlice::new(&seg.bytes()[from..]);
+                    k += 1;
+                }
+                if k < bufs.len() && self.tail_pos < self.tail.len() {
+                    bufs[k] = IoSlice::new(&self.tail[self.tail_pos..]);
+                    k += 1;
+                }
+                if k == 0 {
+                    break;
+                }
+                match sock.write_vectored(&bufs[..k]) {
+                    Ok(0) => return Err("write returned 0".into()),
+                    Ok(n) => n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(format!("write failed: {e}")),
+                }
+            };
+            self.advance(n);
+        }
+        // Everything written.
+        self.tail.clear();
+        self.tail_pos = 0;
+        if self.tail.capacity() > 1 << 20 {
+            self.tail.shrink_to(CHUNK);
+        }
+        Ok(())
+    }
+
+    fn advance(&mut self, mut n: usize) {
+        while n > 0 {
+            if let Some(front) = self.segs.front() {
+                let left = front.bytes().len() - self.pos;
+                if n < left {
+                    self.pos += n;
+                    self.queued -= n;
+                    return;
+                }
+                n -= left;
+                self.queued -= left;
+                self.pos = 0;
+                self.segs.pop_front();
+            } else {
+                self.tail_pos += n;
+                return;
+            }
+        }
+    }
+}
 
 struct EventLoop {
     poll: Poll,
     listener: TcpListener,
     conns: HashMap<usize, Conn>,
     next_id: usize,
-    kv: HashMap<Vec<u8>, Vec<u8>>,
+    /// Values are shared so that a reply can reference them instead of copying (see [`Out`]).
+    kv: HashMap<Vec<u8>, Arc<Vec<u8>>>,
     queues: HashMap<Vec<u8>, VecDeque<Vec<u8>>>,
     /// key → connection ids registered on it (duplicates allowed).
     waiters: HashMap<Vec<u8>, Vec<usize>>,
     limits: Limits,
-    /// Largest single reply (MULTI_GET) before the connection is dropped.
-    max_reply: usize,
     world_size: Option<usize>,
     stop: Arc<AtomicBool>,
     /// Connections that got output from someone else's request and need a flush.
     dirty: Vec<usize>,
+    /// A descriptor kept open to be given up at the descriptor limit (see the module docs).
+    reserve: Option<std::fs::File>,
+    /// An accept failed for want of resources and the backlog could not be shed: it may hold
+    /// connections, so accepting is retried after every wake-up of the loop (a connection
+    /// closing frees a descriptor) and at least every [`ACCEPT_RETRY`].
+    accept_retry: bool,
+}
+
+/// How often a failed accept is retried while descriptors stay exhausted.
+const ACCEPT_RETRY: std::time::Duration = std::time::Duration::from_millis(50);
+
+fn open_reserve() -> Option<std::fs::File> {
+    std::fs::File::open("/dev/null")
+        .map_err(|e| log::debug!("c10d-store server: no reserve descriptor: {e}"))
+        .ok()
+}
+
+/// Accept errors that mean "out of descriptors or memory" (the connection stays queued).
+fn out_of_resources(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+    )
 }
 
 enum Fatal {
@@ -349,13 +496,15 @@ impl EventLoop {
         let mut events = Events::with_capacity(1024);
         let mut buf = vec![0u8; CHUNK];
         while !self.stop.load(Ordering::SeqCst) {
-            if let Err(e) = self.poll.poll(&mut events, None) {
+            let timeout = self.accept_retry.then_some(ACCEPT_RETRY);
+            if let Err(e) = self.poll.poll(&mut events, timeout) {
                 if e.kind() == io::ErrorKind::Interrupted {
                     continue;
                 }
                 log::error!("c10d-store server: poll failed: {e}; stopping");
                 break;
             }
+
             for ev in events.iter() {
                 match ev.token() {
                     WAKER => {}
@@ -373,6 +522,9 @@ impl EventLoop {
                 }
                 self.flush_dirty();
             }
+            if self.accept_retry {
+                self.accept();
+            }
         }
         log::debug!(
             "c10d-store server stopping, closing {} connections",
@@ -381,6 +533,7 @@ impl EventLoop {
     }
 
     fn accept(&mut self) {
+        let retrying = std::mem::take(&mut self.accept_retry);
         loop {
             match self.listener.accept() {
                 Ok((mut sock, peer)) => {
@@ -407,8 +560,7 @@ impl EventLoop {
                             validated: false,
                             magic_seen: 0,
                             decoder: Decoder::new(self.limits),
-                            out: Vec::new(),
-                            out_pos: 0,
+                            out: Out::default(),
                             awaiting: 0,
                             wait_keys: Vec::new(),
                             read_paused: false,
@@ -417,15 +569,63 @@ impl EventLoop {
                         },
                     );
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if self.reserve.is_none() {
+                        self.reserve = open_reserve();
+                    }
+                    return;
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                // Reset while queued: on to the next one.
+                Err(e) if e.raw_os_error() == Some(libc::ECONNABORTED) => continue,
+                Err(e) if out_of_resources(&e) => {
+                    // Readiness is edge-triggered: the queued connections would wait for the
+                    // next client. Turn them away now, or retry soon when that is impossible.
+                    if !self.shed_backlog(&e, retrying) {
+                        self.accept_retry = true;
+                        return;
+                    }
+                }
                 Err(e) => {
-                    // EMFILE and friends: log and retry on the next readiness event.
                     log::warn!("c10d-store server: accept failed: {e}");
                     return;
                 }
             }
         }
+    }
+
+    /// At the descriptor limit: gives up the reserve descriptor, accepts and at once closes
+    /// every queued connection (their clients see the connection closed and retry, as with
+    /// PyTorch's server), and takes the reserve back. False when there was no reserve or it
+    /// could not be taken back (accepting is then retried later).
+    fn shed_backlog(&mut self, why: &io::Error, retrying: bool) -> bool {
+        let Some(reserve) = self.reserve.take() else {
+            if !retrying {
+                log::warn!("c10d-store server: accept failed: {why}; retrying");
+            }
+            return false;
+        };
+        drop(reserve);
+        let mut shed = 0usize;
+        loop {
+            match self.listener.accept() {
+                Ok((sock, _)) => {
+                    drop(sock);
+                    shed += 1;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.raw_os_error() == Some(libc::ECONNABORTED) => continue,
+                Err(_) => break,
+            }
+        }
+        self.reserve = open_reserve();
+        log::warn!(
+            "c10d-store server: out of descriptors ({why}) with {} connections open: closed {shed} \
+             new connection(s) so that their clients retry",
+            self.conns.len()
+        );
+        self.reserve.is_some()
     }
 
     fn close(&mut self, id: usize, why: &str) {
@@ -482,7 +682,7 @@ impl EventLoop {
             let Some(c) = self.conns.get_mut(&id) else {
                 return Ok(());
             };
-            if c.out.len() - c.out_pos > OUT_HIGH_WATER {
+            if c.out.pending() > OUT_HIGH_WATER {
                 c.read_paused = true;
                 return Ok(());
             }
@@ -533,7 +733,7 @@ impl EventLoop {
             let Some(c) = self.conns.get_mut(&id) else {
                 return Ok(true);
             };
-            if c.out.len() - c.out_pos > OUT_HIGH_WATER {
+            if c.out.pending() > OUT_HIGH_WATER {
                 c.pending_in.extend_from_slice(input);
                 c.read_paused = true;
                 return Ok(true);
@@ -547,7 +747,12 @@ impl EventLoop {
         }
     }
 
+    /// The append point of connection `id`'s output.
     fn out(&mut self, id: usize) -> &mut Vec<u8> {
+        &mut self.conn_out(id).tail
+    }
+
+    fn conn_out(&mut self, id: usize) -> &mut Out {
         &mut self
             .conns
             .get_mut(&id)
@@ -573,7 +778,7 @@ impl EventLoop {
             // key into the map (no key copy); a reply, if any, is queued before the wake-up.
             Request::Set(k, v) => {
                 self.wake(&k);
-                self.kv.insert(k, v);
+                self.kv.insert(k, Arc::new(v));
             }
             Request::CompareSet(k, expected, desired) => {
                 // Missing with empty `expected`, or equal: store and reply `desired`; missing
@@ -581,23 +786,27 @@ impl EventLoop {
                 let swap = self
                     .kv
                     .get(&k)
-                    .map_or(expected.is_empty(), |cur| *cur == expected);
+                    .map_or(expected.is_empty(), |cur| **cur == expected);
                 let out = &mut self.conns.get_mut(&id).expect("serving connection").out;
-                let reply = if swap {
-                    &desired
+                if swap {
+                    put_bytes(&mut out.tail, &desired);
+                } else if let Some(cur) = self.kv.get(&k) {
+                    out.push_value(cur);
                 } else {
-                    self.kv.get(&k).unwrap_or(&expected)
-                };
-                put_bytes(out, reply);
+                    put_bytes(&mut out.tail, &expected);
+                }
                 // libuv wakes waiters in every branch (store-protocol.md §3 quirk).
                 self.wake(&k);
                 if swap {
-                    self.kv.insert(k, desired);
+                    self.kv.insert(k, Arc::new(desired));
                 }
             }
             Request::Get(k) => {
                 let out = &mut self.conns.get_mut(&id).expect("serving connection").out;
-                put_bytes(out, self.kv.get(&k).map_or(&[][..], Vec::as_slice));
+                match self.kv.get(&k) {
+                    Some(v) => out.push_value(v),
+                    None => put_u64(&mut out.tail, 0),
+                }
             }
             Request::Add(k, delta) => {
                 let cur = match self.kv.get(&k) {
@@ -620,7 +829,7 @@ impl EventLoop {
                 }
                 put_i64(self.out(id), new);
                 self.wake(&k);
-                self.kv.insert(k, new.to_string().into_bytes());
+                self.kv.insert(k, Arc::new(new.to_string().into_bytes()));
             }
             Request::Check(keys) => {
                 let ready = keys.iter().all(|k| self.exists(k));
@@ -655,29 +864,24 @@ impl EventLoop {
             }
             Request::Append(k, v) => {
                 self.wake(&k);
-                self.kv.entry(k).or_default().extend_from_slice(&v);
+                // Copies the value only when a pending reply still references it.
+                Arc::make_mut(self.kv.entry(k).or_default()).extend_from_slice(&v);
             }
             Request::MultiGet(keys) => {
-                let total: usize = keys
-                    .iter()
-                    .map(|k| 8 + self.kv.get(k).map_or(0, |v| v.len()))
-                    .sum();
-                if total > self.max_reply {
-                    return Err(format!(
-                        "MULTI_GET reply of {total} bytes exceeds the {} byte reply cap",
-                        self.max_reply
-                    ));
-                }
-                let mut out = std::mem::take(self.out(id));
+                // Large values are referenced, not copied: the reply costs memory for its
+                // small values only, however large it is (back-pressure paces the rest).
+                let out = &mut self.conns.get_mut(&id).expect("serving connection").out;
                 for k in &keys {
-                    put_bytes(&mut out, self.kv.get(k).map_or(&[][..], |v| &v[..]));
+                    match self.kv.get(k) {
+                        Some(v) => out.push_value(v),
+                        None => put_u64(&mut out.tail, 0),
+                    }
                 }
-                *self.out(id) = out;
             }
             Request::MultiSet(kvs) => {
                 for (k, v) in kvs {
                     self.wake(&k);
-                    self.kv.insert(k, v);
+                    self.kv.insert(k, Arc::new(v));
                 }
             }
             Request::CancelWait => {
@@ -730,7 +934,8 @@ impl EventLoop {
                         })?
                         .wrapping_add(1),
                 };
-                self.kv.insert(k.clone(), count.to_string().into_bytes());
+                self.kv
+                    .insert(k.clone(), Arc::new(count.to_string().into_bytes()));
                 if count >= world_size {
                     self.wake(&k);
                     self.out(id).push(STOP_WAITING);
@@ -796,26 +1001,8 @@ impl EventLoop {
             let Some(c) = self.conns.get_mut(&id) else {
                 return Ok(());
             };
-            while c.out_pos < c.out.len() {
-                match c.sock.write(&c.out[c.out_pos..]) {
-                    Ok(0) => return Err("write returned 0".into()),
-                    Ok(n) => c.out_pos += n,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(e) => return Err(format!("write failed: {e}")),
-                }
-            }
-            if c.out_pos == c.out.len() {
-                c.out.clear();
-                c.out_pos = 0;
-                if c.out.capacity() > 1 << 20 {
-                    c.out.shrink_to(CHUNK);
-                }
-            } else if c.out_pos > (1 << 20) {
-                c.out.drain(..c.out_pos);
-                c.out_pos = 0;
-            }
-            let pending = c.out_pos < c.out.len();
+            c.out.write_to(&mut c.sock)?;
+            let pending = c.out.pending() > 0;
             if pending != c.want_write {
                 let interest = if pending {
                     Interest::READABLE | Interest::WRITABLE
@@ -827,7 +1014,7 @@ impl EventLoop {
                     .map_err(|e| format!("reregister failed: {e}"))?;
                 c.want_write = pending;
             }
-            resume = c.read_paused && c.out.len() - c.out_pos <= OUT_HIGH_WATER;
+            resume = c.read_paused && c.out.pending() <= OUT_HIGH_WATER;
             Ok(())
         })();
         if let Err(e) = res {
