@@ -1,114 +1,83 @@
-//! `c10drun`: the launcher of c10d-rs, doing `torchrun`'s job for any program (Rust or Python).
+//! `c10drun`: the launcher of c10d-rs, doing `torchrun`'s job for any program (Rust or Python)
+//! with torchrun's command line: replacing `torchrun` by `c10drun` just works.
 //!
 //! ```text
-//! c10drun [--nproc-per-node N] [--nnodes N] [--node-rank R] [--master-addr A] [--master-port P]
-//!         [--run-id ID] PROGRAM [ARGS...]
+//! c10drun [--standalone] [--nproc-per-node N|cpu|gpu|auto] [--nnodes N] [--node-rank R]
+//!         [--master-addr A] [--master-port P] [--rdzv-backend static|c10d] [--rdzv-endpoint H:P]
+//!         [--rdzv-id ID] [--rdzv-conf K=V,...] [--max-restarts N] [-m | --no-python | --run-path]
+//!         [--log-dir D] [-r SPEC] [-t SPEC] [--local-ranks-filter R,...] [--role NAME]
+//!         PROGRAM [ARGS...]
 //! ```
 //!
-//! What it does, mirroring `torchrun` with a static rendezvous:
+//! What it does, mirroring `torchrun`:
 //!
-//! - **Store.** Node 0 hosts a `TcpStore` server in this process on `--master-port` (`0` = pick a
-//!   free port; the chosen one is printed on stderr) and tells the workers to use it instead of
-//!   starting their own (`TORCHELASTIC_USE_AGENT_STORE=True`, as torchrun's agent store).
+//! - **Program.** `PROGRAM` ending in `.py` runs as `python3 PROGRAM` (the `python3` on `PATH`),
+//!   `-m` runs `python3 -m PROGRAM`, `--run-path` always prefixes `python3`, `--no-python` and any
+//!   other name run the program as given.
+//! - **Store.** One agent hosts a `TcpStore` server in this process: node 0 with the static
+//!   rendezvous (`--master-addr`/`--master-port`, default port 29500; `0` = pick a free port,
+//!   printed on stderr), the owner of `--rdzv-endpoint` with `c10d` (default port 29400; node
+//!   ranks follow the order of arrival), 127.0.0.1 with a free port under `--standalone`. Workers
+//!   use it instead of starting their own (`TORCHELASTIC_USE_AGENT_STORE=True`).
 //! - **Environment.** Each worker gets `RANK`, `LOCAL_RANK`, `WORLD_SIZE`, `LOCAL_WORLD_SIZE`,
-//!   `GROUP_RANK` (= node rank), `GROUP_WORLD_SIZE`, `ROLE_RANK`, `ROLE_NAME`, `ROLE_WORLD_SIZE`,
-//!   `MASTER_ADDR`, `MASTER_PORT`, `TORCHELASTIC_RUN_ID`, `TORCHELASTIC_RESTART_COUNT=0`,
-//!   `TORCHELASTIC_MAX_RESTARTS=0`, `TORCHELASTIC_USE_AGENT_STORE=True`; also
+//!   `GROUP_RANK` (= node rank), `GROUP_WORLD_SIZE`, `ROLE_RANK`, `ROLE_NAME` (`--role`),
+//!   `ROLE_WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`, `TORCHELASTIC_RUN_ID`,
+//!   `TORCHELASTIC_RESTART_COUNT`, `TORCHELASTIC_MAX_RESTARTS`, `TORCHELASTIC_USE_AGENT_STORE=True`,
+//!   `TORCHELASTIC_ERROR_FILE` (`<log dir>/<run id>_<n>/attempt_<k>/<local rank>/error.json`, the
+//!   log dir being `--log-dir` or a temporary directory removed at exit); also
 //!   `OMP_NUM_THREADS=1` (when unset and more than one worker, like torchrun) and
 //!   `PYTHONUNBUFFERED=1` (when unset, so prefixed lines appear as they are printed).
 //! - **Output.** Every line a worker writes to stdout/stderr is copied to the same stream of
-//!   `c10drun`, prefixed with `[rank N]: ` (`--no-prefix` turns that off).
+//!   `c10drun`, prefixed with `[rank N]: ` (`--no-prefix` turns that off); `--redirects` sends
+//!   streams to `stdout.log`/`stderr.log` next to the error file instead, `--tee` to both, and
+//!   `--local-ranks-filter` limits what reaches the console.
 //! - **Failures.** When a worker exits non-zero or is killed by a signal, the others are stopped
-//!   (SIGTERM to each worker's process group, SIGKILL after `--stop-timeout` seconds) and
-//!   `c10drun` exits with status 1 after printing a summary on stderr that names the failed rank
-//!   and its `exit code C` or `signal NAME` (the first failure is the root cause).
+//!   (SIGTERM to each worker's process group, SIGKILL after `--stop-timeout` seconds) and, unless
+//!   `--max-restarts` allows another attempt (the whole group restarts, on every node),
+//!   `c10drun` exits with status 1 after printing a summary on stderr that names the failed rank,
+//!   its `exit code C` or `signal NAME`, and its own error: the traceback torch's `@record` wrote
+//!   to the error file, or else the last lines of its stderr (a Rust panic message).
 //! - **Signals.** SIGINT, SIGTERM and SIGHUP sent to `c10drun` are forwarded to the workers; it
 //!   then exits with 128 + the signal number. Workers get SIGKILL if `c10drun` itself dies.
-//! - **Several nodes.** Run one `c10drun` per node with the same `--nnodes`, `--master-addr`,
-//!   `--master-port` and `--run-id`. The agents meet in the store before starting workers and
-//!   again after their workers finished (so node 0 keeps serving the store until every node is
-//!   done); a failure on one node is published in the store and stops the workers on the others.
+//! - **Several nodes.** Run one `c10drun` per node with the same `--nnodes`, store address and
+//!   run id. The agents meet in the store before each attempt and again after their workers
+//!   finished (so the hosting node keeps serving the store until every node is done); a failure
+//!   on one node is published in the store and stops (or restarts) the workers on the others.
+//! - **An unreachable store.** Every store operation of an agent is bounded (`--rdzv-conf
+//!   read_timeout=S`, default 10 s) and the agent checks the store every second while its
+//!   workers run: when the store stops answering (its node died or the network is cut), the
+//!   workers are stopped and c10drun exits with a summary naming the unreachable store.
 //!
-//! Differences from torchrun: no elastic membership changes and no restarts (`--max-restarts 0`).
+//! Differences from torchrun: `--nnodes MIN:MAX` needs MIN = MAX (no elastic membership
+//! changes); `--rdzv-backend` etcd is not available; `--start-method` has no effect; torchrun's
+//! `--logs-specs`, `--local-addr`, `--numa-binding`, `--signals-to-handle`, `--shutdown-timeout`,
+//! `--virtual-local-rank`, `--log-line-prefix-template` and `--duplicate-std*-filters` are
+//! refused with a message.
 
-use c10d_store::tcp::{ServerOptions, TcpStore, TcpStoreOptions, TcpStoreServer};
+#[path = "c10drun/agent.rs"]
+mod agent;
+#[path = "c10drun/cli.rs"]
+mod cli;
+#[path = "c10drun/output.rs"]
+mod output;
+#[path = "c10drun/report.rs"]
+mod report;
+
+use agent::{AgentKeys, AgentStore, Remote, StoreFail};
+use c10d_store::tcp::{ServerOptions, TcpStoreServer};
 use c10d_store::Store;
 use clap::Parser;
-use std::io::{BufRead, BufReader, Read, Write};
+use cli::{Args, Config, HostMode};
+use output::{pump, Sink};
+use report::{describe_status, signal_name, worker_error_lines, Tail};
+use std::io::{Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::PathBuf;
 use std::process::{Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// Command line of `c10drun` (torchrun's spellings with underscores are accepted as aliases).
-#[derive(Parser, Debug)]
-#[command(
-    name = "c10drun",
-    version,
-    about = "Launch a distributed job (torchrun for c10d-rs and PyTorch programs)",
-    after_help = "Example: c10drun --nproc-per-node 4 ./train --epochs 3\n         c10drun --nproc-per-node 2 python train.py"
-)]
-struct Args {
-    /// Workers per node: a number, or `cpu`/`auto` for the number of CPU cores.
-    #[arg(long = "nproc-per-node", alias = "nproc_per_node", default_value = "1", value_parser = parse_nproc)]
-    nproc_per_node: usize,
-    /// Number of nodes (one c10drun per node).
-    #[arg(long, default_value_t = 1)]
-    nnodes: usize,
-    /// Rank of this node, 0..nnodes. Node 0 hosts the store.
-    #[arg(long = "node-rank", alias = "node_rank", default_value_t = 0)]
-    node_rank: usize,
-    /// Address of node 0, where the store runs (given to workers as MASTER_ADDR).
-    #[arg(
-        long = "master-addr",
-        alias = "master_addr",
-        default_value = "127.0.0.1"
-    )]
-    master_addr: String,
-    /// Port of the store on node 0 (MASTER_PORT); 0 picks a free port (node 0 only).
-    #[arg(long = "master-port", alias = "master_port", default_value_t = 29500)]
-    master_port: u16,
-    /// Job id shared by all nodes (TORCHELASTIC_RUN_ID).
-    #[arg(
-        long = "run-id",
-        alias = "rdzv-id",
-        alias = "rdzv_id",
-        default_value = "none"
-    )]
-    run_id: String,
-    /// Seconds between SIGTERM and SIGKILL when stopping workers.
-    #[arg(long = "stop-timeout", default_value_t = 10.0)]
-    stop_timeout: f64,
-    /// Seconds the nodes wait for each other (start and exit barriers, store connection).
-    #[arg(long = "rdzv-timeout", alias = "rdzv_timeout", default_value_t = 900.0)]
-    rdzv_timeout: f64,
-    /// Do not prefix worker output lines with `[rank N]: `.
-    #[arg(long = "no-prefix")]
-    no_prefix: bool,
-    /// The program to run in every worker, followed by its arguments.
-    #[arg(
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "PROGRAM [ARGS]..."
-    )]
-    command: Vec<String>,
-}
-
-fn parse_nproc(s: &str) -> Result<usize, String> {
-    match s {
-        "cpu" | "auto" | "gpu" => Ok(std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1)),
-        _ => match s.parse::<usize>() {
-            Ok(0) => Err("must be at least 1".into()),
-            Ok(n) => Ok(n),
-            Err(_) => Err(format!("expected a number, `cpu` or `auto`, got '{s}'")),
-        },
-    }
-}
 
 /// The signal received by c10drun (0 = none), set by the handler.
 static PENDING_SIGNAL: AtomicI32 = AtomicI32::new(0);
@@ -133,40 +102,6 @@ fn install_signal_handlers() {
     }
 }
 
-/// Name of a signal number ("SIGKILL"), or "signal N" style fallback.
-fn signal_name(sig: i32) -> String {
-    let name = match sig {
-        libc::SIGHUP => "SIGHUP",
-        libc::SIGINT => "SIGINT",
-        libc::SIGQUIT => "SIGQUIT",
-        libc::SIGILL => "SIGILL",
-        libc::SIGTRAP => "SIGTRAP",
-        libc::SIGABRT => "SIGABRT",
-        libc::SIGBUS => "SIGBUS",
-        libc::SIGFPE => "SIGFPE",
-        libc::SIGKILL => "SIGKILL",
-        libc::SIGUSR1 => "SIGUSR1",
-        libc::SIGSEGV => "SIGSEGV",
-        libc::SIGUSR2 => "SIGUSR2",
-        libc::SIGPIPE => "SIGPIPE",
-        libc::SIGALRM => "SIGALRM",
-        libc::SIGTERM => "SIGTERM",
-        libc::SIGXCPU => "SIGXCPU",
-        libc::SIGXFSZ => "SIGXFSZ",
-        libc::SIGSYS => "SIGSYS",
-        _ => return format!("SIG{sig}"),
-    };
-    name.to_string()
-}
-
-fn describe_status(st: &ExitStatus) -> String {
-    match (st.code(), st.signal()) {
-        (Some(c), _) => format!("exit code {c}"),
-        (None, Some(s)) => format!("signal {}", signal_name(s)),
-        _ => "unknown status".into(),
-    }
-}
-
 fn say(msg: &str) {
     let mut e = std::io::stderr().lock();
     let _ = writeln!(e, "c10drun: {msg}");
@@ -181,6 +116,8 @@ struct Worker {
     ended_at: Option<Instant>,
     /// The signals c10drun sent to it.
     sent: Vec<i32>,
+    error_file: PathBuf,
+    tail: Tail,
 }
 
 impl Worker {
@@ -207,40 +144,7 @@ impl Worker {
     }
 }
 
-/// Copies a worker's stream to ours line by line with an optional prefix. Returns when the
-/// stream closes.
-fn pump(src: impl Read, prefix: Option<String>, to_stderr: bool) {
-    let mut r = BufReader::with_capacity(64 * 1024, src);
-    let mut line = Vec::with_capacity(256);
-    loop {
-        line.clear();
-        match r.read_until(b'\n', &mut line) {
-            Ok(0) => return,
-            Ok(_) => {
-                if line.last() != Some(&b'\n') {
-                    line.push(b'\n');
-                }
-                let mut buf = Vec::with_capacity(line.len() + 16);
-                if let Some(p) = &prefix {
-                    buf.extend_from_slice(p.as_bytes());
-                }
-                buf.extend_from_slice(&line);
-                // Write errors (closed stdout) are ignored: the workers must keep running.
-                if to_stderr {
-                    let _ = std::io::stderr().lock().write_all(&buf);
-                } else {
-                    let mut o = std::io::stdout().lock();
-                    let _ = o.write_all(&buf);
-                    let _ = o.flush();
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(_) => return,
-        }
-    }
-}
-
-/// Why the launcher is stopping the workers.
+/// Why the launcher stopped the workers.
 enum StopReason {
     /// A local worker failed (index into `workers`).
     LocalFailure(usize),
@@ -248,41 +152,47 @@ enum StopReason {
     RemoteFailure(String),
     /// c10drun received a signal.
     Signal(i32),
+    /// The store stopped answering (why).
+    StoreLost(String),
 }
 
-/// Keys in the store used by the agents (never clash with PyTorch's keys).
-struct AgentKeys {
-    joined: String,
-    started: String,
-    failed: String,
-    done: String,
-    finished: String,
+/// Where this node stands in the job.
+struct Ctx<'a> {
+    cfg: &'a Config,
+    node_rank: usize,
+    master_addr: String,
+    port: u16,
+    keys: AgentKeys,
 }
 
-impl AgentKeys {
-    fn new(run_id: &str) -> Self {
-        let p = format!("c10drun/{run_id}");
-        AgentKeys {
-            joined: format!("{p}/joined"),
-            started: format!("{p}/started"),
-            failed: format!("{p}/failed"),
-            done: format!("{p}/done"),
-            finished: format!("{p}/finished"),
-        }
-    }
-}
-
-/// Tells the other nodes' agents (best effort; single-node runs have no store client) why this
-/// node is stopping.
-fn publish_failure(store: Option<&TcpStore>, keys: &AgentKeys, msg: &str) {
-    if let Some(s) = store {
-        let _ = s.set(&keys.failed, msg.as_bytes());
+/// Tells the other nodes' agents why this node is stopping (bounded; single-node runs have no
+/// store client). Returns a note when the store could not be told.
+fn publish_failure(
+    store: &mut Option<AgentStore>,
+    keys: &AgentKeys,
+    attempt: u32,
+    msg: &str,
+) -> Option<String> {
+    let s = store.as_mut()?;
+    let (key, msg) = (keys.failed(attempt), msg.to_string());
+    match s.bounded("publishing the failure", Duration::ZERO, move |st| {
+        st.set(&key, msg.as_bytes())
+    }) {
+        Ok(()) => None,
+        Err(e) => Some(agent::fail_text(&e)),
     }
 }
 
 fn main() {
     let args = Args::parse();
-    std::process::exit(match run(args) {
+    let cfg = match Config::from_args(args) {
+        Ok(c) => c,
+        Err(msg) => {
+            say(&format!("error: {msg}"));
+            std::process::exit(1);
+        }
+    };
+    std::process::exit(match run(&cfg) {
         Ok(code) => code,
         Err(msg) => {
             say(&format!("error: {msg}"));
@@ -291,125 +201,247 @@ fn main() {
     });
 }
 
-fn run(args: Args) -> Result<i32, String> {
-    if args.nnodes == 0 {
-        return Err("--nnodes must be at least 1".into());
-    }
-    if args.node_rank >= args.nnodes {
-        return Err(format!(
-            "--node-rank {} is out of range for --nnodes {}",
-            args.node_rank, args.nnodes
-        ));
-    }
-    if args.master_port == 0 && args.node_rank != 0 {
-        return Err("--master-port 0 (pick a free port) only works on node 0; give the other nodes the port node 0 printed".into());
-    }
-    if !(args.stop_timeout >= 0.0 && args.rdzv_timeout > 0.0) {
-        return Err("--stop-timeout and --rdzv-timeout must be positive".into());
-    }
-    install_signal_handlers();
-    let rdzv_timeout = Duration::from_secs_f64(args.rdzv_timeout);
+/// True when `host` names an address of this machine.
+fn is_local(host: &str) -> bool {
+    use std::net::ToSocketAddrs;
+    (host, 0)
+        .to_socket_addrs()
+        .map(|mut addrs| addrs.any(|a| std::net::TcpListener::bind((a.ip(), 0)).is_ok()))
+        .unwrap_or(false)
+}
 
-    // 1. The store: hosted on node 0, reached as a client from every agent.
-    let server = if args.node_rank == 0 {
-        let srv = TcpStoreServer::bind(ServerOptions {
+/// Where the worker logs and error files go: `--log-dir` (kept) or a temporary directory.
+struct LogDir {
+    job: PathBuf,
+    temporary: bool,
+}
+
+impl LogDir {
+    fn new(cfg: &Config) -> Result<LogDir, String> {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let (base, temporary) = match &cfg.log_dir {
+            Some(d) => (d.clone(), false),
+            None => (std::env::temp_dir(), true),
+        };
+        let name = if temporary {
+            format!("c10drun-{}-{}-{nanos:08x}", cfg.run_id, std::process::id())
+        } else {
+            format!("{}_{}_{nanos:08x}", cfg.run_id, std::process::id())
+        };
+        let job = base.join(name);
+        std::fs::create_dir_all(&job)
+            .map_err(|e| format!("cannot create the log directory {}: {e}", job.display()))?;
+        Ok(LogDir { job, temporary })
+    }
+    fn worker(&self, attempt: u32, local_rank: usize) -> Result<PathBuf, String> {
+        let d = self
+            .job
+            .join(format!("attempt_{attempt}"))
+            .join(local_rank.to_string());
+        std::fs::create_dir_all(&d)
+            .map_err(|e| format!("cannot create the log directory {}: {e}", d.display()))?;
+        Ok(d)
+    }
+}
+
+impl Drop for LogDir {
+    fn drop(&mut self) {
+        if self.temporary {
+            let _ = std::fs::remove_dir_all(&self.job);
+        }
+    }
+}
+
+fn run(cfg: &Config) -> Result<i32, String> {
+    install_signal_handlers();
+
+    // 1. The store: hosted by one agent, reached as a client from every agent.
+    let host_it = match cfg.host_mode {
+        HostMode::Yes => true,
+        HostMode::No => false,
+        HostMode::Try => is_local(&cfg.store_host),
+    };
+    let bind = || {
+        TcpStoreServer::bind(ServerOptions {
             host: None,
-            port: args.master_port,
+            port: cfg.store_port,
             world_size: None,
             ..Default::default()
         })
-        .map_err(|e| format!("cannot host the store on port {}: {e}", args.master_port))?;
-        Some(srv)
+    };
+    let server = if host_it {
+        match bind() {
+            Ok(s) => Some(s),
+            // c10d: another agent on this machine got the port first; use its store.
+            Err(_) if cfg.host_mode == HostMode::Try => None,
+            Err(e) => {
+                return Err(format!(
+                    "cannot host the store on port {}: {e}",
+                    cfg.store_port
+                ))
+            }
+        }
     } else {
         None
     };
-    let port = server
-        .as_ref()
-        .map(|s| s.port())
-        .unwrap_or(args.master_port);
-    if args.master_port == 0 || args.nnodes > 1 {
+    let port = server.as_ref().map(|s| s.port()).unwrap_or(cfg.store_port);
+    if server.is_some() && (cfg.store_port == 0 || cfg.nnodes > 1) {
         say(&format!(
             "store listening on {}:{port} (run id {})",
-            args.master_addr, args.run_id
+            cfg.store_host, cfg.run_id
         ));
     }
-    let keys = AgentKeys::new(&args.run_id);
-    let store: Option<Arc<TcpStore>> = if args.nnodes > 1 {
-        let host = if args.node_rank == 0 {
-            "127.0.0.1".to_string()
+    let logs = LogDir::new(cfg)?;
+    let keys = AgentKeys::new(&cfg.run_id);
+    let mut store: Option<AgentStore> = if cfg.nnodes > 1 {
+        let host = if server.is_some() {
+            "127.0.0.1"
         } else {
-            args.master_addr.clone()
+            cfg.store_host.as_str()
         };
-        let s = TcpStore::new(
-            &host,
+        Some(AgentStore::connect(
+            host,
             port,
-            TcpStoreOptions {
-                world_size: None,
-                is_master: false,
-                timeout: rdzv_timeout,
-                wait_for_workers: false,
-                ..Default::default()
-            },
-        )
-        .map_err(|e| format!("cannot reach the store of node 0 at {host}:{port}: {e}"))?;
-        let s = Arc::new(s);
-        // Start barrier: all agents joined before any worker starts.
-        let n = s.add(&keys.joined, 1).map_err(|e| format!("store: {e}"))?;
-        if n as usize > args.nnodes {
-            return Err(format!(
-                "run id '{}' already has {} agents but --nnodes is {}; use a fresh --run-id",
-                args.run_id,
-                n - 1,
-                args.nnodes
-            ));
-        }
-        if n as usize == args.nnodes {
-            s.set(&keys.started, b"1")
-                .map_err(|e| format!("store: {e}"))?;
-        }
-        s.wait_timeout(&[keys.started.as_str()], rdzv_timeout)
-            .map_err(|e| {
-                format!(
-                    "timed out waiting for {} nodes to join (--rdzv-timeout {} s): {e}",
-                    args.nnodes, args.rdzv_timeout
-                )
-            })?;
-        Some(s)
+            cfg.rdzv_timeout,
+            cfg.store_deadline,
+        )?)
     } else {
         None
     };
+    let hosting = server.is_some();
 
-    // 2. Start the workers.
-    let world_size = args.nnodes * args.nproc_per_node;
+    let mut node_rank = cfg.node_rank;
+    let mut attempt: u32 = 0;
+    loop {
+        // 2. Rendezvous: every node's agent joined this attempt before any worker starts.
+        if let Some(s) = store.as_mut() {
+            let idx =
+                agent::rendezvous(s, &keys, attempt, cfg.nnodes, &cfg.run_id, cfg.rdzv_timeout)?;
+            if node_rank.is_none() {
+                node_rank = Some(idx);
+            }
+        }
+        let ctx = Ctx {
+            cfg,
+            node_rank: node_rank.unwrap_or(0),
+            master_addr: cfg.store_host.clone(),
+            port,
+            keys: AgentKeys::new(&cfg.run_id),
+        };
+        let (stop, workers, elapsed) = run_attempt(&ctx, attempt, &mut store, &logs)?;
+        let Some(reason) = stop else {
+            if let Some(s) = store.as_mut() {
+                // Exit barrier: the hosting node keeps the store up until every node is done.
+                if let Err(msg) = exit_barrier(s, &keys, cfg.nnodes, cfg.rdzv_timeout) {
+                    say(&format!("exit barrier: {msg}"));
+                }
+            }
+            drop(server);
+            return Ok(0);
+        };
+        let restart = matches!(
+            reason,
+            StopReason::LocalFailure(_) | StopReason::RemoteFailure(_)
+        ) && attempt < cfg.max_restarts;
+        if restart {
+            print_summary(
+                &ctx,
+                &workers,
+                &reason,
+                elapsed,
+                &format!(
+                    "worker group failed (attempt {} of {}); restarting it",
+                    attempt + 1,
+                    cfg.max_restarts + 1
+                ),
+                &[],
+            );
+            attempt += 1;
+            continue;
+        }
+        let mut notes = Vec::new();
+        if let StopReason::StoreLost(_) = reason {
+        } else if let Some(s) = store.as_mut() {
+            if !hosting {
+                let done = keys.done();
+                if let Err(e) = s.bounded("the exit barrier", Duration::ZERO, move |st| {
+                    st.add(&done, 1)
+                }) {
+                    notes.push(format!(
+                        "{}; not waiting for the other nodes",
+                        agent::fail_text(&e)
+                    ));
+                }
+            }
+        }
+        if let Some(why) = store.as_ref().and_then(|s| s.lost.clone()) {
+            if notes.is_empty() && !matches!(reason, StopReason::StoreLost(_)) {
+                notes.push(why);
+            }
+        }
+        print_summary(&ctx, &workers, &reason, elapsed, "job failed", &notes);
+        if hosting {
+            if let Some(s) = store.as_mut() {
+                // Give the other agents a moment to read the failure before the store goes away.
+                let grace = cfg.stop_timeout + Duration::from_secs(5);
+                if let Err(msg) = exit_barrier(s, &keys, cfg.nnodes, grace) {
+                    say(&format!("exit barrier: {msg}"));
+                }
+            }
+        }
+        drop(server);
+        return Ok(match reason {
+            StopReason::Signal(sig) => 128 + sig,
+            _ => 1,
+        });
+    }
+}
+
+/// One attempt: starts the local workers and supervises them until all ended. Returns why they
+/// were stopped (`None`: all succeeded), the workers, and the seconds they ran.
+fn run_attempt(
+    ctx: &Ctx,
+    attempt: u32,
+    store: &mut Option<AgentStore>,
+    logs: &LogDir,
+) -> Result<(Option<StopReason>, Vec<Worker>, f64), String> {
+    let cfg = ctx.cfg;
+    let world_size = cfg.nnodes * cfg.nproc;
     let (done_tx, done_rx) = mpsc::channel::<()>();
     let mut workers: Vec<Worker> = Vec::new();
     let (exit_tx, exit_rx) = mpsc::channel::<(usize, std::io::Result<ExitStatus>)>();
     let mut pumps = 0usize;
     let started_at = Instant::now();
-    for local_rank in 0..args.nproc_per_node {
-        let rank = args.node_rank * args.nproc_per_node + local_rank;
-        let mut cmd = Command::new(&args.command[0]);
-        cmd.args(&args.command[1..])
+    for local_rank in 0..cfg.nproc {
+        let rank = ctx.node_rank * cfg.nproc + local_rank;
+        let dir = logs.worker(attempt, local_rank)?;
+        let error_file = dir.join("error.json");
+        let mut cmd = Command::new(&cfg.argv[0]);
+        cmd.args(&cfg.argv[1..])
             .env("RANK", rank.to_string())
             .env("LOCAL_RANK", local_rank.to_string())
             .env("WORLD_SIZE", world_size.to_string())
-            .env("LOCAL_WORLD_SIZE", args.nproc_per_node.to_string())
-            .env("GROUP_RANK", args.node_rank.to_string())
-            .env("GROUP_WORLD_SIZE", args.nnodes.to_string())
+            .env("LOCAL_WORLD_SIZE", cfg.nproc.to_string())
+            .env("GROUP_RANK", ctx.node_rank.to_string())
+            .env("GROUP_WORLD_SIZE", cfg.nnodes.to_string())
             .env("ROLE_RANK", rank.to_string())
-            .env("ROLE_NAME", "default")
+            .env("ROLE_NAME", &cfg.role)
             .env("ROLE_WORLD_SIZE", world_size.to_string())
-            .env("MASTER_ADDR", &args.master_addr)
-            .env("MASTER_PORT", port.to_string())
-            .env("TORCHELASTIC_RUN_ID", &args.run_id)
-            .env("TORCHELASTIC_RESTART_COUNT", "0")
-            .env("TORCHELASTIC_MAX_RESTARTS", "0")
+            .env("MASTER_ADDR", &ctx.master_addr)
+            .env("MASTER_PORT", ctx.port.to_string())
+            .env("TORCHELASTIC_RUN_ID", &cfg.run_id)
+            .env("TORCHELASTIC_RESTART_COUNT", attempt.to_string())
+            .env("TORCHELASTIC_MAX_RESTARTS", cfg.max_restarts.to_string())
             .env("TORCHELASTIC_USE_AGENT_STORE", "True")
+            .env("TORCHELASTIC_ERROR_FILE", &error_file)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0);
-        if std::env::var_os("OMP_NUM_THREADS").is_none() && args.nproc_per_node > 1 {
+        if std::env::var_os("OMP_NUM_THREADS").is_none() && cfg.nproc > 1 {
             cmd.env("OMP_NUM_THREADS", "1");
         }
         if std::env::var_os("PYTHONUNBUFFERED").is_none() {
@@ -433,10 +465,7 @@ fn run(args: Args) -> Result<i32, String> {
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {
-                say(&format!(
-                    "cannot start rank {rank} ({}): {e}",
-                    args.command[0]
-                ));
+                say(&format!("cannot start rank {rank} ({}): {e}", cfg.argv[0]));
                 for w in workers.iter_mut() {
                     w.signal(libc::SIGKILL);
                 }
@@ -444,42 +473,64 @@ fn run(args: Args) -> Result<i32, String> {
                     let _ = exit_rx.recv_timeout(Duration::from_secs(10));
                 }
                 publish_failure(
-                    store.as_deref(),
-                    &keys,
-                    &format!(
-                        "rank {rank} on node {} could not start: {e}",
-                        args.node_rank
-                    ),
+                    store,
+                    &ctx.keys,
+                    attempt,
+                    &format!("rank {rank} on node {} could not start: {e}", ctx.node_rank),
                 );
-                return Ok(1);
+                return Err(format!(
+                    "worker group of node {} not started",
+                    ctx.node_rank
+                ));
             }
         };
-        let prefix = if args.no_prefix {
+        let prefix = if cfg.no_prefix {
             None
         } else {
             Some(format!("[rank {rank}]: "))
         };
-        for (stream, to_stderr) in [
-            (
-                child
-                    .stdout
-                    .take()
-                    .map(|s| Box::new(s) as Box<dyn Read + Send>),
-                false,
-            ),
-            (
-                child
-                    .stderr
-                    .take()
-                    .map(|s| Box::new(s) as Box<dyn Read + Send>),
-                true,
-            ),
-        ] {
+        let tail = Tail::default();
+        let (out_mode, err_mode) = cfg.streams[local_rank];
+        let open = |name: &str, on: bool| -> Result<Option<std::fs::File>, String> {
+            if !on {
+                return Ok(None);
+            }
+            let p = dir.join(name);
+            std::fs::File::create(&p)
+                .map(Some)
+                .map_err(|e| format!("cannot create {}: {e}", p.display()))
+        };
+        let sinks = [
+            Sink {
+                prefix: prefix.clone(),
+                to_stderr: false,
+                console: out_mode.console,
+                file: open("stdout.log", out_mode.file)?,
+                tail: None,
+            },
+            Sink {
+                prefix,
+                to_stderr: true,
+                console: err_mode.console,
+                file: open("stderr.log", err_mode.file)?,
+                tail: Some(tail.clone()),
+            },
+        ];
+        let streams = [
+            child
+                .stdout
+                .take()
+                .map(|s| Box::new(s) as Box<dyn Read + Send>),
+            child
+                .stderr
+                .take()
+                .map(|s| Box::new(s) as Box<dyn Read + Send>),
+        ];
+        for (stream, sink) in streams.into_iter().zip(sinks) {
             if let Some(s) = stream {
                 let tx = done_tx.clone();
-                let p = prefix.clone();
                 std::thread::spawn(move || {
-                    pump(s, p, to_stderr);
+                    pump(s, sink);
                     let _ = tx.send(());
                 });
                 pumps += 1;
@@ -501,36 +552,38 @@ fn run(args: Args) -> Result<i32, String> {
             status: None,
             ended_at: None,
             sent: Vec::new(),
+            error_file,
+            tail,
         });
     }
     drop(done_tx);
 
-    // A watcher for failures published by other nodes.
-    let (remote_tx, remote_rx) = mpsc::channel::<String>();
-    if let Some(s) = &store {
+    // A watcher for failures published by other nodes, and for the store going silent.
+    let (remote_tx, remote_rx) = mpsc::channel::<Remote>();
+    let watcher_stop = Arc::new(AtomicBool::new(false));
+    if let Some(s) = store.as_ref() {
         // Its own connection: a client handle serves one request at a time, and this one blocks.
-        let s = s
-            .clone_store()
-            .map_err(|e| format!("cannot open a second store connection: {e}"))?;
-        let key = keys.failed.clone();
-        std::thread::spawn(move || loop {
-            match s.wait_timeout(&[key.as_str()], Duration::from_secs(3600)) {
-                Ok(()) => {
-                    let msg = s
-                        .get(&key)
-                        .map(|v| String::from_utf8_lossy(&v).into_owned())
-                        .unwrap_or_else(|e| e.to_string());
-                    let _ = remote_tx.send(msg);
-                    return;
-                }
-                Err(e) if e.is_store_error() => continue,
-                Err(_) => return, // store gone: the local workers decide the outcome.
+        match s.clone_conn() {
+            Ok(conn) => agent::watch(
+                conn,
+                ctx.keys.failed(attempt),
+                s.addr.clone(),
+                cfg.monitor_interval.max(Duration::from_secs(1)),
+                s.deadline,
+                watcher_stop.clone(),
+                remote_tx,
+            ),
+            Err(e) => {
+                let _ = remote_tx.send(Remote::Lost(format!(
+                    "the store at {} is unreachable ({e})",
+                    s.addr
+                )));
             }
-        });
+        }
     }
 
     // 3. Supervise.
-    let grace = Duration::from_secs_f64(args.stop_timeout);
+    let grace = cfg.stop_timeout;
     let mut stop: Option<(StopReason, Instant)> = None;
     let mut killed = false;
     loop {
@@ -545,11 +598,12 @@ fn run(args: Args) -> Result<i32, String> {
             }
             if stop.is_none() {
                 publish_failure(
-                    store.as_deref(),
-                    &keys,
+                    store,
+                    &ctx.keys,
+                    attempt,
                     &format!(
                         "c10drun on node {} received {}",
-                        args.node_rank,
+                        ctx.node_rank,
                         signal_name(sig)
                     ),
                 );
@@ -557,15 +611,31 @@ fn run(args: Args) -> Result<i32, String> {
             }
         }
         if stop.is_none() {
-            if let Ok(msg) = remote_rx.try_recv() {
-                say(&format!(
-                    "another node failed ({msg}); stopping the workers of node {}",
-                    args.node_rank
-                ));
-                for w in workers.iter_mut() {
-                    w.signal(libc::SIGTERM);
+            match remote_rx.try_recv() {
+                Ok(Remote::Failure(msg)) => {
+                    say(&format!(
+                        "another node failed ({msg}); stopping the workers of node {}",
+                        ctx.node_rank
+                    ));
+                    for w in workers.iter_mut() {
+                        w.signal(libc::SIGTERM);
+                    }
+                    stop = Some((StopReason::RemoteFailure(msg), Instant::now()));
                 }
-                stop = Some((StopReason::RemoteFailure(msg), Instant::now()));
+                Ok(Remote::Lost(msg)) => {
+                    say(&format!(
+                        "{msg}; stopping the workers of node {}",
+                        ctx.node_rank
+                    ));
+                    if let Some(s) = store.as_mut() {
+                        s.lost = Some(msg.clone());
+                    }
+                    for w in workers.iter_mut() {
+                        w.signal(libc::SIGTERM);
+                    }
+                    stop = Some((StopReason::StoreLost(msg), Instant::now()));
+                }
+                Err(_) => {}
             }
         }
         // Wait (briefly) for the next worker to end, then take every exit already reported.
@@ -593,16 +663,13 @@ fn run(args: Args) -> Result<i32, String> {
                     w.pid,
                     describe_status(&st)
                 ));
-                publish_failure(
-                    store.as_deref(),
-                    &keys,
-                    &format!(
-                        "rank {} on node {}: {}",
-                        w.rank,
-                        args.node_rank,
-                        describe_status(&st)
-                    ),
+                let msg = format!(
+                    "rank {} on node {}: {}",
+                    w.rank,
+                    ctx.node_rank,
+                    describe_status(&st)
                 );
+                publish_failure(store, &ctx.keys, attempt, &msg);
                 for w in workers.iter_mut() {
                     w.signal(libc::SIGTERM);
                 }
@@ -631,6 +698,7 @@ fn run(args: Args) -> Result<i32, String> {
             }
         }
     }
+    watcher_stop.store(true, Ordering::SeqCst);
 
     // Let the output pumps drain (a grandchild holding a pipe open must not keep us here).
     let drain_deadline = Instant::now() + Duration::from_secs(2);
@@ -640,70 +708,66 @@ fn run(args: Args) -> Result<i32, String> {
             break;
         }
     }
-
     let elapsed = started_at.elapsed().as_secs_f64();
-    let code = match stop {
-        None => {
-            if let Some(s) = &store {
-                // Exit barrier: node 0 keeps the store up until every node's workers are done.
-                exit_barrier(s, &keys, args.nnodes, rdzv_timeout);
-            }
-            0
-        }
-        Some((reason, _)) => {
-            print_summary(&args, &workers, &reason, elapsed);
-            if let Some(s) = &store {
-                if args.node_rank == 0 {
-                    // Give the other agents a moment to read the failure before the store goes away.
-                    exit_barrier(
-                        s,
-                        &keys,
-                        args.nnodes,
-                        Duration::from_secs_f64(grace.as_secs_f64() + 5.0),
-                    );
-                } else {
-                    let _ = s.add(&keys.done, 1);
-                }
-            }
-            match reason {
-                StopReason::Signal(sig) => 128 + sig,
-                _ => 1,
-            }
-        }
-    };
-    drop(server);
-    Ok(code)
+    Ok((stop.map(|(r, _)| r), workers, elapsed))
 }
 
-/// Waits until all agents reported done (bounded by `timeout`), then marks the run finished.
-fn exit_barrier(s: &TcpStore, keys: &AgentKeys, nnodes: usize, timeout: Duration) {
-    match s.add(&keys.done, 1) {
-        Ok(n) if n as usize >= nnodes => {
-            let _ = s.set(&keys.finished, b"1");
+/// Marks this node done and waits (bounded by `timeout`, each store operation by the store
+/// deadline) until all nodes are; the last one marks the run finished.
+fn exit_barrier(
+    s: &mut AgentStore,
+    keys: &AgentKeys,
+    nnodes: usize,
+    timeout: Duration,
+) -> Result<(), String> {
+    let done = keys.done();
+    let n = s
+        .bounded("the exit barrier", Duration::ZERO, move |st| {
+            st.add(&done, 1)
+        })
+        .map_err(|e| agent::fail_text(&e))?;
+    let finished = keys.finished();
+    if n as usize >= nnodes {
+        return s
+            .bounded("the exit barrier", Duration::ZERO, move |st| {
+                st.set(&finished, b"1")
+            })
+            .map_err(|e| agent::fail_text(&e));
+    }
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(format!(
+                "not every node finished within {:.0} s",
+                timeout.as_secs_f64()
+            ));
         }
-        Ok(_) => {
-            if let Err(e) = s.wait_timeout(&[keys.finished.as_str()], timeout) {
-                if e.is_store_error() {
-                    say(&format!(
-                        "exit barrier: not every node finished within {:.0} s",
-                        timeout.as_secs_f64()
-                    ));
-                }
-            }
+        let slice = left.min(Duration::from_secs(1));
+        let f = finished.clone();
+        match s.bounded("the exit barrier", slice, move |st| {
+            st.wait_timeout(&[f.as_str()], slice)
+        }) {
+            Ok(()) => return Ok(()),
+            Err(StoreFail::Op(_)) => continue,
+            Err(e) => return Err(agent::fail_text(&e)),
         }
-        Err(_) => {}
     }
 }
 
-fn print_summary(args: &Args, workers: &[Worker], reason: &StopReason, elapsed: f64) {
+fn print_summary(
+    ctx: &Ctx,
+    workers: &[Worker],
+    reason: &StopReason,
+    elapsed: f64,
+    heading: &str,
+    notes: &[String],
+) {
     let mut lines = Vec::new();
     lines.push("=".repeat(72));
     lines.push(format!(
-        "job failed: {} (run id {}, node {}, {:.2} s)",
-        args.command.join(" "),
-        args.run_id,
-        args.node_rank,
-        elapsed
+        "{heading}: {} (run id {}, node {}, {:.2} s)",
+        ctx.cfg.display, ctx.cfg.run_id, ctx.node_rank, elapsed
     ));
     let fmt_worker = |w: &Worker| {
         let st = w
@@ -738,6 +802,7 @@ fn print_summary(args: &Args, workers: &[Worker], reason: &StopReason, elapsed: 
         (StopReason::LocalFailure(_), Some(i)) => {
             lines.push("root cause (first observed failure):".into());
             lines.push(format!("  {}", fmt_worker(&workers[i])));
+            lines.extend(worker_error_lines(&workers[i].error_file, &workers[i].tail));
         }
         (StopReason::RemoteFailure(msg), _) => {
             lines.push(format!("root cause: another node failed: {msg}"))
@@ -746,6 +811,7 @@ fn print_summary(args: &Args, workers: &[Worker], reason: &StopReason, elapsed: 
             "root cause: c10drun received {}",
             signal_name(*sig)
         )),
+        (StopReason::StoreLost(msg), _) => lines.push(format!("root cause: {msg}")),
         _ => {}
     }
     let mut others = Vec::new();
@@ -761,6 +827,7 @@ fn print_summary(args: &Args, workers: &[Worker], reason: &StopReason, elapsed: 
             stopped.push(format!("  {} (stopped by c10drun)", fmt_worker(w)));
         } else {
             others.push(format!("  {}", fmt_worker(w)));
+            others.extend(worker_error_lines(&w.error_file, &w.tail));
         }
     }
     if !others.is_empty() {
@@ -773,6 +840,9 @@ fn print_summary(args: &Args, workers: &[Worker], reason: &StopReason, elapsed: 
     }
     if !ok.is_empty() {
         lines.push(format!("finished successfully: ranks [{}]", ok.join(", ")));
+    }
+    for n in notes {
+        lines.push(format!("store: {n}"));
     }
     lines.push("=".repeat(72));
     let mut e = std::io::stderr().lock();

@@ -1,0 +1,611 @@
+//! The command line: torchrun's options (both spellings) plus c10drun's own, checked and turned
+//! into a [`Config`].
+
+use clap::Parser;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Command line of `c10drun`: torchrun's options, dashes or underscores.
+#[derive(Parser, Debug)]
+#[command(
+    name = "c10drun",
+    version,
+    about = "Launch a distributed job (torchrun's command line, for c10d-rs and PyTorch programs)",
+    after_help = "Examples:\n  c10drun --standalone --nproc_per_node=2 train.py --epochs 3\n  c10drun --nproc-per-node 4 --master-port 0 ./train\n  c10drun --nnodes 2 --node-rank 0 --master-addr host0 --master-port 29500 -m pkg.train"
+)]
+pub struct Args {
+    /// Workers per node: a number, `cpu` (CPU cores), `gpu` (CUDA devices) or `auto`.
+    #[arg(long = "nproc-per-node", alias = "nproc_per_node", default_value = "1")]
+    pub nproc_per_node: String,
+    /// Number of nodes, `N` or `MIN:MAX` (MIN must equal MAX: no elastic membership yet).
+    #[arg(long, default_value = "1")]
+    pub nnodes: String,
+    /// Rank of this node, 0..nnodes (static rendezvous). Node 0 hosts the store.
+    #[arg(long = "node-rank", alias = "node_rank")]
+    pub node_rank: Option<usize>,
+    /// Address of node 0, where the store runs (given to workers as MASTER_ADDR).
+    #[arg(long = "master-addr", alias = "master_addr")]
+    pub master_addr: Option<String>,
+    /// Port of the store on node 0 (MASTER_PORT, default 29500); 0 picks a free port (node 0 only).
+    #[arg(long = "master-port", alias = "master_port")]
+    pub master_port: Option<u16>,
+    /// Job id shared by all nodes (TORCHELASTIC_RUN_ID).
+    #[arg(long = "run-id", alias = "rdzv-id", alias = "rdzv_id")]
+    pub run_id: Option<String>,
+    /// Rendezvous backend: `static` (default: --node-rank, node 0 hosts the store) or `c10d`
+    /// (node ranks in order of arrival; the node owning --rdzv-endpoint hosts the store).
+    #[arg(long = "rdzv-backend", alias = "rdzv_backend")]
+    pub rdzv_backend: Option<String>,
+    /// Store address `host[:port]` (c10d default port 29400; static default --master-addr:--master-port).
+    #[arg(long = "rdzv-endpoint", alias = "rdzv_endpoint")]
+    pub rdzv_endpoint: Option<String>,
+    /// `key=value,...`: join_timeout / timeout (s, rendezvous), read_timeout (s, bound of every
+    /// agent store operation, default 10), is_host (c10d), last_call_timeout / close_timeout /
+    /// keep_alive_interval / keep_alive_max_attempt / use_libuv (accepted, no effect).
+    #[arg(long = "rdzv-conf", alias = "rdzv_conf", default_value = "")]
+    pub rdzv_conf: String,
+    /// One node, store on 127.0.0.1 with a free port, fresh run id (c10d rendezvous).
+    #[arg(long)]
+    pub standalone: bool,
+    /// Restart the whole worker group this many times after a failure.
+    #[arg(long = "max-restarts", alias = "max_restarts", default_value_t = 0)]
+    pub max_restarts: u32,
+    /// Seconds between the agent's checks of the store (at least 1 s is used); worker exits are
+    /// noticed at once.
+    #[arg(
+        long = "monitor-interval",
+        alias = "monitor_interval",
+        default_value_t = 0.1
+    )]
+    pub monitor_interval: f64,
+    /// torchrun's process start method (spawn, fork, forkserver): accepted, workers are always
+    /// started as new processes.
+    #[arg(long = "start-method", alias = "start_method")]
+    pub start_method: Option<String>,
+    /// Role of the workers (ROLE_NAME).
+    #[arg(long, default_value = "default")]
+    pub role: String,
+    /// Run `python3 -m PROGRAM ARGS...`.
+    #[arg(short = 'm', long = "module")]
+    pub module: bool,
+    /// Run PROGRAM as given, even when it ends in `.py`.
+    #[arg(long = "no-python", alias = "no_python")]
+    pub no_python: bool,
+    /// Run PROGRAM with `python3 PROGRAM` whatever its name.
+    #[arg(long = "run-path", alias = "run_path")]
+    pub run_path: bool,
+    /// Directory for the per-worker logs and error files (kept after the run).
+    #[arg(long = "log-dir", alias = "log_dir")]
+    pub log_dir: Option<PathBuf>,
+    /// Send worker streams to log files only: 0 none, 1 stdout, 2 stderr, 3 both; or per local
+    /// rank `0:1,1:2`.
+    #[arg(short = 'r', long = "redirects", default_value = "0")]
+    pub redirects: String,
+    /// Like --redirects, but also show the streams on the console.
+    #[arg(short = 't', long = "tee", default_value = "0")]
+    pub tee: String,
+    /// Show only these local ranks' output on the console (`0,2`); log files get everything.
+    #[arg(
+        long = "local-ranks-filter",
+        alias = "local_ranks_filter",
+        default_value = ""
+    )]
+    pub local_ranks_filter: String,
+    /// Seconds between SIGTERM and SIGKILL when stopping workers.
+    #[arg(long = "stop-timeout", default_value_t = 10.0)]
+    pub stop_timeout: f64,
+    /// Seconds the nodes wait for each other (start and exit barriers, store connection).
+    #[arg(long = "rdzv-timeout", alias = "rdzv_timeout")]
+    pub rdzv_timeout: Option<f64>,
+    /// Do not prefix worker output lines with `[rank N]: `.
+    #[arg(long = "no-prefix")]
+    pub no_prefix: bool,
+    /// The program to run in every worker, followed by its arguments.
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "PROGRAM [ARGS]..."
+    )]
+    pub command: Vec<String>,
+}
+
+/// torchrun options that c10drun does not implement (yet).
+const UNSUPPORTED: &[&str] = &[
+    "event-log-handler",
+    "log-line-prefix-template",
+    "duplicate-stdout-filters",
+    "duplicate-stderr-filters",
+    "local-addr",
+    "logs-specs",
+    "numa-binding",
+    "signals-to-handle",
+    "shutdown-timeout",
+    "virtual-local-rank",
+    "print-completion",
+];
+
+/// Rendezvous backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Static,
+    C10d,
+}
+
+/// Whether this agent runs the store server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostMode {
+    Yes,
+    No,
+    /// c10d: host it if the endpoint is an address of this machine and its port is free.
+    Try,
+}
+
+/// Where a worker stream goes besides the console.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StreamMode {
+    /// Written to a log file.
+    pub file: bool,
+    /// Shown on the console.
+    pub console: bool,
+}
+
+/// The checked configuration of a run.
+#[derive(Debug)]
+pub struct Config {
+    pub nproc: usize,
+    pub nnodes: usize,
+    /// Static: the given node rank; c10d: assigned at the rendezvous.
+    pub node_rank: Option<usize>,
+    pub store_host: String,
+    pub store_port: u16,
+    pub host_mode: HostMode,
+    pub run_id: String,
+    pub stop_timeout: Duration,
+    pub rdzv_timeout: Duration,
+    /// Bound of every agent store operation (rdzv-conf read_timeout).
+    pub store_deadline: Duration,
+    pub max_restarts: u32,
+    pub monitor_interval: Duration,
+    pub role: String,
+    /// What each worker executes.
+    pub argv: Vec<String>,
+    /// The command as the user gave it (for messages).
+    pub display: String,
+    pub log_dir: Option<PathBuf>,
+    /// Per local rank: (stdout, stderr).
+    pub streams: Vec<(StreamMode, StreamMode)>,
+    pub no_prefix: bool,
+}
+
+fn usage(msg: impl Into<String>) -> String {
+    msg.into()
+}
+
+/// Number of CUDA devices on this machine (`/dev/nvidiaN`, else `nvidia-smi -L`).
+fn gpu_count() -> usize {
+    let n = std::fs::read_dir("/dev")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .filter(|e| {
+                    let name = e.file_name();
+                    let name = name.to_string_lossy();
+                    name.strip_prefix("nvidia").is_some_and(|rest| {
+                        !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_digit())
+                    })
+                })
+                .count()
+        })
+        .unwrap_or(0);
+    if n > 0 {
+        return n;
+    }
+    std::process::Command::new("nvidia-smi")
+        .arg("-L")
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .filter(|l| l.starts_with("GPU "))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// Number of CPUs this process may use.
+pub fn cpu_count() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}
+
+/// `--nproc-per-node` as torchrun reads it.
+pub fn parse_nproc(s: &str) -> Result<usize, String> {
+    match s {
+        "cpu" => Ok(cpu_count()),
+        "gpu" => match gpu_count() {
+            0 => Err("--nproc-per-node gpu: no CUDA device found (no /dev/nvidiaN, no GPU listed by nvidia-smi)".into()),
+            n => Ok(n),
+        },
+        "auto" => Ok(match gpu_count() {
+            0 => cpu_count(),
+            n => n,
+        }),
+        _ => match s.parse::<usize>() {
+            Ok(0) => Err("--nproc-per-node must be at least 1".into()),
+            Ok(n) => Ok(n),
+            Err(_) => Err(format!(
+                "--nproc-per-node: expected a number, `cpu`, `gpu` or `auto`, got '{s}'"
+            )),
+        },
+    }
+}
+
+/// `--nnodes N` or `MIN:MAX` (MIN = MAX only).
+fn parse_nnodes(s: &str) -> Result<usize, String> {
+    let num = |v: &str| {
+        v.trim()
+            .parse::<usize>()
+            .map_err(|_| format!("--nnodes: expected N or MIN:MAX, got '{s}'"))
+    };
+    let n = match s.split_once(':') {
+        None => num(s)?,
+        Some((a, b)) => {
+            let (lo, hi) = (num(a)?, num(b)?);
+            if lo > hi {
+                return Err(format!("--nnodes {s}: MIN is larger than MAX"));
+            }
+            if lo != hi {
+                return Err(format!(
+                    "--nnodes {s}: elastic node counts (MIN < MAX) are not supported yet; c10drun \
+                     runs a fixed number of nodes, give --nnodes N or N:N"
+                ));
+            }
+            lo
+        }
+    };
+    if n == 0 {
+        return Err("--nnodes must be at least 1".into());
+    }
+    Ok(n)
+}
+
+/// `--redirects` / `--tee`: one value 0-3 for all local ranks, or `LOCAL_RANK:VALUE,...`.
+fn parse_std_spec(name: &str, s: &str, nproc: usize) -> Result<Vec<u8>, String> {
+    let val = |v: &str| {
+        match v.trim().parse::<u8>() {
+        Ok(x) if x <= 3 => Ok(x),
+        _ => Err(format!(
+            "--{name}: expected 0 (none), 1 (stdout), 2 (stderr) or 3 (both), or LOCAL_RANK:VALUE,..., got '{s}'"
+        )),
+    }
+    };
+    if !s.contains(':') {
+        return Ok(vec![val(s)?; nproc]);
+    }
+    let mut out = vec![0u8; nproc];
+    for part in s.split(',').filter(|p| !p.trim().is_empty()) {
+        let (r, v) = part
+            .split_once(':')
+            .ok_or_else(|| format!("--{name}: bad entry '{part}' in '{s}'"))?;
+        let r: usize = r
+            .trim()
+            .parse()
+            .map_err(|_| format!("--{name}: bad local rank '{r}' in '{s}'"))?;
+        if r < nproc {
+            out[r] = val(v)?;
+        }
+    }
+    Ok(out)
+}
+
+/// `--rdzv-conf key=value,...`.
+fn parse_conf(s: &str) -> Result<Vec<(String, String)>, String> {
+    s.split(',')
+        .filter(|p| !p.trim().is_empty())
+        .map(|p| {
+            p.split_once('=')
+                .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+                .ok_or_else(|| format!("--rdzv-conf: expected key=value, got '{p}'"))
+        })
+        .collect()
+}
+
+fn secs(key: &str, v: &str) -> Result<Duration, String> {
+    match v.parse::<f64>() {
+        Ok(x) if x > 0.0 && x.is_finite() => Ok(Duration::from_secs_f64(x)),
+        _ => Err(format!(
+            "--rdzv-conf {key}={v}: expected a positive number of seconds"
+        )),
+    }
+}
+
+/// `host[:port]`, IPv6 as `[addr]:port`.
+fn parse_endpoint(s: &str, default_port: u16) -> Result<(String, u16), String> {
+    let bad = || format!("--rdzv-endpoint: expected host[:port], got '{s}'");
+    if let Some(rest) = s.strip_prefix('[') {
+        let (h, tail) = rest.split_once(']').ok_or_else(bad)?;
+        let port = match tail.strip_prefix(':') {
+            Some(p) => p.parse().map_err(|_| bad())?,
+            None if tail.is_empty() => default_port,
+            None => return Err(bad()),
+        };
+        return Ok((h.to_string(), port));
+    }
+    match s.rsplit_once(':') {
+        Some((h, p)) if !h.contains(':') => Ok((h.to_string(), p.parse().map_err(|_| bad())?)),
+        _ if s.is_empty() => Err(bad()),
+        _ => Ok((s.to_string(), default_port)),
+    }
+}
+
+/// A fresh random-looking run id (uuid4-shaped), as torchrun's --standalone makes.
+fn fresh_run_id() -> String {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let mut x = (t as u64) ^ ((std::process::id() as u64) << 32) ^ 0x9e37_79b9_7f4a_7c15;
+    let mut next = || {
+        // splitmix64
+        x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = x;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    let (a, b) = (next(), next());
+    format!(
+        "{:08x}-{:04x}-4{:03x}-{:04x}-{:012x}",
+        a >> 32,
+        (a >> 16) & 0xffff,
+        a & 0xfff,
+        (b >> 48) & 0x3fff | 0x8000,
+        b & 0xffff_ffff_ffff
+    )
+}
+
+impl Config {
+    pub fn from_args(a: Args) -> Result<Config, String> {
+        // An option clap did not know lands in the program slot: never run it as the program.
+        let first = &a.command[0];
+        if first.starts_with('-') && first.len() > 1 {
+            let name = first.trim_start_matches('-');
+            let name = name.split('=').next().unwrap_or(name).replace('_', "-");
+            if UNSUPPORTED.contains(&name.as_str()) {
+                return Err(usage(format!(
+                    "torchrun's option --{name} is not supported by c10drun yet"
+                )));
+            }
+            return Err(usage(format!(
+                "unknown option '{first}' (see c10drun --help); the program to run comes after the options"
+            )));
+        }
+        if a.module && a.no_python {
+            return Err(usage(
+                "--module and --no-python cannot be used together (-m runs the program as a Python module)",
+            ));
+        }
+        if let Some(m) = &a.start_method {
+            if !matches!(m.as_str(), "spawn" | "fork" | "forkserver") {
+                return Err(usage(format!(
+                    "--start-method: expected spawn, fork or forkserver, got '{m}'"
+                )));
+            }
+        }
+        let nproc = parse_nproc(&a.nproc_per_node)?;
+        let mut nnodes = parse_nnodes(&a.nnodes)?;
+        let conf = parse_conf(&a.rdzv_conf)?;
+        let mut rdzv_timeout = a.rdzv_timeout.map(Duration::from_secs_f64);
+        let mut store_deadline = Duration::from_secs(10);
+        let mut is_host: Option<bool> = None;
+        for (k, v) in &conf {
+            match k.as_str() {
+                "join_timeout" | "timeout" => rdzv_timeout = Some(secs(k, v)?),
+                "read_timeout" => store_deadline = secs(k, v)?,
+                "is_host" => {
+                    is_host = Some(match v.to_ascii_lowercase().as_str() {
+                        "1" | "true" | "yes" | "y" | "on" => true,
+                        "0" | "false" | "no" | "n" | "off" => false,
+                        _ => return Err(format!("--rdzv-conf is_host={v}: expected true or false")),
+                    })
+                }
+                "last_call_timeout" | "close_timeout" | "keep_alive_interval"
+                | "keep_alive_max_attempt" | "heartbeat" | "use_libuv" | "rank" => {}
+                _ => {
+                    return Err(format!(
+                        "--rdzv-conf: unknown key '{k}' (known: join_timeout, timeout, read_timeout, is_host, last_call_timeout, close_timeout, keep_alive_interval, keep_alive_max_attempt, use_libuv)"
+                    ))
+                }
+            }
+        }
+        let rdzv_timeout = rdzv_timeout.unwrap_or(Duration::from_secs(900));
+        if !(a.stop_timeout >= 0.0 && a.stop_timeout.is_finite()) {
+            return Err("--stop-timeout must be a non-negative number of seconds".into());
+        }
+        if rdzv_timeout.is_zero() {
+            return Err("--rdzv-timeout must be positive".into());
+        }
+        if !(a.monitor_interval > 0.0 && a.monitor_interval.is_finite()) {
+            return Err("--monitor-interval must be positive".into());
+        }
+
+        let backend_name = if a.standalone {
+            "c10d".to_string()
+        } else {
+            a.rdzv_backend.clone().unwrap_or_else(|| "static".into())
+        };
+        let backend = match backend_name.as_str() {
+            "static" => Backend::Static,
+            "c10d" => Backend::C10d,
+            other => {
+                return Err(format!(
+                    "--rdzv-backend {other} is not supported by c10drun (supported: c10d, static)"
+                ))
+            }
+        };
+        let (store_host, store_port, node_rank, host_mode, run_id);
+        if a.standalone {
+            if nnodes != 1 {
+                return Err(format!(
+                    "--standalone runs one node, but --nnodes is {nnodes}"
+                ));
+            }
+            nnodes = 1;
+            store_host = "127.0.0.1".to_string();
+            store_port = 0;
+            node_rank = Some(0);
+            host_mode = HostMode::Yes;
+            run_id = fresh_run_id();
+        } else {
+            run_id = a.run_id.clone().unwrap_or_else(|| "none".into());
+            match backend {
+                Backend::Static => {
+                    let (h, p) = match &a.rdzv_endpoint {
+                        Some(ep) if !ep.is_empty() => {
+                            parse_endpoint(ep, a.master_port.unwrap_or(29500))?
+                        }
+                        _ => (
+                            a.master_addr.clone().unwrap_or_else(|| "127.0.0.1".into()),
+                            a.master_port.unwrap_or(29500),
+                        ),
+                    };
+                    let r = a.node_rank.unwrap_or(0);
+                    if r >= nnodes {
+                        return Err(format!(
+                            "--node-rank {r} is out of range for --nnodes {nnodes}"
+                        ));
+                    }
+                    if p == 0 && r != 0 {
+                        return Err("--master-port 0 (pick a free port) only works on node 0; give the other nodes the port node 0 printed".into());
+                    }
+                    store_host = h;
+                    store_port = p;
+                    node_rank = Some(r);
+                    host_mode = if r == 0 { HostMode::Yes } else { HostMode::No };
+                }
+                Backend::C10d => {
+                    let ep = a.rdzv_endpoint.clone().filter(|e| !e.is_empty()).ok_or(
+                        "--rdzv-backend c10d needs --rdzv-endpoint host[:port] (or use --standalone for one node)",
+                    )?;
+                    let (h, p) = parse_endpoint(&ep, 29400)?;
+                    store_host = h;
+                    store_port = p;
+                    // The c10d rendezvous numbers nodes in order of arrival (--node-rank is
+                    // ignored, as torchrun does).
+                    node_rank = if nnodes == 1 { Some(0) } else { None };
+                    host_mode = match (is_host, nnodes) {
+                        (Some(true), _) | (None, 1) => HostMode::Yes,
+                        (Some(false), _) => HostMode::No,
+                        (None, _) => HostMode::Try,
+                    };
+                    if p == 0 && nnodes > 1 {
+                        return Err("--rdzv-endpoint with port 0 only works for one node".into());
+                    }
+                }
+            }
+        }
+
+        // What each worker runs: torchrun's rules, with the python3 found on PATH.
+        let cmd = a.command.clone();
+        let argv = if a.module {
+            let mut v = vec!["python3".to_string(), "-m".to_string()];
+            v.extend(cmd.iter().cloned());
+            v
+        } else if a.run_path || (!a.no_python && cmd[0].ends_with(".py")) {
+            let mut v = vec!["python3".to_string()];
+            v.extend(cmd.iter().cloned());
+            v
+        } else {
+            cmd.clone()
+        };
+
+        let redirects = parse_std_spec("redirects", &a.redirects, nproc)?;
+        let tee = parse_std_spec("tee", &a.tee, nproc)?;
+        let filter: Option<Vec<usize>> = if a.local_ranks_filter.trim().is_empty() {
+            None
+        } else {
+            Some(
+                a.local_ranks_filter
+                    .split(',')
+                    .filter(|p| !p.trim().is_empty())
+                    .map(|p| {
+                        p.trim().parse::<usize>().map_err(|_| {
+                            format!(
+                                "--local-ranks-filter: expected local ranks like 0,1, got '{}'",
+                                a.local_ranks_filter
+                            )
+                        })
+                    })
+                    .collect::<Result<_, _>>()?,
+            )
+        };
+        let streams = (0..nproc)
+            .map(|lr| {
+                let shown = filter.as_ref().is_none_or(|f| f.contains(&lr));
+                let mode = |bit: u8| {
+                    let red = redirects[lr] & bit != 0;
+                    let tee = tee[lr] & bit != 0;
+                    StreamMode {
+                        file: red || tee,
+                        console: shown && (tee || !red),
+                    }
+                };
+                (mode(1), mode(2))
+            })
+            .collect();
+
+        Ok(Config {
+            nproc,
+            nnodes,
+            node_rank,
+            store_host,
+            store_port,
+            host_mode,
+            run_id,
+            stop_timeout: Duration::from_secs_f64(a.stop_timeout),
+            rdzv_timeout,
+            store_deadline,
+            max_restarts: a.max_restarts,
+            monitor_interval: Duration::from_secs_f64(a.monitor_interval),
+            role: a.role,
+            argv,
+            display: a.command.join(" "),
+            log_dir: a.log_dir,
+            streams,
+            no_prefix: a.no_prefix,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints() {
+        assert_eq!(parse_endpoint("h:12", 1).unwrap(), ("h".into(), 12));
+        assert_eq!(parse_endpoint("h", 29400).unwrap(), ("h".into(), 29400));
+        assert_eq!(parse_endpoint("[::1]:5", 1).unwrap(), ("::1".into(), 5));
+        assert!(parse_endpoint("h:x", 1).is_err());
+    }
+
+    #[test]
+    fn std_specs() {
+        assert_eq!(parse_std_spec("r", "3", 2).unwrap(), vec![3, 3]);
+        assert_eq!(parse_std_spec("r", "0:1,1:2", 3).unwrap(), vec![1, 2, 0]);
+        assert!(parse_std_spec("r", "4", 1).is_err());
+    }
+
+    #[test]
+    fn nnodes() {
+        assert_eq!(parse_nnodes("2").unwrap(), 2);
+        assert_eq!(parse_nnodes("2:2").unwrap(), 2);
+        assert!(parse_nnodes("1:2")
+            .unwrap_err()
+            .contains("not supported yet"));
+    }
+}
