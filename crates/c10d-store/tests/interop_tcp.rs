@@ -302,3 +302,74 @@ fn gloo_ranks_rendezvous_on_our_cli_server() {
     .unwrap();
     assert!(c.num_keys().unwrap() > 0);
 }
+
+/// Runs `tcp_large_ops.py` (PyTorch's client) with `cases` against `port`; returns its stdout.
+fn large_ops(py: &str, port: u16, cases: &[&str]) -> String {
+    let child = Command::new(py)
+        .arg(script("tcp_large_ops.py"))
+        .args(["127.0.0.1", &port.to_string()])
+        .args(cases)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (ok, out, err) = finish(Guard(child), Duration::from_secs(180));
+    assert!(
+        ok && out.ends_with("OK\n"),
+        "tcp_large_ops.py {cases:?} failed\nstdout:\n{out}\nstderr:\n{err}"
+    );
+    out
+}
+
+/// PyTorch's server as a child process; returns it with its port.
+fn pytorch_server(py: &str, backend: &str) -> (Guard, u16) {
+    let mut child = Command::new(py)
+        .args([&script("tcp_pytorch_server.py"), "127.0.0.1", backend])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let line = first_line(&mut child, Duration::from_secs(120));
+    let port = line
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("bad port line {line:?}"));
+    (Guard(child), port)
+}
+
+/// PyTorch's client at the store's limits gets the same results from our server as from
+/// PyTorch's: a 72 MiB MULTI_SET and MULTI_GET and a 72 MB CHECK (compared with PyTorch's legacy
+/// server: its libuv server re-parses a request from its start on every read and needs minutes
+/// for these), and the key/value/key-count limits (compared with PyTorch's libuv server).
+#[test]
+fn pytorch_client_at_the_limits_same_results_as_pytorchs_server() {
+    let Some(py) = torch_python() else { return };
+    let ours = TcpStoreServer::bind(ServerOptions::default()).unwrap();
+
+    let big = ["multi", "check"];
+    let on_ours = large_ops(&py, ours.port(), &big);
+    let (legacy, port) = pytorch_server(&py, "legacy");
+    let on_pytorch = large_ops(&py, port, &big);
+    drop(legacy);
+    assert_eq!(on_ours, on_pytorch, "large requests: ours vs PyTorch's");
+    assert!(
+        on_ours.contains("check 10 long keys, set: True"),
+        "{on_ours}"
+    );
+
+    let on_ours = large_ops(&py, ours.port(), &["limits"]);
+    let (libuv, port) = pytorch_server(&py, "libuv");
+    let on_pytorch = large_ops(&py, port, &["limits"]);
+    drop(libuv);
+    assert_eq!(on_ours, on_pytorch, "limits: ours vs PyTorch's");
+    for line in [
+        "key of 8192 bytes: ok",
+        "key of 8193 bytes: error",
+        "value of 8 MiB + 1: error",
+        "multi_get of 131073 keys: error",
+        "server alive: ok True",
+    ] {
+        assert!(on_ours.contains(line), "missing {line:?} in\n{on_ours}");
+    }
+}

@@ -490,6 +490,43 @@ fn put_wire_key(out: &mut Vec<u8>, key: &str) {
     out.extend_from_slice(key.as_bytes());
 }
 
+/// PyTorch's server limits (libuv backend), also the defaults of ours: a request over them
+/// makes the server close the connection, so the client refuses it first with a clear error.
+const MAX_WIRE_KEY: usize = 8192;
+const MAX_VALUE: usize = 8 << 20;
+const MAX_KEYS: usize = 131_072;
+
+fn check_key(key: &str) -> Result<()> {
+    let n = key.len() + 1;
+    if n > MAX_WIRE_KEY {
+        return Err(DistError::invalid(format!(
+            "TCPStore key of {n} bytes (with its '/' prefix) exceeds the server's limit of \
+             {MAX_WIRE_KEY} bytes"
+        )));
+    }
+    Ok(())
+}
+
+fn check_keys(keys: &[&str]) -> Result<()> {
+    if keys.len() > MAX_KEYS {
+        return Err(DistError::invalid(format!(
+            "TCPStore request of {} keys exceeds the server's limit of {MAX_KEYS} keys",
+            keys.len()
+        )));
+    }
+    keys.iter().try_for_each(|k| check_key(k))
+}
+
+fn check_value(value: &[u8]) -> Result<()> {
+    if value.len() > MAX_VALUE {
+        return Err(DistError::invalid(format!(
+            "TCPStore value of {} bytes exceeds the server's limit of {MAX_VALUE} bytes",
+            value.len()
+        )));
+    }
+    Ok(())
+}
+
 impl TcpStore {
     /// Creates a store like Python's `TCPStore(host, port, world_size, is_master, timeout,
     /// wait_for_workers, multi_tenant, master_listen_fd, use_libuv)`.
@@ -671,6 +708,8 @@ impl TcpStore {
 
 impl Store for TcpStore {
     fn set(&self, key: &str, value: &[u8]) -> Result<()> {
+        check_key(key)?;
+        check_value(value)?;
         self.lock().send_with(|b| {
             b.push(cmd::SET);
             put_wire_key(b, key);
@@ -680,6 +719,7 @@ impl Store for TcpStore {
 
     /// WAIT (store timeout) then GET, like PyTorch.
     fn get(&self, key: &str) -> Result<Vec<u8>> {
+        check_key(key)?;
         let k = wire_key(key);
         let (t, io_t) = (self.timeout(), self.io_timeout());
         let mut c = self.lock();
@@ -693,10 +733,14 @@ impl Store for TcpStore {
     }
 
     fn add(&self, key: &str, delta: i64) -> Result<i64> {
+        check_key(key)?;
         self.raw_add(&wire_key(key), delta)
     }
 
     fn compare_set(&self, key: &str, expected: &[u8], desired: &[u8]) -> Result<Vec<u8>> {
+        check_key(key)?;
+        check_value(expected)?;
+        check_value(desired)?;
         self.request(
             |b| {
                 b.push(cmd::COMPARE_SET);
@@ -709,6 +753,7 @@ impl Store for TcpStore {
     }
 
     fn check(&self, keys: &[&str]) -> Result<bool> {
+        check_keys(keys)?;
         self.request(
             |b| {
                 b.push(cmd::CHECK);
@@ -726,6 +771,7 @@ impl Store for TcpStore {
     }
 
     fn wait_timeout(&self, keys: &[&str], timeout: Duration) -> Result<()> {
+        check_keys(keys)?;
         let ks: Vec<Vec<u8>> = keys.iter().map(|k| wire_key(k)).collect();
         let io_t = self.io_timeout();
         let mut c = self.lock();
@@ -733,6 +779,7 @@ impl Store for TcpStore {
     }
 
     fn delete_key(&self, key: &str) -> Result<bool> {
+        check_key(key)?;
         self.request(
             |b| {
                 b.push(cmd::DELETE_KEY);
@@ -751,6 +798,8 @@ impl Store for TcpStore {
     }
 
     fn append(&self, key: &str, value: &[u8]) -> Result<()> {
+        check_key(key)?;
+        check_value(value)?;
         self.lock().send_with(|b| {
             b.push(cmd::APPEND);
             put_wire_key(b, key);
@@ -760,6 +809,7 @@ impl Store for TcpStore {
 
     /// One WAIT on all keys (store timeout), then MULTI_GET.
     fn multi_get(&self, keys: &[&str]) -> Result<Vec<Vec<u8>>> {
+        check_keys(keys)?;
         let ks: Vec<Vec<u8>> = keys.iter().map(|k| wire_key(k)).collect();
         let (t, io_t) = (self.timeout(), self.io_timeout());
         let mut c = self.lock();
@@ -774,6 +824,8 @@ impl Store for TcpStore {
 
     fn multi_set(&self, keys: &[&str], values: &[&[u8]]) -> Result<()> {
         check_multi_set_len(keys, values)?;
+        check_keys(keys)?;
+        values.iter().try_for_each(|v| check_value(v))?;
         self.lock().send_with(|b| {
             b.push(cmd::MULTI_SET);
             put_u64(b, keys.len() as u64);
@@ -785,6 +837,8 @@ impl Store for TcpStore {
     }
 
     fn queue_push(&self, key: &str, value: &[u8]) -> Result<()> {
+        check_key(key)?;
+        check_value(value)?;
         self.lock().send_with(|b| {
             b.push(cmd::QUEUE_PUSH);
             put_wire_key(b, key);
@@ -795,6 +849,7 @@ impl Store for TcpStore {
     /// With `block`, WAIT (store timeout) then QUEUE_POP; an empty reply raises
     /// [`DistError::QueueEmpty`] "queue is empty".
     fn queue_pop(&self, key: &str, block: bool) -> Result<Vec<u8>> {
+        check_key(key)?;
         let k = wire_key(key);
         let (t, io_t) = (self.timeout(), self.io_timeout());
         let mut c = self.lock();
@@ -814,6 +869,7 @@ impl Store for TcpStore {
     }
 
     fn queue_len(&self, key: &str) -> Result<i64> {
+        check_key(key)?;
         self.request(
             |b| {
                 b.push(cmd::QUEUE_LEN);
@@ -850,6 +906,7 @@ impl Store for TcpStore {
     /// # Errors
     /// [`DistError::Store`] "barrier timeout after {ms}ms, key: {key}".
     fn barrier(&self, key: &str, world_size: usize, timeout: Duration) -> Result<()> {
+        check_key(key)?;
         let io_t = self.io_timeout();
         let mut c = self.lock();
         c.send_with(|b| {

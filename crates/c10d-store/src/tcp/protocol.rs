@@ -650,6 +650,39 @@ mod tests {
     }
 
     #[test]
+    fn large_multi_set_comes_out_in_pieces_of_bounded_size() {
+        let limits = Limits {
+            max_request: 1000,
+            ..Limits::default()
+        };
+        let pairs: Vec<(Bytes, Bytes)> = (0..40u8)
+            .map(|i| (vec![b'k', i], vec![i; usize::from(i) * 10]))
+            .collect();
+        let mut stream = Request::MultiSet(pairs.clone()).encode();
+        Request::Ping(9).encode_into(&mut stream);
+        for chunk in [1usize, 7, 300, stream.len()] {
+            let mut d = Decoder::new(limits);
+            let (mut got, mut pieces, mut rest) = (Vec::new(), 0, Vec::new());
+            for c in stream.chunks(chunk) {
+                let mut input = c;
+                while let Some(r) = d.decode(&mut input).unwrap() {
+                    match r {
+                        Request::MultiSet(p) => {
+                            pieces += 1;
+                            got.extend(p);
+                        }
+                        other => rest.push(other),
+                    }
+                }
+                assert!(d.buffered() <= 1000 + 8, "buffered {}", d.buffered());
+            }
+            assert_eq!(got, pairs, "chunk {chunk}");
+            assert!(pieces > 5, "{pieces} pieces");
+            assert_eq!(rest, vec![Request::Ping(9)]);
+        }
+    }
+
+    #[test]
     fn stoll() {
         assert_eq!(parse_stoll(b"  -3x"), Some(-3));
         assert_eq!(parse_stoll(b"+7"), Some(7));

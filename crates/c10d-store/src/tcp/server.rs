@@ -5,6 +5,36 @@
 //! arrival order. Waiters (WAIT, BARRIER, blocking queue pops) are parked per key and woken by
 //! the write that satisfies them — there is no polling. A protocol violation or a limit
 //! violation closes only the offending connection (logged at `warn`).
+//!
+//! # Limits
+//!
+//! PyTorch's libuv server's (`TCPStoreLibUvBackend.cpp`: `MAX_STRING_LEN`, `MAX_PAYLOAD_LEN`,
+//! `MAX_KEY_COUNT`), also [`ServerOptions`]' defaults: a key of at most 8192 bytes, a value of at
+//! most 8 MiB, at most 131,072 keys in one CHECK, WAIT, MULTI_GET or MULTI_SET. Anything over
+//! them closes the connection, as PyTorch's does (our client refuses such a request before
+//! sending it, with an error naming the limit). There is no limit on a request's or a reply's
+//! total size; memory stays bounded per connection by other means:
+//! - a key list (CHECK, WAIT, MULTI_GET) is held until complete: at most 131,072 × (8192 + 8)
+//!   bytes, about 1 GiB, for the largest request the limits allow (PyTorch's server holds it
+//!   too);
+//! - a MULTI_SET buffers at most 64 MiB (or one key and value, if larger): past that, its
+//!   complete pairs are applied as they arrive, in order, so other clients may see the first
+//!   pairs of a very large MULTI_SET before the last ones (smaller ones are applied at once);
+//! - a reply references stored values of 64 KiB or more instead of copying them (a MULTI_GET
+//!   reply of any size costs memory for its small values only; it shows the values as they
+//!   were when the request arrived);
+//! - while more than 16 MiB of replies wait for a slow reader, the server stops reading that
+//!   connection until they drain (back-pressure, no reply is dropped).
+//!
+//! # At the file-descriptor limit
+//!
+//! Readiness is edge-triggered, so a connection left in the listen backlog after a failed
+//! accept would wait for the next client. The server keeps one spare descriptor (`/dev/null`):
+//! when accept fails with EMFILE/ENFILE it closes the spare, accepts and at once closes every
+//! queued connection, and reopens the spare. Those clients see the connection closed and retry
+//! (PyTorch's client and ours do, with backoff), and are served as soon as descriptors free up.
+//! Should the spare be unavailable, accepting is retried whenever a connection closes and every
+//! 50 ms until the backlog is drained.
 
 use super::protocol::{
     parse_stoll, put_bytes, put_i64, put_u64, Decoder, Limits, Request, STOP_WAITING,
@@ -31,7 +61,8 @@ pub struct ServerOptions {
     pub port: u16,
     /// Expected number of workers (informational: logged when the `init/` counter reaches it).
     pub world_size: Option<usize>,
-    /// Largest value accepted, bytes (default 8 MiB, libuv's limit). Larger → connection closed.
+    /// Largest value accepted, bytes (default 8 MiB, PyTorch's limit). Larger → connection
+    /// closed.
     pub max_payload: usize,
     /// Longest key accepted, bytes (default 8192).
     pub max_key_len: usize,
@@ -89,10 +120,9 @@ impl Drop for ServerHandle {
 /// A standalone TCPStore server (PyTorch's `TCPServer`, libuv flavour). Serves until dropped or
 /// [`TcpStoreServer::stop`]ped; open connections are closed then.
 ///
-/// Memory per connection is bounded: one request buffers at most max(4 × `max_payload`, 64 MiB)
-/// (bytes are stored as they arrive, never pre-allocated from a length field); when more than
-/// 16 MiB of replies wait for a slow reader, the server stops reading that connection until they
-/// drain; a single MULTI_GET reply larger than max(4 × `max_payload`, 256 MiB) drops it.
+/// Memory per connection is bounded without limiting a request's or reply's total size (bytes
+/// are stored as they arrive, never pre-allocated from a length field): see the module docs,
+/// "Limits".
 pub struct TcpStoreServer {
     pub(crate) handle: Arc<ServerHandle>,
 }
@@ -581,10 +611,10 @@ impl EventLoop {
                 Err(e) if out_of_resources(&e) => {
                     // Readiness is edge-triggered: the queued connections would wait for the
                     // next client. Turn them away now, or retry soon when that is impossible.
-                    if !self.shed_backlog(&e, retrying) {
-                        self.accept_retry = true;
-                        return;
-                    }
+                    // (Linux reports EMFILE before looking at the queue: after shedding, the
+                    // next connection's readiness event brings us back.)
+                    self.accept_retry = !self.shed_backlog(&e, retrying);
+                    return;
                 }
                 Err(e) => {
                     log::warn!("c10d-store server: accept failed: {e}");
