@@ -25,8 +25,11 @@ pub struct Engine {
     pg: Arc<ProcessGroupGloo>,
 }
 
+/// An op's timeout: None (or negative, PyTorch's unset) → the group's default; 0 is a real,
+/// already expired timeout.
 fn secs(t: Option<f64>) -> Option<Duration> {
-    t.filter(|s| *s > 0.0).map(Duration::from_secs_f64)
+    t.filter(|s| *s >= 0.0 && s.is_finite())
+        .map(Duration::from_secs_f64)
 }
 
 fn reduce_op(id: u8, factor: f64) -> PyResult<ReduceOp> {
@@ -66,7 +69,9 @@ impl Engine {
     ) -> PyResult<Engine> {
         let base = BackendOptions {
             backend: "c10drs".into(),
-            timeout: secs(Some(timeout)).unwrap_or(DEFAULT_TIMEOUT),
+            timeout: secs(Some(timeout))
+                .filter(|t| !t.is_zero())
+                .unwrap_or(DEFAULT_TIMEOUT),
             group_name,
             group_desc,
             global_ranks,
@@ -98,8 +103,11 @@ impl Engine {
     }
     /// Changes the default per-op timeout (seconds).
     fn set_timeout(&self, timeout: f64) {
-        self.pg
-            .set_timeout(secs(Some(timeout)).unwrap_or(DEFAULT_TIMEOUT));
+        self.pg.set_timeout(
+            secs(Some(timeout))
+                .filter(|t| !t.is_zero())
+                .unwrap_or(DEFAULT_TIMEOUT),
+        );
     }
     /// Whether every rank of the group is on this host and cross-memory attach is in use
     /// (None until the group has decided).

@@ -92,6 +92,11 @@ def wait_timeout(rank: int, world: int, port: int) -> None:
         time.sleep(1.0)
         dist.all_reduce(torch.ones(2))
         dist.barrier()
+    # a zero timeout is a real one: rank 0 fails at once, naming itself, as with Gloo
+    sub = dist.new_group([0, 1])
+    if rank == 0:
+        with pytest.raises(dist.DistBackendError, match="Rank 0 timed out in monitoredBarrier"):
+            dist.monitored_barrier(group=sub, timeout=timedelta(0))
     dist.destroy_process_group()
 
 

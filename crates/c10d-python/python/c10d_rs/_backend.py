@@ -34,11 +34,20 @@ _Desc = Tuple[int, Tuple[int, ...], str, torch.Tensor]
 
 
 def _seconds(td: Optional[timedelta]) -> Optional[float]:
-    """Seconds of an options timeout; None when PyTorch left it unset (negative)."""
+    """Seconds of an options timeout; None when PyTorch left it unset (kUnsetTimeout, -1 ms).
+
+    Zero is a real timeout (``monitored_barrier(timeout=0)`` fails at once, as with Gloo).
+    """
     if td is None:
         return None
     s = td.total_seconds()
-    return s if s > 0 else None
+    return s if s >= 0 else None
+
+
+def _wait_seconds(td: Optional[timedelta]) -> Optional[float]:
+    """Seconds of a ``Work.wait`` timeout; None for PyTorch's kNoTimeout (0)."""
+    s = _seconds(td)
+    return s if s else None
 
 
 def _async(opts: Any) -> bool:
@@ -133,7 +142,7 @@ class Work(_CWork):
             self._staging = None
 
     def wait(self, timeout: timedelta = timedelta(0)) -> bool:
-        self._work.wait(_seconds(timeout))
+        self._work.wait(_wait_seconds(timeout))
         self._finish()
         return True
 
