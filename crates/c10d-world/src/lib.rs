@@ -1,7 +1,7 @@
 //! # c10d-world
 //!
 //! `torch.distributed`'s Python API in Rust: [`init_process_group`], groups ([`new_group`],
-//! [`split_group`], [`new_subgroups`] ...), the collectives as free functions ([`all_reduce`],
+//! [`split_group`], [`new_subgroups`], [`shrink_group`] after a failure ...), the collectives as free functions ([`all_reduce`],
 //! [`broadcast`], [`barrier`] ...), object collectives over `serde`, the backend registry
 //! ([`register_backend`]) and `TORCH_DISTRIBUTED_DEBUG=DETAIL` checks.
 //!
@@ -33,6 +33,8 @@
 //! - DETAIL fingerprints print the real sequence number (PyTorch prints 0) and device types as
 //!   "CPU"/"CUDA".
 //! - `monitored_barrier` without a timeout uses the group's timeout (PyTorch: 30 min always).
+//! - [`shrink_group`] works on every backend, gloo included, by creating a new backend for the
+//!   survivors (PyTorch needs `ncclCommShrink`); see [`shrink`] for the other differences.
 //! - Object collectives serialise with `bincode` (PyTorch pickles), so they do not interoperate
 //!   with Python ranks; everything else in the store layout (the `default_pg` prefix of
 //!   rendezvous stores, `"<name>/"` group prefixes, `"<device>/"` backend prefixes, barrier keys,
@@ -46,6 +48,7 @@ pub mod detail;
 mod gloo;
 pub mod objects;
 pub mod panic_hook;
+pub mod shrink;
 pub mod store_backend;
 pub mod world;
 
@@ -144,6 +147,18 @@ pub fn split_group(
     opts: SplitOptions,
 ) -> Result<GroupMember> {
     w().split_group(parent, split_ranks, opts)
+}
+/// [`World::shrink_group`] on the global world (`torch.distributed.shrink_group`, PyTorch
+/// 2.9+): the ranks of `group` (default: WORLD) minus `ranks_to_exclude` (group ranks) as a new
+/// group; shrinking WORLD makes the result the new WORLD.
+///
+/// # Errors
+/// See [`World::shrink_group`].
+pub fn shrink_group(
+    ranks_to_exclude: &[usize],
+    group: Option<&GroupMember>,
+) -> Result<GroupMember> {
+    w().shrink_group(ranks_to_exclude, group)
 }
 /// [`World::get_rank`] on the global world (−1 on a non-member).
 ///

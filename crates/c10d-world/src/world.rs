@@ -926,7 +926,10 @@ impl World {
 
     // ------------------------------------------------------------------ creation helper
 
-    fn new_process_group_helper(&self, a: NewPg) -> Result<(GroupMember, Option<Arc<dyn Store>>)> {
+    pub(crate) fn new_process_group_helper(
+        &self,
+        a: NewPg,
+    ) -> Result<(GroupMember, Option<Arc<dyn Store>>)> {
         {
             let st = self.lock();
             if st.groups.iter().any(|e| e.pg.group_name() == a.group_name) {
@@ -1469,7 +1472,7 @@ impl World {
 
 /// Shuts down (or aborts) each distinct backend of `pg` once: a backend serving several device
 /// types (gloo for cpu and cuda) is registered under each of them.
-fn stop_backends(pg: &ProcessGroup, abort: bool) {
+pub(crate) fn stop_backends(pg: &ProcessGroup, abort: bool) {
     let mut seen: Vec<*const ()> = Vec::new();
     for (_, b) in pg.backends() {
         let p = Arc::as_ptr(&b) as *const ();
@@ -1485,22 +1488,22 @@ fn stop_backends(pg: &ProcessGroup, abort: bool) {
     }
 }
 
-struct NewPg {
-    group_size: usize,
-    group_rank: Option<usize>,
-    global_ranks: Vec<usize>,
-    backend: String,
-    config: BackendConfig,
-    store: Arc<dyn Store>,
-    group_name: String,
-    pg_options: Option<PgOptions>,
-    timeout: Duration,
-    pg_tag: Option<String>,
-    device_id: Option<Device>,
-    group_desc: String,
+pub(crate) struct NewPg {
+    pub(crate) group_size: usize,
+    pub(crate) group_rank: Option<usize>,
+    pub(crate) global_ranks: Vec<usize>,
+    pub(crate) backend: String,
+    pub(crate) config: BackendConfig,
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) group_name: String,
+    pub(crate) pg_options: Option<PgOptions>,
+    pub(crate) timeout: Duration,
+    pub(crate) pg_tag: Option<String>,
+    pub(crate) device_id: Option<Device>,
+    pub(crate) group_desc: String,
 }
 
-fn not_registered(g: &ProcessGroup) -> DistError {
+pub(crate) fn not_registered(g: &ProcessGroup) -> DistError {
     DistError::invalid(format!(
         "Group {g:?} is not registered, please create group with torch.distributed.new_group API"
     ))
