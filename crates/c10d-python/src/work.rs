@@ -69,15 +69,19 @@ impl PyWork {
     fn op_type(&self) -> String {
         self.work.op_type().to_string()
     }
-    /// Calls `callback()` (no arguments) once the operation finished: at once when it already
-    /// has, else on the process's dispatcher thread with the GIL held.
-    fn add_done_callback(&self, py: Python<'_>, callback: PyObject) -> PyResult<()> {
+    /// Calls `callback()` (no arguments) once the operation finished: on the process's
+    /// dispatcher thread with the GIL held, or at once on this thread when it already has
+    /// finished and `defer` is false.
+    #[pyo3(signature = (callback, defer=false))]
+    fn add_done_callback(&self, py: Python<'_>, callback: PyObject, defer: bool) -> PyResult<()> {
         let slot = Arc::new(Callback(Mutex::new(Some(callback))));
         let waker = Waker::from(slot.clone());
         let mut cx = Context::from_waker(&waker);
         let mut w = self.work.clone();
         if Pin::new(&mut w).poll(&mut cx).is_ready() {
-            if let Some(cb) = slot.take() {
+            if defer {
+                slot.wake();
+            } else if let Some(cb) = slot.take() {
                 cb.call0(py)?;
             }
         }

@@ -245,6 +245,13 @@ def coalesced_async_and_misc(rank: int, world: int) -> None:
         t = torch.full((2,), float(rank + 1))
         dist.all_reduce(t, group=sub)
         check(t, torch.full((2,), 3.0), "subgroup all_reduce")
+    # under the profiler every op is an async event "c10drs:<op>"
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        dist.all_reduce(torch.ones(4))
+        dist.all_reduce(torch.ones(4), async_op=True).wait()
+    events = [e for e in prof.events() if e.name == "c10drs:all_reduce"]
+    assert len(events) == 2, sorted({e.name for e in prof.events()})
+    assert all(e.is_async for e in events)
     pg = dist.group.WORLD._get_backend(torch.device("cpu"))
     assert pg._get_sequence_number_for_group() > 0
     assert pg.name() == "c10drs" and dist.get_backend() == "c10drs"

@@ -218,6 +218,9 @@ class ProcessGroupC10dRs(_CBackend):
         )
         self._group_name = str(group_name)
 
+    #: Prefix of this backend's profiler events (the name it is registered under).
+    profiling_prefix: str = BACKEND_NAME
+
     # -- identity ----------------------------------------------------------------------
     def getBackendName(self) -> str:  # noqa: N802 (PyTorch's name)
         return BACKEND_NAME
@@ -248,32 +251,51 @@ class ProcessGroupC10dRs(_CBackend):
 
     def _launch(
         self,
+        name: str,
         launch: Callable[[_Staging], _engine.PyWork],
         result: Sequence[torch.Tensor],
     ) -> Work:
+        """Launches one op; under the autograd profiler it shows as the async event
+        ``c10drs:<name>`` (``name`` as torch.distributed's function: ``all_reduce``,
+        ``all_gather_into_tensor`` …) that ends when the op completes, as Gloo's ``gloo:<name>``."""
+        rf = None
+        if torch.autograd._profiler_enabled():
+            rf = torch.autograd.profiler.record_function(f"{self.profiling_prefix}:{name}")
+            rf.__enter__()
         staging = _Staging()
-        work = launch(staging)
-        return Work(work, result, staging if staging.back else None)
+        try:
+            work = Work(launch(staging), result, staging if staging.back else None)
+        except BaseException:
+            if rf is not None:
+                rf.__exit__(None, None, None)
+            raise
+        if rf is not None:
+            # The event ends on the callback thread, so the profiler sees it as async (as
+            # Gloo's events, which end on Gloo's worker threads), even for a blocking op.
+            done: torch.futures.Future = torch.futures.Future()
+            rf._call_end_callbacks_on_future(done)
+            work._work.add_done_callback(lambda: done.set_result(None), True)
+        return work
 
     # -- collectives ---------------------------------------------------------------------
     def allreduce(self, tensors: List[torch.Tensor], opts: Any) -> Work:
         op, factor = _reduce_op(opts.reduceOp)
         to = _seconds(opts.timeout)
-        return self._launch(
+        return self._launch("all_reduce",
             lambda s: self._engine.allreduce(s.descs(tensors, True), op, factor, to, _async(opts)), tensors
         )
 
     def allreduce_coalesced(self, tensors: List[torch.Tensor], opts: Any) -> Work:
         op, factor = _reduce_op(opts.reduceOp)
         to = _seconds(opts.timeout)
-        return self._launch(
+        return self._launch("all_reduce",
             lambda s: self._engine.allreduce_coalesced(s.descs(tensors, True), op, factor, to, _async(opts)),
             tensors,
         )
 
     def broadcast(self, tensors: List[torch.Tensor], opts: Any) -> Work:
         to = _seconds(opts.timeout)
-        return self._launch(
+        return self._launch("broadcast",
             lambda s: self._engine.broadcast(
                 s.descs(tensors, True), opts.rootRank, opts.rootTensor, to, _async(opts)
             ),
@@ -283,7 +305,7 @@ class ProcessGroupC10dRs(_CBackend):
     def reduce(self, tensors: List[torch.Tensor], opts: Any) -> Work:
         op, factor = _reduce_op(opts.reduceOp)
         to = _seconds(opts.timeout)
-        return self._launch(
+        return self._launch("reduce",
             lambda s: self._engine.reduce(
                 s.descs(tensors, True), opts.rootRank, opts.rootTensor, op, factor, to, _async(opts)
             ),
@@ -294,7 +316,7 @@ class ProcessGroupC10dRs(_CBackend):
         self, outputs: List[List[torch.Tensor]], inputs: List[torch.Tensor], opts: Any
     ) -> Work:
         to = _seconds(opts.timeout)
-        return self._launch(
+        return self._launch("all_gather",
             lambda s: self._engine.allgather(s.lists(outputs, True), s.descs(inputs, False), to, _async(opts)),
             [t for ts in outputs for t in ts],
         )
@@ -303,7 +325,7 @@ class ProcessGroupC10dRs(_CBackend):
         self, outputs: List[List[torch.Tensor]], inputs: List[torch.Tensor], opts: Any
     ) -> Work:
         to = _seconds(opts.timeout)
-        return self._launch(
+        return self._launch("all_gather",
             lambda s: self._engine.allgather_coalesced(
                 s.lists(outputs, True), s.descs(inputs, False), to, _async(opts)
             ),
@@ -312,7 +334,7 @@ class ProcessGroupC10dRs(_CBackend):
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any) -> Work:
         to = _seconds(opts.timeout)
-        return self._launch(
+        return self._launch("all_gather_into_tensor",
             lambda s: self._engine.allgather_into_tensor(
                 s.desc(output, True), s.desc(input, False), to, _async(opts)
             ),
@@ -325,7 +347,7 @@ class ProcessGroupC10dRs(_CBackend):
         self, outputs: List[torch.Tensor], inputs: List[torch.Tensor], opts: Any
     ) -> Work:
         to = _seconds(opts.timeout)
-        return self._launch(
+        return self._launch("all_gather_into_tensor",
             lambda s: self._engine.allgather_into_tensor_coalesced(
                 s.descs(outputs, True), s.descs(inputs, False), to, _async(opts)
             ),
@@ -338,7 +360,7 @@ class ProcessGroupC10dRs(_CBackend):
         self, outputs: List[List[torch.Tensor]], inputs: List[torch.Tensor], opts: Any
     ) -> Work:
         to = _seconds(opts.timeout)
-        return self._launch(
+        return self._launch("gather",
             lambda s: self._engine.gather(
                 s.lists(outputs, True), s.descs(inputs, False), opts.rootRank, to, _async(opts)
             ),
@@ -349,7 +371,7 @@ class ProcessGroupC10dRs(_CBackend):
         self, outputs: List[torch.Tensor], inputs: List[List[torch.Tensor]], opts: Any
     ) -> Work:
         to = _seconds(opts.timeout)
-        return self._launch(
+        return self._launch("scatter",
             lambda s: self._engine.scatter(
                 s.descs(outputs, True), s.lists(inputs, False), opts.rootRank, to, _async(opts)
             ),
@@ -361,7 +383,7 @@ class ProcessGroupC10dRs(_CBackend):
     ) -> Work:
         op, factor = _reduce_op(opts.reduceOp)
         to = _seconds(opts.timeout)
-        return self._launch(
+        return self._launch("reduce_scatter",
             lambda s: self._engine.reduce_scatter(
                 s.descs(outputs, True), s.lists(inputs, False), op, factor, to, _async(opts)
             ),
@@ -371,7 +393,7 @@ class ProcessGroupC10dRs(_CBackend):
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any) -> Work:
         op, factor = _reduce_op(opts.reduceOp)
         to = _seconds(opts.timeout)
-        return self._launch(
+        return self._launch("reduce_scatter_tensor",
             lambda s: self._engine.reduce_scatter_tensor(
                 s.desc(output, True), s.desc(input, False), op, factor, to, _async(opts)
             ),
@@ -385,7 +407,7 @@ class ProcessGroupC10dRs(_CBackend):
     ) -> Work:
         op, factor = _reduce_op(opts.reduceOp)
         to = _seconds(opts.timeout)
-        return self._launch(
+        return self._launch("reduce_scatter_tensor",
             lambda s: self._engine.reduce_scatter_tensor_coalesced(
                 s.descs(outputs, True), s.descs(inputs, False), op, factor, to, _async(opts)
             ),
@@ -398,7 +420,7 @@ class ProcessGroupC10dRs(_CBackend):
         self, outputs: List[torch.Tensor], inputs: List[torch.Tensor], opts: Any
     ) -> Work:
         to = _seconds(opts.timeout)
-        return self._launch(
+        return self._launch("all_to_all",
             lambda s: self._engine.alltoall(s.descs(outputs, True), s.descs(inputs, False), to, _async(opts)),
             outputs,
         )
@@ -413,7 +435,7 @@ class ProcessGroupC10dRs(_CBackend):
     ) -> Work:
         _dense([output, input], ValueError, "Tensors must be contiguous")
         to = _seconds(opts.timeout)
-        return self._launch(
+        return self._launch("all_to_all_single",
             lambda s: self._engine.alltoall_base(
                 s.desc(output, True),
                 s.desc(input, False),
@@ -429,7 +451,8 @@ class ProcessGroupC10dRs(_CBackend):
 
     def barrier(self, opts: Any = None) -> Work:
         to = _seconds(getattr(opts, "timeout", None))
-        return Work(self._engine.barrier(to, _async(opts) if opts is not None else True))
+        async_op = _async(opts) if opts is not None else True
+        return self._launch("barrier", lambda s: self._engine.barrier(to, async_op), [])
 
     def monitored_barrier(self, opts: Any = None, wait_all_ranks: bool = False) -> None:
         self._engine.monitored_barrier(_seconds(getattr(opts, "timeout", None)), wait_all_ranks)
@@ -437,15 +460,15 @@ class ProcessGroupC10dRs(_CBackend):
     # -- point to point ------------------------------------------------------------------
     def send(self, tensors: List[torch.Tensor], dst: int, tag: int = 0) -> Work:
         _dense(tensors, RuntimeError, "input tensor has to be contiguous")
-        return self._launch(lambda s: self._engine.send(s.descs(tensors, False), dst, tag), [])
+        return self._launch("send", lambda s: self._engine.send(s.descs(tensors, False), dst, tag), [])
 
     def recv(self, tensors: List[torch.Tensor], src: int, tag: int = 0) -> Work:
         _dense(tensors, RuntimeError, "output tensor has to be contiguous")
-        return self._launch(lambda s: self._engine.recv(s.descs(tensors, True), src, tag), tensors)
+        return self._launch("recv", lambda s: self._engine.recv(s.descs(tensors, True), src, tag), tensors)
 
     def recv_anysource(self, tensors: List[torch.Tensor], tag: int = 0) -> Work:
         _dense(tensors, RuntimeError, "output tensor has to be contiguous")
-        return self._launch(
+        return self._launch("recv_anysource",
             lambda s: self._engine.recv_anysource(s.descs(tensors, True), tag), tensors
         )
 

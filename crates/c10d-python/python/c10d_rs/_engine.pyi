@@ -24,8 +24,9 @@ class PyWork:
     def source_rank(self) -> Optional[int]: ...
     def sequence_number(self) -> int: ...
     def op_type(self) -> str: ...
-    def add_done_callback(self, callback: Callable[[], Any]) -> None:
-        """Calls ``callback()`` once the op finished (on the callback thread, GIL held)."""
+    def add_done_callback(self, callback: Callable[[], Any], defer: bool = False) -> None:
+        """Calls ``callback()`` once the op finished: on the callback thread (GIL held), or at
+        once on this thread if it already has and ``defer`` is False."""
 
 class Engine:
     """One c10d-rs CPU process group (c10d-gloo's ProcessGroupGloo)."""
