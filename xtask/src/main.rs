@@ -96,8 +96,18 @@ fn venv_dir() -> PathBuf {
     Path::new(&home).join(".cache/c10d-rs/torch-venv")
 }
 
-/// Makes sure the cached virtualenv has torch==2.15.0 and returns its python.
+/// Makes sure the cached virtualenv has torch==2.15.0 and returns its python. Checked once per
+/// xtask run (`test` needs it for interop, the wheel and pytest; the check imports torch).
 fn provision_torch() -> Result<PathBuf, String> {
+    static PY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    if let Some(py) = PY.get() {
+        return Ok(py.clone());
+    }
+    let py = provision_torch_once()?;
+    Ok(PY.get_or_init(|| py).clone())
+}
+
+fn provision_torch_once() -> Result<PathBuf, String> {
     let venv = venv_dir();
     let py = venv.join("bin/python");
     let ok = py.exists()

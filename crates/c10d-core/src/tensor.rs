@@ -223,20 +223,37 @@ impl Tensor {
         }
         let nbytes = std::mem::size_of_val(data.as_slice());
         let ptr = data.as_mut_ptr().cast::<u8>();
+        Ok(Self::over_host(
+            ptr,
+            nbytes,
+            Box::new(data),
+            T::DTYPE,
+            shape,
+        ))
+    }
+
+    /// A tensor over `nbytes` of host memory at `ptr` that `owner` keeps alive.
+    fn over_host(
+        ptr: *mut u8,
+        nbytes: usize,
+        owner: Box<dyn Any + Send>,
+        dtype: DType,
+        shape: &[usize],
+    ) -> Tensor {
         let storage = Storage {
             kind: StorageKind::Host(HostBuffer {
                 ptr,
                 nbytes,
-                owner: Mutex::new(Some(Box::new(data))),
+                owner: Mutex::new(Some(owner)),
             }),
             borrow: AtomicIsize::new(0),
         };
-        Ok(Tensor {
+        Tensor {
             storage: Arc::new(storage),
-            dtype: T::DTYPE,
+            dtype,
             shape: shape.into(),
             offset: 0,
-        })
+        }
     }
 
     /// A CPU tensor over host memory that something else owns (a `torch.Tensor`, a memory
@@ -272,20 +289,7 @@ impl Tensor {
         } else {
             ptr
         };
-        let storage = Storage {
-            kind: StorageKind::Host(HostBuffer {
-                ptr,
-                nbytes,
-                owner: Mutex::new(Some(owner)),
-            }),
-            borrow: AtomicIsize::new(0),
-        };
-        Ok(Tensor {
-            storage: Arc::new(storage),
-            dtype,
-            shape: shape.into(),
-            offset: 0,
-        })
+        Ok(Self::over_host(ptr, nbytes, owner, dtype, shape))
     }
 
     /// A CPU tensor of zeros (`torch.zeros(shape, dtype=dtype)`).

@@ -32,6 +32,11 @@ fn secs(t: Option<f64>) -> Option<Duration> {
         .map(Duration::from_secs_f64)
 }
 
+/// A group's default timeout: None or 0 → PyTorch's default (30 min).
+fn group_timeout(t: Option<f64>) -> Duration {
+    secs(t).filter(|t| !t.is_zero()).unwrap_or(DEFAULT_TIMEOUT)
+}
+
 fn reduce_op(id: u8, factor: f64) -> PyResult<ReduceOp> {
     ReduceOp::from_id(id, factor)
         .ok_or_else(|| PyValueError::new_err(format!("c10drs: unknown ReduceOp id {id}")))
@@ -52,7 +57,8 @@ impl Engine {
 #[pymethods]
 impl Engine {
     /// Joins group `group_name` as `rank` of `size` through `store` (any torch.distributed
-    /// Store; PyTorch passes the group's prefixed store). Blocks (GIL released) until every
+    /// Store; PyTorch passes the group's prefixed store); `timeout` in seconds, None or 0 for
+    /// PyTorch's 30 min default. Blocks (GIL released) until every
     /// peer is connected or `timeout` seconds passed (then `DistNetworkError`).
     #[new]
     #[pyo3(signature = (store, rank, size, timeout, group_name, group_desc, global_ranks))]
@@ -62,16 +68,14 @@ impl Engine {
         store: PyObject,
         rank: usize,
         size: usize,
-        timeout: f64,
+        timeout: Option<f64>,
         group_name: String,
         group_desc: String,
         global_ranks: Vec<usize>,
     ) -> PyResult<Engine> {
         let base = BackendOptions {
             backend: "c10drs".into(),
-            timeout: secs(Some(timeout))
-                .filter(|t| !t.is_zero())
-                .unwrap_or(DEFAULT_TIMEOUT),
+            timeout: group_timeout(timeout),
             group_name,
             group_desc,
             global_ranks,
@@ -101,13 +105,10 @@ impl Engine {
     fn timeout(&self) -> f64 {
         self.pg.timeout().as_secs_f64()
     }
-    /// Changes the default per-op timeout (seconds).
-    fn set_timeout(&self, timeout: f64) {
-        self.pg.set_timeout(
-            secs(Some(timeout))
-                .filter(|t| !t.is_zero())
-                .unwrap_or(DEFAULT_TIMEOUT),
-        );
+    /// Changes the default per-op timeout (seconds; None or 0: PyTorch's 30 min default).
+    #[pyo3(signature = (timeout=None))]
+    fn set_timeout(&self, timeout: Option<f64>) {
+        self.pg.set_timeout(group_timeout(timeout));
     }
     /// Whether every rank of the group is on this host and cross-memory attach is in use
     /// (None until the group has decided).

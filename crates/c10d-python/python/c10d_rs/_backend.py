@@ -51,7 +51,8 @@ def _wait_seconds(td: Optional[timedelta]) -> Optional[float]:
 
 
 def _async(opts: Any) -> bool:
-    """PyTorch's ``opts.asyncOp``: False when the caller waits at once (run the op inline)."""
+    """PyTorch's ``opts.asyncOp`` (True without options): False when the caller waits at once
+    (then the op runs inline)."""
     return bool(getattr(opts, "asyncOp", True))
 
 
@@ -212,11 +213,9 @@ class ProcessGroupC10dRs(_CBackend):
         global_ranks: Sequence[int] = (),
     ) -> None:
         super().__init__(rank, size)
-        secs = _seconds(timeout) or 1800.0
         self._engine = _engine.Engine(
-            store, rank, size, secs, str(group_name), group_desc, list(global_ranks)
+            store, rank, size, _seconds(timeout), str(group_name), group_desc, list(global_ranks)
         )
-        self._group_name = str(group_name)
 
     #: Prefix of this backend's profiler events (the name it is registered under).
     profiling_prefix: str = BACKEND_NAME
@@ -245,7 +244,7 @@ class ProcessGroupC10dRs(_CBackend):
         pass
 
     def _set_timeout(self, timeout: timedelta) -> None:
-        self._engine.set_timeout(_seconds(timeout) or 1800.0)
+        self._engine.set_timeout(_seconds(timeout))
 
     set_timeout = _set_timeout
 
@@ -277,37 +276,55 @@ class ProcessGroupC10dRs(_CBackend):
             work._work.add_done_callback(lambda: done.set_result(None), True)
         return work
 
+    def _collective(
+        self,
+        name: str,
+        opts: Any,
+        launch: Callable[[_Staging, Optional[float], bool], _engine.PyWork],
+        result: Sequence[torch.Tensor],
+    ) -> Work:
+        """A collective launched with its options' timeout (seconds) and ``asyncOp``."""
+        to, async_op = _seconds(getattr(opts, "timeout", None)), _async(opts)
+        return self._launch(name, lambda s: launch(s, to, async_op), result)
+
     # -- collectives ---------------------------------------------------------------------
     def allreduce(self, tensors: List[torch.Tensor], opts: Any) -> Work:
         op, factor = _reduce_op(opts.reduceOp)
-        to = _seconds(opts.timeout)
-        return self._launch("all_reduce",
-            lambda s: self._engine.allreduce(s.descs(tensors, True), op, factor, to, _async(opts)), tensors
+        e = self._engine
+        return self._collective(
+            "all_reduce",
+            opts,
+            lambda s, to, a: e.allreduce(s.descs(tensors, True), op, factor, to, a),
+            tensors,
         )
 
     def allreduce_coalesced(self, tensors: List[torch.Tensor], opts: Any) -> Work:
         op, factor = _reduce_op(opts.reduceOp)
-        to = _seconds(opts.timeout)
-        return self._launch("all_reduce",
-            lambda s: self._engine.allreduce_coalesced(s.descs(tensors, True), op, factor, to, _async(opts)),
+        e = self._engine
+        return self._collective(
+            "all_reduce",
+            opts,
+            lambda s, to, a: e.allreduce_coalesced(s.descs(tensors, True), op, factor, to, a),
             tensors,
         )
 
     def broadcast(self, tensors: List[torch.Tensor], opts: Any) -> Work:
-        to = _seconds(opts.timeout)
-        return self._launch("broadcast",
-            lambda s: self._engine.broadcast(
-                s.descs(tensors, True), opts.rootRank, opts.rootTensor, to, _async(opts)
-            ),
+        root, root_tensor, e = opts.rootRank, opts.rootTensor, self._engine
+        return self._collective(
+            "broadcast",
+            opts,
+            lambda s, to, a: e.broadcast(s.descs(tensors, True), root, root_tensor, to, a),
             tensors,
         )
 
     def reduce(self, tensors: List[torch.Tensor], opts: Any) -> Work:
         op, factor = _reduce_op(opts.reduceOp)
-        to = _seconds(opts.timeout)
-        return self._launch("reduce",
-            lambda s: self._engine.reduce(
-                s.descs(tensors, True), opts.rootRank, opts.rootTensor, op, factor, to, _async(opts)
+        root, root_tensor, e = opts.rootRank, opts.rootTensor, self._engine
+        return self._collective(
+            "reduce",
+            opts,
+            lambda s, to, a: e.reduce(
+                s.descs(tensors, True), root, root_tensor, op, factor, to, a
             ),
             tensors,
         )
@@ -315,28 +332,34 @@ class ProcessGroupC10dRs(_CBackend):
     def allgather(
         self, outputs: List[List[torch.Tensor]], inputs: List[torch.Tensor], opts: Any
     ) -> Work:
-        to = _seconds(opts.timeout)
-        return self._launch("all_gather",
-            lambda s: self._engine.allgather(s.lists(outputs, True), s.descs(inputs, False), to, _async(opts)),
+        e = self._engine
+        return self._collective(
+            "all_gather",
+            opts,
+            lambda s, to, a: e.allgather(s.lists(outputs, True), s.descs(inputs, False), to, a),
             [t for ts in outputs for t in ts],
         )
 
     def allgather_coalesced(
         self, outputs: List[List[torch.Tensor]], inputs: List[torch.Tensor], opts: Any
     ) -> Work:
-        to = _seconds(opts.timeout)
-        return self._launch("all_gather",
-            lambda s: self._engine.allgather_coalesced(
-                s.lists(outputs, True), s.descs(inputs, False), to, _async(opts)
+        e = self._engine
+        return self._collective(
+            "all_gather",
+            opts,
+            lambda s, to, a: e.allgather_coalesced(
+                s.lists(outputs, True), s.descs(inputs, False), to, a
             ),
             [t for ts in outputs for t in ts],
         )
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any) -> Work:
-        to = _seconds(opts.timeout)
-        return self._launch("all_gather_into_tensor",
-            lambda s: self._engine.allgather_into_tensor(
-                s.desc(output, True), s.desc(input, False), to, _async(opts)
+        e = self._engine
+        return self._collective(
+            "all_gather_into_tensor",
+            opts,
+            lambda s, to, a: e.allgather_into_tensor(
+                s.desc(output, True), s.desc(input, False), to, a
             ),
             [output],
         )
@@ -346,10 +369,12 @@ class ProcessGroupC10dRs(_CBackend):
     def all_gather_single_coalesced(
         self, outputs: List[torch.Tensor], inputs: List[torch.Tensor], opts: Any
     ) -> Work:
-        to = _seconds(opts.timeout)
-        return self._launch("all_gather_into_tensor",
-            lambda s: self._engine.allgather_into_tensor_coalesced(
-                s.descs(outputs, True), s.descs(inputs, False), to, _async(opts)
+        e = self._engine
+        return self._collective(
+            "all_gather_into_tensor",
+            opts,
+            lambda s, to, a: e.allgather_into_tensor_coalesced(
+                s.descs(outputs, True), s.descs(inputs, False), to, a
             ),
             outputs,
         )
@@ -359,22 +384,22 @@ class ProcessGroupC10dRs(_CBackend):
     def gather(
         self, outputs: List[List[torch.Tensor]], inputs: List[torch.Tensor], opts: Any
     ) -> Work:
-        to = _seconds(opts.timeout)
-        return self._launch("gather",
-            lambda s: self._engine.gather(
-                s.lists(outputs, True), s.descs(inputs, False), opts.rootRank, to, _async(opts)
-            ),
+        root, e = opts.rootRank, self._engine
+        return self._collective(
+            "gather",
+            opts,
+            lambda s, to, a: e.gather(s.lists(outputs, True), s.descs(inputs, False), root, to, a),
             [t for ts in outputs for t in ts],
         )
 
     def scatter(
         self, outputs: List[torch.Tensor], inputs: List[List[torch.Tensor]], opts: Any
     ) -> Work:
-        to = _seconds(opts.timeout)
-        return self._launch("scatter",
-            lambda s: self._engine.scatter(
-                s.descs(outputs, True), s.lists(inputs, False), opts.rootRank, to, _async(opts)
-            ),
+        root, e = opts.rootRank, self._engine
+        return self._collective(
+            "scatter",
+            opts,
+            lambda s, to, a: e.scatter(s.descs(outputs, True), s.lists(inputs, False), root, to, a),
             outputs,
         )
 
@@ -382,20 +407,24 @@ class ProcessGroupC10dRs(_CBackend):
         self, outputs: List[torch.Tensor], inputs: List[List[torch.Tensor]], opts: Any
     ) -> Work:
         op, factor = _reduce_op(opts.reduceOp)
-        to = _seconds(opts.timeout)
-        return self._launch("reduce_scatter",
-            lambda s: self._engine.reduce_scatter(
-                s.descs(outputs, True), s.lists(inputs, False), op, factor, to, _async(opts)
+        e = self._engine
+        return self._collective(
+            "reduce_scatter",
+            opts,
+            lambda s, to, a: e.reduce_scatter(
+                s.descs(outputs, True), s.lists(inputs, False), op, factor, to, a
             ),
             outputs,
         )
 
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any) -> Work:
         op, factor = _reduce_op(opts.reduceOp)
-        to = _seconds(opts.timeout)
-        return self._launch("reduce_scatter_tensor",
-            lambda s: self._engine.reduce_scatter_tensor(
-                s.desc(output, True), s.desc(input, False), op, factor, to, _async(opts)
+        e = self._engine
+        return self._collective(
+            "reduce_scatter_tensor",
+            opts,
+            lambda s, to, a: e.reduce_scatter_tensor(
+                s.desc(output, True), s.desc(input, False), op, factor, to, a
             ),
             [output],
         )
@@ -406,10 +435,12 @@ class ProcessGroupC10dRs(_CBackend):
         self, outputs: List[torch.Tensor], inputs: List[torch.Tensor], opts: Any
     ) -> Work:
         op, factor = _reduce_op(opts.reduceOp)
-        to = _seconds(opts.timeout)
-        return self._launch("reduce_scatter_tensor",
-            lambda s: self._engine.reduce_scatter_tensor_coalesced(
-                s.descs(outputs, True), s.descs(inputs, False), op, factor, to, _async(opts)
+        e = self._engine
+        return self._collective(
+            "reduce_scatter_tensor",
+            opts,
+            lambda s, to, a: e.reduce_scatter_tensor_coalesced(
+                s.descs(outputs, True), s.descs(inputs, False), op, factor, to, a
             ),
             outputs,
         )
@@ -419,9 +450,11 @@ class ProcessGroupC10dRs(_CBackend):
     def alltoall(
         self, outputs: List[torch.Tensor], inputs: List[torch.Tensor], opts: Any
     ) -> Work:
-        to = _seconds(opts.timeout)
-        return self._launch("all_to_all",
-            lambda s: self._engine.alltoall(s.descs(outputs, True), s.descs(inputs, False), to, _async(opts)),
+        e = self._engine
+        return self._collective(
+            "all_to_all",
+            opts,
+            lambda s, to, a: e.alltoall(s.descs(outputs, True), s.descs(inputs, False), to, a),
             outputs,
         )
 
@@ -434,15 +467,12 @@ class ProcessGroupC10dRs(_CBackend):
         opts: Any,
     ) -> Work:
         _dense([output, input], ValueError, "Tensors must be contiguous")
-        to = _seconds(opts.timeout)
-        return self._launch("all_to_all_single",
-            lambda s: self._engine.alltoall_base(
-                s.desc(output, True),
-                s.desc(input, False),
-                list(output_splits),
-                list(input_splits),
-                to,
-                _async(opts),
+        outs, ins, e = list(output_splits), list(input_splits), self._engine
+        return self._collective(
+            "all_to_all_single",
+            opts,
+            lambda s, to, a: e.alltoall_base(
+                s.desc(output, True), s.desc(input, False), outs, ins, to, a
             ),
             [output],
         )
@@ -450,9 +480,8 @@ class ProcessGroupC10dRs(_CBackend):
     alltoall_base = all_to_all_single
 
     def barrier(self, opts: Any = None) -> Work:
-        to = _seconds(getattr(opts, "timeout", None))
-        async_op = _async(opts) if opts is not None else True
-        return self._launch("barrier", lambda s: self._engine.barrier(to, async_op), [])
+        e = self._engine
+        return self._collective("barrier", opts, lambda s, to, a: e.barrier(to, a), [])
 
     def monitored_barrier(self, opts: Any = None, wait_all_ranks: bool = False) -> None:
         self._engine.monitored_barrier(_seconds(getattr(opts, "timeout", None)), wait_all_ranks)
