@@ -58,7 +58,7 @@ pub fn nccl_version() -> Result<Version> {
 /// [`check_available`] has passed.
 pub fn collectives_not_built(found: &NcclAvailability) -> DistError {
     DistError::unsupported(format!(
-        "NCCL {} ({}) and {} GPU(s) were found, but the NCCL collectives are not in this version of c10d-rs (c10d-nccl has its loader, options, environment parsing and watchdog bookkeeping only); use backend \"gloo\", which also accepts CUDA tensors",
+        "NCCL {} ({}) and {} GPU(s) were found, but the NCCL collectives are not in this version of c10d-rs (c10d-nccl has its loader, options, environment parsing and watchdog bookkeeping only)",
         found.version, found.library, found.device_count
     ))
 }

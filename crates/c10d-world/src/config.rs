@@ -92,11 +92,6 @@ struct Plugin {
     probe: Option<fn() -> bool>,
 }
 
-/// `"nccl"` is usable when c10d-nccl has its collectives and finds NCCL and a GPU.
-fn nccl_usable() -> bool {
-    c10d_nccl::COLLECTIVES_BUILT && c10d_nccl::is_nccl_available()
-}
-
 /// The built-in `"nccl"` creator: never a panic, always c10d-nccl's reason.
 fn create_nccl(_a: &BackendCreateArgs) -> Result<Option<Arc<dyn Backend>>> {
     Err(c10d_nccl::backend_creation_error().map_message(|m| {
@@ -131,8 +126,9 @@ fn registry() -> &'static RwLock<Registry> {
             Plugin {
                 creator: Arc::new(create_nccl),
                 extended_api: true,
-                available: true,
-                probe: Some(nccl_usable),
+                // Usable once c10d-nccl has its collectives and finds NCCL and a GPU.
+                available: c10d_nccl::COLLECTIVES_BUILT,
+                probe: Some(c10d_nccl::is_nccl_available),
             },
         );
         RwLock::new(Registry {

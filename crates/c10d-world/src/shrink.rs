@@ -202,9 +202,7 @@ impl World {
             st.tags_to_pg.retain(|_, v| !v.is_empty());
             st.registry.retain(|_, g| !is_doomed(g));
             if is_default {
-                if let Some(e) = st.groups.iter_mut().find(|e| e.pg.ptr_eq(&new_pg)) {
-                    e.ranks = (0..new_pg.size()).collect();
-                }
+                // Its rank map is already 0..n: the survivors' new global ranks were passed in.
                 st.default_pg = Some(new_pg.clone());
                 st.coalescing = None;
             }

@@ -166,13 +166,23 @@ fn four_processes_one_killed_survivors_shrink_and_finish() {
     let mut done: Vec<Option<std::process::ExitStatus>> = vec![None; N];
     let mut killed = false;
     while start.elapsed() < deadline {
-        while let Ok((r, line)) = rx.recv_timeout(Duration::from_millis(20)) {
-            if line.contains("KILLME") && r == DEAD && !killed {
-                // std's Child::kill sends SIGKILL on Unix.
-                kids[DEAD].kill().unwrap();
-                killed = true;
+        loop {
+            match rx.recv_timeout(Duration::from_millis(20)) {
+                Ok((r, line)) => {
+                    if line.contains("KILLME") && r == DEAD && !killed {
+                        // std's Child::kill sends SIGKILL on Unix.
+                        kids[DEAD].kill().unwrap();
+                        killed = true;
+                    }
+                    lines[r].push(line);
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => break,
+                // Every reader is done: wait for the exits without spinning.
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    std::thread::sleep(Duration::from_millis(20));
+                    break;
+                }
             }
-            lines[r].push(line);
         }
         for (i, k) in kids.iter_mut().enumerate() {
             if done[i].is_none() {
