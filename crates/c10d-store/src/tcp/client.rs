@@ -2,7 +2,7 @@
 //! optionally owning the server (`is_master`).
 
 use super::protocol::{
-    cmd, put_bytes, put_i64, put_keys, put_u64, STOP_WAITING, VALIDATE_MAGIC, WAIT_CANCELED,
+    cmd, put_bytes, put_i64, put_keys, put_u64, Limits, STOP_WAITING, VALIDATE_MAGIC, WAIT_CANCELED,
 };
 use super::server::{self, ServerHandle, ServerOptions, TcpStoreServer};
 use crate::store::{check_multi_set_len, Store, DEFAULT_STORE_TIMEOUT};
@@ -490,11 +490,11 @@ fn put_wire_key(out: &mut Vec<u8>, key: &str) {
     out.extend_from_slice(key.as_bytes());
 }
 
-/// PyTorch's server limits (libuv backend), also the defaults of ours: a request over them
-/// makes the server close the connection, so the client refuses it first with a clear error.
-const MAX_WIRE_KEY: usize = 8192;
-const MAX_VALUE: usize = 8 << 20;
-const MAX_KEYS: usize = 131_072;
+/// PyTorch's server limits ([`Limits::DEFAULT`], also the defaults of ours): a request over
+/// them makes the server close the connection, so the client refuses it first with a clear error.
+const MAX_WIRE_KEY: usize = Limits::DEFAULT.max_key_len;
+const MAX_VALUE: usize = Limits::DEFAULT.max_payload;
+const MAX_KEYS: usize = Limits::DEFAULT.max_keys;
 
 fn check_key(key: &str) -> Result<()> {
     let n = key.len() + 1;

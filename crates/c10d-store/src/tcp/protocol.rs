@@ -123,14 +123,20 @@ pub struct Limits {
     pub max_request: usize,
 }
 
+impl Limits {
+    /// PyTorch's server limits (libuv backend: key 8 KiB, value 8 MiB, 131,072 keys a request)
+    /// and a 64 MiB MULTI_SET piece: the server's defaults and what the client checks.
+    pub const DEFAULT: Limits = Limits {
+        max_key_len: 8192,
+        max_payload: 8 << 20,
+        max_keys: 131_072,
+        max_request: 64 << 20,
+    };
+}
+
 impl Default for Limits {
     fn default() -> Self {
-        Limits {
-            max_key_len: 8192,
-            max_payload: 8 << 20,
-            max_keys: 131_072,
-            max_request: 64 << 20,
-        }
+        Limits::DEFAULT
     }
 }
 

@@ -76,9 +76,9 @@ impl Default for ServerOptions {
             host: None,
             port: 0,
             world_size: None,
-            max_payload: 8 << 20,
-            max_key_len: 8192,
-            max_keys: 131_072,
+            max_payload: Limits::DEFAULT.max_payload,
+            max_key_len: Limits::DEFAULT.max_key_len,
+            max_keys: Limits::DEFAULT.max_keys,
         }
     }
 }
