@@ -18,7 +18,7 @@
 
 use crate::frame_state::FrameState;
 use crate::groups::CompileGroups;
-use c10d_core::{DType, DistError, ProcessGroup, ReduceOp, Result, Tensor};
+use c10d_core::{DType, DistError, ReduceOp, Result, Tensor};
 use c10d_world::GroupMember;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -109,10 +109,6 @@ fn describe_groups<K: Ord + std::fmt::Debug>(by_rank: impl Iterator<Item = (usiz
 }
 
 impl CompileGroups<'_> {
-    fn member(pg: ProcessGroup) -> GroupMember {
-        GroupMember::Group(pg)
-    }
-
     /// The compiler collective: all-gathers every rank's `local` state on the compile group and
     /// returns the merge of all of them (identical on every rank). Without a compile group the
     /// result is `local` itself.
@@ -128,7 +124,7 @@ impl CompileGroups<'_> {
         };
         let states: Vec<FrameState> = self
             .world()
-            .all_gather_object(local, Some(&Self::member(pg)))?;
+            .all_gather_object(local, Some(&GroupMember::from(pg)))?;
         if states.iter().any(|s| s.frame != states[0].frame) {
             return Err(DistError::invalid(format!(
                 "compiler collective: ranks disagree on the frame being compiled: {}",
@@ -167,7 +163,7 @@ impl CompileGroups<'_> {
         let inp = Tensor::from_vec(vec![hit as u8]);
         let out = Tensor::zeros(DType::U8, &[n]);
         self.world()
-            .all_gather_into_tensor(&out, &inp, Some(&Self::member(pg)), false)?;
+            .all_gather_into_tensor(&out, &inp, Some(&GroupMember::from(pg)), false)?;
         let hits = out.to_vec::<u8>()?;
         let missed: Vec<usize> = (0..n).filter(|&r| hits[r] == 0).collect();
         Ok(GuardVerdict {
@@ -192,7 +188,7 @@ impl CompileGroups<'_> {
         let inp = Tensor::from_vec(local.to_vec());
         let out = Tensor::zeros(DType::U8, &[n * 32]);
         self.world()
-            .all_gather_into_tensor(&out, &inp, Some(&Self::member(pg)), false)?;
+            .all_gather_into_tensor(&out, &inp, Some(&GroupMember::from(pg)), false)?;
         let all = out.to_vec::<u8>()?;
         Ok(DigestReport {
             digests: all
@@ -213,7 +209,7 @@ impl CompileGroups<'_> {
         };
         let t = Tensor::from_vec(vec![local_hit as i64]);
         self.world()
-            .all_reduce(&t, ReduceOp::Min, Some(&Self::member(pg)), false)?;
+            .all_reduce(&t, ReduceOp::Min, Some(&GroupMember::from(pg)), false)?;
         Ok(t.to_vec::<i64>()?[0] == 1)
     }
 
@@ -230,7 +226,8 @@ impl CompileGroups<'_> {
         let Some(pg) = self.get_compile_sync_pg()? else {
             return Ok(vec![obj.clone()]);
         };
-        self.world().all_gather_object(obj, Some(&Self::member(pg)))
+        self.world()
+            .all_gather_object(obj, Some(&GroupMember::from(pg)))
     }
 }
 
