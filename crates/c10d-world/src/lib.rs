@@ -44,6 +44,7 @@
 
 pub mod collectives;
 pub mod config;
+pub mod ddp;
 pub mod detail;
 mod gloo;
 pub mod objects;
