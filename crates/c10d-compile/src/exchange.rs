@@ -163,7 +163,9 @@ impl CompileGroups<'_> {
         let inp = Tensor::from_vec(vec![hit as u8]);
         let out = Tensor::zeros(DType::U8, &[n]);
         self.world()
-            .all_gather_into_tensor(&out, &inp, Some(&GroupMember::from(pg)), false)?;
+            .all_gather_into_tensor(&out, &inp)
+            .group(&GroupMember::from(pg))
+            .run()?;
         let hits = out.to_vec::<u8>()?;
         let missed: Vec<usize> = (0..n).filter(|&r| hits[r] == 0).collect();
         Ok(GuardVerdict {
@@ -188,7 +190,9 @@ impl CompileGroups<'_> {
         let inp = Tensor::from_vec(local.to_vec());
         let out = Tensor::zeros(DType::U8, &[n * 32]);
         self.world()
-            .all_gather_into_tensor(&out, &inp, Some(&GroupMember::from(pg)), false)?;
+            .all_gather_into_tensor(&out, &inp)
+            .group(&GroupMember::from(pg))
+            .run()?;
         let all = out.to_vec::<u8>()?;
         Ok(DigestReport {
             digests: all
@@ -209,7 +213,10 @@ impl CompileGroups<'_> {
         };
         let t = Tensor::from_vec(vec![local_hit as i64]);
         self.world()
-            .all_reduce(&t, ReduceOp::Min, Some(&GroupMember::from(pg)), false)?;
+            .all_reduce(&t)
+            .op(ReduceOp::Min)
+            .group(&GroupMember::from(pg))
+            .run()?;
         Ok(t.to_vec::<i64>()?[0] == 1)
     }
 

@@ -226,20 +226,18 @@ pub fn allow_inflight_collective_as_graph_input_ctx<R>(f: impl FnOnce() -> R) ->
     f()
 }
 
-/// For plain asynchronous collectives of c10d-world (`World::all_reduce(.., async_op = true)`
-/// and friends): registers `work` under each of `tensors` when the calling thread is inside
+/// For plain asynchronous collectives of c10d-world (`World::all_reduce(..).start()` and
+/// friends): registers `work` under each of `tensors` when the calling thread is inside
 /// [`allow_inflight_collective_as_graph_input_ctx`], as PyTorch's `ProcessGroup` does; outside
 /// the scope nothing is registered. Returns `work` unchanged, so it wraps a call:
-/// `track_async_work(&[t.clone()], world.all_reduce(&t, op, None, true)?)`.
+/// `track_async_work(&[t.clone()], world.all_reduce(&t).op(op).start()?)`.
 ///
 /// (c10d-world sits below this crate and does not know the registry; this is the one place
 /// where its async works enter it.)
-pub fn track_async_work(tensors: &[Tensor], work: Option<Work>) -> Option<Work> {
-    if let Some(w) = &work {
-        if allow_inflight_collective_as_graph_input() {
-            let refs: Vec<&Tensor> = tensors.iter().collect();
-            register_with_id(&refs, new_work_id(), w);
-        }
+pub fn track_async_work(tensors: &[Tensor], work: Work) -> Work {
+    if allow_inflight_collective_as_graph_input() {
+        let refs: Vec<&Tensor> = tensors.iter().collect();
+        register_with_id(&refs, new_work_id(), &work);
     }
     work
 }

@@ -10,7 +10,7 @@ use c10d_compile::{
     allow_inflight_collective_as_graph_input_ctx, wait_tensor, wait_tensors, work_registry_size,
     Funcol,
 };
-use c10d_core::{ReduceOp, Tensor};
+use c10d_core::Tensor;
 use c10d_world::World;
 use common::run;
 use std::process::{Command, Stdio};
@@ -84,7 +84,7 @@ fn plain_async_collectives_register_only_inside_the_scope() {
         let b = 0;
         let t = Tensor::from_vec(vec![1i64; 2]);
         for _ in 0..2000 {
-            let work = w.all_reduce(&t, ReduceOp::Sum, None, true).unwrap();
+            let work = w.all_reduce(&t).start().unwrap();
             track_async_work(std::slice::from_ref(&t), work);
         }
         assert_eq!(
@@ -95,11 +95,11 @@ fn plain_async_collectives_register_only_inside_the_scope() {
         assert!(!allow_inflight_collective_as_graph_input());
         allow_inflight_collective_as_graph_input_ctx(|| {
             assert!(allow_inflight_collective_as_graph_input());
-            let work = w.all_reduce(&t, ReduceOp::Sum, None, true).unwrap();
-            assert!(track_async_work(std::slice::from_ref(&t), work).is_some());
+            let work = w.all_reduce(&t).start().unwrap();
+            track_async_work(std::slice::from_ref(&t), work);
             assert_eq!(work_registry_size(), b + 1);
             allow_inflight_collective_as_graph_input_ctx(|| {
-                let work = w.all_reduce(&t, ReduceOp::Sum, None, true).unwrap();
+                let work = w.all_reduce(&t).start().unwrap();
                 track_async_work(std::slice::from_ref(&t), work);
             });
             assert!(

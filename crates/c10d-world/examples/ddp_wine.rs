@@ -28,7 +28,7 @@
 //! Without `RANK`/`WORLD_SIZE` in the environment it runs as a world of one, so
 //! `cargo run --example ddp_wine` works too. Exit status 1 when a check fails.
 
-use c10d_core::{DistError, ReduceOp, Result, Tensor, Work};
+use c10d_core::{Result, Tensor, Work};
 use c10d_store::HashStore;
 use c10d_world as dist;
 use clap::Parser;
@@ -229,8 +229,7 @@ impl GradSync for AllReduce {
         let mut inflight: Vec<(Tensor, Work)> = Vec::with_capacity(bufs.len());
         for b in bufs.iter() {
             let t = Tensor::from_vec(b.to_vec());
-            let w = dist::all_reduce(&t, ReduceOp::Sum, None, true)?
-                .ok_or_else(|| DistError::invalid("all_reduce returned no work"))?;
+            let w = dist::all_reduce(&t).start()?;
             inflight.push((t, w));
         }
         for (b, (t, w)) in bufs.iter_mut().zip(inflight) {
@@ -420,7 +419,7 @@ fn run(args: &Args) -> Result<bool> {
     // Check 1: parameters identical on every rank.
     let mine = Tensor::from_vec(hist.params.clone());
     let all = Tensor::zeros(c10d_core::DType::F32, &[world * np]);
-    dist::all_gather_into_tensor(&all, &mine, None, false)?;
+    dist::all_gather_into_tensor(&all, &mine).run()?;
     let all: Vec<f32> = all.to_vec()?;
     let differing: Vec<usize> = (0..world)
         .filter(|r| {
@@ -430,7 +429,7 @@ fn run(args: &Args) -> Result<bool> {
                 .any(|(a, b)| a.to_bits() != b.to_bits())
         })
         .collect();
-    dist::barrier(None, false, None)?;
+    dist::barrier().run()?;
     dist::destroy_process_group(None)?;
     let mut ok = differing.is_empty();
     if lead {

@@ -1,20 +1,13 @@
-//! The collectives of `torch.distributed` as methods of [`World`], with PyTorch's Python-layer
-//! checks, then dispatched to the group's backend.
-//!
-//! Conventions (PyTorch's):
-//! - `group: None` = WORLD; [`GroupMember::NonGroupMember`] → a warning ("Running {op} on global
-//!   rank {r} which does not belong to the given group.") and `Ok(None)` without communicating.
-//! - Roots are given either as global ranks (`src`/`dst`) or as group ranks
-//!   (`group_src`/`group_dst`), never both ("Can't specify both group_rank and global_rank").
-//! - `async_op == true` returns `Some(Work)`; otherwise the call waits and returns `None`.
-//! - Tensor lists must share one dtype ("Invalid usage of tensors with different dtypes ...";
-//!   a complex tensor counts as its real dtype).
+//! What the collectives of [`crate::ops`] share: group resolution (the non-member warning),
+//! roots, PyTorch's dtype checks, the [`World::coalescing_manager`] block that records ops
+//! for a fused launch, and the point-to-point batch ([`P2POp`], [`World::batch_isend_irecv`]),
+//! which keeps PyTorch's optional (`peer`, `group_peer`) pair: giving both fails with "Can't
+//! specify both group_rank and global_rank".
 
 use crate::world::{GroupMember, World, NOT_INITIALIZED};
 use c10d_core::{
-    AllToAllOptions, AllgatherOptions, AllreduceOptions, BarrierOptions, BroadcastOptions, DType,
-    DistError, GatherOptions, ProcessGroup, ReduceOp, ReduceOptions, ReduceScatterOptions, Result,
-    ScatterOptions, Tensor, Work,
+    AllgatherOptions, AllreduceOptions, DType, DistError, ProcessGroup, ReduceOp,
+    ReduceScatterOptions, Result, Tensor, Work,
 };
 use std::time::Duration;
 
@@ -25,7 +18,7 @@ pub(crate) struct CoalescingState {
     works: Vec<Work>,
 }
 
-enum CollOp {
+pub(crate) enum CollOp {
     AllReduce(Tensor, ReduceOp),
     AllGatherIntoTensor(Tensor, Tensor),
     ReduceScatterTensor(Tensor, Tensor, ReduceOp),
@@ -268,7 +261,7 @@ fn finish(work: Work, async_op: bool) -> Result<Option<Work>> {
     }
 }
 
-fn check_complex_op(op: ReduceOp, ts: &[&Tensor], fname: &str) -> Result<()> {
+pub(crate) fn check_complex_op(op: ReduceOp, ts: &[&Tensor], fname: &str) -> Result<()> {
     if ts.iter().any(|t| t.dtype().is_complex()) && !op.supports_complex() {
         return Err(DistError::invalid(format!(
             "{fname} does not support {op} on complex tensors"
@@ -280,7 +273,7 @@ fn check_complex_op(op: ReduceOp, ts: &[&Tensor], fname: &str) -> Result<()> {
 /// The root's tensor list of gather/scatter as the backend takes it (`[list]` on the root, empty
 /// elsewhere): "Argument ``{arg}`` must be specified on {root} rank." / "Argument ``{arg}`` must
 /// NOT be specified on non-{root} ranks." when it is missing on the root or given elsewhere.
-fn root_only_list(
+pub(crate) fn root_only_list(
     list: &[Tensor],
     is_root: bool,
     arg: &str,
@@ -334,7 +327,7 @@ impl World {
         }
     }
 
-    fn group_rank_of(
+    pub(crate) fn group_rank_of(
         &self,
         pg: &ProcessGroup,
         global: Option<usize>,
@@ -364,7 +357,11 @@ impl World {
 
     /// Inside a [`World::coalescing_manager`] block on `pg`: records `op` for the fused launch
     /// at the block's end and returns true; otherwise false.
-    fn defer_if_coalescing(&self, pg: &ProcessGroup, op: impl FnOnce() -> CollOp) -> bool {
+    pub(crate) fn defer_if_coalescing(
+        &self,
+        pg: &ProcessGroup,
+        op: impl FnOnce() -> CollOp,
+    ) -> bool {
         match self.lock().coalescing.as_mut() {
             Some(c) if c.pg.ptr_eq(pg) => {
                 c.ops.push(op());
@@ -374,7 +371,7 @@ impl World {
         }
     }
 
-    fn record_work(&self, pg: &ProcessGroup, w: &Work) {
+    pub(crate) fn record_work(&self, pg: &ProcessGroup, w: &Work) {
         if let Some(c) = self.lock().coalescing.as_mut() {
             if c.pg.ptr_eq(pg) {
                 c.works.push(w.clone());
@@ -382,548 +379,17 @@ impl World {
         }
     }
 
-    fn launched(&self, pg: &ProcessGroup, w: Work, async_op: bool) -> Result<Option<Work>> {
+    pub(crate) fn launched(
+        &self,
+        pg: &ProcessGroup,
+        w: Work,
+        async_op: bool,
+    ) -> Result<Option<Work>> {
         self.record_work(pg, &w);
         finish(w, async_op)
     }
 
-    /// The backend gather shared by [`World::gather`] and [`World::gather_single`] (`outputs`
-    /// empty off the root).
-    fn gather_launch(
-        &self,
-        pg: &ProcessGroup,
-        outputs: &[Vec<Tensor>],
-        tensor: &Tensor,
-        root: usize,
-        async_op: bool,
-    ) -> Result<Option<Work>> {
-        let opts = GatherOptions {
-            root_rank: root,
-            timeout: None,
-            async_op,
-        };
-        let w = pg.gather(outputs, std::slice::from_ref(tensor), &opts)?;
-        self.launched(pg, w, async_op)
-    }
-
-    /// `all_reduce(tensor, op, group, async_op)`: in-place reduction across the group.
-    ///
-    /// # Errors
-    /// Not initialized; "all_reduce does not support ReduceOp.MAX on complex tensors"; backend
-    /// argument errors ("Cannot use ReduceOp.BAND with non-integral dtype ..."); the op's failure.
-    pub fn all_reduce(
-        &self,
-        tensor: &Tensor,
-        op: ReduceOp,
-        group: Option<&GroupMember>,
-        async_op: bool,
-    ) -> Result<Option<Work>> {
-        check_complex_op(op, &[tensor], "all_reduce")?;
-        let Some(pg) = self.op_group(group, "all_reduce")? else {
-            return Ok(None);
-        };
-        if self.defer_if_coalescing(&pg, || CollOp::AllReduce(tensor.clone(), op)) {
-            return Ok(None);
-        }
-        let opts = AllreduceOptions {
-            reduce_op: op,
-            timeout: None,
-            async_op,
-        };
-        let w = pg.all_reduce(std::slice::from_ref(tensor), &opts)?;
-        self.launched(&pg, w, async_op)
-    }
-
-    /// `all_reduce_coalesced(tensors, op, group, async_op)`.
-    ///
-    /// # Errors
-    /// "tensors with different dtypes"; complex with a non-complex op; backend errors.
-    pub fn all_reduce_coalesced(
-        &self,
-        tensors: &[Tensor],
-        op: ReduceOp,
-        group: Option<&GroupMember>,
-        async_op: bool,
-    ) -> Result<Option<Work>> {
-        ensure_same_dtype(tensors)?;
-        check_complex_op(op, &tensors.iter().collect::<Vec<_>>(), "all_reduce")?;
-        let Some(pg) = self.op_group(group, "all_reduce_coalesced")? else {
-            return Ok(None);
-        };
-        let opts = AllreduceOptions {
-            reduce_op: op,
-            timeout: None,
-            async_op,
-        };
-        let w = pg.all_reduce_coalesced(tensors, &opts)?;
-        self.launched(&pg, w, async_op)
-    }
-
-    /// `broadcast(tensor, src, group, async_op, group_src)`: `src` is a global rank, `group_src`
-    /// a group rank (exactly one).
-    ///
-    /// # Errors
-    /// Both or neither root given; src not in the group; backend errors.
-    pub fn broadcast(
-        &self,
-        tensor: &Tensor,
-        src: Option<usize>,
-        group: Option<&GroupMember>,
-        async_op: bool,
-        group_src: Option<usize>,
-    ) -> Result<Option<Work>> {
-        let Some(pg) = self.op_group(group, "broadcast")? else {
-            return Ok(None);
-        };
-        let root = self.group_rank_of(&pg, src, group_src)?;
-        let opts = BroadcastOptions {
-            root_rank: root,
-            root_tensor: 0,
-            timeout: None,
-            async_op,
-        };
-        let w = pg.broadcast(std::slice::from_ref(tensor), &opts)?;
-        self.launched(&pg, w, async_op)
-    }
-
-    /// `reduce(tensor, dst, op, group, async_op, group_dst)`.
-    ///
-    /// # Errors
-    /// As [`World::broadcast`] and [`World::all_reduce`].
-    pub fn reduce(
-        &self,
-        tensor: &Tensor,
-        dst: Option<usize>,
-        op: ReduceOp,
-        group: Option<&GroupMember>,
-        async_op: bool,
-        group_dst: Option<usize>,
-    ) -> Result<Option<Work>> {
-        check_complex_op(op, &[tensor], "reduce")?;
-        let Some(pg) = self.op_group(group, "reduce")? else {
-            return Ok(None);
-        };
-        let root = self.group_rank_of(&pg, dst, group_dst)?;
-        let opts = ReduceOptions {
-            reduce_op: op,
-            root_rank: root,
-            root_tensor: 0,
-            timeout: None,
-            async_op,
-        };
-        let w = pg.reduce(std::slice::from_ref(tensor), &opts)?;
-        self.launched(&pg, w, async_op)
-    }
-
-    /// `all_gather(tensor_list, tensor, group, async_op)`: `tensor_list[r]` receives rank r's tensor.
-    ///
-    /// # Errors
-    /// "tensors with different dtypes"; backend errors ("invalid output tensor list" ...).
-    pub fn all_gather(
-        &self,
-        tensor_list: &[Tensor],
-        tensor: &Tensor,
-        group: Option<&GroupMember>,
-        async_op: bool,
-    ) -> Result<Option<Work>> {
-        ensure_same_dtype(tensor_list.iter().chain([tensor]))?;
-        let Some(pg) = self.op_group(group, "all_gather")? else {
-            return Ok(None);
-        };
-        let opts = AllgatherOptions {
-            timeout: None,
-            async_op,
-        };
-        let w = pg.all_gather(&[tensor_list.to_vec()], std::slice::from_ref(tensor), &opts)?;
-        self.launched(&pg, w, async_op)
-    }
-
-    /// `all_gather_into_tensor(output, input, group, async_op)`: `output` is the dim-0
-    /// concatenation of every rank's `input`.
-    ///
-    /// # Errors
-    /// "tensors with different dtypes"; backend errors.
-    pub fn all_gather_into_tensor(
-        &self,
-        output: &Tensor,
-        input: &Tensor,
-        group: Option<&GroupMember>,
-        async_op: bool,
-    ) -> Result<Option<Work>> {
-        ensure_same_dtype([output, input])?;
-        let Some(pg) = self.op_group(group, "all_gather_into_tensor")? else {
-            return Ok(None);
-        };
-        if self.defer_if_coalescing(&pg, || {
-            CollOp::AllGatherIntoTensor(output.clone(), input.clone())
-        }) {
-            return Ok(None);
-        }
-        let w = pg.all_gather_into_tensor(
-            output,
-            input,
-            &AllgatherOptions {
-                timeout: None,
-                async_op,
-            },
-        )?;
-        self.launched(&pg, w, async_op)
-    }
-
-    /// `all_gather_coalesced(output_tensor_lists, input_tensor_list, group, async_op)`:
-    /// `output_tensor_lists[r][i]` receives rank r's `input_tensor_list[i]`.
-    ///
-    /// # Errors
-    /// "tensors with different dtypes"; backend errors.
-    pub fn all_gather_coalesced(
-        &self,
-        output_tensor_lists: &[Vec<Tensor>],
-        input_tensor_list: &[Tensor],
-        group: Option<&GroupMember>,
-        async_op: bool,
-    ) -> Result<Option<Work>> {
-        ensure_same_dtype(
-            input_tensor_list
-                .iter()
-                .chain(output_tensor_lists.iter().flatten()),
-        )?;
-        let Some(pg) = self.op_group(group, "all_gather_coalesced")? else {
-            return Ok(None);
-        };
-        let w = pg.all_gather_coalesced(
-            output_tensor_lists,
-            input_tensor_list,
-            &AllgatherOptions {
-                timeout: None,
-                async_op,
-            },
-        )?;
-        self.launched(&pg, w, async_op)
-    }
-
-    /// `gather(tensor, gather_list, dst, group, async_op, group_dst)`; root defaults to global 0.
-    ///
-    /// # Errors
-    /// "Argument ``gather_list`` must be specified on destination rank." / "... must NOT be
-    /// specified on non-destination ranks."; "tensors with different dtypes"; backend errors.
-    pub fn gather(
-        &self,
-        tensor: &Tensor,
-        gather_list: Option<&[Tensor]>,
-        dst: Option<usize>,
-        group: Option<&GroupMember>,
-        async_op: bool,
-        group_dst: Option<usize>,
-    ) -> Result<Option<Work>> {
-        let gl = gather_list.unwrap_or(&[]);
-        ensure_same_dtype([tensor].into_iter().chain(gl))?;
-        let Some(pg) = self.op_group(group, "gather")? else {
-            return Ok(None);
-        };
-        let root = self.root_or_global0(&pg, dst, group_dst)?;
-        let outputs = root_only_list(gl, root == pg.rank(), "gather_list", "destination")?;
-        self.gather_launch(&pg, &outputs, tensor, root, async_op)
-    }
-
-    /// `gather_single(tensor, gather_tensor, dst, group, async_op, group_dst)` (alias
-    /// `gather_into_tensor`): on the root, `gather_tensor` (world-size × `tensor` elements, flat
-    /// or stacked) receives every rank's `tensor` in group-rank order; elsewhere it is ignored.
-    ///
-    /// # Errors
-    /// "gather_tensor must be specified on the destination rank"; a wrongly sized
-    /// `gather_tensor`; "tensors with different dtypes"; backend errors.
-    pub fn gather_single(
-        &self,
-        tensor: &Tensor,
-        gather_tensor: Option<&Tensor>,
-        dst: Option<usize>,
-        group: Option<&GroupMember>,
-        async_op: bool,
-        group_dst: Option<usize>,
-    ) -> Result<Option<Work>> {
-        let Some(pg) = self.op_group(group, "gather_single")? else {
-            return Ok(None);
-        };
-        let root = self.root_or_global0(&pg, dst, group_dst)?;
-        let outputs = if root == pg.rank() {
-            let g = gather_tensor.ok_or_else(|| {
-                DistError::invalid("gather_tensor must be specified on the destination rank")
-            })?;
-            ensure_same_dtype([tensor, g])?;
-            let n = pg.size();
-            if g.numel() != n * tensor.numel() {
-                return Err(DistError::invalid(format!(
-                    "gather_tensor must hold world_size ({n}) copies of tensor ({} elements each), but has {} elements",
-                    tensor.numel(),
-                    g.numel()
-                )));
-            }
-            let views = g.reshape(&[g.numel()])?.chunk(n)?;
-            vec![views
-                .iter()
-                .map(|v| v.reshape(tensor.shape()))
-                .collect::<Result<Vec<_>>>()?]
-        } else {
-            Vec::new()
-        };
-        self.gather_launch(&pg, &outputs, tensor, root, async_op)
-    }
-
-    /// `gather_into_tensor`: alias of [`World::gather_single`].
-    ///
-    /// # Errors
-    /// As [`World::gather_single`].
-    pub fn gather_into_tensor(
-        &self,
-        tensor: &Tensor,
-        gather_tensor: Option<&Tensor>,
-        dst: Option<usize>,
-        group: Option<&GroupMember>,
-        async_op: bool,
-        group_dst: Option<usize>,
-    ) -> Result<Option<Work>> {
-        self.gather_single(tensor, gather_tensor, dst, group, async_op, group_dst)
-    }
-
-    /// `all_gather_single(output, input, group, async_op)`: alias of
-    /// [`World::all_gather_into_tensor`] (PyTorch 2.15's new name).
-    ///
-    /// # Errors
-    /// As [`World::all_gather_into_tensor`].
-    pub fn all_gather_single(
-        &self,
-        output: &Tensor,
-        input: &Tensor,
-        group: Option<&GroupMember>,
-        async_op: bool,
-    ) -> Result<Option<Work>> {
-        self.all_gather_into_tensor(output, input, group, async_op)
-    }
-
-    /// `reduce_scatter_single(output, input, op, group, async_op)`: alias of
-    /// [`World::reduce_scatter_tensor`] (PyTorch 2.15's new name).
-    ///
-    /// # Errors
-    /// As [`World::reduce_scatter_tensor`].
-    pub fn reduce_scatter_single(
-        &self,
-        output: &Tensor,
-        input: &Tensor,
-        op: ReduceOp,
-        group: Option<&GroupMember>,
-        async_op: bool,
-    ) -> Result<Option<Work>> {
-        self.reduce_scatter_tensor(output, input, op, group, async_op)
-    }
-
-    /// `scatter(tensor, scatter_list, src, group, async_op, group_src)`; root defaults to global 0.
-    ///
-    /// # Errors
-    /// "Argument ``scatter_list`` must be specified on source rank." / "Argument
-    /// ``scatter_list`` must NOT be specified on non-source ranks."; "tensors with different
-    /// dtypes"; backend errors.
-    pub fn scatter(
-        &self,
-        tensor: &Tensor,
-        scatter_list: Option<&[Tensor]>,
-        src: Option<usize>,
-        group: Option<&GroupMember>,
-        async_op: bool,
-        group_src: Option<usize>,
-    ) -> Result<Option<Work>> {
-        let sl = scatter_list.unwrap_or(&[]);
-        ensure_same_dtype([tensor].into_iter().chain(sl))?;
-        let Some(pg) = self.op_group(group, "scatter")? else {
-            return Ok(None);
-        };
-        let root = self.root_or_global0(&pg, src, group_src)?;
-        let inputs = root_only_list(sl, root == pg.rank(), "scatter_list", "source")?;
-        let w = pg.scatter(
-            std::slice::from_ref(tensor),
-            &inputs,
-            &ScatterOptions {
-                root_rank: root,
-                timeout: None,
-                async_op,
-            },
-        )?;
-        self.launched(&pg, w, async_op)
-    }
-
-    /// `reduce_scatter(output, input_list, op, group, async_op)`: rank r's `output` = op over
-    /// ranks of `input_list[r]`.
-    ///
-    /// # Errors
-    /// "tensors with different dtypes"; backend errors.
-    pub fn reduce_scatter(
-        &self,
-        output: &Tensor,
-        input_list: &[Tensor],
-        op: ReduceOp,
-        group: Option<&GroupMember>,
-        async_op: bool,
-    ) -> Result<Option<Work>> {
-        ensure_same_dtype([output].into_iter().chain(input_list))?;
-        let Some(pg) = self.op_group(group, "reduce_scatter")? else {
-            return Ok(None);
-        };
-        let opts = ReduceScatterOptions {
-            reduce_op: op,
-            timeout: None,
-            async_op,
-        };
-        let w = pg.reduce_scatter(std::slice::from_ref(output), &[input_list.to_vec()], &opts)?;
-        self.launched(&pg, w, async_op)
-    }
-
-    /// `reduce_scatter_tensor(output, input, op, group, async_op)`: `input` is group-size ×
-    /// `output` along dim 0.
-    ///
-    /// # Errors
-    /// "tensors with different dtypes"; backend errors.
-    pub fn reduce_scatter_tensor(
-        &self,
-        output: &Tensor,
-        input: &Tensor,
-        op: ReduceOp,
-        group: Option<&GroupMember>,
-        async_op: bool,
-    ) -> Result<Option<Work>> {
-        ensure_same_dtype([output, input])?;
-        let Some(pg) = self.op_group(group, "reduce_scatter_tensor")? else {
-            return Ok(None);
-        };
-        if self.defer_if_coalescing(&pg, || {
-            CollOp::ReduceScatterTensor(output.clone(), input.clone(), op)
-        }) {
-            return Ok(None);
-        }
-        let opts = ReduceScatterOptions {
-            reduce_op: op,
-            timeout: None,
-            async_op,
-        };
-        let w = pg.reduce_scatter_tensor(output, input, &opts)?;
-        self.launched(&pg, w, async_op)
-    }
-
-    /// `all_to_all(output_tensor_list, input_tensor_list, group, async_op)`: `outputs[j]`
-    /// receives rank j's `inputs[me]`.
-    ///
-    /// # Errors
-    /// "tensors with different dtypes"; backend errors.
-    pub fn all_to_all(
-        &self,
-        output_tensor_list: &[Tensor],
-        input_tensor_list: &[Tensor],
-        group: Option<&GroupMember>,
-        async_op: bool,
-    ) -> Result<Option<Work>> {
-        ensure_same_dtype(output_tensor_list.iter().chain(input_tensor_list))?;
-        let Some(pg) = self.op_group(group, "all_to_all")? else {
-            return Ok(None);
-        };
-        let w = pg.all_to_all(
-            output_tensor_list,
-            input_tensor_list,
-            &AllToAllOptions {
-                timeout: None,
-                async_op,
-            },
-        )?;
-        self.launched(&pg, w, async_op)
-    }
-
-    /// `all_to_all_single(output, input, output_split_sizes, input_split_sizes, group, async_op)`:
-    /// `None` splits = equal dim-0 splits.
-    ///
-    /// # Errors
-    /// "tensors with different dtypes"; backend errors.
-    pub fn all_to_all_single(
-        &self,
-        output: &Tensor,
-        input: &Tensor,
-        output_split_sizes: Option<&[usize]>,
-        input_split_sizes: Option<&[usize]>,
-        group: Option<&GroupMember>,
-        async_op: bool,
-    ) -> Result<Option<Work>> {
-        ensure_same_dtype([output, input])?;
-        let Some(pg) = self.op_group(group, "all_to_all_single")? else {
-            return Ok(None);
-        };
-        let w = pg.all_to_all_single(
-            output,
-            input,
-            output_split_sizes.unwrap_or(&[]),
-            input_split_sizes.unwrap_or(&[]),
-            &AllToAllOptions {
-                timeout: None,
-                async_op,
-            },
-        )?;
-        self.launched(&pg, w, async_op)
-    }
-
-    /// `barrier(group, async_op, device_ids)`.
-    ///
-    /// # Errors
-    /// Not initialized; the barrier's failure (timeout, dead peer).
-    pub fn barrier(
-        &self,
-        group: Option<&GroupMember>,
-        async_op: bool,
-        device_ids: Option<&[u32]>,
-    ) -> Result<Option<Work>> {
-        let Some(pg) = self.op_group(group, "barrier")? else {
-            return Ok(None);
-        };
-        // PyTorch: the first of `device_ids`, else the group's bound device, else its default.
-        let device = match device_ids.and_then(|d| d.first()) {
-            Some(&i) => Some(c10d_core::Device::Cuda(i)),
-            None => pg.bound_device_id(),
-        };
-        let opts = BarrierOptions {
-            device_ids: device_ids.map(|d| d.to_vec()).unwrap_or_default(),
-            timeout: None,
-            device,
-            async_op,
-        };
-        let w = pg.barrier(&opts)?;
-        self.launched(&pg, w, async_op)
-    }
-
-    /// `monitored_barrier(group, timeout, wait_all_ranks)`: a barrier through rank 0 that names
-    /// the ranks that did not arrive. Non-members return at once.
-    ///
-    /// # Errors
-    /// "Rank 1 failed to pass monitoredBarrier in 2000 ms" (rank 0), "Rank {r} successfully
-    /// reached monitoredBarrier, but received errors while waiting for send/recv from rank 0.
-    /// Please check rank 0 logs for faulty rank." (others); no CPU backend → "monitored_barrier
-    /// requires a group with a CPU-capable backend (e.g. GLOO).". A `None` timeout uses the
-    /// group backend's timeout (PyTorch uses the 30-min default regardless of the group's).
-    pub fn monitored_barrier(
-        &self,
-        group: Option<&GroupMember>,
-        timeout: Option<Duration>,
-        wait_all_ranks: bool,
-    ) -> Result<()> {
-        let Some(pg) = self.op_group(group, "monitored_barrier")? else {
-            return Ok(());
-        };
-        if pg.backend(c10d_core::DeviceType::Cpu).is_err() {
-            return Err(DistError::invalid(
-                "monitored_barrier requires a group with a CPU-capable backend (e.g. GLOO).",
-            ));
-        }
-        let opts = BarrierOptions {
-            timeout,
-            ..Default::default()
-        };
-        pg.monitored_barrier(&opts, wait_all_ranks)
-    }
-
-    fn p2p_peer(
+    pub(crate) fn p2p_peer(
         &self,
         pg: &ProcessGroup,
         global: Option<usize>,
@@ -939,12 +405,9 @@ impl World {
         Ok(peer)
     }
 
-    /// `isend(tensor, dst, group, tag, group_dst)`.
-    ///
-    /// # Errors
-    /// "Invalid destination rank: destination rank should not be the same as the rank of the
-    /// current process."; both or neither of `dst`/`group_dst`; backend errors.
-    pub fn isend(
+    /// `isend` with PyTorch's (`dst`, `group_dst`) pair (exactly one given), as
+    /// [`World::isend`] and [`P2POp`] take it.
+    pub(crate) fn isend_pair(
         &self,
         tensor: &Tensor,
         dst: Option<usize>,
@@ -961,30 +424,8 @@ impl World {
         Ok(Some(w))
     }
 
-    /// `send(tensor, dst, group, tag, group_dst)`: blocking [`World::isend`].
-    ///
-    /// # Errors
-    /// As [`World::isend`] plus the op's failure.
-    pub fn send(
-        &self,
-        tensor: &Tensor,
-        dst: Option<usize>,
-        group: Option<&GroupMember>,
-        tag: i64,
-        group_dst: Option<usize>,
-    ) -> Result<()> {
-        if let Some(w) = self.isend(tensor, dst, group, tag, group_dst)? {
-            w.wait()?;
-        }
-        Ok(())
-    }
-
-    /// `irecv(tensor, src, group, tag, group_src)`: `src` and `group_src` both `None` = any source
-    /// (see [`Work::source_rank`]).
-    ///
-    /// # Errors
-    /// "Invalid source rank: ..."; both `src` and `group_src`; backend errors.
-    pub fn irecv(
+    /// `irecv` with PyTorch's (`src`, `group_src`) pair (both `None` = any source).
+    pub(crate) fn irecv_pair(
         &self,
         tensor: &Tensor,
         src: Option<usize>,
@@ -1003,35 +444,6 @@ impl World {
         };
         self.record_work(&pg, &w);
         Ok(Some(w))
-    }
-
-    /// `recv(tensor, src, group, tag, group_src)`: blocking receive; returns the sender's
-    /// *global* rank, or −1 on a non-member.
-    ///
-    /// # Errors
-    /// As [`World::irecv`] plus the op's failure.
-    pub fn recv(
-        &self,
-        tensor: &Tensor,
-        src: Option<usize>,
-        group: Option<&GroupMember>,
-        tag: i64,
-        group_src: Option<usize>,
-    ) -> Result<i64> {
-        let Some(pg) = self.op_group(group, "recv")? else {
-            return Ok(-1);
-        };
-        let Some(w) = self.irecv(tensor, src, group, tag, group_src)? else {
-            return Ok(-1);
-        };
-        w.wait()?;
-        let group_src_rank = match (src, group_src) {
-            (None, None) => w.source_rank().ok_or_else(|| {
-                DistError::backend("recv from any source: backend did not report the source rank")
-            })?,
-            _ => self.group_rank_of(&pg, src, group_src)?,
-        };
-        Ok(self.get_global_rank(&pg, group_src_rank)? as i64)
     }
 
     /// `batch_isend_irecv(p2p_op_list)`: launches every op and returns their works (backends
@@ -1061,10 +473,10 @@ impl World {
         for p in p2p_op_list {
             let w = match p.op {
                 P2PKind::Isend => {
-                    self.isend(&p.tensor, p.peer, p.group.as_ref(), p.tag, p.group_peer)?
+                    self.isend_pair(&p.tensor, p.peer, p.group.as_ref(), p.tag, p.group_peer)?
                 }
                 P2PKind::Irecv => {
-                    self.irecv(&p.tensor, p.peer, p.group.as_ref(), p.tag, p.group_peer)?
+                    self.irecv_pair(&p.tensor, p.peer, p.group.as_ref(), p.tag, p.group_peer)?
                 }
             };
             works.extend(w);

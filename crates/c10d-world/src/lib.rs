@@ -15,16 +15,51 @@
 //! # fn main() -> c10d_core::Result<()> {
 //! dist::init_process_group(dist::InitOptions { backend: Some("gloo".into()), ..Default::default() })?;
 //! let t = Tensor::from_vec(vec![dist::get_rank(None)? as f32; 4]);
-//! dist::all_reduce(&t, ReduceOp::Sum, None, false)?;
+//! dist::all_reduce(&t).op(ReduceOp::Sum).run()?;
 //! dist::destroy_process_group(None)?;
 //! # Ok(()) }
 //! ```
+//!
+//! ## Call style
+//!
+//! Every collective is called the same way ([`call`]): PyTorch's required arguments are
+//! positional, each of its keyword arguments is a builder method of [`Collective`] with
+//! PyTorch's name, and the call ends in `.run()` (blocking, `async_op=False`) or `.start()`
+//! (a [`Work`], `async_op=True`):
+//!
+//! ```no_run
+//! # use c10d_world as dist;
+//! # use dist::{Rank, ReduceOp, Tensor};
+//! # fn main() -> c10d_core::Result<()> {
+//! # let (t, sub) = (Tensor::from_vec(vec![1.0f32; 4]), dist::new_group(None, Default::default())?);
+//! # let list: Vec<Tensor> = vec![];
+//! dist::all_reduce(&t).op(ReduceOp::Avg).group(&sub).run()?;
+//! let work = dist::all_reduce(&t).start()?;
+//! dist::broadcast(&t, 1).group(&sub).run()?; // src = global rank 1
+//! dist::broadcast(&t, Rank::Group(0)).group(&sub).run()?; // group_src = 0
+//! dist::gather(&t).gather_list(&list).dst(0).run()?;
+//! let sender: i64 = dist::recv(&t).tag(7).run()?; // any source
+//! # Ok(()) }
+//! ```
+//!
+//! Why this shape: PyTorch's Python signatures put up to six arguments in a row, most of them
+//! optional; as positional `Option`s (`broadcast(&x, Some(1), Some(&sub), false, None)`) a call
+//! does not say which is which, and a mistake compiles or yields an error about argument
+//! positions. Named methods make every keyword visible at the call site, let the defaults be
+//! left out, make a compile error name the argument (`no method named dst found for
+//! Collective<Broadcast>`), and give all ops one shape; a root is one [`Rank`] (global or
+//! group rank), so PyTorch's run-time error for giving both cannot happen.
 //!
 //! ## Departures from PyTorch
 //!
 //! - Ranks are `usize`; functions that return −1 for non-members in PyTorch (`get_rank`,
 //!   `get_world_size`, `recv`) return `i64`. Groups are passed as `Option<&GroupMember>`
-//!   (`None` = WORLD).
+//!   (`None` = WORLD), to collectives through `.group(..)`.
+//! - Collectives are builders (see "Call style"); a root is one [`Rank`] instead of PyTorch's
+//!   `src`/`group_src` pair. `.start()` on a non-member returns a completed [`Work`] where
+//!   PyTorch returns `None`. Every collective takes a `.timeout(..)` (PyTorch's C++ options
+//!   field; Python exposes it only on `monitored_barrier`). The object collectives keep
+//!   PyTorch's positional form.
 //! - An unknown single backend name fails at once with "Unknown backend ..." (PyTorch warns and
 //!   fails later at creation).
 //! - A failed `init_process_group` does not consume the WORLD name (PyTorch's counter stays at 1).
@@ -42,23 +77,27 @@
 //! - This build has no accelerator: "undefined"/no backend means `cpu:gloo`; `"nccl"` is
 //!   registered but unavailable.
 
+pub mod call;
 pub mod collectives;
 pub mod config;
 pub mod ddp;
 pub mod detail;
 mod gloo;
 pub mod objects;
+pub mod ops;
 pub mod panic_hook;
 pub mod shrink;
 pub mod store_backend;
 pub mod world;
 
+pub use call::{Collective, Rank};
 pub use collectives::{CoalescingManager, P2PKind, P2POp};
 pub use config::{
     default_timeout_for, get_default_backend_for_device, is_backend_available, is_gloo_available,
     is_nccl_available, register_backend, BackendConfig, BackendCreateArgs, BackendCreator,
 };
 pub use detail::{CollectiveFingerPrint, DetailWrapper};
+use ops::*;
 pub use world::{
     get_node_local_rank, hash_ranks_to_str, is_torchelastic_launched, store_based_barrier,
     EnvLookup, GroupMember, GroupOptions, InitOptions, PgOptions, SplitOptions, World,
@@ -245,305 +284,123 @@ pub fn set_timeout(timeout: Duration, group: Option<&ProcessGroup>) -> Result<()
 }
 
 /// [`World::all_reduce`] on the global world.
-///
-/// # Errors
-/// See [`World::all_reduce`].
-pub fn all_reduce(
-    tensor: &Tensor,
-    op: ReduceOp,
-    group: Option<&GroupMember>,
-    async_op: bool,
-) -> Result<Option<Work>> {
-    w().all_reduce(tensor, op, group, async_op)
+pub fn all_reduce<'a>(tensor: &'a Tensor) -> Collective<'a, AllReduce<'a>> {
+    w().all_reduce(tensor)
 }
 /// [`World::all_reduce_coalesced`] on the global world.
-///
-/// # Errors
-/// See [`World::all_reduce_coalesced`].
-pub fn all_reduce_coalesced(
-    tensors: &[Tensor],
-    op: ReduceOp,
-    group: Option<&GroupMember>,
-    async_op: bool,
-) -> Result<Option<Work>> {
-    w().all_reduce_coalesced(tensors, op, group, async_op)
+pub fn all_reduce_coalesced<'a>(tensors: &'a [Tensor]) -> Collective<'a, AllReduceCoalesced<'a>> {
+    w().all_reduce_coalesced(tensors)
 }
 /// [`World::broadcast`] on the global world.
-///
-/// # Errors
-/// See [`World::broadcast`].
-pub fn broadcast(
-    tensor: &Tensor,
-    src: Option<usize>,
-    group: Option<&GroupMember>,
-    async_op: bool,
-    group_src: Option<usize>,
-) -> Result<Option<Work>> {
-    w().broadcast(tensor, src, group, async_op, group_src)
+pub fn broadcast<'a>(tensor: &'a Tensor, src: impl Into<Rank>) -> Collective<'a, Broadcast<'a>> {
+    w().broadcast(tensor, src)
 }
 /// [`World::reduce`] on the global world.
-///
-/// # Errors
-/// See [`World::reduce`].
-pub fn reduce(
-    tensor: &Tensor,
-    dst: Option<usize>,
-    op: ReduceOp,
-    group: Option<&GroupMember>,
-    async_op: bool,
-    group_dst: Option<usize>,
-) -> Result<Option<Work>> {
-    w().reduce(tensor, dst, op, group, async_op, group_dst)
+pub fn reduce<'a>(tensor: &'a Tensor, dst: impl Into<Rank>) -> Collective<'a, Reduce<'a>> {
+    w().reduce(tensor, dst)
 }
 /// [`World::all_gather`] on the global world.
-///
-/// # Errors
-/// See [`World::all_gather`].
-pub fn all_gather(
-    tensor_list: &[Tensor],
-    tensor: &Tensor,
-    group: Option<&GroupMember>,
-    async_op: bool,
-) -> Result<Option<Work>> {
-    w().all_gather(tensor_list, tensor, group, async_op)
+pub fn all_gather<'a>(
+    tensor_list: &'a [Tensor],
+    tensor: &'a Tensor,
+) -> Collective<'a, AllGather<'a>> {
+    w().all_gather(tensor_list, tensor)
 }
 /// [`World::all_gather_into_tensor`] on the global world.
-///
-/// # Errors
-/// See [`World::all_gather_into_tensor`].
-pub fn all_gather_into_tensor(
-    output: &Tensor,
-    input: &Tensor,
-    group: Option<&GroupMember>,
-    async_op: bool,
-) -> Result<Option<Work>> {
-    w().all_gather_into_tensor(output, input, group, async_op)
-}
-/// [`World::all_gather_coalesced`] on the global world.
-///
-/// # Errors
-/// See [`World::all_gather_coalesced`].
-pub fn all_gather_coalesced(
-    outputs: &[Vec<Tensor>],
-    inputs: &[Tensor],
-    group: Option<&GroupMember>,
-    async_op: bool,
-) -> Result<Option<Work>> {
-    w().all_gather_coalesced(outputs, inputs, group, async_op)
-}
-/// [`World::gather`] on the global world.
-///
-/// # Errors
-/// See [`World::gather`].
-pub fn gather(
-    tensor: &Tensor,
-    gather_list: Option<&[Tensor]>,
-    dst: Option<usize>,
-    group: Option<&GroupMember>,
-    async_op: bool,
-    group_dst: Option<usize>,
-) -> Result<Option<Work>> {
-    w().gather(tensor, gather_list, dst, group, async_op, group_dst)
-}
-/// [`World::gather_single`] on the global world.
-///
-/// # Errors
-/// See [`World::gather_single`].
-pub fn gather_single(
-    tensor: &Tensor,
-    gather_tensor: Option<&Tensor>,
-    dst: Option<usize>,
-    group: Option<&GroupMember>,
-    async_op: bool,
-    group_dst: Option<usize>,
-) -> Result<Option<Work>> {
-    w().gather_single(tensor, gather_tensor, dst, group, async_op, group_dst)
-}
-/// [`World::gather_into_tensor`] on the global world.
-///
-/// # Errors
-/// See [`World::gather_single`].
-pub fn gather_into_tensor(
-    tensor: &Tensor,
-    gather_tensor: Option<&Tensor>,
-    dst: Option<usize>,
-    group: Option<&GroupMember>,
-    async_op: bool,
-    group_dst: Option<usize>,
-) -> Result<Option<Work>> {
-    w().gather_into_tensor(tensor, gather_tensor, dst, group, async_op, group_dst)
+pub fn all_gather_into_tensor<'a>(
+    output: &'a Tensor,
+    input: &'a Tensor,
+) -> Collective<'a, AllGatherIntoTensor<'a>> {
+    w().all_gather_into_tensor(output, input)
 }
 /// [`World::all_gather_single`] on the global world.
-///
-/// # Errors
-/// See [`World::all_gather_into_tensor`].
-pub fn all_gather_single(
-    output: &Tensor,
-    input: &Tensor,
-    group: Option<&GroupMember>,
-    async_op: bool,
-) -> Result<Option<Work>> {
-    w().all_gather_single(output, input, group, async_op)
+pub fn all_gather_single<'a>(
+    output: &'a Tensor,
+    input: &'a Tensor,
+) -> Collective<'a, AllGatherIntoTensor<'a>> {
+    w().all_gather_single(output, input)
 }
-/// [`World::reduce_scatter_single`] on the global world.
-///
-/// # Errors
-/// See [`World::reduce_scatter_tensor`].
-pub fn reduce_scatter_single(
-    output: &Tensor,
-    input: &Tensor,
-    op: ReduceOp,
-    group: Option<&GroupMember>,
-    async_op: bool,
-) -> Result<Option<Work>> {
-    w().reduce_scatter_single(output, input, op, group, async_op)
+/// [`World::all_gather_coalesced`] on the global world.
+pub fn all_gather_coalesced<'a>(
+    output_tensor_lists: &'a [Vec<Tensor>],
+    input_tensor_list: &'a [Tensor],
+) -> Collective<'a, AllGatherCoalesced<'a>> {
+    w().all_gather_coalesced(output_tensor_lists, input_tensor_list)
+}
+/// [`World::gather`] on the global world.
+pub fn gather<'a>(tensor: &'a Tensor) -> Collective<'a, Gather<'a>> {
+    w().gather(tensor)
+}
+/// [`World::gather_single`] on the global world.
+pub fn gather_single<'a>(tensor: &'a Tensor) -> Collective<'a, GatherSingle<'a>> {
+    w().gather_single(tensor)
+}
+/// [`World::gather_into_tensor`] on the global world.
+pub fn gather_into_tensor<'a>(tensor: &'a Tensor) -> Collective<'a, GatherSingle<'a>> {
+    w().gather_into_tensor(tensor)
 }
 /// [`World::scatter`] on the global world.
-///
-/// # Errors
-/// See [`World::scatter`].
-pub fn scatter(
-    tensor: &Tensor,
-    scatter_list: Option<&[Tensor]>,
-    src: Option<usize>,
-    group: Option<&GroupMember>,
-    async_op: bool,
-    group_src: Option<usize>,
-) -> Result<Option<Work>> {
-    w().scatter(tensor, scatter_list, src, group, async_op, group_src)
+pub fn scatter<'a>(tensor: &'a Tensor) -> Collective<'a, Scatter<'a>> {
+    w().scatter(tensor)
 }
 /// [`World::reduce_scatter`] on the global world.
-///
-/// # Errors
-/// See [`World::reduce_scatter`].
-pub fn reduce_scatter(
-    output: &Tensor,
-    input_list: &[Tensor],
-    op: ReduceOp,
-    group: Option<&GroupMember>,
-    async_op: bool,
-) -> Result<Option<Work>> {
-    w().reduce_scatter(output, input_list, op, group, async_op)
+pub fn reduce_scatter<'a>(
+    output: &'a Tensor,
+    input_list: &'a [Tensor],
+) -> Collective<'a, ReduceScatter<'a>> {
+    w().reduce_scatter(output, input_list)
 }
 /// [`World::reduce_scatter_tensor`] on the global world.
-///
-/// # Errors
-/// See [`World::reduce_scatter_tensor`].
-pub fn reduce_scatter_tensor(
-    output: &Tensor,
-    input: &Tensor,
-    op: ReduceOp,
-    group: Option<&GroupMember>,
-    async_op: bool,
-) -> Result<Option<Work>> {
-    w().reduce_scatter_tensor(output, input, op, group, async_op)
+pub fn reduce_scatter_tensor<'a>(
+    output: &'a Tensor,
+    input: &'a Tensor,
+) -> Collective<'a, ReduceScatterTensor<'a>> {
+    w().reduce_scatter_tensor(output, input)
+}
+/// [`World::reduce_scatter_single`] on the global world.
+pub fn reduce_scatter_single<'a>(
+    output: &'a Tensor,
+    input: &'a Tensor,
+) -> Collective<'a, ReduceScatterTensor<'a>> {
+    w().reduce_scatter_single(output, input)
 }
 /// [`World::all_to_all`] on the global world.
-///
-/// # Errors
-/// See [`World::all_to_all`].
-pub fn all_to_all(
-    outputs: &[Tensor],
-    inputs: &[Tensor],
-    group: Option<&GroupMember>,
-    async_op: bool,
-) -> Result<Option<Work>> {
-    w().all_to_all(outputs, inputs, group, async_op)
+pub fn all_to_all<'a>(
+    output_tensor_list: &'a [Tensor],
+    input_tensor_list: &'a [Tensor],
+) -> Collective<'a, AllToAll<'a>> {
+    w().all_to_all(output_tensor_list, input_tensor_list)
 }
 /// [`World::all_to_all_single`] on the global world.
-///
-/// # Errors
-/// See [`World::all_to_all_single`].
-pub fn all_to_all_single(
-    output: &Tensor,
-    input: &Tensor,
-    output_split_sizes: Option<&[usize]>,
-    input_split_sizes: Option<&[usize]>,
-    group: Option<&GroupMember>,
-    async_op: bool,
-) -> Result<Option<Work>> {
-    w().all_to_all_single(
-        output,
-        input,
-        output_split_sizes,
-        input_split_sizes,
-        group,
-        async_op,
-    )
+pub fn all_to_all_single<'a>(
+    output: &'a Tensor,
+    input: &'a Tensor,
+) -> Collective<'a, AllToAllSingle<'a>> {
+    w().all_to_all_single(output, input)
 }
 /// [`World::barrier`] on the global world.
-///
-/// # Errors
-/// See [`World::barrier`].
-pub fn barrier(
-    group: Option<&GroupMember>,
-    async_op: bool,
-    device_ids: Option<&[u32]>,
-) -> Result<Option<Work>> {
-    w().barrier(group, async_op, device_ids)
-}
-/// [`World::monitored_barrier`] on the global world.
-///
-/// # Errors
-/// See [`World::monitored_barrier`].
-pub fn monitored_barrier(
-    group: Option<&GroupMember>,
-    timeout: Option<Duration>,
-    wait_all_ranks: bool,
-) -> Result<()> {
-    w().monitored_barrier(group, timeout, wait_all_ranks)
+pub fn barrier<'a>() -> Collective<'a, Barrier<'a>> {
+    w().barrier()
 }
 /// [`World::send`] on the global world.
-///
-/// # Errors
-/// See [`World::send`].
-pub fn send(
-    tensor: &Tensor,
-    dst: Option<usize>,
-    group: Option<&GroupMember>,
-    tag: i64,
-    group_dst: Option<usize>,
-) -> Result<()> {
-    w().send(tensor, dst, group, tag, group_dst)
-}
-/// [`World::recv`] on the global world.
-///
-/// # Errors
-/// See [`World::recv`].
-pub fn recv(
-    tensor: &Tensor,
-    src: Option<usize>,
-    group: Option<&GroupMember>,
-    tag: i64,
-    group_src: Option<usize>,
-) -> Result<i64> {
-    w().recv(tensor, src, group, tag, group_src)
+pub fn send<'a>(tensor: &'a Tensor, dst: impl Into<Rank>) -> Collective<'a, SendTensor<'a>> {
+    w().send(tensor, dst)
 }
 /// [`World::isend`] on the global world.
-///
-/// # Errors
-/// See [`World::isend`].
-pub fn isend(
-    tensor: &Tensor,
-    dst: Option<usize>,
-    group: Option<&GroupMember>,
-    tag: i64,
-    group_dst: Option<usize>,
-) -> Result<Option<Work>> {
-    w().isend(tensor, dst, group, tag, group_dst)
+pub fn isend<'a>(tensor: &'a Tensor, dst: impl Into<Rank>) -> Collective<'a, SendTensor<'a>> {
+    w().isend(tensor, dst)
+}
+/// [`World::recv`] on the global world.
+pub fn recv<'a>(tensor: &'a Tensor) -> Collective<'a, RecvTensor<'a>> {
+    w().recv(tensor)
 }
 /// [`World::irecv`] on the global world.
-///
-/// # Errors
-/// See [`World::irecv`].
-pub fn irecv(
-    tensor: &Tensor,
-    src: Option<usize>,
-    group: Option<&GroupMember>,
-    tag: i64,
-    group_src: Option<usize>,
-) -> Result<Option<Work>> {
-    w().irecv(tensor, src, group, tag, group_src)
+pub fn irecv<'a>(tensor: &'a Tensor) -> Collective<'a, RecvTensor<'a>> {
+    w().irecv(tensor)
+}
+/// [`World::monitored_barrier`] on the global world.
+pub fn monitored_barrier() -> Collective<'static, MonitoredBarrier> {
+    w().monitored_barrier()
 }
 /// [`World::batch_isend_irecv`] on the global world.
 ///

@@ -12,6 +12,7 @@
 //! Every function takes the root as a global rank (`src`/`dst`) or a group rank
 //! (`group_src`/`group_dst`); non-members get a warning and return without communicating.
 
+use crate::call::Rank;
 use crate::world::{GroupMember, World};
 use c10d_core::{DType, DistError, Result, Tensor};
 use serde::de::DeserializeOwned;
@@ -87,7 +88,7 @@ impl World {
     fn all_gather_sizes(&self, g: &GroupMember, n: usize, mine: usize) -> Result<Vec<usize>> {
         let size = Tensor::from_vec(vec![mine as i64]);
         let sizes: Vec<Tensor> = (0..n).map(|_| Tensor::zeros(DType::I64, &[1])).collect();
-        self.all_gather(&sizes, &size, Some(g), false)?;
+        self.all_gather(&sizes, &size).group(g).run()?;
         peer_sizes(
             sizes
                 .iter()
@@ -116,7 +117,7 @@ impl World {
         let max = sizes.iter().copied().max().unwrap_or(0);
         let input = padded(bytes, max);
         let outs: Vec<Tensor> = (0..n).map(|_| Tensor::zeros(DType::U8, &[max])).collect();
-        self.all_gather(&outs, &input, Some(&g), false)?;
+        self.all_gather(&outs, &input).group(&g).run()?;
         decode_each(&outs, &sizes)
     }
 
@@ -144,10 +145,15 @@ impl World {
         let input = padded(bytes, max);
         if pg.rank() == root {
             let outs: Vec<Tensor> = (0..n).map(|_| Tensor::zeros(DType::U8, &[max])).collect();
-            self.gather(&input, Some(&outs), None, Some(&g), false, Some(root))?;
+            let dst = Rank::Group(root);
+            self.gather(&input)
+                .gather_list(&outs)
+                .dst(dst)
+                .group(&g)
+                .run()?;
             Ok(Some(decode_each(&outs, &sizes)?))
         } else {
-            self.gather(&input, None, None, Some(&g), false, Some(root))?;
+            self.gather(&input).dst(Rank::Group(root)).group(&g).run()?;
             Ok(None)
         }
     }
@@ -180,7 +186,7 @@ impl World {
         } else {
             Tensor::zeros(DType::I64, &[objs.len()])
         };
-        self.broadcast(&sizes, None, Some(&g), false, Some(root))?;
+        self.broadcast(&sizes, Rank::Group(root)).group(&g).run()?;
         let sizes = peer_sizes(sizes.to_vec::<i64>()?)?;
         let total: usize = sizes.iter().sum();
         let payload = if me {
@@ -188,7 +194,9 @@ impl World {
         } else {
             Tensor::zeros(DType::U8, &[total])
         };
-        self.broadcast(&payload, None, Some(&g), false, Some(root))?;
+        self.broadcast(&payload, Rank::Group(root))
+            .group(&g)
+            .run()?;
         if !me {
             decode_concat(&payload, &sizes, objs)?;
         }
@@ -232,27 +240,21 @@ impl World {
             .map(|b| b.len() as i64)
             .max()
             .unwrap_or(0)]);
-        self.broadcast(&max, None, Some(&g), false, Some(root))?;
+        self.broadcast(&max, Rank::Group(root)).group(&g).run()?;
         let max = peer_sizes(max.to_vec::<i64>()?)?[0];
         let out = Tensor::zeros(DType::U8, &[max]);
         let ins: Vec<Tensor> = encoded.into_iter().map(|b| padded(b, max)).collect();
-        self.scatter(
-            &out,
-            me.then_some(ins.as_slice()),
-            None,
-            Some(&g),
-            false,
-            Some(root),
-        )?;
+        let src = Rank::Group(root);
+        let ins: &[Tensor] = if me { &ins } else { &[] };
+        self.scatter(&out)
+            .scatter_list(ins)
+            .src(src)
+            .group(&g)
+            .run()?;
         let size_out = Tensor::zeros(DType::I64, &[1]);
-        self.scatter(
-            &size_out,
-            me.then_some(size_ins.as_slice()),
-            None,
-            Some(&g),
-            false,
-            Some(root),
-        )?;
+        let size_ins: &[Tensor] = if me { &size_ins } else { &[] };
+        let scatter = self.scatter(&size_out).scatter_list(size_ins);
+        scatter.src(src).group(&g).run()?;
         let s = peer_sizes(size_out.to_vec::<i64>()?)?[0];
         Ok(Some(out.read(|b: &[u8]| decode(&b[..s.min(b.len())]))??))
     }
@@ -274,14 +276,10 @@ impl World {
         let g = GroupMember::Group(pg.clone());
         let encoded: Vec<Vec<u8>> = objs.iter().map(encode).collect::<Result<_>>()?;
         let sizes = Tensor::from_vec(encoded.iter().map(|b| b.len() as i64).collect::<Vec<_>>());
-        self.send(&sizes, dst, Some(&g), 0, group_dst)?;
-        self.send(
-            &Tensor::from_vec(encoded.concat()),
-            dst,
-            Some(&g),
-            0,
-            group_dst,
-        )
+        let dst = Rank::from_pair(dst, group_dst)?;
+        self.send(&sizes, dst).group(&g).run()?;
+        let payload = Tensor::from_vec(encoded.concat());
+        self.send(&payload, dst).group(&g).run()
     }
 
     /// `recv_object_list(object_list, src, group, group_src)`: fills `objs` (same length as the
@@ -301,11 +299,15 @@ impl World {
         };
         let g = GroupMember::Group(pg.clone());
         let sizes = Tensor::zeros(DType::I64, &[objs.len()]);
-        let sender = self.recv(&sizes, src, Some(&g), 0, group_src)?;
+        let mut recv = self.recv(&sizes).group(&g);
+        if let Some(src) = Rank::optional_pair(src, group_src)? {
+            recv = recv.src(src);
+        }
+        let sender = recv.run()?;
         let sizes = peer_sizes(sizes.to_vec::<i64>()?)?;
         let payload = Tensor::zeros(DType::U8, &[sizes.iter().sum()]);
         let from = self.get_group_rank(&pg, sender as usize)?;
-        self.recv(&payload, None, Some(&g), 0, Some(from))?;
+        self.recv(&payload).src(Rank::Group(from)).group(&g).run()?;
         decode_concat(&payload, &sizes, objs)?;
         Ok(sender)
     }

@@ -2,8 +2,8 @@
 
 mod world_common;
 
-use c10d_core::{DType, ErrorKind, ReduceOp, Tensor};
-use c10d_world::{GroupOptions, World};
+use c10d_core::{DType, ErrorKind, Tensor};
+use c10d_world::{GroupMember, GroupOptions, World};
 use std::time::Duration;
 use world_common::*;
 
@@ -14,11 +14,11 @@ fn init_all_reduce_broadcast_barrier() {
         assert_eq!(w.get_world_size(None).unwrap(), 3);
         assert!(w.is_initialized());
         let t = Tensor::from_vec(vec![(r + 1) as f32; 4]);
-        w.all_reduce(&t, ReduceOp::Sum, None, false).unwrap();
+        w.all_reduce(&t).run().unwrap();
         let b = Tensor::from_vec(vec![r as i64 * 10; 2]);
-        let work = w.broadcast(&b, Some(2), None, true, None).unwrap().unwrap();
+        let work = w.broadcast(&b, 2).start().unwrap();
         work.wait().unwrap();
-        w.barrier(None, false, None).unwrap();
+        w.barrier().run().unwrap();
         (t.to_vec::<f32>().unwrap(), b.to_vec::<i64>().unwrap())
     });
     for (t, b) in out {
@@ -37,7 +37,7 @@ fn init_twice_and_not_initialized_errors() {
         "{e}"
     );
     let t = Tensor::zeros(DType::F32, &[1]);
-    assert!(w.all_reduce(&t, ReduceOp::Sum, None, false).is_err());
+    assert!(w.all_reduce(&t).run().is_err());
     register();
     let s = store();
     w.init_process_group(opts(&s, 0, 1)).unwrap();
@@ -47,10 +47,10 @@ fn init_twice_and_not_initialized_errors() {
         "trying to initialize the default process group twice!"
     );
     assert_eq!(e.kind(), ErrorKind::InvalidArgument);
-    w.all_reduce(&t, ReduceOp::Sum, None, false).unwrap();
+    w.all_reduce(&t).run().unwrap();
     w.destroy_process_group(None).unwrap();
     assert!(!w.is_initialized());
-    let e = w.all_reduce(&t, ReduceOp::Sum, None, false).unwrap_err();
+    let e = w.all_reduce(&t).run().unwrap_err();
     assert!(e.to_string().contains("has not been initialized"), "{e}");
     // re-init with a fresh store works, counter reset: WORLD is "0" again.
     let s2 = store();
@@ -135,7 +135,9 @@ fn mixed_backend_config_registers_one_backend_per_device() {
         assert_eq!(g.backend(DeviceType::Cuda).unwrap().name(), "storex");
         // CPU tensors go to the cpu backend
         let t = Tensor::from_vec(vec![r as u8 + 1]);
-        w.all_reduce(&t, ReduceOp::Sum, Some(&g.clone().into()), false)
+        w.all_reduce(&t)
+            .group(&GroupMember::from(g.clone()))
+            .run()
             .unwrap();
         t.to_vec::<u8>().unwrap()[0]
     });

@@ -4,7 +4,7 @@
 mod world_common;
 
 use c10d_core::{c32, DType, DebugLevel, ErrorKind, ReduceOp, Tensor};
-use c10d_world::{GroupMember, GroupOptions, P2POp};
+use c10d_world::{GroupMember, GroupOptions, P2POp, Rank};
 use world_common::*;
 
 #[test]
@@ -12,21 +12,15 @@ fn python_layer_checks() {
     run(2, |w, r| {
         let f = Tensor::from_vec(vec![1.0f32; 2]);
         let d = Tensor::from_vec(vec![1.0f64; 2]);
-        let e = w
-            .all_gather(&[f.clone(), d.clone()], &f, None, false)
-            .unwrap_err();
+        let e = w.all_gather(&[f.clone(), d.clone()], &f).run().unwrap_err();
         assert!(
             e.to_string().contains("tensors with different dtypes"),
             "{e}"
         );
         assert_eq!(e.kind(), ErrorKind::InvalidArgument);
         let e = w
-            .all_to_all(
-                &[f.clone(), d.clone()],
-                &[f.clone(), f.clone()],
-                None,
-                false,
-            )
+            .all_to_all(&[f.clone(), d.clone()], &[f.clone(), f.clone()])
+            .run()
             .unwrap_err();
         assert!(
             e.to_string().contains("tensors with different dtypes"),
@@ -34,25 +28,21 @@ fn python_layer_checks() {
         );
         // complex and its real dtype mix is allowed by the check
         let c = Tensor::from_vec(vec![c32 { re: 1.0, im: 2.0 }]);
-        let e = w.all_reduce(&c, ReduceOp::Max, None, false).unwrap_err();
+        let e = w.all_reduce(&c).op(ReduceOp::Max).run().unwrap_err();
         assert!(
             e.to_string()
                 .contains("all_reduce does not support ReduceOp.MAX on complex tensors"),
             "{e}"
         );
-        w.all_reduce(&c, ReduceOp::Sum, None, false).unwrap();
+        w.all_reduce(&c).run().unwrap();
         // scatter_list rules
         let out = Tensor::zeros(DType::F32, &[2]);
         let list = vec![f.clone(), f.clone()];
         let e = w
-            .scatter(
-                &out,
-                if r == 1 { Some(&list) } else { None },
-                Some(0),
-                None,
-                false,
-                None,
-            )
+            .scatter(&out)
+            .scatter_list(if r == 1 { &list } else { &[] })
+            .src(0)
+            .run()
             .unwrap_err();
         let expect = if r == 0 {
             "Argument ``scatter_list`` must be specified on source rank."
@@ -61,42 +51,42 @@ fn python_layer_checks() {
         };
         assert_eq!(e.to_string(), expect);
         let e = w
-            .gather(
-                &f,
-                if r == 1 { Some(&list) } else { None },
-                Some(0),
-                None,
-                false,
-                None,
-            )
+            .gather(&f)
+            .gather_list(if r == 1 { &list } else { &[] })
+            .dst(0)
+            .run()
             .unwrap_err();
         assert!(
             e.to_string().contains("Argument ``gather_list`` must"),
             "{e}"
         );
-        // both / neither root
-        let e = w.broadcast(&f, Some(0), None, false, Some(0)).unwrap_err();
+        // both / neither root: a `Rank` is one of the two, so only PyTorch's optional pairs
+        // (P2POp, the object collectives) can still give both or neither
+        let e = Rank::from_pair(Some(0), Some(0)).unwrap_err();
         assert_eq!(
             e.to_string(),
             "Can't specify both group_rank and global_rank"
         );
-        let e = w.broadcast(&f, None, None, false, None).unwrap_err();
+        let e = Rank::from_pair(None, None).unwrap_err();
+        assert_eq!(e.to_string(), "Must specify global_rank or group_rank");
+        let e = w.send_object_list(&[1u8], None, None, None).unwrap_err();
         assert_eq!(e.to_string(), "Must specify global_rank or group_rank");
         // send to self
-        let e = w.send(&f, Some(r), None, 0, None).unwrap_err();
+        let e = w.send(&f, r).run().unwrap_err();
         assert!(
             e.to_string()
                 .starts_with("Invalid destination rank: destination rank should not be the same"),
             "{e}"
         );
-        let e = w.recv(&f, None, None, 0, Some(r)).unwrap_err();
+        let e = w.recv(&f).src(Rank::Group(r)).run().unwrap_err();
         assert!(e.to_string().starts_with("Invalid source rank"), "{e}");
-        let e = w.isend(&f, Some(1 - r), None, 0, Some(1 - r)).unwrap_err();
+        let both = P2POp::new("isend", f.clone(), Some(1 - r), None, 0, Some(1 - r)).unwrap();
+        let e = w.batch_isend_irecv(&[both]).unwrap_err();
         assert_eq!(
             e.to_string(),
             "Can't specify both group_rank and global_rank"
         );
-        w.barrier(None, false, None).unwrap();
+        w.barrier().run().unwrap();
     });
 }
 
@@ -107,29 +97,21 @@ fn all_ops_route_data() {
         // all_gather / into_tensor
         let t = Tensor::from_vec(vec![r as i32; 2]);
         let outs: Vec<Tensor> = (0..n).map(|_| Tensor::zeros(DType::I32, &[2])).collect();
-        w.all_gather(&outs, &t, None, false).unwrap();
+        w.all_gather(&outs, &t).run().unwrap();
         let flat = Tensor::zeros(DType::I32, &[6]);
-        w.all_gather_into_tensor(&flat, &t, None, false).unwrap();
+        w.all_gather_into_tensor(&flat, &t).run().unwrap();
         assert_eq!(flat.to_vec::<i32>().unwrap(), vec![0, 0, 1, 1, 2, 2]);
         assert_eq!(outs[2].to_vec::<i32>().unwrap(), vec![2, 2]);
         // reduce to 1
         let x = Tensor::from_vec(vec![(r + 1) as i64]);
-        w.reduce(&x, Some(1), ReduceOp::Product, None, false, None)
-            .unwrap();
+        w.reduce(&x, 1).op(ReduceOp::Product).run().unwrap();
         if r == 1 {
             assert_eq!(x.to_vec::<i64>().unwrap(), vec![6]);
         }
         // gather / scatter
         let g: Vec<Tensor> = (0..n).map(|_| Tensor::zeros(DType::I32, &[2])).collect();
-        w.gather(
-            &t,
-            (r == 2).then_some(g.as_slice()),
-            Some(2),
-            None,
-            false,
-            None,
-        )
-        .unwrap();
+        let gather_list: &[Tensor] = if r == 2 { &g } else { &[] };
+        w.gather(&t).gather_list(gather_list).dst(2).run().unwrap();
         if r == 2 {
             assert_eq!(g[1].to_vec::<i32>().unwrap(), vec![1, 1]);
         }
@@ -137,28 +119,22 @@ fn all_ops_route_data() {
             .map(|i| Tensor::from_vec(vec![i as i32 * 7; 2]))
             .collect();
         let so = Tensor::zeros(DType::I32, &[2]);
-        w.scatter(
-            &so,
-            (r == 0).then_some(sl.as_slice()),
-            None,
-            None,
-            false,
-            None,
-        )
-        .unwrap();
+        let scatter_list: &[Tensor] = if r == 0 { &sl } else { &[] };
+        w.scatter(&so).scatter_list(scatter_list).run().unwrap();
         assert_eq!(so.to_vec::<i32>().unwrap(), vec![r as i32 * 7; 2]);
         // reduce_scatter: chunk i on rank r holds r+i+1
         let ins: Vec<Tensor> = (0..n)
             .map(|i| Tensor::from_vec(vec![(r + i + 1) as f32; 5]))
             .collect();
         let rs = Tensor::zeros(DType::F32, &[5]);
-        w.reduce_scatter(&rs, &ins, ReduceOp::Sum, None, false)
-            .unwrap();
+        w.reduce_scatter(&rs, &ins).run().unwrap();
         let expect: f32 = (0..n).map(|k| (k + r + 1) as f32).sum();
         assert_eq!(rs.to_vec::<f32>().unwrap(), vec![expect; 5]);
         let big = Tensor::from_vec((0..6).map(|i| (i + r) as f32).collect::<Vec<_>>());
         let small = Tensor::zeros(DType::F32, &[2]);
-        w.reduce_scatter_tensor(&small, &big, ReduceOp::Max, None, false)
+        w.reduce_scatter_tensor(&small, &big)
+            .op(ReduceOp::Max)
+            .run()
             .unwrap();
         assert_eq!(
             small.to_vec::<f32>().unwrap(),
@@ -169,7 +145,7 @@ fn all_ops_route_data() {
             .map(|j| Tensor::from_vec(vec![(r * 100 + j) as i64]))
             .collect();
         let ao: Vec<Tensor> = (0..n).map(|_| Tensor::zeros(DType::I64, &[1])).collect();
-        w.all_to_all(&ao, &ai, None, false).unwrap();
+        w.all_to_all(&ao, &ai).run().unwrap();
         let got: Vec<i64> = ao.iter().map(|t| t.to_vec::<i64>().unwrap()[0]).collect();
         assert_eq!(
             got,
@@ -180,22 +156,18 @@ fn all_ops_route_data() {
         let input = Tensor::from_vec(vec![r as i64; in_splits.iter().sum()]);
         let out_splits = vec![r + 1; n];
         let output = Tensor::zeros(DType::I64, &[(r + 1) * n]);
-        w.all_to_all_single(
-            &output,
-            &input,
-            Some(&out_splits),
-            Some(&in_splits),
-            None,
-            false,
-        )
-        .unwrap();
+        w.all_to_all_single(&output, &input)
+            .output_split_sizes(&out_splits)
+            .input_split_sizes(&in_splits)
+            .run()
+            .unwrap();
         // coalesced all_reduce through the coalescing manager
         let a = Tensor::from_vec(vec![1.0f64; 3]);
         let b = Tensor::from_vec(vec![2.0f64; 2]);
         let (_, cm) = w
             .coalescing_manager(None, true, || {
-                w.all_reduce(&a, ReduceOp::Sum, None, false)?;
-                w.all_reduce(&b, ReduceOp::Sum, None, false)?;
+                w.all_reduce(&a).run()?;
+                w.all_reduce(&b).run()?;
                 Ok(())
             })
             .unwrap();
@@ -243,10 +215,10 @@ fn p2p_and_batch_isend_irecv() {
         // blocking send/recv 0 -> 2 with a group rank
         let t = Tensor::from_vec(vec![42.0f32]);
         if r == 0 {
-            w.send(&t, None, None, 3, Some(2)).unwrap();
+            w.send(&t, Rank::Group(2)).tag(3).run().unwrap();
         } else if r == 2 {
             let z = Tensor::zeros(DType::F32, &[1]);
-            assert_eq!(w.recv(&z, Some(0), None, 3, None).unwrap(), 0);
+            assert_eq!(w.recv(&z).src(0).tag(3).run().unwrap(), 0);
             assert_eq!(z.to_vec::<f32>().unwrap(), vec![42.0]);
         }
         recv.to_vec::<i64>().unwrap()[0]
@@ -321,8 +293,8 @@ fn detail_passes_matching_collectives() {
     let out = run_with(2, detail_setup, |w, r| {
         assert_eq!(w.get_debug_level().unwrap(), DebugLevel::Detail);
         let t = Tensor::from_vec(vec![r as f32 + 1.0; 2]);
-        w.all_reduce(&t, ReduceOp::Sum, None, false).unwrap();
-        w.barrier(None, false, None).unwrap();
+        w.all_reduce(&t).run().unwrap();
+        w.barrier().run().unwrap();
         t.to_vec::<f32>().unwrap()
     });
     assert_eq!(out[0], vec![3.0, 3.0]);
@@ -332,22 +304,13 @@ fn detail_passes_matching_collectives() {
 fn detail_reports_op_mismatch() {
     let out = run_with(2, detail_setup, |w, r| {
         let e = if r == 0 {
-            w.all_reduce(
-                &Tensor::from_vec(vec![1.0f32; 2]),
-                ReduceOp::Sum,
-                None,
-                false,
-            )
-            .unwrap_err()
+            w.all_reduce(&Tensor::from_vec(vec![1.0f32; 2]))
+                .run()
+                .unwrap_err()
         } else {
-            w.broadcast(
-                &Tensor::from_vec(vec![1.0f32; 2]),
-                Some(0),
-                None,
-                false,
-                None,
-            )
-            .unwrap_err()
+            w.broadcast(&Tensor::from_vec(vec![1.0f32; 2]), 0)
+                .run()
+                .unwrap_err()
         };
         e.to_string()
     });
@@ -384,28 +347,19 @@ fn detail_reports_shape_and_dtype_mismatch() {
         } else {
             Tensor::from_vec(vec![1.0f32; 3])
         };
-        let shape = w
-            .all_reduce(&t, ReduceOp::Sum, None, false)
-            .unwrap_err()
-            .to_string();
+        let shape = w.all_reduce(&t).run().unwrap_err().to_string();
         let t = if r == 0 {
             Tensor::from_vec(vec![1.0f64; 2])
         } else {
             Tensor::from_vec(vec![1.0f32; 2])
         };
-        let dtype = w
-            .all_reduce(&t, ReduceOp::Sum, None, false)
-            .unwrap_err()
-            .to_string();
+        let dtype = w.all_reduce(&t).run().unwrap_err().to_string();
         let t = if r == 0 {
             Tensor::zeros(DType::I64, &[2, 2])
         } else {
             Tensor::zeros(DType::I64, &[4])
         };
-        let ndim = w
-            .all_reduce(&t, ReduceOp::Sum, None, false)
-            .unwrap_err()
-            .to_string();
+        let ndim = w.all_reduce(&t).run().unwrap_err().to_string();
         (shape, dtype, ndim)
     });
     assert!(
@@ -451,35 +405,26 @@ fn detail_catches_more_op_pairs() {
     let out = run_with(2, detail_setup, |w, r| {
         // reduce vs barrier
         let e1 = if r == 0 {
-            w.reduce(
-                &Tensor::from_vec(vec![1i64; 2]),
-                Some(0),
-                ReduceOp::Sum,
-                None,
-                false,
-                None,
-            )
-            .unwrap_err()
+            w.reduce(&Tensor::from_vec(vec![1i64; 2]), 0)
+                .run()
+                .unwrap_err()
         } else {
-            w.barrier(None, false, None).unwrap_err()
+            w.barrier().run().unwrap_err()
         };
         // _allgather_base vs _reduce_scatter_base
         let e2 = if r == 0 {
             w.all_gather_into_tensor(
                 &Tensor::zeros(DType::F32, &[4]),
                 &Tensor::zeros(DType::F32, &[2]),
-                None,
-                false,
             )
+            .run()
             .unwrap_err()
         } else {
             w.reduce_scatter_tensor(
                 &Tensor::zeros(DType::F32, &[2]),
                 &Tensor::zeros(DType::F32, &[4]),
-                ReduceOp::Sum,
-                None,
-                false,
             )
+            .run()
             .unwrap_err()
         };
         // scatter with different output shapes
@@ -493,14 +438,10 @@ fn detail_catches_more_op_pairs() {
             Tensor::zeros(DType::F32, &[2]),
         ];
         let e3 = w
-            .scatter(
-                &out,
-                (r == 0).then_some(list.as_slice()),
-                Some(0),
-                None,
-                false,
-                None,
-            )
+            .scatter(&out)
+            .scatter_list(if r == 0 { &list } else { &[] })
+            .src(0)
+            .run()
             .unwrap_err();
         (e1.to_string(), e2.to_string(), e3.to_string())
     });
@@ -532,28 +473,31 @@ fn single_tensor_variants() {
         let t = Tensor::from_vec_shaped(vec![r as i16; 4], &[2, 2]).unwrap();
         // stacked output on the root, group rank given
         let g = Tensor::zeros(DType::I16, &[3, 2, 2]);
-        w.gather_single(&t, (r == 1).then_some(&g), None, None, false, Some(1))
-            .unwrap();
+        let mut gather = w.gather_single(&t).dst(Rank::Group(1));
         if r == 1 {
-            let e = w
-                .gather_into_tensor(&t, None, Some(1), None, false, None)
-                .unwrap_err();
+            gather = gather.gather_tensor(&g);
+        }
+        gather.run().unwrap();
+        if r == 1 {
+            let e = w.gather_into_tensor(&t).dst(1).run().unwrap_err();
             assert_eq!(
                 e.to_string(),
                 "gather_tensor must be specified on the destination rank"
             );
             let bad = Tensor::zeros(DType::I16, &[5]);
             assert!(w
-                .gather_into_tensor(&t, Some(&bad), Some(1), None, false, None)
+                .gather_into_tensor(&t)
+                .dst(1)
+                .gather_tensor(&bad)
+                .run()
                 .unwrap_err()
                 .to_string()
                 .contains("world_size (3)"));
         }
         let ag = Tensor::zeros(DType::I16, &[12]);
-        w.all_gather_single(&ag, &t, None, false).unwrap();
+        w.all_gather_single(&ag, &t).run().unwrap();
         let rs = Tensor::zeros(DType::I16, &[4]);
-        w.reduce_scatter_single(&rs, &ag, ReduceOp::Sum, None, false)
-            .unwrap();
+        w.reduce_scatter_single(&rs, &ag).run().unwrap();
         (
             g.to_vec::<i16>().unwrap(),
             ag.to_vec::<i16>().unwrap(),
@@ -578,24 +522,32 @@ fn coalescing_manager_fast_paths_and_mixed_ops() {
             Tensor::zeros(DType::I32, &[6]),
         );
         w.coalescing_manager(None, false, || {
-            w.all_gather_into_tensor(&o1, &i1, None, false)?;
-            w.all_gather_into_tensor(&o2, &i2, None, false)
+            w.all_gather_into_tensor(&o1, &i1).run()?;
+            w.all_gather_into_tensor(&o2, &i2).run()
         })
         .unwrap();
         let big = Tensor::from_vec(vec![1.0f32; 4]);
         let small = Tensor::zeros(DType::F32, &[2]);
-        let (_, cm) = w
+        let (recorded, cm) = w
             .coalescing_manager(None, true, || {
-                w.reduce_scatter_tensor(&small, &big, ReduceOp::Avg, None, true)
+                w.reduce_scatter_tensor(&small, &big)
+                    .op(ReduceOp::Avg)
+                    .start()
             })
             .unwrap();
         assert_eq!(cm.works.len(), 1);
+        // PyTorch's _IllegalWork: the recorded op's own work cannot be waited on
+        let e = recorded.wait().unwrap_err().to_string();
+        assert!(
+            e.starts_with("Illegal to call wait in IllegalWork class"),
+            "{e}"
+        );
         cm.wait().unwrap();
         let a = Tensor::from_vec(vec![1.0f32]);
         let e = w
             .coalescing_manager(None, false, || {
-                w.all_reduce(&a, ReduceOp::Sum, None, false)?;
-                w.all_gather_into_tensor(&o1, &i1, None, false)
+                w.all_reduce(&a).run()?;
+                w.all_gather_into_tensor(&o1, &i1).run()
             })
             .unwrap_err();
         assert_eq!(
@@ -603,7 +555,7 @@ fn coalescing_manager_fast_paths_and_mixed_ops() {
             "Coalescing manager does not support fast-path coalescing of all_reduce, yet all_gather_into_tensor is still recorded in coalescing manager."
         );
         // the World is usable afterwards
-        w.all_reduce(&a, ReduceOp::Sum, None, false).unwrap();
+        w.all_reduce(&a).run().unwrap();
         (
             o1.to_vec::<i32>().unwrap(),
             o2.to_vec::<i32>().unwrap(),
@@ -681,8 +633,8 @@ fn coalescing_manager_falls_back_to_single_ops() {
         );
         let (_, cm) = w
             .coalescing_manager(Some(&g), true, || {
-                w.all_reduce(&a, ReduceOp::Sum, Some(&g), false)?;
-                w.all_reduce(&b, ReduceOp::Sum, Some(&g), false)
+                w.all_reduce(&a).group(&g).run()?;
+                w.all_reduce(&b).group(&g).run()
             })
             .unwrap();
         assert_eq!(
@@ -692,7 +644,9 @@ fn coalescing_manager_falls_back_to_single_ops() {
         );
         cm.wait().unwrap();
         let e = w
-            .all_reduce_coalesced(std::slice::from_ref(&a), ReduceOp::Sum, Some(&g), false)
+            .all_reduce_coalesced(std::slice::from_ref(&a))
+            .group(&g)
+            .run()
             .unwrap_err();
         assert_eq!(
             e.to_string(),
@@ -719,11 +673,7 @@ fn detail_checks_split_groups_too() {
             } else {
                 Tensor::zeros(DType::F32, &[5])
             };
-            Some(
-                w.all_reduce(&t, ReduceOp::Sum, Some(&g), false)
-                    .unwrap_err()
-                    .to_string(),
-            )
+            Some(w.all_reduce(&t).group(&g).run().unwrap_err().to_string())
         } else {
             None
         }

@@ -1,7 +1,7 @@
 //! The free functions on the process-wide World (one rank, gloo), and the `[rank{N}]:` panic
 //! prefix (checked in a child process running this test binary).
 
-use c10d_core::{DType, ReduceOp, Tensor};
+use c10d_core::{DType, Tensor};
 use c10d_store::{HashStore, Store};
 use c10d_world as dist;
 use std::sync::Arc;
@@ -32,9 +32,9 @@ fn free_functions_on_the_global_world() {
     assert_eq!(dist::get_world_size(None).unwrap(), 1);
     assert_eq!(dist::get_backend(None).unwrap(), "gloo");
     let t = Tensor::from_vec(vec![2.5f32; 3]);
-    dist::all_reduce(&t, ReduceOp::Sum, None, false).unwrap();
-    dist::broadcast(&t, Some(0), None, false, None).unwrap();
-    dist::barrier(None, false, None).unwrap();
+    dist::all_reduce(&t).run().unwrap();
+    dist::broadcast(&t, 0).run().unwrap();
+    dist::barrier().run().unwrap();
     assert_eq!(t.to_vec::<f32>().unwrap(), vec![2.5; 3]);
     let g = dist::new_group(Some(&[0]), dist::GroupOptions::default()).unwrap();
     assert_eq!(g.group().unwrap().group_name(), "1");
@@ -42,7 +42,10 @@ fn free_functions_on_the_global_world() {
         .unwrap()
         .ptr_eq(g.group().unwrap()));
     let out = Tensor::zeros(DType::F32, &[3]);
-    dist::all_gather_into_tensor(&out, &t, Some(&g), false).unwrap();
+    dist::all_gather_into_tensor(&out, &t)
+        .group(&g)
+        .run()
+        .unwrap();
     assert_eq!(
         dist::all_gather_object(&"hi".to_string(), None).unwrap(),
         vec!["hi".to_string()]

@@ -9,7 +9,7 @@
 mod world_common;
 
 use c10d_core::{DType, DebugLevel, ReduceOp, Tensor};
-use c10d_world::{GroupOptions, InitOptions, SplitOptions, World};
+use c10d_world::{GroupOptions, InitOptions, Rank, SplitOptions, World};
 use std::sync::Arc;
 use std::time::Duration;
 use world_common::store;
@@ -69,38 +69,40 @@ fn gloo_world_collectives_and_groups() {
             assert_eq!(w.get_backend(None).unwrap(), "gloo");
             assert_eq!(w.get_backend_config(None).unwrap(), "cpu:gloo,cuda:gloo");
             let t = Tensor::from_vec(vec![(r + 1) as f32; 8]);
-            w.all_reduce(&t, ReduceOp::Sum, None, false).unwrap();
+            w.all_reduce(&t).run().unwrap();
             assert_eq!(t.to_vec::<f32>().unwrap(), vec![6.0; 8]);
             let g = w.new_group(Some(&[0, 2]), GroupOptions::default()).unwrap();
             if r != 1 {
                 let x = Tensor::from_vec(vec![r as i64]);
-                w.all_reduce(&x, ReduceOp::Max, Some(&g), false).unwrap();
+                w.all_reduce(&x).op(ReduceOp::Max).group(&g).run().unwrap();
                 assert_eq!(x.to_vec::<i64>().unwrap(), vec![2]);
             }
             let s = w
                 .split_group(None, &[vec![2, 1], vec![0]], SplitOptions::default())
                 .unwrap();
             let y = Tensor::from_vec(vec![r as i32]);
-            w.broadcast(&y, None, Some(&s), false, Some(0)).unwrap();
-            w.monitored_barrier(None, Some(Duration::from_secs(10)), true)
+            w.broadcast(&y, Rank::Group(0)).group(&s).run().unwrap();
+            w.monitored_barrier()
+                .timeout(Duration::from_secs(10))
+                .wait_all_ranks(true)
+                .run()
                 .unwrap();
             // gather into one tensor: disjoint views of one storage as gather outputs
             let gt = Tensor::zeros(DType::I64, &[3, 2]);
-            w.gather_single(
-                &Tensor::from_vec(vec![r as i64; 2]),
-                (r == 2).then_some(&gt),
-                Some(2),
-                None,
-                false,
-                None,
-            )
-            .unwrap();
+            let mine = Tensor::from_vec(vec![r as i64; 2]);
+            let gather = w.gather_single(&mine).dst(2);
+            let gather = if r == 2 {
+                gather.gather_tensor(&gt)
+            } else {
+                gather
+            };
+            gather.run().unwrap();
             if r == 2 {
                 assert_eq!(gt.to_vec::<i64>().unwrap(), vec![0, 0, 1, 1, 2, 2]);
             }
             let objs: Vec<String> = w.all_gather_object(&format!("rank{r}"), None).unwrap();
             assert_eq!(objs, vec!["rank0", "rank1", "rank2"]);
-            w.barrier(None, false, None).unwrap();
+            w.barrier().run().unwrap();
             y.to_vec::<i32>().unwrap()[0]
         },
     );
@@ -114,15 +116,13 @@ fn gloo_detail_mode_uses_a_gloo_helper() {
         |w| w.set_debug_level(DebugLevel::Detail),
         |w, r| {
             let t = Tensor::from_vec(vec![1.0f32; 2]);
-            w.all_reduce(&t, ReduceOp::Sum, None, false).unwrap();
+            w.all_reduce(&t).run().unwrap();
             let bad = if r == 0 {
                 Tensor::zeros(DType::F32, &[2])
             } else {
                 Tensor::zeros(DType::F32, &[3])
             };
-            w.all_reduce(&bad, ReduceOp::Sum, None, false)
-                .unwrap_err()
-                .to_string()
+            w.all_reduce(&bad).run().unwrap_err().to_string()
         },
     );
     assert!(
@@ -155,7 +155,7 @@ fn file_init_method() {
                 .unwrap();
                 assert_eq!(w.init_method().as_deref(), Some(url.as_str()));
                 let t = Tensor::from_vec(vec![r as f64 + 1.0]);
-                w.all_reduce(&t, ReduceOp::Sum, None, false).unwrap();
+                w.all_reduce(&t).run().unwrap();
                 let ds = w.default_store().unwrap();
                 c10d_store::store_barrier(ds.as_ref(), "end", 2, Duration::from_secs(60)).unwrap();
                 w.destroy_process_group(None).unwrap();
@@ -188,11 +188,7 @@ fn gloo_detail_names_a_rank_that_never_arrives() {
                 .unwrap();
                 let out = if r == 0 {
                     let t = Tensor::from_vec(vec![1.0f32; 2]);
-                    Some(
-                        w.all_reduce(&t, ReduceOp::Sum, None, false)
-                            .unwrap_err()
-                            .to_string(),
-                    )
+                    Some(w.all_reduce(&t).run().unwrap_err().to_string())
                 } else {
                     std::thread::sleep(Duration::from_secs(6));
                     None
@@ -217,12 +213,10 @@ fn sequence_numbers_advance_per_collective() {
         |w, r| {
             assert_eq!(w.get_sequence_number_for_group(None).unwrap(), 0);
             let t = Tensor::from_vec(vec![1u8]);
-            w.all_reduce(&t, ReduceOp::Sum, None, false).unwrap();
+            w.all_reduce(&t).run().unwrap();
             if r != 0 && r != 2 {
                 // one extra async all_reduce that ranks 0 and 2 never join (aborted at destroy)
-                let _pending = w
-                    .all_reduce(&Tensor::from_vec(vec![1u8]), ReduceOp::Sum, None, true)
-                    .unwrap();
+                let _pending = w.all_reduce(&Tensor::from_vec(vec![1u8])).start().unwrap();
             }
             w.get_sequence_number_for_group(None).unwrap()
         },
@@ -264,7 +258,7 @@ fn env_init_method_with_agent_store() {
                 assert_eq!(w.init_method().as_deref(), Some("env://"));
                 assert_eq!(w.rank().unwrap(), r);
                 let t = Tensor::from_vec(vec![1i32 << r]);
-                w.all_reduce(&t, ReduceOp::Bor, None, false).unwrap();
+                w.all_reduce(&t).op(ReduceOp::Bor).run().unwrap();
                 // the rendezvous store is wrapped in PrefixStore("default_pg")
                 let ds = w.default_store().unwrap();
                 ds.set("k", b"v").unwrap();
@@ -301,32 +295,24 @@ fn set_timeout_and_recv_from_any_source() {
                 let mut senders = Vec::new();
                 for _ in 0..2 {
                     let t = Tensor::zeros(DType::I32, &[1]);
-                    let from = w.recv(&t, None, None, 5, None).unwrap();
+                    let from = w.recv(&t).tag(5).run().unwrap();
                     assert_eq!(t.to_vec::<i32>().unwrap()[0] as i64, from * 10);
                     senders.push(from);
                 }
                 senders.sort_unstable();
                 senders
             } else {
-                w.send(
-                    &Tensor::from_vec(vec![r as i32 * 10]),
-                    Some(0),
-                    None,
-                    5,
-                    None,
-                )
-                .unwrap();
+                w.send(&Tensor::from_vec(vec![r as i32 * 10]), 0)
+                    .tag(5)
+                    .run()
+                    .unwrap();
                 Vec::new()
             };
             // dist.set_timeout on a live group: only rank 0 calls all_reduce and times out quickly
             let err = if r == 0 {
                 w.set_timeout(Duration::from_millis(50), None).unwrap();
                 let t = Tensor::from_vec(vec![1.0f32]);
-                Some(
-                    w.all_reduce(&t, ReduceOp::Sum, None, false)
-                        .unwrap_err()
-                        .to_string(),
-                )
+                Some(w.all_reduce(&t).run().unwrap_err().to_string())
             } else {
                 None
             };

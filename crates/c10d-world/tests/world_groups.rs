@@ -3,8 +3,8 @@
 
 mod world_common;
 
-use c10d_core::{ErrorKind, ReduceOp, Tensor};
-use c10d_world::{hash_ranks_to_str, GroupMember, GroupOptions, SplitOptions, World};
+use c10d_core::{ErrorKind, Tensor};
+use c10d_world::{hash_ranks_to_str, GroupMember, GroupOptions, Rank, SplitOptions, World};
 use std::time::Duration;
 use world_common::*;
 
@@ -36,10 +36,10 @@ fn naming_counter_and_non_members() {
             assert_eq!(w.get_world_size(Some(&g1)).unwrap(), -1);
             // collectives on a non-member group only warn
             let t = Tensor::from_vec(vec![1.0f32]);
-            assert!(w
-                .all_reduce(&t, ReduceOp::Sum, Some(&g1), false)
-                .unwrap()
-                .is_none());
+            w.all_reduce(&t).group(&g1).run().unwrap();
+            // PyTorch returns None; start() gives a Work that is already done
+            let work = w.all_reduce(&t).group(&g1).start().unwrap();
+            assert!(work.is_completed() && work.is_success());
             assert_eq!(t.to_vec::<f32>().unwrap(), vec![1.0]);
         } else {
             let pg = g1.group().unwrap();
@@ -47,7 +47,7 @@ fn naming_counter_and_non_members() {
             assert_eq!(pg.group_desc(), "undefined");
             assert_eq!(w.get_rank(Some(&g1)).unwrap(), r as i64);
             let t = Tensor::from_vec(vec![(r + 1) as f32]);
-            w.all_reduce(&t, ReduceOp::Sum, Some(&g1), false).unwrap();
+            w.all_reduce(&t).group(&g1).run().unwrap();
             assert_eq!(t.to_vec::<f32>().unwrap(), vec![3.0]);
         }
         assert_eq!(g2.group().unwrap().group_name(), "2");
@@ -79,7 +79,7 @@ fn hashed_names_for_local_synchronization_match_pytorch() {
             let g2 = w.new_group(Some(&[0, 1]), opts).unwrap();
             assert_ne!(g2.group().unwrap().group_name(), name);
             let t = Tensor::from_vec(vec![1i64]);
-            w.all_reduce(&t, ReduceOp::Sum, Some(&g2), false).unwrap();
+            w.all_reduce(&t).group(&g2).run().unwrap();
             assert_eq!(t.to_vec::<i64>().unwrap(), vec![2]);
             name
         } else {
@@ -158,7 +158,7 @@ fn unsorted_ranks_keep_list_order() {
         let pg = g.group().unwrap().clone();
         assert_eq!(w.get_process_group_ranks(Some(&pg)).unwrap(), vec![2, 0, 1]);
         let t = Tensor::from_vec(vec![r as i64]);
-        w.broadcast(&t, None, Some(&g), false, Some(0)).unwrap(); // group rank 0 = global 2
+        w.broadcast(&t, Rank::Group(0)).group(&g).run().unwrap(); // group rank 0 = global 2
         (w.get_rank(Some(&g)).unwrap(), t.to_vec::<i64>().unwrap()[0])
     });
     assert_eq!(out, vec![(1, 2), (2, 2), (0, 2)]);
@@ -314,7 +314,9 @@ fn subgroups() {
         assert_eq!(all.len(), 2);
         let ranks = w.get_process_group_ranks(Some(&mine)).unwrap();
         let t = Tensor::from_vec(vec![r as i32]);
-        w.all_reduce(&t, ReduceOp::Sum, Some(&GroupMember::from(&mine)), false)
+        w.all_reduce(&t)
+            .group(&GroupMember::from(&mine))
+            .run()
             .unwrap();
         let e = w
             .new_subgroups_by_enumeration(&[vec![0, 1], vec![1, 2]], GroupOptions::default())
@@ -386,7 +388,7 @@ fn split_group_names_order_and_errors() {
         assert_eq!(pg.group_desc(), "default_pg:split:0");
         // inner order preserved: global 1 is group rank 0
         let t = Tensor::from_vec(vec![r as i64 + 10]);
-        w.broadcast(&t, None, Some(&g), false, Some(0)).unwrap();
+        w.broadcast(&t, Rank::Group(0)).group(&g).run().unwrap();
         let e = w
             .split_group(
                 None,
@@ -424,9 +426,7 @@ fn destroy_all_resets_and_reinit() {
     assert_eq!(w.get_pg_count(), 1);
     assert!(w.resolve_process_group("1").is_err());
     let t = Tensor::from_vec(vec![1.0f32]);
-    let e = w
-        .all_reduce(&t, ReduceOp::Sum, Some(&g), false)
-        .unwrap_err();
+    let e = w.all_reduce(&t).group(&g).run().unwrap_err();
     assert!(
         e.to_string().contains("Invalid process group specified"),
         "{e}"
@@ -451,8 +451,8 @@ fn group_stores_use_pytorch_prefixes() {
     w.init_process_group(opts(&s, 0, 1)).unwrap();
     let g = grp(&w, &[0]);
     let t = Tensor::from_vec(vec![1.0f32]);
-    w.all_reduce(&t, ReduceOp::Sum, Some(&g), false).unwrap();
-    w.all_reduce(&t, ReduceOp::Sum, None, false).unwrap();
+    w.all_reduce(&t).group(&g).run().unwrap();
+    w.all_reduce(&t).run().unwrap();
     // PrefixStore("cpu/", PrefixStore("1/", PrefixStore("0/", store))): a user store is not wrapped
     // in "default_pg" (only rendezvous stores are)
     assert!(s.check(&["0//1//cpu//c0/0"]).unwrap());

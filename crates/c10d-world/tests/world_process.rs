@@ -2,7 +2,7 @@
 //! (the process-wide World) with `init_process_group()` defaulting to `env://`, as under
 //! c10drun/torchrun (agent TcpStore hosted by the parent, `TORCHELASTIC_USE_AGENT_STORE=True`).
 
-use c10d_core::{ReduceOp, Tensor};
+use c10d_core::Tensor;
 use c10d_store::{ServerOptions, TcpStoreServer};
 use c10d_world as dist;
 use std::process::{Command, Stdio};
@@ -21,17 +21,17 @@ fn child_main() {
     let r = dist::get_rank(None).unwrap();
     let n = dist::get_world_size(None).unwrap();
     let t = Tensor::from_vec(vec![(r + 1) as f32; 1000]);
-    dist::all_reduce(&t, ReduceOp::Sum, None, false).unwrap();
+    dist::all_reduce(&t).run().unwrap();
     let objs: Vec<(i64, String)> =
         dist::all_gather_object(&(r, format!("pid{}", std::process::id())), None).unwrap();
     let g = dist::new_group(Some(&[0, 2]), dist::GroupOptions::default()).unwrap();
     if let Some(pg) = g.group() {
         let x = Tensor::from_vec(vec![r]);
-        dist::broadcast(&x, Some(2), Some(&g), false, None).unwrap();
+        dist::broadcast(&x, 2).group(&g).run().unwrap();
         assert_eq!(x.to_vec::<i64>().unwrap(), vec![2]);
         assert_eq!(pg.group_name(), "1");
     }
-    dist::barrier(None, false, None).unwrap();
+    dist::barrier().run().unwrap();
     println!(
         "RESULT rank={r} size={n} sum={} objs={}",
         t.to_vec::<f32>().unwrap()[999],

@@ -4,7 +4,7 @@
 
 mod world_common;
 
-use c10d_core::{ReduceOp, Tensor};
+use c10d_core::Tensor;
 use c10d_world::{GroupMember, GroupOptions, InitOptions, World};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -55,7 +55,7 @@ fn run_gloo<R: Send + 'static>(
 
 fn sum_of(w: &World, value: f32, group: Option<&GroupMember>) -> f32 {
     let t = Tensor::from_vec(vec![value; 16]);
-    w.all_reduce(&t, ReduceOp::Sum, group, false).unwrap();
+    w.all_reduce(&t).group(group).run().unwrap();
     let v = t.to_vec::<f32>().unwrap();
     assert!(v.iter().all(|&x| x == v[0]), "{v:?}");
     v[0]

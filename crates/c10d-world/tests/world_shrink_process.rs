@@ -4,7 +4,7 @@
 //! SIGKILLs it. The survivors' next all_reduce fails, they call `shrink_group([DEAD])` (which
 //! makes the shrunk group the new WORLD), redo the failed step and finish the job on 3 ranks.
 
-use c10d_core::{ReduceOp, Tensor};
+use c10d_core::Tensor;
 use c10d_store::{ServerOptions, TcpStoreServer};
 use c10d_world as dist;
 use std::io::{BufRead, BufReader};
@@ -25,7 +25,7 @@ fn contribution(r: usize, step: usize) -> f32 {
 
 fn step(step: usize, old_rank: usize) -> c10d_core::Result<f32> {
     let t = Tensor::from_vec(vec![contribution(old_rank, step); 256]);
-    dist::all_reduce(&t, ReduceOp::Sum, None, false)?;
+    dist::all_reduce(&t).run()?;
     let v = t.to_vec::<f32>().unwrap();
     assert!(v.iter().all(|&x| x == v[0]), "step {step}: {v:?}");
     Ok(v[0])

@@ -519,54 +519,26 @@ impl Case {
 
     fn run(&self) -> Result<()> {
         let (r, n) = (self.rank, self.n);
-        let done = |w: Option<c10d_core::Work>| -> Result<()> {
-            if let Some(w) = w {
-                w.wait()?;
-            }
-            Ok(())
-        };
         match self.op {
-            Op::AllReduce => done(dist::all_reduce(&self.input, self.redop, None, false)?),
-            Op::AllGather => done(dist::all_gather_into_tensor(
-                &self.output,
-                &self.input,
-                None,
-                false,
-            )?),
-            Op::ReduceScatter => done(dist::reduce_scatter_tensor(
-                &self.output,
-                &self.input,
-                self.redop,
-                None,
-                false,
-            )?),
-            Op::Broadcast => done(dist::broadcast(&self.input, Some(0), None, false, None)?),
-            Op::Reduce => done(dist::reduce(
-                &self.input,
-                Some(0),
-                self.redop,
-                None,
-                false,
-                None,
-            )?),
-            Op::AllToAll => done(dist::all_to_all_single(
-                &self.output,
-                &self.input,
-                None,
-                None,
-                None,
-                false,
-            )?),
+            Op::AllReduce => dist::all_reduce(&self.input).op(self.redop).run(),
+            Op::AllGather => dist::all_gather_into_tensor(&self.output, &self.input).run(),
+            Op::ReduceScatter => {
+                let rs = dist::reduce_scatter_tensor(&self.output, &self.input);
+                rs.op(self.redop).run()
+            }
+            Op::Broadcast => dist::broadcast(&self.input, 0).run(),
+            Op::Reduce => dist::reduce(&self.input, 0).op(self.redop).run(),
+            Op::AllToAll => dist::all_to_all_single(&self.output, &self.input).run(),
             Op::Sendrecv => {
                 if n == 1 {
                     return self.output.copy_from(&self.input);
                 }
                 let to = (r + 1) % n;
                 let from = (r + n - 1) % n;
-                let s = dist::isend(&self.input, Some(to), None, 0, None)?;
-                let rv = dist::irecv(&self.output, Some(from), None, 0, None)?;
-                done(rv)?;
-                done(s)
+                let s = dist::isend(&self.input, to).start()?;
+                let rv = dist::irecv(&self.output).src(from).start()?;
+                rv.wait()?;
+                s.wait()
             }
         }
     }
@@ -703,24 +675,24 @@ fn run_rank(args: &Args) -> Result<bool> {
         for _ in 0..args.warmup {
             case.run()?;
         }
-        dist::barrier(None, false, None)?;
+        dist::barrier().run()?;
         let t0 = Instant::now();
         for _ in 0..iters {
             case.run()?;
         }
         let mine = t0.elapsed().as_secs_f64() / iters as f64;
         let t = Tensor::from_vec(vec![mine]);
-        dist::all_reduce(&t, ReduceOp::Max, None, false)?;
+        dist::all_reduce(&t).op(ReduceOp::Max).run()?;
         let secs = t.to_vec::<f64>()?[0];
         let wrong = if args.check == 1 {
             case.prepare()?;
-            dist::barrier(None, false, None)?;
+            dist::barrier().run()?;
             case.run()?;
             if corrupt_rank == Some(rank) {
                 case.corrupt()?;
             }
             let w = Tensor::from_vec(vec![case.wrong()? as i64]);
-            dist::all_reduce(&w, ReduceOp::Sum, None, false)?;
+            dist::all_reduce(&w).run()?;
             w.to_vec::<i64>()?[0] as u64
         } else {
             0
