@@ -6,15 +6,18 @@
 //!   [`DeviceStorage`] for accelerator memory without linking CUDA;
 //! - [`ReduceOp`] with PyTorch's ids and the reduction kernels ([`reduce`]);
 //! - the options structs ([`options`]), [`Work`], the [`Backend`] trait and [`ProcessGroup`];
-//! - [`DistError`] with PyTorch's exception kinds, and [`DebugLevel`].
+//! - [`DistError`] with PyTorch's exception kinds, and [`DebugLevel`];
+//! - the [`flight_recorder`] every backend records its ops into (PyTorch's `FlightRecorder`).
 //!
-//! This crate knows nothing of sockets, files or CUDA.
+//! This crate knows nothing of sockets or CUDA; the only files it touches are the flight
+//! recorder's dumps.
 
 pub mod backend;
 pub mod debug;
 pub mod device;
 pub mod dtype;
 pub mod error;
+pub mod flight_recorder;
 pub mod options;
 pub mod process_group;
 pub mod reduce;
@@ -26,6 +29,7 @@ pub use debug::DebugLevel;
 pub use device::{Device, DeviceType};
 pub use dtype::{c32, c64, DType, Element};
 pub use error::{DistError, ErrorKind, Result};
+pub use flight_recorder::FlightRecorder;
 pub use options::*;
 pub use process_group::ProcessGroup;
 pub use reduce::ReduceOp;

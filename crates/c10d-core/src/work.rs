@@ -1,6 +1,7 @@
 //! `Work`: the handle of one launched operation (mirrors `c10d::Work` / `torch.distributed.Work`).
 
 use crate::error::{DistError, Result};
+use crate::flight_recorder::Trace;
 use crate::tensor::Tensor;
 use std::future::Future;
 use std::pin::Pin;
@@ -135,8 +136,13 @@ struct Inner {
 pub struct Work(Arc<Inner>);
 
 /// The backend's side of a [`Work`]: completes it exactly once. Dropping it without completing
-/// fails the work (so a crashed worker thread never leaves a waiter hanging).
-pub struct WorkCompleter(Option<Arc<Inner>>);
+/// fails the work (so a crashed worker thread never leaves a waiter hanging). With a flight
+/// recorder [`Trace`] attached ([`WorkCompleter::set_trace`]) the recorder learns when the op
+/// starts and how it ended.
+pub struct WorkCompleter {
+    inner: Option<Arc<Inner>>,
+    trace: Option<Trace>,
+}
 
 impl std::fmt::Debug for Work {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -169,7 +175,13 @@ impl Work {
             }),
             cv: Condvar::new(),
         });
-        (Work(inner.clone()), WorkCompleter(Some(inner)))
+        (
+            Work(inner.clone()),
+            WorkCompleter {
+                inner: Some(inner),
+                trace: None,
+            },
+        )
     }
 
     /// A work that is already complete (for no-op collectives such as a 1-rank group).
@@ -295,35 +307,52 @@ impl Future for Work {
 }
 
 impl WorkCompleter {
+    /// Attaches the flight-recorder trace of this op: [`WorkCompleter::mark_started`] and the
+    /// completion (or the drop) are reported to it.
+    pub fn set_trace(&mut self, trace: Option<Trace>) {
+        self.trace = trace;
+    }
+
+    /// Tells the flight recorder (if a trace is attached) that the op started running.
+    pub fn mark_started(&self) {
+        if let Some(t) = &self.trace {
+            t.started();
+        }
+    }
+
     /// Sets the output tensors reported by [`Work::result`].
     pub fn set_outputs(&self, outputs: Vec<Tensor>) {
-        if let Some(i) = &self.0 {
+        if let Some(i) = &self.inner {
             lock(i).outputs = outputs;
         }
     }
 
     /// Records the source rank of a receive-from-any-source.
     pub fn set_source_rank(&self, rank: usize) {
-        if let Some(i) = &self.0 {
+        if let Some(i) = &self.inner {
             lock(i).source_rank = Some(rank);
         }
     }
 
     /// Installs the hook [`Work::abort`] calls.
     pub fn set_abort_hook(&self, hook: Box<dyn FnOnce() + Send>) {
-        if let Some(i) = &self.0 {
+        if let Some(i) = &self.inner {
             lock(i).abort = Some(hook);
         }
     }
 
-    /// Completes the work, waking every waiter and future.
+    /// Completes the work, waking every waiter and future. The flight recorder hears of it
+    /// first (so a dump it writes on failure exists when a waiter sees the error).
     pub fn complete(mut self, result: Result<()>) {
-        if let Some(i) = self.0.take() {
-            Self::finish(&i, result);
+        if let Some(i) = self.inner.take() {
+            Self::finish(&i, self.trace.take(), result);
         }
     }
 
-    fn finish(i: &Inner, result: Result<()>) {
+    fn finish(i: &Inner, trace: Option<Trace>, result: Result<()>) {
+        if let Some(t) = trace {
+            t.finished(result.as_ref().map(|_| ()));
+        }
         let wakers = {
             let mut st = lock(i);
             if matches!(st.status, Status::Done(_)) {
@@ -340,12 +369,12 @@ impl WorkCompleter {
 
 impl Drop for WorkCompleter {
     fn drop(&mut self) {
-        if let Some(i) = self.0.take() {
+        if let Some(i) = self.inner.take() {
             let msg = format!(
                 "{} (seq {}) was dropped by its backend without completing",
                 i.op, i.seq
             );
-            Self::finish(&i, Err(DistError::backend(msg)));
+            Self::finish(&i, self.trace.take(), Err(DistError::backend(msg)));
         }
     }
 }

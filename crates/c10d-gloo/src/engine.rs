@@ -688,6 +688,7 @@ impl Engine {
             self.fail_group(e.clone(), false);
             Err(op_failed(&info, self.id.rank, &e))
         } else {
+            completer.mark_started();
             self.cur = Some(info);
             let deadline = deadline_after(timeout);
             let mut comm = Comm {
@@ -772,6 +773,7 @@ impl Engine {
             drop(leases);
             return completer.complete(Err(p2p_failed(kind, seq, self.id.rank, &e)));
         }
+        completer.mark_started();
         let id = self.new_id();
         let pend = P2pPending {
             seq,

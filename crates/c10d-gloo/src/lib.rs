@@ -47,6 +47,7 @@ mod wire;
 
 pub use options::{AllreduceAlgorithm, BroadcastAlgorithm, GlooOptions};
 
+use c10d_core::flight_recorder::{GroupRecorder, OpRecord, Trace};
 use c10d_core::reduce::{finalize, prescale, reduce_into};
 use c10d_core::*;
 use c10d_store::Store;
@@ -165,6 +166,8 @@ pub struct ProcessGroupGloo {
     timeout: Mutex<Duration>,
     algo: Algo,
     worker: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// This group's handle on the process's flight recorder.
+    fr: Arc<GroupRecorder>,
 }
 
 impl std::fmt::Debug for ProcessGroupGloo {
@@ -323,6 +326,14 @@ impl ProcessGroupGloo {
             )));
         }
         let listen_addr = opts.resolve_listen_addr()?;
+        let fr = FlightRecorder::global()?.register_group(
+            "gloo",
+            &opts.group_name,
+            &opts.group_desc,
+            &opts.global_ranks,
+            rank,
+            size,
+        );
         let id = Ident {
             group_name: opts.group_name.clone(),
             rank,
@@ -406,6 +417,7 @@ impl ProcessGroupGloo {
                 chunk: opts.pipeline_chunk_bytes.max(64),
             },
             worker: Mutex::new(Some(worker)),
+            fr,
         }))
     }
 
@@ -417,6 +429,12 @@ impl ProcessGroupGloo {
     /// The group name given at construction.
     pub fn group_name(&self) -> &str {
         &self.id.group_name
+    }
+
+    /// This group's handle on the process's flight recorder (its `pg_id` tells this group's
+    /// entries apart in [`FlightRecorder::dump`]).
+    pub fn flight_recorder(&self) -> &Arc<GroupRecorder> {
+        &self.fr
     }
 
     /// Whether same-host all-reduces, all-gathers and reduce-scatters of this group copy
@@ -459,7 +477,8 @@ impl ProcessGroupGloo {
         q.seq += 1;
         let coll_seq = q.coll_seq;
         q.coll_seq += 1;
-        let (work, completer) = Work::new(op, seq);
+        let (work, mut completer) = Work::new(op, seq);
+        completer.set_trace(self.record(&q, op, None, (inputs, outputs), timeout));
         completer.set_outputs(result);
         if let Some(e) = q.stop.clone() {
             drop(q);
@@ -545,7 +564,8 @@ impl ProcessGroupGloo {
         let mut q = lock(&self.shared.queue);
         let seq = q.seq;
         q.seq += 1;
-        let (work, completer) = Work::new(op, seq);
+        let (work, mut completer) = Work::new(op, seq);
+        completer.set_trace(self.record(&q, op, peer, (tensors, tensors), timeout));
         completer.set_outputs(tensors.to_vec());
         if let Some(e) = q.stop.clone() {
             drop(q);
@@ -569,6 +589,29 @@ impl ProcessGroupGloo {
         Ok(work)
     }
 
+    /// Records a just-numbered op in the flight recorder (`q` holds the counters including
+    /// it). In-place ops are recorded with the same tensors as input and output, as PyTorch
+    /// does: a side left empty by the lease split takes the other one.
+    fn record(
+        &self,
+        q: &Queue,
+        op: OpType,
+        peer: Option<usize>,
+        (inputs, outputs): (&[Tensor], &[Tensor]),
+        timeout: Duration,
+    ) -> Option<Trace> {
+        self.fr.record(&OpRecord {
+            op,
+            collective_seq_id: q.coll_seq,
+            p2p_seq_id: q.seq - q.coll_seq,
+            op_id: q.seq,
+            peer,
+            inputs: if inputs.is_empty() { outputs } else { inputs },
+            outputs: if outputs.is_empty() { inputs } else { outputs },
+            timeout,
+        })
+    }
+
     /// Wakes the worker wherever it sleeps: on the condvar (idle) or in epoll (driving).
     fn notify(&self) {
         self.shared.cv.notify_one();
@@ -578,6 +621,8 @@ impl ProcessGroupGloo {
     }
 
     fn stop(&self, msg: String, graceful: bool) {
+        // Ops failed by an abort or shutdown are no reason for a flight-recorder dump.
+        self.fr.set_shutting_down();
         {
             let mut q = lock(&self.shared.queue);
             if q.stop.is_none() {

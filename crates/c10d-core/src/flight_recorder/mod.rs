@@ -1,0 +1,314 @@
+//! The flight recorder (PyTorch's `FlightRecorder`, `torch/csrc/distributed/c10d/FlightRecorder.hpp`):
+//! a per-process ring of the last N collectives and point-to-point ops of every group and
+//! backend, written to a file when an op times out or fails, when the program asks
+//! ([`FlightRecorder::dump_to_file`]) or on a signal, so that a hang can be explained after
+//! the fact (`c10d-fr-trace` in c10d-world, or PyTorch's own analyzer).
+//!
+//! # What is recorded
+//!
+//! For each op a backend submits ([`GroupRecorder::record`]): the group's name and
+//! description, PyTorch's sequence numbers (`collective_seq_id`, `p2p_seq_id`, `op_id`, all
+//! 1-based, per group), the profiling name (`"gloo:all_reduce"`, `"gloo:send 0->1"`,
+//! `"gloo:recv 1<-0"`, `"gloo:recv 1<-?"` for any source; ranks within the group), the input
+//! and output shapes and dtypes, the timeout, the submitting thread, and timestamps (ns since
+//! the Unix epoch) as the op moves from *scheduled* to *started* to *completed*
+//! ([`Trace::started`], [`Trace::finished`]). A failed op keeps its state (scheduled or
+//! started), is *retired*, and carries its error. Recording copies a few numbers into a
+//! pre-sized slot under a mutex: no allocation for up to four tensors of up to two dimensions
+//! (see the `flight_recorder` benchmark of c10d-gloo for its cost on a 1 KiB all-reduce).
+//!
+//! # Environment (read once, when the first group registers)
+//!
+//! | variable | meaning | default |
+//! |---|---|---|
+//! | `TORCH_FR_BUFFER_SIZE` (older: `TORCH_NCCL_TRACE_BUFFER_SIZE`) | entries kept; ≤ 0 disables recording | 2000 |
+//! | `TORCH_FR_DUMP_TEMP_FILE` (older: `TORCH_NCCL_DEBUG_INFO_TEMP_FILE`) | dump file prefix; the file is `<prefix><global rank>` | `$XDG_CACHE_HOME/torch/comm_lib_trace_rank_`, else `$HOME/.cache/torch/comm_lib_trace_rank_` |
+//! | `TORCH_FR_DUMP_ON_TIMEOUT` (older: `TORCH_NCCL_DUMP_ON_TIMEOUT`) | dump when an op times out or fails | true |
+//! | `C10D_FR_DUMP_SIGNAL` (ours) | dump each time this signal arrives (`SIGUSR1`, `USR2`, a number) | unset: no handler |
+//!
+//! When both names of a pair are set the first wins, as in PyTorch. An invalid value fails
+//! group creation with PyTorch's text "Invalid value for environment variable: NAME".
+//!
+//! # Dump format
+//!
+//! A pickle (protocol 2) of PyTorch's dictionary, version `"2.10"` as PyTorch 2.15 writes it
+//! ([`Dump`]): `version`, `comm_lib_version` (empty), `pg_config` (group name → `name`, `desc`,
+//! `ranks` as the text `"[0, 1]"` of global ranks), `pg_status` (`pg_id` → last enqueued,
+//! started and completed collective), and `entries` with PyTorch's keys: `record_id`, `pg_id`,
+//! `process_group` (a `(name, desc)` tuple), `thread_name`, `thread_id`, `collective_seq_id`,
+//! `p2p_seq_id`, `op_id`, `profiling_name`, `time_created_ns`, `duration_ms` (completed ops),
+//! `input_sizes`, `input_dtypes`, `output_sizes`, `output_dtypes` (PyTorch's dtype names,
+//! `"Float"`), `state`, `time_discovered_started_ns`, `time_discovered_completed_ns`,
+//! `retired`, `timeout_ms`, `is_p2p`. PyTorch's `python -m
+//! torch.distributed.flight_recorder.fr_trace` reads these files.
+//!
+//! # Differences from PyTorch, on purpose
+//!
+//! - One recorder per process for every backend (PyTorch keeps one per event type and per
+//!   hooked backend); entries of all groups share the ring and `pg_id` tells them apart.
+//! - Entries carry an extra `error` key (the failure's message); PyTorch's analyzer ignores it.
+//! - No `frames` (call stacks): capturing a Python or Rust backtrace per op would cost far more
+//!   than the op itself on small messages. `TORCH_FR_CPP_STACK` and
+//!   `TORCH_INCLUDE_STACK_TRACE` are not read.
+//! - Timestamps are taken when the backend runs the op (no CUDA events), and `duration_ms` is
+//!   the host time from start to completion; PyTorch's gloo records no start or completion at
+//!   all (its entries stay "scheduled").
+//! - Sends and receives are recorded with their peers (PyTorch's gloo does not record them);
+//!   `monitored_barrier` is recorded as `"barrier"`, `all_to_all_single` as `"all_to_all"`.
+//! - The dump is written at the first failure of a run of failures of a group (not for every
+//!   op failed by the same fault), never for ops failed by an orderly shutdown or abort, and
+//!   on the signal of `C10D_FR_DUMP_SIGNAL` (PyTorch has no signal trigger; it offers a named
+//!   pipe, `TORCH_NCCL_DEBUG_INFO_PIPE_FILE`, which is not supported). Only the pickle format
+//!   is written (no JSON dump), and the writer cannot be replaced, only its prefix
+//!   ([`FlightRecorder::set_dump_prefix`]).
+
+mod config;
+mod dump;
+mod entry;
+mod group;
+mod ring;
+mod signal;
+
+pub use config::{
+    default_dump_prefix, FrConfig, BUFFER_SIZE_ENV, DEFAULT_BUFFER_SIZE, DUMP_FILE_ENV,
+    DUMP_ON_TIMEOUT_ENV, DUMP_SIGNAL_ENV,
+};
+pub use dump::{Dump, DumpEntry, PgConfig, PgStatus, DUMP_VERSION};
+pub use group::{GroupRecorder, OpRecord, Trace};
+
+use crate::error::{DistError, Result};
+use entry::{Entry, GroupInfo};
+use group::GroupStatus;
+use ring::Ring;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// Groups known to the recorder (`pg_config`, `pg_status`).
+#[derive(Debug, Default)]
+struct Groups {
+    next_pg_id: u64,
+    config: BTreeMap<String, PgConfig>,
+    status: BTreeMap<u64, Arc<GroupStatus>>,
+    info: BTreeMap<u64, Arc<GroupInfo>>,
+}
+
+/// The ring of recorded ops of this process (mirrors `c10d::FlightRecorder`). Backends
+/// register each group ([`FlightRecorder::register_group`]) and record through the returned
+/// [`GroupRecorder`]; [`FlightRecorder::global`] is the one every backend uses.
+#[derive(Debug)]
+pub struct FlightRecorder {
+    config: FrConfig,
+    enabled: AtomicBool,
+    ring: Mutex<Ring>,
+    groups: Mutex<Groups>,
+    /// This process's global rank (names the dump file); -1 until a group registered.
+    rank: AtomicI64,
+    dump_prefix: Mutex<String>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+static GLOBAL: OnceLock<std::result::Result<Arc<FlightRecorder>, DistError>> = OnceLock::new();
+
+impl FlightRecorder {
+    /// A recorder with the given settings (recording is on when `buffer_size > 0`). Does not
+    /// install the signal handler of `config.dump_signal` (see [`FlightRecorder::global`]).
+    pub fn new(config: FrConfig) -> Arc<FlightRecorder> {
+        Arc::new(FlightRecorder {
+            enabled: AtomicBool::new(config.buffer_size > 0),
+            ring: Mutex::new(Ring::new(config.buffer_size)),
+            groups: Mutex::default(),
+            rank: AtomicI64::new(-1),
+            dump_prefix: Mutex::new(config.dump_prefix.clone()),
+            config,
+        })
+    }
+
+    /// The process's recorder, made from the environment at the first call (see the module
+    /// documentation), with the signal handler of `C10D_FR_DUMP_SIGNAL` installed. Every
+    /// backend records into it. Mirrors `FlightRecorder::get()`.
+    ///
+    /// # Errors
+    /// [`DistError::InvalidArgument`] "Invalid value for environment variable: NAME" when a
+    /// variable has an invalid value, or when the signal handler cannot be installed; the same
+    /// error at every call.
+    pub fn global() -> Result<&'static Arc<FlightRecorder>> {
+        GLOBAL
+            .get_or_init(|| {
+                let config = FrConfig::from_env()?;
+                let signal = config.dump_signal;
+                let fr = FlightRecorder::new(config);
+                if let Some(s) = signal {
+                    signal::install(fr.clone(), s)?;
+                }
+                Ok(fr)
+            })
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    /// Installs a handler that writes this recorder's dump each time `signal` arrives (on a
+    /// thread of its own; the program's other signal handling is untouched). No PyTorch
+    /// counterpart.
+    ///
+    /// # Errors
+    /// [`DistError::InvalidArgument`] for a signal that cannot be handled (`SIGKILL`,
+    /// `SIGSEGV` ...).
+    pub fn install_dump_signal(self: &Arc<Self>, signal: i32) -> Result<()> {
+        signal::install(self.clone(), signal)
+    }
+
+    /// The settings the recorder was made with.
+    pub fn config(&self) -> &FrConfig {
+        &self.config
+    }
+
+    /// Whether ops are being recorded.
+    pub fn is_enabled(&self) -> bool {
+        self.enabled.load(Ordering::Relaxed)
+    }
+
+    /// Pauses (`false`) or resumes recording; a no-op on a recorder of size 0. No PyTorch
+    /// counterpart (PyTorch reads the size once); used by the benchmark to compare both in
+    /// one run.
+    pub fn set_enabled(&self, on: bool) {
+        self.enabled
+            .store(on && self.config.buffer_size > 0, Ordering::Relaxed);
+    }
+
+    /// Whether a failing op writes the dump (`TORCH_FR_DUMP_ON_TIMEOUT`).
+    pub fn dump_on_failure(&self) -> bool {
+        self.config.dump_on_failure
+    }
+
+    /// Registers a group (mirrors `record_pg_ranks`) and returns its recording handle.
+    /// `backend` names the backend in profiling names (`"gloo"`), `global_ranks` are the
+    /// group's members (empty: `0..size`), `group_rank` this process's rank in the group; the
+    /// global rank it maps to names this process's dump file.
+    pub fn register_group(
+        self: &Arc<Self>,
+        backend: &'static str,
+        name: &str,
+        desc: &str,
+        global_ranks: &[usize],
+        group_rank: usize,
+        size: usize,
+    ) -> Arc<GroupRecorder> {
+        let ranks: Vec<usize> = if global_ranks.is_empty() {
+            (0..size).collect()
+        } else {
+            global_ranks.to_vec()
+        };
+        let global = ranks.get(group_rank).copied().unwrap_or(group_rank);
+        self.rank.store(global as i64, Ordering::Relaxed);
+        let status = Arc::new(GroupStatus::default());
+        let mut g = lock(&self.groups);
+        let pg_id = g.next_pg_id;
+        g.next_pg_id += 1;
+        let ranks_text: Vec<String> = ranks.iter().map(|r| r.to_string()).collect();
+        g.config.insert(
+            name.to_string(),
+            PgConfig {
+                name: name.to_string(),
+                desc: desc.to_string(),
+                ranks: format!("[{}]", ranks_text.join(", ")),
+            },
+        );
+        g.status.insert(pg_id, status.clone());
+        let info = Arc::new(GroupInfo {
+            pg_id,
+            name: name.to_string(),
+            desc: desc.to_string(),
+            backend,
+            group_rank,
+        });
+        g.info.insert(pg_id, info.clone());
+        drop(g);
+        Arc::new(GroupRecorder::new(self.clone(), info, status))
+    }
+
+    pub(crate) fn push(&self, e: Entry) -> u64 {
+        lock(&self.ring).push(e)
+    }
+
+    pub(crate) fn update(&self, id: u64, f: impl FnOnce(&mut Entry)) {
+        if let Some(e) = lock(&self.ring).get_mut(id) {
+            f(e);
+        }
+    }
+
+    /// This process's global rank as the registered groups tell it (`None` before any).
+    pub fn rank(&self) -> Option<usize> {
+        usize::try_from(self.rank.load(Ordering::Relaxed)).ok()
+    }
+
+    /// Everything recorded so far (mirrors `_dump_fr_trace`'s dictionary).
+    pub fn dump(&self) -> Dump {
+        let entries = lock(&self.ring).snapshot();
+        let g = lock(&self.groups);
+        let pg_status = g
+            .status
+            .iter()
+            .map(|(id, s)| {
+                let v = PgStatus {
+                    last_enqueued_collective: s.last_enqueued.load(Ordering::Relaxed),
+                    last_started_collective: s.last_started.load(Ordering::Relaxed),
+                    last_completed_collective: s.last_completed.load(Ordering::Relaxed),
+                };
+                (id.to_string(), v)
+            })
+            .collect();
+        Dump {
+            version: DUMP_VERSION.to_string(),
+            comm_lib_version: String::new(),
+            pg_config: g.config.clone(),
+            pg_status,
+            entries: entries
+                .iter()
+                .filter_map(|e| Some(DumpEntry::from_entry(e, g.info.get(&e.pg_id)?)))
+                .collect(),
+        }
+    }
+
+    /// Forgets every recorded op (groups stay registered). Mirrors `_reset_fr_trace`.
+    pub fn reset(&self) {
+        lock(&self.ring).clear();
+    }
+
+    /// The prefix of dump files (`TORCH_FR_DUMP_TEMP_FILE`).
+    pub fn dump_prefix(&self) -> String {
+        lock(&self.dump_prefix).clone()
+    }
+
+    /// Changes the prefix of dump files (PyTorch lets a program register its own
+    /// `DebugInfoWriter` instead).
+    pub fn set_dump_prefix(&self, prefix: impl Into<String>) {
+        *lock(&self.dump_prefix) = prefix.into();
+    }
+
+    /// Writes the dump to `<prefix><global rank>` and returns that path. Mirrors
+    /// `_dump_fr_trace_file` / `ProcessGroupNCCL::dumpDebuggingInfo`.
+    ///
+    /// # Errors
+    /// [`DistError::Dist`] when no group registered yet (the rank, hence the file name, is
+    /// unknown) or the file cannot be written (naming the path).
+    pub fn dump_to_file(&self) -> Result<PathBuf> {
+        let rank = self.rank().ok_or_else(|| {
+            DistError::Dist(
+                "flight recorder: no process group was created yet, so this process's rank \
+                 (which names the dump file) is unknown"
+                    .into(),
+            )
+        })?;
+        let path = PathBuf::from(format!("{}{rank}", self.dump_prefix()));
+        self.dump().write(&path)?;
+        Ok(path)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,357 @@
+use super::*;
+use crate::dtype::DType;
+use crate::tensor::Tensor;
+use crate::work::OpType;
+use std::time::Duration;
+
+fn recorder(size: usize, prefix: &str) -> Arc<FlightRecorder> {
+    FlightRecorder::new(FrConfig {
+        buffer_size: size,
+        dump_prefix: prefix.to_string(),
+        dump_on_failure: true,
+        dump_signal: None,
+    })
+}
+
+fn all_reduce(seq: u64, t: &[Tensor]) -> OpRecord<'_> {
+    OpRecord {
+        op: OpType::Allreduce,
+        collective_seq_id: seq,
+        p2p_seq_id: 0,
+        op_id: seq,
+        peer: None,
+        inputs: t,
+        outputs: t,
+        timeout: Duration::from_millis(1500),
+    }
+}
+
+fn temp_prefix(tag: &str) -> (PathBuf, String) {
+    let dir = std::env::temp_dir().join(format!("c10d-fr-unit-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let prefix = format!("{}/trace_", dir.display());
+    (dir, prefix)
+}
+
+#[test]
+fn keeps_the_last_n_entries_oldest_first() {
+    let fr = recorder(3, "/nonexistent/x_");
+    let g = fr.register_group("gloo", "0", "default_pg", &[], 0, 2);
+    let t = [Tensor::from_vec(vec![0f32; 4])];
+    for seq in 1..=5 {
+        g.record(&all_reduce(seq, &t)).unwrap().finished(Ok(()));
+    }
+    let d = fr.dump();
+    let ids: Vec<u64> = d.entries.iter().map(|e| e.record_id).collect();
+    assert_eq!(ids, [2, 3, 4]);
+    let seqs: Vec<u64> = d.entries.iter().map(|e| e.collective_seq_id).collect();
+    assert_eq!(seqs, [3, 4, 5]);
+    // One more wraps again.
+    g.record(&all_reduce(6, &t)).unwrap();
+    let seqs: Vec<u64> = fr
+        .dump()
+        .entries
+        .iter()
+        .map(|e| e.collective_seq_id)
+        .collect();
+    assert_eq!(seqs, [4, 5, 6]);
+}
+
+#[test]
+fn a_trace_of_an_overwritten_entry_changes_nothing() {
+    let fr = recorder(2, "/nonexistent/x_");
+    let g = fr.register_group("gloo", "0", "d", &[], 0, 2);
+    let t = [Tensor::from_vec(vec![0f32; 4])];
+    let old = g.record(&all_reduce(1, &t)).unwrap();
+    g.record(&all_reduce(2, &t)).unwrap();
+    g.record(&all_reduce(3, &t)).unwrap();
+    old.started();
+    old.finished(Ok(()));
+    let states: Vec<String> = fr.dump().entries.iter().map(|e| e.state.clone()).collect();
+    assert_eq!(states, ["scheduled", "scheduled"]);
+}
+
+#[test]
+fn size_zero_and_paused_record_nothing() {
+    let fr = recorder(0, "/nonexistent/x_");
+    assert!(!fr.is_enabled());
+    fr.set_enabled(true);
+    assert!(!fr.is_enabled(), "a size-0 recorder stays off");
+    let g = fr.register_group("gloo", "0", "d", &[], 0, 1);
+    let t = [Tensor::from_vec(vec![0f32; 4])];
+    assert!(g.record(&all_reduce(1, &t)).is_none());
+    assert!(fr.dump().entries.is_empty());
+
+    let fr = recorder(4, "/nonexistent/x_");
+    let g = fr.register_group("gloo", "0", "d", &[], 0, 1);
+    fr.set_enabled(false);
+    assert!(g.record(&all_reduce(1, &t)).is_none());
+    fr.set_enabled(true);
+    assert!(g.record(&all_reduce(2, &t)).is_some());
+    assert_eq!(fr.dump().entries.len(), 1);
+}
+
+#[test]
+fn states_timestamps_shapes_and_errors() {
+    let fr = recorder(8, "/nonexistent/x_");
+    let g = fr.register_group("gloo", "5", "tp", &[3, 7], 1, 2);
+    let ins = [Tensor::zeros(DType::F32, &[4, 2])];
+    let outs = [
+        Tensor::zeros(DType::F32, &[8, 2]),
+        Tensor::zeros(DType::I64, &[3]),
+    ];
+    let rec = OpRecord {
+        op: OpType::Allgather,
+        collective_seq_id: 1,
+        p2p_seq_id: 0,
+        op_id: 1,
+        peer: None,
+        inputs: &ins,
+        outputs: &outs,
+        timeout: Duration::from_secs(2),
+    };
+    let a = g.record(&rec).unwrap();
+    let e = &fr.dump().entries[0];
+    assert_eq!(e.state, "scheduled");
+    assert_eq!(e.time_discovered_started_ns, None);
+    a.started();
+    assert_eq!(fr.dump().entries[0].state, "started");
+    a.finished(Ok(()));
+    let e = &fr.dump().entries[0];
+    assert_eq!(e.state, "completed");
+    assert!(e.retired);
+    assert!(e.time_discovered_started_ns.unwrap() <= e.time_discovered_completed_ns.unwrap());
+    assert!(e.time_created_ns <= e.time_discovered_started_ns.unwrap());
+    assert!(e.duration_ms.unwrap() >= 0.0);
+    assert_eq!(e.profiling_name, "gloo:all_gather");
+    assert_eq!(e.process_group, ("5".to_string(), "tp".to_string()));
+    assert_eq!(e.input_sizes, vec![vec![4, 2]]);
+    assert_eq!(e.input_dtypes, ["Float"]);
+    assert_eq!(e.output_sizes, vec![vec![8, 2], vec![3]]);
+    assert_eq!(e.output_dtypes, ["Float", "Long"]);
+    assert_eq!(e.timeout_ms, 2000);
+    assert!(!e.is_p2p);
+
+    // A failed send: retired, not completed, with its error; the p2p name has group ranks.
+    fr.set_dump_prefix("/nonexistent-dir-for-c10d-tests/x_");
+    let t = [Tensor::from_vec(vec![1u8; 3])];
+    let send = OpRecord {
+        op: OpType::Send,
+        collective_seq_id: 1,
+        p2p_seq_id: 1,
+        op_id: 2,
+        peer: Some(0),
+        inputs: &t,
+        outputs: &t,
+        timeout: Duration::from_secs(1),
+    };
+    let s = g.record(&send).unwrap();
+    s.started();
+    s.finished(Err(&DistError::backend("peer 0 is gone")));
+    let e = &fr.dump().entries[1];
+    assert_eq!(e.profiling_name, "gloo:send 1->0");
+    assert!(e.is_p2p);
+    assert_eq!((e.p2p_seq_id, e.op_id), (1, 2));
+    assert_eq!(e.state, "started");
+    assert!(e.retired);
+    assert_eq!(e.time_discovered_completed_ns, None);
+    assert_eq!(e.duration_ms, None);
+    assert_eq!(e.error.as_deref(), Some("peer 0 is gone"));
+    let any = OpRecord {
+        op: OpType::RecvAnysource,
+        peer: None,
+        ..send
+    };
+    g.record(&any).unwrap();
+    assert_eq!(fr.dump().entries[2].profiling_name, "gloo:recv 1<-?");
+}
+
+#[test]
+fn pg_config_and_status() {
+    let fr = recorder(8, "/nonexistent/x_");
+    let g0 = fr.register_group("gloo", "0", "default_pg", &[], 2, 4);
+    let g1 = fr.register_group("gloo", "1", "undefined", &[0, 2], 1, 2);
+    assert_eq!(fr.rank(), Some(2));
+    let t = [Tensor::from_vec(vec![0f32; 1])];
+    g0.record(&all_reduce(1, &t)).unwrap().finished(Ok(()));
+    let a = g0.record(&all_reduce(2, &t)).unwrap();
+    a.started();
+    g0.record(&all_reduce(3, &t)).unwrap();
+    let d = fr.dump();
+    assert_eq!(d.version, "2.10");
+    assert_eq!(d.pg_config["0"].ranks, "[0, 1, 2, 3]");
+    assert_eq!(d.pg_config["1"].rank_list(), Some(vec![0, 2]));
+    assert_eq!(d.pg_config["1"].desc, "undefined");
+    let s = d.pg_status["0"];
+    assert_eq!(
+        (
+            s.last_enqueued_collective,
+            s.last_started_collective,
+            s.last_completed_collective
+        ),
+        (3, 2, 1)
+    );
+    assert_eq!(d.pg_status["1"].last_enqueued_collective, -1);
+    assert_eq!(d.entries[0].pg_id, g0.pg_id());
+    assert_eq!(g1.pg_id(), g0.pg_id() + 1);
+}
+
+#[test]
+fn pickle_round_trips() {
+    let fr = recorder(8, "/nonexistent/x_");
+    let g = fr.register_group("gloo", "0", "default_pg", &[], 0, 2);
+    let t = [Tensor::from_vec(vec![0f32; 256])];
+    let a = g.record(&all_reduce(1, &t)).unwrap();
+    a.started();
+    a.finished(Ok(()));
+    g.record(&all_reduce(2, &t)).unwrap();
+    let d = fr.dump();
+    let bytes = d.to_pickle().unwrap();
+    assert_eq!(
+        &bytes[..2],
+        b"\x80\x02",
+        "pickle protocol 2, as PyTorch writes"
+    );
+    assert_eq!(Dump::from_pickle(&bytes).unwrap(), d);
+    let e = Dump::from_pickle(b"not a pickle").unwrap_err();
+    assert!(e.to_string().contains("not a flight-recorder dump"), "{e}");
+}
+
+#[test]
+fn dump_to_file_needs_a_rank_and_writes_prefix_rank() {
+    let (dir, prefix) = temp_prefix("file");
+    let fr = recorder(8, &prefix);
+    let e = fr.dump_to_file().unwrap_err();
+    assert!(e.to_string().contains("rank"), "{e}");
+    fr.register_group("gloo", "0", "default_pg", &[], 3, 4);
+    let path = fr.dump_to_file().unwrap();
+    assert_eq!(path, PathBuf::from(format!("{prefix}3")));
+    assert_eq!(
+        Dump::read(&path).unwrap().pg_config["0"].ranks,
+        "[0, 1, 2, 3]"
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn the_first_failure_of_a_run_dumps_and_shutdown_does_not() {
+    let (dir, prefix) = temp_prefix("fail");
+    let fr = recorder(8, &prefix);
+    let g = fr.register_group("gloo", "0", "default_pg", &[], 0, 2);
+    let path = PathBuf::from(format!("{prefix}0"));
+    let t = [Tensor::from_vec(vec![0f32; 1])];
+    g.record(&all_reduce(1, &t)).unwrap().finished(Ok(()));
+    assert!(!path.exists());
+    let err = DistError::backend("Timed out");
+    g.record(&all_reduce(2, &t)).unwrap().finished(Err(&err));
+    assert_eq!(
+        Dump::read(&path).unwrap().entries.len(),
+        2,
+        "dumped before returning"
+    );
+    // The next failure of the same run does not rewrite it.
+    std::fs::remove_file(&path).unwrap();
+    g.record(&all_reduce(3, &t)).unwrap().finished(Err(&err));
+    assert!(!path.exists());
+    // After a success, a new failure dumps again.
+    g.record(&all_reduce(4, &t)).unwrap().finished(Ok(()));
+    g.record(&all_reduce(5, &t)).unwrap().finished(Err(&err));
+    assert_eq!(Dump::read(&path).unwrap().entries.len(), 5);
+    std::fs::remove_file(&path).unwrap();
+    // Failures caused by an orderly shutdown never dump.
+    g.record(&all_reduce(6, &t)).unwrap().finished(Ok(()));
+    g.set_shutting_down();
+    g.record(&all_reduce(7, &t)).unwrap().finished(Err(&err));
+    assert!(!path.exists());
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn dump_on_failure_can_be_turned_off() {
+    let (dir, prefix) = temp_prefix("off");
+    let fr = FlightRecorder::new(FrConfig {
+        buffer_size: 8,
+        dump_prefix: prefix.clone(),
+        dump_on_failure: false,
+        dump_signal: None,
+    });
+    let g = fr.register_group("gloo", "0", "d", &[], 0, 2);
+    let t = [Tensor::from_vec(vec![0f32; 1])];
+    g.record(&all_reduce(1, &t))
+        .unwrap()
+        .finished(Err(&DistError::backend("x")));
+    assert!(!PathBuf::from(format!("{prefix}0")).exists());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn reset_forgets_entries() {
+    let fr = recorder(3, "/nonexistent/x_");
+    let g = fr.register_group("gloo", "0", "d", &[], 0, 1);
+    let t = [Tensor::from_vec(vec![0f32; 1])];
+    for s in 1..=4 {
+        g.record(&all_reduce(s, &t)).unwrap();
+    }
+    fr.reset();
+    assert!(fr.dump().entries.is_empty());
+    for s in 5..=8 {
+        g.record(&all_reduce(s, &t)).unwrap();
+    }
+    let seqs: Vec<u64> = fr
+        .dump()
+        .entries
+        .iter()
+        .map(|e| e.collective_seq_id)
+        .collect();
+    assert_eq!(seqs, [6, 7, 8]);
+    let ids: Vec<u64> = fr.dump().entries.iter().map(|e| e.record_id).collect();
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+}
+
+#[test]
+fn signal_writes_the_dump() {
+    let (dir, prefix) = temp_prefix("sig");
+    let fr = recorder(8, &prefix);
+    fr.register_group("gloo", "0", "d", &[], 0, 1);
+    fr.install_dump_signal(signal_hook::consts::SIGUSR2)
+        .unwrap();
+    signal_hook::low_level::raise(signal_hook::consts::SIGUSR2).unwrap();
+    let path = PathBuf::from(format!("{prefix}0"));
+    // The handler thread writes it; wait for it (bounded), the result is asserted below.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !path.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(Dump::read(&path).unwrap().version, "2.10");
+    assert!(fr
+        .install_dump_signal(signal_hook::consts::SIGKILL)
+        .is_err());
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn work_completer_reports_start_completion_and_drop() {
+    use crate::work::Work;
+    let fr = recorder(8, "/nonexistent-dir-for-c10d-tests/x_");
+    let g = fr.register_group("gloo", "0", "d", &[], 0, 2);
+    let t = [Tensor::from_vec(vec![0f32; 1])];
+    let (w, mut c) = Work::new(OpType::Allreduce, 0);
+    c.set_trace(g.record(&all_reduce(1, &t)));
+    c.mark_started();
+    assert_eq!(fr.dump().entries[0].state, "started");
+    c.complete(Ok(()));
+    w.wait().unwrap();
+    assert_eq!(fr.dump().entries[0].state, "completed");
+    // A completer dropped by a crashed backend fails the entry too.
+    let (_w, mut c) = Work::new(OpType::Allreduce, 1);
+    c.set_trace(g.record(&all_reduce(2, &t)));
+    drop(c);
+    let e = &fr.dump().entries[1];
+    assert!(e.retired);
+    assert_eq!(e.state, "scheduled");
+    assert!(e
+        .error
+        .as_deref()
+        .unwrap()
+        .contains("dropped by its backend"));
+}
