@@ -78,8 +78,15 @@ fn cargo() -> Command {
 
 fn test(args: &[String]) -> Res {
     // Unit, integration and doc tests of every crate (benches are not run here: they live in
-    // `cargo xtask bench`). Examples are built, so they cannot rot.
-    run(cargo().args(["test", "--workspace"]))?;
+    // `cargo xtask bench`). Examples are built, so they cannot rot. Fault tests fail ops on
+    // purpose: their flight-recorder dumps go under target/, not to ~/.cache/torch.
+    let mut cmd = cargo();
+    cmd.args(["test", "--workspace"]);
+    if env::var_os("TORCH_FR_DUMP_TEMP_FILE").is_none() {
+        let prefix = workspace_root().join("target/fr-dumps/comm_lib_trace_rank_");
+        cmd.env("TORCH_FR_DUMP_TEMP_FILE", prefix);
+    }
+    run(&mut cmd)?;
     if args.iter().any(|a| a == "--no-interop") {
         eprintln!("xtask: interop and Python package tests not run (--no-interop)");
         return Ok(());
