@@ -1,0 +1,350 @@
+//! The DDP Reducer with ranks as threads: averaged gradients equal an all_reduce of each
+//! gradient (over gloo, asynchronous, and over the store test backend), buckets rebuilt in
+//! gradient-arrival order, unused parameters, static graphs and the errors PyTorch raises.
+
+mod world_common;
+
+use c10d_core::{AllreduceOptions, DType, ReduceOp, Tensor};
+use c10d_world::ddp::{compute_bucket_assignment_by_size, Reducer, ReducerOptions, TensorMeta};
+use c10d_world::{InitOptions, World};
+use std::sync::Arc;
+use std::time::Duration;
+use world_common::{run, store};
+
+/// Shapes of a small model; params 0..5 in registration order.
+const SHAPES: [&[usize]; 5] = [&[8, 4], &[8], &[3, 8], &[3], &[5, 3]];
+
+fn params() -> Vec<Tensor> {
+    SHAPES
+        .iter()
+        .map(|s| Tensor::zeros(DType::F32, s))
+        .collect()
+}
+
+/// A gradient that divides exactly by 2, 3 and 4 (small integers times 12), so that averaging in
+/// any order gives the same bits.
+fn grad_value(rank: usize, iter: usize, param: usize, k: usize) -> f32 {
+    (12 * ((rank * 7 + iter * 3 + param * 5 + k) % 17)) as f32 - 96.0
+}
+
+fn local_grad(rank: usize, iter: usize, param: usize) -> Tensor {
+    let n: usize = SHAPES[param].iter().product();
+    let v: Vec<f32> = (0..n).map(|k| grad_value(rank, iter, param, k)).collect();
+    Tensor::from_vec_shaped(v, SHAPES[param]).unwrap()
+}
+
+/// Runs `f` on `n` gloo ranks (threads), each with its own World.
+fn run_gloo<R: Send + 'static>(
+    n: usize,
+    f: impl Fn(&World, usize) -> R + Send + Sync + 'static,
+) -> Vec<R> {
+    let s = store();
+    let f = Arc::new(f);
+    let hs: Vec<_> = (0..n)
+        .map(|r| {
+            let (s, f) = (s.clone(), f.clone());
+            std::thread::spawn(move || {
+                let w = World::new();
+                w.init_process_group(InitOptions {
+                    backend: Some("gloo".into()),
+                    store: Some(s.clone()),
+                    world_size: Some(n),
+                    rank: Some(r),
+                    timeout: Some(Duration::from_secs(30)),
+                    ..Default::default()
+                })
+                .expect("init gloo");
+                let out = f(&w, r);
+                c10d_store::store_barrier(s.as_ref(), "ddp_end", n, Duration::from_secs(60))
+                    .unwrap();
+                w.destroy_process_group(None).unwrap();
+                out
+            })
+        })
+        .collect();
+    hs.into_iter()
+        .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+        .collect()
+}
+
+/// Three iterations; every gradient after finalize must equal the all_reduce (AVG) of that
+/// gradient. Half the gradients are written into the bucket views, half passed as tensors.
+fn gradients_equal_all_reduce(w: &World, rank: usize) {
+    let pg = w.world_group().unwrap();
+    let opts = ReducerOptions {
+        bucket_cap_mb: Some(200.0 / (1 << 20) as f64),
+        timeout: Some(Duration::from_secs(20)),
+        ..Default::default()
+    };
+    let reducer = Reducer::new(&params(), pg.clone(), opts).unwrap();
+    for iter in 0..3 {
+        let mut given = Vec::new();
+        for p in (0..SHAPES.len()).rev() {
+            let g = local_grad(rank, iter, p);
+            if p % 2 == 0 {
+                reducer.grad(p).unwrap().copy_from(&g).unwrap();
+                reducer.mark_grad_ready(p).unwrap();
+            } else {
+                reducer.mark_grad_ready_from(p, &g).unwrap();
+                given.push((p, g));
+            }
+        }
+        reducer.finalize_backward().unwrap();
+        for (p, shape) in SHAPES.iter().enumerate() {
+            let expect = local_grad(rank, iter, p);
+            let avg = AllreduceOptions {
+                reduce_op: ReduceOp::Avg,
+                ..Default::default()
+            };
+            pg.all_reduce(std::slice::from_ref(&expect), &avg)
+                .unwrap()
+                .wait()
+                .unwrap();
+            let got = reducer.grad(p).unwrap();
+            assert_eq!(got.shape(), *shape);
+            assert_eq!(
+                got.to_vec::<f32>().unwrap(),
+                expect.to_vec::<f32>().unwrap(),
+                "iter {iter} param {p}"
+            );
+        }
+        for (p, g) in given {
+            assert_eq!(
+                g.to_vec::<f32>().unwrap(),
+                reducer.grad(p).unwrap().to_vec::<f32>().unwrap(),
+                "copied back, param {p}"
+            );
+        }
+    }
+    let s = reducer.stats();
+    assert_eq!(s.iterations, 3);
+    assert!(s.has_rebuilt_buckets);
+    assert!(s.bucket_sizes.len() > 1, "{s:?}");
+    assert_eq!(
+        s.bucket_sizes.iter().sum::<usize>(),
+        4 * (32 + 8 + 24 + 3 + 15)
+    );
+}
+
+#[test]
+fn gradients_after_finalize_equal_an_all_reduce_of_each_gradient_gloo() {
+    run_gloo(3, gradients_equal_all_reduce);
+}
+
+#[test]
+fn gradients_after_finalize_equal_an_all_reduce_of_each_gradient_store_backend() {
+    run(2, gradients_equal_all_reduce);
+}
+
+#[test]
+fn buckets_are_rebuilt_in_rank_0s_arrival_order() {
+    let out = run(2, |w, rank| {
+        let pg = w.world_group().unwrap();
+        let cap = 150.0 / (1 << 20) as f64;
+        let opts = ReducerOptions {
+            bucket_cap_mb: Some(cap),
+            ..Default::default()
+        };
+        let reducer = Reducer::new(&params(), pg, opts).unwrap();
+        // First iteration: one bucket (DDP's first iteration without find_unused_parameters).
+        assert_eq!(reducer.bucket_indices(), vec![vec![0, 1, 2, 3, 4]]);
+        // Rank 1 marks in another order; rank 0's order wins.
+        let order: &[usize] = if rank == 0 {
+            &[2, 0, 4, 1, 3]
+        } else {
+            &[4, 3, 2, 1, 0]
+        };
+        for &p in order {
+            reducer
+                .mark_grad_ready_from(p, &local_grad(rank, 0, p))
+                .unwrap();
+        }
+        reducer.finalize_backward().unwrap();
+        reducer.bucket_indices()
+    });
+    let metas: Vec<TensorMeta> = [2, 0, 4, 1, 3]
+        .iter()
+        .map(|&p| TensorMeta::of(&params()[p]))
+        .collect();
+    let expect = compute_bucket_assignment_by_size(&metas, &[150], &[2, 0, 4, 1, 3]).unwrap();
+    assert_eq!(expect.bucket_indices, vec![vec![2, 0], vec![4, 1, 3]]);
+    assert_eq!(
+        out,
+        vec![expect.bucket_indices.clone(), expect.bucket_indices]
+    );
+}
+
+#[test]
+fn unused_parameters_are_reduced_as_zeros() {
+    run(2, |w, rank| {
+        let pg = w.world_group().unwrap();
+        let opts = ReducerOptions {
+            find_unused_parameters: true,
+            ..Default::default()
+        };
+        let reducer = Reducer::new(&params(), pg, opts).unwrap();
+        // Rank 0 declares param 1 unused up front; rank 1 simply never marks param 3.
+        let skip = if rank == 0 { 1 } else { 3 };
+        if rank == 0 {
+            reducer.prepare_for_backward(&[1]).unwrap();
+        }
+        for p in (0..SHAPES.len()).filter(|&p| p != skip) {
+            reducer
+                .mark_grad_ready_from(p, &local_grad(rank, 0, p))
+                .unwrap();
+        }
+        reducer.finalize_backward().unwrap();
+        for (p, shape) in SHAPES.iter().enumerate() {
+            let other = 1 - rank;
+            let mine = if p == skip {
+                vec![0.0; 0]
+            } else {
+                local_grad(rank, 0, p).to_vec::<f32>().unwrap()
+            };
+            let theirs = if p == [1, 3][other] {
+                vec![]
+            } else {
+                local_grad(other, 0, p).to_vec::<f32>().unwrap()
+            };
+            let n: usize = shape.iter().product();
+            let expect: Vec<f32> = (0..n)
+                .map(|k| {
+                    (mine.get(k).copied().unwrap_or(0.0) + theirs.get(k).copied().unwrap_or(0.0))
+                        / 2.0
+                })
+                .collect();
+            assert_eq!(
+                reducer.grad(p).unwrap().to_vec::<f32>().unwrap(),
+                expect,
+                "param {p}"
+            );
+        }
+        assert_eq!(reducer.stats().unused_parameters, 1);
+        assert!(
+            !reducer.stats().has_rebuilt_buckets,
+            "no rebuild with find_unused_parameters"
+        );
+    });
+}
+
+#[test]
+fn a_gradient_never_marked_is_an_error_naming_rank_and_index() {
+    run(2, |w, rank| {
+        let pg = w.world_group().unwrap();
+        let names: Vec<String> = (0..SHAPES.len()).map(|i| format!("layer{i}")).collect();
+        let opts = ReducerOptions {
+            param_names: names,
+            ..Default::default()
+        };
+        let reducer = Reducer::new(&params(), pg, opts).unwrap();
+        for p in [0, 1, 3, 4] {
+            reducer.mark_grad_ready(p).unwrap();
+        }
+        let e = reducer.finalize_backward().unwrap_err().to_string();
+        assert!(
+            e.starts_with("Expected to have finished reduction in the prior iteration"),
+            "{e}"
+        );
+        assert!(e.contains("find_unused_parameters"), "{e}");
+        assert!(
+            e.contains(&format!(
+                "Parameters which did not receive grad for rank {rank}: layer2"
+            )),
+            "{e}"
+        );
+        assert!(
+            e.contains(&format!(
+                "Parameter indices which did not receive grad for rank {rank}: [2]"
+            )),
+            "{e}"
+        );
+        // Still mid-iteration: starting a new one fails the same way.
+        assert!(reducer
+            .prepare_for_backward(&[])
+            .unwrap_err()
+            .to_string()
+            .contains("[2]"));
+        let e = reducer.mark_grad_ready(0).unwrap_err().to_string();
+        assert!(
+            e.starts_with("Expected to mark a variable ready only once."),
+            "{e}"
+        );
+        assert!(
+            e.contains("Parameter at index 0 with name layer0 has been marked as ready twice"),
+            "{e}"
+        );
+        assert!(reducer
+            .mark_grad_ready(9)
+            .unwrap_err()
+            .to_string()
+            .contains("Out of range variable index"));
+    });
+}
+
+#[test]
+fn static_graph_fixes_the_unused_set_after_the_first_iteration() {
+    run(2, |w, rank| {
+        let pg = w.world_group().unwrap();
+        let opts = ReducerOptions {
+            static_graph: true,
+            ..Default::default()
+        };
+        let reducer = Reducer::new(&params(), pg, opts).unwrap();
+        for iter in 0..2 {
+            for p in [4, 3, 1, 0] {
+                reducer
+                    .mark_grad_ready_from(p, &local_grad(rank, iter, p))
+                    .unwrap();
+            }
+            reducer.finalize_backward().unwrap();
+            assert_eq!(
+                reducer.grad(2).unwrap().to_vec::<f32>().unwrap(),
+                vec![0.0; 24]
+            );
+            assert_eq!(reducer.stats().unused_parameters, 1, "iteration {iter}");
+        }
+        let e = reducer.mark_grad_ready(2).unwrap_err().to_string();
+        assert!(
+            e.starts_with("Your training graph has changed in this iteration"),
+            "{e}"
+        );
+        for p in [4, 3, 1] {
+            reducer.mark_grad_ready(p).unwrap();
+        }
+        let e = reducer.finalize_backward().unwrap_err().to_string();
+        assert!(
+            e.contains("this is not compatible with static_graph set to True"),
+            "{e}"
+        );
+        assert!(e.contains(&format!("for rank {rank}: [0]")), "{e}");
+    });
+}
+
+#[test]
+fn bad_parameters_are_refused() {
+    run(1, |w, _| {
+        let pg = w.world_group().unwrap();
+        let e = Reducer::new(&[], pg.clone(), ReducerOptions::default()).unwrap_err();
+        assert_eq!(e.to_string(), "Expected at least one parameter.");
+        let e = Reducer::new(
+            &[Tensor::zeros(DType::I64, &[2])],
+            pg.clone(),
+            ReducerOptions::default(),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("floating-point"), "{e}");
+        let r = Reducer::new(&params(), pg, ReducerOptions::default()).unwrap();
+        let e = r
+            .mark_grad_ready_from(0, &Tensor::zeros(DType::F64, &[8, 4]))
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("Expected torch.float32, got torch.float64"),
+            "{e}"
+        );
+        assert!(
+            r.finalize_backward().is_err(),
+            "a backward pass with a missing gradient"
+        );
+    });
+}
