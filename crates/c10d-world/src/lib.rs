@@ -82,6 +82,7 @@ pub mod collectives;
 pub mod config;
 pub mod ddp;
 pub mod detail;
+pub mod flight_recorder;
 mod gloo;
 pub mod objects;
 pub mod ops;
