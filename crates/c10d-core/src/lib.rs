@@ -3,7 +3,8 @@
 //! The vocabulary every c10d-rs crate speaks, mirroring PyTorch's `c10d` core:
 //!
 //! - [`DType`], [`Device`], [`Tensor`] (zero-copy from `Vec<T>`, leased while a collective owns it),
-//!   [`DeviceStorage`] for accelerator memory without linking CUDA;
+//!   [`DeviceStorage`] for accelerator memory without linking CUDA; [`borrowed`] tensors over
+//!   slices the caller owns, checked by the borrow checker;
 //! - [`ReduceOp`] with PyTorch's ids and the reduction kernels ([`reduce`]);
 //! - the options structs ([`options`]), [`Work`], the [`Backend`] trait and [`ProcessGroup`];
 //! - [`DistError`] with PyTorch's exception kinds, and [`DebugLevel`];
@@ -13,6 +14,7 @@
 //! recorder's dumps.
 
 pub mod backend;
+pub mod borrowed;
 pub mod debug;
 pub mod device;
 pub mod dtype;
@@ -25,6 +27,7 @@ pub mod tensor;
 pub mod work;
 
 pub use backend::Backend;
+pub use borrowed::{BorrowScope, TensorView};
 pub use debug::DebugLevel;
 pub use device::{Device, DeviceType};
 pub use dtype::{c32, c64, DType, Element};

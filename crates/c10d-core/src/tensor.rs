@@ -51,11 +51,17 @@ enum StorageKind {
     Device(Arc<dyn DeviceStorage>),
 }
 
-/// Shared storage plus its borrow state: 0 free, n > 0 readers, -1 one writer.
+/// Shared storage plus its borrow state: 0 free, n > 0 readers, -1 one writer, [`REVOKED`]
+/// once borrowed memory has been given back to its owner (no access ever again).
 pub(crate) struct Storage {
     kind: StorageKind,
     borrow: AtomicIsize,
+    /// False for memory from a shared borrow (`&[T]`): write leases are refused.
+    writable: bool,
 }
+
+/// Borrow state of a storage whose borrowed memory was given back ([`Tensor::revoke`]).
+const REVOKED: isize = isize::MIN;
 
 // SAFETY: the raw pointer in `HostBuffer` points into a heap allocation owned by the `Vec` kept in
 // `owner`, which is never moved or freed while the storage lives. All access to the bytes goes
@@ -123,6 +129,11 @@ struct StorageGuard {
 
 impl StorageGuard {
     fn acquire(storage: &Arc<Storage>, write: bool) -> Result<Self> {
+        if write && !storage.writable {
+            return Err(DistError::invalid(
+                "tensor views memory borrowed as `&[T]` (read-only); it cannot be written or be a collective's output",
+            ));
+        }
         let ok = if write {
             storage.try_write()
         } else {
@@ -133,6 +144,10 @@ impl StorageGuard {
                 storage: storage.clone(),
                 write,
             })
+        } else if storage.borrow.load(Ordering::Acquire) == REVOKED {
+            Err(DistError::invalid(
+                "tensor viewed borrowed memory that has been given back to its owner (its borrow scope ended)",
+            ))
         } else {
             Err(busy_error(write))
         }
@@ -229,6 +244,7 @@ impl Tensor {
             Box::new(data),
             T::DTYPE,
             shape,
+            true,
         ))
     }
 
@@ -239,6 +255,7 @@ impl Tensor {
         owner: Box<dyn Any + Send>,
         dtype: DType,
         shape: &[usize],
+        writable: bool,
     ) -> Tensor {
         let storage = Storage {
             kind: StorageKind::Host(HostBuffer {
@@ -247,6 +264,7 @@ impl Tensor {
                 owner: Mutex::new(Some(owner)),
             }),
             borrow: AtomicIsize::new(0),
+            writable,
         };
         Tensor {
             storage: Arc::new(storage),
@@ -289,7 +307,79 @@ impl Tensor {
         } else {
             ptr
         };
-        Ok(Self::over_host(ptr, nbytes, owner, dtype, shape))
+        Ok(Self::over_host(ptr, nbytes, owner, dtype, shape, true))
+    }
+
+    /// A CPU tensor over `data` (a slice the caller keeps), without copying. `writable` false
+    /// makes every write lease fail (memory from a shared borrow). Used by
+    /// [`crate::borrowed`], which ends the tensor's access with [`Tensor::revoke`] before the
+    /// borrow ends.
+    ///
+    /// # Errors
+    /// [`DistError::InvalidArgument`] when `shape` does not hold `data.len()` elements.
+    ///
+    /// # Safety
+    /// The memory must stay valid for reads (and writes when `writable`) until
+    /// [`Tensor::revoke`] has returned on this tensor or one of its views, and nobody may
+    /// access it other than through the tensor's handles until then.
+    pub(crate) unsafe fn over_slice<T: Element>(
+        data: *mut T,
+        len: usize,
+        shape: &[usize],
+        writable: bool,
+    ) -> Result<Tensor> {
+        if checked_numel(shape) != Some(len) {
+            return Err(DistError::invalid(format!(
+                "shape {shape:?} does not hold the borrowed slice's {len} elements"
+            )));
+        }
+        let nbytes = len * T::DTYPE.size();
+        let ptr = if nbytes == 0 {
+            std::ptr::NonNull::<u64>::dangling().as_ptr().cast()
+        } else {
+            data.cast::<u8>()
+        };
+        let owner = Box::new(());
+        Ok(Self::over_host(
+            ptr,
+            nbytes,
+            owner,
+            T::DTYPE,
+            shape,
+            writable,
+        ))
+    }
+
+    /// Ends every access to this tensor's storage for good: waits until no collective holds a
+    /// lease on it (an in-flight op finishes, or fails at its timeout), turns any `bool` byte
+    /// other than 0 into 1 (a peer may send any byte; the owner's `bool`s must stay valid),
+    /// and then refuses every later read or write through any handle with an error.
+    /// Idempotent.
+    pub(crate) fn revoke(&self) {
+        let mut pause = std::time::Duration::from_micros(20);
+        loop {
+            match self
+                .storage
+                .borrow
+                .compare_exchange(0, -1, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => break,
+                Err(REVOKED) => return,
+                Err(_) => {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(std::time::Duration::from_millis(1));
+                }
+            }
+        }
+        if self.dtype == DType::Bool && self.storage.writable {
+            if let Some(p) = self.storage.host_ptr() {
+                // SAFETY: we hold the exclusive write state (-1) set above; the storage's
+                // bytes are valid for writes until revocation completes (constructor contract).
+                let b = unsafe { std::slice::from_raw_parts_mut(p, self.storage.nbytes()) };
+                b.iter_mut().for_each(|x| *x = (*x != 0) as u8);
+            }
+        }
+        self.storage.borrow.store(REVOKED, Ordering::Release);
     }
 
     /// A CPU tensor of zeros (`torch.zeros(shape, dtype=dtype)`).
@@ -328,6 +418,7 @@ impl Tensor {
         let st = Storage {
             kind: StorageKind::Device(storage),
             borrow: AtomicIsize::new(0),
+            writable: true,
         };
         Ok(Tensor {
             storage: Arc::new(st),
@@ -375,7 +466,7 @@ impl Tensor {
     }
     /// True while an in-flight collective holds a write lease on the storage.
     pub fn is_busy(&self) -> bool {
-        self.storage.borrow.load(Ordering::Acquire) < 0
+        self.storage.borrow.load(Ordering::Acquire) == -1
     }
     /// The device storage for device tensors (`None` on CPU).
     pub fn device_storage(&self) -> Option<&Arc<dyn DeviceStorage>> {

@@ -100,7 +100,16 @@ pub(crate) use sealed::Sealed;
 pub trait Op: sealed::Sealed {
     /// What [`Collective::run`] returns: `()`, or the sender's global rank for `recv`.
     type Output;
-    /// The op name in PyTorch's warnings ("Running {name} on global rank ...").
+    /// Runs the op to completion (`async_op=False`).
+    #[doc(hidden)]
+    fn run(self, world: &World, kw: &Keywords<'_>) -> Result<Self::Output>;
+}
+
+/// Ops that can run asynchronously ([`Collective::start`]): those PyTorch runs with
+/// `async_op=True` (all but `monitored_barrier`), on [`c10d_core::Tensor`]s or
+/// [`c10d_core::TensorView`]s — not on plain slices, which are borrowed only for the call.
+pub trait AsyncOp: Op {
+    /// The op name in PyTorch's texts.
     #[doc(hidden)]
     const NAME: &'static str;
     /// The op type of the completed [`Work`] a non-member gets from [`Collective::start`].
@@ -110,13 +119,7 @@ pub trait Op: sealed::Sealed {
     /// coalescing block recorded the op.
     #[doc(hidden)]
     fn launch(&self, world: &World, kw: &Keywords<'_>) -> Result<Option<Work>>;
-    /// Runs the op to completion (`async_op=False`).
-    #[doc(hidden)]
-    fn run(&self, world: &World, kw: &Keywords<'_>) -> Result<Self::Output>;
 }
-
-/// Ops that PyTorch can run with `async_op=True` (all but `monitored_barrier`).
-pub trait AsyncOp: Op {}
 
 /// One collective call being put together: the [`World`], the keywords every op shares
 /// (`group`, `timeout`) and the op's own arguments `A`. Ends in [`Collective::run`] or
@@ -131,6 +134,7 @@ pub struct Collective<'a, A> {
 }
 
 impl<'a, A: Op> Collective<'a, A> {
+    /// A call of `args` on `world` with every keyword at its default.
     pub(crate) fn new(world: &'a World, args: A) -> Self {
         Collective {
             world,
@@ -172,7 +176,8 @@ impl<'a, A: Op> Collective<'a, A> {
     /// The op's argument errors (with PyTorch's texts, listed on the op's constructor) and
     /// its failure (timeout, dead peer, mismatch ...).
     pub fn run(self) -> Result<A::Output> {
-        self.args.run(self.world, &self.keywords(false))
+        let kw = self.keywords(false);
+        self.args.run(self.world, &kw)
     }
 }
 
@@ -203,33 +208,38 @@ impl<'a, A: AsyncOp> Collective<'a, A> {
     }
 }
 
-/// Implements [`Op`] for an argument type whose blocking form returns `()`:
-/// `unit_op!(Type, "name", OpType::X, |args, world, kw| launch-expression);`.
+/// Implements [`Op`] and [`AsyncOp`] for an argument type whose blocking form returns `()`:
+/// `unit_op!([generics] Type, "name", OpType::X, |args, world, kw| launch-expression);`.
 macro_rules! unit_op {
-    ($ty:ident, $name:literal, $op_type:expr, |$a:ident, $w:ident, $kw:ident| $launch:expr) => {
-        impl $crate::call::Sealed for $ty<'_> {}
-        impl $crate::call::Op for $ty<'_> {
+    ([$($g:tt)*] $ty:ty, $name:literal, $op_type:expr, |$a:ident, $w:ident, $kw:ident| $launch:expr) => {
+        impl<$($g)*> $crate::call::Sealed for $ty {}
+        impl<$($g)*> $crate::call::Op for $ty {
             type Output = ();
+            fn run(self, world: &World, kw: &$crate::call::Keywords<'_>) -> Result<()> {
+                $crate::call::AsyncOp::launch(&self, world, kw).map(drop)
+            }
+        }
+        impl<$($g)*> $crate::call::AsyncOp for $ty {
             const NAME: &'static str = $name;
             const OP_TYPE: c10d_core::OpType = $op_type;
-            fn launch(&self, $w: &World, $kw: &$crate::call::Keywords<'_>) -> Result<Option<Work>> {
+            fn launch(
+                &self,
+                $w: &World,
+                $kw: &$crate::call::Keywords<'_>,
+            ) -> Result<Option<Work>> {
                 let $a = self;
                 $launch
             }
-            fn run(&self, world: &World, kw: &$crate::call::Keywords<'_>) -> Result<()> {
-                self.launch(world, kw).map(drop)
-            }
         }
-        impl $crate::call::AsyncOp for $ty<'_> {}
     };
 }
 pub(crate) use unit_op;
 
 /// Adds an optional keyword argument to one op's [`Collective`]:
-/// `keyword!(Type, /// doc \n name: ty => field);` stores the value in `args.field`.
+/// `keyword!([generics] Type, /// doc \n name: ty => |args, value| assignment);`.
 macro_rules! keyword {
-    ($ty:ident, $(#[$doc:meta])* $name:ident: $arg:ty => |$a:ident, $v:ident| $set:expr) => {
-        impl<'a> $crate::call::Collective<'a, $ty<'a>> {
+    ([$($g:tt)*] $ty:ty, $(#[$doc:meta])* $name:ident: $arg:ty => |$a:ident, $v:ident| $set:expr) => {
+        impl<'a, $($g)*> $crate::call::Collective<'a, $ty> {
             $(#[$doc])*
             pub fn $name(mut self, $v: $arg) -> Self {
                 let $a = &mut self.args;

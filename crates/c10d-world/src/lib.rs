@@ -42,6 +42,12 @@
 //! # Ok(()) }
 //! ```
 //!
+//! The ops on single buffers (`all_reduce`, `broadcast`, `reduce`, `all_gather_into_tensor`,
+//! `reduce_scatter_tensor`, `all_to_all_single` and their aliases) also take memory the
+//! caller owns, with no copy: `&mut [T]` / `&mut Vec<T>` in place, `&[T]` as an input, and
+//! with the `ndarray` feature `ArrayViewMut` / `ArrayView`, blocking; [`c10d_core::TensorView`]s
+//! of a [`c10d_core::borrowed::scope`] for asynchronous use ([`buffer`]).
+//!
 //! Why this shape: PyTorch's Python signatures put up to six arguments in a row, most of them
 //! optional; as positional `Option`s (`broadcast(&x, Some(1), Some(&sub), false, None)`) a call
 //! does not say which is which, and a mistake compiles or yields an error about argument
@@ -77,6 +83,7 @@
 //! - This build has no accelerator: "undefined"/no backend means `cpu:gloo`; `"nccl"` is
 //!   registered but unavailable.
 
+pub mod buffer;
 pub mod call;
 pub mod collectives;
 pub mod config;
@@ -91,6 +98,7 @@ pub mod shrink;
 pub mod store_backend;
 pub mod world;
 
+pub use buffer::{Buffer, BufferMut, SharedBuffer};
 pub use call::{Collective, Rank};
 pub use collectives::{CoalescingManager, P2PKind, P2POp};
 pub use config::{
@@ -285,7 +293,7 @@ pub fn set_timeout(timeout: Duration, group: Option<&ProcessGroup>) -> Result<()
 }
 
 /// [`World::all_reduce`] on the global world.
-pub fn all_reduce<'a>(tensor: &'a Tensor) -> Collective<'a, AllReduce<'a>> {
+pub fn all_reduce<D: BufferMut>(tensor: D) -> Collective<'static, AllReduce<D>> {
     w().all_reduce(tensor)
 }
 /// [`World::all_reduce_coalesced`] on the global world.
@@ -293,11 +301,14 @@ pub fn all_reduce_coalesced<'a>(tensors: &'a [Tensor]) -> Collective<'a, AllRedu
     w().all_reduce_coalesced(tensors)
 }
 /// [`World::broadcast`] on the global world.
-pub fn broadcast<'a>(tensor: &'a Tensor, src: impl Into<Rank>) -> Collective<'a, Broadcast<'a>> {
+pub fn broadcast<D: BufferMut>(
+    tensor: D,
+    src: impl Into<Rank>,
+) -> Collective<'static, Broadcast<D>> {
     w().broadcast(tensor, src)
 }
 /// [`World::reduce`] on the global world.
-pub fn reduce<'a>(tensor: &'a Tensor, dst: impl Into<Rank>) -> Collective<'a, Reduce<'a>> {
+pub fn reduce<D: BufferMut>(tensor: D, dst: impl Into<Rank>) -> Collective<'static, Reduce<D>> {
     w().reduce(tensor, dst)
 }
 /// [`World::all_gather`] on the global world.
@@ -308,17 +319,17 @@ pub fn all_gather<'a>(
     w().all_gather(tensor_list, tensor)
 }
 /// [`World::all_gather_into_tensor`] on the global world.
-pub fn all_gather_into_tensor<'a>(
-    output: &'a Tensor,
-    input: &'a Tensor,
-) -> Collective<'a, AllGatherIntoTensor<'a>> {
+pub fn all_gather_into_tensor<O: BufferMut, I: Buffer>(
+    output: O,
+    input: I,
+) -> Collective<'static, AllGatherIntoTensor<O, I>> {
     w().all_gather_into_tensor(output, input)
 }
 /// [`World::all_gather_single`] on the global world.
-pub fn all_gather_single<'a>(
-    output: &'a Tensor,
-    input: &'a Tensor,
-) -> Collective<'a, AllGatherIntoTensor<'a>> {
+pub fn all_gather_single<O: BufferMut, I: Buffer>(
+    output: O,
+    input: I,
+) -> Collective<'static, AllGatherIntoTensor<O, I>> {
     w().all_gather_single(output, input)
 }
 /// [`World::all_gather_coalesced`] on the global world.
@@ -352,17 +363,17 @@ pub fn reduce_scatter<'a>(
     w().reduce_scatter(output, input_list)
 }
 /// [`World::reduce_scatter_tensor`] on the global world.
-pub fn reduce_scatter_tensor<'a>(
-    output: &'a Tensor,
-    input: &'a Tensor,
-) -> Collective<'a, ReduceScatterTensor<'a>> {
+pub fn reduce_scatter_tensor<O: BufferMut, I: Buffer>(
+    output: O,
+    input: I,
+) -> Collective<'static, ReduceScatterTensor<O, I>> {
     w().reduce_scatter_tensor(output, input)
 }
 /// [`World::reduce_scatter_single`] on the global world.
-pub fn reduce_scatter_single<'a>(
-    output: &'a Tensor,
-    input: &'a Tensor,
-) -> Collective<'a, ReduceScatterTensor<'a>> {
+pub fn reduce_scatter_single<O: BufferMut, I: Buffer>(
+    output: O,
+    input: I,
+) -> Collective<'static, ReduceScatterTensor<O, I>> {
     w().reduce_scatter_single(output, input)
 }
 /// [`World::all_to_all`] on the global world.
@@ -373,10 +384,10 @@ pub fn all_to_all<'a>(
     w().all_to_all(output_tensor_list, input_tensor_list)
 }
 /// [`World::all_to_all_single`] on the global world.
-pub fn all_to_all_single<'a>(
-    output: &'a Tensor,
-    input: &'a Tensor,
-) -> Collective<'a, AllToAllSingle<'a>> {
+pub fn all_to_all_single<O: BufferMut, I: Buffer>(
+    output: O,
+    input: I,
+) -> Collective<'static, AllToAllSingle<'static, O, I>> {
     w().all_to_all_single(output, input)
 }
 /// [`World::barrier`] on the global world.

@@ -10,7 +10,8 @@
 //! - Tensor lists must share one dtype ("Invalid usage of tensors with different dtypes ...";
 //!   a complex tensor counts as its real dtype).
 
-use crate::call::{keyword, unit_op, Collective, Keywords, Op, Rank};
+use crate::buffer::{with_tensors, Buffer, BufferMut, SharedBuffer};
+use crate::call::{keyword, unit_op, AsyncOp, Collective, Keywords, Op, Rank};
 use crate::collectives::{check_complex_op, ensure_same_dtype, root_only_list, CollOp};
 use crate::world::World;
 use c10d_core::{
@@ -19,29 +20,75 @@ use c10d_core::{
     Result, ScatterOptions, Tensor, Work,
 };
 
+/// Implements [`Op`] and [`AsyncOp`] for an argument type generic over its memory (the
+/// [`Buffer`]s named in brackets): `run` views each buffer as a tensor for the call, `start`
+/// exists when every buffer is a [`SharedBuffer`]; both end in the type's `launch_on` over
+/// tensors: `buffer_op!(Type<[lifetime,] P: Bound, ..>, "name", OpType::X, |args| [fields]
+/// resolved-expression);`.
+macro_rules! buffer_op {
+    ($ty:ident<$($l:lifetime,)? $($P:ident: $B:ident),+>, $name:literal, $op_type:expr,
+     |$a:ident| [$($buf:ident),+] $resolved:expr) => {
+        impl<$($l,)? $($P: $B),+> crate::call::Sealed for $ty<$($l,)? $($P),+> {}
+        impl<$($l,)? $($P: $B),+> Op for $ty<$($l,)? $($P),+> {
+            type Output = ();
+            fn run(self, w: &World, kw: &Keywords<'_>) -> Result<()> {
+                refuse_borrowed_in_coalescing(w, $name, $(<$P as Buffer>::BORROWED)||+)?;
+                let $a = self;
+                buffer_op!(@with $a, [$($buf),+], $resolved.launch_on(w, kw)).map(drop)
+            }
+        }
+        impl<$($l,)? $($P: SharedBuffer),+> AsyncOp for $ty<$($l,)? $($P),+> {
+            const NAME: &'static str = $name;
+            const OP_TYPE: OpType = $op_type;
+            fn launch(&self, w: &World, kw: &Keywords<'_>) -> Result<Option<Work>> {
+                let $a = self;
+                $(let $buf = $a.$buf.tensor();)+
+                $resolved.launch_on(w, kw)
+            }
+        }
+    };
+    (@with $a:ident, [$b:ident], $e:expr) => { $a.$b.with_tensor(|$b| $e) };
+    (@with $a:ident, [$o:ident, $i:ident], $e:expr) => { with_tensors($a.$o, $a.$i, |$o, $i| $e) };
+}
+
+/// Refuses an op on borrowed memory while a coalescing block is open: the block would launch
+/// it after the call returned and the borrow ended.
+fn refuse_borrowed_in_coalescing(w: &World, op: &str, borrowed: bool) -> Result<()> {
+    if borrowed && w.lock().coalescing.is_some() {
+        return Err(DistError::invalid(format!(
+            "{op} on borrowed memory (a slice or array) cannot run inside a coalescing_manager block, which launches ops after the call returns; pass Tensors"
+        )));
+    }
+    Ok(())
+}
+
 /// Arguments of [`World::all_reduce`].
 #[derive(Debug)]
-pub struct AllReduce<'a> {
-    tensor: &'a Tensor,
+pub struct AllReduce<D> {
+    tensor: D,
     op: ReduceOp,
 }
-unit_op!(AllReduce, "all_reduce", OpType::Allreduce, |a, w, kw| {
-    check_complex_op(a.op, &[a.tensor], "all_reduce")?;
-    let Some(pg) = w.op_group(kw.group, "all_reduce")? else {
-        return Ok(None);
-    };
-    if w.defer_if_coalescing(&pg, || CollOp::AllReduce(a.tensor.clone(), a.op)) {
-        return Ok(None);
+impl AllReduce<&Tensor> {
+    fn launch_on(&self, w: &World, kw: &Keywords<'_>) -> Result<Option<Work>> {
+        let a = self;
+        check_complex_op(a.op, &[a.tensor], "all_reduce")?;
+        let Some(pg) = w.op_group(kw.group, "all_reduce")? else {
+            return Ok(None);
+        };
+        if w.defer_if_coalescing(&pg, || CollOp::AllReduce(a.tensor.clone(), a.op)) {
+            return Ok(None);
+        }
+        let opts = AllreduceOptions {
+            reduce_op: a.op,
+            timeout: kw.timeout,
+            async_op: kw.async_op,
+        };
+        let work = pg.all_reduce(std::slice::from_ref(a.tensor), &opts)?;
+        w.launched(&pg, work, kw.async_op)
     }
-    let opts = AllreduceOptions {
-        reduce_op: a.op,
-        timeout: kw.timeout,
-        async_op: kw.async_op,
-    };
-    let work = pg.all_reduce(std::slice::from_ref(a.tensor), &opts)?;
-    w.launched(&pg, work, kw.async_op)
-});
-keyword!(AllReduce, /// PyTorch's `op=` (default [`ReduceOp::Sum`]).
+}
+buffer_op!(AllReduce<D: BufferMut>, "all_reduce", OpType::Allreduce, |a| [tensor] AllReduce { tensor, op: a.op });
+keyword!([D] AllReduce<D>, /// PyTorch's `op=` (default [`ReduceOp::Sum`]).
     op: ReduceOp => |a, op| a.op = op);
 
 /// Arguments of [`World::all_reduce_coalesced`].
@@ -50,8 +97,7 @@ pub struct AllReduceCoalesced<'a> {
     tensors: &'a [Tensor],
     op: ReduceOp,
 }
-unit_op!(
-    AllReduceCoalesced,
+unit_op!([] AllReduceCoalesced<'_>,
     "all_reduce_coalesced",
     OpType::AllreduceCoalesced,
     |a, w, kw| {
@@ -69,54 +115,62 @@ unit_op!(
         w.launched(&pg, work, kw.async_op)
     }
 );
-keyword!(AllReduceCoalesced, /// PyTorch's `op=` (default [`ReduceOp::Sum`]).
+keyword!([] AllReduceCoalesced<'a>, /// PyTorch's `op=` (default [`ReduceOp::Sum`]).
     op: ReduceOp => |a, op| a.op = op);
 
 /// Arguments of [`World::broadcast`].
 #[derive(Debug)]
-pub struct Broadcast<'a> {
-    tensor: &'a Tensor,
+pub struct Broadcast<D> {
+    tensor: D,
     src: Rank,
 }
-unit_op!(Broadcast, "broadcast", OpType::Broadcast, |a, w, kw| {
-    let Some(pg) = w.op_group(kw.group, "broadcast")? else {
-        return Ok(None);
-    };
-    let (src, group_src) = a.src.pair();
-    let opts = BroadcastOptions {
-        root_rank: w.group_rank_of(&pg, src, group_src)?,
-        root_tensor: 0,
-        timeout: kw.timeout,
-        async_op: kw.async_op,
-    };
-    let work = pg.broadcast(std::slice::from_ref(a.tensor), &opts)?;
-    w.launched(&pg, work, kw.async_op)
-});
+impl Broadcast<&Tensor> {
+    fn launch_on(&self, w: &World, kw: &Keywords<'_>) -> Result<Option<Work>> {
+        let a = self;
+        let Some(pg) = w.op_group(kw.group, "broadcast")? else {
+            return Ok(None);
+        };
+        let (src, group_src) = a.src.pair();
+        let opts = BroadcastOptions {
+            root_rank: w.group_rank_of(&pg, src, group_src)?,
+            root_tensor: 0,
+            timeout: kw.timeout,
+            async_op: kw.async_op,
+        };
+        let work = pg.broadcast(std::slice::from_ref(a.tensor), &opts)?;
+        w.launched(&pg, work, kw.async_op)
+    }
+}
+buffer_op!(Broadcast<D: BufferMut>, "broadcast", OpType::Broadcast, |a| [tensor] Broadcast { tensor, src: a.src });
 
 /// Arguments of [`World::reduce`].
 #[derive(Debug)]
-pub struct Reduce<'a> {
-    tensor: &'a Tensor,
+pub struct Reduce<D> {
+    tensor: D,
     dst: Rank,
     op: ReduceOp,
 }
-unit_op!(Reduce, "reduce", OpType::Reduce, |a, w, kw| {
-    check_complex_op(a.op, &[a.tensor], "reduce")?;
-    let Some(pg) = w.op_group(kw.group, "reduce")? else {
-        return Ok(None);
-    };
-    let (dst, group_dst) = a.dst.pair();
-    let opts = ReduceOptions {
-        reduce_op: a.op,
-        root_rank: w.group_rank_of(&pg, dst, group_dst)?,
-        root_tensor: 0,
-        timeout: kw.timeout,
-        async_op: kw.async_op,
-    };
-    let work = pg.reduce(std::slice::from_ref(a.tensor), &opts)?;
-    w.launched(&pg, work, kw.async_op)
-});
-keyword!(Reduce, /// PyTorch's `op=` (default [`ReduceOp::Sum`]).
+impl Reduce<&Tensor> {
+    fn launch_on(&self, w: &World, kw: &Keywords<'_>) -> Result<Option<Work>> {
+        let a = self;
+        check_complex_op(a.op, &[a.tensor], "reduce")?;
+        let Some(pg) = w.op_group(kw.group, "reduce")? else {
+            return Ok(None);
+        };
+        let (dst, group_dst) = a.dst.pair();
+        let opts = ReduceOptions {
+            reduce_op: a.op,
+            root_rank: w.group_rank_of(&pg, dst, group_dst)?,
+            root_tensor: 0,
+            timeout: kw.timeout,
+            async_op: kw.async_op,
+        };
+        let work = pg.reduce(std::slice::from_ref(a.tensor), &opts)?;
+        w.launched(&pg, work, kw.async_op)
+    }
+}
+buffer_op!(Reduce<D: BufferMut>, "reduce", OpType::Reduce, |a| [tensor] Reduce { tensor, dst: a.dst, op: a.op });
+keyword!([D] Reduce<D>, /// PyTorch's `op=` (default [`ReduceOp::Sum`]).
     op: ReduceOp => |a, op| a.op = op);
 
 fn allgather_opts(kw: &Keywords<'_>) -> AllgatherOptions {
@@ -132,7 +186,7 @@ pub struct AllGather<'a> {
     tensor_list: &'a [Tensor],
     tensor: &'a Tensor,
 }
-unit_op!(AllGather, "all_gather", OpType::Allgather, |a, w, kw| {
+unit_op!([] AllGather<'_>, "all_gather", OpType::Allgather, |a, w, kw| {
     ensure_same_dtype(a.tensor_list.iter().chain([a.tensor]))?;
     let Some(pg) = w.op_group(kw.group, "all_gather")? else {
         return Ok(None);
@@ -148,15 +202,13 @@ unit_op!(AllGather, "all_gather", OpType::Allgather, |a, w, kw| {
 
 /// Arguments of [`World::all_gather_into_tensor`].
 #[derive(Debug)]
-pub struct AllGatherIntoTensor<'a> {
-    output: &'a Tensor,
-    input: &'a Tensor,
+pub struct AllGatherIntoTensor<O, I> {
+    output: O,
+    input: I,
 }
-unit_op!(
-    AllGatherIntoTensor,
-    "all_gather_into_tensor",
-    OpType::AllgatherBase,
-    |a, w, kw| {
+impl AllGatherIntoTensor<&Tensor, &Tensor> {
+    fn launch_on(&self, w: &World, kw: &Keywords<'_>) -> Result<Option<Work>> {
+        let a = self;
         ensure_same_dtype([a.output, a.input])?;
         let Some(pg) = w.op_group(kw.group, "all_gather_into_tensor")? else {
             return Ok(None);
@@ -169,7 +221,8 @@ unit_op!(
         let work = pg.all_gather_into_tensor(a.output, a.input, &allgather_opts(kw))?;
         w.launched(&pg, work, kw.async_op)
     }
-);
+}
+buffer_op!(AllGatherIntoTensor<O: BufferMut, I: Buffer>, "all_gather_into_tensor", OpType::AllgatherBase, |a| [output, input] AllGatherIntoTensor { output, input });
 
 /// Arguments of [`World::all_gather_coalesced`].
 #[derive(Debug)]
@@ -177,8 +230,7 @@ pub struct AllGatherCoalesced<'a> {
     output_tensor_lists: &'a [Vec<Tensor>],
     input_tensor_list: &'a [Tensor],
 }
-unit_op!(
-    AllGatherCoalesced,
+unit_op!([] AllGatherCoalesced<'_>,
     "all_gather_coalesced",
     OpType::AllgatherCoalesced,
     |a, w, kw| {
@@ -228,7 +280,7 @@ pub struct Gather<'a> {
     gather_list: &'a [Tensor],
     dst: Option<Rank>,
 }
-unit_op!(Gather, "gather", OpType::Gather, |a, w, kw| {
+unit_op!([] Gather<'_>, "gather", OpType::Gather, |a, w, kw| {
     ensure_same_dtype([a.tensor].into_iter().chain(a.gather_list))?;
     let Some(pg) = w.op_group(kw.group, "gather")? else {
         return Ok(None);
@@ -238,9 +290,9 @@ unit_op!(Gather, "gather", OpType::Gather, |a, w, kw| {
     let outputs = root_only_list(a.gather_list, is_root, "gather_list", "destination")?;
     gather_launch(w, &pg, kw, &outputs, a.tensor, root)
 });
-keyword!(Gather, /// PyTorch's `gather_list=`: one tensor per group rank, on the destination only.
+keyword!([] Gather<'a>, /// PyTorch's `gather_list=`: one tensor per group rank, on the destination only.
     gather_list: &'a [Tensor] => |a, list| a.gather_list = list);
-keyword!(Gather, /// PyTorch's `dst=` ([`Rank::Global`], default 0) or `group_dst=` ([`Rank::Group`]).
+keyword!([] Gather<'a>, /// PyTorch's `dst=` ([`Rank::Global`], default 0) or `group_dst=` ([`Rank::Group`]).
     dst: impl Into<Rank> => |a, dst| a.dst = Some(dst.into()));
 
 /// Arguments of [`World::gather_single`].
@@ -250,7 +302,7 @@ pub struct GatherSingle<'a> {
     gather_tensor: Option<&'a Tensor>,
     dst: Option<Rank>,
 }
-unit_op!(GatherSingle, "gather_single", OpType::Gather, |a, w, kw| {
+unit_op!([] GatherSingle<'_>, "gather_single", OpType::Gather, |a, w, kw| {
     let Some(pg) = w.op_group(kw.group, "gather_single")? else {
         return Ok(None);
     };
@@ -265,9 +317,9 @@ unit_op!(GatherSingle, "gather_single", OpType::Gather, |a, w, kw| {
     };
     gather_launch(w, &pg, kw, &outputs, a.tensor, root)
 });
-keyword!(GatherSingle, /// PyTorch's `gather_tensor=`: on the destination, room for every rank's `tensor`.
+keyword!([] GatherSingle<'a>, /// PyTorch's `gather_tensor=`: on the destination, room for every rank's `tensor`.
     gather_tensor: &'a Tensor => |a, g| a.gather_tensor = Some(g));
-keyword!(GatherSingle, /// PyTorch's `dst=` ([`Rank::Global`], default 0) or `group_dst=` ([`Rank::Group`]).
+keyword!([] GatherSingle<'a>, /// PyTorch's `dst=` ([`Rank::Global`], default 0) or `group_dst=` ([`Rank::Group`]).
     dst: impl Into<Rank> => |a, dst| a.dst = Some(dst.into()));
 
 /// `gather_tensor` (world-size × `tensor` elements, flat or stacked) as one view per rank.
@@ -291,7 +343,7 @@ pub struct Scatter<'a> {
     scatter_list: &'a [Tensor],
     src: Option<Rank>,
 }
-unit_op!(Scatter, "scatter", OpType::Scatter, |a, w, kw| {
+unit_op!([] Scatter<'_>, "scatter", OpType::Scatter, |a, w, kw| {
     ensure_same_dtype([a.tensor].into_iter().chain(a.scatter_list))?;
     let Some(pg) = w.op_group(kw.group, "scatter")? else {
         return Ok(None);
@@ -306,9 +358,9 @@ unit_op!(Scatter, "scatter", OpType::Scatter, |a, w, kw| {
     let work = pg.scatter(std::slice::from_ref(a.tensor), &inputs, &opts)?;
     w.launched(&pg, work, kw.async_op)
 });
-keyword!(Scatter, /// PyTorch's `scatter_list=`: one tensor per group rank, on the source only.
+keyword!([] Scatter<'a>, /// PyTorch's `scatter_list=`: one tensor per group rank, on the source only.
     scatter_list: &'a [Tensor] => |a, list| a.scatter_list = list);
-keyword!(Scatter, /// PyTorch's `src=` ([`Rank::Global`], default 0) or `group_src=` ([`Rank::Group`]).
+keyword!([] Scatter<'a>, /// PyTorch's `src=` ([`Rank::Global`], default 0) or `group_src=` ([`Rank::Group`]).
     src: impl Into<Rank> => |a, src| a.src = Some(src.into()));
 
 fn reduce_scatter_opts(op: ReduceOp, kw: &Keywords<'_>) -> ReduceScatterOptions {
@@ -326,8 +378,7 @@ pub struct ReduceScatter<'a> {
     input_list: &'a [Tensor],
     op: ReduceOp,
 }
-unit_op!(
-    ReduceScatter,
+unit_op!([] ReduceScatter<'_>,
     "reduce_scatter",
     OpType::ReduceScatter,
     |a, w, kw| {
@@ -341,21 +392,19 @@ unit_op!(
         w.launched(&pg, work, kw.async_op)
     }
 );
-keyword!(ReduceScatter, /// PyTorch's `op=` (default [`ReduceOp::Sum`]).
+keyword!([] ReduceScatter<'a>, /// PyTorch's `op=` (default [`ReduceOp::Sum`]).
     op: ReduceOp => |a, op| a.op = op);
 
 /// Arguments of [`World::reduce_scatter_tensor`].
 #[derive(Debug)]
-pub struct ReduceScatterTensor<'a> {
-    output: &'a Tensor,
-    input: &'a Tensor,
+pub struct ReduceScatterTensor<O, I> {
+    output: O,
+    input: I,
     op: ReduceOp,
 }
-unit_op!(
-    ReduceScatterTensor,
-    "reduce_scatter_tensor",
-    OpType::ReduceScatterBase,
-    |a, w, kw| {
+impl ReduceScatterTensor<&Tensor, &Tensor> {
+    fn launch_on(&self, w: &World, kw: &Keywords<'_>) -> Result<Option<Work>> {
+        let a = self;
         ensure_same_dtype([a.output, a.input])?;
         let Some(pg) = w.op_group(kw.group, "reduce_scatter_tensor")? else {
             return Ok(None);
@@ -369,8 +418,9 @@ unit_op!(
         let work = pg.reduce_scatter_tensor(a.output, a.input, &opts)?;
         w.launched(&pg, work, kw.async_op)
     }
-);
-keyword!(ReduceScatterTensor, /// PyTorch's `op=` (default [`ReduceOp::Sum`]).
+}
+buffer_op!(ReduceScatterTensor<O: BufferMut, I: Buffer>, "reduce_scatter_tensor", OpType::ReduceScatterBase, |a| [output, input] ReduceScatterTensor { output, input, op: a.op });
+keyword!([O, I] ReduceScatterTensor<O, I>, /// PyTorch's `op=` (default [`ReduceOp::Sum`]).
     op: ReduceOp => |a, op| a.op = op);
 
 /// Arguments of [`World::all_to_all`].
@@ -379,7 +429,7 @@ pub struct AllToAll<'a> {
     output_tensor_list: &'a [Tensor],
     input_tensor_list: &'a [Tensor],
 }
-unit_op!(AllToAll, "all_to_all", OpType::Alltoall, |a, w, kw| {
+unit_op!([] AllToAll<'_>, "all_to_all", OpType::Alltoall, |a, w, kw| {
     ensure_same_dtype(a.output_tensor_list.iter().chain(a.input_tensor_list))?;
     let Some(pg) = w.op_group(kw.group, "all_to_all")? else {
         return Ok(None);
@@ -394,17 +444,15 @@ unit_op!(AllToAll, "all_to_all", OpType::Alltoall, |a, w, kw| {
 
 /// Arguments of [`World::all_to_all_single`].
 #[derive(Debug)]
-pub struct AllToAllSingle<'a> {
-    output: &'a Tensor,
-    input: &'a Tensor,
+pub struct AllToAllSingle<'a, O, I> {
+    output: O,
+    input: I,
     output_split_sizes: &'a [usize],
     input_split_sizes: &'a [usize],
 }
-unit_op!(
-    AllToAllSingle,
-    "all_to_all_single",
-    OpType::AlltoallBase,
-    |a, w, kw| {
+impl AllToAllSingle<'_, &Tensor, &Tensor> {
+    fn launch_on(&self, w: &World, kw: &Keywords<'_>) -> Result<Option<Work>> {
+        let a = self;
         ensure_same_dtype([a.output, a.input])?;
         let Some(pg) = w.op_group(kw.group, "all_to_all_single")? else {
             return Ok(None);
@@ -417,10 +465,11 @@ unit_op!(
         let work = pg.all_to_all_single(a.output, a.input, outs, ins, &opts)?;
         w.launched(&pg, work, kw.async_op)
     }
-);
-keyword!(AllToAllSingle, /// PyTorch's `output_split_sizes=`: dim-0 rows received from each rank (default: equal).
+}
+buffer_op!(AllToAllSingle<'a, O: BufferMut, I: Buffer>, "all_to_all_single", OpType::AlltoallBase, |a| [output, input] AllToAllSingle { output, input, output_split_sizes: a.output_split_sizes, input_split_sizes: a.input_split_sizes });
+keyword!([O, I] AllToAllSingle<'a, O, I>, /// PyTorch's `output_split_sizes=`: dim-0 rows received from each rank (default: equal).
     output_split_sizes: &'a [usize] => |a, s| a.output_split_sizes = s);
-keyword!(AllToAllSingle, /// PyTorch's `input_split_sizes=`: dim-0 rows sent to each rank (default: equal).
+keyword!([O, I] AllToAllSingle<'a, O, I>, /// PyTorch's `input_split_sizes=`: dim-0 rows sent to each rank (default: equal).
     input_split_sizes: &'a [usize] => |a, s| a.input_split_sizes = s);
 
 /// Arguments of [`World::barrier`].
@@ -428,7 +477,7 @@ keyword!(AllToAllSingle, /// PyTorch's `input_split_sizes=`: dim-0 rows sent to 
 pub struct Barrier<'a> {
     device_ids: Option<&'a [u32]>,
 }
-unit_op!(Barrier, "barrier", OpType::Barrier, |a, w, kw| {
+unit_op!([] Barrier<'_>, "barrier", OpType::Barrier, |a, w, kw| {
     let Some(pg) = w.op_group(kw.group, "barrier")? else {
         return Ok(None);
     };
@@ -446,7 +495,7 @@ unit_op!(Barrier, "barrier", OpType::Barrier, |a, w, kw| {
     let work = pg.barrier(&opts)?;
     w.launched(&pg, work, kw.async_op)
 });
-keyword!(Barrier, /// PyTorch's `device_ids=`: the accelerator the barrier runs on (the first one).
+keyword!([] Barrier<'a>, /// PyTorch's `device_ids=`: the accelerator the barrier runs on (the first one).
     device_ids: &'a [u32] => |a, ids| a.device_ids = Some(ids));
 
 /// Arguments of [`World::monitored_barrier`] (blocking only, as in PyTorch).
@@ -457,12 +506,7 @@ pub struct MonitoredBarrier {
 impl crate::call::Sealed for MonitoredBarrier {}
 impl Op for MonitoredBarrier {
     type Output = ();
-    const NAME: &'static str = "monitored_barrier";
-    const OP_TYPE: OpType = OpType::MonitoredBarrier;
-    fn launch(&self, w: &World, kw: &Keywords<'_>) -> Result<Option<Work>> {
-        self.run(w, kw).map(|()| None)
-    }
-    fn run(&self, w: &World, kw: &Keywords<'_>) -> Result<()> {
+    fn run(self, w: &World, kw: &Keywords<'_>) -> Result<()> {
         let Some(pg) = w.op_group(kw.group, "monitored_barrier")? else {
             return Ok(());
         };
@@ -497,21 +541,22 @@ pub struct SendTensor<'a> {
 impl crate::call::Sealed for SendTensor<'_> {}
 impl Op for SendTensor<'_> {
     type Output = ();
-    const NAME: &'static str = "isend";
-    const OP_TYPE: OpType = OpType::Send;
-    fn launch(&self, w: &World, kw: &Keywords<'_>) -> Result<Option<Work>> {
-        let (dst, group_dst) = self.dst.pair();
-        w.isend_pair(self.tensor, dst, kw.group, self.tag, group_dst)
-    }
-    fn run(&self, w: &World, kw: &Keywords<'_>) -> Result<()> {
+    fn run(self, w: &World, kw: &Keywords<'_>) -> Result<()> {
         match self.launch(w, kw)? {
             Some(work) => wait_within(&work, kw),
             None => Ok(()),
         }
     }
 }
-impl crate::call::AsyncOp for SendTensor<'_> {}
-keyword!(SendTensor, /// PyTorch's `tag=` (default 0): matches a `recv` with the same tag.
+impl AsyncOp for SendTensor<'_> {
+    const NAME: &'static str = "isend";
+    const OP_TYPE: OpType = OpType::Send;
+    fn launch(&self, w: &World, kw: &Keywords<'_>) -> Result<Option<Work>> {
+        let (dst, group_dst) = self.dst.pair();
+        w.isend_pair(self.tensor, dst, kw.group, self.tag, group_dst)
+    }
+}
+keyword!([] SendTensor<'a>, /// PyTorch's `tag=` (default 0): matches a `recv` with the same tag.
     tag: i64 => |a, tag| a.tag = tag);
 
 /// Arguments of [`World::recv`] / [`World::irecv`].
@@ -525,13 +570,7 @@ impl crate::call::Sealed for RecvTensor<'_> {}
 impl Op for RecvTensor<'_> {
     /// The sender's global rank (−1 on a non-member).
     type Output = i64;
-    const NAME: &'static str = "irecv";
-    const OP_TYPE: OpType = OpType::Recv;
-    fn launch(&self, w: &World, kw: &Keywords<'_>) -> Result<Option<Work>> {
-        let (src, group_src) = self.src.map_or((None, None), Rank::pair);
-        w.irecv_pair(self.tensor, src, kw.group, self.tag, group_src)
-    }
-    fn run(&self, w: &World, kw: &Keywords<'_>) -> Result<i64> {
+    fn run(self, w: &World, kw: &Keywords<'_>) -> Result<i64> {
         let Some(pg) = w.op_group(kw.group, "recv")? else {
             return Ok(-1);
         };
@@ -549,10 +588,17 @@ impl Op for RecvTensor<'_> {
         Ok(w.get_global_rank(&pg, group_src_rank)? as i64)
     }
 }
-impl crate::call::AsyncOp for RecvTensor<'_> {}
-keyword!(RecvTensor, /// PyTorch's `src=` ([`Rank::Global`]) or `group_src=` ([`Rank::Group`]); default: any source.
+impl AsyncOp for RecvTensor<'_> {
+    const NAME: &'static str = "irecv";
+    const OP_TYPE: OpType = OpType::Recv;
+    fn launch(&self, w: &World, kw: &Keywords<'_>) -> Result<Option<Work>> {
+        let (src, group_src) = self.src.map_or((None, None), Rank::pair);
+        w.irecv_pair(self.tensor, src, kw.group, self.tag, group_src)
+    }
+}
+keyword!([] RecvTensor<'a>, /// PyTorch's `src=` ([`Rank::Global`]) or `group_src=` ([`Rank::Group`]); default: any source.
     src: impl Into<Rank> => |a, src| a.src = Some(src.into()));
-keyword!(RecvTensor, /// PyTorch's `tag=` (default 0): matches a `send` with the same tag.
+keyword!([] RecvTensor<'a>, /// PyTorch's `tag=` (default 0): matches a `send` with the same tag.
     tag: i64 => |a, tag| a.tag = tag);
 
 /// Waits for a point-to-point `work`, within the call's timeout when one was given.
@@ -565,12 +611,13 @@ fn wait_within(work: &Work, kw: &Keywords<'_>) -> Result<()> {
 
 impl World {
     /// `all_reduce(tensor, op=SUM, group=None, async_op=False)`: in-place reduction across
-    /// the group. Keywords: [`op`](Collective::<AllReduce>::op), `group`, `timeout`.
+    /// the group. `tensor` is a [`Tensor`] or memory the caller owns ([`crate::buffer`]), as
+    /// for every op here with a [`Buffer`] argument. Keywords: [`op`](Collective::<AllReduce>::op), `group`, `timeout`.
     ///
     /// # Errors
     /// Not initialized; "all_reduce does not support ReduceOp.MAX on complex tensors"; backend
     /// argument errors ("Cannot use ReduceOp.BAND with non-integral dtype ..."); the op's failure.
-    pub fn all_reduce<'a>(&'a self, tensor: &'a Tensor) -> Collective<'a, AllReduce<'a>> {
+    pub fn all_reduce<D: BufferMut>(&self, tensor: D) -> Collective<'_, AllReduce<D>> {
         let op = ReduceOp::Sum;
         Collective::new(self, AllReduce { tensor, op })
     }
@@ -592,11 +639,11 @@ impl World {
     ///
     /// # Errors
     /// A global `src` outside the group; backend errors.
-    pub fn broadcast<'a>(
-        &'a self,
-        tensor: &'a Tensor,
+    pub fn broadcast<D: BufferMut>(
+        &self,
+        tensor: D,
         src: impl Into<Rank>,
-    ) -> Collective<'a, Broadcast<'a>> {
+    ) -> Collective<'_, Broadcast<D>> {
         let src = src.into();
         Collective::new(self, Broadcast { tensor, src })
     }
@@ -605,11 +652,11 @@ impl World {
     ///
     /// # Errors
     /// As [`World::broadcast`] and [`World::all_reduce`].
-    pub fn reduce<'a>(
-        &'a self,
-        tensor: &'a Tensor,
+    pub fn reduce<D: BufferMut>(
+        &self,
+        tensor: D,
         dst: impl Into<Rank>,
-    ) -> Collective<'a, Reduce<'a>> {
+    ) -> Collective<'_, Reduce<D>> {
         let (dst, op) = (dst.into(), ReduceOp::Sum);
         Collective::new(self, Reduce { tensor, dst, op })
     }
@@ -638,11 +685,11 @@ impl World {
     ///
     /// # Errors
     /// "tensors with different dtypes"; backend errors.
-    pub fn all_gather_into_tensor<'a>(
-        &'a self,
-        output: &'a Tensor,
-        input: &'a Tensor,
-    ) -> Collective<'a, AllGatherIntoTensor<'a>> {
+    pub fn all_gather_into_tensor<O: BufferMut, I: Buffer>(
+        &self,
+        output: O,
+        input: I,
+    ) -> Collective<'_, AllGatherIntoTensor<O, I>> {
         Collective::new(self, AllGatherIntoTensor { output, input })
     }
 
@@ -650,11 +697,11 @@ impl World {
     ///
     /// # Errors
     /// As [`World::all_gather_into_tensor`].
-    pub fn all_gather_single<'a>(
-        &'a self,
-        output: &'a Tensor,
-        input: &'a Tensor,
-    ) -> Collective<'a, AllGatherIntoTensor<'a>> {
+    pub fn all_gather_single<O: BufferMut, I: Buffer>(
+        &self,
+        output: O,
+        input: I,
+    ) -> Collective<'_, AllGatherIntoTensor<O, I>> {
         self.all_gather_into_tensor(output, input)
     }
 
@@ -761,11 +808,11 @@ impl World {
     ///
     /// # Errors
     /// "tensors with different dtypes"; backend errors.
-    pub fn reduce_scatter_tensor<'a>(
-        &'a self,
-        output: &'a Tensor,
-        input: &'a Tensor,
-    ) -> Collective<'a, ReduceScatterTensor<'a>> {
+    pub fn reduce_scatter_tensor<O: BufferMut, I: Buffer>(
+        &self,
+        output: O,
+        input: I,
+    ) -> Collective<'_, ReduceScatterTensor<O, I>> {
         let op = ReduceOp::Sum;
         Collective::new(self, ReduceScatterTensor { output, input, op })
     }
@@ -774,11 +821,11 @@ impl World {
     ///
     /// # Errors
     /// As [`World::reduce_scatter_tensor`].
-    pub fn reduce_scatter_single<'a>(
-        &'a self,
-        output: &'a Tensor,
-        input: &'a Tensor,
-    ) -> Collective<'a, ReduceScatterTensor<'a>> {
+    pub fn reduce_scatter_single<O: BufferMut, I: Buffer>(
+        &self,
+        output: O,
+        input: I,
+    ) -> Collective<'_, ReduceScatterTensor<O, I>> {
         self.reduce_scatter_tensor(output, input)
     }
 
@@ -804,11 +851,11 @@ impl World {
     ///
     /// # Errors
     /// "tensors with different dtypes"; backend errors.
-    pub fn all_to_all_single<'a>(
-        &'a self,
-        output: &'a Tensor,
-        input: &'a Tensor,
-    ) -> Collective<'a, AllToAllSingle<'a>> {
+    pub fn all_to_all_single<O: BufferMut, I: Buffer>(
+        &self,
+        output: O,
+        input: I,
+    ) -> Collective<'_, AllToAllSingle<'_, O, I>> {
         let args = AllToAllSingle {
             output,
             input,

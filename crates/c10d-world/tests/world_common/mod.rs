@@ -88,3 +88,50 @@ pub fn run_with<R: Send + 'static>(
         .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
         .collect()
 }
+
+/// Runs `f(world, rank)` on `n` threads over the real gloo backend (`setup` before init); the
+/// ranks meet in a store barrier before `destroy_process_group` (see `world_gloo.rs`).
+pub fn run_gloo<R: Send + 'static>(
+    n: usize,
+    setup: impl Fn(&World) + Send + Sync + 'static,
+    f: impl Fn(&World, usize) -> R + Send + Sync + 'static,
+) -> Vec<R> {
+    let s = store();
+    let f = Arc::new(f);
+    let setup = Arc::new(setup);
+    let hs: Vec<_> = (0..n)
+        .map(|r| {
+            let (s, f, setup) = (s.clone(), f.clone(), setup.clone());
+            let barrier = s.clone();
+            std::thread::Builder::new()
+                .name(format!("gloo-rank{r}"))
+                .spawn(move || {
+                    let w = World::new();
+                    setup(&w);
+                    w.init_process_group(InitOptions {
+                        backend: Some("gloo".into()),
+                        store: Some(s),
+                        world_size: Some(n),
+                        rank: Some(r),
+                        timeout: Some(Duration::from_secs(30)),
+                        ..Default::default()
+                    })
+                    .expect("init gloo");
+                    let out = f(&w, r);
+                    c10d_store::store_barrier(
+                        barrier.as_ref(),
+                        "run_gloo_end",
+                        n,
+                        Duration::from_secs(60),
+                    )
+                    .unwrap();
+                    w.destroy_process_group(None).unwrap();
+                    out
+                })
+                .unwrap()
+        })
+        .collect();
+    hs.into_iter()
+        .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+        .collect()
+}
