@@ -11,7 +11,9 @@
 //!   PyTorch's own generic distributed test suite against "c10drs" (tens of minutes; not part
 //!   of `test`).
 //! - `cargo xtask demo`: the main job: builds release binaries, launches the data-parallel
-//!   training demo on 4 ranks with `c10drun`, then prints a short `c10d-bench` table.
+//!   training demo on 4 ranks with `c10drun` (gradients reduced by c10d-world's DDP Reducer;
+//!   its `ddp:` line gives the buckets and the share of communication hidden behind the backward
+//!   pass), then prints a short `c10d-bench` table.
 //! - `cargo xtask bench`: the benchmarks with their baselines (store server, reduction kernels,
 //!   collectives vs PyTorch's Gloo, and "c10drs" vs "gloo" inside torch.distributed).
 //! - `cargo xtask test-multigpu`: GPU tests; prints "skipped: no GPU" and succeeds where no GPU exists.
@@ -301,11 +303,14 @@ fn demo(args: &[String]) -> Res {
     let bin = |n: &str| format!("{target}/release/{n}");
     let demo = bin("examples/ddp_wine");
     println!("== data-parallel training on the wine-quality data, {nproc} ranks (c10drun) ==");
+    // No "[rank N]: " prefixes: only rank 0 prints the curves, the checks and the `ddp:` line;
+    // the other ranks' lines name their rank.
     run(Command::new(bin("c10drun")).args([
         "--nproc-per-node",
         &nproc,
         "--master-port",
         "0",
+        "--no-prefix",
         &demo,
     ]))?;
     println!("\n== c10d-bench all_reduce, 2 ranks, float32 ==");

@@ -1,18 +1,21 @@
 //! Data-parallel training (what PyTorch's DistributedDataParallel does) on real data: the red
 //! wine-quality data set (1599 wines × 11 physico-chemical features → quality score), shipped
-//! inside the `linfa-datasets` crate.
+//! inside the `linfa-datasets` crate, with gradients reduced by c10d-world's DDP [`Reducer`].
 //!
 //! ```text
-//! c10drun --nproc-per-node 4 target/release/examples/ddp_wine [--epochs 20] [--batch-size 64] ...
+//! c10drun --nproc-per-node 4 target/release/examples/ddp_wine [--epochs 20] [--hidden 128] ...
 //! ```
 //!
-//! Every rank holds the same model — a small MLP `11 → 32 (tanh) → 1`, written out by hand —
-//! and the same data split. Each step, the global batch (`--batch-size` samples of one seeded
-//! permutation per epoch) is cut into one slice per rank; a rank computes the *sum* of per-sample
-//! gradients over its slice, the gradients are flattened into buckets (`--bucket-cap` values, the
-//! last layer's first, as DDP orders them) and every bucket is summed over the ranks with an
-//! asynchronous `all_reduce`; dividing by the global batch size gives exactly the full-batch mean
-//! gradient, whatever the number of ranks. All ranks then apply the same SGD-with-momentum step.
+//! Every rank holds the same model — an MLP `11 → h → … → h → 1` (tanh), written out by hand,
+//! its parameters checked across ranks (`verify_params_across_processes`) and copied from rank 0
+//! (`broadcast_coalesced`) as DDP does at construction. Each step, the global batch
+//! (`--batch-size` samples of one seeded permutation per epoch) is cut into one slice per rank.
+//! A rank runs the forward pass on its slice, then the backward pass layer by layer from the
+//! last: each layer's weight and bias gradients are computed straight into the Reducer's bucket
+//! views and marked ready, so a bucket's asynchronous all_reduce runs while the earlier layers'
+//! gradients are still being computed. `finalize_backward` waits and leaves the mean gradient of
+//! the global batch in place, whatever the number of ranks; all ranks then apply the same
+//! SGD-with-momentum step.
 //!
 //! At the end the program proves the point:
 //! 1. `all_gather_into_tensor` of the parameters: they must be bit-identical on every rank;
@@ -20,18 +23,22 @@
 //!    checks that the parameters and the loss curve match within `--tolerance` (default 1e-4,
 //!    max absolute difference; float32 sums in another order give differences around 1e-6).
 //!
+//! It also prints the Reducer's counters on a line starting with `ddp:` (buckets, bytes, and the
+//! share of communication time hidden behind the backward pass).
+//!
 //! The loss printed per epoch is the mean squared error on the standardised quality score
 //! (train: mean over the epoch's samples, under the weights of the moment; val: the held-out
-//! 20 %, after the epoch). With 1, 2 or 4 ranks the curves
-//! agree to about 1e-6.
+//! 20 %, after the epoch). With 1, 2 or 4 ranks the curves agree to about 1e-6.
 //!
 //! Without `RANK`/`WORLD_SIZE` in the environment it runs as a world of one, so
 //! `cargo run --example ddp_wine` works too. Exit status 1 when a check fails.
 
-use c10d_core::{Result, Tensor, Work};
+use c10d_core::{Result, Tensor};
 use c10d_store::HashStore;
 use c10d_world as dist;
+use c10d_world::ddp::{self, Reducer, ReducerOptions};
 use clap::Parser;
+use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -41,21 +48,25 @@ struct Args {
     /// Passes over the training data.
     #[arg(long, default_value_t = 20)]
     epochs: usize,
-    /// Global batch size (split over the ranks).
-    #[arg(long = "batch-size", default_value_t = 64)]
+    /// Global batch size (split over the ranks). Large enough that each rank's backward pass
+    /// takes about as long as reducing a bucket, so that the two can overlap.
+    #[arg(long = "batch-size", default_value_t = 256)]
     batch_size: usize,
     /// Learning rate.
-    #[arg(long, default_value_t = 0.01)]
+    #[arg(long, default_value_t = 0.05)]
     lr: f32,
     /// SGD momentum.
     #[arg(long, default_value_t = 0.9)]
     momentum: f32,
-    /// Hidden units.
-    #[arg(long, default_value_t = 32)]
+    /// Units per hidden layer.
+    #[arg(long, default_value_t = 128)]
     hidden: usize,
-    /// Gradient bucket size in values (DDP's bucket_cap_mb, in elements).
-    #[arg(long = "bucket-cap", default_value_t = 128)]
-    bucket_cap: usize,
+    /// Hidden layers.
+    #[arg(long, default_value_t = 3)]
+    layers: usize,
+    /// Gradient bucket size cap in MiB (DDP's bucket_cap_mb; small, as the model is small).
+    #[arg(long = "bucket-cap-mb", default_value_t = 0.05)]
+    bucket_cap_mb: f64,
     /// Seed of the initial weights, the train/val split and the batch order.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -141,110 +152,197 @@ fn load(seed: u64) -> (Data, Data, f64) {
     (make(tr), make(va), tstats.1)
 }
 
-/// The MLP `d → h (tanh) → 1` as one flat parameter vector: `[W1 (h×d), b1 (h), w2 (h), b2]`.
+/// The MLP `dims[0] → dims[1] (tanh) → … → dims[L]` (the last layer linear). Layer `l` has the
+/// parameters `2l` (weight, `dims[l+1] × dims[l]`) and `2l + 1` (bias, `dims[l+1]`), registered
+/// in that order as `nn.Sequential` of `nn.Linear` would.
 struct Mlp {
-    d: usize,
-    h: usize,
+    dims: Vec<usize>,
 }
+
 impl Mlp {
+    fn num_layers(&self) -> usize {
+        self.dims.len() - 1
+    }
+    fn shapes(&self) -> Vec<Vec<usize>> {
+        (0..self.num_layers())
+            .flat_map(|l| [vec![self.dims[l + 1], self.dims[l]], vec![self.dims[l + 1]]])
+            .collect()
+    }
     fn num_params(&self) -> usize {
-        self.h * self.d + 2 * self.h + 1
+        self.shapes()
+            .iter()
+            .map(|s| s.iter().product::<usize>())
+            .sum()
     }
     /// PyTorch's `nn.Linear` init: uniform in ±1/sqrt(fan_in).
-    fn init(&self, seed: u64) -> Vec<f32> {
+    fn init(&self, seed: u64) -> Vec<Vec<f32>> {
         let mut rng = Rng(seed);
-        let (b1, b2) = (1.0 / (self.d as f32).sqrt(), 1.0 / (self.h as f32).sqrt());
-        let mut p = Vec::with_capacity(self.num_params());
-        p.extend((0..self.h * self.d + self.h).map(|_| rng.symmetric() * b1));
-        p.extend((0..self.h + 1).map(|_| rng.symmetric() * b2));
-        p
+        self.shapes()
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let bound = 1.0 / (self.dims[i / 2] as f32).sqrt();
+                let n: usize = s.iter().product();
+                (0..n).map(|_| rng.symmetric() * bound).collect()
+            })
+            .collect()
     }
-    fn predict(&self, p: &[f32], x: &[f32], act: &mut [f32]) -> f32 {
-        let (d, h) = (self.d, self.h);
-        let (w1, rest) = p.split_at(h * d);
-        let (b1, rest) = rest.split_at(h);
-        let (w2, b2) = rest.split_at(h);
-        let mut out = b2[0];
-        for j in 0..h {
-            let z = b1[j]
-                + w1[j * d..(j + 1) * d]
-                    .iter()
-                    .zip(x)
-                    .map(|(w, x)| w * x)
-                    .sum::<f32>();
-            act[j] = z.tanh();
-            out += w2[j] * act[j];
-        }
-        out
-    }
-    /// Adds the gradient of Σ (f(x_i) − y_i)² over `rows` to `grad` and returns that sum.
-    fn accumulate(&self, p: &[f32], data: &Data, rows: &[usize], grad: &mut [f32]) -> f32 {
-        let (d, h) = (self.d, self.h);
-        let mut act = vec![0f32; h];
-        let mut loss = 0f32;
-        for &i in rows {
-            let x = data.row(i);
-            let e = self.predict(p, x, &mut act) - data.y[i];
-            loss += e * e;
-            let dy = 2.0 * e;
-            let w2 = &p[h * d + h..h * d + 2 * h];
-            let (gw1, rest) = grad.split_at_mut(h * d);
-            let (gb1, rest) = rest.split_at_mut(h);
-            let (gw2, gb2) = rest.split_at_mut(h);
-            gb2[0] += dy;
-            for j in 0..h {
-                gw2[j] += dy * act[j];
-                let dz = dy * w2[j] * (1.0 - act[j] * act[j]);
-                gb1[j] += dz;
-                for (g, xk) in gw1[j * d..(j + 1) * d].iter_mut().zip(x) {
-                    *g += dz * xk;
+    /// Activations of every layer for the `n` rows of `x` (`acts[0]` is `x`).
+    fn forward(&self, p: &[Vec<f32>], x: Vec<f32>, n: usize) -> Vec<Vec<f32>> {
+        let mut acts = vec![x];
+        for l in 0..self.num_layers() {
+            let (fan_in, out) = (self.dims[l], self.dims[l + 1]);
+            let (w, b, a) = (&p[2 * l], &p[2 * l + 1], &acts[l]);
+            let last = l + 1 == self.num_layers();
+            let mut z = vec![0f32; n * out];
+            for i in 0..n {
+                let row = &a[i * fan_in..(i + 1) * fan_in];
+                for o in 0..out {
+                    let w_o = &w[o * fan_in..(o + 1) * fan_in];
+                    let v = b[o] + w_o.iter().zip(row).map(|(w, x)| w * x).sum::<f32>();
+                    z[i * out + o] = if last { v } else { v.tanh() };
                 }
             }
+            acts.push(z);
         }
-        loss
+        acts
     }
-    fn sse(&self, p: &[f32], data: &Data, rows: impl Iterator<Item = usize>) -> f32 {
-        let mut act = vec![0f32; self.h];
-        rows.map(|i| {
-            let e = self.predict(p, data.row(i), &mut act) - data.y[i];
-            e * e
-        })
-        .sum()
+    /// Backward pass from the last layer: every parameter's gradient of `Σ (f(x_i) − y_i)²`,
+    /// times `scale`, is handed to `sync` as soon as it is computed.
+    fn backward(
+        &self,
+        p: &[Vec<f32>],
+        acts: &[Vec<f32>],
+        mut dz: Vec<f32>,
+        scale: f32,
+        sync: &dyn GradSync,
+    ) -> Result<()> {
+        let n = acts[0].len() / self.dims[0];
+        for l in (0..self.num_layers()).rev() {
+            let (fan_in, out, a) = (self.dims[l], self.dims[l + 1], &acts[l]);
+            sync.compute(2 * l + 1, &mut |gb| {
+                for (i, d) in dz.iter().enumerate() {
+                    gb[i % out] += d;
+                }
+                gb.iter_mut().for_each(|g| *g *= scale);
+            })?;
+            sync.compute(2 * l, &mut |gw| {
+                for i in 0..n {
+                    let row = &a[i * fan_in..(i + 1) * fan_in];
+                    for o in 0..out {
+                        let d = dz[i * out + o];
+                        let g_o = &mut gw[o * fan_in..(o + 1) * fan_in];
+                        g_o.iter_mut().zip(row).for_each(|(g, x)| *g += d * x);
+                    }
+                }
+                gw.iter_mut().for_each(|g| *g *= scale);
+            })?;
+            if l > 0 {
+                dz = self.propagate(&p[2 * l], &dz, a, fan_in, out);
+            }
+        }
+        Ok(())
+    }
+    /// `dZ_{l-1} = (dZ_l · W_l) ⊙ (1 − a²)` for the tanh layer below.
+    fn propagate(&self, w: &[f32], dz: &[f32], a: &[f32], fan_in: usize, out: usize) -> Vec<f32> {
+        let n = a.len() / fan_in;
+        let mut da = vec![0f32; n * fan_in];
+        for i in 0..n {
+            let da_i = &mut da[i * fan_in..(i + 1) * fan_in];
+            for o in 0..out {
+                let d = dz[i * out + o];
+                let w_o = &w[o * fan_in..(o + 1) * fan_in];
+                da_i.iter_mut().zip(w_o).for_each(|(g, w)| *g += d * w);
+            }
+        }
+        da.iter_mut().zip(a).for_each(|(g, a)| *g *= 1.0 - a * a);
+        da
+    }
+    /// Σ (f(x_i) − y_i)² over `rows` of `data`.
+    fn sse(&self, p: &[Vec<f32>], data: &Data, rows: &[usize]) -> f64 {
+        let out = self.forward(p, gather(data, rows), rows.len());
+        let pred = out.last().expect("at least one layer");
+        rows.iter()
+            .zip(pred)
+            .map(|(&i, f)| ((f - data.y[i]) as f64).powi(2))
+            .sum()
     }
 }
 
-/// How the ranks combine their partial sums: by all_reduce, or not at all (one process).
+/// The rows `rows` of `data` as one row-major `rows.len() × d` matrix.
+fn gather(data: &Data, rows: &[usize]) -> Vec<f32> {
+    rows.iter()
+        .flat_map(|&i| data.row(i).iter().copied())
+        .collect()
+}
+
+/// Where gradients go: the DDP Reducer, or a plain buffer (one process).
 trait GradSync {
-    /// Sums every buffer elementwise over the ranks, in place.
-    fn sum(&self, bufs: &mut [&mut [f32]]) -> Result<()>;
+    /// Runs `f` on parameter `i`'s zeroed gradient buffer, then marks the gradient ready.
+    fn compute(&self, i: usize, f: &mut dyn FnMut(&mut [f32])) -> Result<()>;
+    /// Ends the backward pass; afterwards `read(i)` gives the mean gradient of the global batch.
+    fn finish(&self) -> Result<()>;
+    /// Runs `f` on parameter `i`'s gradient.
+    fn read(&self, i: usize, f: &mut dyn FnMut(&[f32])) -> Result<()>;
+    /// Sums `v` elementwise over the ranks.
+    fn sum(&self, v: &mut [f64]) -> Result<()>;
+    /// The world size the gradients are averaged over.
+    fn world(&self) -> usize;
 }
 
-/// The data-parallel way: one asynchronous all_reduce per bucket, then wait for all of them
-/// (the communication of bucket k overlaps the launch of bucket k+1, as in DDP).
-struct AllReduce {
-    timeout: Duration,
+/// The data-parallel way: gradients are written into the Reducer's bucket views.
+struct Ddp {
+    reducer: Reducer,
 }
-impl GradSync for AllReduce {
-    fn sum(&self, bufs: &mut [&mut [f32]]) -> Result<()> {
-        let mut inflight: Vec<(Tensor, Work)> = Vec::with_capacity(bufs.len());
-        for b in bufs.iter() {
-            let t = Tensor::from_vec(b.to_vec());
-            let w = dist::all_reduce(&t).start()?;
-            inflight.push((t, w));
-        }
-        for (b, (t, w)) in bufs.iter_mut().zip(inflight) {
-            w.wait_timeout(self.timeout)?;
-            t.read(|s: &[f32]| b.copy_from_slice(s))?;
-        }
-        Ok(())
+
+impl GradSync for Ddp {
+    fn compute(&self, i: usize, f: &mut dyn FnMut(&mut [f32])) -> Result<()> {
+        self.reducer.grad(i)?.write(|g: &mut [f32]| {
+            g.fill(0.0);
+            f(g)
+        })?;
+        self.reducer.mark_grad_ready(i)
+    }
+    fn finish(&self) -> Result<()> {
+        self.reducer.finalize_backward()
+    }
+    fn read(&self, i: usize, f: &mut dyn FnMut(&[f32])) -> Result<()> {
+        self.reducer.grad(i)?.read(|g: &[f32]| f(g))
+    }
+    fn sum(&self, v: &mut [f64]) -> Result<()> {
+        let t = Tensor::from_vec(v.to_vec());
+        dist::all_reduce(&t).run()?;
+        t.read(|s: &[f64]| v.copy_from_slice(s))
+    }
+    fn world(&self) -> usize {
+        self.reducer.process_group().size()
     }
 }
 
-/// One process: nothing to combine.
-struct Local;
+/// One process: gradients stay in local buffers.
+struct Local {
+    grads: RefCell<Vec<Vec<f32>>>,
+}
+
 impl GradSync for Local {
-    fn sum(&self, _bufs: &mut [&mut [f32]]) -> Result<()> {
+    fn compute(&self, i: usize, f: &mut dyn FnMut(&mut [f32])) -> Result<()> {
+        let mut g = self.grads.borrow_mut();
+        g[i].fill(0.0);
+        f(&mut g[i]);
         Ok(())
+    }
+    fn finish(&self) -> Result<()> {
+        Ok(())
+    }
+    fn read(&self, i: usize, f: &mut dyn FnMut(&[f32])) -> Result<()> {
+        f(&self.grads.borrow()[i]);
+        Ok(())
+    }
+    fn sum(&self, _v: &mut [f64]) -> Result<()> {
+        Ok(())
+    }
+    fn world(&self) -> usize {
+        1
     }
 }
 
@@ -256,79 +354,80 @@ struct History {
     samples_seen: usize,
 }
 
-/// Which part of every global batch this process computes.
-#[derive(Clone, Copy)]
-struct Shard {
-    rank: usize,
-    world: usize,
+/// One SGD step of this rank on its slice of `batch`; returns the slice's loss sum.
+fn step(
+    model: &Mlp,
+    (params, velocity): (&mut [Vec<f32>], &mut [Vec<f32>]),
+    data: &Data,
+    (batch, rank): (&[usize], usize),
+    args: &Args,
+    sync: &dyn GradSync,
+) -> Result<f64> {
+    let world = sync.world();
+    let (lo, hi) = (batch.len() * rank / world, batch.len() * (rank + 1) / world);
+    let rows = &batch[lo..hi];
+    let acts = model.forward(params, gather(data, rows), rows.len());
+    let pred = acts.last().expect("at least one layer");
+    let err: Vec<f32> = rows.iter().zip(pred).map(|(&i, f)| f - data.y[i]).collect();
+    let loss: f64 = err.iter().map(|e| (*e as f64) * (*e as f64)).sum();
+    let dout: Vec<f32> = err.iter().map(|e| 2.0 * e).collect();
+    // The Reducer averages over ranks: scale so that the average is the global batch's mean.
+    let scale = world as f32 / batch.len() as f32;
+    model.backward(params, &acts, dout, scale, sync)?;
+    sync.finish()?;
+    for (i, (p, v)) in params.iter_mut().zip(velocity.iter_mut()).enumerate() {
+        sync.read(i, &mut |g| {
+            for ((p, v), g) in p.iter_mut().zip(v.iter_mut()).zip(g) {
+                *v = args.momentum * *v + g;
+                *p -= args.lr * *v;
+            }
+        })?;
+    }
+    Ok(loss)
 }
 
-/// Trains as `shard.rank` of `shard.world` (world 1 = the single-process reference).
+/// Trains as `rank` of `sync.world()` (world 1 = the single-process reference).
 fn train(
     args: &Args,
     model: &Mlp,
     (train_set, val_set): (&Data, &Data),
-    Shard { rank, world }: Shard,
+    (mut params, rank): (Vec<Vec<f32>>, usize),
     sync: &dyn GradSync,
     verbose: bool,
 ) -> Result<History> {
-    let np = model.num_params();
-    let mut params = model.init(args.seed);
-    let mut velocity = vec![0f32; np];
-    // Gradient buffer plus one slot for the loss sum, cut into buckets.
-    let mut grad = vec![0f32; np + 1];
+    let world = sync.world();
+    let mut velocity: Vec<Vec<f32>> = params.iter().map(|p| vec![0f32; p.len()]).collect();
     let mut order: Vec<usize> = (0..train_set.len()).collect();
     let mut rng = Rng(args.seed.wrapping_add(1));
-    let mut hist = History {
-        train: Vec::new(),
-        val: Vec::new(),
-        params: Vec::new(),
-        samples_seen: 0,
-    };
+    let (mut train_curve, mut val_curve, mut samples_seen) = (Vec::new(), Vec::new(), 0);
     for epoch in 1..=args.epochs {
         rng.shuffle(&mut order);
         let mut loss_sum = 0f64;
         for batch in order.chunks(args.batch_size) {
-            // This rank's slice of the global batch.
-            let (lo, hi) = (batch.len() * rank / world, batch.len() * (rank + 1) / world);
-            grad.iter_mut().for_each(|g| *g = 0.0);
-            let local_loss = model.accumulate(&params, train_set, &batch[lo..hi], &mut grad[..np]);
-            grad[np] = local_loss;
-            hist.samples_seen += hi - lo;
-            {
-                // Buckets in reverse parameter order (DDP: the last layer's gradients are ready first).
-                let mut buckets: Vec<&mut [f32]> = Vec::new();
-                let mut rest: &mut [f32] = &mut grad;
-                while !rest.is_empty() {
-                    let take = rest.len().min(args.bucket_cap.max(1));
-                    let (head, tail) = rest.split_at_mut(rest.len() - take);
-                    buckets.push(tail);
-                    rest = head;
-                }
-                sync.sum(&mut buckets)?;
-            }
-            let scale = 1.0 / batch.len() as f32;
-            for ((p, v), g) in params.iter_mut().zip(velocity.iter_mut()).zip(&grad[..np]) {
-                *v = args.momentum * *v + g * scale;
-                *p -= args.lr * *v;
-            }
-            loss_sum += grad[np] as f64;
+            let pv = (&mut params[..], &mut velocity[..]);
+            loss_sum += step(model, pv, train_set, (batch, rank), args, sync)?;
+            samples_seen += batch.len() * (rank + 1) / world - batch.len() * rank / world;
         }
-        // Validation: each rank scores every world-th sample, then one all_reduce.
-        let mut val = [model.sse(&params, val_set, (rank..val_set.len()).step_by(world))];
-        sync.sum(&mut [&mut val[..]])?;
+        // Validation: each rank scores every world-th sample; one all_reduce for both sums.
+        let val_rows: Vec<usize> = (rank..val_set.len()).step_by(world).collect();
+        let mut sums = [loss_sum, model.sse(&params, val_set, &val_rows)];
+        sync.sum(&mut sums)?;
         let (tl, vl) = (
-            (loss_sum / train_set.len() as f64) as f32,
-            val[0] / val_set.len() as f32,
+            (sums[0] / train_set.len() as f64) as f32,
+            (sums[1] / val_set.len() as f64) as f32,
         );
-        hist.train.push(tl);
-        hist.val.push(vl);
+        train_curve.push(tl);
+        val_curve.push(vl);
         if verbose {
             println!("epoch {epoch:>3}  train_loss {tl:.6}  val_loss {vl:.6}");
         }
     }
-    hist.params = params;
-    Ok(hist)
+    Ok(History {
+        train: train_curve,
+        val: val_curve,
+        params: params.concat(),
+        samples_seen,
+    })
 }
 
 fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
@@ -350,37 +449,68 @@ fn main() {
     }
 }
 
-fn run(args: &Args) -> Result<bool> {
-    let timeout = Duration::from_secs(args.timeout);
-    // Under c10drun/torchrun: env:// rendezvous. Alone: a world of one over an in-process store.
+/// Joins the job: env:// rendezvous under c10drun/torchrun, alone a world of one.
+fn init(timeout: Duration) -> Result<()> {
     let launched = std::env::var_os("RANK").is_some();
-    let init = if launched {
-        dist::InitOptions {
-            backend: Some("gloo".into()),
-            timeout: Some(timeout),
-            ..Default::default()
-        }
-    } else {
-        dist::InitOptions {
-            backend: Some("gloo".into()),
-            store: Some(Arc::new(HashStore::new())),
-            rank: Some(0),
-            world_size: Some(1),
-            timeout: Some(timeout),
-            ..Default::default()
-        }
+    let mut init = dist::InitOptions {
+        backend: Some("gloo".into()),
+        timeout: Some(timeout),
+        ..Default::default()
     };
-    dist::init_process_group(init)?;
+    if !launched {
+        init.store = Some(Arc::new(HashStore::new()));
+        init.rank = Some(0);
+        init.world_size = Some(1);
+    }
+    dist::init_process_group(init)
+}
+
+/// DDP's construction: same parameters everywhere, rank 0's values, and the Reducer.
+fn make_ddp(args: &Args, model: &Mlp, params: &mut [Vec<f32>]) -> Result<Ddp> {
+    let pg = dist::World::global().world_group()?;
+    let timeout = Some(Duration::from_secs(args.timeout));
+    let shapes = model.shapes();
+    let tensors: Vec<Tensor> = params
+        .iter()
+        .zip(&shapes)
+        .map(|(p, s)| Tensor::from_vec_shaped(p.clone(), s))
+        .collect::<Result<_>>()?;
+    ddp::verify_params_across_processes(&pg, &tensors, &[], timeout)?;
+    ddp::broadcast_coalesced(
+        &pg,
+        &tensors,
+        ddp::DEFAULT_BROADCAST_BUCKET_SIZE,
+        0,
+        timeout,
+    )?;
+    for (p, t) in params.iter_mut().zip(&tensors) {
+        t.read(|s: &[f32]| p.copy_from_slice(s))?;
+    }
+    let opts = ReducerOptions {
+        bucket_cap_mb: Some(args.bucket_cap_mb),
+        gradient_as_bucket_view: true,
+        timeout,
+        ..Default::default()
+    };
+    Ok(Ddp {
+        reducer: Reducer::new(&tensors, pg, opts)?,
+    })
+}
+
+fn run(args: &Args) -> Result<bool> {
+    init(Duration::from_secs(args.timeout))?;
     let rank = dist::get_rank(None)? as usize;
     let world = dist::get_world_size(None)? as usize;
     let lead = rank == 0;
 
     let (train_set, val_set, quality_std) = load(args.seed);
-    let model = Mlp {
-        d: train_set.d,
-        h: args.hidden,
-    };
+    let mut dims = vec![train_set.d];
+    dims.extend(std::iter::repeat_n(args.hidden, args.layers));
+    dims.push(1);
+    let model = Mlp { dims };
     let np = model.num_params();
+    let mut params = model.init(args.seed);
+    let sync = make_ddp(args, &model, &mut params)?;
     if lead {
         println!(
             "ddp_wine: red wine quality, {} samples x {} features (train {}, val {}), standardised",
@@ -389,13 +519,13 @@ fn run(args: &Args) -> Result<bool> {
             train_set.len(),
             val_set.len()
         );
+        let dims: Vec<String> = model.dims.iter().map(|d| d.to_string()).collect();
         println!(
-            "ddp_wine: {world} rank(s), MLP {}-{}-1 ({np} parameters), global batch {} (~{} per rank), {} gradient buckets, SGD lr {} momentum {}",
-            model.d,
-            model.h,
+            "ddp_wine: {world} rank(s), MLP {} ({np} parameters), global batch {} (~{} per rank), bucket_cap_mb {}, SGD lr {} momentum {}",
+            dims.join("-"),
             args.batch_size,
             args.batch_size.div_ceil(world),
-            (np + 1).div_ceil(args.bucket_cap.max(1)),
+            args.bucket_cap_mb,
             args.lr,
             args.momentum
         );
@@ -405,8 +535,8 @@ fn run(args: &Args) -> Result<bool> {
         args,
         &model,
         (&train_set, &val_set),
-        Shard { rank, world },
-        &AllReduce { timeout },
+        (params, rank),
+        &sync,
         lead,
     )?;
     let secs = t0.elapsed().as_secs_f64();
@@ -415,6 +545,10 @@ fn run(args: &Args) -> Result<bool> {
         hist.samples_seen,
         hist.samples_seen as f64 / args.epochs as f64
     );
+    let stats = sync.reducer.stats();
+    if lead {
+        println!("ddp: {stats}; bucket bytes {:?}", stats.bucket_sizes);
+    }
 
     // Check 1: parameters identical on every rank.
     let mine = Tensor::from_vec(hist.params.clone());
@@ -454,12 +588,21 @@ fn run(args: &Args) -> Result<bool> {
 
     // Check 2: the same training in one process on the full data.
     if lead && !args.no_reference {
+        let local = Local {
+            grads: RefCell::new(
+                model
+                    .init(args.seed)
+                    .iter()
+                    .map(|p| vec![0f32; p.len()])
+                    .collect(),
+            ),
+        };
         let reference = train(
             args,
             &model,
             (&train_set, &val_set),
-            Shard { rank: 0, world: 1 },
-            &Local,
+            (model.init(args.seed), 0),
+            &local,
             false,
         )?;
         let dp = max_abs_diff(&hist.params, &reference.params);

@@ -1,7 +1,7 @@
 //! The main job end to end: the `ddp_wine` example (data-parallel training on the wine-quality
 //! data) under `c10drun` with 1, 2 and 4 ranks. Checks that every run passes its own checks
-//! (parameters bit-identical on all ranks, single-process reference within 1e-4) and that the
-//! loss curves of the runs agree.
+//! (parameters bit-identical on all ranks, single-process reference within 1e-4), that it reports
+//! its DDP buckets on a `ddp:` line, and that the loss curves of the runs agree.
 
 mod launcher_util;
 use launcher_util::*;
@@ -68,6 +68,14 @@ fn run_demo(nproc: usize) -> Output {
             bin.to_str().unwrap(),
             "--epochs",
             "8",
+            // A smaller model than the demo's default keeps the debug build fast; the small
+            // bucket cap still gives several buckets.
+            "--hidden",
+            "32",
+            "--layers",
+            "2",
+            "--bucket-cap-mb",
+            "0.002",
         ],
         Duration::from_secs(300),
     );
@@ -82,6 +90,13 @@ fn run_demo(nproc: usize) -> Output {
         .stdout_line_with("check: single-process run on the full data")
         .unwrap_or_else(|| panic!("no reference check: {out}"));
     assert!(line.ends_with(" OK"), "{line}");
+    let ddp = out
+        .stdout_line_with("[rank 0]: ddp: ")
+        .unwrap_or_else(|| panic!("no ddp: line: {out}"));
+    assert!(
+        ddp.contains(" buckets (") && !ddp.contains(": 1 buckets") && ddp.contains("% hidden"),
+        "{ddp}"
+    );
     for r in 0..nproc {
         assert!(
             out.stdout
@@ -123,7 +138,10 @@ fn the_demo_fails_loudly_when_a_rank_dies() {
     // leave its blocked all_reduce through the error Gloo raises for the dead peer, well before
     // the launcher's SIGKILL 60 s later.
     let bin = demo_binary();
-    let script = format!("trap '' TERM; exec '{}' --epochs 100000", bin.display());
+    let script = format!(
+        "trap '' TERM; exec '{}' --epochs 100000 --hidden 32 --layers 2",
+        bin.display()
+    );
     let mut job = spawn_c10drun(&[
         "--nproc-per-node",
         "2",
