@@ -124,7 +124,9 @@ impl CompileGroups<'_> {
         };
         let states: Vec<FrameState> = self
             .world()
-            .all_gather_object(local, Some(&GroupMember::from(pg)))?;
+            .all_gather_object(local)
+            .group(&GroupMember::from(pg))
+            .run()?;
         if states.iter().any(|s| s.frame != states[0].frame) {
             return Err(DistError::invalid(format!(
                 "compiler collective: ranks disagree on the frame being compiled: {}",
@@ -234,7 +236,9 @@ impl CompileGroups<'_> {
             return Ok(vec![obj.clone()]);
         };
         self.world()
-            .all_gather_object(obj, Some(&GroupMember::from(pg)))
+            .all_gather_object(obj)
+            .group(&GroupMember::from(pg))
+            .run()
     }
 }
 

@@ -161,6 +161,12 @@ impl<'a, A: Op> Collective<'a, A> {
         self
     }
 
+    /// [`Collective::timeout`] when `timeout` is given (ops made of other ops pass theirs on).
+    pub(crate) fn within(mut self, timeout: Option<Duration>) -> Self {
+        self.timeout = timeout.or(self.timeout);
+        self
+    }
+
     fn keywords(&self, async_op: bool) -> Keywords<'a> {
         Keywords {
             group: self.group,

@@ -64,8 +64,9 @@
 //! - Collectives are builders (see "Call style"); a root is one [`Rank`] instead of PyTorch's
 //!   `src`/`group_src` pair. `.start()` on a non-member returns a completed [`Work`] where
 //!   PyTorch returns `None`. Every collective takes a `.timeout(..)` (PyTorch's C++ options
-//!   field; Python exposes it only on `monitored_barrier`). The object collectives keep
-//!   PyTorch's positional form.
+//!   field; Python exposes it only on `monitored_barrier`). The object collectives return
+//!   their result (`all_gather_object` → `Vec<T>`, `gather_object` → `Option<Vec<T>>` on the
+//!   root, `scatter_object_list` → `Option<T>`) instead of filling an output list.
 //! - An unknown single backend name fails at once with "Unknown backend ..." (PyTorch warns and
 //!   fails later at creation).
 //! - A failed `init_process_group` does not consume the WORLD name (PyTorch's counter stays at 1).
@@ -106,6 +107,7 @@ pub use config::{
     is_nccl_available, register_backend, BackendConfig, BackendCreateArgs, BackendCreator,
 };
 pub use detail::{CollectiveFingerPrint, DetailWrapper};
+use objects::*;
 use ops::*;
 pub use world::{
     get_node_local_rank, hash_ranks_to_str, is_torchelastic_launched, store_based_barrier,
@@ -434,74 +436,40 @@ pub fn coalescing_manager<R>(
 }
 
 /// [`World::all_gather_object`] on the global world.
-///
-/// # Errors
-/// See [`World::all_gather_object`].
 pub fn all_gather_object<T: serde::Serialize + serde::de::DeserializeOwned>(
     obj: &T,
-    group: Option<&GroupMember>,
-) -> Result<Vec<T>> {
-    w().all_gather_object(obj, group)
+) -> Collective<'_, AllGatherObject<'_, T>> {
+    w().all_gather_object(obj)
 }
 /// [`World::gather_object`] on the global world.
-///
-/// # Errors
-/// See [`World::gather_object`].
 pub fn gather_object<T: serde::Serialize + serde::de::DeserializeOwned>(
     obj: &T,
-    dst: Option<usize>,
-    group: Option<&GroupMember>,
-    group_dst: Option<usize>,
-) -> Result<Option<Vec<T>>> {
-    w().gather_object(obj, dst, group, group_dst)
+) -> Collective<'_, GatherObject<'_, T>> {
+    w().gather_object(obj)
 }
 /// [`World::broadcast_object_list`] on the global world.
-///
-/// # Errors
-/// See [`World::broadcast_object_list`].
 pub fn broadcast_object_list<T: serde::Serialize + serde::de::DeserializeOwned>(
-    objs: &mut [T],
-    src: Option<usize>,
-    group: Option<&GroupMember>,
-    group_src: Option<usize>,
-) -> Result<()> {
-    w().broadcast_object_list(objs, src, group, group_src)
+    object_list: &mut [T],
+) -> Collective<'_, BroadcastObjectList<'_, T>> {
+    w().broadcast_object_list(object_list)
 }
 /// [`World::scatter_object_list`] on the global world.
-///
-/// # Errors
-/// See [`World::scatter_object_list`].
 pub fn scatter_object_list<T: serde::Serialize + serde::de::DeserializeOwned>(
-    scatter_list: Option<&[T]>,
-    src: Option<usize>,
-    group: Option<&GroupMember>,
-    group_src: Option<usize>,
-) -> Result<Option<T>> {
-    w().scatter_object_list(scatter_list, src, group, group_src)
+) -> Collective<'static, ScatterObjectList<'static, T>> {
+    w().scatter_object_list()
 }
 /// [`World::send_object_list`] on the global world.
-///
-/// # Errors
-/// See [`World::send_object_list`].
 pub fn send_object_list<T: serde::Serialize>(
-    objs: &[T],
-    dst: Option<usize>,
-    group: Option<&GroupMember>,
-    group_dst: Option<usize>,
-) -> Result<()> {
-    w().send_object_list(objs, dst, group, group_dst)
+    object_list: &[T],
+    dst: impl Into<Rank>,
+) -> Collective<'_, SendObjectList<'_, T>> {
+    w().send_object_list(object_list, dst)
 }
 /// [`World::recv_object_list`] on the global world.
-///
-/// # Errors
-/// See [`World::recv_object_list`].
 pub fn recv_object_list<T: serde::de::DeserializeOwned>(
-    objs: &mut [T],
-    src: Option<usize>,
-    group: Option<&GroupMember>,
-    group_src: Option<usize>,
-) -> Result<i64> {
-    w().recv_object_list(objs, src, group, group_src)
+    object_list: &mut [T],
+) -> Collective<'_, RecvObjectList<'_, T>> {
+    w().recv_object_list(object_list)
 }
 
 /// The README's Rust examples, compiled as doctests so they stay true.

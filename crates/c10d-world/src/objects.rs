@@ -9,12 +9,13 @@
 //! concatenated payloads; `scatter_object_list` = broadcast of the largest size + scatter of
 //! padded payloads + scatter of sizes; `send/recv_object_list` = sizes then payloads.
 //!
-//! Every function takes the root as a global rank (`src`/`dst`) or a group rank
-//! (`group_src`/`group_dst`); non-members get a warning and return without communicating.
+//! They share the call style of the tensor collectives ([`crate::call`]), blocking only as in
+//! PyTorch: the root is a [`Rank`] (global or group rank, default global 0, any source for
+//! `recv_object_list`); non-members get a warning and return without communicating.
 
-use crate::call::Rank;
+use crate::call::{keyword, Collective, Keywords, Op, Rank};
 use crate::world::{GroupMember, World};
-use c10d_core::{DType, DistError, Result, Tensor};
+use c10d_core::{DType, DistError, ProcessGroup, Result, Tensor};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -85,10 +86,16 @@ fn decode_concat<T: DeserializeOwned>(
 impl World {
     /// All-gathers one object size (int64) per rank of `g` (`n` ranks), checked by
     /// [`peer_sizes`].
-    fn all_gather_sizes(&self, g: &GroupMember, n: usize, mine: usize) -> Result<Vec<usize>> {
+    fn all_gather_sizes(
+        &self,
+        g: &GroupMember,
+        t: Timeout,
+        n: usize,
+        mine: usize,
+    ) -> Result<Vec<usize>> {
         let size = Tensor::from_vec(vec![mine as i64]);
         let sizes: Vec<Tensor> = (0..n).map(|_| Tensor::zeros(DType::I64, &[1])).collect();
-        self.all_gather(&sizes, &size).group(g).run()?;
+        self.all_gather(&sizes, &size).group(g).within(t).run()?;
         peer_sizes(
             sizes
                 .iter()
@@ -97,96 +104,229 @@ impl World {
         )
     }
 
-    /// `all_gather_object(object_list, obj, group)`: returns every rank's object in group-rank
-    /// order (empty on a non-member).
+    /// The group an object collective runs on as a member handle, with its process group;
+    /// `None` for non-members (after PyTorch's warning).
+    fn object_group(
+        &self,
+        kw: &Keywords<'_>,
+        op: &str,
+    ) -> Result<Option<(ProcessGroup, GroupMember)>> {
+        let pg = self.op_group(kw.group, op)?;
+        Ok(pg.map(|pg| (pg.clone(), GroupMember::Group(pg))))
+    }
+
+    /// `all_gather_object(object_list, obj, group=None)`: `.run()` returns every rank's object
+    /// in group-rank order (empty on a non-member). Blocking only, as in PyTorch.
     ///
     /// # Errors
     /// Serialization errors; the collectives' errors.
-    pub fn all_gather_object<T: Serialize + DeserializeOwned>(
-        &self,
-        obj: &T,
-        group: Option<&GroupMember>,
-    ) -> Result<Vec<T>> {
-        let Some(pg) = self.op_group(group, "all_gather_object")? else {
-            return Ok(Vec::new());
-        };
-        let g = GroupMember::Group(pg.clone());
-        let n = pg.size();
-        let bytes = encode(obj)?;
-        let sizes = self.all_gather_sizes(&g, n, bytes.len())?;
-        let max = sizes.iter().copied().max().unwrap_or(0);
-        let input = padded(bytes, max);
-        let outs: Vec<Tensor> = (0..n).map(|_| Tensor::zeros(DType::U8, &[max])).collect();
-        self.all_gather(&outs, &input).group(&g).run()?;
-        decode_each(&outs, &sizes)
+    pub fn all_gather_object<'a, T: Serialize + DeserializeOwned>(
+        &'a self,
+        obj: &'a T,
+    ) -> Collective<'a, AllGatherObject<'a, T>> {
+        Collective::new(self, AllGatherObject { obj })
     }
 
-    /// `gather_object(obj, object_gather_list, dst, group, group_dst)`: the root (default
-    /// global 0) gets `Some(objects)`, other ranks `None`.
+    /// `gather_object(obj, object_gather_list=None, dst=0, group=None, group_dst=None)`:
+    /// `.run()` gives the root `Some(objects)`, other ranks `None`.
     ///
     /// # Errors
     /// As [`World::all_gather_object`]; root errors as [`World::gather`].
-    pub fn gather_object<T: Serialize + DeserializeOwned>(
-        &self,
-        obj: &T,
-        dst: Option<usize>,
-        group: Option<&GroupMember>,
-        group_dst: Option<usize>,
-    ) -> Result<Option<Vec<T>>> {
-        let Some(pg) = self.op_group(group, "gather_object")? else {
-            return Ok(None);
-        };
-        let g = GroupMember::Group(pg.clone());
-        let root = self.root_or_global0(&pg, dst, group_dst)?;
-        let n = pg.size();
-        let bytes = encode(obj)?;
-        let sizes = self.all_gather_sizes(&g, n, bytes.len())?;
-        let max = sizes.iter().copied().max().unwrap_or(0);
-        let input = padded(bytes, max);
-        if pg.rank() == root {
-            let outs: Vec<Tensor> = (0..n).map(|_| Tensor::zeros(DType::U8, &[max])).collect();
-            let dst = Rank::Group(root);
-            self.gather(&input)
-                .gather_list(&outs)
-                .dst(dst)
-                .group(&g)
-                .run()?;
-            Ok(Some(decode_each(&outs, &sizes)?))
-        } else {
-            self.gather(&input).dst(Rank::Group(root)).group(&g).run()?;
-            Ok(None)
-        }
+    pub fn gather_object<'a, T: Serialize + DeserializeOwned>(
+        &'a self,
+        obj: &'a T,
+    ) -> Collective<'a, GatherObject<'a, T>> {
+        Collective::new(self, GatherObject { obj, dst: None })
     }
 
-    /// `broadcast_object_list(object_list, src, group, group_src)`: every rank passes a list of
-    /// the same length; after the call all hold the root's objects.
+    /// `broadcast_object_list(object_list, src=0, group=None, group_src=None)`: every rank
+    /// passes a list of the same length; after the call all hold the root's objects.
     ///
     /// # Errors
-    /// As [`World::broadcast`]; "broadcast_object_list: ..." when lengths differ from the root's.
-    pub fn broadcast_object_list<T: Serialize + DeserializeOwned>(
+    /// As [`World::broadcast`]; "object collective: cannot deserialize ..." when lengths
+    /// differ from the root's.
+    pub fn broadcast_object_list<'a, T: Serialize + DeserializeOwned>(
+        &'a self,
+        object_list: &'a mut [T],
+    ) -> Collective<'a, BroadcastObjectList<'a, T>> {
+        Collective::new(
+            self,
+            BroadcastObjectList {
+                object_list,
+                src: None,
+            },
+        )
+    }
+
+    /// `scatter_object_list(scatter_object_output_list, scatter_object_input_list=None, src=0,
+    /// group=None, group_src=None)`: the root passes one object per group rank
+    /// (`.scatter_object_input_list(..)`); `.run()` gives every rank its own (`None` on a
+    /// non-member).
+    ///
+    /// # Errors
+    /// "Argument ``scatter_list`` must be specified on source rank." and the other
+    /// [`World::scatter`] errors; serialization errors.
+    pub fn scatter_object_list<T: Serialize + DeserializeOwned>(
         &self,
-        objs: &mut [T],
-        src: Option<usize>,
-        group: Option<&GroupMember>,
-        group_src: Option<usize>,
-    ) -> Result<()> {
-        let Some(pg) = self.op_group(group, "broadcast_object_list")? else {
+    ) -> Collective<'_, ScatterObjectList<'_, T>> {
+        let args = ScatterObjectList {
+            input: &[],
+            src: None,
+        };
+        Collective::new(self, args)
+    }
+
+    /// `send_object_list(object_list, dst, group=None, group_dst=None)`.
+    ///
+    /// # Errors
+    /// As [`World::send`]; serialization errors.
+    pub fn send_object_list<'a, T: Serialize>(
+        &'a self,
+        object_list: &'a [T],
+        dst: impl Into<Rank>,
+    ) -> Collective<'a, SendObjectList<'a, T>> {
+        let dst = dst.into();
+        Collective::new(self, SendObjectList { object_list, dst })
+    }
+
+    /// `recv_object_list(object_list, src=None, group=None, group_src=None)`: fills
+    /// `object_list` (same length as the sender's list); `.run()` returns the sender's global
+    /// rank (−1 on a non-member). Without `.src(..)` any source matches.
+    ///
+    /// # Errors
+    /// As [`World::recv`]; deserialization errors.
+    pub fn recv_object_list<'a, T: DeserializeOwned>(
+        &'a self,
+        object_list: &'a mut [T],
+    ) -> Collective<'a, RecvObjectList<'a, T>> {
+        Collective::new(
+            self,
+            RecvObjectList {
+                object_list,
+                src: None,
+            },
+        )
+    }
+}
+
+type Timeout = Option<std::time::Duration>;
+
+/// Implements the sealed [`Op`] for an object collective's arguments: `object_op!(Type,
+/// [bounds], Output, |args, world, kw| body)` (blocking only, as in PyTorch).
+macro_rules! object_op {
+    ($ty:ident, [$($b:tt)*], $out:ty, |$a:ident, $w:ident, $kw:ident| $body:block) => {
+        impl<T: $($b)*> crate::call::Sealed for $ty<'_, T> {}
+        impl<T: $($b)*> Op for $ty<'_, T> {
+            type Output = $out;
+            fn run(self, $w: &World, $kw: &Keywords<'_>) -> Result<$out> {
+                let $a = self;
+                $body
+            }
+        }
+    };
+}
+
+/// Arguments of [`World::all_gather_object`].
+#[derive(Debug)]
+pub struct AllGatherObject<'a, T> {
+    obj: &'a T,
+}
+object_op!(
+    AllGatherObject,
+    [Serialize + DeserializeOwned],
+    Vec<T>,
+    |a, w, kw| {
+        let Some((pg, g)) = w.object_group(kw, "all_gather_object")? else {
+            return Ok(Vec::new());
+        };
+        let n = pg.size();
+        let bytes = encode(a.obj)?;
+        let sizes = w.all_gather_sizes(&g, kw.timeout, n, bytes.len())?;
+        let max = sizes.iter().copied().max().unwrap_or(0);
+        let input = padded(bytes, max);
+        let outs: Vec<Tensor> = (0..n).map(|_| Tensor::zeros(DType::U8, &[max])).collect();
+        w.all_gather(&outs, &input)
+            .group(&g)
+            .within(kw.timeout)
+            .run()?;
+        decode_each(&outs, &sizes)
+    }
+);
+
+/// The root of an object collective: `root` when given, else global rank 0.
+fn root_or_global0(w: &World, pg: &ProcessGroup, root: Option<Rank>) -> Result<usize> {
+    let (global, group) = root.map_or((None, None), Rank::pair);
+    w.root_or_global0(pg, global, group)
+}
+
+/// Arguments of [`World::gather_object`].
+#[derive(Debug)]
+pub struct GatherObject<'a, T> {
+    obj: &'a T,
+    dst: Option<Rank>,
+}
+object_op!(
+    GatherObject,
+    [Serialize + DeserializeOwned],
+    Option<Vec<T>>,
+    |a, w, kw| {
+        let Some((pg, g)) = w.object_group(kw, "gather_object")? else {
+            return Ok(None);
+        };
+        let root = root_or_global0(w, &pg, a.dst)?;
+        let n = pg.size();
+        let bytes = encode(a.obj)?;
+        let sizes = w.all_gather_sizes(&g, kw.timeout, n, bytes.len())?;
+        let max = sizes.iter().copied().max().unwrap_or(0);
+        let input = padded(bytes, max);
+        let is_root = pg.rank() == root;
+        let outs: Vec<Tensor> = if is_root {
+            (0..n).map(|_| Tensor::zeros(DType::U8, &[max])).collect()
+        } else {
+            Vec::new()
+        };
+        let gather = w.gather(&input).gather_list(&outs).dst(Rank::Group(root));
+        gather.group(&g).within(kw.timeout).run()?;
+        Ok(if is_root {
+            Some(decode_each(&outs, &sizes)?)
+        } else {
+            None
+        })
+    }
+);
+keyword!([T] GatherObject<'a, T>, /// PyTorch's `dst=` ([`Rank::Global`], default 0) or `group_dst=` ([`Rank::Group`]).
+    dst: impl Into<Rank> => |a, dst| a.dst = Some(dst.into()));
+
+/// Arguments of [`World::broadcast_object_list`].
+#[derive(Debug)]
+pub struct BroadcastObjectList<'a, T> {
+    object_list: &'a mut [T],
+    src: Option<Rank>,
+}
+object_op!(
+    BroadcastObjectList,
+    [Serialize + DeserializeOwned],
+    (),
+    |a, w, kw| {
+        let Some((pg, g)) = w.object_group(kw, "broadcast_object_list")? else {
             return Ok(());
         };
-        let g = GroupMember::Group(pg.clone());
-        let root = self.root_or_global0(&pg, src, group_src)?;
-        let me = pg.rank() == root;
+        let root = Rank::Group(root_or_global0(w, &pg, a.src)?);
+        let me = root == Rank::Group(pg.rank());
         let encoded: Vec<Vec<u8>> = if me {
-            objs.iter().map(encode).collect::<Result<_>>()?
+            a.object_list.iter().map(encode).collect::<Result<_>>()?
         } else {
             Vec::new()
         };
         let sizes = if me {
             Tensor::from_vec(encoded.iter().map(|b| b.len() as i64).collect::<Vec<_>>())
         } else {
-            Tensor::zeros(DType::I64, &[objs.len()])
+            Tensor::zeros(DType::I64, &[a.object_list.len()])
         };
-        self.broadcast(&sizes, Rank::Group(root)).group(&g).run()?;
+        w.broadcast(&sizes, root)
+            .group(&g)
+            .within(kw.timeout)
+            .run()?;
         let sizes = peer_sizes(sizes.to_vec::<i64>()?)?;
         let total: usize = sizes.iter().sum();
         let payload = if me {
@@ -194,124 +334,117 @@ impl World {
         } else {
             Tensor::zeros(DType::U8, &[total])
         };
-        self.broadcast(&payload, Rank::Group(root))
+        w.broadcast(&payload, root)
             .group(&g)
+            .within(kw.timeout)
             .run()?;
         if !me {
-            decode_concat(&payload, &sizes, objs)?;
+            decode_concat(&payload, &sizes, a.object_list)?;
         }
         Ok(())
     }
+);
+keyword!([T] BroadcastObjectList<'a, T>, /// PyTorch's `src=` ([`Rank::Global`], default 0) or `group_src=` ([`Rank::Group`]).
+    src: impl Into<Rank> => |a, src| a.src = Some(src.into()));
 
-    /// `scatter_object_list(output, input_list, src, group, group_src)`: the root passes one
-    /// object per group rank; every rank gets its own (`None` on a non-member).
-    ///
-    /// # Errors
-    /// "Argument ``scatter_list`` must be specified on source rank." and the other
-    /// [`World::scatter`] errors; serialization errors.
-    pub fn scatter_object_list<T: Serialize + DeserializeOwned>(
-        &self,
-        scatter_list: Option<&[T]>,
-        src: Option<usize>,
-        group: Option<&GroupMember>,
-        group_src: Option<usize>,
-    ) -> Result<Option<T>> {
-        let Some(pg) = self.op_group(group, "scatter_object_list")? else {
+/// Arguments of [`World::scatter_object_list`].
+#[derive(Debug)]
+pub struct ScatterObjectList<'a, T> {
+    input: &'a [T],
+    src: Option<Rank>,
+}
+object_op!(
+    ScatterObjectList,
+    [Serialize + DeserializeOwned],
+    Option<T>,
+    |a, w, kw| {
+        let Some((pg, g)) = w.object_group(kw, "scatter_object_list")? else {
             return Ok(None);
         };
-        let g = GroupMember::Group(pg.clone());
-        let root = self.root_or_global0(&pg, src, group_src)?;
+        let root = root_or_global0(w, &pg, a.src)?;
         let me = pg.rank() == root;
-        let encoded: Vec<Vec<u8>> = match (me, scatter_list) {
-            (true, Some(l)) => l.iter().map(encode).collect::<Result<_>>()?,
-            (true, None) => {
-                return Err(DistError::invalid(
-                    "Argument ``scatter_list`` must be specified on source rank.",
-                ))
-            }
-            (false, _) => Vec::new(),
-        };
-        let size_ins: Vec<Tensor> = encoded
-            .iter()
-            .map(|b| Tensor::from_vec(vec![b.len() as i64]))
-            .collect();
-        let max = Tensor::from_vec(vec![encoded
-            .iter()
-            .map(|b| b.len() as i64)
-            .max()
-            .unwrap_or(0)]);
-        self.broadcast(&max, Rank::Group(root)).group(&g).run()?;
+        if me && a.input.is_empty() {
+            return Err(DistError::invalid(
+                "Argument ``scatter_list`` must be specified on source rank.",
+            ));
+        }
+        let input = if me { a.input } else { &[] }; // ignored off the source, as in PyTorch
+        let encoded: Vec<Vec<u8>> = input.iter().map(encode).collect::<Result<_>>()?;
+        let lens: Vec<i64> = encoded.iter().map(|b| b.len() as i64).collect();
+        let (src, t) = (Rank::Group(root), kw.timeout);
+        let max = Tensor::from_vec(vec![lens.iter().copied().max().unwrap_or(0)]);
+        w.broadcast(&max, src).group(&g).within(t).run()?;
         let max = peer_sizes(max.to_vec::<i64>()?)?[0];
         let out = Tensor::zeros(DType::U8, &[max]);
         let ins: Vec<Tensor> = encoded.into_iter().map(|b| padded(b, max)).collect();
-        let src = Rank::Group(root);
-        let ins: &[Tensor] = if me { &ins } else { &[] };
-        self.scatter(&out)
-            .scatter_list(ins)
+        w.scatter(&out)
+            .scatter_list(&ins)
             .src(src)
             .group(&g)
+            .within(t)
             .run()?;
         let size_out = Tensor::zeros(DType::I64, &[1]);
-        let size_ins: &[Tensor] = if me { &size_ins } else { &[] };
-        let scatter = self.scatter(&size_out).scatter_list(size_ins);
-        scatter.src(src).group(&g).run()?;
+        let size_ins: Vec<Tensor> = lens
+            .into_iter()
+            .map(|l| Tensor::from_vec(vec![l]))
+            .collect();
+        let scatter = w.scatter(&size_out).scatter_list(&size_ins).src(src);
+        scatter.group(&g).within(t).run()?;
         let s = peer_sizes(size_out.to_vec::<i64>()?)?[0];
         Ok(Some(out.read(|b: &[u8]| decode(&b[..s.min(b.len())]))??))
     }
+);
+keyword!([T] ScatterObjectList<'a, T>, /// PyTorch's `scatter_object_input_list=`: one object per group rank, on the source only.
+    scatter_object_input_list: &'a [T] => |a, list| a.input = list);
+keyword!([T] ScatterObjectList<'a, T>, /// PyTorch's `src=` ([`Rank::Global`], default 0) or `group_src=` ([`Rank::Group`]).
+    src: impl Into<Rank> => |a, src| a.src = Some(src.into()));
 
-    /// `send_object_list(object_list, dst, group, group_dst)`.
-    ///
-    /// # Errors
-    /// As [`World::send`]; serialization errors.
-    pub fn send_object_list<T: Serialize>(
-        &self,
-        objs: &[T],
-        dst: Option<usize>,
-        group: Option<&GroupMember>,
-        group_dst: Option<usize>,
-    ) -> Result<()> {
-        let Some(pg) = self.op_group(group, "send_object_list")? else {
-            return Ok(());
-        };
-        let g = GroupMember::Group(pg.clone());
-        let encoded: Vec<Vec<u8>> = objs.iter().map(encode).collect::<Result<_>>()?;
-        let sizes = Tensor::from_vec(encoded.iter().map(|b| b.len() as i64).collect::<Vec<_>>());
-        let dst = Rank::from_pair(dst, group_dst)?;
-        self.send(&sizes, dst).group(&g).run()?;
-        let payload = Tensor::from_vec(encoded.concat());
-        self.send(&payload, dst).group(&g).run()
-    }
-
-    /// `recv_object_list(object_list, src, group, group_src)`: fills `objs` (same length as the
-    /// sender's list) and returns the sender's global rank (−1 on a non-member).
-    ///
-    /// # Errors
-    /// As [`World::recv`]; deserialization errors.
-    pub fn recv_object_list<T: DeserializeOwned>(
-        &self,
-        objs: &mut [T],
-        src: Option<usize>,
-        group: Option<&GroupMember>,
-        group_src: Option<usize>,
-    ) -> Result<i64> {
-        let Some(pg) = self.op_group(group, "recv_object_list")? else {
-            return Ok(-1);
-        };
-        let g = GroupMember::Group(pg.clone());
-        let sizes = Tensor::zeros(DType::I64, &[objs.len()]);
-        let mut recv = self.recv(&sizes).group(&g);
-        if let Some(src) = Rank::optional_pair(src, group_src)? {
-            recv = recv.src(src);
-        }
-        let sender = recv.run()?;
-        let sizes = peer_sizes(sizes.to_vec::<i64>()?)?;
-        let payload = Tensor::zeros(DType::U8, &[sizes.iter().sum()]);
-        let from = self.get_group_rank(&pg, sender as usize)?;
-        self.recv(&payload).src(Rank::Group(from)).group(&g).run()?;
-        decode_concat(&payload, &sizes, objs)?;
-        Ok(sender)
-    }
+/// Arguments of [`World::send_object_list`].
+#[derive(Debug)]
+pub struct SendObjectList<'a, T> {
+    object_list: &'a [T],
+    dst: Rank,
 }
+object_op!(SendObjectList, [Serialize], (), |a, w, kw| {
+    let Some((_, g)) = w.object_group(kw, "send_object_list")? else {
+        return Ok(());
+    };
+    let encoded: Vec<Vec<u8>> = a.object_list.iter().map(encode).collect::<Result<_>>()?;
+    let sizes = Tensor::from_vec(encoded.iter().map(|b| b.len() as i64).collect::<Vec<_>>());
+    w.send(&sizes, a.dst).group(&g).within(kw.timeout).run()?;
+    let payload = Tensor::from_vec(encoded.concat());
+    w.send(&payload, a.dst).group(&g).within(kw.timeout).run()
+});
+
+/// Arguments of [`World::recv_object_list`].
+#[derive(Debug)]
+pub struct RecvObjectList<'a, T> {
+    object_list: &'a mut [T],
+    src: Option<Rank>,
+}
+object_op!(RecvObjectList, [DeserializeOwned], i64, |a, w, kw| {
+    let Some((pg, g)) = w.object_group(kw, "recv_object_list")? else {
+        return Ok(-1);
+    };
+    let sizes = Tensor::zeros(DType::I64, &[a.object_list.len()]);
+    let mut recv = w.recv(&sizes).group(&g).within(kw.timeout);
+    if let Some(src) = a.src {
+        recv = recv.src(src);
+    }
+    let sender = recv.run()?;
+    let sizes = peer_sizes(sizes.to_vec::<i64>()?)?;
+    let payload = Tensor::zeros(DType::U8, &[sizes.iter().sum()]);
+    let from = Rank::Group(w.get_group_rank(&pg, sender as usize)?);
+    w.recv(&payload)
+        .src(from)
+        .group(&g)
+        .within(kw.timeout)
+        .run()?;
+    decode_concat(&payload, &sizes, a.object_list)?;
+    Ok(sender)
+});
+keyword!([T] RecvObjectList<'a, T>, /// PyTorch's `src=` ([`Rank::Global`]) or `group_src=` ([`Rank::Group`]); default: any source.
+    src: impl Into<Rank> => |a, src| a.src = Some(src.into()));
 
 #[cfg(test)]
 mod tests {

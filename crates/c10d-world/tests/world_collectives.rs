@@ -69,8 +69,6 @@ fn python_layer_checks() {
         );
         let e = Rank::from_pair(None, None).unwrap_err();
         assert_eq!(e.to_string(), "Must specify global_rank or group_rank");
-        let e = w.send_object_list(&[1u8], None, None, None).unwrap_err();
-        assert_eq!(e.to_string(), "Must specify global_rank or group_rank");
         // send to self
         let e = w.send(&f, r).run().unwrap_err();
         assert!(
@@ -229,35 +227,33 @@ fn p2p_and_batch_isend_irecv() {
 #[test]
 fn object_collectives() {
     let out = run(3, |w, r| {
-        let all: Vec<usize> = w.all_gather_object(&r, None).unwrap();
+        let all: Vec<usize> = w.all_gather_object(&r).run().unwrap();
         assert_eq!(all, vec![0, 1, 2]);
-        let strs: Vec<String> = w.all_gather_object(&"x".repeat(r * 5), None).unwrap();
+        let strs: Vec<String> = w.all_gather_object(&"x".repeat(r * 5)).run().unwrap();
         assert_eq!(strs[2], "xxxxxxxxxx");
-        let g = w
-            .gather_object(&(r, format!("r{r}")), Some(0), None, None)
-            .unwrap();
+        let g = w.gather_object(&(r, format!("r{r}"))).dst(0).run().unwrap();
         assert_eq!(g.is_some(), r == 0);
         if let Some(g) = g {
             assert_eq!(g[2], (2, "r2".to_string()));
         }
         let mut objs: Vec<Option<i32>> = vec![if r == 0 { Some(99) } else { None }];
-        w.broadcast_object_list(&mut objs, Some(0), None, None)
-            .unwrap();
+        w.broadcast_object_list(&mut objs).src(0).run().unwrap();
         assert_eq!(objs, vec![Some(99)]);
         let inputs: Vec<Vec<u32>> = (0..3).map(|i| vec![i; i as usize]).collect();
-        let mine: Option<Vec<u32>> = w
-            .scatter_object_list((r == 1).then_some(inputs.as_slice()), Some(1), None, None)
-            .unwrap();
+        let scatter = w.scatter_object_list().src(1);
+        let scatter = if r == 1 {
+            scatter.scatter_object_input_list(&inputs)
+        } else {
+            scatter
+        };
+        let mine: Option<Vec<u32>> = scatter.run().unwrap();
         assert_eq!(mine.unwrap(), vec![r as u32; r]);
         let mut got: Vec<Option<String>> = vec![None, None];
         if r == 0 {
-            w.send_object_list(&[Some("a".to_string()), None], Some(1), None, None)
-                .unwrap();
+            let objs = [Some("a".to_string()), None];
+            w.send_object_list(&objs, 1).run().unwrap();
         } else if r == 1 {
-            assert_eq!(
-                w.recv_object_list(&mut got, Some(0), None, None).unwrap(),
-                0
-            );
+            assert_eq!(w.recv_object_list(&mut got).src(0).run().unwrap(), 0);
         }
         // on a 2-rank local-synchronization subgroup, with global src/dst
         if r >= 1 {
@@ -270,10 +266,13 @@ fn object_collectives() {
                     },
                 )
                 .unwrap();
-            let v: Vec<usize> = w.all_gather_object(&(r * 10), Some(&sub)).unwrap();
+            let v: Vec<usize> = w.all_gather_object(&(r * 10)).group(&sub).run().unwrap();
             assert_eq!(v, vec![10, 20]);
             let mut b = vec![r];
-            w.broadcast_object_list(&mut b, Some(2), Some(&sub), None)
+            w.broadcast_object_list(&mut b)
+                .src(2)
+                .group(&sub)
+                .run()
                 .unwrap();
             assert_eq!(b, vec![2]);
         }

@@ -47,7 +47,7 @@ fn free_functions_on_the_global_world() {
         .run()
         .unwrap();
     assert_eq!(
-        dist::all_gather_object(&"hi".to_string(), None).unwrap(),
+        dist::all_gather_object(&"hi".to_string()).run().unwrap(),
         vec!["hi".to_string()]
     );
     assert_eq!(dist::get_pg_count(), 2);

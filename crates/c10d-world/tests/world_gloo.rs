@@ -55,7 +55,7 @@ fn gloo_world_collectives_and_groups() {
             if r == 2 {
                 assert_eq!(gt.to_vec::<i64>().unwrap(), vec![0, 0, 1, 1, 2, 2]);
             }
-            let objs: Vec<String> = w.all_gather_object(&format!("rank{r}"), None).unwrap();
+            let objs: Vec<String> = w.all_gather_object(&format!("rank{r}")).run().unwrap();
             assert_eq!(objs, vec!["rank0", "rank1", "rank2"]);
             w.barrier().run().unwrap();
             y.to_vec::<i32>().unwrap()[0]

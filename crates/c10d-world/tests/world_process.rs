@@ -23,7 +23,9 @@ fn child_main() {
     let t = Tensor::from_vec(vec![(r + 1) as f32; 1000]);
     dist::all_reduce(&t).run().unwrap();
     let objs: Vec<(i64, String)> =
-        dist::all_gather_object(&(r, format!("pid{}", std::process::id())), None).unwrap();
+        dist::all_gather_object(&(r, format!("pid{}", std::process::id())))
+            .run()
+            .unwrap();
     let g = dist::new_group(Some(&[0, 2]), dist::GroupOptions::default()).unwrap();
     if let Some(pg) = g.group() {
         let x = Tensor::from_vec(vec![r]);
