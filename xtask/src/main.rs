@@ -17,8 +17,13 @@
 //! - `cargo xtask bench`: the benchmarks with their baselines (store server, reduction kernels,
 //!   collectives vs PyTorch's Gloo, and "c10drs" vs "gloo" inside torch.distributed).
 //! - `cargo xtask test-multigpu`: GPU tests; prints "skipped: no GPU" and succeeds where no GPU exists.
+//! - `cargo xtask chaos --trials N [--seed S] [--timeout SECS]`: the fault-injection harness
+//!   (see `chaos`): N randomized multi-process trials with a rank killed, stopped, slowed, a
+//!   connection closed or a network link cut; last line `chaos: K of N trials ok`.
 //!
-//! xtask depends on nothing but std so it builds in seconds.
+//! xtask depends on nothing but std and libc so it builds in seconds.
+
+mod chaos;
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -40,9 +45,10 @@ fn main() {
         Some("demo") => demo(rest),
         Some("bench") => bench(rest),
         Some("test-multigpu") => test_multigpu(),
+        Some("chaos") => chaos::chaos(rest, build_bench),
         _ => {
             eprintln!(
-                "usage: cargo xtask <test [--no-interop] | interop | python [pytest args] | pytorch-suite [unittest args] | wheel | demo | bench | test-multigpu>"
+                "usage: cargo xtask <test [--no-interop] | interop | python [pytest args] | pytorch-suite [unittest args] | wheel | demo | bench | test-multigpu | chaos --trials N [--seed S]>"
             );
             exit(2);
         }
@@ -345,6 +351,14 @@ fn bench(_args: &[String]) -> Res {
         .env("C10D_TORCH_PYTHON", &py))?;
     let py = install_wheel()?;
     run(Command::new(&py).arg("crates/c10d-python/benches/torch_backends.py"))
+}
+
+/// Builds `c10d-bench` (debug, as the tests use it) and returns its path.
+fn build_bench() -> Result<PathBuf, String> {
+    run(cargo().args(["build", "-p", "c10d-world", "--bin", "c10d-bench"]))?;
+    let target = env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
+    std::fs::canonicalize(format!("{target}/debug/c10d-bench"))
+        .map_err(|e| format!("c10d-bench not built: {e}"))
 }
 
 fn has_gpu() -> bool {

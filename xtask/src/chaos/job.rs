@@ -1,0 +1,185 @@
+//! One multi-process job: `c10d-bench` ranks started directly with env:// variables (rank 0
+//! hosts the store), each in its host namespace when the trial uses two, with every output
+//! line kept with the instant it was read.
+
+use super::hosts;
+use super::plan::{FaultKind, Plan};
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Output lines of one rank, with the instant each was read.
+pub type Lines = Arc<Mutex<Vec<(Instant, String)>>>;
+
+/// One rank process.
+pub struct Rank {
+    pub child: Child,
+    pub pid: i32,
+    pub lines: Lines,
+    /// Exit status once reaped: `Some(code)`, `None` when killed by a signal.
+    pub exit: Option<Option<i32>>,
+    pub exited_at: Option<Instant>,
+}
+
+/// The environment marker every rank of trial `t` carries (found again by the leak check).
+pub fn marker(trial: usize) -> String {
+    format!("{}-{trial}", std::process::id())
+}
+
+/// Iterations of the job: endless for fatal faults, enough to outlast the fault otherwise.
+fn iters(plan: &Plan) -> usize {
+    match plan.kind {
+        FaultKind::Slow => (256 << 20) / plan.size.max(4096),
+        _ => 1 << 30,
+    }
+}
+
+/// Starts every rank of `plan`'s job.
+///
+/// # Errors
+/// A rank that cannot be started (the others are killed).
+pub fn start(
+    plan: &Plan,
+    bench: &Path,
+    ns: Option<&[String; 2]>,
+    port: u16,
+    timeout_s: u64,
+    tmp: &Path,
+    trial: usize,
+) -> Result<Vec<Rank>, String> {
+    let master = match plan.split {
+        Some(_) => hosts::addr(0),
+        None => "127.0.0.1".into(),
+    };
+    let mut ranks: Vec<Rank> = Vec::new();
+    for r in 0..plan.world {
+        let mut cmd = match (plan.host_of(r), ns) {
+            (Some(h), Some(ns)) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", &ns[h]]).arg(bench);
+                c
+            }
+            _ => Command::new(bench),
+        };
+        let size = plan.size.to_string();
+        let n = iters(plan).to_string();
+        let t = timeout_s.to_string();
+        cmd.args([plan.op, "-b", &size, "-e", &size, "-n", &n, "-w", "1"])
+            .args(["--timeout", &t])
+            .env("RANK", r.to_string())
+            .env("LOCAL_RANK", r.to_string())
+            .env("WORLD_SIZE", plan.world.to_string())
+            .env("LOCAL_WORLD_SIZE", plan.world.to_string())
+            .env("MASTER_ADDR", &master)
+            .env("MASTER_PORT", port.to_string())
+            .env("C10D_GLOO_TCP_ONLY", if plan.tcp_only { "1" } else { "0" })
+            .env("C10D_CHAOS_TRIAL", marker(trial))
+            .env("TMPDIR", tmp)
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        match cmd.spawn() {
+            Ok(mut child) => {
+                let lines: Lines = Arc::default();
+                read_lines(child.stdout.take().expect("piped"), lines.clone());
+                read_lines(child.stderr.take().expect("piped"), lines.clone());
+                let pid = child.id() as i32;
+                ranks.push(Rank {
+                    child,
+                    pid,
+                    lines,
+                    exit: None,
+                    exited_at: None,
+                });
+            }
+            Err(e) => {
+                kill_all(&mut ranks);
+                return Err(format!("cannot start rank {r}: {e}"));
+            }
+        }
+    }
+    Ok(ranks)
+}
+
+fn read_lines(src: impl Read + Send + 'static, lines: Lines) {
+    std::thread::spawn(move || {
+        let mut r = BufReader::new(src);
+        let mut buf = Vec::new();
+        while let Ok(n) = r.read_until(b'\n', &mut buf) {
+            if n == 0 {
+                return;
+            }
+            let s = String::from_utf8_lossy(&buf).trim_end().to_string();
+            lines.lock().expect("lines").push((Instant::now(), s));
+            buf.clear();
+        }
+    });
+}
+
+impl Rank {
+    /// The first line containing `needle`, with its instant.
+    pub fn line_with(&self, needle: &str) -> Option<(Instant, String)> {
+        self.lines
+            .lock()
+            .expect("lines")
+            .iter()
+            .find(|(_, l)| l.contains(needle))
+            .cloned()
+    }
+
+    /// Reaps the rank if it has exited; true once it has.
+    pub fn poll(&mut self) -> bool {
+        if self.exit.is_none() {
+            if let Ok(Some(st)) = self.child.try_wait() {
+                self.exit = Some(st.code());
+                self.exited_at = Some(Instant::now());
+            }
+        }
+        self.exit.is_some()
+    }
+
+    /// Sends `sig` unless the rank was reaped already.
+    pub fn signal(&self, sig: i32) {
+        if self.exit.is_none() {
+            // SAFETY: kill(2) on our own unreaped child.
+            unsafe { libc::kill(self.pid, sig) };
+        }
+    }
+
+    /// Everything the rank printed.
+    pub fn output(&self) -> String {
+        let l = self.lines.lock().expect("lines");
+        l.iter().map(|(_, s)| s.as_str()).collect::<Vec<_>>().join("\n")
+    }
+}
+
+/// Waits until `ranks` (by index) have all exited or `deadline` passes; true if they exited.
+pub fn wait(ranks: &mut [Rank], which: &[usize], deadline: Instant) -> bool {
+    loop {
+        let mut all = true;
+        for &i in which {
+            all &= ranks[i].poll();
+        }
+        if all {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// SIGKILLs and reaps every rank still running (stopped ones included).
+pub fn kill_all(ranks: &mut [Rank]) {
+    for r in ranks.iter_mut() {
+        if !r.poll() {
+            r.signal(libc::SIGKILL);
+            let _ = r.child.wait();
+            r.exit = Some(None);
+        }
+    }
+}

@@ -1,0 +1,58 @@
+//! The summary of a chaos run: per fault kind, trials ok and the distribution of detection
+//! times (min / median / p90 / max over every survivor of every trial of that kind).
+
+use super::plan::FaultKind;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// Results gathered over the run.
+#[derive(Default)]
+pub struct Tally {
+    /// kind -> (trials, ok trials, detection times of every survivor).
+    kinds: BTreeMap<FaultKind, (usize, usize, Vec<Duration>)>,
+}
+
+impl Tally {
+    /// Records one trial.
+    pub fn add(&mut self, kind: FaultKind, ok: bool, detect: impl Iterator<Item = Duration>) {
+        let e = self.kinds.entry(kind).or_default();
+        e.0 += 1;
+        e.1 += usize::from(ok);
+        e.2.extend(detect);
+    }
+
+    /// Prints the table.
+    pub fn print(&self, timeout: Duration) {
+        println!();
+        println!(
+            "chaos: detection time (fault -> survivor's error), ms; op timeout {} ms",
+            timeout.as_millis()
+        );
+        println!(
+            "  {:<14} {:>7} {:>5} {:>9} {:>8} {:>8} {:>8} {:>8}",
+            "fault", "trials", "ok", "samples", "min", "median", "p90", "max"
+        );
+        for (kind, (n, ok, d)) in &self.kinds {
+            let mut ms: Vec<f64> = d.iter().map(|x| x.as_secs_f64() * 1e3).collect();
+            ms.sort_by(f64::total_cmp);
+            let q = |p: f64| -> String {
+                if ms.is_empty() {
+                    return "-".into();
+                }
+                let i = ((ms.len() - 1) as f64 * p).round() as usize;
+                format!("{:.1}", ms[i])
+            };
+            println!(
+                "  {:<14} {:>7} {:>5} {:>9} {:>8} {:>8} {:>8} {:>8}",
+                kind.name(),
+                n,
+                ok,
+                ms.len(),
+                q(0.0),
+                q(0.5),
+                q(0.9),
+                q(1.0)
+            );
+        }
+    }
+}
