@@ -1,0 +1,172 @@
+//! A partitioned node's launcher must not hang: two network namespaces act as two hosts,
+//! joined by a veth pair with private addresses (10.231.1.1 / 10.231.1.2, which exist only
+//! inside them). `c10drun --nnodes 2` runs on each with one `c10d-bench` rank per node; then
+//! the link is taken down. Both workers must fail naming the other rank, and both launchers
+//! must exit, bounded, with summaries that say what went wrong. Needs root and `ip netns`;
+//! skips with a printed reason otherwise. The namespaces are removed even when the test fails.
+
+mod launcher_util;
+use launcher_util::*;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const BENCH: &str = env!("CARGO_BIN_EXE_c10d-bench");
+
+fn ip(args: &[&str]) -> Result<(), String> {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| format!("cannot run ip: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// Two namespaces joined by veth `v0`/`v1`; removed on drop.
+struct Hosts {
+    names: [String; 2],
+}
+
+impl Hosts {
+    fn new() -> Result<Hosts, String> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            return Err("not root".into());
+        }
+        let id = std::process::id();
+        let mut h = Hosts {
+            names: [String::new(), String::new()],
+        };
+        for (i, side) in ["a", "b"].iter().enumerate() {
+            let n = format!("c10d-part-{id}-{side}");
+            ip(&["netns", "add", &n])?;
+            h.names[i] = n;
+        }
+        let [a, b] = &h.names;
+        ip(&[
+            "link", "add", "v0", "netns", a, "type", "veth", "peer", "name", "v1", "netns", b,
+        ])?;
+        for (i, n) in h.names.iter().enumerate() {
+            let dev = format!("v{i}");
+            ip(&[
+                "-n",
+                n,
+                "addr",
+                "add",
+                &format!("10.231.1.{}/24", i + 1),
+                "dev",
+                &dev,
+            ])?;
+            ip(&["-n", n, "link", "set", "lo", "up"])?;
+            ip(&["-n", n, "link", "set", &dev, "up"])?;
+        }
+        Ok(h)
+    }
+}
+
+impl Drop for Hosts {
+    fn drop(&mut self) {
+        for n in self.names.iter().filter(|n| !n.is_empty()) {
+            let _ = ip(&["netns", "del", n]);
+        }
+    }
+}
+
+/// `c10drun` for node `node` of the 2-node job, inside its namespace.
+fn node(hosts: &Hosts, node: usize) -> Job {
+    let rank = node.to_string();
+    let args = [
+        "netns",
+        "exec",
+        &hosts.names[node],
+        C10DRUN,
+        "--nnodes",
+        "2",
+        "--node-rank",
+        &rank,
+        "--nproc-per-node",
+        "1",
+        "--master-addr",
+        "10.231.1.1",
+        "--master-port",
+        "29500",
+        "--run-id",
+        "partition",
+        "--rdzv-timeout",
+        "8",
+        "--stop-timeout",
+        "2",
+        "--rdzv-conf",
+        "read_timeout=8",
+        BENCH,
+        "all_reduce",
+        "-b",
+        "1K",
+        "-e",
+        "1K",
+        "-n",
+        "1000000000",
+        "--timeout",
+        "5",
+    ];
+    spawn("ip", &args, &[])
+}
+
+#[test]
+fn both_launchers_exit_when_the_link_goes_down() {
+    let hosts = match Hosts::new() {
+        Ok(h) => h,
+        Err(why) => {
+            println!("skipped: cannot make network namespaces ({why})");
+            return;
+        }
+    };
+    let mut n0 = node(&hosts, 0);
+    let n1 = node(&hosts, 1);
+    n0.wait_for_stdout("[rank 0]: # c10d-bench all_reduce", Duration::from_secs(60));
+    std::thread::sleep(Duration::from_millis(200));
+    let t0 = Instant::now();
+    for (i, n) in hosts.names.iter().enumerate() {
+        ip(&["-n", n, "link", "set", &format!("v{i}"), "down"]).unwrap();
+    }
+    let o1 = n1.finish(Duration::from_secs(90));
+    let t1 = t0.elapsed();
+    let o0 = n0.finish(Duration::from_secs(90));
+    let t0 = t0.elapsed();
+    println!(
+        "after the link went down: node 1's launcher exited in {:.1} s, node 0's in {:.1} s",
+        t1.as_secs_f64(),
+        t0.as_secs_f64()
+    );
+    println!("node 0:\n{}\nnode 1:\n{}", o0.summary(), o1.summary());
+    assert_eq!(o0.code, Some(1), "node 0: {o0}");
+    assert_eq!(o1.code, Some(1), "node 1: {o1}");
+    // Each worker names the other rank, and each launcher's summary shows it.
+    assert!(
+        o0.summary().contains("rank 0: error: ProcessGroupGloo")
+            && o0.summary().contains("rank(s) 1"),
+        "{o0}"
+    );
+    assert!(
+        o1.summary().contains("rank 1: error: ProcessGroupGloo")
+            && o1.summary().contains("rank(s) 0"),
+        "{o1}"
+    );
+    // Node 1 cannot reach the store on node 0; node 0 gives up waiting for node 1.
+    assert!(
+        o1.summary()
+            .contains("the store at 10.231.1.1:29500 is unreachable"),
+        "{o1}"
+    );
+    assert!(
+        o0.summary()
+            .contains("exit barrier: not every node finished"),
+        "{o0}"
+    );
+}
