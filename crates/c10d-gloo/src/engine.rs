@@ -44,7 +44,12 @@
 //! fails with "Timed out waiting {ms}ms for {OP} (seq {n}) on rank {r}; no data from rank(s)
 //! {…}", its posted buffers are detached (partially received frames are drained into the void,
 //! partially sent frames are finished from a copy) and later frames of it are dropped, so the
-//! group stays usable.
+//! group stays usable. Shortly before the deadline the engine probes its peers' liveness, and the
+//! error also names the ranks that did not answer; the timed-out rank's error text goes to its
+//! peers as a note that explains its later departure (see `liveness.rs`).
+
+#[path = "liveness.rs"]
+mod liveness;
 
 use crate::transport::{self, Conn, MeshSpec};
 use crate::wire::{Header, Kind, HDR};
@@ -406,6 +411,8 @@ pub(crate) struct Engine {
     p2p_recvs: Vec<u64>,
     unexpected: VecDeque<Unexpected>,
     pool: Vec<Vec<u128>>,
+    /// Liveness probes (who is silent when an op times out).
+    live: liveness::Liveness,
 }
 
 // SAFETY: the raw pointers an engine stores point into tensor storage kept alive by leases the
@@ -465,6 +472,7 @@ impl Engine {
             p2p_recvs: Vec::new(),
             unexpected: VecDeque::new(),
             pool: Vec::new(),
+            live: liveness::Liveness::new(n),
         };
         if let Some(s) = streams {
             e.install(s)?;
@@ -1048,14 +1056,11 @@ impl Engine {
     // ------------------------------------------------------------------------------------------
     // Event loop
 
-    fn next_p2p_deadline(&self) -> Option<Instant> {
-        self.p2p.values().map(|p| p.deadline).min()
-    }
-
-    /// Waits for events (at most `timeout`, or until the nearest p2p deadline) and handles them.
+    /// Waits for events (at most `timeout`, or until the nearest p2p deadline or liveness probe)
+    /// and handles them.
     fn poll_once(&mut self, timeout: Option<Duration>) {
         let now = Instant::now();
-        let t = match (timeout, self.next_p2p_deadline()) {
+        let t = match (timeout, self.next_p2p_wake()) {
             (Some(t), Some(d)) => Some(t.min(d.saturating_duration_since(now))),
             (None, Some(d)) => Some(d.saturating_duration_since(now)),
             (t, None) => t,
@@ -1087,6 +1092,7 @@ impl Engine {
                 self.flush(tok.0);
             }
         }
+        self.after_poll();
         if !self.p2p.is_empty() {
             self.expire_p2p();
         }
@@ -1101,10 +1107,11 @@ impl Engine {
             .map(|(id, _)| *id)
             .collect();
         for id in expired {
-            let (seq, op, peer, timeout) = {
+            let (seq, op, peer, timeout, deadline) = {
                 let p = &self.p2p[&id];
-                (p.seq, p.op, p.peer, p.timeout)
+                (p.seq, p.op, p.peer, p.timeout, p.deadline)
             };
+            let silent = self.silent_text(deadline, liveness::window(timeout));
             self.detach_ids(&[id], false);
             let who = match (op, peer) {
                 (OpType::Send, Some(p)) => {
@@ -1114,11 +1121,12 @@ impl Engine {
                 (_, None) => "; no data from any rank".to_string(),
             };
             let e = DistError::backend(format!(
-                "ProcessGroupGloo (group {}): Timed out waiting {}ms for {op} (seq {seq}) on rank {}{who}",
+                "ProcessGroupGloo (group {}): Timed out waiting {}ms for {op} (seq {seq}) on rank {}{who}{silent}",
                 self.id.group_name,
                 timeout.as_millis(),
                 self.id.rank,
             ));
+            self.send_note(e.message());
             self.complete_p2p(id, Err(e), None);
         }
     }
@@ -1154,8 +1162,8 @@ impl Engine {
     fn classify(&mut self, p: usize, h: &Header) -> Dest {
         let n = h.nbytes as usize;
         match h.kind {
-            Kind::Error => Dest::ErrorText(vec![0; n.min(1 << 20)]),
-            Kind::Bye => Dest::Discard,
+            Kind::Error | Kind::Note => Dest::ErrorText(vec![0; n.min(1 << 20)]),
+            Kind::Bye | Kind::Ping | Kind::Pong => Dest::Discard,
             _ if self.failed.is_some() => Dest::Discard,
             Kind::P2p => {
                 let pos = self.p2p_recvs.iter().position(|id| {
@@ -1234,6 +1242,12 @@ impl Engine {
     fn finish_frame(&mut self, p: usize, h: Header, dest: Dest) {
         if h.kind == Kind::Bye {
             return self.peer_left(p);
+        }
+        if matches!(h.kind, Kind::Ping | Kind::Pong) {
+            return self.on_probe_frame(p, h.kind);
+        }
+        if let (Kind::Note, Dest::ErrorText(t)) = (h.kind, &dest) {
+            return self.note_received(p, t);
         }
         match dest {
             Dest::Coll { id, .. } => {
@@ -1410,9 +1424,10 @@ impl Engine {
 
     fn left_error(&self, p: usize) -> DistError {
         DistError::backend(format!(
-            "{}: {} has shut down its process group",
+            "{}: {} has shut down its process group{}",
             self.ctx(),
-            self.id.peer_name(p)
+            self.id.peer_name(p),
+            self.notes_of(std::iter::once(p))
         ))
     }
 
@@ -1464,10 +1479,11 @@ impl Engine {
         let names: Vec<String> = lost.iter().map(|(q, _)| self.id.peer_name(*q)).collect();
         let whys: Vec<String> = lost.iter().map(|(q, w)| format!("rank {q}: {w}")).collect();
         let e = DistError::backend(format!(
-            "{}: connection to {} lost ({}); the peer process died or left the group",
+            "{}: connection to {} lost ({}); the peer process died or left the group{}",
             self.ctx(),
             names.join(", "),
-            whys.join("; ")
+            whys.join("; "),
+            self.notes_of(lost.iter().map(|(q, _)| *q))
         ));
         // Tell the survivors: a peer that only sees *us* leave (we may exit as soon as the
         // error reaches the user) then still learns which rank died first.
@@ -1673,7 +1689,14 @@ impl Engine {
         (recv, send)
     }
 
-    fn wait_ids(&mut self, ids: &[u64], deadline: Instant) -> std::result::Result<(), WaitErr> {
+    /// Waits until every id in `ids` completed, probing the peers' liveness `window` before
+    /// `deadline` (zero: no probe).
+    fn wait_ids(
+        &mut self,
+        ids: &[u64],
+        deadline: Instant,
+        window: Duration,
+    ) -> std::result::Result<(), WaitErr> {
         loop {
             if let Some(e) = &self.failed {
                 return Err(WaitErr::Failed(e.clone()));
@@ -1688,7 +1711,11 @@ impl Engine {
             if now >= deadline {
                 return Err(WaitErr::Timeout);
             }
-            self.poll_once(Some(deadline - now));
+            self.probe_if_due(deadline, window);
+            let wake = self
+                .probe_due_at(deadline, window)
+                .map_or(deadline, |d| d.min(deadline));
+            self.poll_once(Some(wake.saturating_duration_since(now)));
         }
     }
 }
@@ -2009,7 +2036,10 @@ impl Comm<'_> {
     /// # Errors
     /// The group's failure, or the timeout text; either way every outstanding post is detached.
     pub(crate) fn wait(&mut self, ids: &[u64]) -> Result<()> {
-        match self.eng.wait_ids(ids, self.deadline) {
+        match self
+            .eng
+            .wait_ids(ids, self.deadline, liveness::window(self.timeout))
+        {
             Ok(()) => {
                 self.outstanding.retain(|i| !ids.contains(i));
                 Ok(())
@@ -2024,7 +2054,10 @@ impl Comm<'_> {
     /// As [`Comm::wait`].
     pub(crate) fn wait_all(&mut self) -> Result<()> {
         let ids = std::mem::take(&mut self.outstanding);
-        match self.eng.wait_ids(&ids, self.deadline) {
+        match self
+            .eng
+            .wait_ids(&ids, self.deadline, liveness::window(self.timeout))
+        {
             Ok(()) => Ok(()),
             Err(w) => {
                 self.outstanding = ids.clone();
@@ -2040,7 +2073,7 @@ impl Comm<'_> {
         ids: &[u64],
         deadline: Instant,
     ) -> std::result::Result<(), (Vec<usize>, Option<DistError>)> {
-        match self.eng.wait_ids(ids, deadline) {
+        match self.eng.wait_ids(ids, deadline, Duration::ZERO) {
             Ok(()) => {
                 self.outstanding.retain(|i| !ids.contains(i));
                 Ok(())
@@ -2099,14 +2132,19 @@ impl Comm<'_> {
                 } else {
                     format!("; sends to rank(s) {} did not complete", list(&send))
                 };
-                DistError::backend(format!(
-                    "ProcessGroupGloo (group {}): Timed out waiting {}ms for {} (seq {}) on rank {}{who}",
+                let silent = self
+                    .eng
+                    .silent_text(self.deadline, liveness::window(self.timeout));
+                let e = DistError::backend(format!(
+                    "ProcessGroupGloo (group {}): Timed out waiting {}ms for {} (seq {}) on rank {}{who}{silent}",
                     self.eng.id.group_name,
                     self.timeout.as_millis(),
                     self.info.op,
                     self.info.seq,
                     self.rank(),
-                ))
+                ));
+                self.eng.send_note(e.message());
+                e
             }
         };
         self.detach_all();

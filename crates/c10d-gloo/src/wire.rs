@@ -5,7 +5,7 @@
 //! | offset | size | field                                                        |
 //! |--------|------|--------------------------------------------------------------|
 //! | 0      | 4    | magic `0xC10D_61F0`                                          |
-//! | 4      | 1    | kind: 1 collective, 2 point-to-point, 3 error text, 4 bye    |
+//! | 4      | 1    | kind: 1 collective, 2 point-to-point, 3 error text, 4 bye, 5 ping, 6 pong, 7 note |
 //! | 5      | 1    | op ([`op_code`] of the `OpType`)                             |
 //! | 6      | 1    | dtype ([`DType::code`])                                      |
 //! | 8      | 4    | step (algorithm-defined, orders messages within one op)      |
@@ -36,6 +36,13 @@ pub(crate) enum Kind {
     Error = 3,
     /// The sender shut its group down in an orderly way (no payload); EOF follows.
     Bye = 4,
+    /// Liveness probe (no payload): answered with a pong by a peer whose engine runs.
+    Ping = 5,
+    /// Answer to a ping (no payload).
+    Pong = 6,
+    /// The sender's op timed out; the payload is its UTF-8 error text. Fails nothing: kept to
+    /// explain a later loss of the sender.
+    Note = 7,
 }
 
 /// A decoded header.
@@ -88,6 +95,9 @@ impl Header {
             2 => Kind::P2p,
             3 => Kind::Error,
             4 => Kind::Bye,
+            5 => Kind::Ping,
+            6 => Kind::Pong,
+            7 => Kind::Note,
             k => return Err(format!("unknown frame kind {k}")),
         };
         let op = OpType::from_code(b[5]).ok_or_else(|| format!("unknown op code {}", b[5]))?;

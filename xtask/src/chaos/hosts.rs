@@ -70,7 +70,15 @@ impl HostPair {
         ])?;
         for (h, n) in pair.names.iter().enumerate() {
             let dev = format!("v{h}");
-            ip(&["-n", n, "addr", "add", &format!("{}/24", addr(h)), "dev", &dev])?;
+            ip(&[
+                "-n",
+                n,
+                "addr",
+                "add",
+                &format!("{}/24", addr(h)),
+                "dev",
+                &dev,
+            ])?;
             ip(&["-n", n, "link", "set", "lo", "up"])?;
             ip(&["-n", n, "link", "set", &dev, "up"])?;
         }

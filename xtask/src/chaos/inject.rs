@@ -53,7 +53,10 @@ pub fn inject(
             };
             let (peer, kill) = find_socket(ranks, v, &ns, master_port, plan.delay_ms)?;
             at = Instant::now();
-            ss(ns[0].as_deref(), &kill.iter().map(String::as_str).collect::<Vec<_>>())?;
+            ss(
+                ns[0].as_deref(),
+                &kill.iter().map(String::as_str).collect::<Vec<_>>(),
+            )?;
             let mut c = vec![vec![v, peer]; n];
             c[v] = vec![peer];
             c[peer] = vec![v];
@@ -147,7 +150,10 @@ fn find_socket(
 ) -> Result<(usize, Vec<String>), String> {
     let mut conns = Vec::new();
     for n in ns {
-        conns.extend(connections(&ss(n.as_deref(), &["-tnpH", "state", "established"])?));
+        conns.extend(connections(&ss(
+            n.as_deref(),
+            &["-tnpH", "state", "established"],
+        )?));
     }
     let rank_of = |pid: i32| ranks.iter().position(|r| r.pid == pid);
     let mp = master_port.to_string();

@@ -31,7 +31,8 @@ pub fn marker(trial: usize) -> String {
 /// Iterations of the job: endless for fatal faults, enough to outlast the fault otherwise.
 fn iters(plan: &Plan) -> usize {
     match plan.kind {
-        FaultKind::Slow => (256 << 20) / plan.size.max(4096),
+        // About a second or more: ~50 µs per op plus ~0.5 ns per byte (debug build).
+        FaultKind::Slow => (1_000_000_000 / (50_000 + plan.size / 2)).max(100),
         _ => 1 << 30,
     }
 }
@@ -152,7 +153,10 @@ impl Rank {
     /// Everything the rank printed.
     pub fn output(&self) -> String {
         let l = self.lines.lock().expect("lines");
-        l.iter().map(|(_, s)| s.as_str()).collect::<Vec<_>>().join("\n")
+        l.iter()
+            .map(|(_, s)| s.as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 }
 

@@ -40,12 +40,7 @@ fn marked(marker: &str) -> Vec<i32> {
 /// Everything trial `marker` left behind (pids of its ranks in `pids`); empty when clean.
 /// `shm_before`: /dev/shm when the trial began (entries of other programs are not blamed on it
 /// unless they name one of its pids or c10d).
-pub fn check(
-    marker: &str,
-    pids: &[i32],
-    tmp: &Path,
-    shm_before: &BTreeSet<String>,
-) -> Vec<String> {
+pub fn check(marker: &str, pids: &[i32], tmp: &Path, shm_before: &BTreeSet<String>) -> Vec<String> {
     let mut out = Vec::new();
     for pid in marked(marker) {
         out.push(format!("process {pid} still running"));

@@ -66,7 +66,10 @@ fn parse(args: &[String]) -> Result<Opts, String> {
 ///
 /// # Errors
 /// Bad arguments, or `c10d-bench` could not be built.
-pub fn chaos(args: &[String], bench: impl FnOnce() -> Result<PathBuf, String>) -> Result<(), String> {
+pub fn chaos(
+    args: &[String],
+    bench: impl FnOnce() -> Result<PathBuf, String>,
+) -> Result<(), String> {
     let o = parse(args)?;
     let bench = bench()?;
     let pair = match hosts::available().and_then(|()| hosts::HostPair::new()) {
@@ -97,7 +100,12 @@ pub fn chaos(args: &[String], bench: impl FnOnce() -> Result<PathBuf, String>) -
     let mut tally = report::Tally::default();
     let mut ok = 0;
     for t in 0..o.trials {
-        let plan = Plan::draw(&mut rng, &kinds, pair.is_some(), o.timeout.as_millis() as u64);
+        let plan = Plan::draw(
+            &mut rng,
+            &kinds,
+            pair.is_some(),
+            o.timeout.as_millis() as u64,
+        );
         let res = trial(t, &plan, &bench, pair.as_ref(), o.timeout);
         let detect: Vec<Duration> = res.seen.iter().filter_map(|s| s.detect).collect();
         let worst = detect.iter().max().map(|d| format!("{} ms", d.as_millis()));
@@ -119,10 +127,7 @@ pub fn chaos(args: &[String], bench: impl FnOnce() -> Result<PathBuf, String>) -
         }
         tally.add(plan.kind, good, detect.into_iter());
     }
-    let leaked_ns = pair
-        .as_ref()
-        .map(|p| p.names.clone())
-        .unwrap_or_default();
+    let leaked_ns = pair.as_ref().map(|p| p.names.clone()).unwrap_or_default();
     drop(pair);
     tally.print(o.timeout);
     let left: Vec<String> = hosts::list()
@@ -167,7 +172,11 @@ fn trial(
     let _ = std::fs::create_dir_all(&tmp);
     let shm_before = leaks::shm();
     // Inside the namespaces nothing else listens.
-    let port = if plan.split.is_some() { 29500 } else { free_port() };
+    let port = if plan.split.is_some() {
+        29500
+    } else {
+        free_port()
+    };
     let ns = pair.map(|p| &p.names);
     let mut out = Outcome {
         problems: Vec::new(),
@@ -186,7 +195,8 @@ fn trial(
     if plan.kind == FaultKind::LinkDown {
         if let Some(p) = pair {
             if let Err(e) = p.set_link(true) {
-                out.problems.push(format!("cannot bring the link up again: {e}"));
+                out.problems
+                    .push(format!("cannot bring the link up again: {e}"));
             }
         }
     }

@@ -83,7 +83,8 @@ impl Plan {
             size,
             world,
             victim: rng.range(0, world as u64 - 1) as usize,
-            delay_ms: rng.range(0, 300),
+            // A slow rank is slowed early: its job has to outlast the stall.
+            delay_ms: rng.range(0, if kind == FaultKind::Slow { 50 } else { 300 }),
             stall_ms: rng.range(timeout_ms / 5, timeout_ms / 2),
             split,
             // `ss -K` destroys TCP sockets only.

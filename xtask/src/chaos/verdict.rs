@@ -14,8 +14,9 @@ const ERROR_LINE: &str = "error: ";
 /// only has the default group, where both are equal).
 pub fn blamed(msg: &str) -> Vec<usize> {
     let mut out = Vec::new();
-    let clauses: [(&str, &[&str]); 4] = [
+    let clauses: [(&str, &[&str]); 5] = [
         ("connection to ", &[" lost"]),
+        ("; rank(s) ", &[" did not answer"]),
         ("no data from rank(s) ", &[";", ")", " ("]),
         ("sends to rank(s) ", &[" did not"]),
         ("send to ", &[" did not"]),
@@ -166,7 +167,8 @@ mod tests {
         assert_eq!(blamed(timeout), vec![2, 3]);
         let left = "ProcessGroupGloo (group 0, rank 1): rank 0 has shut down its process group";
         assert_eq!(blamed(left), vec![0]);
-        let send = "Timed out waiting 3000ms for SEND (seq 1) on rank 1; send to rank 3 did not complete";
+        let send =
+            "Timed out waiting 3000ms for SEND (seq 1) on rank 1; send to rank 3 did not complete";
         assert_eq!(blamed(send), vec![3]);
         assert!(blamed("invalid argument on rank 2").is_empty());
     }
