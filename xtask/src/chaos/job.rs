@@ -37,19 +37,38 @@ fn iters(plan: &Plan) -> usize {
     }
 }
 
+/// Where and how the ranks of one trial run.
+pub struct Setup<'a> {
+    /// The `c10d-bench` binary.
+    pub bench: &'a Path,
+    /// The two host namespaces, when the harness has them.
+    pub ns: Option<&'a [String; 2]>,
+    /// Rank 0's store port.
+    pub port: u16,
+    /// The op timeout, seconds.
+    pub timeout_s: u64,
+    /// The ranks' private `TMPDIR`.
+    pub tmp: &'a Path,
+    /// Where their flight-recorder dumps go (`TORCH_FR_DUMP_TEMP_FILE`).
+    pub fr_prefix: &'a Path,
+    /// The trial's number.
+    pub trial: usize,
+}
+
 /// Starts every rank of `plan`'s job.
 ///
 /// # Errors
 /// A rank that cannot be started (the others are killed).
-pub fn start(
-    plan: &Plan,
-    bench: &Path,
-    ns: Option<&[String; 2]>,
-    port: u16,
-    timeout_s: u64,
-    tmp: &Path,
-    trial: usize,
-) -> Result<Vec<Rank>, String> {
+pub fn start(plan: &Plan, s: &Setup) -> Result<Vec<Rank>, String> {
+    let (bench, ns, port, timeout_s, tmp, fr_prefix, trial) = (
+        s.bench,
+        s.ns,
+        s.port,
+        s.timeout_s,
+        s.tmp,
+        s.fr_prefix,
+        s.trial,
+    );
     let master = match plan.split {
         Some(_) => hosts::addr(0),
         None => "127.0.0.1".into(),
@@ -78,6 +97,7 @@ pub fn start(
             .env("C10D_GLOO_TCP_ONLY", if plan.tcp_only { "1" } else { "0" })
             .env("C10D_CHAOS_TRIAL", marker(trial))
             .env("TMPDIR", tmp)
+            .env("TORCH_FR_DUMP_TEMP_FILE", fr_prefix)
             .env_remove("RUST_LOG")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

@@ -94,8 +94,10 @@ pub fn chaos(
         o.seed,
         o.timeout.as_secs()
     );
-    let logs = Path::new("target/chaos");
-    let _ = std::fs::create_dir_all(logs);
+    // Logs of an earlier run would be mistaken for this one's.
+    let _ = std::fs::remove_dir_all("target/chaos");
+    let _ = std::fs::create_dir_all("target/chaos");
+    let logs = std::fs::canonicalize("target/chaos").map_err(|e| format!("target/chaos: {e}"))?;
     let mut rng = rng::Rng::new(o.seed);
     let mut tally = report::Tally::default();
     let mut ok = 0;
@@ -106,7 +108,14 @@ pub fn chaos(
             pair.is_some(),
             o.timeout.as_millis() as u64,
         );
-        let res = trial(t, &plan, &bench, pair.as_ref(), o.timeout);
+        let res = trial(
+            t,
+            &plan,
+            &bench,
+            pair.as_ref(),
+            o.timeout,
+            &fr_dir(&logs, t),
+        );
         let detect: Vec<Duration> = res.seen.iter().filter_map(|s| s.detect).collect();
         let worst = detect.iter().max().map(|d| format!("{} ms", d.as_millis()));
         let good = res.problems.is_empty();
@@ -117,13 +126,20 @@ pub fn chaos(
             plan.describe(),
             worst.unwrap_or_else(|| "-".into())
         );
-        if !good {
+        let fr = fr_dir(&logs, t);
+        if good {
+            let _ = std::fs::remove_dir_all(&fr);
+        } else {
             let log = logs.join(format!("trial-{t}.log"));
             let _ = std::fs::write(&log, &res.log);
             for p in &res.problems {
                 println!("    {}", p.lines().next().unwrap_or(""));
             }
-            println!("    (output of every rank: {})", log.display());
+            println!(
+                "    (output of every rank: {}; flight-recorder dumps: {})",
+                log.display(),
+                fr.display()
+            );
         }
         tally.add(plan.kind, good, detect.into_iter());
     }
@@ -153,6 +169,11 @@ struct Outcome {
     log: String,
 }
 
+/// Where the ranks of trial `t` dump their flight records (kept only when the trial failed).
+fn fr_dir(logs: &Path, t: usize) -> PathBuf {
+    logs.join(format!("trial-{t}-fr"))
+}
+
 /// A free port on 127.0.0.1 for rank 0's store.
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -167,7 +188,10 @@ fn trial(
     bench: &Path,
     pair: Option<&hosts::HostPair>,
     timeout: Duration,
+    fr: &Path,
 ) -> Outcome {
+    let _ = std::fs::create_dir_all(fr);
+    let fr_prefix = fr.join("comm_lib_trace_rank_");
     let tmp = std::env::temp_dir().join(format!("c10d-chaos-{}-{t}", std::process::id()));
     let _ = std::fs::create_dir_all(&tmp);
     let shm_before = leaks::shm();
@@ -183,7 +207,18 @@ fn trial(
         seen: Vec::new(),
         log: String::new(),
     };
-    let mut ranks = match job::start(plan, bench, ns, port, timeout.as_secs(), &tmp, t) {
+    let mut ranks = match job::start(
+        plan,
+        &job::Setup {
+            bench,
+            ns,
+            port,
+            timeout_s: timeout.as_secs(),
+            tmp: &tmp,
+            fr_prefix: &fr_prefix,
+            trial: t,
+        },
+    ) {
         Ok(r) => r,
         Err(e) => {
             out.problems.push(e);
