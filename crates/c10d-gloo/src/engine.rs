@@ -46,8 +46,11 @@
 //! partially sent frames are finished from a copy) and later frames of it are dropped, so the
 //! group stays usable. Shortly before the deadline the engine probes its peers' liveness, and the
 //! error also names the ranks that did not answer; the timed-out rank's error text goes to its
-//! peers as a note that explains its later departure (see `liveness.rs`).
+//! peers as a note that explains its later departure (see `liveness.rs`). Reading is bounded
+//! per event and paused for a peer whose early frames pass a budget (see `flow.rs`).
 
+#[path = "flow.rs"]
+mod flow;
 #[path = "liveness.rs"]
 mod liveness;
 
@@ -413,6 +416,8 @@ pub(crate) struct Engine {
     pool: Vec<Vec<u128>>,
     /// Liveness probes (who is silent when an op times out).
     live: liveness::Liveness,
+    /// Read budget and back-pressure on peers that run ahead.
+    flow: flow::Flow,
 }
 
 // SAFETY: the raw pointers an engine stores point into tensor storage kept alive by leases the
@@ -473,6 +478,7 @@ impl Engine {
             unexpected: VecDeque::new(),
             pool: Vec::new(),
             live: liveness::Liveness::new(n),
+            flow: flow::Flow::new(n),
         };
         if let Some(s) = streams {
             e.install(s)?;
@@ -832,6 +838,11 @@ impl Engine {
         }
         self.p2p.insert(id, pend);
         self.p2p_recvs.push(id);
+        // Its frame may be behind early frames of a paused peer.
+        match peer {
+            Some(p) => self.resume(p),
+            None => (0..self.id.size).for_each(|q| self.resume(q)),
+        }
     }
 
     fn p2p_size_error(
@@ -955,6 +966,7 @@ impl Engine {
             .is_some_and(|e| e.hdr.coll_seq < coll_cur)
         {
             if let Some(e) = self.early[peer].pop_front() {
+                self.early_taken(peer, e.data.len());
                 self.recycle(e.data);
             }
         }
@@ -965,6 +977,7 @@ impl Engine {
         if self.posted[peer].is_empty() {
             let want = self.coll_header(info, step, len);
             if let Some(e) = self.early[peer].pop_front() {
+                self.early_taken(peer, e.data.len());
                 if matches(&want, &e.hdr) {
                     // SAFETY: the caller guarantees ptr/len is writable until the id is waited or
                     // cancelled; we copy right now.
@@ -1061,6 +1074,7 @@ impl Engine {
     fn poll_once(&mut self, timeout: Option<Duration>) {
         let now = Instant::now();
         let t = match (timeout, self.next_p2p_wake()) {
+            _ if self.has_backlog() => Some(Duration::ZERO),
             (Some(t), Some(d)) => Some(t.min(d.saturating_duration_since(now))),
             (None, Some(d)) => Some(d.saturating_duration_since(now)),
             (t, None) => t,
@@ -1092,6 +1106,7 @@ impl Engine {
                 self.flush(tok.0);
             }
         }
+        self.read_backlog();
         self.after_poll();
         if !self.p2p.is_empty() {
             self.expire_p2p();
@@ -1132,7 +1147,12 @@ impl Engine {
     }
 
     fn on_readable(&mut self, p: usize) {
+        let mut steps = 0;
         loop {
+            if !self.may_read(p, steps) {
+                return;
+            }
+            steps += 1;
             let step = match self.peers[p].as_mut() {
                 Some(peer) if peer.open => read_step(peer),
                 _ => return,
@@ -1254,7 +1274,11 @@ impl Engine {
                 self.done.insert(id);
             }
             Dest::P2p { id, .. } => self.complete_p2p(id, Ok(()), Some(p)),
-            Dest::Early(data) => self.early[p].push_back(Early { hdr: h, data }),
+            Dest::Early(data) => {
+                let n = data.len();
+                self.early[p].push_back(Early { hdr: h, data });
+                self.early_added(p, n);
+            }
             Dest::Unexpected(data) => {
                 // A receive may have been posted while this frame was arriving.
                 let pos = self.p2p_recvs.iter().position(|id| {
@@ -1542,6 +1566,7 @@ impl Engine {
         for q in &mut self.early {
             q.clear();
         }
+        self.early_cleared();
         self.unexpected.clear();
         if tell_peers {
             let text = err.message().as_bytes().to_vec();

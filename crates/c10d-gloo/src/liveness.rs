@@ -7,6 +7,8 @@
 //! every open peer; a peer whose engine is being driven (it waits in an op of this group)
 //! answers with a pong at once. When the deadline passes, the peers that did not answer are
 //! named in the error: they are stopped, hung, unreachable, or not inside any op of this group.
+//! (A peer whose reading is paused because it ran ahead, see `flow.rs`, is not named: its pong
+//! waits behind the frames it sent.)
 //! No frame is sent while ops complete in time, so this costs nothing on the fast path.
 //!
 //! A rank whose op timed out also sends its error text to every peer as a note. The note fails
@@ -153,7 +155,7 @@ impl Engine {
         let silent: Vec<String> = self
             .open_peers()
             .into_iter()
-            .filter(|&p| self.live.pong[p].is_none_or(|t| t < due))
+            .filter(|&p| self.live.pong[p].is_none_or(|t| t < due) && !self.is_paused(p))
             .map(|p| p.to_string())
             .collect();
         if silent.is_empty() {

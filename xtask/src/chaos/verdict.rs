@@ -14,7 +14,8 @@ const ERROR_LINE: &str = "error: ";
 /// only has the default group, where both are equal).
 pub fn blamed(msg: &str) -> Vec<usize> {
     let mut out = Vec::new();
-    let clauses: [(&str, &[&str]); 5] = [
+    let clauses: [(&str, &[&str]); 6] = [
+        ("reading ", &["'s buffer"]),
         ("connection to ", &[" lost"]),
         ("; rank(s) ", &[" did not answer"]),
         ("no data from rank(s) ", &[";", ")", " ("]),
@@ -170,6 +171,8 @@ mod tests {
         let send =
             "Timed out waiting 3000ms for SEND (seq 1) on rank 1; send to rank 3 did not complete";
         assert_eq!(blamed(send), vec![3]);
+        let cma = "ProcessGroupGloo (group 0, rank 1): reading rank 0's buffer (process_vm_readv) failed: No such process (os error 3); the peer process died";
+        assert_eq!(blamed(cma), vec![0]);
         assert!(blamed("invalid argument on rank 2").is_empty());
     }
 }
