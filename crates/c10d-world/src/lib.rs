@@ -43,7 +43,7 @@
 //! ```
 //!
 //! The ops on single buffers (`all_reduce`, `broadcast`, `reduce`, `all_gather_into_tensor`,
-//! `reduce_scatter_tensor`, `all_to_all_single` and their aliases) also take memory the
+//! `reduce_scatter_tensor`, `all_to_all_single`, `send`, `recv` and their aliases) also take memory the
 //! caller owns, with no copy: `&mut [T]` / `&mut Vec<T>` in place, `&[T]` as an input, and
 //! with the `ndarray` feature `ArrayViewMut` / `ArrayView`, blocking; [`c10d_core::TensorView`]s
 //! of a [`c10d_core::borrowed::scope`] for asynchronous use ([`buffer`]).
@@ -397,19 +397,19 @@ pub fn barrier<'a>() -> Collective<'a, Barrier<'a>> {
     w().barrier()
 }
 /// [`World::send`] on the global world.
-pub fn send<'a>(tensor: &'a Tensor, dst: impl Into<Rank>) -> Collective<'a, SendTensor<'a>> {
+pub fn send<D: Buffer>(tensor: D, dst: impl Into<Rank>) -> Collective<'static, SendTensor<D>> {
     w().send(tensor, dst)
 }
 /// [`World::isend`] on the global world.
-pub fn isend<'a>(tensor: &'a Tensor, dst: impl Into<Rank>) -> Collective<'a, SendTensor<'a>> {
+pub fn isend<D: Buffer>(tensor: D, dst: impl Into<Rank>) -> Collective<'static, SendTensor<D>> {
     w().isend(tensor, dst)
 }
 /// [`World::recv`] on the global world.
-pub fn recv<'a>(tensor: &'a Tensor) -> Collective<'a, RecvTensor<'a>> {
+pub fn recv<D: BufferMut>(tensor: D) -> Collective<'static, RecvTensor<D>> {
     w().recv(tensor)
 }
 /// [`World::irecv`] on the global world.
-pub fn irecv<'a>(tensor: &'a Tensor) -> Collective<'a, RecvTensor<'a>> {
+pub fn irecv<D: BufferMut>(tensor: D) -> Collective<'static, RecvTensor<D>> {
     w().irecv(tensor)
 }
 /// [`World::monitored_barrier`] on the global world.

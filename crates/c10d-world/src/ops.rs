@@ -531,75 +531,105 @@ impl Collective<'_, MonitoredBarrier> {
     }
 }
 
-/// Arguments of [`World::send`] / [`World::isend`].
+/// Arguments of [`World::send`] / [`World::isend`]; `D` is the memory sent ([`Buffer`]).
 #[derive(Debug)]
-pub struct SendTensor<'a> {
-    tensor: &'a Tensor,
+pub struct SendTensor<D> {
+    tensor: D,
     dst: Rank,
     tag: i64,
 }
-impl crate::call::Sealed for SendTensor<'_> {}
-impl Op for SendTensor<'_> {
+impl<D: Buffer> crate::call::Sealed for SendTensor<D> {}
+impl<D: Buffer> Op for SendTensor<D> {
     type Output = ();
     fn run(self, w: &World, kw: &Keywords<'_>) -> Result<()> {
-        match self.launch(w, kw)? {
-            Some(work) => wait_within(&work, kw),
-            None => Ok(()),
-        }
+        let (dst, tag) = (self.dst, self.tag);
+        self.tensor
+            .with_tensor(|t| match isend_on(w, kw, t, dst, tag)? {
+                Some(work) => wait_within(&work, kw),
+                None => Ok(()),
+            })
     }
 }
-impl AsyncOp for SendTensor<'_> {
+impl<D: SharedBuffer> AsyncOp for SendTensor<D> {
     const NAME: &'static str = "isend";
     const OP_TYPE: OpType = OpType::Send;
     fn launch(&self, w: &World, kw: &Keywords<'_>) -> Result<Option<Work>> {
-        let (dst, group_dst) = self.dst.pair();
-        w.isend_pair(self.tensor, dst, kw.group, self.tag, group_dst)
+        isend_on(w, kw, self.tensor.tensor(), self.dst, self.tag)
     }
 }
-keyword!([] SendTensor<'a>, /// PyTorch's `tag=` (default 0): matches a `recv` with the same tag.
+keyword!([D] SendTensor<D>, /// PyTorch's `tag=` (default 0): matches a `recv` with the same tag.
     tag: i64 => |a, tag| a.tag = tag);
 
-/// Arguments of [`World::recv`] / [`World::irecv`].
+fn isend_on(w: &World, kw: &Keywords<'_>, t: &Tensor, dst: Rank, tag: i64) -> Result<Option<Work>> {
+    let (dst, group_dst) = dst.pair();
+    w.isend_pair(t, dst, kw.group, tag, group_dst)
+}
+
+/// Arguments of [`World::recv`] / [`World::irecv`]; `D` is the memory received into
+/// ([`BufferMut`]).
 #[derive(Debug)]
-pub struct RecvTensor<'a> {
-    tensor: &'a Tensor,
+pub struct RecvTensor<D> {
+    tensor: D,
     src: Option<Rank>,
     tag: i64,
 }
-impl crate::call::Sealed for RecvTensor<'_> {}
-impl Op for RecvTensor<'_> {
+impl<D: BufferMut> crate::call::Sealed for RecvTensor<D> {}
+impl<D: BufferMut> Op for RecvTensor<D> {
     /// The sender's global rank (−1 on a non-member).
     type Output = i64;
     fn run(self, w: &World, kw: &Keywords<'_>) -> Result<i64> {
-        let Some(pg) = w.op_group(kw.group, "recv")? else {
-            return Ok(-1);
-        };
-        let Some(work) = self.launch(w, kw)? else {
-            return Ok(-1);
-        };
-        wait_within(&work, kw)?;
-        let group_src_rank = match self.src {
-            None => work.source_rank().ok_or_else(|| {
-                DistError::backend("recv from any source: backend did not report the source rank")
-            })?,
-            Some(Rank::Group(g)) => g,
-            Some(Rank::Global(r)) => w.get_group_rank(&pg, r)?,
-        };
-        Ok(w.get_global_rank(&pg, group_src_rank)? as i64)
+        let (src, tag) = (self.src, self.tag);
+        self.tensor
+            .with_tensor(|t| recv_blocking(w, kw, t, src, tag))
     }
 }
-impl AsyncOp for RecvTensor<'_> {
+impl<D: SharedBuffer> AsyncOp for RecvTensor<D> {
     const NAME: &'static str = "irecv";
     const OP_TYPE: OpType = OpType::Recv;
     fn launch(&self, w: &World, kw: &Keywords<'_>) -> Result<Option<Work>> {
-        let (src, group_src) = self.src.map_or((None, None), Rank::pair);
-        w.irecv_pair(self.tensor, src, kw.group, self.tag, group_src)
+        irecv_on(w, kw, self.tensor.tensor(), self.src, self.tag)
     }
 }
-keyword!([] RecvTensor<'a>, /// PyTorch's `src=` ([`Rank::Global`]) or `group_src=` ([`Rank::Group`]); default: any source.
+keyword!([D] RecvTensor<D>, /// PyTorch's `src=` ([`Rank::Global`]) or `group_src=` ([`Rank::Group`]); default: any source.
     src: impl Into<Rank> => |a, src| a.src = Some(src.into()));
-keyword!([] RecvTensor<'a>, /// PyTorch's `tag=` (default 0): matches a `send` with the same tag.
+keyword!([D] RecvTensor<D>, /// PyTorch's `tag=` (default 0): matches a `send` with the same tag.
     tag: i64 => |a, tag| a.tag = tag);
+
+fn irecv_on(
+    w: &World,
+    kw: &Keywords<'_>,
+    t: &Tensor,
+    src: Option<Rank>,
+    tag: i64,
+) -> Result<Option<Work>> {
+    let (src, group_src) = src.map_or((None, None), Rank::pair);
+    w.irecv_pair(t, src, kw.group, tag, group_src)
+}
+
+/// `recv`: receives into `t` and returns the sender's global rank (−1 on a non-member).
+fn recv_blocking(
+    w: &World,
+    kw: &Keywords<'_>,
+    t: &Tensor,
+    src: Option<Rank>,
+    tag: i64,
+) -> Result<i64> {
+    let Some(pg) = w.op_group(kw.group, "recv")? else {
+        return Ok(-1);
+    };
+    let Some(work) = irecv_on(w, kw, t, src, tag)? else {
+        return Ok(-1);
+    };
+    wait_within(&work, kw)?;
+    let group_src_rank = match src {
+        None => work.source_rank().ok_or_else(|| {
+            DistError::backend("recv from any source: backend did not report the source rank")
+        })?,
+        Some(Rank::Group(g)) => g,
+        Some(Rank::Global(r)) => w.get_group_rank(&pg, r)?,
+    };
+    Ok(w.get_global_rank(&pg, group_src_rank)? as i64)
+}
 
 /// Waits for a point-to-point `work`, within the call's timeout when one was given.
 fn wait_within(work: &Work, kw: &Keywords<'_>) -> Result<()> {
@@ -895,11 +925,11 @@ impl World {
     /// # Errors
     /// "Invalid destination rank: destination rank should not be the same as the rank of the
     /// current process."; a global `dst` outside the group; backend errors.
-    pub fn send<'a>(
-        &'a self,
-        tensor: &'a Tensor,
+    pub fn send<D: Buffer>(
+        &self,
+        tensor: D,
         dst: impl Into<Rank>,
-    ) -> Collective<'a, SendTensor<'a>> {
+    ) -> Collective<'_, SendTensor<D>> {
         let dst = dst.into();
         Collective::new(
             self,
@@ -916,11 +946,11 @@ impl World {
     ///
     /// # Errors
     /// As [`World::send`].
-    pub fn isend<'a>(
-        &'a self,
-        tensor: &'a Tensor,
+    pub fn isend<D: Buffer>(
+        &self,
+        tensor: D,
         dst: impl Into<Rank>,
-    ) -> Collective<'a, SendTensor<'a>> {
+    ) -> Collective<'_, SendTensor<D>> {
         self.send(tensor, dst)
     }
 
@@ -931,7 +961,7 @@ impl World {
     /// # Errors
     /// "Invalid source rank: source rank should not be the same as the rank of the current
     /// process."; backend errors.
-    pub fn recv<'a>(&'a self, tensor: &'a Tensor) -> Collective<'a, RecvTensor<'a>> {
+    pub fn recv<D: BufferMut>(&self, tensor: D) -> Collective<'_, RecvTensor<D>> {
         Collective::new(
             self,
             RecvTensor {
@@ -947,7 +977,7 @@ impl World {
     ///
     /// # Errors
     /// As [`World::recv`].
-    pub fn irecv<'a>(&'a self, tensor: &'a Tensor) -> Collective<'a, RecvTensor<'a>> {
+    pub fn irecv<D: BufferMut>(&self, tensor: D) -> Collective<'_, RecvTensor<D>> {
         self.recv(tensor)
     }
 }

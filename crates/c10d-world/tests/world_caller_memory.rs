@@ -167,3 +167,23 @@ fn ndarray_views_keep_their_shape_and_must_be_standard_order() {
     assert_eq!(out[0].0.as_slice().unwrap(), &sum[..]);
     assert_eq!(out[1].1, ndarray::array![[0u8, 0], [1, 1], [2, 2]]);
 }
+
+#[test]
+fn send_and_recv_on_slices() {
+    let out = run_gloo(
+        2,
+        |_| {},
+        |w, r| {
+            let mut got = [0i16; 3];
+            if r == 0 {
+                let data = [7i16, 8, 9];
+                w.send(&data[..], 1).tag(4).run().unwrap();
+            } else {
+                let from = w.recv(&mut got[..]).tag(4).run().unwrap();
+                assert_eq!(from, 0, "recv from any source names the sender");
+            }
+            got
+        },
+    );
+    assert_eq!(out[1], [7, 8, 9]);
+}
