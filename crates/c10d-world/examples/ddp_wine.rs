@@ -301,7 +301,7 @@ impl GradSync for Ddp {
             g.fill(0.0);
             f(g)
         })?;
-        self.reducer.mark_grad_ready(i)
+        self.reducer.mark_variable_ready(i)
     }
     fn finish(&self) -> Result<()> {
         self.reducer.finalize_backward()

@@ -50,7 +50,7 @@ fn one_iteration<H: CommHook + Clone + 'static>(hook: H) -> Vec<Vec<(Vec<f32>, V
             .contains("can only be called once"));
         for p in (0..SIZES.len()).rev() {
             reducer
-                .mark_grad_ready_from(p, &Tensor::from_vec(grad(rank, p)))
+                .mark_variable_ready_with_grad(p, &Tensor::from_vec(grad(rank, p)))
                 .unwrap();
         }
         reducer.finalize_backward().unwrap();
@@ -192,7 +192,7 @@ fn a_closure_is_a_hook() {
             )
             .unwrap();
         reducer
-            .mark_grad_ready_from(0, &Tensor::from_vec(vec![rank as f32 + 1.0; 3]))
+            .mark_variable_ready_with_grad(0, &Tensor::from_vec(vec![rank as f32 + 1.0; 3]))
             .unwrap();
         reducer.finalize_backward().unwrap();
         assert_eq!(

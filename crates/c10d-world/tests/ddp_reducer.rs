@@ -5,7 +5,9 @@
 mod world_common;
 
 use c10d_core::{AllreduceOptions, DType, ReduceOp, Tensor};
-use c10d_world::ddp::{compute_bucket_assignment_by_size, Reducer, ReducerOptions, TensorMeta};
+use c10d_world::ddp::{
+    compute_bucket_assignment_by_size, CommHook, Reducer, ReducerOptions, TensorMeta,
+};
 use c10d_world::{InitOptions, World};
 use std::sync::Arc;
 use std::time::Duration;
@@ -83,9 +85,9 @@ fn gradients_equal_all_reduce(w: &World, rank: usize) {
             let g = local_grad(rank, iter, p);
             if p % 2 == 0 {
                 reducer.grad(p).unwrap().copy_from(&g).unwrap();
-                reducer.mark_grad_ready(p).unwrap();
+                reducer.mark_variable_ready(p).unwrap();
             } else {
-                reducer.mark_grad_ready_from(p, &g).unwrap();
+                reducer.mark_variable_ready_with_grad(p, &g).unwrap();
                 given.push((p, g));
             }
         }
@@ -156,7 +158,7 @@ fn buckets_are_rebuilt_in_rank_0s_arrival_order() {
         };
         for &p in order {
             reducer
-                .mark_grad_ready_from(p, &local_grad(rank, 0, p))
+                .mark_variable_ready_with_grad(p, &local_grad(rank, 0, p))
                 .unwrap();
         }
         reducer.finalize_backward().unwrap();
@@ -190,7 +192,7 @@ fn unused_parameters_are_reduced_as_zeros() {
         }
         for p in (0..SHAPES.len()).filter(|&p| p != skip) {
             reducer
-                .mark_grad_ready_from(p, &local_grad(rank, 0, p))
+                .mark_variable_ready_with_grad(p, &local_grad(rank, 0, p))
                 .unwrap();
         }
         reducer.finalize_backward().unwrap();
@@ -238,7 +240,7 @@ fn a_gradient_never_marked_is_an_error_naming_rank_and_index() {
         };
         let reducer = Reducer::new(&params(), pg, opts).unwrap();
         for p in [0, 1, 3, 4] {
-            reducer.mark_grad_ready(p).unwrap();
+            reducer.mark_variable_ready(p).unwrap();
         }
         let e = reducer.finalize_backward().unwrap_err().to_string();
         assert!(
@@ -264,7 +266,7 @@ fn a_gradient_never_marked_is_an_error_naming_rank_and_index() {
             .unwrap_err()
             .to_string()
             .contains("[2]"));
-        let e = reducer.mark_grad_ready(0).unwrap_err().to_string();
+        let e = reducer.mark_variable_ready(0).unwrap_err().to_string();
         assert!(
             e.starts_with("Expected to mark a variable ready only once."),
             "{e}"
@@ -274,7 +276,7 @@ fn a_gradient_never_marked_is_an_error_naming_rank_and_index() {
             "{e}"
         );
         assert!(reducer
-            .mark_grad_ready(9)
+            .mark_variable_ready(9)
             .unwrap_err()
             .to_string()
             .contains("Out of range variable index"));
@@ -293,7 +295,7 @@ fn static_graph_fixes_the_unused_set_after_the_first_iteration() {
         for iter in 0..2 {
             for p in [4, 3, 1, 0] {
                 reducer
-                    .mark_grad_ready_from(p, &local_grad(rank, iter, p))
+                    .mark_variable_ready_with_grad(p, &local_grad(rank, iter, p))
                     .unwrap();
             }
             reducer.finalize_backward().unwrap();
@@ -303,13 +305,13 @@ fn static_graph_fixes_the_unused_set_after_the_first_iteration() {
             );
             assert_eq!(reducer.stats().unused_parameters, 1, "iteration {iter}");
         }
-        let e = reducer.mark_grad_ready(2).unwrap_err().to_string();
+        let e = reducer.mark_variable_ready(2).unwrap_err().to_string();
         assert!(
             e.starts_with("Your training graph has changed in this iteration"),
             "{e}"
         );
         for p in [4, 3, 1] {
-            reducer.mark_grad_ready(p).unwrap();
+            reducer.mark_variable_ready(p).unwrap();
         }
         let e = reducer.finalize_backward().unwrap_err().to_string();
         assert!(
@@ -335,7 +337,7 @@ fn bad_parameters_are_refused() {
         assert!(e.to_string().contains("floating-point"), "{e}");
         let r = Reducer::new(&params(), pg, ReducerOptions::default()).unwrap();
         let e = r
-            .mark_grad_ready_from(0, &Tensor::zeros(DType::F64, &[8, 4]))
+            .mark_variable_ready_with_grad(0, &Tensor::zeros(DType::F64, &[8, 4]))
             .unwrap_err();
         assert!(
             e.to_string()
@@ -346,5 +348,88 @@ fn bad_parameters_are_refused() {
             r.finalize_backward().is_err(),
             "a backward pass with a missing gradient"
         );
+    });
+}
+
+#[test]
+fn a_full_bucket_is_launched_before_the_backward_pass_ends() {
+    run(2, |w, rank| {
+        let pg = w.world_group().unwrap();
+        let opts = ReducerOptions {
+            bucket_cap_mb: Some(150.0 / (1 << 20) as f64),
+            ..Default::default()
+        };
+        let reducer = Reducer::new(&params(), pg, opts).unwrap();
+        let launched = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = launched.clone();
+        reducer
+            .register_comm_hook(
+                move |pg: &c10d_core::ProcessGroup, b: &c10d_world::ddp::GradBucket| {
+                    log.lock().unwrap().push(b.index());
+                    c10d_world::ddp::AllReduceHook.run_hook(pg, b)
+                },
+            )
+            .unwrap();
+        for iter in 0..2 {
+            launched.lock().unwrap().clear();
+            // Arrival order 4, 3, 2, 1, 0: rebuilt into [4, 3, 2] (168 bytes) and [1, 0] (160).
+            for p in [4, 3, 2] {
+                reducer
+                    .mark_variable_ready_with_grad(p, &local_grad(rank, iter, p))
+                    .unwrap();
+            }
+            let after_first = launched.lock().unwrap().clone();
+            for p in [1, 0] {
+                reducer
+                    .mark_variable_ready_with_grad(p, &local_grad(rank, iter, p))
+                    .unwrap();
+            }
+            let before_finalize = launched.lock().unwrap().clone();
+            reducer.finalize_backward().unwrap();
+            if iter == 0 {
+                // One bucket in the first iteration: launched by the last gradient.
+                assert!(after_first.is_empty());
+                assert_eq!(before_finalize, vec![0]);
+            } else {
+                assert_eq!(reducer.bucket_indices(), vec![vec![4, 3, 2], vec![1, 0]]);
+                assert_eq!(
+                    after_first,
+                    vec![0],
+                    "bucket 0 launched as soon as it was full"
+                );
+                assert_eq!(before_finalize, vec![0, 1]);
+            }
+        }
+    });
+}
+
+#[test]
+fn gradient_as_bucket_view_leaves_given_gradients_untouched() {
+    run(2, |w, rank| {
+        let pg = w.world_group().unwrap();
+        let opts = ReducerOptions {
+            gradient_as_bucket_view: true,
+            ..Default::default()
+        };
+        let reducer = Reducer::new(&params(), pg, opts).unwrap();
+        let given: Vec<Tensor> = (0..SHAPES.len()).map(|p| local_grad(rank, 0, p)).collect();
+        for (p, g) in given.iter().enumerate().rev() {
+            reducer.mark_variable_ready_with_grad(p, g).unwrap();
+        }
+        reducer.finalize_backward().unwrap();
+        for (p, g) in given.iter().enumerate() {
+            assert_eq!(
+                g.to_vec::<f32>().unwrap(),
+                local_grad(rank, 0, p).to_vec::<f32>().unwrap()
+            );
+            let avg: Vec<f32> = local_grad(0, 0, p)
+                .to_vec::<f32>()
+                .unwrap()
+                .iter()
+                .zip(local_grad(1, 0, p).to_vec::<f32>().unwrap())
+                .map(|(a, b)| (a + b) / 2.0)
+                .collect();
+            assert_eq!(reducer.grad(p).unwrap().to_vec::<f32>().unwrap(), avg);
+        }
     });
 }

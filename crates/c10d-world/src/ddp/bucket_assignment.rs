@@ -1,7 +1,7 @@
 //! Gradient bucketing by size: which parameters share one flat all_reduce buffer.
 //!
-//! Mirrors `torch.distributed._compute_bucket_assignment_by_size` (`compute_bucket_assignment_by_size`
-//! in PyTorch's `reducer.cpp`) and the limits `DistributedDataParallel` passes to it
+//! Mirrors `torch.distributed._compute_bucket_assignment_by_size`
+//! (`compute_bucket_assignment_by_size` in PyTorch's `reducer.cpp`) and the limits `DistributedDataParallel` passes to it
 //! (`_DEFAULT_FIRST_BUCKET_BYTES`, `bucket_cap_mb`).
 
 use c10d_core::{DType, Device, DistError, Result, Tensor};

@@ -31,7 +31,7 @@ pub trait CommHook: Send + Sync {
     /// gradient ready.
     ///
     /// # Errors
-    /// Any error launching the collective; it is returned by the `mark_grad_ready` call that
+    /// Any error launching the collective; it is returned by the `mark_variable_ready` call that
     /// launched the bucket.
     fn run_hook(&self, process_group: &ProcessGroup, bucket: &GradBucket) -> Result<BucketFuture>;
 

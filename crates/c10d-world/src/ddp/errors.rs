@@ -1,5 +1,5 @@
 //! The Reducer's error messages, worded after PyTorch's `reducer.cpp` where the situation is the
-//! same (an autograd hook there is a `mark_grad_ready` call here).
+//! same (an autograd hook there is a `mark_variable_ready` call here).
 
 use c10d_core::DistError;
 
@@ -15,7 +15,7 @@ pub(crate) fn describe(index: usize, names: &[String]) -> String {
 pub(crate) fn marked_twice(index: usize, names: &[String]) -> DistError {
     DistError::invalid(format!(
         "Expected to mark a variable ready only once. {} has been marked as ready twice in this \
-         iteration: mark_grad_ready was called twice for it (or it was declared unused and then \
+         iteration: mark_variable_ready was called twice for it (or it was declared unused and then \
          marked ready) before finalize_backward().",
         describe(index, names)
     ))

@@ -16,10 +16,10 @@
 //!    gradients actually arrived on rank 0.
 //! 3. **Backward pass**: for each parameter, write its local gradient into
 //!    [`Reducer::grad`]`(i)` (a view into its bucket: `gradient_as_bucket_view`, no copy) and
-//!    call [`Reducer::mark_grad_ready`]`(i)`, or hand a gradient tensor to
-//!    [`Reducer::mark_grad_ready_from`]. When a bucket is complete (and all buckets before it),
-//!    its all_reduce is launched asynchronously, so communication overlaps the rest of the
-//!    backward pass. Buckets are launched in the same order on every rank.
+//!    call [`Reducer::mark_variable_ready`]`(i)`, or hand a gradient tensor to
+//!    [`Reducer::mark_variable_ready_with_grad`]. When a bucket is complete (and all buckets
+//!    before it), its all_reduce is launched asynchronously, so communication overlaps the rest
+//!    of the backward pass. Buckets are launched in the same order on every rank.
 //! 4. **Hooks**: the reduction of a bucket is DDP's own (divide by the group size, then sum), or a
 //!    registered [`CommHook`]: [`AllReduceHook`], [`Fp16CompressHook`], [`Bf16CompressHook`] or
 //!    the caller's own (a closure receiving the [`GradBucket`] and returning a [`BucketFuture`]).
@@ -40,7 +40,7 @@
 //! for _step in 0..10 {
 //!     for i in (0..params.len()).rev() {
 //!         // ... compute the local gradient of parameter i into reducer.grad(i)? ...
-//!         reducer.mark_grad_ready(i)?;
+//!         reducer.mark_variable_ready(i)?;
 //!     }
 //!     reducer.finalize_backward()?;
 //!     // reducer.grad(i)? now holds the gradient averaged over the ranks.
@@ -52,7 +52,7 @@
 //! ## Differences from PyTorch
 //!
 //! - **No autograd**: there is no graph to hook into, so the caller tells the Reducer when a
-//!   gradient is ready (`mark_grad_ready` plays the part of the autograd hook) and when the
+//!   gradient is ready (`mark_variable_ready` plays the part of the autograd hook) and when the
 //!   backward pass is over (`finalize_backward` plays the part of the engine's final callback).
 //! - **Unused parameters** cannot be found by walking a graph: the caller lists the ones it knows
 //!   of in [`Reducer::prepare_for_backward`], and with `find_unused_parameters` any parameter

@@ -22,7 +22,7 @@ pub struct ReducerOptions {
     /// failing; buckets are then never rebuilt (as in PyTorch).
     pub find_unused_parameters: bool,
     /// Leave reduced gradients only in the bucket views ([`Reducer::grad`]), never copying them
-    /// back into tensors given to [`Reducer::mark_grad_ready_from`].
+    /// back into tensors given to [`Reducer::mark_variable_ready_with_grad`].
     pub gradient_as_bucket_view: bool,
     /// The set of used parameters is the same every iteration (`static_graph=True`): the first
     /// iteration reduces everything at `finalize_backward` and records the unused parameters,
@@ -164,7 +164,7 @@ impl Reducer {
     }
 
     /// The gradient of parameter `index`: a view (the parameter's shape) into its bucket's
-    /// buffer. Write the local gradient here and call [`Reducer::mark_grad_ready`]; after
+    /// buffer. Write the local gradient here and call [`Reducer::mark_variable_ready`]; after
     /// [`Reducer::finalize_backward`] it holds the averaged gradient. Views change when the
     /// buckets are rebuilt (after the first iteration): fetch it again each iteration.
     ///
@@ -206,7 +206,7 @@ impl Reducer {
 
     /// Starts a backward pass (`prepare_for_backward`); `unused` lists parameters that get no
     /// gradient in this iteration (they are reduced as zeros). Optional: the first
-    /// `mark_grad_ready` starts a pass with no unused parameters.
+    /// `mark_variable_ready` starts a pass with no unused parameters.
     ///
     /// # Errors
     /// The "Expected to have finished reduction in the prior iteration ..." error when the
@@ -229,31 +229,31 @@ impl Reducer {
     }
 
     /// Marks the gradient of parameter `index` ready, already written into
-    /// [`Reducer::grad`]`(index)` (PyTorch's `autograd_hook` for a parameter whose `.grad` is
-    /// its bucket view). When this completes a bucket (and all earlier ones), the bucket's
-    /// all_reduce is launched asynchronously.
+    /// [`Reducer::grad`]`(index)`: PyTorch's `Reducer::mark_variable_ready`, which its autograd
+    /// hook calls once a parameter's gradient is accumulated. When this completes a bucket (and
+    /// all earlier ones), the bucket's all_reduce is launched asynchronously.
     ///
     /// # Errors
     /// A parameter marked twice in one iteration; under `static_graph`, a parameter that was
     /// unused in the first iteration; an index out of range; an error launching the reduction.
-    pub fn mark_grad_ready(&self, index: usize) -> Result<()> {
+    pub fn mark_variable_ready(&self, index: usize) -> Result<()> {
         self.mark(index, None)
     }
 
-    /// As [`Reducer::mark_grad_ready`] with the gradient in `grad` (same dtype and element count
-    /// as the parameter), which is copied into the bucket. Unless `gradient_as_bucket_view`,
+    /// As [`Reducer::mark_variable_ready`] with the gradient in `grad` (same dtype and element
+    /// count as the parameter), which is copied into the bucket. Unless `gradient_as_bucket_view`,
     /// `finalize_backward` writes the averaged gradient back into `grad`.
     ///
     /// # Errors
-    /// As [`Reducer::mark_grad_ready`]; a gradient of another dtype ("Expected torch.float32,
+    /// As [`Reducer::mark_variable_ready`]; a gradient of another dtype ("Expected torch.float32,
     /// got torch.float64") or size.
-    pub fn mark_grad_ready_from(&self, index: usize, grad: &Tensor) -> Result<()> {
+    pub fn mark_variable_ready_with_grad(&self, index: usize, grad: &Tensor) -> Result<()> {
         self.mark(index, Some(grad))
     }
 
     /// Waits for every bucket's reduction and leaves the averaged gradients in the bucket views
-    /// (and in the tensors given to `mark_grad_ready_from`). After the first iteration, also
-    /// rebuilds the buckets in the order gradients arrived on rank 0 (a broadcast).
+    /// (and in the tensors given to `mark_variable_ready_with_grad`). After the first iteration,
+    /// also rebuilds the buckets in the order gradients arrived on rank 0 (a broadcast).
     ///
     /// # Errors
     /// Gradients never marked ready without `find_unused_parameters` ("Expected to have finished
