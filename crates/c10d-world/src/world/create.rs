@@ -1,5 +1,13 @@
 //! The one path that creates a group's backends and registers the group, shared by
-//! `init_process_group`, `new_group`, `split_group` and `shrink_group`.
+//! `init_process_group`, `new_group`, `split_group` and `shrink_group`
+//! (`_new_process_group_helper`).
+//!
+//! Steps: the name must be free (or a tagged group with the same ranks is returned as is), ranks
+//! outside the group get [`GroupMember::NonGroupMember`], the group's store is
+//! `PrefixStore("<name>/", store)`, the backends come from a [`BackendSource`] (the registered
+//! creators, one per distinct backend name, each over `PrefixStore("<device>/", group store)`, or
+//! the child a parent backend split off), DETAIL mode wraps each in a [`DetailWrapper`], and the
+//! group is registered in the world's maps.
 
 use super::registry::find_pg_by_ranks_and_tag;
 use super::{GroupEntry, GroupMember, PgOptions, World};
@@ -10,25 +18,39 @@ use c10d_store::{PrefixStore, Store};
 use std::sync::Arc;
 use std::time::Duration;
 
-impl World {
+/// Where a new group's backends come from.
+pub(super) enum BackendSource {
+    /// The registered creators, one backend per distinct backend name of the config (one per
+    /// device for mixed configs).
+    Create,
+    /// The child the parent's backend split off ([`Backend::split`]); it serves every device of
+    /// the config and is the default for its own device type.
+    Split(Arc<dyn Backend>),
+}
 
-    pub(crate) fn new_process_group_helper(
-        &self,
-        a: NewPg,
-    ) -> Result<(GroupMember, Option<Arc<dyn Store>>)> {
-        {
-            let st = self.lock();
-            if st.groups.iter().any(|e| e.pg.group_name() == a.group_name) {
-                return Err(DistError::invalid(
-                    "The specified group name has already been created, please use a different group name",
-                ));
-            }
-            if let Some(tag) = a.pg_tag.as_deref().filter(|t| !t.is_empty()) {
-                if let Some(pg) = find_pg_by_ranks_and_tag(&st, tag, &a.global_ranks) {
-                    let store = st.entry(&pg).map(|e| e.store.clone());
-                    return Ok((GroupMember::Group(pg), store));
-                }
-            }
+/// `set_backend` calls to make on the new group, in order: (device type, backend, make default).
+type Attachments = Vec<(DeviceType, Arc<dyn Backend>, bool)>;
+
+/// A created group: the group (or the non-member sentinel) and its prefix store.
+type Created = (GroupMember, Option<Arc<dyn Store>>);
+
+impl World {
+    /// `_new_process_group_helper`: creates the group's backends with the registered creators.
+    ///
+    /// # Errors
+    /// "The specified group name has already been created, please use a different group name";
+    /// "Group rank must be specified for group members"; backend creation errors.
+    pub(crate) fn new_process_group_helper(&self, a: NewPg) -> Result<Created> {
+        self.create_group(a, BackendSource::Create)
+    }
+
+    /// The shared creation path: see the module docs.
+    ///
+    /// # Errors
+    /// As [`World::new_process_group_helper`].
+    pub(super) fn create_group(&self, a: NewPg, source: BackendSource) -> Result<Created> {
+        if let Some(existing) = self.existing_group(&a)? {
+            return Ok(existing);
         }
         let is_default = a.global_ranks.is_empty();
         if !is_default && a.group_rank.is_none() {
@@ -48,63 +70,67 @@ impl World {
             a.group_desc.clone(),
             a.device_id,
         )?;
+        let attachments = match source {
+            BackendSource::Create => match self.create_backends(&a, group_rank, &prefix_store)? {
+                Some(list) => list,
+                None => return Ok((GroupMember::NonGroupMember, None)),
+            },
+            BackendSource::Split(child) => self.split_backends(&a, child, &prefix_store)?,
+        };
+        for (dt, backend, make_default) in attachments {
+            pg.set_backend(dt, backend, make_default);
+        }
+        self.register_created(&a, &pg, &prefix_store)?;
+        Ok((GroupMember::Group(pg), Some(prefix_store)))
+    }
+
+    /// The name must be free; a tagged group of the same ranks is returned instead of a new one.
+    fn existing_group(&self, a: &NewPg) -> Result<Option<Created>> {
+        let st = self.lock();
+        if st.groups.iter().any(|e| e.pg.group_name() == a.group_name) {
+            return Err(DistError::invalid(
+                "The specified group name has already been created, please use a different group name",
+            ));
+        }
+        if let Some(tag) = a.pg_tag.as_deref().filter(|t| !t.is_empty()) {
+            if let Some(pg) = find_pg_by_ranks_and_tag(&st, tag, &a.global_ranks) {
+                let store = st.entry(&pg).map(|e| e.store.clone());
+                return Ok(Some((GroupMember::Group(pg), store)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// One backend per distinct name of the config (per device when mixed), made by the
+    /// registered creators; `None` when a creator says this rank is not a member.
+    fn create_backends(
+        &self,
+        a: &NewPg,
+        group_rank: usize,
+        prefix_store: &Arc<dyn Store>,
+    ) -> Result<Option<Attachments>> {
         let map = &a.config.device_backend_map;
-        let distinct = a.config.backend_names();
-        let mixed = distinct.len() > 1;
+        let mixed = a.config.backend_names().len() > 1;
         let debug = self.get_debug_level()?;
         let hint = self.lock().hostname_hint.clone();
         let mut created: Vec<(String, Arc<dyn Backend>)> = Vec::new();
+        let mut out: Attachments = Vec::new();
         for (device, bname) in map {
             let dt = DeviceType::parse(device)?;
             let backend = match created.iter().find(|(n, _)| n == bname) {
                 Some((_, b)) if !mixed => b.clone(),
                 _ => {
                     let (creator, extended) = config::creator_for(bname)?;
-                    let store: Arc<dyn Store> = Arc::new(PrefixStore::new(
-                        &format!("{device}/"),
-                        prefix_store.clone(),
-                    ));
-                    let args = BackendCreateArgs {
-                        store: store.clone(),
-                        group_rank,
-                        group_size: a.group_size,
-                        timeout: a.timeout,
-                        device: device.clone(),
-                        group_name: if extended {
-                            a.group_name.clone()
-                        } else {
-                            String::new()
-                        },
-                        group_desc: if extended {
-                            a.group_desc.clone()
-                        } else {
-                            String::new()
-                        },
-                        global_ranks_in_group: if extended {
-                            a.global_ranks.clone()
-                        } else {
-                            Vec::new()
-                        },
-                        pg_options: if extended {
-                            a.pg_options
-                                .as_ref()
-                                .and_then(|o| o.backend_specific.clone())
-                        } else {
-                            None
-                        },
-                        hostname_hint: hint.clone(),
+                    let args = backend_args(a, device, group_rank, prefix_store, extended, &hint);
+                    let Some(b) = creator(&args)? else {
+                        return Ok(None);
                     };
-                    let Some(mut b) = creator(&args)? else {
-                        return Ok((GroupMember::NonGroupMember, None));
-                    };
-                    if debug == DebugLevel::Detail {
-                        b = self.wrap_detail(b, &args)?;
-                    }
+                    let b = self.wrap_if_detail(b, &args, debug)?;
                     created.push((bname.clone(), b.clone()));
                     b
                 }
             };
-            pg.set_backend(dt, backend, false);
+            out.push((dt, backend, false));
         }
         // Default device: the accelerator's for mixed configs, else the first device listed.
         let default_dt = if mixed && map.iter().any(|(d, _)| d == "cuda") {
@@ -115,14 +141,60 @@ impl World {
                 .transpose()?
                 .unwrap_or(DeviceType::Cpu)
         };
-        if let Ok(b) = pg.backend(default_dt) {
-            pg.set_backend(default_dt, b, true);
+        if let Some((_, b, _)) = out.iter().rev().find(|(d, _, _)| *d == default_dt) {
+            out.push((default_dt, b.clone(), true));
         }
+        Ok(Some(out))
+    }
+
+    /// The split-off child (wrapped in DETAIL mode): the default for its own device type and the
+    /// backend of every other device of the config.
+    fn split_backends(
+        &self,
+        a: &NewPg,
+        child: Arc<dyn Backend>,
+        prefix_store: &Arc<dyn Store>,
+    ) -> Result<Attachments> {
+        let debug = self.get_debug_level()?;
+        let child_dt = child.device_type();
+        let child = if debug == DebugLevel::Detail {
+            let hint = self.lock().hostname_hint.clone();
+            let mut args = backend_args(
+                a,
+                child_dt.as_str(),
+                child.rank(),
+                prefix_store,
+                true,
+                &hint,
+            );
+            args.pg_options = None;
+            self.wrap_detail(child, &args)?
+        } else {
+            child
+        };
+        let mut out: Attachments = vec![(child_dt, child.clone(), true)];
+        for (d, _) in &a.config.device_backend_map {
+            if let Ok(dt) = DeviceType::parse(d) {
+                if dt != child_dt {
+                    out.push((dt, child.clone(), false));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Registers a created group: tag "user:<tag>" when one was given, WORLD's ranks `0..size`.
+    fn register_created(
+        &self,
+        a: &NewPg,
+        pg: &ProcessGroup,
+        prefix_store: &Arc<dyn Store>,
+    ) -> Result<()> {
         let tag = match a.pg_tag.as_deref() {
             None | Some("") => None,
             Some(t) => Some(format!("user:{t}")),
         };
-        let ranks = if is_default {
+        let ranks = if a.global_ranks.is_empty() {
             (0..a.group_size).collect()
         } else {
             a.global_ranks.clone()
@@ -138,10 +210,25 @@ impl World {
                 split_count: 0,
             },
             tag,
-        )?;
-        Ok((GroupMember::Group(pg), Some(prefix_store)))
+        )
     }
 
+    /// `b` wrapped for `TORCH_DISTRIBUTED_DEBUG=DETAIL`, as is otherwise.
+    fn wrap_if_detail(
+        &self,
+        b: Arc<dyn Backend>,
+        args: &BackendCreateArgs,
+        debug: DebugLevel,
+    ) -> Result<Arc<dyn Backend>> {
+        if debug == DebugLevel::Detail {
+            self.wrap_detail(b, args)
+        } else {
+            Ok(b)
+        }
+    }
+
+    /// `ProcessGroupWrapper`: `b` checked against a helper group of the DETAIL helper backend
+    /// (default gloo) over `PrefixStore("pg_wrapper:<group name>", backend store)`.
     pub(super) fn wrap_detail(
         &self,
         b: Arc<dyn Backend>,
@@ -169,9 +256,56 @@ impl World {
         })?;
         Ok(Arc::new(DetailWrapper::new(b, helper)))
     }
-
 }
 
+/// A creator's arguments for one device: store `PrefixStore("<device>/", group store)`; name,
+/// description, global ranks and backend-specific options only for extended-API creators.
+fn backend_args(
+    a: &NewPg,
+    device: &str,
+    group_rank: usize,
+    prefix_store: &Arc<dyn Store>,
+    extended: bool,
+    hint: &Option<String>,
+) -> BackendCreateArgs {
+    BackendCreateArgs {
+        store: Arc::new(PrefixStore::new(
+            &format!("{device}/"),
+            prefix_store.clone(),
+        )),
+        group_rank,
+        group_size: a.group_size,
+        timeout: a.timeout,
+        device: device.to_string(),
+        group_name: if extended {
+            a.group_name.clone()
+        } else {
+            String::new()
+        },
+        group_desc: if extended {
+            a.group_desc.clone()
+        } else {
+            String::new()
+        },
+        global_ranks_in_group: if extended {
+            a.global_ranks.clone()
+        } else {
+            Vec::new()
+        },
+        pg_options: if extended {
+            a.pg_options
+                .as_ref()
+                .and_then(|o| o.backend_specific.clone())
+        } else {
+            None
+        },
+        hostname_hint: hint.clone(),
+    }
+}
+
+/// What a new group is made of (`_new_process_group_helper`'s arguments). An empty
+/// `global_ranks` means the default group (ranks `0..group_size`); `group_rank: None` a rank
+/// outside the group.
 pub(crate) struct NewPg {
     pub(crate) group_size: usize,
     pub(crate) group_rank: Option<usize>,

@@ -8,7 +8,6 @@ use c10d_core::{DistError, ProcessGroup, Result};
 use std::collections::HashMap;
 
 impl World {
-
     /// `torch.distributed.new_group(ranks, ...)`: every rank of the world calls it (unless
     /// `use_local_synchronization`), in the same order. `ranks = None` means all ranks.
     ///
@@ -73,39 +72,7 @@ impl World {
                 }
             }
         }
-        let (ranks, group_rank) = match ranks {
-            Some(r) => {
-                let mut r = r.to_vec();
-                if opts.sort_ranks {
-                    r.sort_unstable();
-                }
-                let mut seen = r.clone();
-                seen.sort_unstable();
-                seen.dedup();
-                if seen.len() != r.len() {
-                    return Err(DistError::invalid(format!(
-                        "ranks list must not contain duplicate entries, got {r:?}"
-                    )));
-                }
-                if r.len() > world_size {
-                    return Err(DistError::invalid(
-                        "the new group's world size should be less or equal to the world size set by init_process_group",
-                    ));
-                }
-                for &x in &r {
-                    if x < 0 || x as usize >= world_size {
-                        return Err(DistError::invalid(format!(
-                            "Rank {x} is out of range. Valid ranks are 0 to {} (world_size={world_size})",
-                            world_size as i64 - 1
-                        )));
-                    }
-                }
-                let r: Vec<usize> = r.into_iter().map(|x| x as usize).collect();
-                let gr = r.iter().position(|&x| x == global_rank);
-                (r, gr)
-            }
-            None => ((0..world_size).collect::<Vec<_>>(), Some(global_rank)),
-        };
+        let (ranks, group_rank) = member_ranks(ranks, opts.sort_ranks, world_size, global_rank)?;
         let group_name = {
             let mut st = self.lock();
             let generated = process_group_name(&mut st, &ranks, opts.use_local_synchronization);
@@ -232,7 +199,6 @@ impl World {
         Ok((cur, all))
     }
 
-
     /// `_find_or_create_pg_by_ranks_and_tag(tag, ranks, stride)`: picks this rank's `stride`-sized
     /// slice of `ranks`, finds it by tag or creates it with [`World::new_group_with_tag`].
     ///
@@ -275,4 +241,50 @@ impl World {
                 ))
             })
     }
+}
+
+/// The group's global ranks (sorted when asked) and this rank's place in it (`None` outside),
+/// all of WORLD for `None`.
+///
+/// # Errors
+/// Duplicates, more ranks than WORLD, a rank outside `0..world_size` (PyTorch's texts).
+fn member_ranks(
+    ranks: Option<&[i64]>,
+    sort_ranks: bool,
+    world_size: usize,
+    global_rank: usize,
+) -> Result<(Vec<usize>, Option<usize>)> {
+    Ok(match ranks {
+        Some(r) => {
+            let mut r = r.to_vec();
+            if sort_ranks {
+                r.sort_unstable();
+            }
+            let mut seen = r.clone();
+            seen.sort_unstable();
+            seen.dedup();
+            if seen.len() != r.len() {
+                return Err(DistError::invalid(format!(
+                    "ranks list must not contain duplicate entries, got {r:?}"
+                )));
+            }
+            if r.len() > world_size {
+                return Err(DistError::invalid(
+                "the new group's world size should be less or equal to the world size set by init_process_group",
+            ));
+            }
+            for &x in &r {
+                if x < 0 || x as usize >= world_size {
+                    return Err(DistError::invalid(format!(
+                    "Rank {x} is out of range. Valid ranks are 0 to {} (world_size={world_size})",
+                    world_size as i64 - 1
+                )));
+                }
+            }
+            let r: Vec<usize> = r.into_iter().map(|x| x as usize).collect();
+            let gr = r.iter().position(|&x| x == global_rank);
+            (r, gr)
+        }
+        None => ((0..world_size).collect::<Vec<_>>(), Some(global_rank)),
+    })
 }

@@ -1,7 +1,7 @@
 //! Creating the default group: `init_process_group`, the store-based barrier and the
 //! launcher's environment (`LOCAL_RANK`, `TORCHELASTIC_RUN_ID`).
 
-use super::{process_group_name, InitOptions, NewPg, PgOptions, World};
+use super::{process_group_name, GroupMember, InitOptions, NewPg, PgOptions, World};
 use crate::config::{self, BackendConfig};
 use c10d_core::{DistError, Result};
 use c10d_store::{PrefixStore, Store};
@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 impl World {
-
     /// `torch.distributed.init_process_group`: creates the default group ("0", desc
     /// "default_pg"). A store made from `init_method` is wrapped in `PrefixStore("default_pg", ..)`;
     /// a store passed in `store` is used as given (PyTorch's rule).
@@ -47,40 +46,8 @@ impl World {
             .timeout
             .unwrap_or_else(|| config::default_timeout_for(&backend));
         warn_ignored_pg_timeout(&opts.pg_options);
-        let (store, rank, world_size, init_method, hint) = match opts.store.clone() {
-            Some(store) => {
-                let ws = opts.world_size.filter(|w| *w > 0).ok_or_else(|| {
-                    DistError::invalid("world_size must be positive if using store")
-                })?;
-                let rank = opts.rank.ok_or_else(|| {
-                    DistError::invalid("rank must be non-negative if using store")
-                })?;
-                (store, rank, ws, None, std::env::var("MASTER_ADDR").ok())
-            }
-            None => {
-                let url = opts
-                    .init_method
-                    .clone()
-                    .unwrap_or_else(|| "env://".to_string());
-                let env = |k: &str| match &opts.env {
-                    Some(f) => f(k),
-                    None => std::env::var(k).ok(),
-                };
-                let rdv = c10d_store::rendezvous::rendezvous_with_env(
-                    &url,
-                    opts.rank,
-                    opts.world_size,
-                    timeout,
-                    &env,
-                )?;
-                rdv.store.set_timeout(timeout);
-                let hint = hostname_hint(&url, &env);
-                // Only a store made by rendezvous is wrapped, as in PyTorch: a user's store is
-                // used as given.
-                let store: Arc<dyn Store> = Arc::new(PrefixStore::new("default_pg", rdv.store));
-                (store, rdv.rank, rdv.world_size, Some(url), hint)
-            }
-        };
+        let r = init_store(&opts, timeout)?;
+        let (rank, world_size) = (r.rank, r.world_size);
         if rank >= world_size {
             return Err(DistError::invalid(format!(
                 "Invalid rank {rank} for world_size {world_size}: rank must be in [0, world_size)"
@@ -88,7 +55,7 @@ impl World {
         }
         let (group_name, count_before) = {
             let mut st = self.lock();
-            st.hostname_hint = hint;
+            st.hostname_hint = r.hostname_hint;
             let before = st.group_count;
             (process_group_name(&mut st, &[], false), before)
         };
@@ -96,9 +63,9 @@ impl World {
             group_size: world_size,
             group_rank: Some(rank),
             global_ranks: Vec::new(),
-            backend: backend.clone(),
+            backend,
             config: backend_config,
-            store: store.clone(),
+            store: r.store.clone(),
             group_name: group_name.clone(),
             pg_options: opts.pg_options.clone(),
             timeout,
@@ -115,24 +82,89 @@ impl World {
                 return Err(e);
             }
         };
-        let pg = member.0.into_group().map_err(|_| {
-            DistError::invalid("Default process group creation returned a nonmember")
-        })?;
-        {
-            let mut st = self.lock();
-            st.default_pg = Some(pg.clone());
-            st.init_method = init_method;
-            if let Some(e) = st.entry_mut(&pg) {
-                e.ranks = (0..world_size).collect();
-            }
-        }
+        self.set_default_group(member.0, world_size, r.init_method)?;
         crate::panic_hook::install(rank);
         if self.init_barrier() {
-            store_based_barrier(rank, store.as_ref(), &group_name, world_size, timeout)?;
+            store_based_barrier(rank, r.store.as_ref(), &group_name, world_size, timeout)?;
         }
         Ok(())
     }
 
+    /// Records the created group as WORLD (ranks `0..world_size`).
+    fn set_default_group(
+        &self,
+        member: GroupMember,
+        world_size: usize,
+        init_method: Option<String>,
+    ) -> Result<()> {
+        let pg = member.into_group().map_err(|_| {
+            DistError::invalid("Default process group creation returned a nonmember")
+        })?;
+        let mut st = self.lock();
+        st.default_pg = Some(pg.clone());
+        st.init_method = init_method;
+        if let Some(e) = st.entry_mut(&pg) {
+            e.ranks = (0..world_size).collect();
+        }
+        Ok(())
+    }
+}
+
+/// Where the default group's store, rank and size come from.
+struct InitStore {
+    store: Arc<dyn Store>,
+    rank: usize,
+    world_size: usize,
+    /// The URL when the store came from rendezvous.
+    init_method: Option<String>,
+    hostname_hint: Option<String>,
+}
+
+/// The user's store (with `world_size` and `rank`), or a rendezvous over `init_method`
+/// (default `env://`) wrapped in `PrefixStore("default_pg", ..)`, with `timeout` set on it.
+fn init_store(opts: &InitOptions, timeout: Duration) -> Result<InitStore> {
+    if let Some(store) = opts.store.clone() {
+        let ws = opts
+            .world_size
+            .filter(|w| *w > 0)
+            .ok_or_else(|| DistError::invalid("world_size must be positive if using store"))?;
+        let rank = opts
+            .rank
+            .ok_or_else(|| DistError::invalid("rank must be non-negative if using store"))?;
+        return Ok(InitStore {
+            store,
+            rank,
+            world_size: ws,
+            init_method: None,
+            hostname_hint: std::env::var("MASTER_ADDR").ok(),
+        });
+    }
+    let url = opts
+        .init_method
+        .clone()
+        .unwrap_or_else(|| "env://".to_string());
+    let env = |k: &str| match &opts.env {
+        Some(f) => f(k),
+        None => std::env::var(k).ok(),
+    };
+    let rdv = c10d_store::rendezvous::rendezvous_with_env(
+        &url,
+        opts.rank,
+        opts.world_size,
+        timeout,
+        &env,
+    )?;
+    rdv.store.set_timeout(timeout);
+    let hint = hostname_hint(&url, &env);
+    // Only a store made by rendezvous is wrapped, as in PyTorch: a user's store is used as given.
+    let store: Arc<dyn Store> = Arc::new(PrefixStore::new("default_pg", rdv.store));
+    Ok(InitStore {
+        store,
+        rank: rdv.rank,
+        world_size: rdv.world_size,
+        init_method: Some(url),
+        hostname_hint: hint,
+    })
 }
 
 pub(super) fn warn_ignored_pg_timeout(o: &Option<PgOptions>) {

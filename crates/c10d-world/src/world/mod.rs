@@ -183,7 +183,6 @@ impl World {
     pub fn set_detail_helper_backend(&self, name: &str) {
         self.settings().detail_helper_backend = Some(name.to_ascii_lowercase());
     }
-
 }
 
 pub(crate) fn not_registered(g: &ProcessGroup) -> DistError {

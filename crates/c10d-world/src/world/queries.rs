@@ -7,7 +7,6 @@ use c10d_store::Store;
 use std::sync::Arc;
 
 impl World {
-
     /// `is_initialized()`: true once the default group exists.
     pub fn is_initialized(&self) -> bool {
         self.lock().default_pg.is_some()
@@ -220,5 +219,4 @@ impl World {
     pub fn init_method(&self) -> Option<String> {
         self.lock().init_method.clone()
     }
-
 }

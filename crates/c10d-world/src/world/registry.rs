@@ -34,7 +34,6 @@ impl World {
         Ok(())
     }
 
-
     /// Registers `group` under `name` (`_register_process_group`), replacing any previous one.
     pub fn register_process_group(&self, name: &str, group: &ProcessGroup) {
         self.lock().registry.insert(name.to_string(), group.clone());
@@ -62,7 +61,6 @@ impl World {
     pub fn unregister_all_process_groups(&self) {
         self.lock().registry.clear();
     }
-
 }
 
 /// SHA-1 hex of `"<ranks joined by _>_<counter>"` (`_hash_ranks_to_str`).
@@ -85,7 +83,11 @@ pub(crate) fn process_group_name(st: &mut State, ranks: &[usize], hashed: bool) 
     name
 }
 
-pub(super) fn find_pg_by_ranks_and_tag(st: &State, tag: &str, ranks: &[usize]) -> Option<ProcessGroup> {
+pub(super) fn find_pg_by_ranks_and_tag(
+    st: &State,
+    tag: &str,
+    ranks: &[usize],
+) -> Option<ProcessGroup> {
     let tag = if !tag.is_empty() && !tag.starts_with("ptd:") && !tag.starts_with("user:") {
         format!("user:{tag}")
     } else {

@@ -1,10 +1,31 @@
 //! `split_group`: child groups of a parent from lists of parent group ranks.
+//!
+//! Steps: find the parent and this rank in it, narrow the parent's backends when asked
+//! (`backend=`), pick and check this rank's list, name the child, then either let the parent's
+//! backend split (collective over the parent) or create a fresh backend; both end in the shared
+//! creation path ([`World::create_group`]).
 
+use super::create::BackendSource;
 use super::{process_group_name, GroupEntry, GroupMember, NewPg, SplitOptions, World};
-use crate::config::{self, BackendConfig, BackendCreateArgs};
-use c10d_core::{BackendOptions, DebugLevel, DeviceType, DistError, ProcessGroup, Result};
-use c10d_store::{PrefixStore, Store};
+use crate::config::{self, BackendConfig};
+use c10d_core::{BackendOptions, DistError, ProcessGroup, Result};
+use c10d_store::Store;
 use std::sync::Arc;
+
+/// The parent group as `split_group` sees it on this rank.
+struct SplitParent {
+    parent: ProcessGroup,
+    entry: GroupEntry,
+    /// The default group's store (the child's store is `PrefixStore("<name>/", it)`).
+    default_store: Arc<dyn Store>,
+    /// This rank's rank in the parent.
+    group_rank: usize,
+    /// WORLD's size.
+    world_size: usize,
+}
+
+/// A device → backend list, as in [`BackendConfig::device_backend_map`].
+type DeviceBackends = Vec<(String, String)>;
 
 impl World {
     /// `split_group(parent_pg, split_ranks, ...)`: every rank of `parent` (default WORLD) calls it
@@ -29,7 +50,62 @@ impl World {
         if split_ranks.is_empty() {
             return Err(DistError::invalid("split_ranks cannot be None or empty"));
         }
-        let (default_pg, default_store, parent, parent_entry) = {
+        let p = self.split_parent(parent)?;
+        let (backend, backend_config) = match &opts.backend {
+            Some(req) => narrow_backends(&p, req)?,
+            None => (p.entry.backend_name.clone(), p.entry.config.clone()),
+        };
+        let timeout = opts
+            .timeout
+            .unwrap_or_else(|| config::default_timeout_for(&backend));
+        let my_group = my_split_group(split_ranks, p.group_rank, p.world_size)?;
+        check_in_parent(my_group, &p.entry)?;
+        let (group_name, group_desc) = self.split_name(&p.parent, my_group, &opts);
+        let is_member = my_group.contains(&p.group_rank);
+        let global_ranks: Vec<usize> = my_group.iter().map(|&r| p.entry.ranks[r]).collect();
+        let parent_backend = p.parent.default_backend()?;
+        let mut a = NewPg {
+            group_size: my_group.len(),
+            group_rank: my_group.iter().position(|&r| r == p.group_rank),
+            global_ranks,
+            backend,
+            config: backend_config,
+            store: p.default_store,
+            group_name,
+            pg_options: opts.pg_options,
+            timeout,
+            pg_tag: None,
+            device_id: p.parent.bound_device_id(),
+            group_desc,
+        };
+        if parent_backend.supports_splitting() {
+            let bopts = BackendOptions {
+                backend: a.backend.clone(),
+                timeout,
+                group_name: a.group_name.clone(),
+                group_desc: a.group_desc.clone(),
+                global_ranks: a.global_ranks.clone(),
+            };
+            // Collective over the parent: every parent rank takes part, members or not.
+            let Some(child) = parent_backend.split(my_group, &bopts)? else {
+                return Ok(GroupMember::NonGroupMember);
+            };
+            if !is_member {
+                return Ok(GroupMember::NonGroupMember);
+            }
+            a.group_rank = Some(child.rank());
+            a.group_size = child.size();
+            return Ok(self.create_group(a, BackendSource::Split(child))?.0);
+        }
+        if !is_member {
+            return Ok(GroupMember::NonGroupMember);
+        }
+        Ok(self.new_process_group_helper(a)?.0)
+    }
+
+    /// The parent (default WORLD), its entry and this rank's place in it.
+    fn split_parent(&self, parent: Option<&ProcessGroup>) -> Result<SplitParent> {
+        let (default_pg, default_store, parent, entry) = {
             let st = self.lock();
             let de = st.default_entry()?;
             let (d, ds) = (de.pg.clone(), de.store.clone());
@@ -41,8 +117,7 @@ impl World {
             (d, ds, parent, pe)
         };
         let global_rank = default_pg.rank();
-        let world_size = default_pg.size();
-        let parent_group_rank = parent_entry
+        let group_rank = entry
             .ranks
             .iter()
             .position(|&r| r == global_rank)
@@ -51,196 +126,150 @@ impl World {
                     "Global rank {global_rank} is not part of the parent group {parent:?}"
                 ))
             })?;
-        let mut backend_str = parent_entry.backend_name.clone();
-        let mut backend_config = parent_entry.config.clone();
-        if let Some(req) = &opts.backend {
-            let parent_devices: Vec<String> = parent
-                .backends()
-                .iter()
-                .map(|(d, _)| d.as_str().to_string())
-                .collect();
-            let parent_map: Vec<(String, String)> = parent_entry
-                .config
-                .device_backend_map
-                .iter()
-                .filter(|(d, _)| parent_devices.contains(d))
-                .cloned()
-                .collect();
-            let req_lower = req.to_ascii_lowercase();
-            let requested: Vec<(String, String)> = if req_lower.contains(':') {
-                BackendConfig::parse(&req_lower)?.device_backend_map
-            } else {
-                let r: Vec<(String, String)> = parent_map
-                    .iter()
-                    .filter(|(_, b)| *b == req_lower)
-                    .cloned()
-                    .collect();
-                if r.is_empty() {
-                    return Err(DistError::invalid(format!(
-                        "Requested backend '{req_lower}' is not present in the parent process group (parent backends: {parent_map:?})"
-                    )));
-                }
-                r
-            };
-            for (dev, be) in &requested {
-                match parent_map.iter().find(|(d, _)| d == dev) {
-                    None => {
-                        return Err(DistError::invalid(format!(
-                            "Requested backend for device '{dev}' is not present in the parent process group (parent backends: {parent_map:?})"
-                        )))
-                    }
-                    Some((_, pb)) if pb != be => {
-                        return Err(DistError::invalid(format!(
-                            "Backend mismatch for device '{dev}': parent has '{pb}', requested '{be}'. Backend names must match exactly when filtering split_group backends."
-                        )))
-                    }
-                    _ => {}
-                }
-            }
-            backend_str = req_lower;
-            backend_config = BackendConfig {
-                device_backend_map: requested,
-            };
-        }
-        let timeout = opts
-            .timeout
-            .unwrap_or_else(|| config::default_timeout_for(&backend_str));
-        let mut my_group = &split_ranks[0];
-        for g in split_ranks {
-            if g.is_empty() {
-                return Err(DistError::invalid("the split group cannot be empty"));
-            }
-            if g.len() > world_size {
-                return Err(DistError::invalid(
-                    "the split group's size should be less or equal to the world_size set by init_process_group",
-                ));
-            }
-            let mut s = g.clone();
-            s.sort_unstable();
-            s.dedup();
-            if s.len() != g.len() {
-                return Err(DistError::invalid(
-                    "the split group cannot have duplicate ranks",
-                ));
-            }
-            if g.contains(&parent_group_rank) {
-                my_group = g;
-                break;
-            }
-        }
-        for &r in my_group {
-            if r >= parent_entry.ranks.len() {
-                return Err(DistError::invalid(format!(
-                    "split_group: rank {r} is not a rank of the parent group (size {})",
-                    parent_entry.ranks.len()
-                )));
-            }
-        }
-        let (group_name, group_desc) = {
-            let mut st = self.lock();
-            let name = process_group_name(&mut st, my_group, true);
-            let desc = match &opts.group_desc {
-                Some(d) => d.clone(),
-                None => {
-                    let e = st.entry_mut(&parent);
-                    let n = e.map(|e| {
-                        let n = e.split_count;
-                        e.split_count += 1;
-                        n
-                    });
-                    format!("{}:split:{}", parent.group_desc(), n.unwrap_or(0))
-                }
-            };
-            (name, desc)
-        };
-        let is_member = my_group.contains(&parent_group_rank);
-        let global_ranks: Vec<usize> = my_group.iter().map(|&r| parent_entry.ranks[r]).collect();
-        let parent_backend = parent.default_backend()?;
-        if parent_backend.supports_splitting() {
-            let bopts = BackendOptions {
-                backend: backend_str.clone(),
-                timeout,
-                group_name: group_name.clone(),
-                group_desc: group_desc.clone(),
-                global_ranks: global_ranks.clone(),
-            };
-            let child = parent_backend.split(my_group, &bopts)?;
-            let Some(child) = child else {
-                return Ok(GroupMember::NonGroupMember);
-            };
-            if !is_member {
-                return Ok(GroupMember::NonGroupMember);
-            }
-            let store: Arc<dyn Store> =
-                Arc::new(PrefixStore::new(&format!("{group_name}/"), default_store));
-            let child = if self.get_debug_level()? == DebugLevel::Detail {
-                let args = BackendCreateArgs {
-                    store: Arc::new(PrefixStore::new(
-                        &format!("{}/", child.device_type()),
-                        store.clone(),
-                    )),
-                    group_rank: child.rank(),
-                    group_size: child.size(),
-                    timeout,
-                    device: child.device_type().as_str().to_string(),
-                    group_name: group_name.clone(),
-                    group_desc: group_desc.clone(),
-                    global_ranks_in_group: global_ranks.clone(),
-                    pg_options: None,
-                    hostname_hint: self.lock().hostname_hint.clone(),
-                };
-                self.wrap_detail(child, &args)?
-            } else {
-                child
-            };
-            let pg = ProcessGroup::new(
-                child.rank(),
-                child.size(),
-                group_name.clone(),
-                group_desc,
-                parent.bound_device_id(),
-            )?;
-            pg.set_backend(child.device_type(), child.clone(), true);
-            for (d, _) in &backend_config.device_backend_map {
-                if let Ok(dt) = DeviceType::parse(d) {
-                    if dt != child.device_type() {
-                        pg.set_backend(dt, child.clone(), false);
-                    }
-                }
-            }
-            self.register_pg(
-                GroupEntry {
-                    pg: pg.clone(),
-                    backend_name: backend_str,
-                    store,
-                    config: backend_config,
-                    ranks: global_ranks,
-                    tag: String::new(),
-                    split_count: 0,
-                },
-                None,
-            )?;
-            return Ok(GroupMember::Group(pg));
-        }
-        if !is_member {
-            return Ok(GroupMember::NonGroupMember);
-        }
-        let group_rank = my_group.iter().position(|&r| r == parent_group_rank);
-        let (member, _) = self.new_process_group_helper(NewPg {
-            group_size: my_group.len(),
+        Ok(SplitParent {
+            parent,
+            entry,
+            default_store,
             group_rank,
-            global_ranks,
-            backend: backend_str,
-            config: backend_config,
-            store: default_store,
-            group_name,
-            pg_options: opts.pg_options,
-            timeout,
-            pg_tag: None,
-            device_id: parent.bound_device_id(),
-            group_desc,
-        })?;
-        Ok(member)
+            world_size: default_pg.size(),
+        })
     }
 
+    /// The child's name (hashed over its parent ranks) and description (the given one, else
+    /// "<parent desc>:split:<n>" counting the parent's splits).
+    fn split_name(
+        &self,
+        parent: &ProcessGroup,
+        my_group: &[usize],
+        opts: &SplitOptions,
+    ) -> (String, String) {
+        let mut st = self.lock();
+        let name = process_group_name(&mut st, my_group, true);
+        let desc = match &opts.group_desc {
+            Some(d) => d.clone(),
+            None => {
+                let e = st.entry_mut(parent);
+                let n = e.map(|e| {
+                    let n = e.split_count;
+                    e.split_count += 1;
+                    n
+                });
+                format!("{}:split:{}", parent.group_desc(), n.unwrap_or(0))
+            }
+        };
+        (name, desc)
+    }
+}
+
+/// This rank's list (the first list when it is in none), checking each list up to it: not empty,
+/// not larger than WORLD, no duplicates.
+fn my_split_group(
+    split_ranks: &[Vec<usize>],
+    parent_group_rank: usize,
+    world_size: usize,
+) -> Result<&[usize]> {
+    let mut my_group = &split_ranks[0];
+    for g in split_ranks {
+        if g.is_empty() {
+            return Err(DistError::invalid("the split group cannot be empty"));
+        }
+        if g.len() > world_size {
+            return Err(DistError::invalid(
+                "the split group's size should be less or equal to the world_size set by init_process_group",
+            ));
+        }
+        let mut s = g.clone();
+        s.sort_unstable();
+        s.dedup();
+        if s.len() != g.len() {
+            return Err(DistError::invalid(
+                "the split group cannot have duplicate ranks",
+            ));
+        }
+        if g.contains(&parent_group_rank) {
+            my_group = g;
+            break;
+        }
+    }
+    Ok(my_group)
+}
+
+/// Every rank of `my_group` must be a rank of the parent.
+fn check_in_parent(my_group: &[usize], parent: &GroupEntry) -> Result<()> {
+    for &r in my_group {
+        if r >= parent.ranks.len() {
+            return Err(DistError::invalid(format!(
+                "split_group: rank {r} is not a rank of the parent group (size {})",
+                parent.ranks.len()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// `backend=` of `split_group`: the parent's backends kept (a "device:backend" list or a bare
+/// backend name), each of which the parent must have with exactly that name.
+fn narrow_backends(p: &SplitParent, req: &str) -> Result<(String, BackendConfig)> {
+    let parent_devices: Vec<String> = p
+        .parent
+        .backends()
+        .iter()
+        .map(|(d, _)| d.as_str().to_string())
+        .collect();
+    let parent_map: DeviceBackends = p
+        .entry
+        .config
+        .device_backend_map
+        .iter()
+        .filter(|(d, _)| parent_devices.contains(d))
+        .cloned()
+        .collect();
+    let req_lower = req.to_ascii_lowercase();
+    let requested = requested_backends(&parent_map, &req_lower)?;
+    check_requested(&parent_map, &requested)?;
+    Ok((
+        req_lower,
+        BackendConfig {
+            device_backend_map: requested,
+        },
+    ))
+}
+
+/// The requested device → backend pairs: parsed from "cpu:gloo,..." or, for a bare name, the
+/// parent's devices that use it.
+fn requested_backends(parent_map: &DeviceBackends, req_lower: &str) -> Result<DeviceBackends> {
+    if req_lower.contains(':') {
+        return Ok(BackendConfig::parse(req_lower)?.device_backend_map);
+    }
+    let r: DeviceBackends = parent_map
+        .iter()
+        .filter(|(_, b)| *b == req_lower)
+        .cloned()
+        .collect();
+    if r.is_empty() {
+        return Err(DistError::invalid(format!(
+            "Requested backend '{req_lower}' is not present in the parent process group (parent backends: {parent_map:?})"
+        )));
+    }
+    Ok(r)
+}
+
+/// Each requested device must be one of the parent's, with the same backend name.
+fn check_requested(parent_map: &DeviceBackends, requested: &DeviceBackends) -> Result<()> {
+    for (dev, be) in requested {
+        match parent_map.iter().find(|(d, _)| d == dev) {
+            None => {
+                return Err(DistError::invalid(format!(
+                    "Requested backend for device '{dev}' is not present in the parent process group (parent backends: {parent_map:?})"
+                )))
+            }
+            Some((_, pb)) if pb != be => {
+                return Err(DistError::invalid(format!(
+                    "Backend mismatch for device '{dev}': parent has '{pb}', requested '{be}'. Backend names must match exactly when filtering split_group backends."
+                )))
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }

@@ -5,7 +5,6 @@ use c10d_core::{DistError, ProcessGroup, Result};
 use std::sync::Arc;
 
 impl World {
-
     /// `destroy_process_group(group)`: `None` or WORLD shuts every group down (reverse name order),
     /// clears all maps and tags and resets the counter; another group is shut down and removed;
     /// the non-member sentinel is a no-op.
