@@ -1,6 +1,6 @@
 //! The dump: PyTorch's flight-recorder dictionary (version "2.10"), pickled.
 
-use super::entry::{thread_info, Entry, GroupInfo, Progress};
+use super::entry::{thread_info, Entry, GroupInfo};
 use crate::error::{DistError, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -118,43 +118,44 @@ pub struct DumpEntry {
 }
 
 impl DumpEntry {
-    pub(crate) fn from_entry(e: &Entry, g: &GroupInfo) -> DumpEntry {
-        let (started, completed) = match e.progress {
-            Progress::Scheduled => (None, None),
-            Progress::Started(s) => (Some(s), None),
-            Progress::Completed { started, completed } => (Some(started), Some(completed)),
+    /// `running_since`: when the entry started, if it is its group's running collective (whose
+    /// start is not in the entry yet).
+    pub(crate) fn from_entry(e: &Entry, g: &GroupInfo, running_since: Option<u64>) -> DumpEntry {
+        let nonzero = |t: u64| (t != 0).then_some(t);
+        let started = nonzero(e.time_started_ns).or(running_since);
+        let completed = nonzero(e.time_completed_ns);
+        let state = match (started, completed) {
+            (_, Some(_)) => "completed",
+            (Some(_), None) => "started",
+            (None, None) => "scheduled",
         };
-        let state = match e.progress {
-            Progress::Scheduled => "scheduled",
-            Progress::Started(_) => "started",
-            Progress::Completed { .. } => "completed",
-        };
+        let ((input_sizes, input_dtypes), (output_sizes, output_dtypes)) = e.shapes.decode();
         let (thread_name, thread_id) = thread_info(e.thread);
         DumpEntry {
             record_id: e.record_id,
-            pg_id: e.pg_id,
+            pg_id: e.pg_id as u64,
             process_group: (g.name.clone(), g.desc.clone()),
             thread_name,
             thread_id,
             collective_seq_id: e.collective_seq_id,
-            p2p_seq_id: e.p2p_seq_id,
+            p2p_seq_id: e.p2p_seq_id as u64,
             op_id: e.op_id,
             profiling_name: e.profiling_name(g),
             time_created_ns: e.time_created_ns,
             duration_ms: started
                 .zip(completed)
                 .map(|(s, c)| c.saturating_sub(s) as f64 / 1e6),
-            input_sizes: e.inputs.lists(),
-            input_dtypes: e.inputs.dtype_names(),
-            output_sizes: e.outputs.lists(),
-            output_dtypes: e.outputs.dtype_names(),
+            input_sizes,
+            input_dtypes,
+            output_sizes,
+            output_dtypes,
             state: state.to_string(),
             time_discovered_started_ns: started,
             time_discovered_completed_ns: completed,
             retired: e.retired,
-            timeout_ms: e.timeout.as_millis() as u64,
+            timeout_ms: e.timeout_ms as u64,
             is_p2p: e.is_p2p(),
-            error: e.error.clone(),
+            error: e.error.as_deref().cloned(),
         }
     }
 

@@ -1,5 +1,5 @@
-//! One recorded op, kept compact (no heap allocation for up to four tensors of up to two
-//! dimensions) so that recording stays off the critical path.
+//! One recorded op, kept compact (two cache lines, no heap allocation for the common ops) so
+//! that recording stays off the critical path.
 
 use crate::dtype::DType;
 use crate::tensor::Tensor;
@@ -7,7 +7,7 @@ use crate::work::OpType;
 use smallvec::SmallVec;
 use std::cell::Cell;
 use std::sync::Mutex;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Identity of a recorded group (entries refer to it by `pg_id`).
 #[derive(Debug)]
@@ -21,77 +21,90 @@ pub(crate) struct GroupInfo {
     pub group_rank: usize,
 }
 
-/// Shapes of a tensor list, flattened as PyTorch keeps them (`dims` per tensor, then sizes).
+/// Shapes and dtypes of an op's input and output tensors, packed into words so that a
+/// typical entry fits two cache lines: a header (inputs | outputs << 32 | same << 63), one word
+/// per tensor (dtype code | ndim << 8), then all sizes. `same`: the outputs have the inputs'
+/// shapes and dtypes (in-place ops) and are not stored again.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Shapes {
-    dims: SmallVec<[u8; 4]>,
-    sizes: SmallVec<[i64; 8]>,
-    dtypes: SmallVec<[DType; 4]>,
-}
+pub(crate) struct Shapes(SmallVec<[u64; 5]>);
+
+/// Sizes and PyTorch dtype names of a tensor list.
+pub(crate) type Listed = (Vec<Vec<i64>>, Vec<String>);
 
 impl Shapes {
-    pub fn of(tensors: &[Tensor]) -> Shapes {
-        let mut s = Shapes::default();
-        for t in tensors {
-            let shape = t.shape();
-            s.dims.push(shape.len().min(u8::MAX as usize) as u8);
-            s.sizes
-                .extend(shape.iter().take(u8::MAX as usize).map(|&d| d as i64));
-            s.dtypes.push(t.dtype());
+    pub fn of(inputs: &[Tensor], outputs: &[Tensor]) -> Shapes {
+        let same = inputs.len() == outputs.len()
+            && inputs
+                .iter()
+                .zip(outputs)
+                .all(|(a, b)| a.dtype() == b.dtype() && a.shape() == b.shape());
+        let outs = if same { &[][..] } else { outputs };
+        let mut w = SmallVec::new();
+        w.push(inputs.len() as u64 | (outs.len() as u64) << 32 | (same as u64) << 63);
+        for t in inputs.iter().chain(outs) {
+            w.push(t.dtype().code() as u64 | (t.dim() as u64) << 8);
         }
-        s
+        for t in inputs.iter().chain(outs) {
+            w.extend(t.shape().iter().map(|&d| d as u64));
+        }
+        Shapes(w)
     }
 
-    /// One size list per tensor (`[[4, 2], [8]]`).
-    pub fn lists(&self) -> Vec<Vec<i64>> {
-        let mut at = 0;
-        self.dims
-            .iter()
-            .map(|&d| {
-                let v = self.sizes[at..at + d as usize].to_vec();
-                at += d as usize;
-                v
-            })
-            .collect()
-    }
-
-    /// PyTorch's `ScalarType` names (`"Float"`, `"Long"` ...).
-    pub fn dtype_names(&self) -> Vec<String> {
-        self.dtypes
-            .iter()
-            .map(|d| d.torch_name().to_string())
-            .collect()
+    /// (inputs, outputs), each as size lists (`[[4, 2], [8]]`) and PyTorch's dtype names.
+    pub fn decode(&self) -> (Listed, Listed) {
+        let Some(&head) = self.0.first() else {
+            return Default::default();
+        };
+        let n_in = (head & 0xffff_ffff) as usize;
+        let n_out = ((head >> 32) & 0x7fff_ffff) as usize;
+        let tensors = &self.0[1..(1 + n_in + n_out).min(self.0.len())];
+        let mut sizes = self.0[1 + tensors.len()..].iter();
+        let mut list = |ts: &[u64]| -> Listed {
+            ts.iter()
+                .map(|&t| {
+                    let dims = sizes.by_ref().take((t >> 8) as usize);
+                    let name = DType::from_code((t & 0xff) as u8).map_or("?", |d| d.torch_name());
+                    (dims.map(|&d| d as i64).collect(), name.to_string())
+                })
+                .unzip()
+        };
+        let ins = list(&tensors[..n_in.min(tensors.len())]);
+        let outs = list(&tensors[n_in.min(tensors.len())..]);
+        if head >> 63 == 1 {
+            (ins.clone(), ins)
+        } else {
+            (ins, outs)
+        }
     }
 }
 
-/// The lifecycle of an entry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Progress {
-    Scheduled,
-    Started(u64),
-    Completed { started: u64, completed: u64 },
-}
+/// `peer` of an entry with no peer (collectives, receives from any source).
+pub(crate) const NO_PEER: u32 = u32::MAX;
 
-/// One recorded op.
+/// One recorded op: 128 bytes (two cache lines) unless it has more than five words of shapes
+/// or an error.
 #[derive(Debug, Clone)]
+#[repr(align(64))]
 pub(crate) struct Entry {
     pub record_id: u64,
-    pub pg_id: u64,
-    pub collective_seq_id: u64,
-    pub p2p_seq_id: u64,
-    pub op_id: u64,
-    pub op: OpType,
-    /// Group rank of the peer of a send/recv; `None` for a receive from any source.
-    pub peer: Option<usize>,
-    pub inputs: Shapes,
-    pub outputs: Shapes,
     pub time_created_ns: u64,
-    pub progress: Progress,
-    pub timeout: Duration,
-    pub retired: bool,
-    pub error: Option<String>,
+    /// 0: not started.
+    pub time_started_ns: u64,
+    /// 0: not completed.
+    pub time_completed_ns: u64,
+    pub collective_seq_id: u64,
+    pub op_id: u64,
+    pub p2p_seq_id: u32,
+    pub pg_id: u32,
+    pub timeout_ms: u32,
     /// Index of the submitting thread in the thread registry ([`current_thread`]).
     pub thread: u32,
+    /// Group rank of the peer of a send/recv ([`NO_PEER`]: a receive from any source).
+    pub peer: u32,
+    pub op: OpType,
+    pub retired: bool,
+    pub error: Option<Box<String>>,
+    pub shapes: Shapes,
 }
 
 impl Entry {
@@ -103,7 +116,10 @@ impl Entry {
     /// `"gloo:recv 1<-?"` (ranks within the group).
     pub fn profiling_name(&self, g: &GroupInfo) -> String {
         let me = g.group_rank;
-        let peer = || self.peer.map_or("?".to_string(), |p| p.to_string());
+        let peer = || match self.peer {
+            NO_PEER => "?".to_string(),
+            p => p.to_string(),
+        };
         match self.op {
             OpType::Send => format!("{}:send {me}->{}", g.backend, peer()),
             OpType::Recv | OpType::RecvAnysource => format!("{}:recv {me}<-{}", g.backend, peer()),
@@ -137,11 +153,23 @@ pub(crate) fn op_name(op: OpType) -> &'static str {
     }
 }
 
-/// Nanoseconds since the Unix epoch (PyTorch's `c10::getTime()`).
+/// Nanoseconds since the Unix epoch (PyTorch's `c10::getTime()`), from the coarse realtime
+/// clock: a read of the kernel's last tick (resolution 1–4 ms) instead of a hardware clock
+/// read, which costs far more (several per op, on the path of every collective). Plenty for
+/// telling when an op was submitted, started or completed, and which one is stuck.
 pub(crate) fn now_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into `ts`, a valid exclusive reference.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) };
+    if rc != 0 {
+        return SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+    }
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Names and ids of the threads that recorded ops, indexed by [`current_thread`] (an entry

@@ -1,11 +1,11 @@
 //! A backend's handle on the recorder for one process group, and the trace of one op.
 
-use super::entry::{current_thread, now_ns, Entry, GroupInfo, Progress, Shapes};
+use super::entry::{current_thread, now_ns, Entry, GroupInfo, Shapes, NO_PEER};
 use super::FlightRecorder;
 use crate::error::DistError;
 use crate::tensor::Tensor;
 use crate::work::OpType;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,6 +41,19 @@ pub(crate) struct GroupStatus {
     pub last_enqueued: AtomicI64,
     pub last_started: AtomicI64,
     pub last_completed: AtomicI64,
+    /// `record_id + 1` of the collective running now (0: none) and since when: a group runs
+    /// one collective at a time, so its start is kept here, without taking the ring's lock,
+    /// until it ends (send/recv, which overlap, go through the ring).
+    pub running: AtomicU64,
+    pub running_since: AtomicU64,
+}
+
+impl GroupStatus {
+    /// When the entry `record_id` started, if it is the collective running now.
+    pub fn started_at(&self, record_id: u64) -> Option<u64> {
+        (self.running.load(Ordering::Acquire) == record_id + 1)
+            .then(|| self.running_since.load(Ordering::Relaxed))
+    }
 }
 
 impl Default for GroupStatus {
@@ -49,6 +62,8 @@ impl Default for GroupStatus {
             last_enqueued: AtomicI64::new(-1),
             last_started: AtomicI64::new(-1),
             last_completed: AtomicI64::new(-1),
+            running: AtomicU64::new(0),
+            running_since: AtomicU64::new(0),
         }
     }
 }
@@ -97,23 +112,22 @@ impl GroupRecorder {
         if !self.recorder.is_enabled() {
             return None;
         }
-        let (inputs, outputs) = (Shapes::of(op.inputs), Shapes::of(op.outputs));
         let entry = Entry {
             record_id: 0,
-            pg_id: self.info.pg_id,
-            collective_seq_id: op.collective_seq_id,
-            p2p_seq_id: op.p2p_seq_id,
-            op_id: op.op_id,
-            op: op.op,
-            peer: op.peer,
-            inputs,
-            outputs,
             time_created_ns: now_ns(),
-            progress: Progress::Scheduled,
-            timeout: op.timeout,
+            time_started_ns: 0,
+            time_completed_ns: 0,
+            collective_seq_id: op.collective_seq_id,
+            op_id: op.op_id,
+            p2p_seq_id: saturate(op.p2p_seq_id),
+            pg_id: saturate(self.info.pg_id),
+            timeout_ms: saturate(op.timeout.as_millis() as u64),
+            thread: current_thread(),
+            peer: op.peer.map_or(NO_PEER, |p| saturate(p as u64)),
+            op: op.op,
             retired: false,
             error: None,
-            thread: current_thread(),
+            shapes: Shapes::of(op.inputs, op.outputs),
         };
         let collective = (!entry.is_p2p()).then_some(op.collective_seq_id as i64);
         let record_id = self.recorder.push(entry);
@@ -135,7 +149,11 @@ impl GroupRecorder {
 
     /// Called when an op of this group ended; writes the dump at the first failure of a run.
     fn ended(&self, failed: bool) {
-        let was_failing = self.failing.swap(failed, Ordering::Relaxed);
+        // Load first: the common case (a success after a success) writes nothing.
+        let was_failing = self.failing.load(Ordering::Relaxed);
+        if was_failing != failed {
+            self.failing.store(failed, Ordering::Relaxed);
+        }
         if failed
             && !was_failing
             && !self.shutting_down.load(Ordering::Relaxed)
@@ -167,13 +185,18 @@ impl Trace {
     /// The op started running on this rank (state "started").
     pub fn started(&self) {
         let t = now_ns();
-        self.group.recorder.update(self.record_id, |e| {
-            if e.progress == Progress::Scheduled {
-                e.progress = Progress::Started(t);
+        let status = &self.group.status;
+        match self.collective {
+            Some(seq) => {
+                status.running_since.store(t, Ordering::Relaxed);
+                status.running.store(self.record_id + 1, Ordering::Release);
+                status.last_started.store(seq, Ordering::Relaxed);
             }
-        });
-        if let Some(seq) = self.collective {
-            self.group.status.last_started.store(seq, Ordering::Relaxed);
+            None => self.group.recorder.update(self.record_id, |e| {
+                if e.time_started_ns == 0 {
+                    e.time_started_ns = t;
+                }
+            }),
         }
     }
 
@@ -183,20 +206,21 @@ impl Trace {
     /// on, see [`super::FrConfig::dump_on_failure`]) before this returns.
     pub fn finished(self, result: std::result::Result<(), &DistError>) {
         let t = now_ns();
+        let status = &self.group.status;
+        let since = status.started_at(self.record_id);
         self.group.recorder.update(self.record_id, |e| {
             e.retired = true;
+            if let Some(s) = since {
+                e.time_started_ns = s;
+            }
             match result {
                 Ok(()) => {
-                    let started = match e.progress {
-                        Progress::Started(s) => s,
-                        _ => t,
-                    };
-                    e.progress = Progress::Completed {
-                        started,
-                        completed: t,
-                    };
+                    if e.time_started_ns == 0 {
+                        e.time_started_ns = t;
+                    }
+                    e.time_completed_ns = t;
                 }
-                Err(err) => e.error = Some(err.message().to_string()),
+                Err(err) => e.error = Some(Box::new(err.message().to_string())),
             }
         });
         if let (Some(seq), Ok(())) = (self.collective, result) {
@@ -207,4 +231,10 @@ impl Trace {
         }
         self.group.ended(result.is_err());
     }
+}
+
+/// `v` as a u32, `u32::MAX - 1` when larger (a count or millisecond timeout that large is
+/// shown capped; `u32::MAX` marks "no peer").
+fn saturate(v: u64) -> u32 {
+    u32::try_from(v).unwrap_or(u32::MAX - 1).min(u32::MAX - 1)
 }

@@ -13,9 +13,13 @@
 //! and output shapes and dtypes, the timeout, the submitting thread, and timestamps (ns since
 //! the Unix epoch) as the op moves from *scheduled* to *started* to *completed*
 //! ([`Trace::started`], [`Trace::finished`]). A failed op keeps its state (scheduled or
-//! started), is *retired*, and carries its error. Recording copies a few numbers into a
-//! pre-sized slot under a mutex: no allocation for up to four tensors of up to two dimensions
-//! (see the `flight_recorder` benchmark of c10d-gloo for its cost on a 1 KiB all-reduce).
+//! started), is *retired*, and carries its error. Recording writes one 128-byte slot (two
+//! cache lines) under a mutex, with no allocation unless an op's shapes need more than five
+//! words (one in-place tensor of up to three dimensions fits; lists of outputs do not) or it
+//! fails; a running collective's start time is kept beside the ring without taking the lock.
+//! Timestamps come from the coarse realtime clock (the kernel's tick, 1–4 ms): a fine clock
+//! read costs more than the rest of the recording. The `flight_recorder` benchmark of
+//! c10d-gloo measures the cost on a 1 KiB all-reduce.
 //!
 //! # Environment (read once, when the first group registers)
 //!
@@ -50,9 +54,10 @@
 //! - No `frames` (call stacks): capturing a Python or Rust backtrace per op would cost far more
 //!   than the op itself on small messages. `TORCH_FR_CPP_STACK` and
 //!   `TORCH_INCLUDE_STACK_TRACE` are not read.
-//! - Timestamps are taken when the backend runs the op (no CUDA events), and `duration_ms` is
-//!   the host time from start to completion; PyTorch's gloo records no start or completion at
-//!   all (its entries stay "scheduled").
+//! - Timestamps are taken when the backend runs the op (no CUDA events), from the coarse clock
+//!   (see above), and `duration_ms` is the host time from start to completion at that
+//!   resolution (0 for most small ops); PyTorch's gloo records no start or completion at all
+//!   (its entries stay "scheduled").
 //! - Sends and receives are recorded with their peers (PyTorch's gloo does not record them);
 //!   `monitored_barrier` is recorded as `"barrier"`, `all_to_all_single` as `"all_to_all"`.
 //! - The dump is written at the first failure of a run of failures of a group (not for every
@@ -269,7 +274,11 @@ impl FlightRecorder {
             pg_status,
             entries: entries
                 .iter()
-                .filter_map(|e| Some(DumpEntry::from_entry(e, g.info.get(&e.pg_id)?)))
+                .filter_map(|e| {
+                    let pg = e.pg_id as u64;
+                    let started = g.status.get(&pg).and_then(|s| s.started_at(e.record_id));
+                    Some(DumpEntry::from_entry(e, g.info.get(&pg)?, started))
+                })
                 .collect(),
         }
     }

@@ -355,3 +355,29 @@ fn work_completer_reports_start_completion_and_drop() {
         .unwrap()
         .contains("dropped by its backend"));
 }
+
+#[test]
+fn entries_fit_two_cache_lines_and_shapes_round_trip() {
+    assert!(std::mem::size_of::<entry::Entry>() <= 128);
+    let a = Tensor::zeros(DType::F32, &[4, 2]);
+    let b = Tensor::zeros(DType::I64, &[3]);
+    let c = Tensor::zeros(DType::BF16, &[]);
+    let cases: [(&[Tensor], &[Tensor]); 4] = [
+        (&[], &[]),
+        (std::slice::from_ref(&a), std::slice::from_ref(&a)),
+        (&[a.clone(), b.clone()], &[b.clone(), c.clone(), a.clone()]),
+        (std::slice::from_ref(&c), &[]),
+    ];
+    for (ins, outs) in cases {
+        let list = |ts: &[Tensor]| -> entry::Listed {
+            ts.iter()
+                .map(|t| {
+                    let s = t.shape().iter().map(|&d| d as i64).collect();
+                    (s, t.dtype().torch_name().to_string())
+                })
+                .unzip()
+        };
+        let decoded = entry::Shapes::of(ins, outs).decode();
+        assert_eq!(decoded, (list(ins), list(outs)));
+    }
+}
