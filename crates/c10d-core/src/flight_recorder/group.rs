@@ -43,7 +43,9 @@ pub(crate) struct GroupStatus {
     pub last_completed: AtomicI64,
     /// `record_id + 1` of the collective running now (0: none) and since when: a group runs
     /// one collective at a time, so its start is kept here, without taking the ring's lock,
-    /// until it ends (send/recv, which overlap, go through the ring).
+    /// until it ends (send/recv, which overlap, go through the ring). A backend that ran
+    /// several collectives of one group at once would lose the start times of all but the
+    /// latest (those show their completion time as start).
     pub running: AtomicU64,
     pub running_since: AtomicU64,
 }
