@@ -21,6 +21,9 @@ pub struct Rank {
     /// Exit status once reaped: `Some(code)`, `None` when killed by a signal.
     pub exit: Option<Option<i32>>,
     pub exited_at: Option<Instant>,
+    /// The threads reading its stdout and stderr (joined once it exited, so that its last
+    /// lines are in `lines` before anyone judges them).
+    readers: Vec<std::thread::JoinHandle<()>>,
 }
 
 /// The environment marker every rank of trial `t` carries (found again by the leak check).
@@ -105,8 +108,10 @@ pub fn start(plan: &Plan, s: &Setup) -> Result<Vec<Rank>, String> {
         match cmd.spawn() {
             Ok(mut child) => {
                 let lines: Lines = Arc::default();
-                read_lines(child.stdout.take().expect("piped"), lines.clone());
-                read_lines(child.stderr.take().expect("piped"), lines.clone());
+                let readers = vec![
+                    read_lines(child.stdout.take().expect("piped"), lines.clone()),
+                    read_lines(child.stderr.take().expect("piped"), lines.clone()),
+                ];
                 let pid = child.id() as i32;
                 ranks.push(Rank {
                     child,
@@ -114,6 +119,7 @@ pub fn start(plan: &Plan, s: &Setup) -> Result<Vec<Rank>, String> {
                     lines,
                     exit: None,
                     exited_at: None,
+                    readers,
                 });
             }
             Err(e) => {
@@ -125,7 +131,7 @@ pub fn start(plan: &Plan, s: &Setup) -> Result<Vec<Rank>, String> {
     Ok(ranks)
 }
 
-fn read_lines(src: impl Read + Send + 'static, lines: Lines) {
+fn read_lines(src: impl Read + Send + 'static, lines: Lines) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         let mut r = BufReader::new(src);
         let mut buf = Vec::new();
@@ -137,7 +143,7 @@ fn read_lines(src: impl Read + Send + 'static, lines: Lines) {
             lines.lock().expect("lines").push((Instant::now(), s));
             buf.clear();
         }
-    });
+    })
 }
 
 impl Rank {
@@ -157,9 +163,17 @@ impl Rank {
             if let Ok(Some(st)) = self.child.try_wait() {
                 self.exit = Some(st.code());
                 self.exited_at = Some(Instant::now());
+                self.join_readers();
             }
         }
         self.exit.is_some()
+    }
+
+    /// Waits until everything the exited rank wrote is in `lines` (its pipes are at EOF).
+    fn join_readers(&mut self) {
+        for h in self.readers.drain(..) {
+            let _ = h.join();
+        }
     }
 
     /// Sends `sig` unless the rank was reaped already.
@@ -204,6 +218,7 @@ pub fn kill_all(ranks: &mut [Rank]) {
             r.signal(libc::SIGKILL);
             let _ = r.child.wait();
             r.exit = Some(None);
+            r.join_readers();
         }
     }
 }
