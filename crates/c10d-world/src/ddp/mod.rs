@@ -21,8 +21,9 @@
 //!    before it), its all_reduce is launched asynchronously, so communication overlaps the rest
 //!    of the backward pass. Buckets are launched in the same order on every rank.
 //! 4. **Hooks**: the reduction of a bucket is DDP's own (divide by the group size, then sum), or a
-//!    registered [`CommHook`]: [`AllReduceHook`], [`Fp16CompressHook`], [`Bf16CompressHook`] or
-//!    the caller's own (a closure receiving the [`GradBucket`] and returning a [`BucketFuture`]).
+//!    registered [`CommHook`]: [`AllReduceHook`], [`Fp16CompressHook`], [`Bf16CompressHook`],
+//!    [`PowerSgdHook`] or the caller's own (a closure receiving the [`GradBucket`] and returning
+//!    a [`BucketFuture`]).
 //! 5. **Finalize**: [`Reducer::finalize_backward`] waits for every bucket and leaves the averaged
 //!    gradients in place. [`Reducer::stats`] tells how much communication time was hidden behind
 //!    the backward pass.
@@ -68,7 +69,8 @@
 //!   iteration.
 //! - Dense, floating-point CPU parameters only (no sparse gradients, no mixed precision, no
 //!   `no_sync` accumulation); buckets live in host memory.
-//! - PowerSGD and the other stateful hooks are not provided.
+//! - [`PowerSgdHook`] is PyTorch's `powerSGD_hook` for float32 buckets (differences in
+//!   [`powersgd`]); the batched variant and the other stateful hooks are not provided.
 
 pub mod broadcast_coalesced;
 pub mod bucket_assignment;
@@ -77,6 +79,7 @@ pub mod comm_hooks;
 mod elementwise;
 mod errors;
 pub mod grad_bucket;
+pub mod powersgd;
 mod rebuild;
 pub mod reducer;
 pub mod stats;
@@ -89,6 +92,7 @@ pub use bucket_assignment::{
 };
 pub use comm_hooks::{AllReduceHook, Bf16CompressHook, CommHook, Fp16CompressHook};
 pub use grad_bucket::{BucketFuture, GradBucket};
+pub use powersgd::{PowerSgdHook, PowerSgdOptions};
 pub use reducer::{Reducer, ReducerOptions};
 pub use stats::DdpStats;
 pub use verify::verify_params_across_processes;
