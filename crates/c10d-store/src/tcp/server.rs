@@ -810,80 +810,14 @@ impl EventLoop {
                 self.wake(&k);
                 self.kv.insert(k, Arc::new(v));
             }
-            Request::CompareSet(k, expected, desired) => {
-                // Missing with empty `expected`, or equal: store and reply `desired`; missing
-                // otherwise: reply `expected`; else reply the current value.
-                let swap = self
-                    .kv
-                    .get(&k)
-                    .map_or(expected.is_empty(), |cur| **cur == expected);
-                let out = &mut self.conns.get_mut(&id).expect("serving connection").out;
-                if swap {
-                    put_bytes(&mut out.tail, &desired);
-                } else if let Some(cur) = self.kv.get(&k) {
-                    out.push_value(cur);
-                } else {
-                    put_bytes(&mut out.tail, &expected);
-                }
-                // libuv wakes waiters in every branch (store-protocol.md §3 quirk).
-                self.wake(&k);
-                if swap {
-                    self.kv.insert(k, Arc::new(desired));
-                }
-            }
-            Request::Get(k) => {
-                let out = &mut self.conns.get_mut(&id).expect("serving connection").out;
-                match self.kv.get(&k) {
-                    Some(v) => out.push_value(v),
-                    None => put_u64(&mut out.tail, 0),
-                }
-            }
-            Request::Add(k, delta) => {
-                let cur = match self.kv.get(&k) {
-                    None => 0,
-                    Some(v) => parse_stoll(v).ok_or_else(|| {
-                        format!(
-                            "ADD on key {:?} whose value {:?} is not an integer",
-                            String::from_utf8_lossy(&k),
-                            String::from_utf8_lossy(v)
-                        )
-                    })?,
-                };
-                let new = cur.wrapping_add(delta);
-                if k == b"init/" {
-                    if let Some(ws) = self.world_size {
-                        if new == ws as i64 {
-                            log::info!("c10d-store server: all {ws} workers joined");
-                        }
-                    }
-                }
-                put_i64(self.out(id), new);
-                self.wake(&k);
-                self.kv.insert(k, Arc::new(new.to_string().into_bytes()));
-            }
+            Request::CompareSet(k, expected, desired) => self.compare_set(id, k, expected, desired),
+            Request::Get(k) => self.get(id, &[k]),
+            Request::Add(k, delta) => self.add(id, k, delta)?,
             Request::Check(keys) => {
                 let ready = keys.iter().all(|k| self.exists(k));
                 self.out(id).push(if ready { 0 } else { 1 });
             }
-            Request::Wait(keys) => {
-                if keys.iter().all(|k| self.exists(k)) {
-                    self.out(id).push(STOP_WAITING);
-                } else {
-                    // Register on the keys absent from the key map; one key does not exist,
-                    // so at least one is absent.
-                    let missing: Vec<Vec<u8>> = keys
-                        .into_iter()
-                        .filter(|k| !self.kv.contains_key(k))
-                        .collect();
-                    debug_assert!(!missing.is_empty());
-                    for k in &missing {
-                        self.waiters.entry(k.clone()).or_default().push(id);
-                    }
-                    let c = self.conns.get_mut(&id).expect("serving connection");
-                    c.awaiting += missing.len();
-                    c.wait_keys.extend(missing);
-                }
-            }
+            Request::Wait(keys) => self.wait(id, keys),
             Request::GetNumKeys => {
                 let n = self.kv.len() as i64;
                 put_i64(self.out(id), n);
@@ -897,85 +831,181 @@ impl EventLoop {
                 // Copies the value only when a pending reply still references it.
                 Arc::make_mut(self.kv.entry(k).or_default()).extend_from_slice(&v);
             }
-            Request::MultiGet(keys) => {
-                // Large values are referenced, not copied: the reply costs memory for its
-                // small values only, however large it is (back-pressure paces the rest).
-                let out = &mut self.conns.get_mut(&id).expect("serving connection").out;
-                for k in &keys {
-                    match self.kv.get(k) {
-                        Some(v) => out.push_value(v),
-                        None => put_u64(&mut out.tail, 0),
-                    }
-                }
-            }
+            Request::MultiGet(keys) => self.get(id, &keys),
             Request::MultiSet(kvs) => {
                 for (k, v) in kvs {
                     self.wake(&k);
                     self.kv.insert(k, Arc::new(v));
                 }
             }
-            Request::CancelWait => {
-                let c = self.conns.get_mut(&id).expect("serving connection");
-                c.awaiting = 0;
-                let keys = std::mem::take(&mut c.wait_keys);
-                for k in keys {
-                    self.unregister(&k, id);
-                }
-                self.out(id).push(super::protocol::WAIT_CANCELED);
-            }
+            Request::CancelWait => self.cancel_wait(id),
             Request::QueuePush(k, v) => {
                 self.wake_one(&k);
                 self.queues.entry(k).or_default().push_back(v);
             }
-            Request::QueuePop(k) => {
-                let q = self.queues.get_mut(&k);
-                let len = q.as_ref().map_or(0, |q| q.len()) as i64;
-                let item = q.and_then(|q| q.pop_front());
-                if self.queues.get(&k).is_some_and(|q| q.is_empty()) {
-                    self.queues.remove(&k);
-                }
-                let out = self.out(id);
-                put_i64(out, len);
-                if let Some(item) = item {
-                    put_bytes(out, &item);
-                }
-            }
+            Request::QueuePop(k) => self.queue_pop(id, &k),
             Request::QueueLen(k) => {
                 let len = self.queues.get(&k).map_or(0, |q| q.len()) as i64;
                 put_i64(self.out(id), len);
             }
-            Request::ListKeys => {
-                let mut out = std::mem::take(self.out(id));
-                put_i64(&mut out, self.kv.len() as i64);
-                for k in self.kv.keys() {
-                    put_bytes(&mut out, k);
-                }
-                *self.out(id) = out;
+            Request::ListKeys => self.list_keys(id),
+            Request::Barrier(k, world_size) => self.barrier(id, k, world_size)?,
+        }
+        Ok(())
+    }
+
+    /// COMPARE_SET: missing with empty `expected`, or equal: store and reply `desired`; missing
+    /// otherwise: reply `expected`; else reply the current value.
+    fn compare_set(&mut self, id: usize, k: Vec<u8>, expected: Vec<u8>, desired: Vec<u8>) {
+        let swap = self
+            .kv
+            .get(&k)
+            .map_or(expected.is_empty(), |cur| **cur == expected);
+        let out = &mut self.conns.get_mut(&id).expect("serving connection").out;
+        if swap {
+            put_bytes(&mut out.tail, &desired);
+        } else if let Some(cur) = self.kv.get(&k) {
+            out.push_value(cur);
+        } else {
+            put_bytes(&mut out.tail, &expected);
+        }
+        // libuv wakes waiters in every branch (store-protocol.md §3 quirk).
+        self.wake(&k);
+        if swap {
+            self.kv.insert(k, Arc::new(desired));
+        }
+    }
+
+    /// GET / MULTI_GET: each value, or an empty one for a missing key. Large values are
+    /// referenced, not copied: the reply costs memory for its small values only, however large
+    /// it is (back-pressure paces the rest).
+    fn get(&mut self, id: usize, keys: &[Vec<u8>]) {
+        let out = &mut self.conns.get_mut(&id).expect("serving connection").out;
+        for k in keys {
+            match self.kv.get(k) {
+                Some(v) => out.push_value(v),
+                None => put_u64(&mut out.tail, 0),
             }
-            Request::Barrier(k, world_size) => {
-                let count = match self.kv.get(&k) {
-                    None => 1,
-                    Some(v) => parse_stoll(v)
-                        .ok_or_else(|| {
-                            format!(
-                                "BARRIER on key {:?} whose value is not an integer",
-                                String::from_utf8_lossy(&k)
-                            )
-                        })?
-                        .wrapping_add(1),
-                };
-                self.kv
-                    .insert(k.clone(), Arc::new(count.to_string().into_bytes()));
-                if count >= world_size {
-                    self.wake(&k);
-                    self.out(id).push(STOP_WAITING);
-                } else {
-                    self.waiters.entry(k.clone()).or_default().push(id);
-                    let c = self.conns.get_mut(&id).expect("serving connection");
-                    c.awaiting += 1;
-                    c.wait_keys.push(k);
+        }
+    }
+
+    /// ADD: the key's integer value (0 when missing) plus `delta`, stored and replied.
+    ///
+    /// # Errors
+    /// The key holds something other than an integer.
+    fn add(&mut self, id: usize, k: Vec<u8>, delta: i64) -> std::result::Result<(), String> {
+        let cur = match self.kv.get(&k) {
+            None => 0,
+            Some(v) => parse_stoll(v).ok_or_else(|| {
+                format!(
+                    "ADD on key {:?} whose value {:?} is not an integer",
+                    String::from_utf8_lossy(&k),
+                    String::from_utf8_lossy(v)
+                )
+            })?,
+        };
+        let new = cur.wrapping_add(delta);
+        if k == b"init/" {
+            if let Some(ws) = self.world_size {
+                if new == ws as i64 {
+                    log::info!("c10d-store server: all {ws} workers joined");
                 }
             }
+        }
+        put_i64(self.out(id), new);
+        self.wake(&k);
+        self.kv.insert(k, Arc::new(new.to_string().into_bytes()));
+        Ok(())
+    }
+
+    /// WAIT: STOP_WAITING now when every key exists, else registers on the missing ones.
+    fn wait(&mut self, id: usize, keys: Vec<Vec<u8>>) {
+        if keys.iter().all(|k| self.exists(k)) {
+            self.out(id).push(STOP_WAITING);
+            return;
+        }
+        // Register on the keys absent from the key map; one key does not exist, so at least one
+        // is absent.
+        let missing: Vec<Vec<u8>> = keys
+            .into_iter()
+            .filter(|k| !self.kv.contains_key(k))
+            .collect();
+        debug_assert!(!missing.is_empty());
+        for k in &missing {
+            self.waiters.entry(k.clone()).or_default().push(id);
+        }
+        let c = self.conns.get_mut(&id).expect("serving connection");
+        c.awaiting += missing.len();
+        c.wait_keys.extend(missing);
+    }
+
+    /// CANCEL_WAIT: drops the connection's registrations and replies WAIT_CANCELED.
+    fn cancel_wait(&mut self, id: usize) {
+        let c = self.conns.get_mut(&id).expect("serving connection");
+        c.awaiting = 0;
+        let keys = std::mem::take(&mut c.wait_keys);
+        for k in keys {
+            self.unregister(&k, id);
+        }
+        self.out(id).push(super::protocol::WAIT_CANCELED);
+    }
+
+    /// QUEUE_POP: the queue's length before the pop, then the item when there was one.
+    fn queue_pop(&mut self, id: usize, k: &[u8]) {
+        let q = self.queues.get_mut(k);
+        let len = q.as_ref().map_or(0, |q| q.len()) as i64;
+        let item = q.and_then(|q| q.pop_front());
+        if self.queues.get(k).is_some_and(|q| q.is_empty()) {
+            self.queues.remove(k);
+        }
+        let out = self.out(id);
+        put_i64(out, len);
+        if let Some(item) = item {
+            put_bytes(out, &item);
+        }
+    }
+
+    /// LIST_KEYS: the number of keys, then each key.
+    fn list_keys(&mut self, id: usize) {
+        let mut out = std::mem::take(self.out(id));
+        put_i64(&mut out, self.kv.len() as i64);
+        for k in self.kv.keys() {
+            put_bytes(&mut out, k);
+        }
+        *self.out(id) = out;
+    }
+
+    /// BARRIER: counts the arrival; the last of `world_size` wakes everyone, others wait.
+    ///
+    /// # Errors
+    /// The key holds something other than an integer.
+    fn barrier(
+        &mut self,
+        id: usize,
+        k: Vec<u8>,
+        world_size: i64,
+    ) -> std::result::Result<(), String> {
+        let count = match self.kv.get(&k) {
+            None => 1,
+            Some(v) => parse_stoll(v)
+                .ok_or_else(|| {
+                    format!(
+                        "BARRIER on key {:?} whose value is not an integer",
+                        String::from_utf8_lossy(&k)
+                    )
+                })?
+                .wrapping_add(1),
+        };
+        self.kv
+            .insert(k.clone(), Arc::new(count.to_string().into_bytes()));
+        if count >= world_size {
+            self.wake(&k);
+            self.out(id).push(STOP_WAITING);
+        } else {
+            self.waiters.entry(k.clone()).or_default().push(id);
+            let c = self.conns.get_mut(&id).expect("serving connection");
+            c.awaiting += 1;
+            c.wait_keys.push(k);
         }
         Ok(())
     }
