@@ -56,28 +56,31 @@
 
 #[path = "c10drun/agent.rs"]
 mod agent;
+#[path = "c10drun/attempt.rs"]
+mod attempt;
 #[path = "c10drun/cli.rs"]
 mod cli;
 #[path = "c10drun/output.rs"]
 mod output;
 #[path = "c10drun/report.rs"]
 mod report;
+#[path = "c10drun/summary.rs"]
+mod summary;
 
-use agent::{AgentKeys, AgentStore, Remote, StoreFail};
+use agent::{AgentKeys, AgentStore, StoreFail};
+use attempt::run_attempt;
 use c10d_store::tcp::{ServerOptions, TcpStoreServer};
 use c10d_store::Store;
 use clap::Parser;
 use cli::{Args, Config, HostMode};
-use output::{pump, Sink};
-use report::{describe_status, signal_name, worker_error_lines, Tail};
-use std::io::{Read, Write};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use report::Tail;
+use std::io::Write;
+use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
-use std::process::{Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
-use std::sync::mpsc;
-use std::sync::Arc;
+use std::process::ExitStatus;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
+use summary::print_summary;
 
 /// The signal received by c10drun (0 = none), set by the handler.
 static PENDING_SIGNAL: AtomicI32 = AtomicI32::new(0);
@@ -259,34 +262,7 @@ fn run(cfg: &Config) -> Result<i32, String> {
     install_signal_handlers();
 
     // 1. The store: hosted by one agent, reached as a client from every agent.
-    let host_it = match cfg.host_mode {
-        HostMode::Yes => true,
-        HostMode::No => false,
-        HostMode::Try => is_local(&cfg.store_host),
-    };
-    let bind = || {
-        TcpStoreServer::bind(ServerOptions {
-            host: None,
-            port: cfg.store_port,
-            world_size: None,
-            ..Default::default()
-        })
-    };
-    let server = if host_it {
-        match bind() {
-            Ok(s) => Some(s),
-            // c10d: another agent on this machine got the port first; use its store.
-            Err(_) if cfg.host_mode == HostMode::Try => None,
-            Err(e) => {
-                return Err(format!(
-                    "cannot host the store on port {}: {e}",
-                    cfg.store_port
-                ))
-            }
-        }
-    } else {
-        None
-    };
+    let server = host_store(cfg)?;
     let port = server.as_ref().map(|s| s.port()).unwrap_or(cfg.store_port);
     if server.is_some() && (cfg.store_port == 0 || cfg.nnodes > 1) {
         say(&format!(
@@ -296,22 +272,8 @@ fn run(cfg: &Config) -> Result<i32, String> {
     }
     let logs = LogDir::new(cfg)?;
     let keys = AgentKeys::new(&cfg.run_id);
-    let mut store: Option<AgentStore> = if cfg.nnodes > 1 {
-        let host = if server.is_some() {
-            "127.0.0.1"
-        } else {
-            cfg.store_host.as_str()
-        };
-        Some(AgentStore::connect(
-            host,
-            port,
-            cfg.rdzv_timeout,
-            cfg.store_deadline,
-        )?)
-    } else {
-        None
-    };
     let hosting = server.is_some();
+    let mut store = connect_store(cfg, hosting, port)?;
 
     let mut node_rank = cfg.node_rank;
     let mut attempt: u32 = 0;
@@ -331,6 +293,7 @@ fn run(cfg: &Config) -> Result<i32, String> {
             port,
             keys: AgentKeys::new(&cfg.run_id),
         };
+        // 3. Start and supervise the workers.
         let (stop, workers, elapsed) = run_attempt(&ctx, attempt, &mut store, &logs)?;
         let Some(reason) = stop else {
             if let Some(s) = store.as_mut() {
@@ -362,354 +325,105 @@ fn run(cfg: &Config) -> Result<i32, String> {
             attempt += 1;
             continue;
         }
-        let mut notes = Vec::new();
-        if let StopReason::StoreLost(_) = reason {
-        } else if let Some(s) = store.as_mut() {
-            if !hosting {
-                let done = keys.done();
-                if let Err(e) = s.bounded("the exit barrier", Duration::ZERO, move |st| {
-                    st.add(&done, 1)
-                }) {
-                    notes.push(format!(
-                        "{}; not waiting for the other nodes",
-                        agent::fail_text(&e)
-                    ));
-                }
-            }
-        }
-        if let Some(why) = store.as_ref().and_then(|s| s.lost.clone()) {
-            if notes.is_empty() && !matches!(reason, StopReason::StoreLost(_)) {
-                notes.push(why);
-            }
-        }
-        print_summary(&ctx, &workers, &reason, elapsed, "job failed", &notes);
-        if hosting {
-            if let Some(s) = store.as_mut() {
-                // Give the other agents a moment to read the failure before the store goes away.
-                let grace = cfg.stop_timeout + Duration::from_secs(5);
-                if let Err(msg) = exit_barrier(s, &keys, cfg.nnodes, grace) {
-                    say(&format!("exit barrier: {msg}"));
-                }
-            }
-        }
+        let code = finish_failed(&ctx, &mut store, hosting, &reason, &workers, elapsed);
         drop(server);
-        return Ok(match reason {
-            StopReason::Signal(sig) => 128 + sig,
-            _ => 1,
-        });
+        return Ok(code);
     }
 }
 
-/// One attempt: starts the local workers and supervises them until all ended. Returns why they
-/// were stopped (`None`: all succeeded), the workers, and the seconds they ran.
-fn run_attempt(
+/// Hosts the store server when this agent is the one to (`None` otherwise, or when another agent
+/// on this machine got the port first under `c10d`).
+fn host_store(cfg: &Config) -> Result<Option<TcpStoreServer>, String> {
+    let host_it = match cfg.host_mode {
+        HostMode::Yes => true,
+        HostMode::No => false,
+        HostMode::Try => is_local(&cfg.store_host),
+    };
+    if !host_it {
+        return Ok(None);
+    }
+    let bound = TcpStoreServer::bind(ServerOptions {
+        host: None,
+        port: cfg.store_port,
+        world_size: None,
+        ..Default::default()
+    });
+    match bound {
+        Ok(s) => Ok(Some(s)),
+        // c10d: another agent on this machine got the port first; use its store.
+        Err(_) if cfg.host_mode == HostMode::Try => Ok(None),
+        Err(e) => Err(format!(
+            "cannot host the store on port {}: {e}",
+            cfg.store_port
+        )),
+    }
+}
+
+/// The agent's store client (several nodes only): the local server when hosting, else the
+/// store address.
+fn connect_store(cfg: &Config, hosting: bool, port: u16) -> Result<Option<AgentStore>, String> {
+    if cfg.nnodes <= 1 {
+        return Ok(None);
+    }
+    let host = if hosting {
+        "127.0.0.1"
+    } else {
+        cfg.store_host.as_str()
+    };
+    Ok(Some(AgentStore::connect(
+        host,
+        port,
+        cfg.rdzv_timeout,
+        cfg.store_deadline,
+    )?))
+}
+
+/// The job failed for good: tells the other nodes this one is done, prints the summary, keeps a
+/// hosted store up a moment for the other agents, and returns c10drun's exit status (128 +
+/// signal after a signal, else 1).
+fn finish_failed(
     ctx: &Ctx,
-    attempt: u32,
     store: &mut Option<AgentStore>,
-    logs: &LogDir,
-) -> Result<(Option<StopReason>, Vec<Worker>, f64), String> {
+    hosting: bool,
+    reason: &StopReason,
+    workers: &[Worker],
+    elapsed: f64,
+) -> i32 {
     let cfg = ctx.cfg;
-    let world_size = cfg.nnodes * cfg.nproc;
-    let (done_tx, done_rx) = mpsc::channel::<()>();
-    let mut workers: Vec<Worker> = Vec::new();
-    let (exit_tx, exit_rx) = mpsc::channel::<(usize, std::io::Result<ExitStatus>)>();
-    let mut pumps = 0usize;
-    let started_at = Instant::now();
-    for local_rank in 0..cfg.nproc {
-        let rank = ctx.node_rank * cfg.nproc + local_rank;
-        let dir = logs.worker(attempt, local_rank)?;
-        let error_file = dir.join("error.json");
-        let mut cmd = Command::new(&cfg.argv[0]);
-        cmd.args(&cfg.argv[1..])
-            .env("RANK", rank.to_string())
-            .env("LOCAL_RANK", local_rank.to_string())
-            .env("WORLD_SIZE", world_size.to_string())
-            .env("LOCAL_WORLD_SIZE", cfg.nproc.to_string())
-            .env("GROUP_RANK", ctx.node_rank.to_string())
-            .env("GROUP_WORLD_SIZE", cfg.nnodes.to_string())
-            .env("ROLE_RANK", rank.to_string())
-            .env("ROLE_NAME", &cfg.role)
-            .env("ROLE_WORLD_SIZE", world_size.to_string())
-            .env("MASTER_ADDR", &ctx.master_addr)
-            .env("MASTER_PORT", ctx.port.to_string())
-            .env("TORCHELASTIC_RUN_ID", &cfg.run_id)
-            .env("TORCHELASTIC_RESTART_COUNT", attempt.to_string())
-            .env("TORCHELASTIC_MAX_RESTARTS", cfg.max_restarts.to_string())
-            .env("TORCHELASTIC_USE_AGENT_STORE", "True")
-            .env("TORCHELASTIC_ERROR_FILE", &error_file)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0);
-        if std::env::var_os("OMP_NUM_THREADS").is_none() && cfg.nproc > 1 {
-            cmd.env("OMP_NUM_THREADS", "1");
-        }
-        if std::env::var_os("PYTHONUNBUFFERED").is_none() {
-            cmd.env("PYTHONUNBUFFERED", "1");
-        }
-        // SAFETY: the closure runs in the forked child before exec and only makes the
-        // async-signal-safe `prctl` syscall: the worker gets SIGKILL when the launcher thread
-        // that forked it (our main thread, alive until we exit) dies.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::prctl(
-                    libc::PR_SET_PDEATHSIG,
-                    libc::SIGKILL as libc::c_ulong,
-                    0,
-                    0,
-                    0,
-                );
-                Ok(())
-            });
-        }
-        let mut child = match cmd.spawn() {
-            Ok(c) => c,
-            Err(e) => {
-                say(&format!("cannot start rank {rank} ({}): {e}", cfg.argv[0]));
-                for w in workers.iter_mut() {
-                    w.signal(libc::SIGKILL);
-                }
-                for _ in 0..workers.len() {
-                    let _ = exit_rx.recv_timeout(Duration::from_secs(10));
-                }
-                publish_failure(
-                    store,
-                    &ctx.keys,
-                    attempt,
-                    &format!("rank {rank} on node {} could not start: {e}", ctx.node_rank),
-                );
-                return Err(format!(
-                    "worker group of node {} not started",
-                    ctx.node_rank
+    let mut notes = Vec::new();
+    if let StopReason::StoreLost(_) = reason {
+    } else if let Some(s) = store.as_mut() {
+        if !hosting {
+            let done = ctx.keys.done();
+            if let Err(e) = s.bounded("the exit barrier", Duration::ZERO, move |st| {
+                st.add(&done, 1)
+            }) {
+                notes.push(format!(
+                    "{}; not waiting for the other nodes",
+                    agent::fail_text(&e)
                 ));
             }
-        };
-        let prefix = if cfg.no_prefix {
-            None
-        } else {
-            Some(format!("[rank {rank}]: "))
-        };
-        let tail = Tail::default();
-        let (out_mode, err_mode) = cfg.streams[local_rank];
-        let open = |name: &str, on: bool| -> Result<Option<std::fs::File>, String> {
-            if !on {
-                return Ok(None);
-            }
-            let p = dir.join(name);
-            std::fs::File::create(&p)
-                .map(Some)
-                .map_err(|e| format!("cannot create {}: {e}", p.display()))
-        };
-        let sinks = [
-            Sink {
-                prefix: prefix.clone(),
-                to_stderr: false,
-                console: out_mode.console,
-                file: open("stdout.log", out_mode.file)?,
-                tail: None,
-            },
-            Sink {
-                prefix,
-                to_stderr: true,
-                console: err_mode.console,
-                file: open("stderr.log", err_mode.file)?,
-                tail: Some(tail.clone()),
-            },
-        ];
-        let streams = [
-            child
-                .stdout
-                .take()
-                .map(|s| Box::new(s) as Box<dyn Read + Send>),
-            child
-                .stderr
-                .take()
-                .map(|s| Box::new(s) as Box<dyn Read + Send>),
-        ];
-        for (stream, sink) in streams.into_iter().zip(sinks) {
-            if let Some(s) = stream {
-                let tx = done_tx.clone();
-                std::thread::spawn(move || {
-                    pump(s, sink);
-                    let _ = tx.send(());
-                });
-                pumps += 1;
-            }
         }
-        let pid = child.id() as i32;
-        // A waiter thread per worker reaps it the moment it ends, so exit order (and so the root
-        // cause) is observed exactly, not at the next poll.
-        let tx = exit_tx.clone();
-        let index = workers.len();
-        std::thread::spawn(move || {
-            let st = child.wait();
-            let _ = tx.send((index, st));
-        });
-        workers.push(Worker {
-            rank,
-            local_rank,
-            pid,
-            status: None,
-            ended_at: None,
-            sent: Vec::new(),
-            error_file,
-            tail,
-        });
     }
-    drop(done_tx);
-
-    // A watcher for failures published by other nodes, and for the store going silent.
-    let (remote_tx, remote_rx) = mpsc::channel::<Remote>();
-    let watcher_stop = Arc::new(AtomicBool::new(false));
-    if let Some(s) = store.as_ref() {
-        // Its own connection: a client handle serves one request at a time, and this one blocks.
-        match s.clone_conn() {
-            Ok(conn) => agent::watch(
-                conn,
-                ctx.keys.failed(attempt),
-                s.addr.clone(),
-                cfg.monitor_interval.max(Duration::from_secs(1)),
-                s.deadline,
-                watcher_stop.clone(),
-                remote_tx,
-            ),
-            Err(e) => {
-                let _ = remote_tx.send(Remote::Lost(format!(
-                    "the store at {} is unreachable ({e})",
-                    s.addr
-                )));
+    if let Some(why) = store.as_ref().and_then(|s| s.lost.clone()) {
+        if notes.is_empty() && !matches!(reason, StopReason::StoreLost(_)) {
+            notes.push(why);
+        }
+    }
+    print_summary(ctx, workers, reason, elapsed, "job failed", &notes);
+    if hosting {
+        if let Some(s) = store.as_mut() {
+            // Give the other agents a moment to read the failure before the store goes away.
+            let grace = cfg.stop_timeout + Duration::from_secs(5);
+            if let Err(msg) = exit_barrier(s, &ctx.keys, cfg.nnodes, grace) {
+                say(&format!("exit barrier: {msg}"));
             }
         }
     }
-
-    // 3. Supervise.
-    let grace = cfg.stop_timeout;
-    let mut stop: Option<(StopReason, Instant)> = None;
-    let mut killed = false;
-    loop {
-        let sig = PENDING_SIGNAL.swap(0, Ordering::SeqCst);
-        if sig != 0 {
-            say(&format!(
-                "received {}, forwarding it to the workers",
-                signal_name(sig)
-            ));
-            for w in workers.iter_mut() {
-                w.signal(sig);
-            }
-            if stop.is_none() {
-                publish_failure(
-                    store,
-                    &ctx.keys,
-                    attempt,
-                    &format!(
-                        "c10drun on node {} received {}",
-                        ctx.node_rank,
-                        signal_name(sig)
-                    ),
-                );
-                stop = Some((StopReason::Signal(sig), Instant::now()));
-            }
-        }
-        if stop.is_none() {
-            match remote_rx.try_recv() {
-                Ok(Remote::Failure(msg)) => {
-                    say(&format!(
-                        "another node failed ({msg}); stopping the workers of node {}",
-                        ctx.node_rank
-                    ));
-                    for w in workers.iter_mut() {
-                        w.signal(libc::SIGTERM);
-                    }
-                    stop = Some((StopReason::RemoteFailure(msg), Instant::now()));
-                }
-                Ok(Remote::Lost(msg)) => {
-                    say(&format!(
-                        "{msg}; stopping the workers of node {}",
-                        ctx.node_rank
-                    ));
-                    if let Some(s) = store.as_mut() {
-                        s.lost = Some(msg.clone());
-                    }
-                    for w in workers.iter_mut() {
-                        w.signal(libc::SIGTERM);
-                    }
-                    stop = Some((StopReason::StoreLost(msg), Instant::now()));
-                }
-                Err(_) => {}
-            }
-        }
-        // Wait (briefly) for the next worker to end, then take every exit already reported.
-        let mut exits = Vec::new();
-        match exit_rx.recv_timeout(Duration::from_millis(20)) {
-            Ok(e) => {
-                exits.push(e);
-                exits.extend(exit_rx.try_iter());
-            }
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                return Err("lost track of the workers".into())
-            }
-        }
-        for (i, st) in exits {
-            let st = st.map_err(|e| format!("waiting for rank {}: {e}", workers[i].rank))?;
-            workers[i].status = Some(st);
-            workers[i].ended_at = Some(Instant::now());
-            if !st.success() && stop.is_none() {
-                let w = &workers[i];
-                say(&format!(
-                    "rank {} (local_rank {}, pid {}) failed with {}; stopping the other workers",
-                    w.rank,
-                    w.local_rank,
-                    w.pid,
-                    describe_status(&st)
-                ));
-                let msg = format!(
-                    "rank {} on node {}: {}",
-                    w.rank,
-                    ctx.node_rank,
-                    describe_status(&st)
-                );
-                publish_failure(store, &ctx.keys, attempt, &msg);
-                for w in workers.iter_mut() {
-                    w.signal(libc::SIGTERM);
-                }
-                stop = Some((StopReason::LocalFailure(i), Instant::now()));
-            }
-        }
-        if workers.iter().all(|w| w.status.is_some()) {
-            break;
-        }
-        if let Some((_, since)) = &stop {
-            if !killed && since.elapsed() >= grace {
-                let left: Vec<String> = workers
-                    .iter()
-                    .filter(|w| w.status.is_none())
-                    .map(|w| w.rank.to_string())
-                    .collect();
-                say(&format!(
-                    "ranks [{}] still running {:.1} s after SIGTERM; sending SIGKILL",
-                    left.join(", "),
-                    grace.as_secs_f64()
-                ));
-                for w in workers.iter_mut() {
-                    w.signal(libc::SIGKILL);
-                }
-                killed = true;
-            }
-        }
+    match reason {
+        StopReason::Signal(sig) => 128 + sig,
+        _ => 1,
     }
-    watcher_stop.store(true, Ordering::SeqCst);
-
-    // Let the output pumps drain (a grandchild holding a pipe open must not keep us here).
-    let drain_deadline = Instant::now() + Duration::from_secs(2);
-    for _ in 0..pumps {
-        let left = drain_deadline.saturating_duration_since(Instant::now());
-        if done_rx.recv_timeout(left).is_err() {
-            break;
-        }
-    }
-    let elapsed = started_at.elapsed().as_secs_f64();
-    Ok((stop.map(|(r, _)| r), workers, elapsed))
 }
 
 /// Marks this node done and waits (bounded by `timeout`, each store operation by the store
@@ -752,101 +466,5 @@ fn exit_barrier(
             Err(StoreFail::Op(_)) => continue,
             Err(e) => return Err(agent::fail_text(&e)),
         }
-    }
-}
-
-fn print_summary(
-    ctx: &Ctx,
-    workers: &[Worker],
-    reason: &StopReason,
-    elapsed: f64,
-    heading: &str,
-    notes: &[String],
-) {
-    let mut lines = Vec::new();
-    lines.push("=".repeat(72));
-    lines.push(format!(
-        "{heading}: {} (run id {}, node {}, {:.2} s)",
-        ctx.cfg.display, ctx.cfg.run_id, ctx.node_rank, elapsed
-    ));
-    let fmt_worker = |w: &Worker| {
-        let st = w
-            .status
-            .as_ref()
-            .map(describe_status)
-            .unwrap_or_else(|| "still running".into());
-        format!(
-            "rank {} (local_rank {}, pid {}): {}",
-            w.rank, w.local_rank, w.pid, st
-        )
-    };
-    // Root cause: when a rank dies, its peers fail a moment later with "connection lost" errors,
-    // and their exit may even be observed first. Among the failures seen within ROOT_WINDOW of
-    // the first one, a death by a signal (crash, OOM kill, kill -9) is the cause rather than an
-    // error exit; otherwise the earliest failure is.
-    const ROOT_WINDOW: Duration = Duration::from_millis(1000);
-    let root = match reason {
-        StopReason::LocalFailure(first) => {
-            let t0 = workers[*first].ended_at.unwrap_or_else(Instant::now);
-            workers
-                .iter()
-                .enumerate()
-                .filter(|(_, w)| w.failed() && w.ended_at.is_some_and(|t| t <= t0 + ROOT_WINDOW))
-                .min_by_key(|(_, w)| (w.status.and_then(|s| s.signal()).is_none(), w.ended_at))
-                .map(|(i, _)| i)
-                .or(Some(*first))
-        }
-        _ => None,
-    };
-    match (reason, root) {
-        (StopReason::LocalFailure(_), Some(i)) => {
-            lines.push("root cause (first observed failure):".into());
-            lines.push(format!("  {}", fmt_worker(&workers[i])));
-            lines.extend(worker_error_lines(&workers[i].error_file, &workers[i].tail));
-        }
-        (StopReason::RemoteFailure(msg), _) => {
-            lines.push(format!("root cause: another node failed: {msg}"))
-        }
-        (StopReason::Signal(sig), _) => lines.push(format!(
-            "root cause: c10drun received {}",
-            signal_name(*sig)
-        )),
-        (StopReason::StoreLost(msg), _) => lines.push(format!("root cause: {msg}")),
-        _ => {}
-    }
-    let mut others = Vec::new();
-    let mut stopped = Vec::new();
-    let mut ok = Vec::new();
-    for (i, w) in workers.iter().enumerate() {
-        if Some(i) == root || w.status.is_none() {
-            continue;
-        }
-        if w.status.is_some_and(|s| s.success()) {
-            ok.push(w.rank.to_string());
-        } else if w.stopped_by_us() {
-            stopped.push(format!("  {} (stopped by c10drun)", fmt_worker(w)));
-        } else {
-            others.push(format!("  {}", fmt_worker(w)));
-            others.extend(worker_error_lines(&w.error_file, &w.tail));
-        }
-    }
-    if !others.is_empty() {
-        lines.push("other failures:".into());
-        lines.extend(others);
-    }
-    if !stopped.is_empty() {
-        lines.push("stopped:".into());
-        lines.extend(stopped);
-    }
-    if !ok.is_empty() {
-        lines.push(format!("finished successfully: ranks [{}]", ok.join(", ")));
-    }
-    for n in notes {
-        lines.push(format!("store: {n}"));
-    }
-    lines.push("=".repeat(72));
-    let mut e = std::io::stderr().lock();
-    for l in lines {
-        let _ = writeln!(e, "c10drun: {l}");
     }
 }

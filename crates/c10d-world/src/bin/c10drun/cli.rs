@@ -369,35 +369,90 @@ fn fresh_run_id() -> String {
 }
 
 impl Config {
+    /// Checks the command line and works out the configuration.
     pub fn from_args(a: Args) -> Result<Config, String> {
-        // An option clap did not know lands in the program slot: never run it as the program.
-        let first = &a.command[0];
-        if first.starts_with('-') && first.len() > 1 {
-            let name = first.trim_start_matches('-');
-            let name = name.split('=').next().unwrap_or(name).replace('_', "-");
-            if UNSUPPORTED.contains(&name.as_str()) {
-                return Err(usage(format!(
-                    "torchrun's option --{name} is not supported by c10drun yet"
-                )));
+        check_command(&a)?;
+        let nproc = parse_nproc(&a.nproc_per_node)?;
+        let nnodes = parse_nnodes(&a.nnodes)?;
+        let conf = RdzvConf::parse(&a)?;
+        let backend = rdzv_backend(&a)?;
+        let place = if a.standalone {
+            standalone_place(nnodes)?
+        } else {
+            let run_id = a.run_id.clone().unwrap_or_else(|| "none".into());
+            match backend {
+                Backend::Static => static_place(&a, nnodes, run_id)?,
+                Backend::C10d => c10d_place(&a, nnodes, conf.is_host, run_id)?,
             }
+        };
+        let argv = worker_argv(&a);
+        let streams = stream_modes(&a, nproc)?;
+        Ok(Config {
+            nproc,
+            nnodes: place.nnodes,
+            node_rank: place.node_rank,
+            store_host: place.store_host,
+            store_port: place.store_port,
+            host_mode: place.host_mode,
+            run_id: place.run_id,
+            stop_timeout: Duration::from_secs_f64(a.stop_timeout),
+            rdzv_timeout: conf.rdzv_timeout,
+            store_deadline: conf.store_deadline,
+            max_restarts: a.max_restarts,
+            monitor_interval: Duration::from_secs_f64(a.monitor_interval),
+            role: a.role,
+            argv,
+            display: a.command.join(" "),
+            log_dir: a.log_dir,
+            streams,
+            no_prefix: a.no_prefix,
+        })
+    }
+}
+
+/// The program slot must not hold an option clap did not know; `-m` excludes `--no-python`;
+/// `--start-method` must be one of torchrun's.
+fn check_command(a: &Args) -> Result<(), String> {
+    // An option clap did not know lands in the program slot: never run it as the program.
+    let first = &a.command[0];
+    if first.starts_with('-') && first.len() > 1 {
+        let name = first.trim_start_matches('-');
+        let name = name.split('=').next().unwrap_or(name).replace('_', "-");
+        if UNSUPPORTED.contains(&name.as_str()) {
             return Err(usage(format!(
-                "unknown option '{first}' (see c10drun --help); the program to run comes after the options"
+                "torchrun's option --{name} is not supported by c10drun yet"
             )));
         }
-        if a.module && a.no_python {
-            return Err(usage(
-                "--module and --no-python cannot be used together (-m runs the program as a Python module)",
-            ));
+        return Err(usage(format!(
+            "unknown option '{first}' (see c10drun --help); the program to run comes after the options"
+        )));
+    }
+    if a.module && a.no_python {
+        return Err(usage(
+            "--module and --no-python cannot be used together (-m runs the program as a Python module)",
+        ));
+    }
+    if let Some(m) = &a.start_method {
+        if !matches!(m.as_str(), "spawn" | "fork" | "forkserver") {
+            return Err(usage(format!(
+                "--start-method: expected spawn, fork or forkserver, got '{m}'"
+            )));
         }
-        if let Some(m) = &a.start_method {
-            if !matches!(m.as_str(), "spawn" | "fork" | "forkserver") {
-                return Err(usage(format!(
-                    "--start-method: expected spawn, fork or forkserver, got '{m}'"
-                )));
-            }
-        }
-        let nproc = parse_nproc(&a.nproc_per_node)?;
-        let mut nnodes = parse_nnodes(&a.nnodes)?;
+    }
+    Ok(())
+}
+
+/// The rendezvous settings from `--rdzv-conf` and the timeouts given as flags.
+struct RdzvConf {
+    rdzv_timeout: Duration,
+    store_deadline: Duration,
+    is_host: Option<bool>,
+}
+
+impl RdzvConf {
+    /// Parses `--rdzv-conf` (torchrun's keys; those without effect here are accepted) and checks
+    /// `--rdzv-timeout`, `--stop-timeout` and `--monitor-interval`.
+    fn parse(a: &Args) -> Result<RdzvConf, String> {
         let conf = parse_conf(&a.rdzv_conf)?;
         let mut rdzv_timeout = a.rdzv_timeout.map(Duration::from_secs_f64);
         let mut store_deadline = Duration::from_secs(10);
@@ -432,153 +487,172 @@ impl Config {
         if !(a.monitor_interval > 0.0 && a.monitor_interval.is_finite()) {
             return Err("--monitor-interval must be positive".into());
         }
-
-        let backend_name = if a.standalone {
-            "c10d".to_string()
-        } else {
-            a.rdzv_backend.clone().unwrap_or_else(|| "static".into())
-        };
-        let backend = match backend_name.as_str() {
-            "static" => Backend::Static,
-            "c10d" => Backend::C10d,
-            other => {
-                return Err(format!(
-                    "--rdzv-backend {other} is not supported by c10drun (supported: c10d, static)"
-                ))
-            }
-        };
-        let (store_host, store_port, node_rank, host_mode, run_id);
-        if a.standalone {
-            if nnodes != 1 {
-                return Err(format!(
-                    "--standalone runs one node, but --nnodes is {nnodes}"
-                ));
-            }
-            nnodes = 1;
-            store_host = "127.0.0.1".to_string();
-            store_port = 0;
-            node_rank = Some(0);
-            host_mode = HostMode::Yes;
-            run_id = fresh_run_id();
-        } else {
-            run_id = a.run_id.clone().unwrap_or_else(|| "none".into());
-            match backend {
-                Backend::Static => {
-                    let (h, p) = match &a.rdzv_endpoint {
-                        Some(ep) if !ep.is_empty() => {
-                            parse_endpoint(ep, a.master_port.unwrap_or(29500))?
-                        }
-                        _ => (
-                            a.master_addr.clone().unwrap_or_else(|| "127.0.0.1".into()),
-                            a.master_port.unwrap_or(29500),
-                        ),
-                    };
-                    let r = a.node_rank.unwrap_or(0);
-                    if r >= nnodes {
-                        return Err(format!(
-                            "--node-rank {r} is out of range for --nnodes {nnodes}"
-                        ));
-                    }
-                    if p == 0 && r != 0 {
-                        return Err("--master-port 0 (pick a free port) only works on node 0; give the other nodes the port node 0 printed".into());
-                    }
-                    store_host = h;
-                    store_port = p;
-                    node_rank = Some(r);
-                    host_mode = if r == 0 { HostMode::Yes } else { HostMode::No };
-                }
-                Backend::C10d => {
-                    let ep = a.rdzv_endpoint.clone().filter(|e| !e.is_empty()).ok_or(
-                        "--rdzv-backend c10d needs --rdzv-endpoint host[:port] (or use --standalone for one node)",
-                    )?;
-                    let (h, p) = parse_endpoint(&ep, 29400)?;
-                    store_host = h;
-                    store_port = p;
-                    // The c10d rendezvous numbers nodes in order of arrival (--node-rank is
-                    // ignored, as torchrun does).
-                    node_rank = if nnodes == 1 { Some(0) } else { None };
-                    host_mode = match (is_host, nnodes) {
-                        (Some(true), _) | (None, 1) => HostMode::Yes,
-                        (Some(false), _) => HostMode::No,
-                        (None, _) => HostMode::Try,
-                    };
-                    if p == 0 && nnodes > 1 {
-                        return Err("--rdzv-endpoint with port 0 only works for one node".into());
-                    }
-                }
-            }
-        }
-
-        // What each worker runs: torchrun's rules, with the python3 found on PATH.
-        let cmd = a.command.clone();
-        let argv = if a.module {
-            let mut v = vec!["python3".to_string(), "-m".to_string()];
-            v.extend(cmd.iter().cloned());
-            v
-        } else if a.run_path || (!a.no_python && cmd[0].ends_with(".py")) {
-            let mut v = vec!["python3".to_string()];
-            v.extend(cmd.iter().cloned());
-            v
-        } else {
-            cmd.clone()
-        };
-
-        let redirects = parse_std_spec("redirects", &a.redirects, nproc)?;
-        let tee = parse_std_spec("tee", &a.tee, nproc)?;
-        let filter: Option<Vec<usize>> = if a.local_ranks_filter.trim().is_empty() {
-            None
-        } else {
-            Some(
-                a.local_ranks_filter
-                    .split(',')
-                    .filter(|p| !p.trim().is_empty())
-                    .map(|p| {
-                        p.trim().parse::<usize>().map_err(|_| {
-                            format!(
-                                "--local-ranks-filter: expected local ranks like 0,1, got '{}'",
-                                a.local_ranks_filter
-                            )
-                        })
-                    })
-                    .collect::<Result<_, _>>()?,
-            )
-        };
-        let streams = (0..nproc)
-            .map(|lr| {
-                let shown = filter.as_ref().is_none_or(|f| f.contains(&lr));
-                let mode = |bit: u8| {
-                    let red = redirects[lr] & bit != 0;
-                    let tee = tee[lr] & bit != 0;
-                    StreamMode {
-                        file: red || tee,
-                        console: shown && (tee || !red),
-                    }
-                };
-                (mode(1), mode(2))
-            })
-            .collect();
-
-        Ok(Config {
-            nproc,
-            nnodes,
-            node_rank,
-            store_host,
-            store_port,
-            host_mode,
-            run_id,
-            stop_timeout: Duration::from_secs_f64(a.stop_timeout),
+        Ok(RdzvConf {
             rdzv_timeout,
             store_deadline,
-            max_restarts: a.max_restarts,
-            monitor_interval: Duration::from_secs_f64(a.monitor_interval),
-            role: a.role,
-            argv,
-            display: a.command.join(" "),
-            log_dir: a.log_dir,
-            streams,
-            no_prefix: a.no_prefix,
+            is_host,
         })
     }
+}
+
+/// `--rdzv-backend` (c10d under `--standalone`, static by default).
+fn rdzv_backend(a: &Args) -> Result<Backend, String> {
+    let backend_name = if a.standalone {
+        "c10d".to_string()
+    } else {
+        a.rdzv_backend.clone().unwrap_or_else(|| "static".into())
+    };
+    match backend_name.as_str() {
+        "static" => Ok(Backend::Static),
+        "c10d" => Ok(Backend::C10d),
+        other => Err(format!(
+            "--rdzv-backend {other} is not supported by c10drun (supported: c10d, static)"
+        )),
+    }
+}
+
+/// Where the store is, who hosts it, and this node's rank (when known before the rendezvous).
+struct StorePlace {
+    nnodes: usize,
+    store_host: String,
+    store_port: u16,
+    node_rank: Option<usize>,
+    host_mode: HostMode,
+    run_id: String,
+}
+
+/// `--standalone`: one node hosting a store on 127.0.0.1 with a free port and a fresh run id.
+fn standalone_place(nnodes: usize) -> Result<StorePlace, String> {
+    if nnodes != 1 {
+        return Err(format!(
+            "--standalone runs one node, but --nnodes is {nnodes}"
+        ));
+    }
+    Ok(StorePlace {
+        nnodes: 1,
+        store_host: "127.0.0.1".to_string(),
+        store_port: 0,
+        node_rank: Some(0),
+        host_mode: HostMode::Yes,
+        run_id: fresh_run_id(),
+    })
+}
+
+/// The static rendezvous: the store at `--master-addr`/`--master-port` (or `--rdzv-endpoint`),
+/// hosted by node 0.
+fn static_place(a: &Args, nnodes: usize, run_id: String) -> Result<StorePlace, String> {
+    let (h, p) = match &a.rdzv_endpoint {
+        Some(ep) if !ep.is_empty() => parse_endpoint(ep, a.master_port.unwrap_or(29500))?,
+        _ => (
+            a.master_addr.clone().unwrap_or_else(|| "127.0.0.1".into()),
+            a.master_port.unwrap_or(29500),
+        ),
+    };
+    let r = a.node_rank.unwrap_or(0);
+    if r >= nnodes {
+        return Err(format!(
+            "--node-rank {r} is out of range for --nnodes {nnodes}"
+        ));
+    }
+    if p == 0 && r != 0 {
+        return Err("--master-port 0 (pick a free port) only works on node 0; give the other nodes the port node 0 printed".into());
+    }
+    Ok(StorePlace {
+        nnodes,
+        store_host: h,
+        store_port: p,
+        node_rank: Some(r),
+        host_mode: if r == 0 { HostMode::Yes } else { HostMode::No },
+        run_id,
+    })
+}
+
+/// The c10d rendezvous: the store at `--rdzv-endpoint`, hosted by the agent owning it (or as
+/// `is_host` says); node ranks follow the order of arrival.
+fn c10d_place(
+    a: &Args,
+    nnodes: usize,
+    is_host: Option<bool>,
+    run_id: String,
+) -> Result<StorePlace, String> {
+    let ep = a.rdzv_endpoint.clone().filter(|e| !e.is_empty()).ok_or(
+        "--rdzv-backend c10d needs --rdzv-endpoint host[:port] (or use --standalone for one node)",
+    )?;
+    let (h, p) = parse_endpoint(&ep, 29400)?;
+    // The c10d rendezvous numbers nodes in order of arrival (--node-rank is ignored, as
+    // torchrun does).
+    let node_rank = if nnodes == 1 { Some(0) } else { None };
+    let host_mode = match (is_host, nnodes) {
+        (Some(true), _) | (None, 1) => HostMode::Yes,
+        (Some(false), _) => HostMode::No,
+        (None, _) => HostMode::Try,
+    };
+    if p == 0 && nnodes > 1 {
+        return Err("--rdzv-endpoint with port 0 only works for one node".into());
+    }
+    Ok(StorePlace {
+        nnodes,
+        store_host: h,
+        store_port: p,
+        node_rank,
+        host_mode,
+        run_id,
+    })
+}
+
+/// What each worker runs: torchrun's rules, with the python3 found on PATH.
+fn worker_argv(a: &Args) -> Vec<String> {
+    let cmd = a.command.clone();
+    if a.module {
+        let mut v = vec!["python3".to_string(), "-m".to_string()];
+        v.extend(cmd.iter().cloned());
+        v
+    } else if a.run_path || (!a.no_python && cmd[0].ends_with(".py")) {
+        let mut v = vec!["python3".to_string()];
+        v.extend(cmd.iter().cloned());
+        v
+    } else {
+        cmd
+    }
+}
+
+/// Per local rank, where its stdout and stderr go (`--redirects`, `--tee`,
+/// `--local-ranks-filter`).
+fn stream_modes(a: &Args, nproc: usize) -> Result<Vec<(StreamMode, StreamMode)>, String> {
+    let redirects = parse_std_spec("redirects", &a.redirects, nproc)?;
+    let tee = parse_std_spec("tee", &a.tee, nproc)?;
+    let filter = parse_ranks_filter(&a.local_ranks_filter)?;
+    Ok((0..nproc)
+        .map(|lr| {
+            let shown = filter.as_ref().is_none_or(|f| f.contains(&lr));
+            let mode = |bit: u8| {
+                let red = redirects[lr] & bit != 0;
+                let tee = tee[lr] & bit != 0;
+                StreamMode {
+                    file: red || tee,
+                    console: shown && (tee || !red),
+                }
+            };
+            (mode(1), mode(2))
+        })
+        .collect())
+}
+
+/// `--local-ranks-filter 0,1` (`None`: show every rank).
+fn parse_ranks_filter(spec: &str) -> Result<Option<Vec<usize>>, String> {
+    if spec.trim().is_empty() {
+        return Ok(None);
+    }
+    let ranks = spec
+        .split(',')
+        .filter(|p| !p.trim().is_empty())
+        .map(|p| {
+            p.trim().parse::<usize>().map_err(|_| {
+                format!("--local-ranks-filter: expected local ranks like 0,1, got '{spec}'")
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(Some(ranks))
 }
 
 #[cfg(test)]
