@@ -56,6 +56,24 @@
 //! Collective<Broadcast>`), and give all ops one shape; a root is one [`Rank`] (global or
 //! group rank), so PyTorch's run-time error for giving both cannot happen.
 //!
+//! ## Where things live, and how a collective flows
+//!
+//! [`world`] holds the state (one file per concept: `init`, `groups`, `split`, `create` (the
+//! one backend-creation path of every group), `registry`, `queries`, `teardown`); [`call`] the
+//! builder; [`ops`] one argument type per collective with PyTorch's Python-layer checks;
+//! [`collectives`] what ops share (group resolution, roots, dtype checks, coalescing,
+//! `batch_isend_irecv`); [`buffer`] the memory a collective accepts; [`config`] backend strings
+//! and the backend registry; `gloo` the built-in creator; [`detail`] DETAIL mode; [`shrink`],
+//! [`objects`], [`ddp`] as named; the binaries `c10drun` and `c10d-bench` under `src/bin/`.
+//!
+//! `dist::all_reduce(&t).run()`: the free function calls [`World::all_reduce`] on
+//! [`World::global`], which returns a [`Collective`]; `.run()` checks the arguments, resolves
+//! the group (`None` → WORLD; a non-member warns and does nothing) and calls
+//! [`ProcessGroup::all_reduce`], which picks the backend of the tensors' device type and calls
+//! [`c10d_core::Backend::all_reduce`] (for `"gloo"`, `c10d_gloo::ProcessGroupGloo` submits the op
+//! to its group's engine); the backend returns a [`Work`] that `.run()` waits on and `.start()`
+//! returns. The whole picture, across crates: `docs/architecture.md` in the repository.
+//!
 //! ## Departures from PyTorch
 //!
 //! - Ranks are `usize`; functions that return −1 for non-members in PyTorch (`get_rank`,
@@ -96,6 +114,8 @@ pub mod objects;
 pub mod ops;
 pub mod panic_hook;
 pub mod shrink;
+#[cfg(feature = "test-support")]
+#[doc(hidden)]
 pub mod store_backend;
 pub mod world;
 

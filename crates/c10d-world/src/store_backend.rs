@@ -7,6 +7,9 @@
 //! [`Backend::split`], so `split_group` takes the splitting path), and as a third-party
 //! backend example for [`crate::register_backend`]: it is *not* registered by default.
 //!
+//! Test support, not public API: compiled only with the `test-support` feature (which this
+//! crate's and c10d-compile's tests enable as a dev-dependency feature) and hidden from the docs.
+//!
 //! Semantics follow [`Backend`]'s docs; ops run synchronously inside the call and return a
 //! completed [`Work`] (the work carries the error when a peer does not arrive in time). Keys are
 //! never deleted, so a store grows with the number of collectives. `recv_anysource` is not
