@@ -103,6 +103,9 @@ pub(crate) struct Entry {
     pub peer: u32,
     pub op: OpType,
     pub retired: bool,
+    /// Boxed: 8 bytes instead of a `String`'s 24 keep the entry in two cache lines (errors are
+    /// rare, their extra allocation does not matter).
+    #[allow(clippy::box_collection)]
     pub error: Option<Box<String>>,
     pub shapes: Shapes,
 }
