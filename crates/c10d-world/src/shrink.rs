@@ -29,7 +29,7 @@
 //!   nothing collective may run during cleanup); when the default group is shrunk, every other
 //!   group is aborted and forgotten, as in PyTorch.
 
-use crate::world::{not_registered, stop_backends, GroupMember, NewPg, World};
+use crate::world::{not_registered, stop_backends, GroupEntry, GroupMember, NewPg, World};
 use c10d_core::{DistError, ProcessGroup, Result};
 
 impl World {
@@ -83,71 +83,10 @@ impl World {
                  one rank to exclude. Example: [failed_rank_id]",
             ));
         }
-        let (target, entry, is_default) = {
-            let st = self.lock();
-            let default_pg = st
-                .default_pg
-                .clone()
-                .ok_or_else(|| DistError::invalid(crate::world::NOT_INITIALIZED))?;
-            let target: ProcessGroup = match group {
-                None => default_pg.clone(),
-                Some(GroupMember::Group(g)) => g.clone(),
-                Some(GroupMember::NonGroupMember) => {
-                    return Err(DistError::invalid(
-                        "shrink_group: this rank is not a member of the group to shrink \
-                         (GroupMember.NON_GROUP_MEMBER); only the group's surviving members \
-                         call shrink_group()",
-                    ))
-                }
-            };
-            let entry = st
-                .entry(&target)
-                .cloned()
-                .ok_or_else(|| not_registered(&target))?;
-            let is_default = default_pg.ptr_eq(&target);
-            (target, entry, is_default)
-        };
-        let group_size = entry.ranks.len();
+        let (target, entry, is_default) = self.shrink_target(group)?;
         let current_rank = target.rank();
-        if group_size <= 1 {
-            return Err(DistError::invalid(format!(
-                "Cannot shrink a process group with size {group_size}. \
-                 Group must have at least 2 ranks to support shrinking."
-            )));
-        }
-        let mut excluded = vec![false; group_size];
-        for (i, &r) in ranks_to_exclude.iter().enumerate() {
-            if r >= group_size {
-                return Err(DistError::invalid(format!(
-                    "Rank {r} at index {i} is out of bounds for group size {group_size}. \
-                     Valid ranks are in range [0, {}].",
-                    group_size - 1
-                )));
-            }
-            if excluded[r] {
-                return Err(DistError::invalid(format!(
-                    "Duplicate rank {r} found in ranks_to_exclude at index {i}. \
-                     Each rank can only be excluded once."
-                )));
-            }
-            excluded[r] = true;
-        }
-        if ranks_to_exclude.len() >= group_size {
-            return Err(DistError::invalid(format!(
-                "Cannot exclude all {group_size} ranks from process group. \
-                 At least one rank must remain. Excluding {} ranks.",
-                ranks_to_exclude.len()
-            )));
-        }
-        if excluded[current_rank] {
-            return Err(DistError::invalid(format!(
-                "Current rank {current_rank} is in the exclusion list and should not call \
-                 shrink_group(). Only non-excluded ranks should participate in the shrinking \
-                 operation. Excluded ranks should terminate their processes instead."
-            )));
-        }
         // Survivors in old group-rank order; the new group rank is the position among them.
-        let remaining: Vec<usize> = (0..group_size).filter(|&r| !excluded[r]).collect();
+        let remaining = survivors(ranks_to_exclude, entry.ranks.len(), current_rank)?;
         let new_rank = remaining
             .iter()
             .position(|&r| r == current_rank)
@@ -186,45 +125,135 @@ impl World {
             .group()
             .cloned()
             .ok_or_else(|| DistError::invalid("shrink_group: the backend created no group"))?;
-        let to_abort: Vec<ProcessGroup> = {
-            let mut st = self.lock();
-            let doomed: Vec<ProcessGroup> = st
-                .groups
-                .iter()
-                .filter(|e| !e.pg.ptr_eq(&new_pg) && (is_default || e.pg.ptr_eq(&target)))
-                .map(|e| e.pg.clone())
-                .collect();
-            let is_doomed = |g: &ProcessGroup| doomed.iter().any(|d| d.ptr_eq(g));
-            st.groups.retain(|e| !is_doomed(&e.pg));
-            for v in st.tags_to_pg.values_mut() {
-                v.retain(|g| !is_doomed(g));
-            }
-            st.tags_to_pg.retain(|_, v| !v.is_empty());
-            st.registry.retain(|_, g| !is_doomed(g));
-            if is_default {
-                // Its rank map is already 0..n: the survivors' new global ranks were passed in.
-                st.default_pg = Some(new_pg.clone());
-                st.coalescing = None;
-            }
-            doomed
-        };
+        let to_abort = self.forget_shrunk(&new_pg, &target, is_default);
         if is_default && to_abort.len() > 1 {
-            let names: Vec<&str> = to_abort
-                .iter()
-                .filter(|g| !g.ptr_eq(&target))
-                .map(|g| g.group_name())
-                .collect();
-            log::warn!(
-                "Shrinking default group will destroy {} other process groups: {}. This is \
-                 necessary because shrinking the default group reassigns global ranks, making \
-                 existing groups inconsistent.",
-                names.len(),
-                names.join(", ")
-            );
+            warn_destroyed(&to_abort, &target);
         }
         for g in &to_abort {
             stop_backends(g, true);
         }
         Ok(GroupMember::Group(new_pg))
     }
+
+    /// The group to shrink (default WORLD), its entry, and whether it is WORLD.
+    fn shrink_target(
+        &self,
+        group: Option<&GroupMember>,
+    ) -> Result<(ProcessGroup, GroupEntry, bool)> {
+        let st = self.lock();
+        let default_pg = st
+            .default_pg
+            .clone()
+            .ok_or_else(|| DistError::invalid(crate::world::NOT_INITIALIZED))?;
+        let target: ProcessGroup = match group {
+            None => default_pg.clone(),
+            Some(GroupMember::Group(g)) => g.clone(),
+            Some(GroupMember::NonGroupMember) => {
+                return Err(DistError::invalid(
+                    "shrink_group: this rank is not a member of the group to shrink \
+                     (GroupMember.NON_GROUP_MEMBER); only the group's surviving members \
+                     call shrink_group()",
+                ))
+            }
+        };
+        let entry = st
+            .entry(&target)
+            .cloned()
+            .ok_or_else(|| not_registered(&target))?;
+        let is_default = default_pg.ptr_eq(&target);
+        Ok((target, entry, is_default))
+    }
+
+    /// Removes the shrunk group (and, when WORLD was shrunk, every other group) from the maps,
+    /// making the new group WORLD in that case; returns the removed groups to abort.
+    fn forget_shrunk(
+        &self,
+        new_pg: &ProcessGroup,
+        target: &ProcessGroup,
+        is_default: bool,
+    ) -> Vec<ProcessGroup> {
+        let mut st = self.lock();
+        let doomed: Vec<ProcessGroup> = st
+            .groups
+            .iter()
+            .filter(|e| !e.pg.ptr_eq(new_pg) && (is_default || e.pg.ptr_eq(target)))
+            .map(|e| e.pg.clone())
+            .collect();
+        let is_doomed = |g: &ProcessGroup| doomed.iter().any(|d| d.ptr_eq(g));
+        st.groups.retain(|e| !is_doomed(&e.pg));
+        for v in st.tags_to_pg.values_mut() {
+            v.retain(|g| !is_doomed(g));
+        }
+        st.tags_to_pg.retain(|_, v| !v.is_empty());
+        st.registry.retain(|_, g| !is_doomed(g));
+        if is_default {
+            // Its rank map is already 0..n: the survivors' new global ranks were passed in.
+            st.default_pg = Some(new_pg.clone());
+            st.coalescing = None;
+        }
+        doomed
+    }
+}
+
+/// The surviving group ranks, in order, after checking `ranks_to_exclude` against the group
+/// (PyTorch's texts: size, bounds, duplicates, all excluded, the caller excluded).
+fn survivors(
+    ranks_to_exclude: &[usize],
+    group_size: usize,
+    current_rank: usize,
+) -> Result<Vec<usize>> {
+    if group_size <= 1 {
+        return Err(DistError::invalid(format!(
+            "Cannot shrink a process group with size {group_size}. \
+             Group must have at least 2 ranks to support shrinking."
+        )));
+    }
+    let mut excluded = vec![false; group_size];
+    for (i, &r) in ranks_to_exclude.iter().enumerate() {
+        if r >= group_size {
+            return Err(DistError::invalid(format!(
+                "Rank {r} at index {i} is out of bounds for group size {group_size}. \
+                 Valid ranks are in range [0, {}].",
+                group_size - 1
+            )));
+        }
+        if excluded[r] {
+            return Err(DistError::invalid(format!(
+                "Duplicate rank {r} found in ranks_to_exclude at index {i}. \
+                 Each rank can only be excluded once."
+            )));
+        }
+        excluded[r] = true;
+    }
+    if ranks_to_exclude.len() >= group_size {
+        return Err(DistError::invalid(format!(
+            "Cannot exclude all {group_size} ranks from process group. \
+             At least one rank must remain. Excluding {} ranks.",
+            ranks_to_exclude.len()
+        )));
+    }
+    if excluded[current_rank] {
+        return Err(DistError::invalid(format!(
+            "Current rank {current_rank} is in the exclusion list and should not call \
+             shrink_group(). Only non-excluded ranks should participate in the shrinking \
+             operation. Excluded ranks should terminate their processes instead."
+        )));
+    }
+    Ok((0..group_size).filter(|&r| !excluded[r]).collect())
+}
+
+/// Shrinking WORLD aborts every other group: PyTorch's warning naming them.
+fn warn_destroyed(to_abort: &[ProcessGroup], target: &ProcessGroup) {
+    let names: Vec<&str> = to_abort
+        .iter()
+        .filter(|g| !g.ptr_eq(target))
+        .map(|g| g.group_name())
+        .collect();
+    log::warn!(
+        "Shrinking default group will destroy {} other process groups: {}. This is \
+         necessary because shrinking the default group reassigns global ranks, making \
+         existing groups inconsistent.",
+        names.len(),
+        names.join(", ")
+    );
 }

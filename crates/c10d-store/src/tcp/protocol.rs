@@ -309,24 +309,8 @@ impl Decoder {
     /// [`ProtocolError`] on an unknown command or a violated limit; the stream is then unusable.
     pub fn decode(&mut self, input: &mut &[u8]) -> Result<Option<Request>, ProtocolError> {
         loop {
-            if self.state.is_none() {
-                let Some(&c) = input.first() else {
-                    return Ok(None);
-                };
-                let (kinds, list) = layout(c).ok_or(ProtocolError::UnknownCommand(c))?;
-                *input = &input[1..];
-                self.state = Some(Partial {
-                    cmd: c,
-                    kinds,
-                    list,
-                    done: 0,
-                    count: 0,
-                    num: 0,
-                    strs: Vec::new(),
-                    cur_len: None,
-                    cur: Vec::new(),
-                    total: 0,
-                });
+            if self.state.is_none() && !self.begin(input)? {
+                return Ok(None);
             }
             let p = self.state.as_ref().expect("state set above");
             if p.total_fields() == Some(p.done as u64) {
@@ -334,96 +318,145 @@ impl Decoder {
                 return Ok(Some(p.finish()));
             }
             let kind = p.next_kind();
-            let cur_len = p.cur_len;
-            match kind {
-                Kind::U32 => {
-                    let Some(b) = self.take_fixed(input, 4) else {
-                        return Ok(None);
-                    };
-                    let p = self.state.as_mut().expect("state");
-                    p.num = i64::from(u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
-                    p.done += 1;
-                }
-                Kind::I64 | Kind::Count => {
-                    let Some(b) = self.take_fixed(input, 8) else {
-                        return Ok(None);
-                    };
-                    let max_keys = self.limits.max_keys;
-                    let p = self.state.as_mut().expect("state");
-                    if kind == Kind::Count {
-                        let count = u64::from_le_bytes(b);
-                        if count > max_keys as u64 {
-                            return Err(ProtocolError::TooManyKeys {
-                                count,
-                                max: max_keys,
-                            });
-                        }
-                        p.count = count;
-                        p.strs.reserve((count as usize * p.kinds.len()).min(1024));
-                    } else {
-                        p.num = i64::from_le_bytes(b);
-                    }
-                    p.done += 1;
-                }
-                Kind::Key | Kind::Val => match cur_len {
-                    None => {
-                        let Some(b) = self.take_fixed(input, 8) else {
-                            return Ok(None);
-                        };
-                        let len = u64::from_le_bytes(b);
-                        let lim = self.limits;
-                        if kind == Kind::Key && len > lim.max_key_len as u64 {
-                            return Err(ProtocolError::KeyTooLong {
-                                len,
-                                max: lim.max_key_len,
-                            });
-                        }
-                        if kind == Kind::Val && len > lim.max_payload as u64 {
-                            return Err(ProtocolError::PayloadTooLarge {
-                                len,
-                                max: lim.max_payload,
-                            });
-                        }
-                        let p = self.state.as_mut().expect("state");
-                        // 8 bytes of bookkeeping per field (the length field itself).
-                        let field = len as usize + 8;
-                        let piece = if p.cmd == cmd::MULTI_SET
-                            && p.total + field > lim.max_request
-                            && p.strs.len() >= 2
-                        {
-                            // Hand out the complete pairs; a key already received stays.
-                            let keep = p.strs.len() % 2;
-                            let rest = p.strs.split_off(p.strs.len() - keep);
-                            let pairs = std::mem::replace(&mut p.strs, rest);
-                            p.total = p.strs.iter().map(|s| s.len() + 8).sum();
-                            Some(pairs_of(pairs))
-                        } else {
-                            None
-                        };
-                        p.total += field;
-                        p.cur_len = Some(len as usize);
-                        if let Some(pairs) = piece {
-                            return Ok(Some(Request::MultiSet(pairs)));
-                        }
-                    }
-                    Some(len) => {
-                        let p = self.state.as_mut().expect("state");
-                        let want = len - p.cur.len();
-                        let got = want.min(input.len());
-                        p.cur.extend_from_slice(&input[..got]);
-                        *input = &input[got..];
-                        if p.cur.len() < len {
-                            return Ok(None);
-                        }
-                        let s = std::mem::take(&mut p.cur);
-                        p.strs.push(s);
-                        p.cur_len = None;
-                        p.done += 1;
-                    }
-                },
+            let step = match (kind, p.cur_len) {
+                (Kind::U32, _) => self.take_u32(input),
+                (Kind::I64 | Kind::Count, _) => self.take_i64(input, kind)?,
+                (Kind::Key | Kind::Val, None) => self.take_len(input, kind)?,
+                (Kind::Key | Kind::Val, Some(len)) => self.take_bytes(input, len),
+            };
+            match step {
+                Step::Progress => {}
+                Step::NeedInput => return Ok(None),
+                Step::Emit(r) => return Ok(Some(r)),
             }
         }
     }
+
+    /// Starts a request from its command byte; `false` when `input` is empty.
+    fn begin(&mut self, input: &mut &[u8]) -> Result<bool, ProtocolError> {
+        let Some(&c) = input.first() else {
+            return Ok(false);
+        };
+        let (kinds, list) = layout(c).ok_or(ProtocolError::UnknownCommand(c))?;
+        *input = &input[1..];
+        self.state = Some(Partial {
+            cmd: c,
+            kinds,
+            list,
+            done: 0,
+            count: 0,
+            num: 0,
+            strs: Vec::new(),
+            cur_len: None,
+            cur: Vec::new(),
+            total: 0,
+        });
+        Ok(true)
+    }
+
+    /// A u32 field (the request's number).
+    fn take_u32(&mut self, input: &mut &[u8]) -> Step {
+        let Some(b) = self.take_fixed(input, 4) else {
+            return Step::NeedInput;
+        };
+        let p = self.state.as_mut().expect("state");
+        p.num = i64::from(u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+        p.done += 1;
+        Step::Progress
+    }
+
+    /// An i64 field: the request's number, or the count of a list (bounded by `max_keys`).
+    fn take_i64(&mut self, input: &mut &[u8], kind: Kind) -> Result<Step, ProtocolError> {
+        let Some(b) = self.take_fixed(input, 8) else {
+            return Ok(Step::NeedInput);
+        };
+        let max_keys = self.limits.max_keys;
+        let p = self.state.as_mut().expect("state");
+        if kind == Kind::Count {
+            let count = u64::from_le_bytes(b);
+            if count > max_keys as u64 {
+                return Err(ProtocolError::TooManyKeys {
+                    count,
+                    max: max_keys,
+                });
+            }
+            p.count = count;
+            p.strs.reserve((count as usize * p.kinds.len()).min(1024));
+        } else {
+            p.num = i64::from_le_bytes(b);
+        }
+        p.done += 1;
+        Ok(Step::Progress)
+    }
+
+    /// The length of a key or value (checked against the limits). A MULTI_SET about to pass
+    /// `max_request` first hands out its complete pairs.
+    fn take_len(&mut self, input: &mut &[u8], kind: Kind) -> Result<Step, ProtocolError> {
+        let Some(b) = self.take_fixed(input, 8) else {
+            return Ok(Step::NeedInput);
+        };
+        let len = u64::from_le_bytes(b);
+        let lim = self.limits;
+        if kind == Kind::Key && len > lim.max_key_len as u64 {
+            return Err(ProtocolError::KeyTooLong {
+                len,
+                max: lim.max_key_len,
+            });
+        }
+        if kind == Kind::Val && len > lim.max_payload as u64 {
+            return Err(ProtocolError::PayloadTooLarge {
+                len,
+                max: lim.max_payload,
+            });
+        }
+        let p = self.state.as_mut().expect("state");
+        // 8 bytes of bookkeeping per field (the length field itself).
+        let field = len as usize + 8;
+        let piece =
+            if p.cmd == cmd::MULTI_SET && p.total + field > lim.max_request && p.strs.len() >= 2 {
+                // Hand out the complete pairs; a key already received stays.
+                let keep = p.strs.len() % 2;
+                let rest = p.strs.split_off(p.strs.len() - keep);
+                let pairs = std::mem::replace(&mut p.strs, rest);
+                p.total = p.strs.iter().map(|s| s.len() + 8).sum();
+                Some(pairs_of(pairs))
+            } else {
+                None
+            };
+        p.total += field;
+        p.cur_len = Some(len as usize);
+        Ok(match piece {
+            Some(pairs) => Step::Emit(Request::MultiSet(pairs)),
+            None => Step::Progress,
+        })
+    }
+
+    /// The bytes of a key or value of length `len`, possibly over several calls.
+    fn take_bytes(&mut self, input: &mut &[u8], len: usize) -> Step {
+        let p = self.state.as_mut().expect("state");
+        let want = len - p.cur.len();
+        let got = want.min(input.len());
+        p.cur.extend_from_slice(&input[..got]);
+        *input = &input[got..];
+        if p.cur.len() < len {
+            return Step::NeedInput;
+        }
+        let s = std::mem::take(&mut p.cur);
+        p.strs.push(s);
+        p.cur_len = None;
+        p.done += 1;
+        Step::Progress
+    }
+}
+
+/// What one decoding step produced.
+enum Step {
+    /// A field (or part of one) was taken; go on.
+    Progress,
+    /// `input` is used up before the field is complete.
+    NeedInput,
+    /// A request to hand out now (a piece of a large MULTI_SET).
+    Emit(Request),
 }
 
 // ---------------------------------------------------------------------------------------------
