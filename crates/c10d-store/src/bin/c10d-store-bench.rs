@@ -246,60 +246,21 @@ fn rendezvous(port: u16, n: usize, threads: usize, cap: Duration) -> Result<Rdv,
                 deadline_hit.clone(),
             );
             let mine = n / threads + usize::from(t < n % threads);
+            let c = RdvClients {
+                port,
+                n,
+                mine,
+                key,
+                go,
+                start,
+                cap,
+                verbose: t == 0 && std::env::var_os("C10D_BENCH_VERBOSE").is_some(),
+                joined,
+                hit,
+            };
             std::thread::spawn(move || -> std::io::Result<()> {
                 bar.wait();
-                let t0 = Instant::now();
-                let verbose = t == 0 && std::env::var_os("C10D_BENCH_VERBOSE").is_some();
-                let mut hello = Request::Validate(VALIDATE_MAGIC).encode();
-                Request::Ping(std::process::id()).encode_into(&mut hello);
-                let add = Request::Add(key.clone().into_bytes(), 1).encode();
-                let wait = Request::Wait(vec![go.clone().into_bytes()]).encode();
-                let mut socks = Vec::with_capacity(mine);
-                // Each client in turn: connect, handshake, add (what TCPStore's constructor and
-                // `add` do), then park a WAIT on "go"; the last arrival sets "go".
-                for _ in 0..mine {
-                    if start.elapsed() > cap || hit.load(Ordering::Relaxed) {
-                        hit.store(true, Ordering::Relaxed);
-                        return Ok(());
-                    }
-                    let mut s = TcpStream::connect(("127.0.0.1", port))?;
-                    s.set_nodelay(true)?;
-                    s.set_read_timeout(Some(Duration::from_secs(300)))?;
-                    s.write_all(&hello)?;
-                    let mut b = [0u8; 4];
-                    s.read_exact(&mut b)?;
-                    s.write_all(&add)?;
-                    let mut b = [0u8; 8];
-                    s.read_exact(&mut b)?;
-                    if i64::from_le_bytes(b) == n as i64 {
-                        s.write_all(
-                            &Request::Set(go.clone().into_bytes(), b"1".to_vec()).encode(),
-                        )?;
-                    }
-                    s.write_all(&wait)?;
-                    joined.fetch_add(1, Ordering::Relaxed);
-                    socks.push(s);
-                }
-                if verbose {
-                    eprintln!(
-                        "  thread 0: {mine} clients connected, added and waiting after {:?}",
-                        t0.elapsed()
-                    );
-                }
-                while !hit.load(Ordering::Relaxed) && joined.load(Ordering::Relaxed) < n {
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-                if hit.load(Ordering::Relaxed) {
-                    return Ok(());
-                }
-                for s in &mut socks {
-                    let mut b = [0u8; 1];
-                    s.read_exact(&mut b)?;
-                    if b[0] != 0 {
-                        return Err(std::io::Error::other("bad STOP_WAITING"));
-                    }
-                }
-                Ok(())
+                c.run()
             })
         })
         .collect();
@@ -316,6 +277,89 @@ fn rendezvous(port: u16, n: usize, threads: usize, cap: Duration) -> Result<Rdv,
         joined,
         complete: !deadline_hit.load(Ordering::Relaxed) && joined == n,
     })
+}
+
+/// One rendezvous thread's share of the clients.
+struct RdvClients {
+    port: u16,
+    /// All clients of the rendezvous.
+    n: usize,
+    /// This thread's clients.
+    mine: usize,
+    key: String,
+    go: String,
+    start: Instant,
+    cap: Duration,
+    verbose: bool,
+    joined: Arc<std::sync::atomic::AtomicUsize>,
+    hit: Arc<AtomicBool>,
+}
+
+impl RdvClients {
+    /// Connects this thread's clients one after the other, then waits for "go" on each.
+    fn run(self) -> std::io::Result<()> {
+        let RdvClients {
+            port,
+            n,
+            mine,
+            key,
+            go,
+            start,
+            cap,
+            verbose,
+            joined,
+            hit,
+        } = self;
+        let t0 = Instant::now();
+        let mut hello = Request::Validate(VALIDATE_MAGIC).encode();
+        Request::Ping(std::process::id()).encode_into(&mut hello);
+        let add = Request::Add(key.clone().into_bytes(), 1).encode();
+        let wait = Request::Wait(vec![go.clone().into_bytes()]).encode();
+        let mut socks = Vec::with_capacity(mine);
+        // Each client in turn: connect, handshake, add (what TCPStore's constructor and
+        // `add` do), then park a WAIT on "go"; the last arrival sets "go".
+        for _ in 0..mine {
+            if start.elapsed() > cap || hit.load(Ordering::Relaxed) {
+                hit.store(true, Ordering::Relaxed);
+                return Ok(());
+            }
+            let mut s = TcpStream::connect(("127.0.0.1", port))?;
+            s.set_nodelay(true)?;
+            s.set_read_timeout(Some(Duration::from_secs(300)))?;
+            s.write_all(&hello)?;
+            let mut b = [0u8; 4];
+            s.read_exact(&mut b)?;
+            s.write_all(&add)?;
+            let mut b = [0u8; 8];
+            s.read_exact(&mut b)?;
+            if i64::from_le_bytes(b) == n as i64 {
+                s.write_all(&Request::Set(go.clone().into_bytes(), b"1".to_vec()).encode())?;
+            }
+            s.write_all(&wait)?;
+            joined.fetch_add(1, Ordering::Relaxed);
+            socks.push(s);
+        }
+        if verbose {
+            eprintln!(
+                "  thread 0: {mine} clients connected, added and waiting after {:?}",
+                t0.elapsed()
+            );
+        }
+        while !hit.load(Ordering::Relaxed) && joined.load(Ordering::Relaxed) < n {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        if hit.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        for s in &mut socks {
+            let mut b = [0u8; 1];
+            s.read_exact(&mut b)?;
+            if b[0] != 0 {
+                return Err(std::io::Error::other("bad STOP_WAITING"));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// CPU time (user + system) consumed so far by process `pid`.
@@ -352,15 +396,7 @@ fn fmt_rate(x: Option<f64>) -> String {
 fn main() {
     let args = Args::parse();
     if args.serve_internal {
-        let srv = TcpStoreServer::bind(ServerOptions {
-            host: Some("127.0.0.1".into()),
-            ..Default::default()
-        })
-        .expect("bind");
-        println!("{}", srv.port());
-        let _ = std::io::stdout().flush();
-        let mut sink = String::new();
-        let _ = std::io::stdin().read_to_string(&mut sink);
+        serve_internal();
         return;
     }
     let nofile = raise_nofile();
@@ -384,38 +420,15 @@ fn main() {
         their_port.map_or("(none: no --python / C10D_TORCH_PYTHON)".into(), |p| format!("127.0.0.1:{p}")),
         args.seconds
     );
-    let our_pid = ours.0.id();
-    let their_pid = theirs.as_ref().map(|(p, _)| p.0.id());
-    let secs = args.seconds;
-    let mut rows: Vec<(String, RateCpu, RateCpu)> = Vec::new();
-    for &n in &args.clients {
-        eprintln!("rust clients: {n} ...");
-        let o = with_cpu(our_pid, secs, || Some(rust_throughput(our_port, n, secs)));
-        let t = match (their_port, their_pid) {
-            (Some(p), Some(pid)) => with_cpu(pid, secs, || Some(rust_throughput(p, n, secs))),
-            _ => (None, None),
-        };
-        rows.push((format!("set+get pairs/s, {n} Rust clients"), o, t));
-    }
-    if let (Some(py), false) = (&py, args.no_python_clients) {
-        for &n in &args.clients {
-            eprintln!("python clients: {n} ...");
-            let o = with_cpu(our_pid, secs, || {
-                python_throughput(py, our_port, n, secs)
-                    .map_err(|e| eprintln!("{e}"))
-                    .ok()
-            });
-            let t = match (their_port, their_pid) {
-                (Some(p), Some(pid)) => with_cpu(pid, secs, || {
-                    python_throughput(py, p, n, secs)
-                        .map_err(|e| eprintln!("{e}"))
-                        .ok()
-                }),
-                _ => (None, None),
-            };
-            rows.push((format!("set+get pairs/s, {n} Python clients"), o, t));
-        }
-    }
+    let ours = Server {
+        port: our_port,
+        pid: ours.0.id(),
+    };
+    let theirs = theirs.as_ref().map(|(p, port)| Server {
+        port: *port,
+        pid: p.0.id(),
+    });
+    let rows = throughput_rows(&args, py.as_deref(), &ours, theirs.as_ref());
     eprintln!(
         "rendezvous: {} clients over {} threads ...",
         args.rendezvous, args.rendezvous_threads
@@ -429,7 +442,72 @@ fn main() {
             .map_err(|e| eprintln!("PyTorch's: {e}"))
             .ok()
     });
+    print_throughput(rows);
+    print_rendezvous(&args, &o, &t);
+}
 
+/// `--serve-internal`: our server on 127.0.0.1, its port on stdout, until stdin closes.
+fn serve_internal() {
+    let srv = TcpStoreServer::bind(ServerOptions {
+        host: Some("127.0.0.1".into()),
+        ..Default::default()
+    })
+    .expect("bind");
+    println!("{}", srv.port());
+    let _ = std::io::stdout().flush();
+    let mut sink = String::new();
+    let _ = std::io::stdin().read_to_string(&mut sink);
+}
+
+/// A server under test: its port and process id (for its CPU time).
+struct Server {
+    port: u16,
+    pid: u32,
+}
+
+/// One throughput row: its name, then (pairs/s, CPU) for ours and for PyTorch's.
+type Row = (String, RateCpu, RateCpu);
+
+/// The set+get throughput rows: Rust clients, then Python clients when a python is given.
+fn throughput_rows(
+    args: &Args,
+    py: Option<&str>,
+    ours: &Server,
+    theirs: Option<&Server>,
+) -> Vec<Row> {
+    let secs = args.seconds;
+    let mut rows: Vec<Row> = Vec::new();
+    for &n in &args.clients {
+        eprintln!("rust clients: {n} ...");
+        let o = with_cpu(ours.pid, secs, || Some(rust_throughput(ours.port, n, secs)));
+        let t = match theirs {
+            Some(s) => with_cpu(s.pid, secs, || Some(rust_throughput(s.port, n, secs))),
+            None => (None, None),
+        };
+        rows.push((format!("set+get pairs/s, {n} Rust clients"), o, t));
+    }
+    let Some(py) = py.filter(|_| !args.no_python_clients) else {
+        return rows;
+    };
+    let py_rate = |port: u16, n: usize| {
+        python_throughput(py, port, n, secs)
+            .map_err(|e| eprintln!("{e}"))
+            .ok()
+    };
+    for &n in &args.clients {
+        eprintln!("python clients: {n} ...");
+        let o = with_cpu(ours.pid, secs, || py_rate(ours.port, n));
+        let t = match theirs {
+            Some(s) => with_cpu(s.pid, secs, || py_rate(s.port, n)),
+            None => (None, None),
+        };
+        rows.push((format!("set+get pairs/s, {n} Python clients"), o, t));
+    }
+    rows
+}
+
+/// The throughput table (with its header).
+fn print_throughput(rows: Vec<Row>) {
     println!(
         "{:<42} {:>14} {:>14} {:>20}   {:>22}",
         "benchmark", "ours", "PyTorch", "ratio ours/PyTorch", "server CPU us/pair o|P"
@@ -447,12 +525,16 @@ fn main() {
             format!("{} | {}", us(ocpu), us(tcpu))
         );
     }
+}
+
+/// The rendezvous row: seconds for ours and PyTorch's (">" when the cap stopped it).
+fn print_rendezvous(args: &Args, o: &Option<Rdv>, t: &Option<Rdv>) {
     let show = |r: &Option<Rdv>| match r {
         None => "failed".to_string(),
         Some(r) if r.complete => format!("{:.3}", r.secs),
         Some(r) => format!(">{:.0} ({}/{})", r.secs, r.joined, args.rendezvous),
     };
-    let ratio = match (&o, &t) {
+    let ratio = match (o, t) {
         (Some(o), Some(t)) if o.complete && t.secs > 0.0 => {
             format!(
                 "{}{:.4}x",
@@ -468,7 +550,7 @@ fn main() {
             "rendezvous of {} clients, seconds (lower=better)",
             args.rendezvous
         ),
-        show(&o),
-        show(&t)
+        show(o),
+        show(t)
     );
 }

@@ -107,26 +107,7 @@ fn run(cli: Cli) -> Result<(), String> {
         world_size,
     } = cli.op
     {
-        let srv = TcpStoreServer::bind(ServerOptions {
-            host: host.clone(),
-            port,
-            world_size,
-            ..Default::default()
-        })
-        .map_err(|e| e.to_string())?;
-        let shown = match &host {
-            Some(h) if h.contains(':') && !h.starts_with('[') => format!("[{h}]:{}", srv.port()),
-            Some(h) => format!("{h}:{}", srv.port()),
-            None => srv.local_addr().to_string(),
-        };
-        let mut out = std::io::stdout().lock();
-        writeln!(out, "c10d-store listening on {shown}")
-            .and_then(|_| out.flush())
-            .map_err(|e| e.to_string())?;
-        drop(out);
-        loop {
-            std::thread::park();
-        }
+        return serve(host, port, world_size);
     }
     let addr = cli.addr.ok_or("--addr HOST:PORT is required for this op")?;
     let (host, port) = split_addr(&addr)?;
@@ -139,10 +120,39 @@ fn run(cli: Cli) -> Result<(), String> {
         },
     )
     .map_err(|e| e.to_string())?;
+    client_op(&st, cli.op, timeout)
+}
+
+/// `serve`: hosts a server and prints where it listens; runs until killed.
+fn serve(host: Option<String>, port: u16, world_size: Option<usize>) -> Result<(), String> {
+    let srv = TcpStoreServer::bind(ServerOptions {
+        host: host.clone(),
+        port,
+        world_size,
+        ..Default::default()
+    })
+    .map_err(|e| e.to_string())?;
+    let shown = match &host {
+        Some(h) if h.contains(':') && !h.starts_with('[') => format!("[{h}]:{}", srv.port()),
+        Some(h) => format!("{h}:{}", srv.port()),
+        None => srv.local_addr().to_string(),
+    };
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "c10d-store listening on {shown}")
+        .and_then(|_| out.flush())
+        .map_err(|e| e.to_string())?;
+    drop(out);
+    loop {
+        std::thread::park();
+    }
+}
+
+/// One client op against the store, its answer on stdout.
+fn client_op(st: &TcpStore, op: Op, timeout: Duration) -> Result<(), String> {
     let mut out = std::io::stdout().lock();
     let e = |e: c10d_core::DistError| e.to_string();
     let w = |r: std::io::Result<()>| r.map_err(|e| e.to_string());
-    match cli.op {
+    match op {
         Op::Serve { .. } => unreachable!("handled above"),
         Op::Set { key, value } => st.set(&key, value.as_bytes()).map_err(e)?,
         Op::Get { key } => w(out.write_all(&st.get(&key).map_err(e)?))?,

@@ -251,6 +251,18 @@ fn launch(args: &Args, n: usize) -> i32 {
             return 1;
         }
     };
+    let Some(children) = spawn_ranks(&exe, n, server.port()) else {
+        return 1;
+    };
+    let code = wait_ranks(children);
+    drop(server);
+    code
+}
+
+/// Starts the `n` ranks (this program with the same arguments but `--nproc`, torchrun's
+/// environment, SIGKILL when the launcher dies); `None` (the started ones killed) when one
+/// cannot start.
+fn spawn_ranks(exe: &std::path::Path, n: usize, port: u16) -> Option<Vec<std::process::Child>> {
     // Same arguments without --nproc.
     let mut child_args = Vec::new();
     let mut it = std::env::args().skip(1);
@@ -263,14 +275,14 @@ fn launch(args: &Args, n: usize) -> i32 {
     }
     let mut children = Vec::new();
     for rank in 0..n {
-        let mut cmd = Command::new(&exe);
+        let mut cmd = Command::new(exe);
         cmd.args(&child_args)
             .env("RANK", rank.to_string())
             .env("LOCAL_RANK", rank.to_string())
             .env("WORLD_SIZE", n.to_string())
             .env("LOCAL_WORLD_SIZE", n.to_string())
             .env("MASTER_ADDR", "127.0.0.1")
-            .env("MASTER_PORT", server.port().to_string())
+            .env("MASTER_PORT", port.to_string())
             .env("TORCHELASTIC_USE_AGENT_STORE", "True");
         // SAFETY: runs in the forked child before exec; only the async-signal-safe prctl syscall,
         // so the ranks die with the launcher.
@@ -294,11 +306,17 @@ fn launch(args: &Args, n: usize) -> i32 {
                     let _ = c.kill();
                     let _ = c.wait();
                 }
-                return 1;
+                return None;
             }
         }
     }
-    // Wait for all ranks; when one fails, stop the others (they would wait for it forever).
+    Some(children)
+}
+
+/// Waits for all ranks; when one fails, stops the others (they would wait for it forever).
+/// Returns the exit status: 0 when every rank succeeded.
+fn wait_ranks(mut children: Vec<std::process::Child>) -> i32 {
+    let n = children.len();
     let mut code = 0;
     let mut left = n;
     let mut done = vec![false; n];
@@ -331,7 +349,6 @@ fn launch(args: &Args, n: usize) -> i32 {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    drop(server);
     code
 }
 
@@ -634,25 +651,7 @@ fn run_rank(args: &Args) -> Result<bool> {
         "none".into()
     };
     if lead {
-        println!(
-            "# c10d-bench {}: nranks {n}, backend {}, dtype {}, redop {}, warmup {}, iters {}, check {}",
-            args.op.name(),
-            args.backend,
-            args.dtype.short_name(),
-            redop_col,
-            args.warmup,
-            args.iters.map(|i| i.to_string()).unwrap_or_else(|| "auto".into()),
-            args.check
-        );
-        println!(
-            "# time: mean per iteration, max over ranks; algbw = size/time; busbw = algbw x {:.4}",
-            args.op.bus_factor(n)
-        );
-        println!("#");
-        println!(
-            "# {:>10} {:>12} {:>8} {:>6} {:>11} {:>11} {:>11} {:>8}",
-            "size", "count", "type", "redop", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong"
-        );
+        print_header(args, n, &redop_col);
     }
     let mut total_wrong = 0u64;
     let mut busbw_sum = 0f64;
@@ -661,39 +660,9 @@ fn run_rank(args: &Args) -> Result<bool> {
     loop {
         let case = Case::new(args, rank, n, bytes);
         let size = case.count * args.dtype.size();
-        let iters = args
-            .iters
-            .unwrap_or(if size <= 64 << 10 {
-                200
-            } else if size >= 16 << 20 {
-                10
-            } else {
-                20
-            })
-            .max(1);
-        case.prepare()?;
-        for _ in 0..args.warmup {
-            case.run()?;
-        }
-        dist::barrier().run()?;
-        let t0 = Instant::now();
-        for _ in 0..iters {
-            case.run()?;
-        }
-        let mine = t0.elapsed().as_secs_f64() / iters as f64;
-        let t = Tensor::from_vec(vec![mine]);
-        dist::all_reduce(&t).op(ReduceOp::Max).run()?;
-        let secs = t.to_vec::<f64>()?[0];
+        let secs = time_case(args, &case, size)?;
         let wrong = if args.check == 1 {
-            case.prepare()?;
-            dist::barrier().run()?;
-            case.run()?;
-            if corrupt_rank == Some(rank) {
-                case.corrupt()?;
-            }
-            let w = Tensor::from_vec(vec![case.wrong()? as i64]);
-            dist::all_reduce(&w).run()?;
-            w.to_vec::<i64>()?[0] as u64
+            check_case(&case, corrupt_rank == Some(rank))?
         } else {
             0
         };
@@ -737,4 +706,68 @@ fn run_rank(args: &Args) -> Result<bool> {
     }
     dist::destroy_process_group(None)?;
     Ok(total_wrong == 0)
+}
+
+/// The table's header (nccl-tests' layout), printed by rank 0.
+fn print_header(args: &Args, n: usize, redop_col: &str) {
+    println!(
+        "# c10d-bench {}: nranks {n}, backend {}, dtype {}, redop {}, warmup {}, iters {}, check {}",
+        args.op.name(),
+        args.backend,
+        args.dtype.short_name(),
+        redop_col,
+        args.warmup,
+        args.iters.map(|i| i.to_string()).unwrap_or_else(|| "auto".into()),
+        args.check
+    );
+    println!(
+        "# time: mean per iteration, max over ranks; algbw = size/time; busbw = algbw x {:.4}",
+        args.op.bus_factor(n)
+    );
+    println!("#");
+    println!(
+        "# {:>10} {:>12} {:>8} {:>6} {:>11} {:>11} {:>11} {:>8}",
+        "size", "count", "type", "redop", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong"
+    );
+}
+
+/// Seconds per iteration of `case` (`size` bytes) after the warm-up, the maximum over ranks.
+fn time_case(args: &Args, case: &Case, size: usize) -> Result<f64> {
+    let iters = args
+        .iters
+        .unwrap_or(if size <= 64 << 10 {
+            200
+        } else if size >= 16 << 20 {
+            10
+        } else {
+            20
+        })
+        .max(1);
+    case.prepare()?;
+    for _ in 0..args.warmup {
+        case.run()?;
+    }
+    dist::barrier().run()?;
+    let t0 = Instant::now();
+    for _ in 0..iters {
+        case.run()?;
+    }
+    let mine = t0.elapsed().as_secs_f64() / iters as f64;
+    let t = Tensor::from_vec(vec![mine]);
+    dist::all_reduce(&t).op(ReduceOp::Max).run()?;
+    Ok(t.to_vec::<f64>()?[0])
+}
+
+/// One checked run of `case` (this rank corrupting its result first when `corrupt`): the
+/// number of wrong elements summed over ranks.
+fn check_case(case: &Case, corrupt: bool) -> Result<u64> {
+    case.prepare()?;
+    dist::barrier().run()?;
+    case.run()?;
+    if corrupt {
+        case.corrupt()?;
+    }
+    let w = Tensor::from_vec(vec![case.wrong()? as i64]);
+    dist::all_reduce(&w).run()?;
+    Ok(w.to_vec::<i64>()?[0] as u64)
 }
