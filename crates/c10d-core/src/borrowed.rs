@@ -67,7 +67,11 @@ impl AsRef<Tensor> for TensorView<'_> {
 /// holds a view made in the scope and gives the borrowed memory back (see the module docs),
 /// then returns `f`'s result (or resumes its panic).
 ///
-/// The wait is bounded by the timeouts of the collectives still in flight.
+/// The wait is bounded by the timeouts of the collectives still in flight: a backend releases
+/// its leases when an op completes, fails or times out. It has no timeout of its own, as
+/// giving the memory back while a lease is held would let the engine touch it afterwards: a
+/// lease that is never released (a [`crate::TensorLeases`] leaked with `std::mem::forget`)
+/// makes the scope wait for ever — a hang, never a use of the memory after the borrow.
 pub fn scope<'env, F, R>(f: F) -> R
 where
     F: for<'scope> FnOnce(&'scope BorrowScope<'scope, 'env>) -> R,

@@ -38,11 +38,13 @@ pub trait DeviceStorage: Send + Sync + 'static {
     fn as_any(&self) -> &dyn Any;
 }
 
-/// Host memory owned by a type-erased `Vec<T>`.
+/// Host memory: owned by a type-erased `Vec<T>` (or what `from_raw_host` was given), or, for
+/// [`crate::borrowed`] views, a slice the caller lends until [`Tensor::revoke`].
 struct HostBuffer {
     ptr: *mut u8,
     nbytes: usize,
-    /// The `Vec<T>` that owns the bytes; taken back out by [`Tensor::into_vec`].
+    /// What keeps the bytes alive (a `Vec<T>`, taken back out by [`Tensor::into_vec`]); `()`
+    /// for a borrowed slice, whose memory the borrow scope keeps alive.
     owner: Mutex<Option<Box<dyn Any + Send>>>,
 }
 
@@ -63,10 +65,12 @@ pub(crate) struct Storage {
 /// Borrow state of a storage whose borrowed memory was given back ([`Tensor::revoke`]).
 const REVOKED: isize = isize::MIN;
 
-// SAFETY: the raw pointer in `HostBuffer` points into a heap allocation owned by the `Vec` kept in
-// `owner`, which is never moved or freed while the storage lives. All access to the bytes goes
-// through the `borrow` flag (readers/writer exclusion), so sharing the storage between threads
-// cannot create a data race in safe code.
+// SAFETY: the raw pointer in `HostBuffer` points either into memory kept alive by `owner` (a
+// `Vec`'s heap allocation, never moved or freed while the storage lives; or what the caller of
+// `from_raw_host` vouched for), or into a slice borrowed by a `borrowed::scope`, which stays valid
+// until `Tensor::revoke` has set the flag to REVOKED, after which no access is granted. All access
+// to the bytes goes through the `borrow` flag (readers/writer exclusion), so sharing the storage
+// between threads cannot create a data race in safe code.
 unsafe impl Send for Storage {}
 // SAFETY: see `Send` above; `&Storage` only exposes bytes through the borrow flag.
 unsafe impl Sync for Storage {}
@@ -583,7 +587,8 @@ impl Tensor {
                 return Err(bool_error());
             }
             // SAFETY: `b` is this view's bytes under a read guard; the pointer is aligned for T
-            // because the owning Vec has an element type of the same dtype (views move by whole
+            // because the storage was made over a `Vec` or slice of an element type of the same
+            // dtype, or checked for alignment by `from_raw_host` (views move by whole
             // elements); `b.len()` is `numel * size_of::<T>()`; bool bytes were checked above.
             Ok(f(unsafe {
                 std::slice::from_raw_parts(b.as_ptr().cast::<T>(), self.numel())
