@@ -151,13 +151,18 @@ impl GroupRecorder {
 
     /// Called when an op of this group ended; writes the dump at the first failure of a run.
     fn ended(&self, failed: bool) {
-        // Load first: the common case (a success after a success) writes nothing.
-        let was_failing = self.failing.load(Ordering::Relaxed);
-        if was_failing != failed {
-            self.failing.store(failed, Ordering::Relaxed);
-        }
-        if failed
-            && !was_failing
+        // A failure swaps, so that of two ops failing at once on two threads only one sees the
+        // run's first failure; a success loads first, so the common case (a success after a
+        // success) writes nothing.
+        let first_failure = if failed {
+            !self.failing.swap(true, Ordering::Relaxed)
+        } else {
+            if self.failing.load(Ordering::Relaxed) {
+                self.failing.store(false, Ordering::Relaxed);
+            }
+            false
+        };
+        if first_failure
             && !self.shutting_down.load(Ordering::Relaxed)
             && self.recorder.dump_on_failure()
         {
