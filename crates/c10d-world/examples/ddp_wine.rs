@@ -497,6 +497,79 @@ fn make_ddp(args: &Args, model: &Mlp, params: &mut [Vec<f32>]) -> Result<Ddp> {
     })
 }
 
+/// Prints the data set and the training set-up (rank 0).
+fn announce(args: &Args, model: &Mlp, (train_set, val_set): (&Data, &Data), world: usize) {
+    println!(
+        "ddp_wine: red wine quality, {} samples x {} features (train {}, val {}), standardised",
+        train_set.len() + val_set.len(),
+        train_set.d,
+        train_set.len(),
+        val_set.len()
+    );
+    let dims: Vec<String> = model.dims.iter().map(|d| d.to_string()).collect();
+    println!(
+        "ddp_wine: {world} rank(s), MLP {} ({} parameters), global batch {} (~{} per rank), bucket_cap_mb {}, SGD lr {} momentum {}",
+        dims.join("-"),
+        model.num_params(),
+        args.batch_size,
+        args.batch_size.div_ceil(world),
+        args.bucket_cap_mb,
+        args.lr,
+        args.momentum
+    );
+}
+
+/// The ranks whose trained parameters differ (bitwise) from this rank's `params`; then leaves
+/// the process group (a barrier first, so no rank leaves while another still gathers).
+fn ranks_with_other_params(params: &[f32], world: usize) -> Result<Vec<usize>> {
+    let np = params.len();
+    let mine = Tensor::from_vec(params.to_vec());
+    let all = Tensor::zeros(c10d_core::DType::F32, &[world * np]);
+    dist::all_gather_into_tensor(&all, &mine).run()?;
+    let all: Vec<f32> = all.to_vec()?;
+    let differing: Vec<usize> = (0..world)
+        .filter(|r| {
+            all[r * np..(r + 1) * np]
+                .iter()
+                .zip(params)
+                .any(|(a, b)| a.to_bits() != b.to_bits())
+        })
+        .collect();
+    dist::barrier().run()?;
+    dist::destroy_process_group(None)?;
+    Ok(differing)
+}
+
+/// Check 2 (rank 0): the same training in one process on the full data reaches the same
+/// parameters and losses within `args.tolerance`.
+fn matches_single_process(
+    args: &Args,
+    model: &Mlp,
+    sets: (&Data, &Data),
+    hist: &History,
+) -> Result<bool> {
+    let local = Local {
+        grads: RefCell::new(
+            model
+                .init(args.seed)
+                .iter()
+                .map(|p| vec![0f32; p.len()])
+                .collect(),
+        ),
+    };
+    let reference = train(args, model, sets, (model.init(args.seed), 0), &local, false)?;
+    let dp = max_abs_diff(&hist.params, &reference.params);
+    let dl =
+        max_abs_diff(&hist.train, &reference.train).max(max_abs_diff(&hist.val, &reference.val));
+    let good = dp <= args.tolerance && dl <= args.tolerance;
+    println!(
+        "check: single-process run on the full data: max |param diff| {dp:.3e}, max |loss diff| {dl:.3e} (tolerance {:.0e}) {}",
+        args.tolerance,
+        if good { "OK" } else { "FAILED" }
+    );
+    Ok(good)
+}
+
 fn run(args: &Args) -> Result<bool> {
     init(Duration::from_secs(args.timeout))?;
     let rank = dist::get_rank(None)? as usize;
@@ -512,33 +585,11 @@ fn run(args: &Args) -> Result<bool> {
     let mut params = model.init(args.seed);
     let sync = make_ddp(args, &model, &mut params)?;
     if lead {
-        println!(
-            "ddp_wine: red wine quality, {} samples x {} features (train {}, val {}), standardised",
-            train_set.len() + val_set.len(),
-            train_set.d,
-            train_set.len(),
-            val_set.len()
-        );
-        let dims: Vec<String> = model.dims.iter().map(|d| d.to_string()).collect();
-        println!(
-            "ddp_wine: {world} rank(s), MLP {} ({np} parameters), global batch {} (~{} per rank), bucket_cap_mb {}, SGD lr {} momentum {}",
-            dims.join("-"),
-            args.batch_size,
-            args.batch_size.div_ceil(world),
-            args.bucket_cap_mb,
-            args.lr,
-            args.momentum
-        );
+        announce(args, &model, (&train_set, &val_set), world);
     }
     let t0 = Instant::now();
-    let hist = train(
-        args,
-        &model,
-        (&train_set, &val_set),
-        (params, rank),
-        &sync,
-        lead,
-    )?;
+    let sets = (&train_set, &val_set);
+    let hist = train(args, &model, sets, (params, rank), &sync, lead)?;
     let secs = t0.elapsed().as_secs_f64();
     println!(
         "rank {rank} trained on {} samples ({:.1} per epoch) in {secs:.2} s",
@@ -551,20 +602,7 @@ fn run(args: &Args) -> Result<bool> {
     }
 
     // Check 1: parameters identical on every rank.
-    let mine = Tensor::from_vec(hist.params.clone());
-    let all = Tensor::zeros(c10d_core::DType::F32, &[world * np]);
-    dist::all_gather_into_tensor(&all, &mine).run()?;
-    let all: Vec<f32> = all.to_vec()?;
-    let differing: Vec<usize> = (0..world)
-        .filter(|r| {
-            all[r * np..(r + 1) * np]
-                .iter()
-                .zip(&hist.params)
-                .any(|(a, b)| a.to_bits() != b.to_bits())
-        })
-        .collect();
-    dist::barrier().run()?;
-    dist::destroy_process_group(None)?;
+    let differing = ranks_with_other_params(&hist.params, world)?;
     let mut ok = differing.is_empty();
     if lead {
         let (tl, vl) = (
@@ -588,33 +626,7 @@ fn run(args: &Args) -> Result<bool> {
 
     // Check 2: the same training in one process on the full data.
     if lead && !args.no_reference {
-        let local = Local {
-            grads: RefCell::new(
-                model
-                    .init(args.seed)
-                    .iter()
-                    .map(|p| vec![0f32; p.len()])
-                    .collect(),
-            ),
-        };
-        let reference = train(
-            args,
-            &model,
-            (&train_set, &val_set),
-            (model.init(args.seed), 0),
-            &local,
-            false,
-        )?;
-        let dp = max_abs_diff(&hist.params, &reference.params);
-        let dl = max_abs_diff(&hist.train, &reference.train)
-            .max(max_abs_diff(&hist.val, &reference.val));
-        let good = dp <= args.tolerance && dl <= args.tolerance;
-        println!(
-            "check: single-process run on the full data: max |param diff| {dp:.3e}, max |loss diff| {dl:.3e} (tolerance {:.0e}) {}",
-            args.tolerance,
-            if good { "OK" } else { "FAILED" }
-        );
-        ok &= good;
+        ok &= matches_single_process(args, &model, sets, &hist)?;
     }
     Ok(ok)
 }
