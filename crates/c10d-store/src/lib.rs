@@ -4,10 +4,10 @@
 //! implementations ([`HashStore`], `PrefixStore`, `FileStore`, `TcpStore` server and client) that
 //! share PyTorch's wire protocol and file format, plus the init-method URLs.
 //!
-//! Where things live: [`store`] the trait and `store_barrier`; [`hash`], [`prefix`], [`file`]
+//! Where things live: [`store`] the trait and `store_barrier`; [`hash`], [`prefix`], [`file`](mod@file)
 //! one store each; [`tcp`] the `TCPStore` (`protocol` the wire format and request decoder,
 //! `server` the event-loop server with one handler per request, `client` the blocking client);
-//! [`rendezvous`] the init-method URLs (`env://`, `tcp://`, `file://`) → (store, rank, world
+//! [`rendezvous`](mod@rendezvous) the init-method URLs (`env://`, `tcp://`, `file://`) → (store, rank, world
 //! size); `src/bin/` the `c10d-store` CLI and `c10d-store-bench`. A group's store in c10d-world is
 //! a chain of [`PrefixStore`]s over the rendezvous store (`"default_pg"`, `"<group name>/"`,
 //! `"<device>/"`), as in PyTorch.

@@ -36,7 +36,7 @@ pub(super) fn print_summary(
     }
 }
 
-/// "rank R (local_rank L, pid P): <exit>".
+/// `rank R (local_rank L, pid P): <exit status>`.
 fn fmt_worker(w: &Worker) -> String {
     let st = w
         .status
