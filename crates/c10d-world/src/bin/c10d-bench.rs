@@ -672,22 +672,8 @@ fn run_rank(args: &Args) -> Result<bool> {
         busbw_sum += busbw;
         rows += 1;
         if lead {
-            let wrong_col = if args.check == 1 {
-                wrong.to_string()
-            } else {
-                "N/A".into()
-            };
-            println!(
-                "  {:>10} {:>12} {:>8} {:>6} {:>11.2} {:>11.3} {:>11.3} {:>8}",
-                size,
-                case.count,
-                args.dtype.short_name(),
-                redop_col,
-                secs * 1e6,
-                algbw,
-                busbw,
-                wrong_col
-            );
+            let wrong_col = (args.check == 1).then_some(wrong);
+            print_row(args, &case, size, &redop_col, secs, n, wrong_col);
         }
         match bytes.checked_mul(args.factor) {
             Some(b) if b <= args.max_bytes => bytes = b,
@@ -728,6 +714,33 @@ fn print_header(args: &Args, n: usize, redop_col: &str) {
     println!(
         "# {:>10} {:>12} {:>8} {:>6} {:>11} {:>11} {:>11} {:>8}",
         "size", "count", "type", "redop", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong"
+    );
+}
+
+/// One row of the table: size, count, dtype, redop, time, bandwidths and wrong elements
+/// ("N/A" unchecked).
+fn print_row(
+    args: &Args,
+    case: &Case,
+    size: usize,
+    redop_col: &str,
+    secs: f64,
+    n: usize,
+    wrong: Option<u64>,
+) {
+    let algbw = size as f64 / secs / 1e9;
+    let busbw = algbw * args.op.bus_factor(n);
+    let wrong_col = wrong.map_or_else(|| "N/A".to_string(), |w| w.to_string());
+    println!(
+        "  {:>10} {:>12} {:>8} {:>6} {:>11.2} {:>11.3} {:>11.3} {:>8}",
+        size,
+        case.count,
+        args.dtype.short_name(),
+        redop_col,
+        secs * 1e6,
+        algbw,
+        busbw,
+        wrong_col
     );
 }
 
