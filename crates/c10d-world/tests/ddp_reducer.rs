@@ -185,10 +185,11 @@ fn unused_parameters_are_reduced_as_zeros() {
             ..Default::default()
         };
         let reducer = Reducer::new(&params(), pg, opts).unwrap();
-        // Rank 0 declares param 1 unused up front; rank 1 simply never marks param 3.
+        // Rank 0 declares param 1 unused up front (listed twice: still one parameter); rank 1
+        // simply never marks param 3.
         let skip = if rank == 0 { 1 } else { 3 };
         if rank == 0 {
-            reducer.prepare_for_backward(&[1]).unwrap();
+            reducer.prepare_for_backward(&[1, 1]).unwrap();
         }
         for p in (0..SHAPES.len()).filter(|&p| p != skip) {
             reducer

@@ -356,12 +356,11 @@ impl Reducer {
             b.pending = b.params.len();
         }
         let mut all: Vec<usize> = st.static_unused.clone().unwrap_or_default();
-        all.extend(
-            unused
-                .iter()
-                .filter(|i| !all.contains(i))
-                .collect::<Vec<_>>(),
-        );
+        for &i in unused {
+            if !all.contains(&i) {
+                all.push(i); // an index listed twice is still one unused parameter
+            }
+        }
         for i in all {
             self.mark_unused(st, i)?;
         }
