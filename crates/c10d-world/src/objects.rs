@@ -143,7 +143,7 @@ impl World {
     /// passes a list of the same length; after the call all hold the root's objects.
     ///
     /// # Errors
-    /// As [`World::broadcast`]; "object collective: cannot deserialize ..." when lengths
+    /// As [`World::broadcast`]; "broadcast_object_list: cannot deserialize ..." when lengths
     /// differ from the root's.
     pub fn broadcast_object_list<'a, T: Serialize + DeserializeOwned>(
         &'a self,
@@ -212,18 +212,29 @@ impl World {
 type Timeout = Option<std::time::Duration>;
 
 /// Implements the sealed [`Op`] for an object collective's arguments: `object_op!(Type,
-/// [bounds], Output, |args, world, kw| body)` (blocking only, as in PyTorch).
+/// "name", [bounds], Output, |args, world, kw| body)` (blocking only, as in PyTorch). Errors
+/// of this module's helpers ("object collective: ...") are told with the op's name.
 macro_rules! object_op {
-    ($ty:ident, [$($b:tt)*], $out:ty, |$a:ident, $w:ident, $kw:ident| $body:block) => {
+    ($ty:ident, $name:literal, [$($b:tt)*], $out:ty, |$a:ident, $w:ident, $kw:ident| $body:block) => {
         impl<T: $($b)*> crate::call::Sealed for $ty<'_, T> {}
         impl<T: $($b)*> Op for $ty<'_, T> {
             type Output = $out;
             fn run(self, $w: &World, $kw: &Keywords<'_>) -> Result<$out> {
                 let $a = self;
-                $body
+                let result: Result<$out> = (|| $body)();
+                result.map_err(|e| name_the_op(e, $name))
             }
         }
     };
+}
+
+/// `e` with a leading "object collective" replaced by the op's name (other errors, from the
+/// collectives, already name theirs).
+fn name_the_op(e: DistError, op: &str) -> DistError {
+    match e.message().strip_prefix("object collective:") {
+        Some(rest) => e.map_message(|_| format!("{op}:{rest}")),
+        None => e,
+    }
 }
 
 /// Arguments of [`World::all_gather_object`].
@@ -233,6 +244,7 @@ pub struct AllGatherObject<'a, T> {
 }
 object_op!(
     AllGatherObject,
+    "all_gather_object",
     [Serialize + DeserializeOwned],
     Vec<T>,
     |a, w, kw| {
@@ -267,6 +279,7 @@ pub struct GatherObject<'a, T> {
 }
 object_op!(
     GatherObject,
+    "gather_object",
     [Serialize + DeserializeOwned],
     Option<Vec<T>>,
     |a, w, kw| {
@@ -305,6 +318,7 @@ pub struct BroadcastObjectList<'a, T> {
 }
 object_op!(
     BroadcastObjectList,
+    "broadcast_object_list",
     [Serialize + DeserializeOwned],
     (),
     |a, w, kw| {
@@ -355,6 +369,7 @@ pub struct ScatterObjectList<'a, T> {
 }
 object_op!(
     ScatterObjectList,
+    "scatter_object_list",
     [Serialize + DeserializeOwned],
     Option<T>,
     |a, w, kw| {
@@ -405,16 +420,22 @@ pub struct SendObjectList<'a, T> {
     object_list: &'a [T],
     dst: Rank,
 }
-object_op!(SendObjectList, [Serialize], (), |a, w, kw| {
-    let Some((_, g)) = w.object_group(kw, "send_object_list")? else {
-        return Ok(());
-    };
-    let encoded: Vec<Vec<u8>> = a.object_list.iter().map(encode).collect::<Result<_>>()?;
-    let sizes = Tensor::from_vec(encoded.iter().map(|b| b.len() as i64).collect::<Vec<_>>());
-    w.send(&sizes, a.dst).group(&g).within(kw.timeout).run()?;
-    let payload = Tensor::from_vec(encoded.concat());
-    w.send(&payload, a.dst).group(&g).within(kw.timeout).run()
-});
+object_op!(
+    SendObjectList,
+    "send_object_list",
+    [Serialize],
+    (),
+    |a, w, kw| {
+        let Some((_, g)) = w.object_group(kw, "send_object_list")? else {
+            return Ok(());
+        };
+        let encoded: Vec<Vec<u8>> = a.object_list.iter().map(encode).collect::<Result<_>>()?;
+        let sizes = Tensor::from_vec(encoded.iter().map(|b| b.len() as i64).collect::<Vec<_>>());
+        w.send(&sizes, a.dst).group(&g).within(kw.timeout).run()?;
+        let payload = Tensor::from_vec(encoded.concat());
+        w.send(&payload, a.dst).group(&g).within(kw.timeout).run()
+    }
+);
 
 /// Arguments of [`World::recv_object_list`].
 #[derive(Debug)]
@@ -422,33 +443,51 @@ pub struct RecvObjectList<'a, T> {
     object_list: &'a mut [T],
     src: Option<Rank>,
 }
-object_op!(RecvObjectList, [DeserializeOwned], i64, |a, w, kw| {
-    let Some((pg, g)) = w.object_group(kw, "recv_object_list")? else {
-        return Ok(-1);
-    };
-    let sizes = Tensor::zeros(DType::I64, &[a.object_list.len()]);
-    let mut recv = w.recv(&sizes).group(&g).within(kw.timeout);
-    if let Some(src) = a.src {
-        recv = recv.src(src);
+object_op!(
+    RecvObjectList,
+    "recv_object_list",
+    [DeserializeOwned],
+    i64,
+    |a, w, kw| {
+        let Some((pg, g)) = w.object_group(kw, "recv_object_list")? else {
+            return Ok(-1);
+        };
+        let sizes = Tensor::zeros(DType::I64, &[a.object_list.len()]);
+        let mut recv = w.recv(&sizes).group(&g).within(kw.timeout);
+        if let Some(src) = a.src {
+            recv = recv.src(src);
+        }
+        let sender = recv.run()?;
+        let sizes = peer_sizes(sizes.to_vec::<i64>()?)?;
+        let payload = Tensor::zeros(DType::U8, &[sizes.iter().sum()]);
+        let from = Rank::Group(w.get_group_rank(&pg, sender as usize)?);
+        w.recv(&payload)
+            .src(from)
+            .group(&g)
+            .within(kw.timeout)
+            .run()?;
+        decode_concat(&payload, &sizes, a.object_list)?;
+        Ok(sender)
     }
-    let sender = recv.run()?;
-    let sizes = peer_sizes(sizes.to_vec::<i64>()?)?;
-    let payload = Tensor::zeros(DType::U8, &[sizes.iter().sum()]);
-    let from = Rank::Group(w.get_group_rank(&pg, sender as usize)?);
-    w.recv(&payload)
-        .src(from)
-        .group(&g)
-        .within(kw.timeout)
-        .run()?;
-    decode_concat(&payload, &sizes, a.object_list)?;
-    Ok(sender)
-});
+);
 keyword!([T] RecvObjectList<'a, T>, /// PyTorch's `src=` ([`Rank::Global`]) or `group_src=` ([`Rank::Group`]); default: any source.
     src: impl Into<Rank> => |a, src| a.src = Some(src.into()));
 
 #[cfg(test)]
 mod tests {
-    use super::peer_sizes;
+    use super::{name_the_op, peer_sizes};
+    use c10d_core::DistError;
+
+    #[test]
+    fn helper_errors_name_the_op_and_others_are_left_alone() {
+        let e = name_the_op(peer_sizes(vec![-1]).unwrap_err(), "gather_object").to_string();
+        assert!(
+            e.contains("gather_object: a peer announced an object of -1 bytes"),
+            "{e}"
+        );
+        let other = name_the_op(DistError::invalid("object collective"), "gather_object");
+        assert_eq!(other.message(), "object collective");
+    }
 
     #[test]
     fn garbage_sizes_from_peers_are_errors_not_allocations() {
