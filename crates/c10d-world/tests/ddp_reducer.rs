@@ -8,10 +8,10 @@ use c10d_core::{AllreduceOptions, DType, ReduceOp, Tensor};
 use c10d_world::ddp::{
     compute_bucket_assignment_by_size, CommHook, Reducer, ReducerOptions, TensorMeta,
 };
-use c10d_world::{InitOptions, World};
+use c10d_world::World;
 use std::sync::Arc;
 use std::time::Duration;
-use world_common::{run, store};
+use world_common::{run, run_gloo};
 
 /// Shapes of a small model; params 0..5 in registration order.
 const SHAPES: [&[usize]; 5] = [&[8, 4], &[8], &[3, 8], &[3], &[5, 3]];
@@ -33,40 +33,6 @@ fn local_grad(rank: usize, iter: usize, param: usize) -> Tensor {
     let n: usize = SHAPES[param].iter().product();
     let v: Vec<f32> = (0..n).map(|k| grad_value(rank, iter, param, k)).collect();
     Tensor::from_vec_shaped(v, SHAPES[param]).unwrap()
-}
-
-/// Runs `f` on `n` gloo ranks (threads), each with its own World.
-fn run_gloo<R: Send + 'static>(
-    n: usize,
-    f: impl Fn(&World, usize) -> R + Send + Sync + 'static,
-) -> Vec<R> {
-    let s = store();
-    let f = Arc::new(f);
-    let hs: Vec<_> = (0..n)
-        .map(|r| {
-            let (s, f) = (s.clone(), f.clone());
-            std::thread::spawn(move || {
-                let w = World::new();
-                w.init_process_group(InitOptions {
-                    backend: Some("gloo".into()),
-                    store: Some(s.clone()),
-                    world_size: Some(n),
-                    rank: Some(r),
-                    timeout: Some(Duration::from_secs(30)),
-                    ..Default::default()
-                })
-                .expect("init gloo");
-                let out = f(&w, r);
-                c10d_store::store_barrier(s.as_ref(), "ddp_end", n, Duration::from_secs(60))
-                    .unwrap();
-                w.destroy_process_group(None).unwrap();
-                out
-            })
-        })
-        .collect();
-    hs.into_iter()
-        .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-        .collect()
 }
 
 /// Three iterations; every gradient after finalize must equal the all_reduce (AVG) of that
@@ -130,7 +96,7 @@ fn gradients_equal_all_reduce(w: &World, rank: usize) {
 
 #[test]
 fn gradients_after_finalize_equal_an_all_reduce_of_each_gradient_gloo() {
-    run_gloo(3, gradients_equal_all_reduce);
+    run_gloo(3, |_| {}, gradients_equal_all_reduce);
 }
 
 #[test]
