@@ -1086,18 +1086,23 @@ impl Engine {
             }
             return;
         }
-        let mut evs: smallvec::SmallVec<[(Token, bool, bool); 16]> = smallvec::SmallVec::new();
+        let mut evs: smallvec::SmallVec<[(Token, bool, bool, bool); 16]> =
+            smallvec::SmallVec::new();
         for ev in self.events.iter() {
             evs.push((
                 ev.token(),
                 ev.is_readable() || ev.is_read_closed() || ev.is_error(),
                 ev.is_writable() || ev.is_error(),
+                ev.is_read_closed() || ev.is_error(),
             ));
         }
-        for (tok, r, w) in evs {
+        for (tok, r, w, closed) in evs {
             if tok == WAKER {
                 self.drain();
                 continue;
+            }
+            if closed {
+                self.peer_closing(tok.0);
             }
             if r {
                 self.on_readable(tok.0);

@@ -11,7 +11,9 @@
 //!   [`EARLY_BUDGET`] bytes, reading from it pauses, so its bytes wait in the kernel and TCP (or
 //!   the Unix socket) slows the sender down, as PyTorch's Gloo does by reading only into posted
 //!   buffers. Reading resumes when the early frames fall below half the budget, when a
-//!   point-to-point receive may need that peer's stream, or when the group fails. Frames of the
+//!   point-to-point receive may need that peer's stream, when the group fails, or for good when
+//!   the peer's side of the connection closes or fails (what is left to read is bounded then, and
+//!   an error frame or the end of the stream may be behind it: a dead peer is seen at once). Frames of the
 //!   op this rank runs now are never behind a peer's early frames (each peer sends in op order),
 //!   so a pause cannot hold back what an op waits for.
 
@@ -30,6 +32,8 @@ pub(super) struct Flow {
     early_bytes: Vec<usize>,
     /// Per peer: reading paused (early budget spent).
     paused: Vec<bool>,
+    /// Per peer: its side of the connection closed or failed; never paused again.
+    closing: Vec<bool>,
 }
 
 impl Flow {
@@ -39,6 +43,7 @@ impl Flow {
             backlog: Vec::new(),
             early_bytes: vec![0; n],
             paused: vec![false; n],
+            closing: vec![false; n],
         }
     }
 }
@@ -82,7 +87,8 @@ impl Engine {
     /// point-to-point receive may be waiting for its stream.
     pub(super) fn early_added(&mut self, p: usize, n: usize) {
         self.flow.early_bytes[p] += n;
-        if self.flow.early_bytes[p] > EARLY_BUDGET && !self.p2p_may_need(p) {
+        if self.flow.early_bytes[p] > EARLY_BUDGET && !self.flow.closing[p] && !self.p2p_may_need(p)
+        {
             self.flow.paused[p] = true;
         }
     }
@@ -93,6 +99,14 @@ impl Engine {
         let b = &mut self.flow.early_bytes[p];
         *b = b.saturating_sub(n);
         if *b <= EARLY_BUDGET / 2 {
+            self.resume(p);
+        }
+    }
+
+    /// The connection to `p` was closed or failed on its side: read it to the end from now on.
+    pub(super) fn peer_closing(&mut self, p: usize) {
+        if let Some(c) = self.flow.closing.get_mut(p) {
+            *c = true;
             self.resume(p);
         }
     }
