@@ -5,6 +5,7 @@ use crate::error::{DistError, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The `version` PyTorch 2.15 writes (and its analyzer expects all ranks to share).
 pub const DUMP_VERSION: &str = "2.10";
@@ -215,9 +216,16 @@ impl Dump {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(fail)?;
         }
+        // One temporary file per write: two threads of this process dumping at once (a failure
+        // and the signal handler) must not write into the same one.
+        static WRITES: AtomicU64 = AtomicU64::new(0);
         let mut tmp = path.as_os_str().to_owned();
-        tmp.push(format!(".tmp{}", std::process::id()));
-        std::fs::write(&tmp, bytes).map_err(fail)?;
-        std::fs::rename(&tmp, path).map_err(fail)
+        let n = WRITES.fetch_add(1, Ordering::Relaxed);
+        tmp.push(format!(".tmp{}.{n}", std::process::id()));
+        let written = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path));
+        if written.is_err() {
+            let _ = std::fs::remove_file(&tmp); // best effort: the error below is what matters
+        }
+        written.map_err(fail)
     }
 }

@@ -234,6 +234,28 @@ fn dump_to_file_needs_a_rank_and_writes_prefix_rank() {
 }
 
 #[test]
+fn dumps_written_at_once_by_several_threads_are_each_whole() {
+    let (dir, prefix) = temp_prefix("threads");
+    let fr = recorder(8, &prefix);
+    fr.register_group("gloo", "0", "default_pg", &[], 1, 2);
+    let writers: Vec<_> = (0..4)
+        .map(|_| {
+            let fr = fr.clone();
+            std::thread::spawn(move || (0..25).map(|_| fr.dump_to_file()).collect::<Vec<_>>())
+        })
+        .collect();
+    for w in writers {
+        for r in w.join().unwrap() {
+            let path = r.unwrap();
+            assert_eq!(Dump::read(&path).unwrap().version, DUMP_VERSION);
+        }
+    }
+    let left: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().collect();
+    assert_eq!(left.len(), 1, "only the dump, no temporary file: {left:?}");
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
 fn the_first_failure_of_a_run_dumps_and_shutdown_does_not() {
     let (dir, prefix) = temp_prefix("fail");
     let fr = recorder(8, &prefix);
