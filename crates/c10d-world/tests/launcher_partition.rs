@@ -78,8 +78,9 @@ impl Drop for Hosts {
     }
 }
 
-/// `c10drun` for node `node` of the 2-node job, inside its namespace.
-fn node(hosts: &Hosts, node: usize) -> Job {
+/// `c10drun` for node `node` of the 2-node job, inside its namespace (node 0 picks the store's
+/// port: pass "0").
+fn node(hosts: &Hosts, node: usize, port: &str) -> Job {
     let rank = node.to_string();
     let args = [
         "netns",
@@ -95,7 +96,7 @@ fn node(hosts: &Hosts, node: usize) -> Job {
         "--master-addr",
         "10.231.1.1",
         "--master-port",
-        "29500",
+        port,
         "--run-id",
         "partition",
         "--rdzv-timeout",
@@ -127,8 +128,15 @@ fn both_launchers_exit_when_the_link_goes_down() {
             return;
         }
     };
-    let mut n0 = node(&hosts, 0);
-    let n1 = node(&hosts, 1);
+    let mut n0 = node(&hosts, 0, "0");
+    let line = n0.wait_for_stderr("store listening on 10.231.1.1:", Duration::from_secs(60));
+    let port = line
+        .split("10.231.1.1:")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .expect("port in the store line")
+        .to_string();
+    let n1 = node(&hosts, 1, &port);
     n0.wait_for_stdout("[rank 0]: # c10d-bench all_reduce", Duration::from_secs(60));
     std::thread::sleep(Duration::from_millis(200));
     let t0 = Instant::now();
@@ -161,7 +169,7 @@ fn both_launchers_exit_when_the_link_goes_down() {
     // Node 1 cannot reach the store on node 0; node 0 gives up waiting for node 1.
     assert!(
         o1.summary()
-            .contains("the store at 10.231.1.1:29500 is unreachable"),
+            .contains(&format!("the store at 10.231.1.1:{port} is unreachable")),
         "{o1}"
     );
     assert!(
