@@ -5,7 +5,7 @@ mod world_common;
 
 use c10d_core::{DType, Tensor};
 use c10d_world::ddp::{PowerSgdHook, PowerSgdOptions, Reducer, ReducerOptions};
-use world_common::run;
+use world_common::{run, run_gloo};
 
 /// Parameters: a 40 × 30 matrix (compressed at rank 1: (40 + 30) × 2 < 1200), a bias of 40 and a
 /// 2 × 2 matrix (not worth compressing).
@@ -183,4 +183,57 @@ fn error_feedback_carries_what_the_approximation_lost() {
         e_with < e_without / 5.0,
         "with feedback {e_with}, without {e_without}"
     );
+}
+
+/// The first iteration reduces one bucket of both matrices; gradients arriving last-first make
+/// the rebuilt bucket 0 hold the 40 × 30 matrix alone, whose `Q` (30 × 1) is not the first one
+/// stored for bucket 0 (10 × 1): warm start must start it afresh, not reuse it.
+#[test]
+fn warm_start_survives_the_bucket_rebuild() {
+    let rank_1 = |rank: usize, n: usize, m: usize| -> Vec<f32> {
+        let s = 1.0 + rank as f32;
+        (0..n)
+            .flat_map(|i| (0..m).map(move |j| s * ((i % 5) as f32 - 2.0) * ((j % 3) as f32 + 1.0)))
+            .collect()
+    };
+    let shapes: [&[usize]; 2] = [&[20, 10], &[40, 30]];
+    let out = run_gloo(
+        2,
+        |_| {},
+        move |w, rank| {
+            let pg = w.world_group().unwrap();
+            let params: Vec<Tensor> = shapes
+                .iter()
+                .map(|s| Tensor::zeros(DType::F32, s))
+                .collect();
+            let opts = ReducerOptions {
+                bucket_cap_mb: Some(0.001),
+                ..Default::default()
+            };
+            let reducer = Reducer::new(&params, pg, opts).unwrap();
+            let hook = PowerSgdHook::new(PowerSgdOptions {
+                start_powersgd_iter: 0,
+                ..Default::default()
+            });
+            reducer.register_comm_hook(hook).unwrap();
+            for _iter in 0..3 {
+                for (p, s) in shapes.iter().enumerate().rev() {
+                    let g = Tensor::from_vec_shaped(rank_1(rank, s[0], s[1]), s).unwrap();
+                    reducer.mark_variable_ready_with_grad(p, &g).unwrap();
+                }
+                reducer.finalize_backward().unwrap();
+            }
+            let got = reducer.grad(1).unwrap().reshape(&[1200]).unwrap();
+            (reducer.bucket_indices(), got.to_vec::<f32>().unwrap())
+        },
+    );
+    let average: Vec<f32> = rank_1(0, 40, 30).iter().map(|x| x * 1.5).collect();
+    for (buckets, got) in out {
+        assert_eq!(buckets, vec![vec![1], vec![0]], "rebuilt in arrival order");
+        assert!(
+            max_diff(&got, &average) < 1e-4,
+            "{}",
+            max_diff(&got, &average)
+        );
+    }
 }

@@ -120,6 +120,11 @@ fn split(bucket: &GradBucket, o: &PowerSgdOptions) -> (Vec<Block>, Vec<(usize, u
     (blocks, plain)
 }
 
+/// Whether `qs` holds one `m × r` matrix for each of `blocks`.
+fn fits(qs: &[Vec<f32>], blocks: &[Block]) -> bool {
+    qs.len() == blocks.len() && qs.iter().zip(blocks).all(|(q, k)| q.len() == k.m * k.r)
+}
+
 fn all_reduce(pg: &ProcessGroup, data: Vec<f32>) -> Result<(Tensor, Work)> {
     let t = Tensor::from_vec(data);
     let w = pg.all_reduce(std::slice::from_ref(&t), &AllreduceOptions::default())?;
@@ -149,7 +154,13 @@ impl CommHook for PowerSgdHook {
             .flat_map(|&(o, l)| input[o..o + l].iter().map(|x| x / world))
             .collect();
         let (plain_t, plain_w) = all_reduce(pg, flat)?;
-        let qs = match mem.q.get(&b).filter(|_| self.opts.warm_start) {
+        // A stored Q is reused only when it fits this bucket's matrices: the buckets are
+        // rebuilt after the first iteration, so bucket `b` may hold other matrices by now.
+        let qs = match mem
+            .q
+            .get(&b)
+            .filter(|q| self.opts.warm_start && fits(q, &blocks))
+        {
             Some(q) => q.clone(),
             None => initial_qs(&blocks, self.opts.random_seed ^ ((b as u64) << 32)),
         };
