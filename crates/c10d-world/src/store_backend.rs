@@ -203,7 +203,10 @@ impl StoreBackend {
         blobs: &[&[u8]],
     ) -> Result<Vec<u8>> {
         op.check_dtype(dtype)?;
-        let mut acc = blobs[0].to_vec();
+        let Some(first) = blobs.first() else {
+            return Ok(Vec::new()); // empty tensors: nothing to reduce
+        };
+        let mut acc = first.to_vec();
         prescale(op, dtype, &mut acc)?;
         for b in &blobs[1..] {
             if b.len() != acc.len() {

@@ -89,6 +89,15 @@ fn python_layer_checks() {
 }
 
 #[test]
+fn all_reduce_of_empty_tensors_succeeds() {
+    let out = run(2, |w, _| {
+        let t = Tensor::zeros(DType::F32, &[0]);
+        w.all_reduce(&t).run().map(|()| t.numel())
+    });
+    assert_eq!(out, vec![Ok(0), Ok(0)]);
+}
+
+#[test]
 fn all_ops_route_data() {
     let out = run(3, |w, r| {
         let n = 3;
