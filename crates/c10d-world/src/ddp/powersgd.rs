@@ -8,10 +8,12 @@
 //! approximation lost is added to the bucket's next gradient; with warm start, `Q` is reused
 //! from the previous iteration.
 //!
-//! Differences from PyTorch: float32 buckets only (other dtypes use [`AllReduceHook`]); the
-//! random initial `Q` comes from a seeded generator of ours (the same on every rank, but not
-//! PyTorch's numbers); the `P` all_reduce overlaps the backward pass, the `Q` all_reduce runs when
-//! `finalize_backward` waits for the bucket.
+//! Differences from PyTorch: a bucket's error feedback and `Q` are dropped when its parameters
+//! change (the rebuild after the first iteration), so `start_powersgd_iter` may be below 2,
+//! which PyTorch refuses with error feedback or warm start; float32 buckets only (other dtypes
+//! use [`AllReduceHook`]); the random initial `Q` comes from a seeded generator of ours (the
+//! same on every rank, but not PyTorch's numbers); the `P` all_reduce overlaps the backward
+//! pass, the `Q` all_reduce runs when `finalize_backward` waits for the bucket.
 
 use super::comm_hooks::{AllReduceHook, CommHook};
 use super::grad_bucket::{BucketFuture, GradBucket};
@@ -61,6 +63,20 @@ struct Memory {
     iter: u64,
     error: HashMap<usize, Vec<f32>>,
     q: HashMap<usize, Vec<Vec<f32>>>,
+    /// The parameters of each bucket when its error and `Q` were kept.
+    layout: HashMap<usize, Vec<usize>>,
+}
+
+impl Memory {
+    /// Forgets bucket `b`'s error feedback and `Q` when it now holds other parameters (the
+    /// buckets are rebuilt after the first iteration): they describe another bucket's memory.
+    fn check_layout(&mut self, b: usize, params: &[usize]) {
+        if self.layout.get(&b).map(Vec::as_slice) != Some(params) {
+            self.error.remove(&b);
+            self.q.remove(&b);
+            self.layout.insert(b, params.to_vec());
+        }
+    }
 }
 
 /// The PowerSGD comm hook (`powerSGD_hook` with its `PowerSGDState`).
@@ -141,6 +157,7 @@ impl CommHook for PowerSgdHook {
             return AllReduceHook.run_hook(pg, bucket);
         }
         let b = bucket.index();
+        mem.check_layout(b, bucket.parameter_indices());
         let world = pg.size() as f32;
         let mut input: Vec<f32> = bucket.buffer().to_vec()?;
         if self.opts.use_error_feedback {
