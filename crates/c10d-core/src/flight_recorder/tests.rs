@@ -26,6 +26,15 @@ fn all_reduce(seq: u64, t: &[Tensor]) -> OpRecord<'_> {
     }
 }
 
+/// The `collective_seq_id`s of the recorder's dump, oldest first.
+fn seqs(fr: &FlightRecorder) -> Vec<u64> {
+    fr.dump()
+        .entries
+        .iter()
+        .map(|e| e.collective_seq_id)
+        .collect()
+}
+
 fn temp_prefix(tag: &str) -> (PathBuf, String) {
     let dir = std::env::temp_dir().join(format!("c10d-fr-unit-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -44,17 +53,11 @@ fn keeps_the_last_n_entries_oldest_first() {
     let d = fr.dump();
     let ids: Vec<u64> = d.entries.iter().map(|e| e.record_id).collect();
     assert_eq!(ids, [2, 3, 4]);
-    let seqs: Vec<u64> = d.entries.iter().map(|e| e.collective_seq_id).collect();
-    assert_eq!(seqs, [3, 4, 5]);
+    let in_order: Vec<u64> = d.entries.iter().map(|e| e.collective_seq_id).collect();
+    assert_eq!(in_order, [3, 4, 5]);
     // One more wraps again.
     g.record(&all_reduce(6, &t)).unwrap();
-    let seqs: Vec<u64> = fr
-        .dump()
-        .entries
-        .iter()
-        .map(|e| e.collective_seq_id)
-        .collect();
-    assert_eq!(seqs, [4, 5, 6]);
+    assert_eq!(seqs(&fr), [4, 5, 6]);
 }
 
 #[test]
@@ -319,13 +322,7 @@ fn reset_forgets_entries() {
     for s in 5..=8 {
         g.record(&all_reduce(s, &t)).unwrap();
     }
-    let seqs: Vec<u64> = fr
-        .dump()
-        .entries
-        .iter()
-        .map(|e| e.collective_seq_id)
-        .collect();
-    assert_eq!(seqs, [6, 7, 8]);
+    assert_eq!(seqs(&fr), [6, 7, 8]);
     let ids: Vec<u64> = fr.dump().entries.iter().map(|e| e.record_id).collect();
     assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
 }
