@@ -53,7 +53,7 @@ fn train(
     let out = run(2, move |w, rank| {
         let pg = w.world_group().unwrap();
         let reducer = Reducer::new(&params(), pg, ReducerOptions::default()).unwrap();
-        let hook = PowerSgdHook::new(opts.clone());
+        let hook = PowerSgdHook::new(opts.clone()).unwrap();
         reducer.register_comm_hook(hook.clone()).unwrap();
         let mut seen = Vec::new();
         for iter in 0..iters {
@@ -214,7 +214,8 @@ fn warm_start_survives_the_bucket_rebuild() {
             let hook = PowerSgdHook::new(PowerSgdOptions {
                 start_powersgd_iter: 0,
                 ..Default::default()
-            });
+            })
+            .unwrap();
             reducer.register_comm_hook(hook).unwrap();
             for _iter in 0..3 {
                 for (p, s) in shapes.iter().enumerate().rev() {
@@ -236,4 +237,52 @@ fn warm_start_survives_the_bucket_rebuild() {
             max_diff(&got, &average)
         );
     }
+}
+
+#[test]
+fn invalid_options_are_refused_with_the_setting_named() {
+    let cases: Vec<(PowerSgdOptions, &str)> = vec![
+        (
+            PowerSgdOptions {
+                matrix_approximation_rank: 0,
+                ..Default::default()
+            },
+            "matrix_approximation_rank must be at least 1",
+        ),
+        (
+            PowerSgdOptions {
+                min_compression_rate: f64::NAN,
+                ..Default::default()
+            },
+            "min_compression_rate",
+        ),
+        (
+            PowerSgdOptions {
+                min_compression_rate: -1.0,
+                ..Default::default()
+            },
+            "min_compression_rate",
+        ),
+        (
+            PowerSgdOptions {
+                orthogonalization_epsilon: -1e-8,
+                ..Default::default()
+            },
+            "orthogonalization_epsilon",
+        ),
+        (
+            PowerSgdOptions {
+                timeout: Some(std::time::Duration::ZERO),
+                ..Default::default()
+            },
+            "timeout",
+        ),
+    ];
+    for (opts, want) in cases {
+        let err = PowerSgdHook::new(opts.clone()).err().expect("accepted");
+        assert_eq!(err.kind(), c10d_core::ErrorKind::InvalidArgument, "{opts:?}");
+        assert!(err.to_string().contains(want), "{err}");
+    }
+    let ok = PowerSgdHook::new(PowerSgdOptions::default()).unwrap();
+    assert_eq!(ok.iteration(), 0);
 }

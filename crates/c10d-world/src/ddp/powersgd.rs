@@ -17,7 +17,7 @@
 
 use super::comm_hooks::{AllReduceHook, CommHook};
 use super::grad_bucket::{BucketFuture, GradBucket};
-use c10d_core::{AllreduceOptions, DType, ProcessGroup, Result, Tensor, Work};
+use c10d_core::{AllreduceOptions, DType, DistError, ProcessGroup, Result, Tensor, Work};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -41,6 +41,38 @@ pub struct PowerSgdOptions {
     pub random_seed: u64,
     /// Longest wait for the hook's own all_reduces (`None` = the group's backend timeout).
     pub timeout: Option<Duration>,
+}
+
+impl PowerSgdOptions {
+    /// Checks the settings [`PowerSgdHook::new`] relies on.
+    ///
+    /// # Errors
+    /// [`DistError::InvalidArgument`] naming the setting when `matrix_approximation_rank` is 0
+    /// (every compressed matrix would be replaced by zeros), `min_compression_rate` is not a
+    /// positive finite number, `orthogonalization_epsilon` is negative or not finite (the
+    /// orthogonalisation would divide by zero or produce NaN), or `timeout` is `Some(0)`.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |what: String| Err(DistError::invalid(format!("PowerSgdOptions: {what}")));
+        if self.matrix_approximation_rank == 0 {
+            return bad("matrix_approximation_rank must be at least 1, got 0".into());
+        }
+        let rate = self.min_compression_rate;
+        if !(rate.is_finite() && rate > 0.0) {
+            return bad(format!(
+                "min_compression_rate must be a positive finite number, got {rate}"
+            ));
+        }
+        let eps = self.orthogonalization_epsilon;
+        if !(eps.is_finite() && eps >= 0.0) {
+            return bad(format!(
+                "orthogonalization_epsilon must be finite and at least 0, got {eps}"
+            ));
+        }
+        if self.timeout == Some(Duration::ZERO) {
+            return bad("timeout must be longer than zero (None = the backend's timeout)".into());
+        }
+        Ok(())
+    }
 }
 
 impl Default for PowerSgdOptions {
@@ -87,12 +119,17 @@ pub struct PowerSgdHook {
 }
 
 impl PowerSgdHook {
-    /// A hook with `opts`; its state lives as long as the hook.
-    pub fn new(opts: PowerSgdOptions) -> PowerSgdHook {
-        PowerSgdHook {
+    /// A hook with `opts`; its state lives as long as the hook. Like `PowerSGDState`'s
+    /// constructor, this is where bad settings are refused (PyTorch checks fewer of them).
+    ///
+    /// # Errors
+    /// [`DistError::InvalidArgument`] when `opts` is invalid (see [`PowerSgdOptions::validate`]).
+    pub fn new(opts: PowerSgdOptions) -> Result<PowerSgdHook> {
+        opts.validate()?;
+        Ok(PowerSgdHook {
             opts,
             memory: Arc::new(Mutex::new(Memory::default())),
-        }
+        })
     }
 
     /// Iterations seen so far (`PowerSGDState.iter`).
