@@ -280,7 +280,11 @@ fn invalid_options_are_refused_with_the_setting_named() {
     ];
     for (opts, want) in cases {
         let err = PowerSgdHook::new(opts.clone()).err().expect("accepted");
-        assert_eq!(err.kind(), c10d_core::ErrorKind::InvalidArgument, "{opts:?}");
+        assert_eq!(
+            err.kind(),
+            c10d_core::ErrorKind::InvalidArgument,
+            "{opts:?}"
+        );
         assert!(err.to_string().contains(want), "{err}");
     }
     let ok = PowerSgdHook::new(PowerSgdOptions::default()).unwrap();
