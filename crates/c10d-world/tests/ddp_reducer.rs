@@ -4,9 +4,10 @@
 
 mod world_common;
 
-use c10d_core::{AllreduceOptions, DType, ReduceOp, Tensor};
+use c10d_core::{AllreduceOptions, DType, DistError, ErrorKind, ProcessGroup, ReduceOp, Tensor};
 use c10d_world::ddp::{
-    compute_bucket_assignment_by_size, CommHook, Reducer, ReducerOptions, TensorMeta,
+    compute_bucket_assignment_by_size, AllReduceHook, BucketFuture, CommHook, GradBucket, Reducer,
+    ReducerOptions, TensorMeta,
 };
 use c10d_world::World;
 use std::sync::Arc;
@@ -209,6 +210,26 @@ fn a_gradient_never_marked_is_an_error_naming_rank_and_index() {
         for p in [0, 1, 3, 4] {
             reducer.mark_variable_ready(p).unwrap();
         }
+        // Refused calls inside the iteration leave it usable.
+        let e = reducer.mark_variable_ready(0).unwrap_err().to_string();
+        assert!(
+            e.starts_with("Expected to mark a variable ready only once."),
+            "{e}"
+        );
+        assert!(
+            e.contains("Parameter at index 0 with name layer0 has been marked as ready twice"),
+            "{e}"
+        );
+        assert!(reducer
+            .mark_variable_ready(9)
+            .unwrap_err()
+            .to_string()
+            .contains("Out of range variable index"));
+        assert!(reducer
+            .prepare_for_backward(&[])
+            .unwrap_err()
+            .to_string()
+            .contains("[2]"));
         let e = reducer.finalize_backward().unwrap_err().to_string();
         assert!(
             e.starts_with("Expected to have finished reduction in the prior iteration"),
@@ -227,26 +248,56 @@ fn a_gradient_never_marked_is_an_error_naming_rank_and_index() {
             )),
             "{e}"
         );
-        // Still mid-iteration: starting a new one fails the same way.
-        assert!(reducer
-            .prepare_for_backward(&[])
-            .unwrap_err()
-            .to_string()
-            .contains("[2]"));
-        let e = reducer.mark_variable_ready(0).unwrap_err().to_string();
+        // The failed finalize broke the Reducer: every later call says so and quotes the error.
+        let poisoned = [
+            reducer.mark_variable_ready(0).unwrap_err(),
+            reducer.mark_variable_ready(2).unwrap_err(),
+            reducer.prepare_for_backward(&[]).unwrap_err(),
+            reducer.finalize_backward().unwrap_err(),
+        ];
+        for e in poisoned {
+            let e = e.to_string();
+            assert!(
+                e.starts_with("The previous backward pass of this Reducer failed"),
+                "{e}"
+            );
+            assert!(e.contains("build a new Reducer"), "{e}");
+            assert!(
+                e.contains(&format!("did not receive grad for rank {rank}: [2]")),
+                "{e}"
+            );
+        }
+    });
+}
+
+#[test]
+fn a_failed_reduction_breaks_the_reducer_with_a_clear_error() {
+    run(2, |w, _rank| {
+        let pg = w.world_group().unwrap();
+        let reducer = Reducer::new(&params(), pg, ReducerOptions::default()).unwrap();
+        let hook = |pg: &ProcessGroup, b: &GradBucket| -> c10d_core::Result<BucketFuture> {
+            let f = AllReduceHook.run_hook(pg, b)?;
+            Ok(f.then(|_| Err(DistError::backend("injected reduction failure"))))
+        };
+        reducer.register_comm_hook(hook).unwrap();
+        for p in (0..SHAPES.len()).rev() {
+            reducer.mark_variable_ready(p).unwrap();
+        }
+        let e = reducer.finalize_backward().unwrap_err();
+        assert!(e.to_string().contains("injected reduction failure"), "{e}");
+        let e = reducer.mark_variable_ready(4).unwrap_err();
+        assert_eq!(
+            e.kind(),
+            ErrorKind::Backend,
+            "the first error's kind is kept"
+        );
+        let e = e.to_string();
         assert!(
-            e.starts_with("Expected to mark a variable ready only once."),
+            e.starts_with("The previous backward pass of this Reducer failed"),
             "{e}"
         );
-        assert!(
-            e.contains("Parameter at index 0 with name layer0 has been marked as ready twice"),
-            "{e}"
-        );
-        assert!(reducer
-            .mark_variable_ready(9)
-            .unwrap_err()
-            .to_string()
-            .contains("Out of range variable index"));
+        assert!(e.contains("injected reduction failure"), "{e}");
+        assert!(reducer.finalize_backward().is_err());
     });
 }
 

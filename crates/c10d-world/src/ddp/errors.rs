@@ -11,6 +11,17 @@ pub(crate) fn describe(index: usize, names: &[String]) -> String {
     }
 }
 
+/// Any iteration call after an iteration failed (`first` is that failure; its kind is kept).
+pub(crate) fn previous_pass_failed(first: &DistError) -> DistError {
+    first.map_message(|m| {
+        format!(
+            "The previous backward pass of this Reducer failed, and reductions it launched may \
+             still be using the buckets: build a new Reducer (and, after a communication error, \
+             a new process group) before the next iteration. The first error was: {m}"
+        )
+    })
+}
+
 /// A gradient marked ready twice in one iteration.
 pub(crate) fn marked_twice(index: usize, names: &[String]) -> DistError {
     DistError::invalid(format!(

@@ -69,6 +69,9 @@
 //!   iteration.
 //! - Dense, floating-point CPU parameters only (no sparse gradients, no mixed precision, no
 //!   `no_sync` accumulation); buckets live in host memory.
+//! - **A failed iteration** (a failed `finalize_backward` or bucket launch) leaves the Reducer
+//!   unusable: every later iteration call says the previous backward pass failed and that a
+//!   new Reducer must be built (PyTorch's Reducer is left in an undefined state there).
 //! - [`PowerSgdHook`] is PyTorch's `powerSGD_hook` for float32 buckets (differences in
 //!   [`powersgd`]); the batched variant and the other stateful hooks are not provided.
 

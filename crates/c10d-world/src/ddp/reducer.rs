@@ -51,6 +51,9 @@ struct State {
     hook: Option<Box<dyn CommHook>>,
     backward_start: Instant,
     stats: DdpStats,
+    /// The error that broke an iteration after it had changed the buckets (a failed
+    /// `finalize_backward`, or a failed bucket launch): every later iteration call fails.
+    failed: Option<DistError>,
 }
 
 /// Reduces gradients across the ranks of a process group in buckets, overlapping communication
@@ -136,6 +139,7 @@ impl Reducer {
                 hook: None,
                 backward_start: Instant::now(),
                 stats,
+                failed: None,
             }),
         })
     }
@@ -210,12 +214,14 @@ impl Reducer {
     ///
     /// # Errors
     /// The "Expected to have finished reduction in the prior iteration ..." error when the
-    /// previous pass was not finalized; an index out of range.
+    /// previous pass was not finalized; an index out of range; the "previous backward pass of
+    /// this Reducer failed" error (see [`Reducer::finalize_backward`]).
     pub fn prepare_for_backward(&self, unused: &[usize]) -> Result<()> {
         for &i in unused {
             self.check_index(i)?;
         }
         let mut st = self.lock();
+        check_not_failed(&st)?;
         if st.in_backward {
             let unmarked = unmarked(&st);
             return Err(errors::unfinished(
@@ -225,7 +231,8 @@ impl Reducer {
                 self.opts.static_graph && st.static_unused.is_some(),
             ));
         }
-        self.begin(&mut st, unused)
+        let r = self.begin(&mut st, unused);
+        poison_on_error(&mut st, r)
     }
 
     /// Marks the gradient of parameter `index` ready, already written into
@@ -235,7 +242,10 @@ impl Reducer {
     ///
     /// # Errors
     /// A parameter marked twice in one iteration; under `static_graph`, a parameter that was
-    /// unused in the first iteration; an index out of range; an error launching the reduction.
+    /// unused in the first iteration; an index out of range (these leave the iteration as it
+    /// was); an error launching the reduction (this one fails the iteration, as a failed
+    /// [`Reducer::finalize_backward`] does); the "previous backward pass of this Reducer failed"
+    /// error.
     pub fn mark_variable_ready(&self, index: usize) -> Result<()> {
         self.mark(index, None)
     }
@@ -255,21 +265,55 @@ impl Reducer {
     /// (and in the tensors given to `mark_variable_ready_with_grad`). After the first iteration,
     /// also rebuilds the buckets in the order gradients arrived on rank 0 (a broadcast).
     ///
+    /// A failed `finalize_backward` leaves the Reducer unusable: some buckets may have been
+    /// launched (on this rank and on the others) and not waited for, so their buffers cannot be
+    /// reused safely. Every later `prepare_for_backward`, `mark_variable_ready*` and
+    /// `finalize_backward` then fails with "The previous backward pass of this Reducer failed
+    /// ... build a new Reducer", quoting the first error, with its kind. (PyTorch leaves the
+    /// Reducer in an undefined state there; DDP is rebuilt after such errors in practice.)
+    ///
     /// # Errors
     /// Gradients never marked ready without `find_unused_parameters` ("Expected to have finished
-    /// reduction ..." naming the rank and parameter indices); no backward pass under way; a
-    /// failed or timed-out reduction.
+    /// reduction ..." naming the rank and parameter indices); no backward pass under way (this
+    /// one leaves the Reducer usable); a failed or timed-out reduction; the "previous backward
+    /// pass of this Reducer failed" error.
     pub fn finalize_backward(&self) -> Result<()> {
         let mut st = self.lock();
+        check_not_failed(&st)?;
         if !st.in_backward {
             return Err(DistError::invalid(
                 "finalize_backward() called outside a backward pass: no gradient was marked \
                  ready since the last finalize_backward()",
             ));
         }
+        let r = self.finalize(&mut st);
+        poison_on_error(&mut st, r)
+    }
+}
+
+/// The "previous backward pass failed" error when an earlier iteration failed.
+fn check_not_failed(st: &State) -> Result<()> {
+    match &st.failed {
+        Some(e) => Err(errors::previous_pass_failed(e)),
+        None => Ok(()),
+    }
+}
+
+/// Records `r`'s error as the one that broke the Reducer, and passes `r` on.
+fn poison_on_error(st: &mut State, r: Result<()>) -> Result<()> {
+    if let Err(e) = &r {
+        st.failed = Some(e.clone());
+        st.in_backward = false;
+    }
+    r
+}
+
+impl Reducer {
+    /// `finalize_backward` once a backward pass is known to be under way.
+    fn finalize(&self, st: &mut State) -> Result<()> {
         let compute_end = Instant::now();
-        self.complete_marking(&mut st)?;
-        let result = self.wait_all(&mut st, compute_end);
+        self.complete_marking(st)?;
+        let result = self.wait_all(st, compute_end);
         st.in_backward = false;
         result?;
         for (i, g) in std::mem::take(&mut st.copy_back).into_iter().enumerate() {
@@ -281,8 +325,8 @@ impl Reducer {
         st.copy_back = vec![None; self.metas.len()];
         st.stats.iterations += 1;
         st.stats.unused_parameters = st.unused.len();
-        if self.should_rebuild(&st) {
-            self.rebuild(&mut st)?;
+        if self.should_rebuild(st) {
+            self.rebuild(st)?;
         }
         Ok(())
     }
@@ -370,8 +414,10 @@ impl Reducer {
     fn mark(&self, index: usize, grad: Option<&Tensor>) -> Result<()> {
         self.check_index(index)?;
         let mut st = self.lock();
+        check_not_failed(&st)?;
         if !st.in_backward {
-            self.begin(&mut st, &[])?;
+            let r = self.begin(&mut st, &[]);
+            poison_on_error(&mut st, r)?;
         }
         if st
             .static_unused
@@ -389,7 +435,8 @@ impl Reducer {
                 st.copy_back[index] = Some(g.clone());
             }
         }
-        self.set_ready(&mut st, index)
+        let r = self.set_ready(&mut st, index);
+        poison_on_error(&mut st, r)
     }
 
     /// Marks an unused parameter ready with a zero gradient.
