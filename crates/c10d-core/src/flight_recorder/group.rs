@@ -84,6 +84,12 @@ pub struct GroupRecorder {
     shutting_down: AtomicBool,
 }
 
+impl Drop for GroupRecorder {
+    fn drop(&mut self) {
+        self.set_shutting_down();
+    }
+}
+
 impl GroupRecorder {
     pub(crate) fn new(
         recorder: Arc<FlightRecorder>,
@@ -144,9 +150,12 @@ impl GroupRecorder {
     }
 
     /// Marks the group as going away on purpose (abort, shutdown): ops that fail from now on
-    /// do not write a dump.
+    /// do not write a dump, and the group is unregistered (see
+    /// [`FlightRecorder::register_group`]); dropping the handle unregisters it too.
     pub fn set_shutting_down(&self) {
-        self.shutting_down.store(true, Ordering::Relaxed);
+        if !self.shutting_down.swap(true, Ordering::Relaxed) {
+            self.recorder.unregister_group(self.info.pg_id);
+        }
     }
 
     /// Called when an op of this group ended; writes the dump at the first failure of a run.

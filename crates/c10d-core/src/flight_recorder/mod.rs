@@ -50,6 +50,8 @@
 //!
 //! - One recorder per process for every backend (PyTorch keeps one per event type and per
 //!   hooked backend); entries of all groups share the ring and `pg_id` tells them apart.
+//! - A group is forgotten once it was shut down, aborted or dropped and the ring holds none of
+//!   its entries (PyTorch keeps every group's `pg_config` for the life of the process).
 //! - Entries carry an extra `error` key (the failure's message); PyTorch's analyzer ignores it.
 //! - No `frames` (call stacks): capturing a Python or Rust backtrace per op would cost far more
 //!   than the op itself on small messages. `TORCH_FR_CPP_STACK` and
@@ -85,7 +87,7 @@ use crate::error::{DistError, Result};
 use entry::{Entry, GroupInfo};
 use group::GroupStatus;
 use ring::Ring;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -97,6 +99,27 @@ struct Groups {
     config: BTreeMap<String, PgConfig>,
     status: BTreeMap<u64, Arc<GroupStatus>>,
     info: BTreeMap<u64, Arc<GroupInfo>>,
+    /// Groups not shut down, aborted or dropped yet: `pg_id` → this process's global rank.
+    live: BTreeMap<u64, usize>,
+}
+
+impl Groups {
+    /// Forgets the groups that are no longer live and have no entry left among `in_ring`
+    /// (the `pg_id`s of the ring's entries); a name's `pg_config` goes with its last group.
+    fn prune(&mut self, in_ring: &BTreeSet<u64>) {
+        let gone: Vec<u64> = (self.info.keys())
+            .filter(|id| !self.live.contains_key(id) && !in_ring.contains(id))
+            .copied()
+            .collect();
+        for id in gone {
+            self.status.remove(&id);
+            if let Some(info) = self.info.remove(&id) {
+                if !self.info.values().any(|i| i.name == info.name) {
+                    self.config.remove(&info.name);
+                }
+            }
+        }
+    }
 }
 
 /// The ring of recorded ops of this process (mirrors `c10d::FlightRecorder`). Backends
@@ -108,7 +131,8 @@ pub struct FlightRecorder {
     enabled: AtomicBool,
     ring: Mutex<Ring>,
     groups: Mutex<Groups>,
-    /// This process's global rank (names the dump file); -1 until a group registered.
+    /// This process's global rank (names the dump file): that of the oldest live group (the
+    /// WORLD group, registered first); kept when the last group goes; -1 until one registered.
     rank: AtomicI64,
     dump_prefix: Mutex<String>,
 }
@@ -192,8 +216,15 @@ impl FlightRecorder {
 
     /// Registers a group (mirrors `record_pg_ranks`) and returns its recording handle.
     /// `backend` names the backend in profiling names (`"gloo"`), `global_ranks` are the
-    /// group's members (empty: `0..size`), `group_rank` this process's rank in the group; the
-    /// global rank it maps to names this process's dump file.
+    /// group's members (empty: `0..size`), `group_rank` this process's rank in the group.
+    ///
+    /// The dump file is named after this process's global rank, as in PyTorch: the one the
+    /// oldest live group maps its `group_rank` to (the WORLD group's, since it is created
+    /// first), not the latest group's. A group stays registered until its handle is shut down
+    /// ([`GroupRecorder::set_shutting_down`], called by a backend's shutdown and abort) or
+    /// dropped; its `pg_config`/`pg_status` and its entries stay in dumps until the ring has
+    /// overwritten its last entry (or [`FlightRecorder::reset`]). PyTorch never forgets a
+    /// group.
     pub fn register_group(
         self: &Arc<Self>,
         backend: &'static str,
@@ -209,11 +240,14 @@ impl FlightRecorder {
             global_ranks.to_vec()
         };
         let global = ranks.get(group_rank).copied().unwrap_or(group_rank);
-        self.rank.store(global as i64, Ordering::Relaxed);
         let status = Arc::new(GroupStatus::default());
+        let in_ring = self.pg_ids_in_ring();
         let mut g = lock(&self.groups);
+        g.prune(&in_ring);
         let pg_id = g.next_pg_id;
         g.next_pg_id += 1;
+        g.live.insert(pg_id, global);
+        self.store_rank(&g);
         let ranks_text: Vec<String> = ranks.iter().map(|r| r.to_string()).collect();
         g.config.insert(
             name.to_string(),
@@ -236,6 +270,29 @@ impl FlightRecorder {
         Arc::new(GroupRecorder::new(self.clone(), info, status))
     }
 
+    /// Ends the registration of group `pg_id` (shut down, aborted or dropped): it no longer
+    /// names the dump file, and it is forgotten once the ring holds none of its entries.
+    pub(crate) fn unregister_group(&self, pg_id: u64) {
+        let in_ring = self.pg_ids_in_ring();
+        let mut g = lock(&self.groups);
+        if g.live.remove(&pg_id).is_some() {
+            self.store_rank(&g);
+        }
+        g.prune(&in_ring);
+    }
+
+    /// Sets the dump file's rank from the oldest live group, if any.
+    fn store_rank(&self, g: &Groups) {
+        if let Some((_, &rank)) = g.live.first_key_value() {
+            self.rank.store(rank as i64, Ordering::Relaxed);
+        }
+    }
+
+    fn pg_ids_in_ring(&self) -> BTreeSet<u64> {
+        let ring = lock(&self.ring);
+        ring.pg_ids()
+    }
+
     pub(crate) fn push(&self, e: Entry) -> u64 {
         lock(&self.ring).push(e)
     }
@@ -246,7 +303,8 @@ impl FlightRecorder {
         }
     }
 
-    /// This process's global rank as the registered groups tell it (`None` before any).
+    /// This process's global rank as the registered groups tell it (the oldest live group's;
+    /// `None` before any registered).
     pub fn rank(&self) -> Option<usize> {
         usize::try_from(self.rank.load(Ordering::Relaxed)).ok()
     }
@@ -283,9 +341,11 @@ impl FlightRecorder {
         }
     }
 
-    /// Forgets every recorded op (groups stay registered). Mirrors `_reset_fr_trace`.
+    /// Forgets every recorded op, and the groups no longer registered (live groups stay).
+    /// Mirrors `_reset_fr_trace`.
     pub fn reset(&self) {
         lock(&self.ring).clear();
+        lock(&self.groups).prune(&BTreeSet::new());
     }
 
     /// The prefix of dump files (`TORCH_FR_DUMP_TEMP_FILE`).

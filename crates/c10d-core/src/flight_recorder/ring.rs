@@ -53,6 +53,11 @@ impl Ring {
         old.iter().chain(new).cloned().collect()
     }
 
+    /// The `pg_id`s of the entries kept.
+    pub fn pg_ids(&self) -> std::collections::BTreeSet<u64> {
+        self.entries.iter().map(|e| e.pg_id as u64).collect()
+    }
+
     /// Forgets every entry (record ids keep counting).
     pub fn clear(&mut self) {
         self.entries.clear();

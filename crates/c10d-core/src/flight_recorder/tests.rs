@@ -200,6 +200,58 @@ fn pg_config_and_status() {
 }
 
 #[test]
+fn the_dump_file_is_named_after_the_oldest_live_groups_global_rank() {
+    let fr = recorder(8, "/nonexistent/x_");
+    let world = fr.register_group("gloo", "0", "default_pg", &[], 2, 4);
+    // A subgroup whose own rank (0) is not the global one, registered later.
+    let sub = fr.register_group("gloo", "1", "undefined", &[], 0, 2);
+    assert_eq!(
+        fr.rank(),
+        Some(2),
+        "the WORLD group's rank, not the latest group's"
+    );
+    drop(world);
+    assert_eq!(fr.rank(), Some(0), "the oldest live group now");
+    sub.set_shutting_down();
+    assert_eq!(fr.rank(), Some(0), "kept when no group is left");
+}
+
+#[test]
+fn groups_are_unregistered_at_shutdown_or_drop_once_their_entries_are_gone() {
+    let fr = recorder(2, "/nonexistent/x_");
+    let t = [Tensor::from_vec(vec![0f32; 1])];
+    let live = fr.register_group("gloo", "0", "default_pg", &[], 0, 1);
+    let quiet = fr.register_group("gloo", "1", "quiet", &[], 0, 1);
+    let busy = fr.register_group("gloo", "2", "busy", &[], 0, 1);
+    busy.record(&all_reduce(1, &t)).unwrap().finished(Ok(()));
+    drop(quiet);
+    busy.set_shutting_down();
+    let d = fr.dump();
+    let names: Vec<&str> = d.pg_config.keys().map(String::as_str).collect();
+    assert_eq!(
+        names,
+        ["0", "2"],
+        "a group with entries left stays in the dump"
+    );
+    assert_eq!(d.entries.len(), 1);
+    assert_eq!(d.pg_status.len(), 2);
+    // Once the ring overwrote busy's entry, registering a group forgets busy.
+    live.record(&all_reduce(1, &t)).unwrap();
+    live.record(&all_reduce(2, &t)).unwrap();
+    let _other = fr.register_group("gloo", "3", "other", &[], 0, 1);
+    let names: Vec<String> = fr.dump().pg_config.into_keys().collect();
+    assert_eq!(names, ["0", "3"]);
+    drop(_other);
+    fr.reset();
+    let d = fr.dump();
+    assert_eq!(d.pg_config.keys().collect::<Vec<_>>(), ["0"]);
+    assert_eq!(
+        d.pg_status.keys().cloned().collect::<Vec<_>>(),
+        [live.pg_id().to_string()]
+    );
+}
+
+#[test]
 fn pickle_round_trips() {
     let fr = recorder(8, "/nonexistent/x_");
     let g = fr.register_group("gloo", "0", "default_pg", &[], 0, 2);
@@ -226,7 +278,7 @@ fn dump_to_file_needs_a_rank_and_writes_prefix_rank() {
     let fr = recorder(8, &prefix);
     let e = fr.dump_to_file().unwrap_err();
     assert!(e.to_string().contains("rank"), "{e}");
-    fr.register_group("gloo", "0", "default_pg", &[], 3, 4);
+    let _g = fr.register_group("gloo", "0", "default_pg", &[], 3, 4);
     let path = fr.dump_to_file().unwrap();
     assert_eq!(path, PathBuf::from(format!("{prefix}3")));
     assert_eq!(
@@ -240,7 +292,7 @@ fn dump_to_file_needs_a_rank_and_writes_prefix_rank() {
 fn dumps_written_at_once_by_several_threads_are_each_whole() {
     let (dir, prefix) = temp_prefix("threads");
     let fr = recorder(8, &prefix);
-    fr.register_group("gloo", "0", "default_pg", &[], 1, 2);
+    let _g = fr.register_group("gloo", "0", "default_pg", &[], 1, 2);
     let writers: Vec<_> = (0..4)
         .map(|_| {
             let fr = fr.clone();
@@ -331,7 +383,7 @@ fn reset_forgets_entries() {
 fn signal_writes_the_dump() {
     let (dir, prefix) = temp_prefix("sig");
     let fr = recorder(8, &prefix);
-    fr.register_group("gloo", "0", "d", &[], 0, 1);
+    let _g = fr.register_group("gloo", "0", "d", &[], 0, 1);
     fr.install_dump_signal(signal_hook::consts::SIGUSR2)
         .unwrap();
     signal_hook::low_level::raise(signal_hook::consts::SIGUSR2).unwrap();
