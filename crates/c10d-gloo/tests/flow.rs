@@ -42,7 +42,10 @@ fn a_root_waiting_for_a_late_rank_buffers_a_bounded_amount() {
                 root_rank: 0,
                 ..Default::default()
             };
-            pg.reduce(std::slice::from_ref(&t), &o).unwrap().wait().unwrap();
+            pg.reduce(std::slice::from_ref(&t), &o)
+                .unwrap()
+                .wait()
+                .unwrap();
             if r == 0 && i == 0 {
                 first = f32s(&t)[N - 1];
             }
