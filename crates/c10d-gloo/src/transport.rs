@@ -210,218 +210,313 @@ pub(crate) fn connect_mesh(
     listeners: &Listeners,
     spec: &MeshSpec<'_>,
 ) -> Result<Vec<Option<Conn>>> {
-    let deadline = crate::engine::deadline_after(spec.timeout);
-    let ctx = |m: String| {
+    let mut mesh = MeshBuilder {
+        store,
+        listeners,
+        spec,
+        deadline: crate::engine::deadline_after(spec.timeout),
+        my_boot: boot_id(),
+        peers: (0..spec.size).map(|_| None).collect(),
+    };
+    for p in 0..spec.rank {
+        let conn = mesh.connect_to(p)?;
+        mesh.peers[p] = Some(conn);
+    }
+    mesh.accept_higher_ranks()?;
+    for s in mesh.peers.iter().flatten() {
+        s.set_timeouts(None)?;
+        s.tune(spec.socket_buffer_bytes)?;
+    }
+    Ok(mesh.peers)
+}
+
+/// The state of one [`connect_mesh`] call.
+struct MeshBuilder<'a> {
+    store: &'a dyn Store,
+    listeners: &'a Listeners,
+    spec: &'a MeshSpec<'a>,
+    deadline: Instant,
+    my_boot: Option<String>,
+    peers: Vec<Option<Conn>>,
+}
+
+/// The fixed-size head of a hello: magic, rank, group size, length of the group name.
+struct HelloHead {
+    magic: u32,
+    rank: usize,
+    size: usize,
+    name_len: usize,
+}
+
+/// The hello a connecting rank sends: [`HelloHead`] (little endian: u32, u64, u64, u32) then
+/// the group name's bytes.
+fn encode_hello(spec: &MeshSpec<'_>) -> Vec<u8> {
+    let mut hello = Vec::new();
+    hello.extend_from_slice(&HELLO_MAGIC.to_le_bytes());
+    hello.extend_from_slice(&(spec.rank as u64).to_le_bytes());
+    hello.extend_from_slice(&(spec.size as u64).to_le_bytes());
+    hello.extend_from_slice(&(spec.group_name.len() as u32).to_le_bytes());
+    hello.extend_from_slice(spec.group_name.as_bytes());
+    hello
+}
+
+fn decode_hello_head(head: &[u8; 24]) -> HelloHead {
+    HelloHead {
+        magic: u32::from_le_bytes(head[0..4].try_into().expect("4")),
+        rank: u64::from_le_bytes(head[4..12].try_into().expect("8")) as usize,
+        size: u64::from_le_bytes(head[12..20].try_into().expect("8")) as usize,
+        name_len: u32::from_le_bytes(head[20..24].try_into().expect("4")) as usize,
+    }
+}
+
+impl MeshBuilder<'_> {
+    /// Prefixes an error text with the group and our rank.
+    fn ctx(&self, m: String) -> String {
         format!(
             "ProcessGroupGloo (group {}, rank {}): {m}",
-            spec.group_name, spec.rank
+            self.spec.group_name, self.spec.rank
         )
-    };
-    let mut peers: Vec<Option<Conn>> = (0..spec.size).map(|_| None).collect();
-    let my_boot = boot_id();
-    let aborted = || -> Result<()> {
-        if (spec.aborted)() {
-            return Err(DistError::backend(ctx(
+    }
+
+    fn check_aborted(&self) -> Result<()> {
+        if (self.spec.aborted)() {
+            return Err(DistError::backend(self.ctx(
                 "the group was aborted or shut down while connecting".to_string(),
             )));
         }
         Ok(())
-    };
-    // 1. Connect to every lower rank.
-    #[allow(clippy::needless_range_loop)]
-    for p in 0..spec.rank {
+    }
+
+    /// Connects to the lower rank `p`: waits for its address, dials (local socket when on the
+    /// same host, else TCP) and says hello.
+    fn connect_to(&self, p: usize) -> Result<Conn> {
+        self.wait_for_address(p)?;
+        let mut s = match self.dial_local(p)? {
+            Some(c) => c,
+            None => self.dial_tcp(p)?,
+        };
+        s.set_timeouts(Some(left(self.deadline)))?;
+        self.say_hello(p, &mut s)?;
+        Ok(s)
+    }
+
+    /// Waits (in abortable slices) until rank `p` has published its address.
+    fn wait_for_address(&self, p: usize) -> Result<()> {
         let key = addr_key(p);
         loop {
-            aborted()?;
+            self.check_aborted()?;
             let t0 = Instant::now();
-            match store.wait_timeout(&[&key], left(deadline).min(SLICE)) {
-                Ok(()) => break,
-                Err(e) => {
-                    if store.check(&[&key])? {
-                        break;
-                    }
-                    if Instant::now() >= deadline {
-                        return Err(DistError::network(ctx(format!(
-                            "rank {p} did not publish its address within {}ms: {e}",
-                            spec.timeout.as_millis()
-                        ))));
-                    }
-                    if t0.elapsed() < SLICE / 2 {
-                        std::thread::sleep(Duration::from_millis(20));
-                    }
-                }
+            let Err(e) = self
+                .store
+                .wait_timeout(&[&key], left(self.deadline).min(SLICE))
+            else {
+                return Ok(());
+            };
+            if self.store.check(&[&key])? {
+                return Ok(());
+            }
+            if Instant::now() >= self.deadline {
+                return Err(DistError::network(self.ctx(format!(
+                    "rank {p} did not publish its address within {}ms: {e}",
+                    self.spec.timeout.as_millis()
+                ))));
+            }
+            if t0.elapsed() < SLICE / 2 {
+                std::thread::sleep(Duration::from_millis(20));
             }
         }
-        let mut conn = None;
-        if listeners.unix.is_some() {
-            let local = String::from_utf8_lossy(&store.get(&local_key(p))?).to_string();
-            if let (Some((b, name)), Some(mine)) = (local.split_once(' '), &my_boot) {
-                if b == mine {
-                    match connect_unix(name) {
-                        Ok(s) => conn = Some(Conn::Unix(s)),
-                        Err(e) => log::debug!(
-                            "{}",
-                            ctx(format!(
-                                "local socket of rank {p} unreachable ({e}); using TCP"
-                            ))
-                        ),
-                    }
-                }
-            }
+    }
+
+    /// Connects to rank `p`'s local socket when it booted our kernel; `None` otherwise or when
+    /// that fails (the caller falls back to TCP).
+    fn dial_local(&self, p: usize) -> Result<Option<Conn>> {
+        if self.listeners.unix.is_none() {
+            return Ok(None);
         }
-        let mut s = match conn {
-            Some(c) => c,
-            None => {
-                let addr_s = String::from_utf8_lossy(&store.get(&key)?).to_string();
-                let addr: SocketAddr = addr_s.parse().map_err(|e| {
-                    DistError::network(ctx(format!(
-                        "bad address '{addr_s}' published by rank {p}: {e}"
-                    )))
-                })?;
-                loop {
-                    match TcpStream::connect_timeout(
-                        &addr,
-                        left(deadline).min(Duration::from_secs(5)),
-                    ) {
-                        Ok(s) => break Conn::Tcp(s),
-                        Err(e) if Instant::now() < deadline => {
-                            aborted()?;
-                            log::debug!("connect to rank {p} at {addr}: {e}; retrying");
-                            std::thread::sleep(Duration::from_millis(10));
-                        }
-                        Err(e) => {
-                            return Err(DistError::network(ctx(format!(
-                                "cannot connect to rank {p} at {addr}: {e}"
-                            ))))
-                        }
-                    }
-                }
-            }
+        let local = String::from_utf8_lossy(&self.store.get(&local_key(p))?).to_string();
+        let (Some((b, name)), Some(mine)) = (local.split_once(' '), &self.my_boot) else {
+            return Ok(None);
         };
-        s.set_timeouts(Some(left(deadline)))?;
-        let mut hello = Vec::new();
-        hello.extend_from_slice(&HELLO_MAGIC.to_le_bytes());
-        hello.extend_from_slice(&(spec.rank as u64).to_le_bytes());
-        hello.extend_from_slice(&(spec.size as u64).to_le_bytes());
-        hello.extend_from_slice(&(spec.group_name.len() as u32).to_le_bytes());
-        hello.extend_from_slice(spec.group_name.as_bytes());
-        s.write_all(&hello)
-            .map_err(|e| DistError::network(ctx(format!("handshake with rank {p} failed: {e}"))))?;
-        let reply = read_frame(&mut s)
-            .map_err(|e| DistError::network(ctx(format!("handshake with rank {p} failed: {e}"))))?;
+        if b != mine {
+            return Ok(None);
+        }
+        match connect_unix(name) {
+            Ok(s) => Ok(Some(Conn::Unix(s))),
+            Err(e) => {
+                log::debug!(
+                    "{}",
+                    self.ctx(format!(
+                        "local socket of rank {p} unreachable ({e}); using TCP"
+                    ))
+                );
+                Ok(None)
+            }
+        }
+    }
+
+    /// Connects to rank `p`'s published TCP address, retrying until the deadline.
+    fn dial_tcp(&self, p: usize) -> Result<Conn> {
+        let addr_s = String::from_utf8_lossy(&self.store.get(&addr_key(p))?).to_string();
+        let addr: SocketAddr = addr_s.parse().map_err(|e| {
+            DistError::network(
+                self.ctx(format!("bad address '{addr_s}' published by rank {p}: {e}")),
+            )
+        })?;
+        loop {
+            match TcpStream::connect_timeout(&addr, left(self.deadline).min(Duration::from_secs(5)))
+            {
+                Ok(s) => return Ok(Conn::Tcp(s)),
+                Err(e) if Instant::now() < self.deadline => {
+                    self.check_aborted()?;
+                    log::debug!("connect to rank {p} at {addr}: {e}; retrying");
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err(e) => {
+                    return Err(DistError::network(
+                        self.ctx(format!("cannot connect to rank {p} at {addr}: {e}")),
+                    ))
+                }
+            }
+        }
+    }
+
+    /// Sends our hello to rank `p` and reads its `OK` (or its error text).
+    fn say_hello(&self, p: usize, s: &mut Conn) -> Result<()> {
+        let failed =
+            |e| DistError::network(self.ctx(format!("handshake with rank {p} failed: {e}")));
+        s.write_all(&encode_hello(self.spec)).map_err(failed)?;
+        let reply = read_frame(s).map_err(failed)?;
         if reply != b"OK" {
-            return Err(DistError::backend(ctx(format!(
+            return Err(DistError::backend(self.ctx(format!(
                 "rank {p} refused the connection: {}",
                 String::from_utf8_lossy(&reply)
             ))));
         }
-        peers[p] = Some(s);
+        Ok(())
     }
-    // 2. Accept from every higher rank, on either listener.
-    listeners.tcp.set_nonblocking(true)?;
-    if let Some((u, _)) = &listeners.unix {
-        u.set_nonblocking(true)?;
+
+    /// Accepts from every higher rank, on either listener, checking each one's hello.
+    fn accept_higher_ranks(&mut self) -> Result<()> {
+        self.listeners.tcp.set_nonblocking(true)?;
+        if let Some((u, _)) = &self.listeners.unix {
+            u.set_nonblocking(true)?;
+        }
+        let mut missing = self.spec.size - 1 - self.spec.rank;
+        while missing > 0 {
+            let Some((mut s, from)) = self.accept_one()? else {
+                continue;
+            };
+            let Some((head, name)) = self.read_hello(&mut s, &from) else {
+                continue;
+            };
+            if let Some(msg) = self.hello_problem(&head, &name) {
+                let _ = write_frame(&mut s, msg.as_bytes());
+                return Err(DistError::backend(self.ctx(msg)));
+            }
+            write_frame(&mut s, b"OK")?;
+            self.peers[head.rank] = Some(s);
+            missing -= 1;
+        }
+        Ok(())
     }
-    let mut missing = spec.size - 1 - spec.rank;
-    while missing > 0 {
-        let accepted = match listeners.tcp.accept() {
+
+    /// One accept on either listener: the connection (blocking again, hello time-out set) and
+    /// where it came from, or `None` after a short wait when nobody is connecting.
+    fn accept_one(&self) -> Result<Option<(Conn, String)>> {
+        let accepted = match self.listeners.tcp.accept() {
             Ok((s, from)) => Ok((Conn::Tcp(s), from.to_string())),
-            Err(e) => match &listeners.unix {
+            Err(e) => match &self.listeners.unix {
                 Some((u, _)) if e.kind() == std::io::ErrorKind::WouldBlock => u
                     .accept()
                     .map(|(s, _)| (Conn::Unix(s), "a local socket".to_string())),
                 _ => Err(e),
             },
         };
-        let (mut s, from) = match accepted {
+        let (s, from) = match accepted {
             Ok(x) => x,
             Err(e)
                 if e.kind() == std::io::ErrorKind::WouldBlock
                     || e.kind() == std::io::ErrorKind::Interrupted =>
             {
-                aborted()?;
-                if Instant::now() >= deadline {
-                    let absent: Vec<String> = (spec.rank + 1..spec.size)
-                        .filter(|p| peers[*p].is_none())
-                        .map(|p| p.to_string())
-                        .collect();
-                    return Err(DistError::network(ctx(format!(
-                        "timed out after {}ms waiting for rank(s) {} to connect",
-                        spec.timeout.as_millis(),
-                        absent.join(", ")
-                    ))));
+                self.check_aborted()?;
+                if Instant::now() >= self.deadline {
+                    return Err(self.accept_timed_out());
                 }
-                wait_readable(listeners, Duration::from_millis(50));
-                continue;
+                wait_readable(self.listeners, Duration::from_millis(50));
+                return Ok(None);
             }
-            Err(e) => return Err(DistError::network(ctx(format!("accept failed: {e}")))),
+            Err(e) => return Err(DistError::network(self.ctx(format!("accept failed: {e}")))),
         };
         match &s {
             Conn::Tcp(t) => t.set_nonblocking(false)?,
             Conn::Unix(u) => u.set_nonblocking(false)?,
         }
-        s.set_timeouts(Some(left(deadline).min(HELLO_TIMEOUT)))?;
+        s.set_timeouts(Some(left(self.deadline).min(HELLO_TIMEOUT)))?;
+        Ok(Some((s, from)))
+    }
+
+    /// The time-out error naming the higher ranks that never connected.
+    fn accept_timed_out(&self) -> DistError {
+        let absent: Vec<String> = (self.spec.rank + 1..self.spec.size)
+            .filter(|p| self.peers[*p].is_none())
+            .map(|p| p.to_string())
+            .collect();
+        DistError::network(self.ctx(format!(
+            "timed out after {}ms waiting for rank(s) {} to connect",
+            self.spec.timeout.as_millis(),
+            absent.join(", ")
+        )))
+    }
+
+    /// Reads a peer's hello; `None` (logged, connection dropped) when it is not a c10d-gloo
+    /// hello or arrives incomplete.
+    fn read_hello(&self, s: &mut Conn, from: &str) -> Option<(HelloHead, String)> {
+        let drop_it = |why: String| {
+            log::warn!(
+                "{}",
+                self.ctx(format!("dropping connection from {from}: {why}"))
+            );
+        };
         let mut head = [0u8; 24];
         if let Err(e) = s.read_exact(&mut head) {
-            log::warn!(
-                "{}",
-                ctx(format!("dropping connection from {from}: bad hello: {e}"))
-            );
-            continue;
+            drop_it(format!("bad hello: {e}"));
+            return None;
         }
-        let magic = u32::from_le_bytes(head[0..4].try_into().expect("4"));
-        let prank = u64::from_le_bytes(head[4..12].try_into().expect("8")) as usize;
-        let psize = u64::from_le_bytes(head[12..20].try_into().expect("8")) as usize;
-        let nlen = u32::from_le_bytes(head[20..24].try_into().expect("4")) as usize;
-        if magic != HELLO_MAGIC || nlen > 1 << 20 {
-            log::warn!(
-                "{}",
-                ctx(format!(
-                    "dropping connection from {from}: not a c10d-gloo peer"
-                ))
-            );
-            continue;
+        let head = decode_hello_head(&head);
+        if head.magic != HELLO_MAGIC || head.name_len > 1 << 20 {
+            drop_it("not a c10d-gloo peer".to_string());
+            return None;
         }
-        let mut name = vec![0u8; nlen];
+        let mut name = vec![0u8; head.name_len];
         if let Err(e) = s.read_exact(&mut name) {
-            log::warn!(
-                "{}",
-                ctx(format!("dropping connection from {from}: bad hello: {e}"))
-            );
-            continue;
+            drop_it(format!("bad hello: {e}"));
+            return None;
         }
-        let name = String::from_utf8_lossy(&name).to_string();
-        let problem = if name != spec.group_name {
+        Some((head, String::from_utf8_lossy(&name).to_string()))
+    }
+
+    /// Why a well-formed hello is refused (other group, other size, unexpected rank), if it is.
+    fn hello_problem(&self, h: &HelloHead, name: &str) -> Option<String> {
+        let (me, prank, psize) = (self.spec, h.rank, h.size);
+        if name != me.group_name {
             Some(format!(
                 "handshake mismatch: rank {prank} belongs to group '{name}' but rank {} belongs to group '{}'",
-                spec.rank, spec.group_name
+                me.rank, me.group_name
             ))
-        } else if psize != spec.size {
+        } else if psize != me.size {
             Some(format!(
                 "handshake mismatch: rank {prank} has group size {psize} but rank {} has group size {}",
-                spec.rank, spec.size
+                me.rank, me.size
             ))
-        } else if prank <= spec.rank || prank >= spec.size || peers[prank].is_some() {
+        } else if prank <= me.rank || prank >= me.size || self.peers[prank].is_some() {
             Some(format!(
                 "handshake mismatch: unexpected connection claiming rank {prank} (to rank {})",
-                spec.rank
+                me.rank
             ))
         } else {
             None
-        };
-        if let Some(msg) = problem {
-            let _ = write_frame(&mut s, msg.as_bytes());
-            return Err(DistError::backend(ctx(msg)));
         }
-        write_frame(&mut s, b"OK")?;
-        peers[prank] = Some(s);
-        missing -= 1;
     }
-    for s in peers.iter().flatten() {
-        s.set_timeouts(None)?;
-        s.tune(spec.socket_buffer_bytes)?;
-    }
-    Ok(peers)
 }
 
 fn write_frame(s: &mut Conn, b: &[u8]) -> std::io::Result<()> {
