@@ -174,6 +174,49 @@ pub(crate) struct Connector {
     pub local_unix_sockets: bool,
 }
 
+impl Connector {
+    /// Listens, publishes our addresses and builds the full mesh (see [`transport`]); polls
+    /// `aborted` while waiting.
+    pub(crate) fn connect(
+        &self,
+        id: &Ident,
+        aborted: &dyn Fn() -> bool,
+    ) -> Result<Vec<Option<Conn>>> {
+        let listener = transport::listen(self.listen_addr, self.local_unix_sockets)?;
+        transport::publish(self.store.as_ref(), id.rank, &listener)?;
+        let spec = MeshSpec {
+            group_name: &id.group_name,
+            rank: id.rank,
+            size: id.size,
+            timeout: self.timeout,
+            socket_buffer_bytes: self.socket_buffer_bytes,
+            aborted,
+        };
+        transport::connect_mesh(self.store.as_ref(), &listener, &spec)
+    }
+}
+
+impl Shared {
+    /// The state of a new group: empty queue, counters at 0, not initialized, not failed.
+    pub(crate) fn new(waker: Waker) -> Shared {
+        Shared {
+            queue: Mutex::new(Queue {
+                subs: Default::default(),
+                seq: 0,
+                coll_seq: 0,
+                stop: None,
+                kick: false,
+                graceful: false,
+            }),
+            cv: std::sync::Condvar::new(),
+            waker,
+            initialized: Default::default(),
+            failed: Mutex::new(None),
+            cma: Default::default(),
+        }
+    }
+}
+
 enum TxData {
     Borrowed(*const u8, usize),
     Owned(Vec<u8>),
@@ -522,19 +565,9 @@ impl Engine {
 
     fn ensure_connected(&mut self) -> Result<()> {
         if let Some(c) = self.connector.take() {
-            let listener = transport::listen(c.listen_addr, c.local_unix_sockets)?;
-            transport::publish(c.store.as_ref(), self.id.rank, &listener)?;
             let shared = self.shared.clone();
             let aborted = move || lock(&shared.queue).stop.is_some();
-            let spec = MeshSpec {
-                group_name: &self.id.group_name,
-                rank: self.id.rank,
-                size: self.id.size,
-                timeout: c.timeout,
-                socket_buffer_bytes: c.socket_buffer_bytes,
-                aborted: &aborted,
-            };
-            let streams = transport::connect_mesh(c.store.as_ref(), &listener, &spec)?;
+            let streams = c.connect(&self.id, &aborted)?;
             self.install(streams)?;
         }
         Ok(())

@@ -73,6 +73,19 @@ struct Algo {
 }
 
 impl Algo {
+    fn from_options(opts: &GlooOptions) -> Algo {
+        Algo {
+            allreduce: opts.allreduce_algorithm,
+            broadcast: opts.broadcast_algorithm,
+            small_allreduce: opts.small_allreduce_bytes,
+            small_broadcast: opts.small_broadcast_bytes,
+            small_reduce_scratch: opts.small_reduce_scratch_bytes,
+            cma_min: opts.cma_min_bytes,
+            cma_allowed: opts.cross_memory_attach,
+            chunk: opts.pipeline_chunk_bytes.max(64),
+        }
+    }
+
     fn all_reduce(
         &self,
         comm: &mut Comm<'_>,
@@ -304,6 +317,22 @@ fn nbytes(ts: &[Tensor]) -> u64 {
     ts.iter().map(|t| t.nbytes() as u64).sum()
 }
 
+/// Starts the thread that drives `engine` (named `gloo-<group>-r<rank>`).
+fn spawn_worker(
+    engine: &Arc<Mutex<Engine>>,
+    shared: &Arc<Shared>,
+    group_name: &str,
+    rank: usize,
+) -> Result<std::thread::JoinHandle<()>> {
+    let (e2, s2) = (engine.clone(), shared.clone());
+    std::thread::Builder::new()
+        .name(format!("gloo-{group_name}-r{rank}"))
+        .spawn(move || worker_loop(e2, s2))
+        .map_err(|e| {
+            DistError::backend(format!("ProcessGroupGloo: cannot start worker thread: {e}"))
+        })
+}
+
 impl ProcessGroupGloo {
     /// Creates the backend for `rank` of `size` and (unless lazy) connects the full mesh.
     ///
@@ -342,21 +371,7 @@ impl ProcessGroupGloo {
         };
         let poll = mio::Poll::new()?;
         let waker = mio::Waker::new(poll.registry(), WAKER)?;
-        let shared = Arc::new(Shared {
-            queue: Mutex::new(Queue {
-                subs: Default::default(),
-                seq: 0,
-                coll_seq: 0,
-                stop: None,
-                kick: false,
-                graceful: false,
-            }),
-            cv: std::sync::Condvar::new(),
-            waker,
-            initialized: Default::default(),
-            failed: Mutex::new(None),
-            cma: Default::default(),
-        });
+        let shared = Arc::new(Shared::new(waker));
         let connector = Connector {
             store,
             listen_addr,
@@ -367,24 +382,7 @@ impl ProcessGroupGloo {
         let (streams, connector) = if opts.lazy_init || size == 1 {
             (None, Some(connector))
         } else {
-            let listener = transport::listen(listen_addr, opts.local_unix_sockets)?;
-            transport::publish(connector.store.as_ref(), rank, &listener)?;
-            let spec = transport::MeshSpec {
-                group_name: &opts.group_name,
-                rank,
-                size,
-                timeout: opts.timeout,
-                socket_buffer_bytes: opts.socket_buffer_bytes,
-                aborted: &|| false,
-            };
-            (
-                Some(transport::connect_mesh(
-                    connector.store.as_ref(),
-                    &listener,
-                    &spec,
-                )?),
-                None,
-            )
+            (Some(connector.connect(&id, &|| false)?), None)
         };
         let engine = Arc::new(Mutex::new(Engine::new(
             shared.clone(),
@@ -393,29 +391,14 @@ impl ProcessGroupGloo {
             streams,
             connector,
         )?));
-        let (e2, s2) = (engine.clone(), shared.clone());
-        let worker = std::thread::Builder::new()
-            .name(format!("gloo-{}-r{rank}", opts.group_name))
-            .spawn(move || worker_loop(e2, s2))
-            .map_err(|e| {
-                DistError::backend(format!("ProcessGroupGloo: cannot start worker thread: {e}"))
-            })?;
+        let worker = spawn_worker(&engine, &shared, &opts.group_name, rank)?;
         Ok(Arc::new(ProcessGroupGloo {
             shared,
             engine,
             id,
             group_desc: opts.group_desc.clone(),
             timeout: Mutex::new(opts.timeout),
-            algo: Algo {
-                allreduce: opts.allreduce_algorithm,
-                broadcast: opts.broadcast_algorithm,
-                small_allreduce: opts.small_allreduce_bytes,
-                small_broadcast: opts.small_broadcast_bytes,
-                small_reduce_scratch: opts.small_reduce_scratch_bytes,
-                cma_min: opts.cma_min_bytes,
-                cma_allowed: opts.cross_memory_attach,
-                chunk: opts.pipeline_chunk_bytes.max(64),
-            },
+            algo: Algo::from_options(&opts),
             worker: Mutex::new(Some(worker)),
             fr,
         }))
