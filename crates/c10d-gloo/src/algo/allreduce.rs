@@ -51,6 +51,69 @@ fn ag_step(s: usize, k: usize) -> u32 {
     (1 << 31) | ((s as u32) << 20) | k as u32
 }
 
+/// Geometry of the pipelined ring: the buffer (`count` elements of `es` bytes) is split into
+/// n segments, each into `k_chunks` chunks; scratch holds two sets of `k_chunks` slots of
+/// `slot` bytes (double-buffered by step parity).
+struct RingPlan {
+    r: usize,
+    n: usize,
+    es: usize,
+    count: usize,
+    k_chunks: usize,
+    slot: usize,
+}
+
+impl RingPlan {
+    fn new(r: usize, n: usize, len: usize, es: usize, chunk_bytes: usize) -> RingPlan {
+        let count = len / es;
+        let max_seg_elems = count.div_ceil(n);
+        let k_chunks = (max_seg_elems * es).div_ceil(chunk_bytes.max(es)).max(1);
+        let slot = max_seg_elems.div_ceil(k_chunks) * es;
+        RingPlan {
+            r,
+            n,
+            es,
+            count,
+            k_chunks,
+            slot,
+        }
+    }
+    /// Steps of each phase: n − 1.
+    fn steps(&self) -> usize {
+        self.n - 1
+    }
+    /// We receive from r − 1 ...
+    fn left(&self) -> usize {
+        (self.r + self.n - 1) % self.n
+    }
+    /// ... and send to r + 1.
+    fn right(&self) -> usize {
+        (self.r + 1) % self.n
+    }
+    /// Byte range of chunk k of segment i (mod n).
+    fn chunk(&self, i: usize, k: usize) -> std::ops::Range<usize> {
+        let sr = part(self.count, self.n, i % self.n, self.es);
+        let elems = (sr.end - sr.start) / self.es;
+        let c = part(elems, self.k_chunks, k, self.es);
+        sr.start + c.start..sr.start + c.end
+    }
+    /// Reduce-scatter step s receives (and folds) chunk k of segment r − s − 1.
+    fn rs_chunk(&self, s: usize, k: usize) -> std::ops::Range<usize> {
+        self.chunk(self.r + self.n - s - 1, k)
+    }
+    /// All-gather step s receives the final chunk k of segment r − s.
+    fn ag_chunk(&self, s: usize, k: usize) -> std::ops::Range<usize> {
+        self.chunk(self.r + self.n - s, k)
+    }
+    /// Offset in scratch of the slot for chunk k of reduce-scatter step s.
+    fn slot_offset(&self, s: usize, k: usize) -> usize {
+        ((s % 2) * self.k_chunks + k) * self.slot
+    }
+    fn scratch_len(&self) -> usize {
+        2 * self.k_chunks * self.slot
+    }
+}
+
 /// Pipelined ring: reduce-scatter then all-gather over the ring r → r+1.
 ///
 /// The buffer is split into n segments, each into K chunks of at most `chunk_bytes`.
@@ -74,90 +137,71 @@ pub(crate) fn ring(
     if n == 1 || len == 0 {
         return Ok(());
     }
-    let es = dtype.size();
-    let count = len / es;
-    let right = (r + 1) % n;
-    let left = (r + n - 1) % n;
-    let max_seg_elems = count.div_ceil(n);
-    let k_chunks = (max_seg_elems * es).div_ceil(chunk_bytes.max(es)).max(1);
-    let slot = max_seg_elems.div_ceil(k_chunks) * es;
-    let seg = |i: usize| part(count, n, i % n, es);
-    // Byte range of chunk k of segment i.
-    let chunk = |i: usize, k: usize| {
-        let sr = seg(i);
-        let elems = (sr.end - sr.start) / es;
-        let c = part(elems, k_chunks, k, es);
-        sr.start + c.start..sr.start + c.end
-    };
-    let steps = n - 1;
-    let mut scratch = comm.take_scratch(2 * k_chunks * slot);
+    let p = RingPlan::new(r, n, len, dtype.size(), chunk_bytes);
+    let (steps, kc, left, right) = (p.steps(), p.k_chunks, p.left(), p.right());
+    let mut scratch = comm.take_scratch(p.scratch_len());
     let sp = scratch.bytes().as_mut_ptr();
     let bp = buf.as_mut_ptr();
     let slot_ptr = |s: usize, k: usize| {
-        // SAFETY: (s % 2) * k_chunks * slot + k * slot + slot <= 2 * k_chunks * slot = scratch length.
-        unsafe { sp.add(((s % 2) * k_chunks + k) * slot) }
+        // SAFETY: slot_offset(s, k) + slot <= 2 * k_chunks * slot = scratch length.
+        unsafe { sp.add(p.slot_offset(s, k)) }
     };
-    let mut rs_ids = vec![0u64; steps * k_chunks];
-    let mut ag_ids = vec![0u64; steps * k_chunks];
-    let mut posted_rs = 0usize; // receives posted, in (s, k) order
+    // Receive ids in (step, chunk) order: index s * kc + k.
+    let mut rs_ids = vec![0u64; steps * kc];
+    let mut ag_ids = vec![0u64; steps * kc];
+    let mut posted_rs = 0usize; // reduce-scatter receives posted so far
                                 // SAFETY: (all posts below) `buf` and `scratch` outlive every post; each id is waited on
                                 // before the memory is read or reused, and `Comm` detaches leftovers on any early return.
     unsafe {
         let post_rs = |comm: &mut Comm<'_>, s: usize, k: usize| {
-            let c = chunk(r + n - s - 1, k);
-            comm.post_recv(left, rs_step(s, k), slot_ptr(s, k), c.len())
+            comm.post_recv(left, rs_step(s, k), slot_ptr(s, k), p.rs_chunk(s, k).len())
         };
-        // Initial receives: steps 0 and 1.
-        while posted_rs < steps.min(2) * k_chunks {
-            let (s, k) = (posted_rs / k_chunks, posted_rs % k_chunks);
-            rs_ids[posted_rs] = post_rs(comm, s, k);
+        let post_ag_all = |comm: &mut Comm<'_>, ag_ids: &mut [u64]| {
+            for (i, id) in ag_ids.iter_mut().enumerate() {
+                let c = p.ag_chunk(i / kc, i % kc);
+                *id = comm.post_recv(left, ag_step(i / kc, i % kc), bp.add(c.start), c.len());
+            }
+        };
+        // Receives for steps 0 and 1 (and the all-gather once every step is posted).
+        while posted_rs < steps.min(2) * kc {
+            rs_ids[posted_rs] = post_rs(comm, posted_rs / kc, posted_rs % kc);
             posted_rs += 1;
         }
-        let post_ag_all = |comm: &mut Comm<'_>, ag_ids: &mut [u64]| {
-            for s in 0..steps {
-                for k in 0..k_chunks {
-                    let c = chunk(r + n - s, k);
-                    ag_ids[s * k_chunks + k] =
-                        comm.post_recv(left, ag_step(s, k), bp.add(c.start), c.len());
-                }
-            }
-        };
-        if posted_rs == steps * k_chunks {
+        if posted_rs == steps * kc {
             post_ag_all(comm, &mut ag_ids);
         }
-        for k in 0..k_chunks {
-            let c = chunk(r, k);
+        // Reduce-scatter: send our segment r, then fold and forward each arriving chunk.
+        for k in 0..kc {
+            let c = p.chunk(r, k);
             comm.post_send(right, rs_step(0, k), bp.add(c.start), c.len());
         }
-        for s in 0..steps {
-            for k in 0..k_chunks {
-                comm.wait(&[rs_ids[s * k_chunks + k]])?;
-                let c = chunk(r + n - s - 1, k);
-                let src = std::slice::from_raw_parts(slot_ptr(s, k), c.len());
-                let acc = std::slice::from_raw_parts_mut(bp.add(c.start), c.len());
-                reduce_into(op, dtype, acc, src)?;
-                let step = if s + 1 < steps {
-                    rs_step(s + 1, k)
-                } else {
-                    ag_step(0, k)
-                };
-                comm.post_send(right, step, bp.add(c.start), c.len());
-                if s + 2 < steps {
-                    rs_ids[posted_rs] = post_rs(comm, s + 2, k);
-                    posted_rs += 1;
-                    if posted_rs == steps * k_chunks {
-                        post_ag_all(comm, &mut ag_ids);
-                    }
+        for (s, k) in (0..steps * kc).map(|i| (i / kc, i % kc)) {
+            comm.wait(&[rs_ids[s * kc + k]])?;
+            let c = p.rs_chunk(s, k);
+            let src = std::slice::from_raw_parts(slot_ptr(s, k), c.len());
+            let acc = std::slice::from_raw_parts_mut(bp.add(c.start), c.len());
+            reduce_into(op, dtype, acc, src)?;
+            let next = if s + 1 < steps {
+                rs_step(s + 1, k)
+            } else {
+                ag_step(0, k)
+            };
+            comm.post_send(right, next, bp.add(c.start), c.len());
+            if s + 2 < steps {
+                rs_ids[posted_rs] = post_rs(comm, s + 2, k);
+                posted_rs += 1;
+                if posted_rs == steps * kc {
+                    post_ag_all(comm, &mut ag_ids);
                 }
             }
         }
-        for s in 0..steps {
-            for k in 0..k_chunks {
-                comm.wait(&[ag_ids[s * k_chunks + k]])?;
-                if s + 1 < steps {
-                    let c = chunk(r + n - s, k);
-                    comm.post_send(right, ag_step(s + 1, k), bp.add(c.start), c.len());
-                }
+        // All-gather: each final chunk arrives in place; forward it unless it is the last step.
+        for (i, &id) in ag_ids.iter().enumerate() {
+            let (s, k) = (i / kc, i % kc);
+            comm.wait(&[id])?;
+            if s + 1 < steps {
+                let c = p.ag_chunk(s, k);
+                comm.post_send(right, ag_step(s + 1, k), bp.add(c.start), c.len());
             }
         }
     }
