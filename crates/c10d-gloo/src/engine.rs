@@ -321,6 +321,70 @@ struct Peer {
     lowat: usize,
 }
 
+/// Owners of the frames one flush wrote completely.
+type Finished = smallvec::SmallVec<[Owner; 8]>;
+
+impl Peer {
+    /// Writes queued frames (gathered, up to [`MAX_IOV`] slices a call) until the queue is
+    /// empty or the socket would block; owners of fully written frames go to `finished`.
+    /// Returns why the connection was lost, if it was.
+    fn write_queued(&mut self, finished: &mut Finished) -> Option<String> {
+        while !self.tx.is_empty() {
+            let res = self.stream.write_vectored(&tx_iov(&self.tx));
+            match res {
+                Ok(0) => return Some("connection closed while writing".to_string()),
+                Ok(n) => self.consume_written(n, finished),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return None,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Some(e.to_string()),
+            }
+        }
+        None
+    }
+
+    /// Advances the queue by `n` written bytes, popping the frames now written whole.
+    fn consume_written(&mut self, mut n: usize, finished: &mut Finished) {
+        while n > 0 {
+            let m = self
+                .tx
+                .front_mut()
+                .expect("written bytes belong to queued frames");
+            let left = HDR + m.data.len() - m.off;
+            if n >= left {
+                n -= left;
+                finished.push(m.owner);
+                self.tx.pop_front();
+            } else {
+                m.off += n;
+                n = 0;
+            }
+        }
+        // Zero-byte payload frames complete with their header.
+        while self.tx.front().is_some_and(|m| m.off >= HDR + m.data.len()) {
+            finished.push(self.tx.pop_front().expect("front").owner);
+        }
+    }
+}
+
+/// The unwritten rest of the queued frames (header, then payload), as one gather list.
+fn tx_iov(tx: &VecDeque<TxMsg>) -> smallvec::SmallVec<[IoSlice<'_>; MAX_IOV]> {
+    let mut iov = smallvec::SmallVec::new();
+    for m in tx.iter() {
+        if iov.len() + 2 > MAX_IOV {
+            break;
+        }
+        if m.off < HDR {
+            iov.push(IoSlice::new(&m.hdr[m.off..]));
+        }
+        let d = m.data.bytes();
+        let from = m.off.saturating_sub(HDR);
+        if from < d.len() {
+            iov.push(IoSlice::new(&d[from..]));
+        }
+    }
+    iov
+}
+
 /// While a large payload is outstanding on a TCP stream, the kernel is asked (SO_RCVLOWAT) to
 /// report it readable only once this much of it (or all of it) arrived: one wake-up per
 /// ~512 KiB instead of one per 64 KiB segment, which matters when ranks outnumber cores.
@@ -786,40 +850,13 @@ impl Engine {
             mut leases,
             completer,
         } = op;
-        if let Some(e) = self.failed.clone() {
-            drop(leases);
-            return completer.complete(Err(p2p_failed(kind, seq, self.id.rank, &e)));
-        }
-        if let Err(e) = self.ensure_connected() {
-            self.fail_group(e.clone(), false);
-            drop(leases);
-            return completer.complete(Err(p2p_failed(kind, seq, self.id.rank, &e)));
-        }
-        let (ptr, len) = match leases.host_slices() {
-            Ok((ins, mut outs)) => {
-                if kind == OpType::Send {
-                    (ins[0].as_ptr() as *mut u8, ins[0].len())
-                } else {
-                    (outs[0].as_mut_ptr(), outs[0].len())
-                }
-            }
+        let (ptr, len) = match self.p2p_can_start(kind, seq, peer, tag, &mut leases) {
+            Ok(x) => x,
             Err(e) => {
                 drop(leases);
                 return completer.complete(Err(e));
             }
         };
-        // A peer that left can still have sent what this receive wants (it is in the
-        // unexpected queue); only sends to it, or receives nothing can satisfy, fail.
-        let satisfiable = kind != OpType::Send
-            && self
-                .unexpected
-                .iter()
-                .any(|u| u.hdr.tag == tag && peer.is_none_or(|p| p == u.peer));
-        if let Some(p) = peer.filter(|p| self.left[*p] && !satisfiable) {
-            let e = self.left_error(p);
-            drop(leases);
-            return completer.complete(Err(p2p_failed(kind, seq, self.id.rank, &e)));
-        }
         completer.mark_started();
         let id = self.new_id();
         let pend = P2pPending {
@@ -834,6 +871,7 @@ impl Engine {
             _leases: leases,
             completer,
         };
+        self.p2p.insert(id, pend);
         if kind == OpType::Send {
             let dst = peer.expect("send has a destination");
             let hdr = Header {
@@ -847,20 +885,63 @@ impl Engine {
                 nbytes: len as u64,
                 tag,
             };
-            self.p2p.insert(id, pend);
             self.push_tx(dst, hdr, TxData::Borrowed(ptr, len), Owner::P2p(id));
-            return;
+        } else {
+            self.post_p2p_recv(id);
         }
-        // A receive: an already arrived message first.
+    }
+
+    /// Checks that a send/recv can start (group not failed, connected, peer not gone) and
+    /// returns its buffer: the input of a send, the output of a receive.
+    fn p2p_can_start(
+        &mut self,
+        kind: OpType,
+        seq: u64,
+        peer: Option<usize>,
+        tag: i64,
+        leases: &mut TensorLeases,
+    ) -> Result<(*mut u8, usize)> {
+        let rank = self.id.rank;
+        if let Some(e) = self.failed.clone() {
+            return Err(p2p_failed(kind, seq, rank, &e));
+        }
+        if let Err(e) = self.ensure_connected() {
+            self.fail_group(e.clone(), false);
+            return Err(p2p_failed(kind, seq, rank, &e));
+        }
+        let (ins, mut outs) = leases.host_slices()?;
+        let (ptr, len) = if kind == OpType::Send {
+            (ins[0].as_ptr() as *mut u8, ins[0].len())
+        } else {
+            (outs[0].as_mut_ptr(), outs[0].len())
+        };
+        // A peer that left can still have sent what this receive wants (it is in the
+        // unexpected queue); only sends to it, or receives nothing can satisfy, fail.
+        let satisfiable = kind != OpType::Send
+            && self
+                .unexpected
+                .iter()
+                .any(|u| u.hdr.tag == tag && peer.is_none_or(|p| p == u.peer));
+        if let Some(p) = peer.filter(|p| self.left[*p] && !satisfiable) {
+            return Err(p2p_failed(kind, seq, rank, &self.left_error(p)));
+        }
+        Ok((ptr, len))
+    }
+
+    /// A receive (already in `p2p`): completes from an already arrived message when one
+    /// matches, else waits for its frame.
+    fn post_p2p_recv(&mut self, id: u64) {
+        let pend = &self.p2p[&id];
+        let (seq, kind, peer, tag, ptr, len) =
+            (pend.seq, pend.op, pend.peer, pend.tag, pend.ptr, pend.len);
         let pos = self
             .unexpected
             .iter()
             .position(|u| u.hdr.tag == tag && peer.is_none_or(|p| p == u.peer));
         if let Some(i) = pos {
             let u = self.unexpected.remove(i).expect("index from position");
-            self.p2p.insert(id, pend);
             if u.data.len() == len {
-                // SAFETY: ptr/len describe the leased output held in `pend` (inserted above).
+                // SAFETY: ptr/len describe the leased output held in `self.p2p[&id]`.
                 unsafe { std::ptr::copy_nonoverlapping(u.data.as_ptr(), ptr, len) };
                 self.complete_p2p(id, Ok(()), Some(u.peer));
             } else {
@@ -869,7 +950,6 @@ impl Engine {
             }
             return;
         }
-        self.p2p.insert(id, pend);
         self.p2p_recvs.push(id);
         // Its frame may be behind early frames of a paused peer.
         match peer {
@@ -1360,69 +1440,20 @@ impl Engine {
 
     /// Writes queued frames to `p` until the socket would block.
     fn flush(&mut self, p: usize) {
-        let mut finished: smallvec::SmallVec<[Owner; 8]> = smallvec::SmallVec::new();
-        let mut lost = None;
-        if let Some(peer) = self.peers[p].as_mut() {
-            if !peer.open {
-                return;
-            }
-            loop {
-                if peer.tx.is_empty() {
-                    break;
-                }
-                let res = {
-                    let mut iov: smallvec::SmallVec<[IoSlice<'_>; MAX_IOV]> =
-                        smallvec::SmallVec::new();
-                    for m in peer.tx.iter() {
-                        if iov.len() + 2 > MAX_IOV {
-                            break;
-                        }
-                        if m.off < HDR {
-                            iov.push(IoSlice::new(&m.hdr[m.off..]));
-                        }
-                        let d = m.data.bytes();
-                        let from = m.off.saturating_sub(HDR);
-                        if from < d.len() {
-                            iov.push(IoSlice::new(&d[from..]));
-                        }
-                    }
-                    peer.stream.write_vectored(&iov)
-                };
-                match res {
-                    Ok(0) => {
-                        lost = Some("connection closed while writing".to_string());
-                        break;
-                    }
-                    Ok(mut n) => {
-                        while n > 0 {
-                            let m = peer
-                                .tx
-                                .front_mut()
-                                .expect("written bytes belong to queued frames");
-                            let left = HDR + m.data.len() - m.off;
-                            if n >= left {
-                                n -= left;
-                                finished.push(m.owner);
-                                peer.tx.pop_front();
-                            } else {
-                                m.off += n;
-                                n = 0;
-                            }
-                        }
-                        // Zero-byte payload frames complete with their header.
-                        while peer.tx.front().is_some_and(|m| m.off >= HDR + m.data.len()) {
-                            finished.push(peer.tx.pop_front().expect("front").owner);
-                        }
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(e) => {
-                        lost = Some(e.to_string());
-                        break;
-                    }
-                }
-            }
+        let mut finished = Finished::new();
+        let lost = match self.peers[p].as_mut() {
+            Some(peer) if !peer.open => return,
+            Some(peer) => peer.write_queued(&mut finished),
+            None => None,
+        };
+        self.frames_written(finished);
+        if let Some(why) = lost {
+            self.write_failed(p, why);
         }
+    }
+
+    /// Completes what waited on fully written frames: a collective's send, a p2p send.
+    fn frames_written(&mut self, finished: Finished) {
         for o in finished {
             match o {
                 Owner::Coll(id) => {
@@ -1432,20 +1463,22 @@ impl Engine {
                 Owner::Nobody => {}
             }
         }
-        if let Some(why) = lost {
-            // A write failed (EPIPE/reset) because the peer closed; what it sent before closing
-            // (its frames, an error text, a bye) may still be unread in our socket buffer and
-            // explains the failure better than the write error: read it first.
-            // (Not when the group already failed: then this flush may run inside `on_readable`
-            // of the same peer, e.g. an error frame pushed by `fail_group`, and nothing is left
-            // to explain.)
-            if !self.draining && self.failed.is_none() {
-                self.draining = true;
-                self.on_readable(p);
-                self.draining = false;
-            }
-            self.peer_lost(p, why);
+    }
+
+    /// A write to `p` failed (`why`): the peer is lost.
+    fn write_failed(&mut self, p: usize, why: String) {
+        // A write failed (EPIPE/reset) because the peer closed; what it sent before closing
+        // (its frames, an error text, a bye) may still be unread in our socket buffer and
+        // explains the failure better than the write error: read it first.
+        // (Not when the group already failed: then this flush may run inside `on_readable`
+        // of the same peer, e.g. an error frame pushed by `fail_group`, and nothing is left
+        // to explain.)
+        if !self.draining && self.failed.is_none() {
+            self.draining = true;
+            self.on_readable(p);
+            self.draining = false;
         }
+        self.peer_lost(p, why);
     }
 
     /// A peer said bye: fine unless something still needs it.
