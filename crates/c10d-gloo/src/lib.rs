@@ -313,6 +313,62 @@ fn split_sizes_ref<'a>(mut buf: &'a [u8], sizes: &[usize]) -> Vec<&'a [u8]> {
         .collect()
 }
 
+/// `reduce`'s argument checks: root rank and tensor in range, one CPU tensor, op valid for
+/// its dtype.
+fn check_reduce(tensors: &[Tensor], opts: &ReduceOptions, size: usize) -> Result<()> {
+    const OP: &str = "reduce";
+    if opts.root_rank >= size {
+        return Err(inval(OP, format!("invalid root rank: {}", opts.root_rank)));
+    }
+    if opts.root_tensor >= tensors.len() {
+        return Err(inval(
+            OP,
+            format!("invalid root tensor: {}", opts.root_tensor),
+        ));
+    }
+    if tensors.len() != 1 {
+        return Err(inval(OP, "requires a single-element tensor list"));
+    }
+    check_cpu(OP, &[&tensors[0]])?;
+    check_op(OP, opts.reduce_op, tensors[0].dtype())
+}
+
+/// The root's part of `reduce`: out = finalize(prescale(out) ⊕ contributions of the others).
+fn reduce_at_root(rop: ReduceOp, dtype: DType, root: usize, n: usize, segmented: bool) -> CollBody {
+    Box::new(move |comm, _ins, mut outs| {
+        prescale(rop, dtype, outs[0])?;
+        if segmented {
+            algo::reduce::reduce_segmented(comm, outs[0], rop.combine_op(), dtype, root)?;
+        } else {
+            algo::reduce::reduce(comm, outs[0], rop.combine_op(), dtype, root)?;
+        }
+        finalize(rop, dtype, outs[0], n)
+    })
+}
+
+/// A non-root's part of `reduce`: sends its (prescaled, for PREMUL_SUM) input towards the root.
+fn reduce_contribute(rop: ReduceOp, dtype: DType, root: usize, segmented: bool) -> CollBody {
+    Box::new(move |comm, ins, _outs| {
+        let send = |comm: &mut Comm<'_>, data: &[u8]| {
+            if segmented {
+                algo::reduce::contribute_segmented(comm, data, rop.combine_op(), dtype, root)
+            } else {
+                algo::reduce::contribute(comm, data, root)
+            }
+        };
+        if matches!(rop, ReduceOp::PremulSum(_)) {
+            let mut s = comm.take_scratch(ins[0].len());
+            s.bytes().copy_from_slice(ins[0]);
+            prescale(rop, dtype, s.bytes())?;
+            send(comm, s.bytes())?;
+            comm.put_scratch(s);
+            Ok(())
+        } else {
+            send(comm, ins[0])
+        }
+    })
+}
+
 fn nbytes(ts: &[Tensor]) -> u64 {
     ts.iter().map(|t| t.nbytes() as u64).sum()
 }
@@ -805,86 +861,37 @@ impl Backend for ProcessGroupGloo {
     }
 
     fn reduce(&self, tensors: &[Tensor], opts: &ReduceOptions) -> Result<Work> {
-        const OP: &str = "reduce";
-        if opts.root_rank >= self.id.size {
-            return Err(inval(OP, format!("invalid root rank: {}", opts.root_rank)));
-        }
-        if opts.root_tensor >= tensors.len() {
-            return Err(inval(
-                OP,
-                format!("invalid root tensor: {}", opts.root_tensor),
-            ));
-        }
-        if tensors.len() != 1 {
-            return Err(inval(OP, "requires a single-element tensor list"));
-        }
-        check_cpu(OP, &[&tensors[0]])?;
+        check_reduce(tensors, opts, self.id.size)?;
         let dtype = tensors[0].dtype();
         let rop = opts.reduce_op;
-        check_op(OP, rop, dtype)?;
         let (root, n) = (opts.root_rank, self.id.size);
         let total = tensors[0].nbytes() as u64;
         // Direct to the root while its scratch (n buffers) stays small, segmented above.
         let segmented = n > 2 && tensors[0].nbytes() * n > self.algo.small_reduce_scratch;
-        if self.id.rank == root {
-            let body: CollBody = Box::new(move |comm, _ins, mut outs| {
-                prescale(rop, dtype, outs[0])?;
-                if segmented {
-                    algo::reduce::reduce_segmented(comm, outs[0], rop.combine_op(), dtype, root)?;
-                } else {
-                    algo::reduce::reduce(comm, outs[0], rop.combine_op(), dtype, root)?;
-                }
-                finalize(rop, dtype, outs[0], n)
-            });
-            self.submit(
-                OpType::Reduce,
-                dtype,
-                total,
-                opts.timeout,
-                &[],
+        let (body, ins, outs) = if self.id.rank == root {
+            (
+                reduce_at_root(rop, dtype, root, n, segmented),
+                &[][..],
                 tensors,
-                tensors.to_vec(),
-                body,
-                !opts.async_op,
             )
         } else {
-            let body: CollBody = Box::new(move |comm, ins, _outs| {
-                let send = |comm: &mut Comm<'_>, data: &[u8]| {
-                    if segmented {
-                        algo::reduce::contribute_segmented(
-                            comm,
-                            data,
-                            rop.combine_op(),
-                            dtype,
-                            root,
-                        )
-                    } else {
-                        algo::reduce::contribute(comm, data, root)
-                    }
-                };
-                if matches!(rop, ReduceOp::PremulSum(_)) {
-                    let mut s = comm.take_scratch(ins[0].len());
-                    s.bytes().copy_from_slice(ins[0]);
-                    prescale(rop, dtype, s.bytes())?;
-                    send(comm, s.bytes())?;
-                    comm.put_scratch(s);
-                    Ok(())
-                } else {
-                    send(comm, ins[0])
-                }
-            });
-            self.submit(
-                OpType::Reduce,
-                dtype,
-                total,
-                opts.timeout,
+            (
+                reduce_contribute(rop, dtype, root, segmented),
                 tensors,
-                &[],
-                tensors.to_vec(),
-                body,
-                !opts.async_op,
+                &[][..],
             )
-        }
+        };
+        self.submit(
+            OpType::Reduce,
+            dtype,
+            total,
+            opts.timeout,
+            ins,
+            outs,
+            tensors.to_vec(),
+            body,
+            !opts.async_op,
+        )
     }
 
     fn all_gather(
