@@ -1,6 +1,7 @@
 //! A backend's handle on the recorder for one process group, and the trace of one op.
 
 use super::entry::{current_thread, now_ns, Entry, GroupInfo, Shapes, NO_PEER};
+use super::handoff::Handoff;
 use super::FlightRecorder;
 use crate::error::DistError;
 use crate::tensor::Tensor;
@@ -48,6 +49,8 @@ pub(crate) struct GroupStatus {
     /// latest (those show their completion time as start).
     pub running: AtomicU64,
     pub running_since: AtomicU64,
+    /// A successful op's times waiting to be written into the ring (see `handoff`).
+    pub done: Handoff,
 }
 
 impl GroupStatus {
@@ -66,6 +69,7 @@ impl Default for GroupStatus {
             last_completed: AtomicI64::new(-1),
             running: AtomicU64::new(0),
             running_since: AtomicU64::new(0),
+            done: Handoff::default(),
         }
     }
 }
@@ -138,7 +142,7 @@ impl GroupRecorder {
             shapes: Shapes::of(op.inputs, op.outputs),
         };
         let collective = (!entry.is_p2p()).then_some(op.collective_seq_id as i64);
-        let record_id = self.recorder.push(entry);
+        let record_id = self.recorder.push(entry, &self.status);
         if let Some(seq) = collective {
             self.status.last_enqueued.store(seq, Ordering::Relaxed);
         }
@@ -224,6 +228,28 @@ impl Trace {
         let t = now_ns();
         let status = &self.group.status;
         let since = status.started_at(self.record_id);
+        let handed_off = result.is_ok() && status.done.offer(self.record_id, since.unwrap_or(0), t);
+        // When handed off, the next op's `record` (or a dump) writes the times into the slot.
+        if !handed_off {
+            self.finish_in_ring(since, t, result);
+        }
+        if let (Some(seq), Ok(())) = (self.collective, result) {
+            self.group
+                .status
+                .last_completed
+                .store(seq, Ordering::Relaxed);
+        }
+        self.group.ended(result.is_err());
+    }
+
+    /// Writes the end of the op into its slot under the ring's lock (failures, and a success
+    /// whose hand-off is still occupied).
+    fn finish_in_ring(
+        &self,
+        since: Option<u64>,
+        t: u64,
+        result: std::result::Result<(), &DistError>,
+    ) {
         self.group.recorder.update(self.record_id, |e| {
             e.retired = true;
             if let Some(s) = since {
@@ -239,13 +265,6 @@ impl Trace {
                 Err(err) => e.error = Some(Box::new(err.message().to_string())),
             }
         });
-        if let (Some(seq), Ok(())) = (self.collective, result) {
-            self.group
-                .status
-                .last_completed
-                .store(seq, Ordering::Relaxed);
-        }
-        self.group.ended(result.is_err());
     }
 }
 

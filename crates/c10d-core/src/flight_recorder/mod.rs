@@ -16,7 +16,9 @@
 //! started), is *retired*, and carries its error. Recording writes one 128-byte slot (two
 //! cache lines) under a mutex, with no allocation unless an op's shapes need more than five
 //! words (one in-place tensor of up to three dimensions fits; lists of outputs do not) or it
-//! fails; a running collective's start time is kept beside the ring without taking the lock.
+//! fails; a running collective's start time, and a successful op's end, are kept beside the
+//! ring without taking the lock (the end is written into the slot by the group's next
+//! `record` or by a dump), and the slot the next op overwrites is prefetched.
 //! Timestamps come from the coarse realtime clock (the kernel's tick, 1–4 ms): a fine clock
 //! read costs more than the rest of the recording. The `flight_recorder` benchmark of
 //! c10d-gloo measures the cost on a 1 KiB all-reduce.
@@ -73,6 +75,7 @@ mod config;
 mod dump;
 mod entry;
 mod group;
+mod handoff;
 mod ring;
 mod signal;
 
@@ -293,8 +296,10 @@ impl FlightRecorder {
         ring.pg_ids()
     }
 
-    pub(crate) fn push(&self, e: Entry) -> u64 {
-        lock(&self.ring).push(e)
+    pub(crate) fn push(&self, e: Entry, status: &GroupStatus) -> u64 {
+        let mut ring = lock(&self.ring);
+        ring.complete(status.done.take());
+        ring.push(e)
     }
 
     pub(crate) fn update(&self, id: u64, f: impl FnOnce(&mut Entry)) {
@@ -311,7 +316,12 @@ impl FlightRecorder {
 
     /// Everything recorded so far (mirrors `_dump_fr_trace`'s dictionary).
     pub fn dump(&self) -> Dump {
-        let entries = lock(&self.ring).snapshot();
+        let statuses: Vec<Arc<GroupStatus>> = lock(&self.groups).status.values().cloned().collect();
+        let entries = {
+            let mut ring = lock(&self.ring);
+            statuses.iter().for_each(|s| ring.complete(s.done.take()));
+            ring.snapshot()
+        };
         let g = lock(&self.groups);
         let pg_status = g
             .status

@@ -29,8 +29,32 @@ impl Ring {
         } else {
             let slot = (id % self.capacity as u64) as usize;
             self.entries[slot] = e;
+            self.prefetch((slot + 1) % self.capacity);
         }
         id
+    }
+
+    /// Asks the CPU to bring slot `slot` (both its cache lines) into the cache now, while the
+    /// op just recorded runs: the next `push` overwrites it, and the slot, last written one
+    /// lap ago, is usually out of the cache by then. Measured (`perf annotate`, 1 KiB
+    /// all-reduce): without this, most of `record`'s time was that miss, taken when the old
+    /// entry is dropped.
+    fn prefetch(&self, slot: usize) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            let p = self.entries[slot..].as_ptr().cast::<i8>();
+            // SAFETY: a prefetch is a hint that never faults and changes no memory; `p` and
+            // `p + 64` lie inside the slot `&self.entries[slot]` (an `Entry` is 128 bytes,
+            // 64-aligned). (Rust ≥ 1.87 calls the intrinsic safe; 1.82 needs the block.)
+            #[allow(unused_unsafe)]
+            unsafe {
+                _mm_prefetch::<_MM_HINT_T0>(p);
+                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64));
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = slot;
     }
 
     /// The entry with record id `id`, unless it was overwritten since.
@@ -43,6 +67,25 @@ impl Ring {
     }
 
     /// Copies of the entries, oldest first.
+    /// Writes a completion handed off by [`super::handoff::Handoff`]: `(record_id,
+    /// started_ns, completed_ns)`, `started_ns` 0 when the slot already holds the start.
+    /// Nothing when the entry was overwritten meanwhile.
+    pub fn complete(&mut self, done: Option<(u64, u64, u64)>) {
+        let Some((id, started, completed)) = done else {
+            return;
+        };
+        if let Some(e) = self.get_mut(id) {
+            e.retired = true;
+            if started != 0 {
+                e.time_started_ns = started;
+            }
+            if e.time_started_ns == 0 {
+                e.time_started_ns = completed;
+            }
+            e.time_completed_ns = completed;
+        }
+    }
+
     pub fn snapshot(&self) -> Vec<Entry> {
         let split = if self.entries.len() < self.capacity {
             0

@@ -452,3 +452,45 @@ fn entries_fit_two_cache_lines_and_shapes_round_trip() {
         assert_eq!(decoded, (list(ins), list(outs)));
     }
 }
+
+#[test]
+fn completions_handed_off_reach_the_ring_at_the_next_record_or_dump() {
+    let fr = recorder(4, "/nonexistent/x_");
+    let g = fr.register_group("gloo", "0", "default_pg", &[], 0, 2);
+    let t = [Tensor::from_vec(vec![0f32; 4])];
+    let states = |fr: &FlightRecorder| -> Vec<String> {
+        fr.dump().entries.iter().map(|e| e.state.clone()).collect()
+    };
+    // Two successes in a row: the first waits in the hand-off, the second (hand-off busy)
+    // goes through the ring's lock; a dump sees both completed.
+    let (a, b) = (
+        g.record(&all_reduce(1, &t)).unwrap(),
+        g.record(&all_reduce(2, &t)).unwrap(),
+    );
+    a.started();
+    a.finished(Ok(()));
+    assert_eq!(
+        g.status.done.take().map(|d| d.0),
+        Some(0),
+        "op 1 was handed off"
+    );
+    g.status.done.offer(0, 0, 7);
+    b.started();
+    b.finished(Ok(()));
+    assert_eq!(states(&fr), ["completed", "completed"]);
+    let e0 = &fr.dump().entries[0];
+    assert_eq!(e0.time_discovered_completed_ns, Some(7));
+    // The next record folds the waiting completion in; a failure is never handed off.
+    let c = g.record(&all_reduce(3, &t)).unwrap();
+    c.finished(Ok(()));
+    g.record(&all_reduce(4, &t)).unwrap();
+    assert!(g.status.done.take().is_none(), "record took the hand-off");
+    assert_eq!(
+        states(&fr),
+        ["completed", "completed", "completed", "scheduled"]
+    );
+    // An overwritten entry's hand-off changes nothing.
+    g.status.done.offer(0, 0, 9);
+    g.record(&all_reduce(5, &t)).unwrap();
+    assert_eq!(seqs(&fr), [2, 3, 4, 5]);
+}
