@@ -34,6 +34,37 @@
 //! / ≈ 100 µs, 16 MiB busbw ≈ 1.7× (2 ranks) and ≈ 1.2× (4 ranks), the rest being the kernel's
 //! TCP cost.
 //!
+//! # Which file owns what
+//!
+//! (The workspace-wide picture, and how an op reaches this crate from `c10d_world`, is in
+//! `docs/architecture.md` at the repository root.)
+//!
+//! | file | owns |
+//! |------|------|
+//! | `lib.rs` | [`ProcessGroupGloo`]: the `Backend` methods (argument checks with PyTorch's texts, choice of algorithm, the op's body), `submit` (tensor leases, sequence numbers, flight-recorder entry, queue) |
+//! | `options.rs` | [`GlooOptions`] and the listen-address choice |
+//! | `transport.rs` | connection set-up: listen, publish in the store, connect/accept the mesh, hello handshake |
+//! | `engine.rs` | the per-group engine: queue, worker thread, `mio` poll loop, frame matching, timeouts, faults; `Comm`, the algorithms' view of it |
+//! | `flow.rs`, `liveness.rs` | engine parts: read budget and back-pressure; ping/pong probes that name a silent rank |
+//! | `wire.rs` | the 64-byte frame header |
+//! | `algo/*.rs` | the algorithms, written against `Comm` (post sends/receives, wait, reduce) |
+//! | `bin/c10d-gloo-worker.rs` | rank process for benchmarks and process tests |
+//!
+//! # How a collective flows
+//!
+//! 1. `ProcessGroupGloo::all_reduce` (`lib.rs`) checks the arguments and builds the op's body,
+//!    a closure that calls an `algo` function (e.g. `algo::allreduce::ring`) on a `Comm`.
+//! 2. `submit` leases the tensors, numbers the op, records it in the flight recorder and
+//!    queues it; a blocking call that finds the engine free drives it on the caller's thread,
+//!    otherwise the group's worker thread does (`engine.rs`, "who drives it").
+//! 3. The engine runs queued collectives in issue order (`Engine::run_coll`): connects first
+//!    under lazy init, gives the body a `Comm` with the op's deadline, and completes the
+//!    op's `Work` with the body's result.
+//! 4. Inside the body the algorithm posts non-blocking sends and receives (each frame = header
+//!    from `wire.rs` + payload, tagged by collective index and step) and waits on them; the
+//!    waiting thread polls the sockets, writes queued frames (`flush`) and reads arriving
+//!    frames straight into the posted buffers (`on_readable`).
+//!
 //! Differences from PyTorch's Gloo, on purpose: `ReduceOp::Avg` and `ReduceOp::PremulSum` are
 //! supported (PyTorch's Gloo refuses them); AVG divides by the group size (also when a rank
 //! passes several tensors). Argument errors use PyTorch's texts, prefixed

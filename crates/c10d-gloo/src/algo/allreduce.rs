@@ -142,16 +142,14 @@ pub(crate) fn ring(
     let mut scratch = comm.take_scratch(p.scratch_len());
     let sp = scratch.bytes().as_mut_ptr();
     let bp = buf.as_mut_ptr();
-    let slot_ptr = |s: usize, k: usize| {
-        // SAFETY: slot_offset(s, k) + slot <= 2 * k_chunks * slot = scratch length.
-        unsafe { sp.add(p.slot_offset(s, k)) }
-    };
+    // SAFETY: slot_offset(s, k) + slot <= 2 * k_chunks * slot = scratch length.
+    let slot_ptr = |s: usize, k: usize| unsafe { sp.add(p.slot_offset(s, k)) };
     // Receive ids in (step, chunk) order: index s * kc + k.
-    let mut rs_ids = vec![0u64; steps * kc];
-    let mut ag_ids = vec![0u64; steps * kc];
-    let mut posted_rs = 0usize; // reduce-scatter receives posted so far
-                                // SAFETY: (all posts below) `buf` and `scratch` outlive every post; each id is waited on
-                                // before the memory is read or reused, and `Comm` detaches leftovers on any early return.
+    let (mut rs_ids, mut ag_ids) = (vec![0u64; steps * kc], vec![0u64; steps * kc]);
+    // Reduce-scatter receives posted so far.
+    let mut posted_rs = 0usize;
+    // SAFETY: (all posts below) `buf` and `scratch` outlive every post; each id is waited on
+    // before the memory is read or reused, and `Comm` detaches leftovers on any early return.
     unsafe {
         let post_rs = |comm: &mut Comm<'_>, s: usize, k: usize| {
             comm.post_recv(left, rs_step(s, k), slot_ptr(s, k), p.rs_chunk(s, k).len())
