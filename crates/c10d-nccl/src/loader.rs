@@ -337,6 +337,22 @@ mod tests {
         move |k| vars.get(k).cloned()
     }
 
+    /// The variables `pairs`, and nothing else.
+    fn vars_of<const N: usize>(
+        pairs: [(&'static str, String); N],
+    ) -> HashMap<&'static str, String> {
+        pairs.into_iter().collect()
+    }
+
+    /// A search over the variables `var` reads, trying `soname` as the system library.
+    fn test_env<'a>(var: &'a dyn Fn(&str) -> Option<String>, soname: &'a str) -> SearchEnv<'a> {
+        SearchEnv {
+            var,
+            soname,
+            python_timeout: Duration::from_secs(5),
+        }
+    }
+
     const NO_SONAME: &str = "libc10d-test-no-such-nccl.so.2";
 
     /// A fake PyTorch prefix with `lib/python3.11/site-packages/<rel>` holding junk bytes.
@@ -352,20 +368,14 @@ mod tests {
     fn order_is_env_system_venv_conda_torch_python_path_python() {
         let venv = fake_prefix("nvidia/nccl/lib/libnccl.so.2");
         let conda = fake_prefix("nvidia/cu13/lib/libnccl.so.2");
-        let vars: HashMap<&'static str, String> = [
+        let vars = vars_of([
             ("VIRTUAL_ENV", venv.path().display().to_string()),
             ("CONDA_PREFIX", conda.path().display().to_string()),
             ("C10D_TORCH_PYTHON", "/nonexistent/bin/python".to_string()),
             ("PATH", "/nonexistent-dir".to_string()),
-        ]
-        .into_iter()
-        .collect();
+        ]);
         let var = env_of(&vars);
-        let env = SearchEnv {
-            var: &var,
-            soname: NO_SONAME,
-            python_timeout: Duration::from_secs(5),
-        };
+        let env = test_env(&var, NO_SONAME);
         let mut opened: Vec<String> = Vec::new();
         let err = locate::<()>(&env, &mut |t| {
             opened.push(t.to_string());
@@ -406,16 +416,9 @@ mod tests {
     #[test]
     fn first_success_wins_and_stops_the_search() {
         let venv = fake_prefix("nvidia/cu13/lib/libnccl.so.2");
-        let vars: HashMap<&'static str, String> =
-            [("VIRTUAL_ENV", venv.path().display().to_string())]
-                .into_iter()
-                .collect();
+        let vars = vars_of([("VIRTUAL_ENV", venv.path().display().to_string())]);
         let var = env_of(&vars);
-        let env = SearchEnv {
-            var: &var,
-            soname: NO_SONAME,
-            python_timeout: Duration::from_secs(5),
-        };
+        let env = test_env(&var, NO_SONAME);
         let found = locate(&env, &mut |t| {
             if t.contains("cu13") {
                 Ok(t.len())
@@ -434,18 +437,12 @@ mod tests {
         let p = d.path().join("libnccl.so.2");
         std::fs::write(&p, b"#!/bin/sh\necho definitely not ELF\n").unwrap();
         let venv = fake_prefix("nvidia/nccl/lib/libnccl.so.2");
-        let vars: HashMap<&'static str, String> = [
+        let vars = vars_of([
             ("C10D_NCCL_LIBRARY", p.display().to_string()),
             ("VIRTUAL_ENV", venv.path().display().to_string()),
-        ]
-        .into_iter()
-        .collect();
+        ]);
         let var = env_of(&vars);
-        let env = SearchEnv {
-            var: &var,
-            soname: NCCL_SONAME,
-            python_timeout: Duration::from_secs(5),
-        };
+        let env = test_env(&var, NCCL_SONAME);
         let err = load_with(&env).unwrap_err();
         // Authoritative: nothing else was tried.
         assert_eq!(err.attempts.len(), 1, "{err}");
@@ -459,16 +456,9 @@ mod tests {
         let d: DistError = err.into();
         assert_eq!(d.kind(), c10d_core::ErrorKind::Unsupported);
 
-        let vars: HashMap<&'static str, String> =
-            [("C10D_NCCL_LIBRARY", "/nonexistent/libnccl.so.2".to_string())]
-                .into_iter()
-                .collect();
+        let vars = vars_of([("C10D_NCCL_LIBRARY", "/nonexistent/libnccl.so.2".to_string())]);
         let var = env_of(&vars);
-        let env = SearchEnv {
-            var: &var,
-            soname: NCCL_SONAME,
-            python_timeout: Duration::from_secs(5),
-        };
+        let env = test_env(&var, NCCL_SONAME);
         let err = load_with(&env).unwrap_err();
         assert_eq!(
             err.attempts,
@@ -492,15 +482,9 @@ mod tests {
         .into_iter()
         .find(|p| Path::new(p).exists());
         let Some(libc) = libc else { return };
-        let vars: HashMap<&'static str, String> = [("C10D_NCCL_LIBRARY", libc.to_string())]
-            .into_iter()
-            .collect();
+        let vars = vars_of([("C10D_NCCL_LIBRARY", libc.to_string())]);
         let var = env_of(&vars);
-        let env = SearchEnv {
-            var: &var,
-            soname: NCCL_SONAME,
-            python_timeout: Duration::from_secs(5),
-        };
+        let env = test_env(&var, NCCL_SONAME);
         let err = load_with(&env).unwrap_err();
         assert!(
             err.to_string()
@@ -512,18 +496,12 @@ mod tests {
     #[test]
     fn same_file_is_tried_once() {
         let venv = fake_prefix("nvidia/nccl/lib/libnccl.so.2");
-        let vars: HashMap<&'static str, String> = [
+        let vars = vars_of([
             ("VIRTUAL_ENV", venv.path().display().to_string()),
             ("CONDA_PREFIX", venv.path().display().to_string()),
-        ]
-        .into_iter()
-        .collect();
+        ]);
         let var = env_of(&vars);
-        let env = SearchEnv {
-            var: &var,
-            soname: NO_SONAME,
-            python_timeout: Duration::from_secs(5),
-        };
+        let env = test_env(&var, NO_SONAME);
         let mut n = 0;
         let _ = locate::<()>(&env, &mut |t| {
             if t.ends_with("libnccl.so.2") && t.starts_with('/') {
