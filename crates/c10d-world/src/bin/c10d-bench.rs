@@ -28,12 +28,15 @@
 //! Header and footer lines start with `#`; data rows hold numbers except the `type` and `redop`
 //! columns (nccl-tests prints `none` as the redop of ops without a reduction).
 
+#[path = "shared/die_with_parent.rs"]
+mod die_with_parent;
+
 use c10d_core::half;
 use c10d_core::{DType, DistError, ReduceOp, Result, Tensor};
 use c10d_store::tcp::{ServerOptions, TcpStoreServer};
 use c10d_world as dist;
 use clap::{Parser, ValueEnum};
-use std::os::unix::process::CommandExt;
+use die_with_parent::die_with_parent;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -284,20 +287,7 @@ fn spawn_ranks(exe: &std::path::Path, n: usize, port: u16) -> Option<Vec<std::pr
             .env("MASTER_ADDR", "127.0.0.1")
             .env("MASTER_PORT", port.to_string())
             .env("TORCHELASTIC_USE_AGENT_STORE", "True");
-        // SAFETY: runs in the forked child before exec; only the async-signal-safe prctl syscall,
-        // so the ranks die with the launcher.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::prctl(
-                    libc::PR_SET_PDEATHSIG,
-                    libc::SIGKILL as libc::c_ulong,
-                    0,
-                    0,
-                    0,
-                );
-                Ok(())
-            });
-        }
+        die_with_parent(&mut cmd);
         match cmd.spawn() {
             Ok(c) => children.push(c),
             Err(e) => {

@@ -7,6 +7,7 @@ use super::agent::{self, AgentStore, Remote};
 use super::output::{pump, Sink};
 use super::report::{describe_status, signal_name, Tail};
 use super::{publish_failure, say, Ctx, LogDir, StopReason, Worker, PENDING_SIGNAL};
+use crate::die_with_parent::die_with_parent;
 use std::io::Read;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -124,21 +125,7 @@ fn worker_command(
     if std::env::var_os("PYTHONUNBUFFERED").is_none() {
         cmd.env("PYTHONUNBUFFERED", "1");
     }
-    // SAFETY: the closure runs in the forked child before exec and only makes the
-    // async-signal-safe `prctl` syscall: the worker gets SIGKILL when the launcher thread
-    // that forked it (our main thread, alive until we exit) dies.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::prctl(
-                libc::PR_SET_PDEATHSIG,
-                libc::SIGKILL as libc::c_ulong,
-                0,
-                0,
-                0,
-            );
-            Ok(())
-        });
-    }
+    die_with_parent(&mut cmd);
     cmd
 }
 
