@@ -5,7 +5,7 @@
 use c10d_core::Tensor;
 use c10d_store::{ServerOptions, TcpStoreServer};
 use c10d_world as dist;
-use std::process::{Command, Stdio};
+mod world_common;
 use std::time::{Duration, Instant};
 
 const CHILD: &str = "C10D_WORLD_PROCESS_CHILD";
@@ -56,29 +56,18 @@ fn three_processes_over_env_init() {
         ..Default::default()
     })
     .unwrap();
-    let exe = std::env::current_exe().unwrap();
     let mut kids: Vec<_> = (0..3)
         .map(|r| {
-            Command::new(&exe)
-                .args([
-                    "--exact",
-                    "three_processes_over_env_init",
-                    "--nocapture",
-                    "--test-threads=1",
-                ])
-                .env(CHILD, "1")
-                .env("MASTER_ADDR", "127.0.0.1")
-                .env("MASTER_PORT", srv.port().to_string())
-                .env("RANK", r.to_string())
-                .env("LOCAL_RANK", r.to_string())
-                .env("WORLD_SIZE", "3")
-                .env("TORCHELASTIC_USE_AGENT_STORE", "True")
-                .env("TORCHELASTIC_RUN_ID", "world-test")
-                .env_remove("TORCH_DISTRIBUTED_DEBUG")
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap()
+            world_common::rank_command(
+                "three_processes_over_env_init",
+                CHILD,
+                srv.port(),
+                r,
+                3,
+                "world-test",
+            )
+            .spawn()
+            .unwrap()
         })
         .collect();
     let start = Instant::now();

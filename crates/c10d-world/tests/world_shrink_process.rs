@@ -8,7 +8,7 @@ use c10d_core::Tensor;
 use c10d_store::{ServerOptions, TcpStoreServer};
 use c10d_world as dist;
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+mod world_common;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -125,31 +125,20 @@ fn four_processes_one_killed_survivors_shrink_and_finish() {
         ..Default::default()
     })
     .unwrap();
-    let exe = std::env::current_exe().unwrap();
     let (tx, rx) = mpsc::channel::<(usize, String)>();
     let mut kids = Vec::new();
     let mut readers = Vec::new();
     for r in 0..N {
-        let mut k = Command::new(&exe)
-            .args([
-                "--exact",
-                "four_processes_one_killed_survivors_shrink_and_finish",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD, "1")
-            .env("MASTER_ADDR", "127.0.0.1")
-            .env("MASTER_PORT", srv.port().to_string())
-            .env("RANK", r.to_string())
-            .env("LOCAL_RANK", r.to_string())
-            .env("WORLD_SIZE", N.to_string())
-            .env("TORCHELASTIC_USE_AGENT_STORE", "True")
-            .env("TORCHELASTIC_RUN_ID", "shrink-test")
-            .env_remove("TORCH_DISTRIBUTED_DEBUG")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut k = world_common::rank_command(
+            "four_processes_one_killed_survivors_shrink_and_finish",
+            CHILD,
+            srv.port(),
+            r,
+            N,
+            "shrink-test",
+        )
+        .spawn()
+        .unwrap();
         let out = k.stdout.take().unwrap();
         let tx = tx.clone();
         readers.push(std::thread::spawn(move || {

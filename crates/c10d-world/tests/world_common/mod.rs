@@ -135,3 +135,30 @@ pub fn run_gloo<R: Send + 'static>(
         .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
         .collect()
 }
+
+/// This test binary started again as rank `rank` of a `world`-rank env:// job (the store of
+/// rank 0's agent on 127.0.0.1:`port`), running only the test `test`, with `child_var` set so
+/// that the test knows it is the child; stdout and stderr piped.
+pub fn rank_command(
+    test: &str,
+    child_var: &str,
+    port: u16,
+    rank: usize,
+    world: usize,
+    run_id: &str,
+) -> std::process::Command {
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env(child_var, "1")
+        .env("MASTER_ADDR", "127.0.0.1")
+        .env("MASTER_PORT", port.to_string())
+        .env("RANK", rank.to_string())
+        .env("LOCAL_RANK", rank.to_string())
+        .env("WORLD_SIZE", world.to_string())
+        .env("TORCHELASTIC_USE_AGENT_STORE", "True")
+        .env("TORCHELASTIC_RUN_ID", run_id)
+        .env_remove("TORCH_DISTRIBUTED_DEBUG")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    cmd
+}
