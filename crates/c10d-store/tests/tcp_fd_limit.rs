@@ -9,8 +9,9 @@ use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
+mod wire_common;
+use wire_common::HELLO;
 
-const HELLO: [u8; 10] = [0x00, 0xce, 0xf7, 0x85, 0x3c, 0x0d, 1, 0, 0, 0];
 /// The child's descriptor limit: a few for stdio, epoll, waker, listener and reserve; the
 /// rest for connections.
 const NOFILE: libc::rlim_t = 32;

@@ -4,30 +4,17 @@
 use c10d_store::tcp::protocol::{Decoder, Limits, Request};
 use c10d_store::{ServerOptions, Store, TcpStore, TcpStoreOptions, TcpStoreServer};
 use proptest::prelude::*;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
+mod wire_common;
+use wire_common::{closed_by_server, HELLO};
 
 fn raw(port: u16) -> TcpStream {
     let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     s
 }
-
-/// True when the server closed the connection (EOF or reset) within the read timeout.
-fn closed_by_server(s: &mut TcpStream) -> bool {
-    let mut b = [0u8; 64];
-    loop {
-        match s.read(&mut b) {
-            Ok(0) => return true,
-            Ok(_) => continue,
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
-            Err(_) => return false,
-        }
-    }
-}
-
-const HELLO: [u8; 10] = [0x00, 0xce, 0xf7, 0x85, 0x3c, 0x0d, 1, 0, 0, 0];
 
 fn healthy(good: &TcpStore, tag: &str) {
     good.set(tag, b"ok").unwrap();

@@ -10,9 +10,10 @@ use c10d_store::{ServerOptions, Store, TcpStore, TcpStoreOptions, TcpStoreServer
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
+mod wire_common;
+use wire_common::{closed_by_server, HELLO};
 
 const MIB: usize = 1 << 20;
-const HELLO: [u8; 10] = [0x00, 0xce, 0xf7, 0x85, 0x3c, 0x0d, 1, 0, 0, 0];
 
 fn client(port: u16) -> TcpStore {
     TcpStore::new(
@@ -41,19 +42,6 @@ fn read_u64(s: &mut TcpStream) -> u64 {
     let mut b = [0u8; 8];
     s.read_exact(&mut b).unwrap();
     u64::from_le_bytes(b)
-}
-
-/// True when the server closed the connection (EOF or reset) within the read timeout.
-fn closed_by_server(s: &mut TcpStream) -> bool {
-    let mut b = [0u8; 64];
-    loop {
-        match s.read(&mut b) {
-            Ok(0) => return true,
-            Ok(_) => continue,
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
-            Err(_) => return false,
-        }
-    }
 }
 
 /// Value `i` of the large cases: 8 MiB, distinct per `i`.
