@@ -309,15 +309,7 @@ fn two_nodes(cmd: &str, extra: &[&str]) -> (Output, Output) {
     a0.extend_from_slice(extra);
     a0.extend_from_slice(&["sh", "-c", cmd]);
     let mut n0 = spawn_c10drun(&a0);
-    let line = n0.wait_for_stderr("store listening on 127.0.0.1:", Duration::from_secs(60));
-    let port = line
-        .rsplit(':')
-        .next()
-        .unwrap()
-        .split(' ')
-        .next()
-        .unwrap()
-        .to_string();
+    let port = n0.wait_for_store_port("127.0.0.1", Duration::from_secs(60));
     let mut a1 = vec![
         "--nnodes",
         "2",

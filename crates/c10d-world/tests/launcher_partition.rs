@@ -129,13 +129,7 @@ fn both_launchers_exit_when_the_link_goes_down() {
         }
     };
     let mut n0 = node(&hosts, 0, "0");
-    let line = n0.wait_for_stderr("store listening on 10.231.1.1:", Duration::from_secs(60));
-    let port = line
-        .split("10.231.1.1:")
-        .nth(1)
-        .and_then(|r| r.split(' ').next())
-        .expect("port in the store line")
-        .to_string();
+    let port = n0.wait_for_store_port("10.231.1.1", Duration::from_secs(60));
     let n1 = node(&hosts, 1, &port);
     n0.wait_for_stdout("[rank 0]: # c10d-bench all_reduce", Duration::from_secs(60));
     std::thread::sleep(Duration::from_millis(200));

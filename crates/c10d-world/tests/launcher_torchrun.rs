@@ -459,15 +459,7 @@ fn two_node_jobs(cmd0: &str, cmd1: &str, extra: &[&str]) -> (Job, Job, String) {
     a0.extend(["sh".into(), "-c".into(), cmd0.into()]);
     let a0: Vec<&str> = a0.iter().map(String::as_str).collect();
     let mut n0 = spawn_c10drun(&a0);
-    let line = n0.wait_for_stderr("store listening on 127.0.0.1:", Duration::from_secs(60));
-    let port = line
-        .rsplit(':')
-        .next()
-        .unwrap()
-        .split(' ')
-        .next()
-        .unwrap()
-        .to_string();
+    let port = n0.wait_for_store_port("127.0.0.1", Duration::from_secs(60));
     let mut a1 = base("1", &port);
     a1.extend(["sh".into(), "-c".into(), cmd1.into()]);
     let a1: Vec<&str> = a1.iter().map(String::as_str).collect();

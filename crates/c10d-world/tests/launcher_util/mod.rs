@@ -153,6 +153,17 @@ impl Job {
     pub fn wait_for_stderr(&mut self, needle: &str, limit: Duration) -> String {
         self.wait_line(true, needle, limit)
     }
+    /// Waits (up to `limit`) for the launcher's "store listening on <host>:<port>" line and
+    /// returns the port.
+    pub fn wait_for_store_port(&mut self, host: &str, limit: Duration) -> String {
+        let prefix = format!("store listening on {host}:");
+        let line = self.wait_for_stderr(&prefix, limit);
+        line.split(prefix.as_str())
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .expect("port in the store line")
+            .to_string()
+    }
     /// Sends a signal to the process.
     pub fn signal(&self, sig: i32) {
         // SAFETY: plain syscall on our own child's pid (not yet reaped).
