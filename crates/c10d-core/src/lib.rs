@@ -20,6 +20,7 @@
 //! [`flight_recorder`] records it. See `docs/architecture.md` in the repository.
 
 pub mod backend;
+pub mod checks;
 pub mod borrowed;
 pub mod debug;
 pub mod device;

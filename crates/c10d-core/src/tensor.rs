@@ -34,6 +34,19 @@ pub trait DeviceStorage: Send + Sync + 'static {
     fn last_stream(&self) -> Option<u64>;
     /// Records the stream a backend used this memory on.
     fn record_stream(&self, stream: u64);
+    /// Copies `dst.len()` bytes starting `offset` bytes into the storage to host memory. Ordered
+    /// after the work already queued on the caller's stream of this device; returns once the
+    /// bytes are in `dst`.
+    ///
+    /// # Errors
+    /// A failed device call (the device's error text).
+    fn copy_to_host(&self, offset: usize, dst: &mut [u8]) -> Result<()>;
+    /// Copies `src` into the storage starting `offset` bytes in; ordered as
+    /// [`DeviceStorage::copy_to_host`] and finished when it returns.
+    ///
+    /// # Errors
+    /// A failed device call (the device's error text).
+    fn copy_from_host(&self, offset: usize, src: &[u8]) -> Result<()>;
     /// Downcasting hook for the backend that created it.
     fn as_any(&self) -> &dyn Any;
 }
@@ -636,12 +649,32 @@ impl Tensor {
         }))
     }
 
-    /// Copies the elements out.
+    /// Copies the elements out (from a device tensor through [`Tensor::to_cpu`]).
     ///
     /// # Errors
-    /// As [`Tensor::read`].
+    /// As [`Tensor::read`]; for a device tensor, as [`Tensor::to_cpu`].
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
+        if !self.is_cpu() {
+            self.check_dtype::<T>()?;
+            return self.to_cpu()?.into_vec();
+        }
         self.read(|s: &[T]| s.to_vec())
+    }
+
+    /// A CPU copy of this tensor (`Tensor.cpu()`); a CPU tensor is returned as is (shared, as
+    /// PyTorch's `.cpu()` of a CPU tensor). A device tensor is copied after the work queued on the
+    /// caller's stream, so wait on a collective's `Work` before reading its output.
+    ///
+    /// # Errors
+    /// A storage currently written by a collective; the device's copy error.
+    pub fn to_cpu(&self) -> Result<Tensor> {
+        let StorageKind::Device(d) = &self.storage.kind else {
+            return Ok(self.clone());
+        };
+        let _g = StorageGuard::acquire(&self.storage, false)?;
+        let out = Tensor::zeros(self.dtype, &self.shape);
+        out.write_bytes(|b| d.copy_to_host(self.offset, b))??;
+        Ok(out)
     }
 
     /// Takes the elements out, without copying when this handle is the only one and views the
@@ -674,12 +707,19 @@ impl Tensor {
     /// Copies `src`'s bytes into this tensor (`Tensor.copy_`).
     ///
     /// # Errors
-    /// Dtype or element-count mismatch, device tensors, or busy storages.
+    /// Dtype or element-count mismatch, busy storages, a device copy error.
     pub fn copy_from(&self, src: &Tensor) -> Result<()> {
         if src.dtype != self.dtype || src.numel() != self.numel() {
             return Err(DistError::invalid(format!(
                 "copy_: source {src:?} does not match destination {self:?}"
             )));
+        }
+        if !src.is_cpu() {
+            return self.copy_from(&src.to_cpu()?);
+        }
+        if let StorageKind::Device(d) = &self.storage.kind {
+            let _g = StorageGuard::acquire(&self.storage, true)?;
+            return src.read_bytes(|s| d.copy_from_host(self.offset, s))?;
         }
         if src.shares_storage_with(self) {
             let tmp = src.read_bytes(|b| b.to_vec())?;

@@ -117,7 +117,14 @@ struct State {
     outputs: Vec<Tensor>,
     wakers: Vec<Waker>,
     abort: Option<Box<dyn FnOnce() + Send>>,
+    wait_hook: Option<WaitHook>,
 }
+
+/// A backend's own `wait`: called with the caller's timeout before blocking; `Some(result)` ends
+/// the wait with that result, `None` falls back to blocking until completion. NCCL uses it to make
+/// the caller's stream wait on the op's end event without blocking the host, as PyTorch's
+/// `WorkNCCL::wait` does.
+pub type WaitHook = Arc<dyn Fn(Option<Duration>) -> Option<Result<()>> + Send + Sync>;
 
 struct Inner {
     op: OpType,
@@ -172,6 +179,7 @@ impl Work {
                 outputs: Vec::new(),
                 wakers: Vec::new(),
                 abort: None,
+                wait_hook: None,
             }),
             cv: Condvar::new(),
         });
@@ -207,6 +215,9 @@ impl Work {
     /// # Errors
     /// The error the backend failed the op with (timeout, dead peer, mismatch ...).
     pub fn wait(&self) -> Result<()> {
+        if let Some(r) = self.run_wait_hook(None) {
+            return r;
+        }
         let mut st = lock(&self.0);
         loop {
             if let Status::Done(r) = &st.status {
@@ -226,6 +237,9 @@ impl Work {
             // A timeout past the end of time (e.g. Duration::MAX) means no timeout.
             return self.wait();
         };
+        if let Some(r) = self.run_wait_hook(Some(timeout)) {
+            return r;
+        }
         let mut st = lock(&self.0);
         loop {
             if let Status::Done(r) = &st.status {
@@ -247,6 +261,18 @@ impl Work {
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         }
+    }
+
+    /// The backend's wait hook, if the work is still pending and has one.
+    fn run_wait_hook(&self, timeout: Option<Duration>) -> Option<Result<()>> {
+        let hook = {
+            let st = lock(&self.0);
+            match &st.status {
+                Status::Done(r) => return Some(r.clone()),
+                Status::Pending => st.wait_hook.clone()?,
+            }
+        };
+        hook(timeout)
     }
 
     /// True once the op finished, successfully or not (`Work.is_completed()`).
@@ -341,6 +367,14 @@ impl WorkCompleter {
         }
     }
 
+    /// Installs the backend's own wait ([`WaitHook`]), used by [`Work::wait`] and
+    /// [`Work::wait_timeout`] while the work is pending.
+    pub fn set_wait_hook(&self, hook: WaitHook) {
+        if let Some(i) = &self.inner {
+            lock(i).wait_hook = Some(hook);
+        }
+    }
+
     /// Completes the work, waking every waiter and future. The flight recorder hears of it
     /// first (so a dump it writes on failure exists when a waiter sees the error).
     pub fn complete(mut self, result: Result<()>) {
@@ -360,6 +394,7 @@ impl WorkCompleter {
             }
             st.status = Status::Done(result);
             st.abort = None;
+            st.wait_hook = None;
             std::mem::take(&mut st.wakers)
         };
         i.cv.notify_all();

@@ -81,6 +81,7 @@ pub use options::{AllreduceAlgorithm, BroadcastAlgorithm, GlooOptions};
 use c10d_core::flight_recorder::{GroupRecorder, OpRecord, Trace};
 use c10d_core::reduce::{finalize, prescale, reduce_into};
 use c10d_core::*;
+use c10d_core::checks::At;
 use c10d_store::Store;
 use engine::{
     lock, worker_loop, CollBody, CollOp, Comm, Connector, Engine, Ident, OpInfo, P2pOp, Queue,
@@ -228,35 +229,24 @@ fn inval(op: &str, msg: impl std::fmt::Display) -> DistError {
     DistError::invalid(format!("ProcessGroupGloo::{op}: {msg}"))
 }
 
+/// The shared checks of c10d-core, prefixed "ProcessGroupGloo::{op}: ".
+fn at(op: &str) -> At<'_> {
+    At {
+        backend: "ProcessGroupGloo",
+        op,
+    }
+}
+
 /// Input/output pairs of a `*_tensor_coalesced` op: non-empty lists of one length, all on CPU.
 fn check_coalesced_pairs(op: &str, outputs: &[Tensor], inputs: &[Tensor]) -> Result<()> {
-    if inputs.is_empty() || outputs.len() != inputs.len() {
-        return Err(inval(
-            op,
-            "requires non-empty input/output tensor lists of the same length",
-        ));
-    }
+    at(op).pairs(outputs, inputs)?;
     let refs: Vec<&Tensor> = inputs.iter().chain(outputs).collect();
     check_cpu(op, &refs)
 }
 
-/// The root's tensor list of gather (`kind` "output") or scatter (`kind` "input"): exactly one
-/// list of `n` tensors, with PyTorch's texts.
+/// The root's tensor list of gather (`kind` "output") or scatter (`kind` "input").
 fn check_root_list(op: &str, lists: &[Vec<Tensor>], n: usize, kind: &str) -> Result<()> {
-    if lists.len() != 1 {
-        return Err(inval(op, format!("requires a single-element {kind} list")));
-    }
-    if lists[0].len() != n {
-        let cap = format!("{}{}", kind[..1].to_ascii_uppercase(), &kind[1..]);
-        return Err(inval(
-            op,
-            format!(
-                "Incorrect {kind} list size {}. {cap} list size should be {n}.",
-                lists[0].len()
-            ),
-        ));
-    }
-    Ok(())
+    at(op).root_list(lists, n, kind)
 }
 
 fn check_cpu(op: &str, ts: &[&Tensor]) -> Result<()> {
@@ -268,29 +258,7 @@ fn check_cpu(op: &str, ts: &[&Tensor]) -> Result<()> {
 
 /// "invalid tensor type" / "invalid tensor size" against `proto`.
 fn check_same(op: &str, ts: &[&Tensor], proto: &Tensor) -> Result<()> {
-    for t in ts {
-        if t.dtype() != proto.dtype() {
-            return Err(inval(
-                op,
-                format!(
-                    "invalid tensor type (expected {}, got {})",
-                    proto.dtype(),
-                    t.dtype()
-                ),
-            ));
-        }
-        if t.numel() != proto.numel() {
-            return Err(inval(
-                op,
-                format!(
-                    "invalid tensor size (expected {} elements, got {})",
-                    proto.numel(),
-                    t.numel()
-                ),
-            ));
-        }
-    }
-    Ok(())
+    at(op).same(ts, proto)
 }
 
 fn check_op(op: &str, rop: ReduceOp, dtype: DType) -> Result<()> {
@@ -348,9 +316,7 @@ fn split_sizes_ref<'a>(mut buf: &'a [u8], sizes: &[usize]) -> Vec<&'a [u8]> {
 /// its dtype.
 fn check_reduce(tensors: &[Tensor], opts: &ReduceOptions, size: usize) -> Result<()> {
     const OP: &str = "reduce";
-    if opts.root_rank >= size {
-        return Err(inval(OP, format!("invalid root rank: {}", opts.root_rank)));
-    }
+    at(OP).root(opts.root_rank, size)?;
     if opts.root_tensor >= tensors.len() {
         return Err(inval(
             OP,

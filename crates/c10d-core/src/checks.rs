@@ -1,0 +1,165 @@
+//! Argument checks every backend shares, with PyTorch's texts, prefixed by the backend's op name
+//! (`"ProcessGroupGloo::reduce: "`, `"ProcessGroupNCCL::scatter: "`). Each returns
+//! [`DistError::InvalidArgument`] (Python's `ValueError`/`RuntimeError` as PyTorch raises it).
+
+use crate::error::{DistError, Result};
+use crate::tensor::Tensor;
+
+/// Where a check runs: the backend's class name and the op, for the message prefix.
+#[derive(Debug, Clone, Copy)]
+pub struct At<'a> {
+    /// `"ProcessGroupGloo"`, `"ProcessGroupNCCL"`.
+    pub backend: &'a str,
+    /// The op (`"reduce"`, `"scatter"` …).
+    pub op: &'a str,
+}
+
+impl At<'_> {
+    /// `"{backend}::{op}: {msg}"` as [`DistError::InvalidArgument`].
+    pub fn invalid(&self, msg: impl std::fmt::Display) -> DistError {
+        DistError::invalid(format!("{}::{}: {msg}", self.backend, self.op))
+    }
+
+    /// "invalid root rank: {root}" unless `root < size`.
+    ///
+    /// # Errors
+    /// As described.
+    pub fn root(&self, root: usize, size: usize) -> Result<()> {
+        if root >= size {
+            return Err(self.invalid(format!("invalid root rank: {root}")));
+        }
+        Ok(())
+    }
+
+    /// "requires a single-element tensor list" unless exactly one tensor.
+    ///
+    /// # Errors
+    /// As described.
+    pub fn single(&self, tensors: &[Tensor]) -> Result<()> {
+        if tensors.len() != 1 {
+            return Err(self.invalid("requires a single-element tensor list"));
+        }
+        Ok(())
+    }
+
+    /// The root's list of gather (`kind` "output") or scatter (`kind` "input"): exactly one
+    /// list of `n` tensors ("Incorrect output list size 3. Output list size should be 4.").
+    ///
+    /// # Errors
+    /// As described.
+    pub fn root_list(&self, lists: &[Vec<Tensor>], n: usize, kind: &str) -> Result<()> {
+        if lists.len() != 1 {
+            return Err(self.invalid(format!("requires a single-element {kind} list")));
+        }
+        if lists[0].len() != n {
+            let cap = format!("{}{}", kind[..1].to_ascii_uppercase(), &kind[1..]);
+            return Err(self.invalid(format!(
+                "Incorrect {kind} list size {}. {cap} list size should be {n}.",
+                lists[0].len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Input/output pairs of a `*_coalesced` op: non-empty lists of one length.
+    ///
+    /// # Errors
+    /// "requires non-empty input/output tensor lists of the same length".
+    pub fn pairs(&self, outputs: &[Tensor], inputs: &[Tensor]) -> Result<()> {
+        if inputs.is_empty() || outputs.len() != inputs.len() {
+            return Err(
+                self.invalid("requires non-empty input/output tensor lists of the same length")
+            );
+        }
+        Ok(())
+    }
+
+    /// Every tensor has `proto`'s dtype ("invalid tensor type") and element count ("invalid
+    /// tensor size").
+    ///
+    /// # Errors
+    /// As described, with the expected and actual values.
+    pub fn same(&self, ts: &[&Tensor], proto: &Tensor) -> Result<()> {
+        for t in ts {
+            if t.dtype() != proto.dtype() {
+                return Err(self.invalid(format!(
+                    "invalid tensor type (expected {}, got {})",
+                    proto.dtype(),
+                    t.dtype()
+                )));
+            }
+            if t.numel() != proto.numel() {
+                return Err(self.invalid(format!(
+                    "invalid tensor size (expected {} elements, got {})",
+                    proto.numel(),
+                    t.numel()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// `all_to_all_single` split sizes: empty (equal split, first dimension divisible by the
+    /// group size) or one entry per rank summing to the first dimension. Returns the element
+    /// counts per rank.
+    ///
+    /// # Errors
+    /// "Split sizes doesn't match total dim 0 size" and "Tensor's dim 0 does not divide equally
+    /// across group size" (PyTorch's texts).
+    pub fn split_counts(&self, t: &Tensor, splits: &[usize], size: usize) -> Result<Vec<usize>> {
+        let dim0 = t.shape().first().copied().unwrap_or(1);
+        let row = if dim0 == 0 { 0 } else { t.numel() / dim0 };
+        if splits.is_empty() {
+            if dim0 % size != 0 {
+                return Err(
+                    self.invalid("Tensor's dim 0 does not divide equally across group size")
+                );
+            }
+            return Ok(vec![dim0 / size * row; size]);
+        }
+        if splits.len() != size || splits.iter().sum::<usize>() != dim0 {
+            return Err(self.invalid("Split sizes doesn't match total dim 0 size"));
+        }
+        Ok(splits.iter().map(|s| s * row).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::DType;
+
+    const AT: At = At {
+        backend: "ProcessGroupNCCL",
+        op: "gather",
+    };
+
+    #[test]
+    fn texts() {
+        assert_eq!(
+            AT.root(4, 4).unwrap_err().message(),
+            "ProcessGroupNCCL::gather: invalid root rank: 4"
+        );
+        let l = vec![vec![Tensor::zeros(DType::F32, &[2]); 3]];
+        assert_eq!(
+            AT.root_list(&l, 4, "output").unwrap_err().message(),
+            "ProcessGroupNCCL::gather: Incorrect output list size 3. Output list size should be 4."
+        );
+        assert!(AT.root_list(&l, 3, "output").is_ok());
+        let a = Tensor::zeros(DType::F32, &[2]);
+        let b = Tensor::zeros(DType::F64, &[2]);
+        assert!(AT.same(&[&b], &a).unwrap_err().message().contains("invalid tensor type"));
+        let c = Tensor::zeros(DType::F32, &[3]);
+        assert!(AT.same(&[&c], &a).unwrap_err().message().contains("invalid tensor size"));
+        assert!(AT.pairs(&[], &[]).is_err());
+    }
+
+    #[test]
+    fn split_counts() {
+        let t = Tensor::zeros(DType::F32, &[6, 2]);
+        assert_eq!(AT.split_counts(&t, &[], 3).unwrap(), vec![4, 4, 4]);
+        assert_eq!(AT.split_counts(&t, &[1, 2, 3], 3).unwrap(), vec![2, 4, 6]);
+        assert!(AT.split_counts(&t, &[1, 2], 3).is_err());
+        assert!(AT.split_counts(&t, &[], 4).is_err());
+    }
+}
