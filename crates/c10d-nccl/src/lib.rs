@@ -35,17 +35,25 @@
 #![warn(missing_docs)]
 
 pub mod availability;
+mod collectives;
+pub mod comm;
 pub mod cuda;
+pub mod device;
 pub mod env;
+mod inflight;
 pub mod library;
 pub mod loader;
 pub mod mapping;
+pub mod memory;
 pub mod options;
+pub mod process_group;
 pub mod python;
 pub mod result;
+pub mod stream;
 pub mod sys;
 pub mod version;
 pub mod watchdog;
+mod watchdog_thread;
 
 pub use availability::{
     backend_creation_error, check_available, collectives_not_built, is_nccl_available,
@@ -56,6 +64,7 @@ pub use env::{ErrorHandlingMode, NcclEnv};
 pub use library::NcclLibrary;
 pub use loader::{library as nccl_library, LoadError};
 pub use options::{NcclConfig, NcclOptions};
+pub use process_group::ProcessGroupNccl;
 pub use result::NcclError;
 pub use version::Version;
 pub use watchdog::{Watchdog, WorkProbe, WorkRecord};

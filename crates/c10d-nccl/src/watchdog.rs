@@ -209,6 +209,14 @@ impl<W: WorkProbe> Watchdog<W> {
         self.works.iter().map(|(r, _)| r)
     }
 
+    /// Removes every in-flight work, handing each to `f` in enqueue order (an explicit abort
+    /// fails them all at once).
+    pub fn drain(&mut self, mut f: impl FnMut(WorkRecord, W)) {
+        while let Some((r, w)) = self.works.pop_front() {
+            f(r, w);
+        }
+    }
+
     /// Adds `extra` to the timeout of every in-flight work
     /// (`_add_ephemeral_timeout_for_all_pgs`).
     pub fn extend_timeouts(&mut self, extra: Duration) {

@@ -1,0 +1,476 @@
+//! Every collective of [`Backend`] on CUDA tensors, as PyTorch's `ProcessGroupNCCL` runs it:
+//! each op is a few NCCL calls inside one NCCL group (see [`ProcessGroupNccl::launch`]). List
+//! forms that NCCL has no call for go through a flat scratch buffer (all_gather,
+//! reduce_scatter) or through send/recv pairs (gather, scatter, all_to_all).
+
+use crate::process_group::{Enqueue, Op, ProcessGroupNccl};
+use c10d_core::checks::At;
+use c10d_core::{
+    AllToAllOptions, AllgatherOptions, AllreduceCoalescedOptions, AllreduceOptions, Backend,
+    BackendOptions, BarrierOptions, BroadcastOptions, DType, DeviceType,
+    GatherOptions, OpType, ReduceOptions, ReduceScatterOptions, Result, ScatterOptions, Tensor,
+    Work,
+};
+use cudarc::driver::result as cu;
+use std::ffi::{c_int, c_void};
+use std::sync::Arc;
+use std::time::Duration;
+
+const NAME: &str = "ProcessGroupNCCL";
+
+fn at(op: &str) -> At<'_> {
+    At { backend: NAME, op }
+}
+
+fn ptr(t: &Tensor) -> *mut c_void {
+    t.device_ptr().unwrap_or(0) as *mut c_void
+}
+
+impl Enqueue<'_> {
+    /// Element count of `t` as NCCL counts it (complex numbers are two reals).
+    fn count(&self, t: &Tensor) -> Result<(usize, crate::sys::ncclDataType_t)> {
+        let ty = self.nccl_type(t.dtype())?;
+        Ok((t.numel() * ty.per_element, ty.dtype))
+    }
+
+    fn all_reduce(&mut self, t: &Tensor, op: c10d_core::ReduceOp) -> Result<()> {
+        let (n, ty) = self.count(t)?;
+        let red = self.reduction(op, t.dtype())?;
+        // SAFETY: in-place on `t`'s device memory, kept alive by the op until its end event;
+        // the communicator is live and locked; the stream belongs to its device.
+        let rc = unsafe { (self.lib.all_reduce)(ptr(t), ptr(t), n, ty, red, self.comm, self.stream) };
+        self.call("ncclAllReduce", rc)
+    }
+
+    fn send(&self, t: &Tensor, peer: usize) -> Result<()> {
+        let (n, ty) = self.count(t)?;
+        // SAFETY: as in `all_reduce`; `peer` < size was checked by the caller.
+        let rc = unsafe { (self.lib.send)(ptr(t), n, ty, peer as c_int, self.comm, self.stream) };
+        self.call("ncclSend", rc)
+    }
+
+    fn recv(&self, t: &Tensor, peer: usize) -> Result<()> {
+        let (n, ty) = self.count(t)?;
+        // SAFETY: as in `send`, writing `t`.
+        let rc = unsafe { (self.lib.recv)(ptr(t), n, ty, peer as c_int, self.comm, self.stream) };
+        self.call("ncclRecv", rc)
+    }
+
+    /// Device-to-device copy on the NCCL stream (same byte size, checked by the caller).
+    fn copy(&self, dst: &Tensor, src: &Tensor) -> Result<()> {
+        if src.nbytes() == 0 {
+            return Ok(());
+        }
+        // SAFETY: both ranges lie inside live allocations kept alive by the op; the stream
+        // belongs to their device.
+        unsafe {
+            cu::memcpy_dtod_async(
+                ptr(dst) as u64,
+                ptr(src) as u64,
+                src.nbytes(),
+                self.stream as cudarc::driver::sys::CUstream,
+            )
+        }
+        .map_err(|e| crate::device::driver_error("cuMemcpyDtoDAsync", e))
+    }
+}
+
+impl ProcessGroupNccl {
+    fn op<'a>(&self, kind: OpType, inputs: &'a [Tensor], outputs: &'a [Tensor], timeout: Option<Duration>) -> Op<'a> {
+        Op {
+            kind,
+            inputs,
+            outputs,
+            timeout,
+            host_blocking: false,
+        }
+    }
+
+    fn check_peer(&self, op: &str, peer: usize) -> Result<()> {
+        if peer >= self.size {
+            return Err(at(op).invalid(format!(
+                "invalid peer rank {peer} (group size {})",
+                self.size
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl Backend for ProcessGroupNccl {
+    fn name(&self) -> &str {
+        "nccl"
+    }
+    fn rank(&self) -> usize {
+        self.rank
+    }
+    fn size(&self) -> usize {
+        self.size
+    }
+    fn device_type(&self) -> DeviceType {
+        DeviceType::Cuda
+    }
+    fn timeout(&self) -> Duration {
+        self.default_timeout()
+    }
+    fn set_timeout(&self, timeout: Duration) {
+        self.set_default_timeout(timeout);
+    }
+    fn sequence_number(&self) -> u64 {
+        self.sequence()
+    }
+    fn set_sequence_number(&self, seq: u64) {
+        self.set_sequence(seq);
+    }
+    fn is_initialized(&self) -> bool {
+        self.current().is_some()
+    }
+
+    fn broadcast(&self, tensors: &[Tensor], opts: &BroadcastOptions) -> Result<Work> {
+        at("broadcast").single(tensors)?;
+        at("broadcast").root(opts.root_rank, self.size)?;
+        let t = tensors[0].clone();
+        self.launch(self.op(OpType::Broadcast, tensors, tensors, opts.timeout), |e| {
+            let (n, ty) = e.count(&t)?;
+            // SAFETY: in-place on `t` (kept alive by the op); live, locked communicator.
+            let rc = unsafe {
+                (e.lib.broadcast)(ptr(&t), ptr(&t), n, ty, opts.root_rank as c_int, e.comm, e.stream)
+            };
+            e.call("ncclBroadcast", rc)
+        })
+    }
+
+    fn all_reduce(&self, tensors: &[Tensor], opts: &AllreduceOptions) -> Result<Work> {
+        at("allreduce").single(tensors)?;
+        let t = tensors[0].clone();
+        self.launch(self.op(OpType::Allreduce, tensors, tensors, opts.timeout), |e| {
+            e.all_reduce(&t, opts.reduce_op)
+        })
+    }
+
+    fn all_reduce_coalesced(&self, tensors: &[Tensor], opts: &AllreduceCoalescedOptions) -> Result<Work> {
+        if tensors.is_empty() {
+            return Err(at("allreduce_coalesced").invalid("requires a non-empty tensor list"));
+        }
+        let ts = tensors.to_vec();
+        self.launch(self.op(OpType::AllreduceCoalesced, tensors, tensors, opts.timeout), |e| {
+            ts.iter().try_for_each(|t| e.all_reduce(t, opts.reduce_op))
+        })
+    }
+
+    fn reduce(&self, tensors: &[Tensor], opts: &ReduceOptions) -> Result<Work> {
+        at("reduce").single(tensors)?;
+        at("reduce").root(opts.root_rank, self.size)?;
+        let t = tensors[0].clone();
+        self.launch(self.op(OpType::Reduce, tensors, tensors, opts.timeout), |e| {
+            let (n, ty) = e.count(&t)?;
+            let red = e.reduction(opts.reduce_op, t.dtype())?;
+            // SAFETY: in-place on `t` (kept alive by the op); live, locked communicator.
+            let rc = unsafe {
+                (e.lib.reduce)(ptr(&t), ptr(&t), n, ty, red, opts.root_rank as c_int, e.comm, e.stream)
+            };
+            e.call("ncclReduce", rc)
+        })
+    }
+
+    fn all_gather(&self, outputs: &[Vec<Tensor>], inputs: &[Tensor], opts: &AllgatherOptions) -> Result<Work> {
+        const OP: &str = "allgather";
+        at(OP).single(inputs)?;
+        at(OP).root_list(outputs, self.size, "output")?;
+        let input = inputs[0].clone();
+        let outs = outputs[0].clone();
+        at(OP).same(&outs.iter().collect::<Vec<_>>(), &input)?;
+        self.launch(self.op(OpType::Allgather, inputs, &outputs[0], opts.timeout), |e| {
+            let flat = e.scratch(input.dtype(), input.numel() * outs.len())?;
+            gather_into(e, &flat, &input)?;
+            for (i, o) in outs.iter().enumerate() {
+                e.copy(o, &flat.flat_slice(i * input.numel(), input.numel())?)?;
+            }
+            Ok(())
+        })
+    }
+
+    fn all_gather_into_tensor(&self, output: &Tensor, input: &Tensor, opts: &AllgatherOptions) -> Result<Work> {
+        check_flat("allgather_into_tensor", output, input, self.size, "output")?;
+        let (o, i) = (output.clone(), input.clone());
+        let (ins, outs) = (std::slice::from_ref(input), std::slice::from_ref(output));
+        self.launch(self.op(OpType::AllgatherBase, ins, outs, opts.timeout), |e| gather_into(e, &o, &i))
+    }
+
+    fn all_gather_coalesced(&self, outputs: &[Vec<Tensor>], inputs: &[Tensor], opts: &AllgatherOptions) -> Result<Work> {
+        const OP: &str = "allgather_coalesced";
+        if outputs.len() != inputs.len() || inputs.is_empty() {
+            return Err(at(OP).invalid("requires non-empty input/output tensor lists of the same length"));
+        }
+        let flats: Vec<(Vec<Tensor>, Tensor)> = outputs.iter().cloned().zip(inputs.iter().cloned()).collect();
+        let all_out: Vec<Tensor> = outputs.iter().flatten().cloned().collect();
+        for (outs, i) in &flats {
+            at(OP).same(&outs.iter().collect::<Vec<_>>(), i)?;
+            if outs.len() != self.size {
+                return Err(at(OP).invalid(format!("each output list must hold {} tensors", self.size)));
+            }
+        }
+        self.launch(self.op(OpType::AllgatherCoalesced, inputs, &all_out, opts.timeout), |e| {
+            for (outs, input) in &flats {
+                let flat = e.scratch(input.dtype(), input.numel() * outs.len())?;
+                gather_into(e, &flat, input)?;
+                for (k, o) in outs.iter().enumerate() {
+                    e.copy(o, &flat.flat_slice(k * input.numel(), input.numel())?)?;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn all_gather_into_tensor_coalesced(&self, outputs: &[Tensor], inputs: &[Tensor], opts: &AllgatherOptions) -> Result<Work> {
+        const OP: &str = "allgather_into_tensor_coalesced";
+        at(OP).pairs(outputs, inputs)?;
+        for (o, i) in outputs.iter().zip(inputs) {
+            check_flat(OP, o, i, self.size, "output")?;
+        }
+        let pairs: Vec<(Tensor, Tensor)> = outputs.iter().cloned().zip(inputs.iter().cloned()).collect();
+        self.launch(self.op(OpType::AllgatherCoalesced, inputs, outputs, opts.timeout), |e| {
+            pairs.iter().try_for_each(|(o, i)| gather_into(e, o, i))
+        })
+    }
+
+    fn gather(&self, outputs: &[Vec<Tensor>], inputs: &[Tensor], opts: &GatherOptions) -> Result<Work> {
+        const OP: &str = "gather";
+        at(OP).root(opts.root_rank, self.size)?;
+        at(OP).single(inputs)?;
+        let root = opts.root_rank;
+        let input = inputs[0].clone();
+        let outs: Vec<Tensor> = if self.rank == root {
+            at(OP).root_list(outputs, self.size, "output")?;
+            at(OP).same(&outputs[0].iter().collect::<Vec<_>>(), &input)?;
+            outputs[0].clone()
+        } else {
+            if !outputs.is_empty() && !outputs[0].is_empty() {
+                return Err(at(OP).invalid("requires empty output on non-root"));
+            }
+            Vec::new()
+        };
+        let me = self.rank;
+        self.launch(self.op(OpType::Gather, inputs, &outs, opts.timeout), |e| {
+            if me != root {
+                return e.send(&input, root);
+            }
+            for (r, o) in outs.iter().enumerate() {
+                if r == root { e.copy(o, &input)? } else { e.recv(o, r)? }
+            }
+            Ok(())
+        })
+    }
+
+    fn scatter(&self, outputs: &[Tensor], inputs: &[Vec<Tensor>], opts: &ScatterOptions) -> Result<Work> {
+        const OP: &str = "scatter";
+        at(OP).root(opts.root_rank, self.size)?;
+        at(OP).single(outputs)?;
+        let root = opts.root_rank;
+        let output = outputs[0].clone();
+        let ins: Vec<Tensor> = if self.rank == root {
+            at(OP).root_list(inputs, self.size, "input")?;
+            at(OP).same(&inputs[0].iter().collect::<Vec<_>>(), &output)?;
+            inputs[0].clone()
+        } else {
+            if !inputs.is_empty() && !inputs[0].is_empty() {
+                return Err(at(OP).invalid("requires empty input on non-root"));
+            }
+            Vec::new()
+        };
+        let me = self.rank;
+        self.launch(self.op(OpType::Scatter, &ins, outputs, opts.timeout), |e| {
+            if me != root {
+                return e.recv(&output, root);
+            }
+            for (r, i) in ins.iter().enumerate() {
+                if r == root { e.copy(&output, i)? } else { e.send(i, r)? }
+            }
+            Ok(())
+        })
+    }
+
+    fn reduce_scatter(&self, outputs: &[Tensor], inputs: &[Vec<Tensor>], opts: &ReduceScatterOptions) -> Result<Work> {
+        const OP: &str = "reduce_scatter";
+        at(OP).single(outputs)?;
+        at(OP).root_list(inputs, self.size, "input")?;
+        let output = outputs[0].clone();
+        let ins = inputs[0].clone();
+        at(OP).same(&ins.iter().collect::<Vec<_>>(), &output)?;
+        self.launch(self.op(OpType::ReduceScatter, &ins, outputs, opts.timeout), |e| {
+            let n = output.numel();
+            let flat = e.scratch(output.dtype(), n * ins.len())?;
+            for (k, i) in ins.iter().enumerate() {
+                e.copy(&flat.flat_slice(k * n, n)?, i)?;
+            }
+            scatter_from(e, &output, &flat, opts.reduce_op)
+        })
+    }
+
+    fn reduce_scatter_tensor(&self, output: &Tensor, input: &Tensor, opts: &ReduceScatterOptions) -> Result<Work> {
+        check_flat("reduce_scatter_tensor", input, output, self.size, "input")?;
+        let (o, i) = (output.clone(), input.clone());
+        let (ins, outs) = (std::slice::from_ref(input), std::slice::from_ref(output));
+        self.launch(self.op(OpType::ReduceScatterBase, ins, outs, opts.timeout), |e| {
+            scatter_from(e, &o, &i, opts.reduce_op)
+        })
+    }
+
+    fn reduce_scatter_tensor_coalesced(&self, outputs: &[Tensor], inputs: &[Tensor], opts: &ReduceScatterOptions) -> Result<Work> {
+        const OP: &str = "reduce_scatter_tensor_coalesced";
+        at(OP).pairs(outputs, inputs)?;
+        for (o, i) in outputs.iter().zip(inputs) {
+            check_flat(OP, i, o, self.size, "input")?;
+        }
+        let pairs: Vec<(Tensor, Tensor)> = outputs.iter().cloned().zip(inputs.iter().cloned()).collect();
+        self.launch(self.op(OpType::Coalesced, inputs, outputs, opts.timeout), |e| {
+            pairs.iter().try_for_each(|(o, i)| scatter_from(e, o, i, opts.reduce_op))
+        })
+    }
+
+    fn all_to_all_single(
+        &self,
+        output: &Tensor,
+        input: &Tensor,
+        output_split_sizes: &[usize],
+        input_split_sizes: &[usize],
+        opts: &AllToAllOptions,
+    ) -> Result<Work> {
+        const OP: &str = "alltoall_base";
+        if output.dtype() != input.dtype() {
+            return Err(at(OP).invalid("input and output tensors must have the same dtype"));
+        }
+        let out_counts = at(OP).split_counts(output, output_split_sizes, self.size)?;
+        let in_counts = at(OP).split_counts(input, input_split_sizes, self.size)?;
+        let (o, i) = (output.clone(), input.clone());
+        let (ins, outs) = (std::slice::from_ref(input), std::slice::from_ref(output));
+        self.launch(self.op(OpType::AlltoallBase, ins, outs, opts.timeout), |e| {
+            let (mut so, mut ro) = (0, 0);
+            for r in 0..out_counts.len() {
+                e.send(&i.flat_slice(so, in_counts[r])?, r)?;
+                e.recv(&o.flat_slice(ro, out_counts[r])?, r)?;
+                so += in_counts[r];
+                ro += out_counts[r];
+            }
+            Ok(())
+        })
+    }
+
+    fn all_to_all(&self, outputs: &[Tensor], inputs: &[Tensor], opts: &AllToAllOptions) -> Result<Work> {
+        const OP: &str = "alltoall";
+        if outputs.len() != self.size || inputs.len() != self.size {
+            return Err(at(OP).invalid(format!(
+                "requires {} input and output tensors (got {} and {})",
+                self.size,
+                inputs.len(),
+                outputs.len()
+            )));
+        }
+        let (os, is) = (outputs.to_vec(), inputs.to_vec());
+        self.launch(self.op(OpType::Alltoall, inputs, outputs, opts.timeout), |e| {
+            for r in 0..os.len() {
+                e.send(&is[r], r)?;
+                e.recv(&os[r], r)?;
+            }
+            Ok(())
+        })
+    }
+
+    fn barrier(&self, opts: &BarrierOptions) -> Result<Work> {
+        let device = match (opts.device, opts.device_ids.first()) {
+            (Some(d), _) => d,
+            (None, Some(&i)) => c10d_core::Device::Cuda(i),
+            (None, None) => self.default_device()?,
+        };
+        let t = crate::memory::zeros(DType::U8, &[1], device)?;
+        let ts = [t.clone()];
+        let mut op = self.op(OpType::Barrier, &ts, &ts, opts.timeout);
+        op.host_blocking = true;
+        self.launch(op, |e| e.all_reduce(&t, c10d_core::ReduceOp::Sum))
+    }
+
+    fn send(&self, tensors: &[Tensor], dst: usize, _tag: i64) -> Result<Work> {
+        at("send").single(tensors)?;
+        self.check_peer("send", dst)?;
+        let t = tensors[0].clone();
+        self.launch(self.op(OpType::Send, tensors, &[], None), |e| e.send(&t, dst))
+    }
+
+    fn recv(&self, tensors: &[Tensor], src: usize, _tag: i64) -> Result<Work> {
+        at("recv").single(tensors)?;
+        self.check_peer("recv", src)?;
+        let t = tensors[0].clone();
+        self.launch(self.op(OpType::Recv, &[], tensors, None), |e| e.recv(&t, src))
+    }
+
+    fn supports_coalescing(&self) -> bool {
+        true
+    }
+    fn start_coalescing(&self) -> Result<()> {
+        self.start_block()
+    }
+    fn end_coalescing(&self) -> Result<Work> {
+        self.end_block()
+    }
+
+    fn supports_splitting(&self) -> bool {
+        true
+    }
+    fn split(&self, ranks: &[usize], opts: &BackendOptions) -> Result<Option<Arc<dyn Backend>>> {
+        let options = crate::options::NcclOptions {
+            config: self.options.config.clone(),
+            is_high_priority_stream: self.options.is_high_priority_stream,
+            ..crate::options::NcclOptions::from_backend_options(opts, &self.env)
+        };
+        Ok(self
+            .split_child(ranks, options)?
+            .map(|pg| Arc::new(pg) as Arc<dyn Backend>))
+    }
+
+    fn abort(&self) {
+        self.abort_all("abort() was called");
+    }
+    fn shutdown(&self) {
+        self.abort_all("the group was shut down");
+    }
+}
+
+/// `output` = the concatenation of every rank's `input` (ncclAllGather).
+fn gather_into(e: &mut Enqueue<'_>, output: &Tensor, input: &Tensor) -> Result<()> {
+    let (n, ty) = e.count(input)?;
+    // SAFETY: `output` holds size × `input` elements (checked by the caller); both alive for
+    // the op; live, locked communicator.
+    let rc = unsafe { (e.lib.all_gather)(ptr(input), ptr(output), n, ty, e.comm, e.stream) };
+    e.call("ncclAllGather", rc)
+}
+
+/// `output` = this rank's block of the reduction of every rank's `input` (ncclReduceScatter).
+fn scatter_from(e: &mut Enqueue<'_>, output: &Tensor, input: &Tensor, op: c10d_core::ReduceOp) -> Result<()> {
+    let (n, ty) = e.count(output)?;
+    let red = e.reduction(op, output.dtype())?;
+    // SAFETY: `input` holds size × `output` elements (checked by the caller); both alive for
+    // the op; live, locked communicator.
+    let rc = unsafe { (e.lib.reduce_scatter)(ptr(input), ptr(output), n, ty, red, e.comm, e.stream) };
+    e.call("ncclReduceScatter", rc)
+}
+
+/// A flat `big` tensor holds `size` × `small`'s elements, of one dtype (`which` names the big
+/// one in the message: "output" for all_gather, "input" for reduce_scatter).
+fn check_flat(op: &str, big: &Tensor, small: &Tensor, size: usize, which: &str) -> Result<()> {
+    if big.dtype() != small.dtype() {
+        return Err(at(op).invalid(format!(
+            "input and output tensors must have the same dtype (got {} and {})",
+            small.dtype(),
+            big.dtype()
+        )));
+    }
+    if big.numel() != small.numel() * size {
+        return Err(at(op).invalid(format!(
+            "{which} tensor size must be equal to world_size times the other tensor's size ({} != {} x {})",
+            big.numel(),
+            size,
+            small.numel()
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,77 @@
+//! One enqueued NCCL op as the watchdog sees it ([`InFlight`], a [`WorkProbe`] over its end
+//! event and communicator), and the `Work::wait` PyTorch's `WorkNCCL` has: the caller's current
+//! stream waits on the end event and the host goes on ([`stream_wait_hook`]).
+
+use crate::comm::Communicator;
+use crate::device::driver_error;
+use crate::stream;
+use crate::watchdog::WorkProbe;
+use c10d_core::work::WaitHook;
+use c10d_core::{Device, Result, Tensor, TensorLeases, WorkCompleter};
+use cudarc::driver::CudaEvent;
+use std::sync::{Arc, Mutex};
+
+/// The leases an op holds on its tensors: given back when the caller's stream was made to wait
+/// for the op (`Work::wait`) or when the op finished, whichever comes first.
+pub(crate) type LeaseSlot = Arc<Mutex<Option<Vec<TensorLeases>>>>;
+
+/// An op on the device: what completes its `Work` and what must live until it has finished.
+pub(crate) struct InFlight {
+    pub end: Arc<CudaEvent>,
+    pub comm: Arc<Communicator>,
+    pub completer: Option<WorkCompleter>,
+    pub leases: LeaseSlot,
+    /// The tensors (and so their device memory) the kernels read and write.
+    pub keep: Vec<Tensor>,
+}
+
+impl InFlight {
+    /// Completes the work and releases what it held.
+    pub fn finish(mut self, result: Result<()>) {
+        self.leases.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(c) = self.completer.take() {
+            c.complete(result);
+        }
+        drop(self.keep);
+    }
+}
+
+impl WorkProbe for InFlight {
+    fn is_completed(&mut self) -> bool {
+        // A CUDA error is reported by `async_error`'s next poll through the communicator; an
+        // event that cannot be queried is treated as not done, so the timeout still applies.
+        self.end.try_is_complete().unwrap_or(false)
+    }
+
+    fn async_error(&mut self) -> Option<String> {
+        if let Err(e) = self.end.try_is_complete() {
+            return Some(driver_error("cuEventQuery", e).message().to_string());
+        }
+        self.comm.async_error()
+    }
+}
+
+/// `WorkNCCL::wait` without blocking wait: the caller's current stream on `device` waits for
+/// `end`, the leases are given back, and the host returns at once. With `blocking` (or a
+/// timeout passed to `wait_timeout`) the hook steps aside and the host blocks until the
+/// watchdog completes the work.
+pub(crate) fn stream_wait_hook(
+    device: Device,
+    end: Arc<CudaEvent>,
+    leases: LeaseSlot,
+    blocking: bool,
+) -> WaitHook {
+    Arc::new(move |timeout| {
+        if blocking || timeout.is_some() {
+            return None;
+        }
+        let waited = stream::current_stream(device).and_then(|s| {
+            s.wait(&end)
+                .map_err(|e| driver_error("cuStreamWaitEvent", e))
+        });
+        if waited.is_ok() {
+            leases.lock().unwrap_or_else(|e| e.into_inner()).take();
+        }
+        Some(waited)
+    })
+}

@@ -1,0 +1,166 @@
+//! Device memory behind CUDA tensors: [`CudaMemory`] is a [`DeviceStorage`] over one
+//! `cuMemAlloc` block, and [`zeros`] / [`from_cpu`] / [`empty`] make `Device::Cuda(i)` tensors
+//! (`torch.zeros(..., device="cuda:i")`, `tensor.to("cuda:i")`). Views (`narrow`, `reshape`,
+//! `chunk`) and the lease rules are c10d-core's; a CUDA tensor reads back with
+//! [`c10d_core::Tensor::to_cpu`] / `to_vec`.
+//!
+//! Host copies run on the calling thread's current stream ([`crate::stream`]) and return when
+//! the bytes have arrived, so they are ordered after the collectives whose `Work` was waited on.
+
+use crate::device::{self, driver_error};
+use crate::stream;
+use c10d_core::{DType, Device, DeviceStorage, Result, Tensor};
+use cudarc::driver::{result, sys, CudaContext};
+use std::any::Any;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// One block of device memory, freed when the last tensor over it is dropped.
+pub struct CudaMemory {
+    ctx: Arc<CudaContext>,
+    device: Device,
+    ptr: sys::CUdeviceptr,
+    nbytes: usize,
+    last_stream: AtomicU64,
+}
+
+impl std::fmt::Debug for CudaMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CudaMemory({} bytes on {})", self.nbytes, self.device)
+    }
+}
+
+impl CudaMemory {
+    /// `nbytes` of uninitialised memory on `device` (no allocation for 0 bytes).
+    ///
+    /// # Errors
+    /// As [`device::context`]; "CUDA error in cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY" and other
+    /// driver errors.
+    pub fn alloc(device: Device, nbytes: usize) -> Result<CudaMemory> {
+        let ctx = device::context(device)?;
+        let ptr = if nbytes == 0 {
+            0
+        } else {
+            // SAFETY: the device's context is bound to this thread; the size is non-zero.
+            unsafe { result::malloc_sync(nbytes) }.map_err(|e| driver_error("cuMemAlloc", e))?
+        };
+        Ok(CudaMemory {
+            ctx,
+            device,
+            ptr,
+            nbytes,
+            last_stream: AtomicU64::new(0),
+        })
+    }
+
+    fn check_range(&self, offset: usize, len: usize) -> Result<()> {
+        if offset.checked_add(len).is_none_or(|end| end > self.nbytes) {
+            return Err(c10d_core::DistError::invalid(format!(
+                "copy of {len} bytes at offset {offset} is outside a {}-byte CUDA allocation",
+                self.nbytes
+            )));
+        }
+        Ok(())
+    }
+
+    /// Runs `copy` on the current stream of this device and waits for it.
+    fn on_current_stream(
+        &self,
+        what: &str,
+        copy: impl FnOnce(sys::CUstream) -> std::result::Result<(), cudarc::driver::DriverError>,
+    ) -> Result<()> {
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| driver_error("cuCtxSetCurrent", e))?;
+        let s = stream::current_stream(self.device)?;
+        copy(s.cu_stream()).map_err(|e| driver_error(what, e))?;
+        s.synchronize()
+            .map_err(|e| driver_error("cuStreamSynchronize", e))
+    }
+}
+
+impl Drop for CudaMemory {
+    fn drop(&mut self) {
+        if self.nbytes == 0 {
+            return;
+        }
+        let _ = self.ctx.bind_to_thread();
+        // SAFETY: `ptr` came from cuMemAlloc in this context and is freed once, here; every
+        // collective using it holds a tensor (and so this storage) until its end event fired.
+        if let Err(e) = unsafe { result::free_sync(self.ptr) } {
+            log::warn!("c10d-nccl: cuMemFree of {} bytes failed: {e:?}", self.nbytes);
+        }
+    }
+}
+
+impl DeviceStorage for CudaMemory {
+    fn device(&self) -> Device {
+        self.device
+    }
+    fn device_ptr(&self) -> u64 {
+        self.ptr
+    }
+    fn nbytes(&self) -> usize {
+        self.nbytes
+    }
+    fn last_stream(&self) -> Option<u64> {
+        Some(self.last_stream.load(Ordering::Relaxed)).filter(|&s| s != 0)
+    }
+    fn record_stream(&self, stream: u64) {
+        self.last_stream.store(stream, Ordering::Relaxed);
+    }
+    fn copy_to_host(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
+        self.check_range(offset, dst.len())?;
+        if dst.is_empty() {
+            return Ok(());
+        }
+        let src = self.ptr + offset as u64;
+        // SAFETY: [src, src + len) lies inside this allocation (checked above); `dst` is a
+        // writable host slice that outlives the copy, which is waited for before returning.
+        self.on_current_stream("cuMemcpyDtoHAsync", |s| unsafe {
+            result::memcpy_dtoh_async(dst, src, s)
+        })
+    }
+    fn copy_from_host(&self, offset: usize, src: &[u8]) -> Result<()> {
+        self.check_range(offset, src.len())?;
+        if src.is_empty() {
+            return Ok(());
+        }
+        let dst = self.ptr + offset as u64;
+        // SAFETY: as in `copy_to_host`, with the host slice read instead.
+        self.on_current_stream("cuMemcpyHtoDAsync", |s| unsafe {
+            result::memcpy_htod_async(dst, src, s)
+        })
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// An uninitialised CUDA tensor (`torch.empty(shape, dtype=dtype, device=device)`).
+///
+/// # Errors
+/// As [`CudaMemory::alloc`].
+pub fn empty(dtype: DType, shape: &[usize], device: Device) -> Result<Tensor> {
+    let n: usize = shape.iter().product();
+    let mem = CudaMemory::alloc(device, n * dtype.size())?;
+    Tensor::from_device_storage(Arc::new(mem), dtype, shape)
+}
+
+/// A CUDA tensor of zeros (`torch.zeros(shape, dtype=dtype, device=device)`).
+///
+/// # Errors
+/// As [`from_cpu`].
+pub fn zeros(dtype: DType, shape: &[usize], device: Device) -> Result<Tensor> {
+    from_cpu(&Tensor::zeros(dtype, shape), device)
+}
+
+/// A CUDA copy of a CPU tensor (`tensor.to(device)`); a CUDA tensor is copied through the host.
+///
+/// # Errors
+/// As [`CudaMemory::alloc`]; a busy source; a failed copy.
+pub fn from_cpu(t: &Tensor, device: Device) -> Result<Tensor> {
+    let out = empty(t.dtype(), t.shape(), device)?;
+    out.copy_from(t)?;
+    Ok(out)
+}

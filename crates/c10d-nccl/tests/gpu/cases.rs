@@ -1,0 +1,599 @@
+//! The cases every rank runs. Each returns `Err(text)` on a wrong value or error; the worker
+//! prints `case <name> ok` or `case <name> FAILED: <text>` for the parent to collect.
+
+use super::values::{applies, check, host, inputs, read, reduced, DTYPES};
+use c10d_core::*;
+use c10d_nccl::{memory, stream, NcclEnv, NcclOptions, ProcessGroupNccl};
+use c10d_store::{PrefixStore, Store, TcpStore, TcpStoreOptions};
+use cudarc::driver::sys as cusys;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+type R = Result<(), String>;
+
+const DEV: Device = Device::Cuda(0);
+
+struct Ctx {
+    rank: usize,
+    world: usize,
+    store: Arc<dyn Store>,
+    pg: ProcessGroupNccl,
+    groups: std::cell::Cell<usize>,
+}
+
+fn e2s(e: DistError) -> String {
+    e.to_string()
+}
+
+impl Ctx {
+    /// A fresh group of every rank, on its own store prefix.
+    fn group(&self, timeout: Duration, env: NcclEnv) -> Result<ProcessGroupNccl, String> {
+        let n = self.groups.get();
+        self.groups.set(n + 1);
+        let store: Arc<dyn Store> = Arc::new(PrefixStore::new(&format!("g{n}/"), self.store.clone()));
+        let opts = NcclOptions {
+            timeout,
+            group_name: format!("g{n}"),
+            group_desc: format!("case group {n}"),
+            ..NcclOptions::default()
+        };
+        ProcessGroupNccl::with_env(store, self.rank, self.world, opts, env).map_err(e2s)
+    }
+
+    fn cuda(&self, dtype: DType, v: &[f64]) -> Result<Tensor, String> {
+        memory::from_cpu(&host(dtype, v), DEV).map_err(e2s)
+    }
+
+    fn zeros(&self, dtype: DType, n: usize) -> Result<Tensor, String> {
+        memory::zeros(dtype, &[n], DEV).map_err(e2s)
+    }
+}
+
+fn wait(w: Result<Work>) -> R {
+    w.map_err(e2s)?.wait().map_err(e2s)
+}
+
+/// Runs the cases; the exit code is 0 unless setting up failed.
+pub fn worker(rank: usize) -> i32 {
+    let world: usize = std::env::var("C10D_GPU_WORLD").unwrap().parse().unwrap();
+    let port: u16 = std::env::var("C10D_GPU_STORE_PORT").unwrap().parse().unwrap();
+    let store = TcpStore::new(
+        "127.0.0.1",
+        port,
+        TcpStoreOptions {
+            timeout: Duration::from_secs(60),
+            ..TcpStoreOptions::default()
+        },
+    )
+    .expect("store client");
+    let store: Arc<dyn Store> = Arc::new(store);
+    let base = Ctx {
+        rank,
+        world,
+        store: store.clone(),
+        pg: match ProcessGroupNccl::with_env(
+            Arc::new(PrefixStore::new("main/", store.clone())),
+            rank,
+            world,
+            NcclOptions::default(),
+            NcclEnv::default(),
+        ) {
+            Ok(pg) => pg,
+            Err(e) => {
+                println!("case create FAILED: {e}");
+                return 1;
+            }
+        },
+        groups: std::cell::Cell::new(0),
+    };
+    for (name, case) in cases() {
+        let t = Instant::now();
+        println!("start {name}");
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| case(&base)))
+            .unwrap_or_else(|p| Err(format!("panicked: {:?}", p.downcast_ref::<String>().cloned().or(p.downcast_ref::<&str>().map(|s| s.to_string())))));
+        match r {
+            Ok(()) => println!("case {name} ok ({:.0} ms)", t.elapsed().as_secs_f64() * 1e3),
+            Err(e) => println!("case {name} FAILED: {}", e.replace('\n', " | ")),
+        }
+    }
+    0
+}
+
+type Case = fn(&Ctx) -> R;
+
+fn cases() -> Vec<(String, Case)> {
+    let mut v: Vec<(String, Case)> = vec![
+        ("eager_init".into(), eager_init),
+        ("all_reduce_every_dtype_and_op".into(), all_reduce_all),
+        ("band_refused".into(), band_refused),
+        ("all_reduce_coalesced".into(), all_reduce_coalesced),
+        ("broadcast_every_dtype".into(), broadcast_all),
+        ("reduce".into(), reduce),
+        ("all_gather_forms".into(), all_gather_forms),
+        ("gather_scatter".into(), gather_scatter),
+        ("reduce_scatter_forms".into(), reduce_scatter_forms),
+        ("all_to_all_single_even_and_uneven".into(), all_to_all_single),
+        ("all_to_all_list".into(), all_to_all_list),
+        ("send_recv".into(), send_recv),
+        ("coalesced_block".into(), coalesced_block),
+        ("empty_tensors".into(), empty_tensors),
+        ("barrier".into(), barrier),
+        ("wait_orders_current_stream".into(), wait_orders_stream),
+        ("busy_tensor_refused".into(), busy_tensor_refused),
+        ("cpu_tensor_refused".into(), cpu_tensor_refused),
+        ("split".into(), split),
+        ("shrink".into(), shrink),
+        ("blocking_wait".into(), blocking_wait),
+        ("abort_from_another_thread".into(), abort_from_thread),
+        ("watchdog_timeout".into(), watchdog_timeout),
+    ];
+    if let Ok(only) = std::env::var("C10D_GPU_CASES") {
+        v.retain(|(n, _)| only.split(',').any(|o| n.contains(o)));
+    }
+    v
+}
+
+fn eager_init(c: &Ctx) -> R {
+    c.pg.bind(DEV).map_err(e2s)?;
+    if !c.pg.is_initialized() || c.pg.bound_device() != Some(DEV) {
+        return Err("not initialised after bind".into());
+    }
+    Ok(())
+}
+
+const N: usize = 1001;
+
+fn all_reduce_all(c: &Ctx) -> R {
+    let ops = [
+        ReduceOp::Sum,
+        ReduceOp::Avg,
+        ReduceOp::Product,
+        ReduceOp::Min,
+        ReduceOp::Max,
+        ReduceOp::PremulSum(2.0),
+    ];
+    for dtype in DTYPES {
+        for op in ops.iter().copied().filter(|&op| applies(op, dtype)) {
+            let t = c.cuda(dtype, &inputs(dtype, c.rank, N))?;
+            let o = AllreduceOptions { reduce_op: op, ..Default::default() };
+            wait(c.pg.all_reduce(&[t.clone()], &o))?;
+            let want: Vec<f64> = (0..N).map(|i| reduced(op, dtype, c.world, i)).collect();
+            check(&format!("all_reduce {op:?} {dtype}"), &read(&t), &want, dtype)?;
+        }
+    }
+    Ok(())
+}
+
+fn band_refused(c: &Ctx) -> R {
+    let t = c.cuda(DType::I32, &[1.0])?;
+    let o = AllreduceOptions { reduce_op: ReduceOp::Band, ..Default::default() };
+    match c.pg.all_reduce(&[t], &o) {
+        Err(e) if e.message().contains("Cannot use ReduceOp.BAND with NCCL") => Ok(()),
+        other => Err(format!("expected PyTorch's BAND refusal, got {other:?}")),
+    }
+}
+
+fn all_reduce_coalesced(c: &Ctx) -> R {
+    let ts: Vec<Tensor> = [3usize, 1000, 17]
+        .iter()
+        .map(|&n| c.cuda(DType::F32, &inputs(DType::F32, c.rank, n)))
+        .collect::<Result<_, _>>()?;
+    wait(c.pg.all_reduce_coalesced(&ts, &AllreduceCoalescedOptions::default()))?;
+    for t in &ts {
+        let want: Vec<f64> = (0..t.numel()).map(|i| reduced(ReduceOp::Sum, DType::F32, c.world, i)).collect();
+        check("allreduce_coalesced", &read(t), &want, DType::F32)?;
+    }
+    Ok(())
+}
+
+fn broadcast_all(c: &Ctx) -> R {
+    let root = c.world - 1;
+    for dtype in DTYPES {
+        let mine = if c.rank == root { inputs(dtype, root, N) } else { vec![0.0; N] };
+        let t = c.cuda(dtype, &mine)?;
+        let o = BroadcastOptions { root_rank: root, ..Default::default() };
+        wait(c.pg.broadcast(&[t.clone()], &o))?;
+        check(&format!("broadcast {dtype}"), &read(&t), &inputs(dtype, root, N), dtype)?;
+    }
+    Ok(())
+}
+
+fn reduce(c: &Ctx) -> R {
+    for dtype in [DType::F32, DType::I64] {
+        let t = c.cuda(dtype, &inputs(dtype, c.rank, N))?;
+        let o = ReduceOptions { reduce_op: ReduceOp::Max, root_rank: 0, ..Default::default() };
+        wait(c.pg.reduce(&[t.clone()], &o))?;
+        if c.rank == 0 {
+            let want: Vec<f64> = (0..N).map(|i| reduced(ReduceOp::Max, dtype, c.world, i)).collect();
+            check("reduce", &read(&t), &want, dtype)?;
+        }
+    }
+    Ok(())
+}
+
+/// Rank r's block for gathers: r*100 + i.
+fn block(r: usize, n: usize) -> Vec<f64> {
+    (0..n).map(|i| (r * 100 + i) as f64).collect()
+}
+
+fn gathered(w: usize, n: usize) -> Vec<f64> {
+    (0..w).flat_map(|r| block(r, n)).collect()
+}
+
+fn all_gather_forms(c: &Ctx) -> R {
+    let n = 37;
+    for dtype in [DType::F32, DType::BF16, DType::I64] {
+        let input = c.cuda(dtype, &block(c.rank, n))?;
+        let outs: Vec<Tensor> = (0..c.world).map(|_| c.zeros(dtype, n)).collect::<Result<_, _>>()?;
+        wait(c.pg.all_gather(&[outs.clone()], &[input.clone()], &AllgatherOptions::default()))?;
+        let got: Vec<f64> = outs.iter().flat_map(read).collect();
+        check("all_gather list", &got, &gathered(c.world, n), dtype)?;
+        let flat = c.zeros(dtype, n * c.world)?;
+        wait(c.pg.all_gather_into_tensor(&flat, &input, &AllgatherOptions::default()))?;
+        check("all_gather_into_tensor", &read(&flat), &gathered(c.world, n), dtype)?;
+    }
+    let ins: Vec<Tensor> = (0..2).map(|_| c.cuda(DType::F32, &block(c.rank, n))).collect::<Result<_, _>>()?;
+    let flats: Vec<Tensor> = (0..2).map(|_| c.zeros(DType::F32, n * c.world)).collect::<Result<_, _>>()?;
+    wait(c.pg.all_gather_into_tensor_coalesced(&flats, &ins, &AllgatherOptions::default()))?;
+    for f in &flats {
+        check("all_gather_into_tensor_coalesced", &read(f), &gathered(c.world, n), DType::F32)?;
+    }
+    let lists: Vec<Vec<Tensor>> = (0..2)
+        .map(|_| (0..c.world).map(|_| c.zeros(DType::F32, n)).collect::<Result<_, _>>())
+        .collect::<Result<_, _>>()?;
+    wait(c.pg.all_gather_coalesced(&lists, &ins, &AllgatherOptions::default()))?;
+    for l in &lists {
+        let got: Vec<f64> = l.iter().flat_map(read).collect();
+        check("all_gather_coalesced", &got, &gathered(c.world, n), DType::F32)?;
+    }
+    Ok(())
+}
+
+fn gather_scatter(c: &Ctx) -> R {
+    let n = 13;
+    let root = c.world / 2;
+    let input = c.cuda(DType::F64, &block(c.rank, n))?;
+    let outs: Vec<Vec<Tensor>> = if c.rank == root {
+        vec![(0..c.world).map(|_| c.zeros(DType::F64, n)).collect::<Result<_, _>>()?]
+    } else {
+        vec![]
+    };
+    let o = GatherOptions { root_rank: root, ..Default::default() };
+    wait(c.pg.gather(&outs, &[input], &o))?;
+    if c.rank == root {
+        let got: Vec<f64> = outs[0].iter().flat_map(read).collect();
+        check("gather", &got, &gathered(c.world, n), DType::F64)?;
+    }
+    let out = c.zeros(DType::F64, n)?;
+    let ins: Vec<Vec<Tensor>> = if c.rank == root {
+        vec![(0..c.world).map(|r| c.cuda(DType::F64, &block(r, n))).collect::<Result<_, _>>()?]
+    } else {
+        vec![]
+    };
+    let o = ScatterOptions { root_rank: root, ..Default::default() };
+    wait(c.pg.scatter(&[out.clone()], &ins, &o))?;
+    check("scatter", &read(&out), &block(c.rank, n), DType::F64)
+}
+
+fn reduce_scatter_forms(c: &Ctx) -> R {
+    let n = 29;
+    for op in [ReduceOp::Sum, ReduceOp::Avg] {
+        // Rank r's input block k holds k*1000 + r + i: the reduction of block `me` is exact.
+        let blk = |k: usize, r: usize| -> Vec<f64> { (0..n).map(|i| (k * 1000 + r + i) as f64).collect() };
+        let want: Vec<f64> = (0..n)
+            .map(|i| {
+                let s: f64 = (0..c.world).map(|r| (c.rank * 1000 + r + i) as f64).sum();
+                if op == ReduceOp::Avg { s / c.world as f64 } else { s }
+            })
+            .collect();
+        let ins: Vec<Tensor> = (0..c.world).map(|k| c.cuda(DType::F64, &blk(k, c.rank))).collect::<Result<_, _>>()?;
+        let out = c.zeros(DType::F64, n)?;
+        let o = ReduceScatterOptions { reduce_op: op, ..Default::default() };
+        wait(c.pg.reduce_scatter(&[out.clone()], &[ins], &o))?;
+        check("reduce_scatter list", &read(&out), &want, DType::F64)?;
+        let flat_v: Vec<f64> = (0..c.world).flat_map(|k| blk(k, c.rank)).collect();
+        let flat = c.cuda(DType::F64, &flat_v)?;
+        let out = c.zeros(DType::F64, n)?;
+        wait(c.pg.reduce_scatter_tensor(&out, &flat, &o))?;
+        check("reduce_scatter_tensor", &read(&out), &want, DType::F64)?;
+        let flats = vec![c.cuda(DType::F64, &flat_v)?, c.cuda(DType::F64, &flat_v)?];
+        let outs = vec![c.zeros(DType::F64, n)?, c.zeros(DType::F64, n)?];
+        wait(c.pg.reduce_scatter_tensor_coalesced(&outs, &flats, &o))?;
+        for out in &outs {
+            check("reduce_scatter_tensor_coalesced", &read(out), &want, DType::F64)?;
+        }
+    }
+    Ok(())
+}
+
+fn all_to_all_single(c: &Ctx) -> R {
+    let (w, me) = (c.world, c.rank);
+    // Even: rank r sends block j (value r*100 + j) to rank j.
+    let input = c.cuda(DType::F32, &(0..w).map(|j| (me * 100 + j) as f64).collect::<Vec<_>>())?;
+    let out = c.zeros(DType::F32, w)?;
+    wait(c.pg.all_to_all_single(&out, &input, &[], &[], &AllToAllOptions::default()))?;
+    let want: Vec<f64> = (0..w).map(|r| (r * 100 + me) as f64).collect();
+    check("all_to_all_single even", &read(&out), &want, DType::F32)?;
+    // Uneven: rank r sends (r + j + 1) elements of value r*100 + j to rank j.
+    let send: Vec<usize> = (0..w).map(|j| me + j + 1).collect();
+    let recv: Vec<usize> = (0..w).map(|r| r + me + 1).collect();
+    let in_v: Vec<f64> = (0..w).flat_map(|j| vec![(me * 100 + j) as f64; send[j]]).collect();
+    let input = c.cuda(DType::F32, &in_v)?;
+    let out = c.zeros(DType::F32, recv.iter().sum())?;
+    wait(c.pg.all_to_all_single(&out, &input, &recv, &send, &AllToAllOptions::default()))?;
+    let want: Vec<f64> = (0..w).flat_map(|r| vec![(r * 100 + me) as f64; recv[r]]).collect();
+    check("all_to_all_single uneven", &read(&out), &want, DType::F32)
+}
+
+fn all_to_all_list(c: &Ctx) -> R {
+    let (w, me) = (c.world, c.rank);
+    let ins: Vec<Tensor> = (0..w).map(|j| c.cuda(DType::I32, &vec![(me * 10 + j) as f64; j + 1])).collect::<Result<_, _>>()?;
+    let outs: Vec<Tensor> = (0..w).map(|_| c.zeros(DType::I32, me + 1)).collect::<Result<_, _>>()?;
+    wait(c.pg.all_to_all(&outs, &ins, &AllToAllOptions::default()))?;
+    for (r, o) in outs.iter().enumerate() {
+        check("all_to_all list", &read(o), &vec![(r * 10 + me) as f64; me + 1], DType::I32)?;
+    }
+    Ok(())
+}
+
+fn send_recv(c: &Ctx) -> R {
+    if c.world < 2 {
+        return Ok(());
+    }
+    // Pairs (0,1), (2,3) …: the even rank sends first, the odd one receives first.
+    let peer = c.rank ^ 1;
+    if peer >= c.world {
+        return Ok(());
+    }
+    let mine = c.cuda(DType::F32, &block(c.rank, 8))?;
+    let theirs = c.zeros(DType::F32, 8)?;
+    if c.rank % 2 == 0 {
+        wait(c.pg.send(&[mine], peer, 0))?;
+        wait(c.pg.recv(&[theirs.clone()], peer, 0))?;
+    } else {
+        wait(c.pg.recv(&[theirs.clone()], peer, 0))?;
+        wait(c.pg.send(&[mine], peer, 0))?;
+    }
+    check("send/recv", &read(&theirs), &block(peer, 8), DType::F32)
+}
+
+/// `batch_isend_irecv` on a ring (a send to the next rank and a receive from the previous one
+/// in one coalesced block; at world size 1, to and from itself), plus an all_reduce.
+fn coalesced_block(c: &Ctx) -> R {
+    let (w, me) = (c.world, c.rank);
+    let mine = c.cuda(DType::F32, &block(me, 8))?;
+    let prev = c.zeros(DType::F32, 8)?;
+    let sum = c.cuda(DType::F32, &inputs(DType::F32, me, 8))?;
+    c.pg.start_coalescing().map_err(e2s)?;
+    c.pg.send(&[mine], (me + 1) % w, 0).map_err(e2s)?;
+    c.pg.recv(&[prev.clone()], (me + w - 1) % w, 0).map_err(e2s)?;
+    c.pg.all_reduce(&[sum.clone()], &AllreduceOptions::default()).map_err(e2s)?;
+    c.pg.end_coalescing().map_err(e2s)?.wait().map_err(e2s)?;
+    check("ring recv", &read(&prev), &block((me + w - 1) % w, 8), DType::F32)?;
+    let want: Vec<f64> = (0..8).map(|i| reduced(ReduceOp::Sum, DType::F32, w, i)).collect();
+    check("coalesced all_reduce", &read(&sum), &want, DType::F32)
+}
+
+fn empty_tensors(c: &Ctx) -> R {
+    let t = c.zeros(DType::F32, 0)?;
+    wait(c.pg.all_reduce(&[t.clone()], &AllreduceOptions::default()))?;
+    let out = c.zeros(DType::F32, 0)?;
+    wait(c.pg.all_gather_into_tensor(&out, &t, &AllgatherOptions::default()))?;
+    wait(c.pg.broadcast(&[t], &BroadcastOptions::default()))
+}
+
+fn barrier(c: &Ctx) -> R {
+    let w = c.pg.barrier(&BarrierOptions::default()).map_err(e2s)?;
+    w.wait().map_err(e2s)?;
+    if !w.is_completed() {
+        return Err("barrier's wait returned before the barrier completed".into());
+    }
+    Ok(())
+}
+
+/// 64 MiB all_reduces back to back, each waited on (stream-ordered, host not blocked), then
+/// read: the values are those of the last one.
+fn wait_orders_stream(c: &Ctx) -> R {
+    let n = 16 << 20;
+    let t = c.cuda(DType::F32, &vec![1.0; n])?;
+    let start = Instant::now();
+    for _ in 0..3 {
+        wait(c.pg.all_reduce(&[t.clone()], &AllreduceOptions::default()))?;
+    }
+    let queued = start.elapsed();
+    let got = read(&t);
+    let want = (c.world as f64).powi(3);
+    if got.iter().any(|&g| g != want) {
+        return Err(format!("expected {want} everywhere, got {} at 0", got[0]));
+    }
+    println!("rank {}: 3 x 64 MiB all_reduce queued in {:?}", c.rank, queued);
+    Ok(())
+}
+
+fn busy_tensor_refused(c: &Ctx) -> R {
+    let t = c.cuda(DType::F32, &vec![1.0; 1 << 20])?;
+    let w1 = c.pg.all_reduce(&[t.clone()], &AllreduceOptions::default()).map_err(e2s)?;
+    let second = c.pg.all_reduce(&[t.clone()], &AllreduceOptions::default());
+    w1.wait().map_err(e2s)?;
+    match second {
+        Err(e) if e.message().contains("in use") => Ok(()),
+        Ok(w) => {
+            let _ = w.wait();
+            Err("a tensor held by an in-flight all_reduce was accepted by another".into())
+        }
+        Err(e) => Err(format!("unexpected error {e}")),
+    }
+}
+
+fn cpu_tensor_refused(c: &Ctx) -> R {
+    match c.pg.all_reduce(&[Tensor::from_vec(vec![1.0f32])], &AllreduceOptions::default()) {
+        Err(e) if e.message().contains("Tensors must be CUDA and dense") => Ok(()),
+        other => Err(format!("expected PyTorch's CUDA-only refusal, got {other:?}")),
+    }
+}
+
+fn split(c: &Ctx) -> R {
+    c.pg.bind(DEV).map_err(e2s)?;
+    let evens: Vec<usize> = (0..c.world).step_by(2).collect();
+    let before = c.pg.comm_split_count();
+    let bopts = BackendOptions { group_name: "evens".into(), group_desc: "evens".into(), ..Default::default() };
+    let child = c.pg.split(&evens, &bopts).map_err(e2s)?;
+    if c.pg.comm_split_count() != before + 1 {
+        return Err("comm_split_count did not grow by one".into());
+    }
+    match (child, c.rank % 2 == 0) {
+        (Some(ch), true) => {
+            if ch.size() != evens.len() || ch.rank() != c.rank / 2 {
+                return Err(format!("child rank {} of {}, expected {} of {}", ch.rank(), ch.size(), c.rank / 2, evens.len()));
+            }
+            let t = c.cuda(DType::F32, &[c.rank as f64])?;
+            wait(ch.all_reduce(&[t.clone()], &AllreduceOptions::default()))?;
+            let want: f64 = evens.iter().map(|&r| r as f64).sum();
+            check("split child all_reduce", &read(&t), &[want], DType::F32)
+        }
+        (None, false) => Ok(()),
+        (got, member) => Err(format!("member {member} but child {}", got.is_some())),
+    }
+}
+
+fn shrink(c: &Ctx) -> R {
+    if c10d_nccl::nccl_version().map_err(e2s)? < c10d_nccl::Version::new(2, 27, 0) {
+        println!("rank {}: shrink skipped (NCCL < 2.27)", c.rank);
+        return Ok(());
+    }
+    if c.world < 2 {
+        // NCCL refuses an empty exclusion list; check that the refusal is a clean error.
+        let g = c.group(Duration::from_secs(60), NcclEnv::default())?;
+        g.bind(DEV).map_err(e2s)?;
+        return match g.shrink(&[], false, NcclOptions::default()) {
+            Err(e) if e.message().contains("ncclCommShrink") => Ok(()),
+            other => Err(format!("shrink excluding nobody: {:?}", other.map(|o| o.is_some()))),
+        };
+    }
+    let g = c.group(Duration::from_secs(60), NcclEnv::default())?;
+    g.bind(DEV).map_err(e2s)?;
+    let exclude = vec![c.world - 1];
+    let opts = NcclOptions { group_name: "shrunk".into(), ..NcclOptions::default() };
+    let child = g.shrink(&exclude, false, opts).map_err(e2s)?;
+    match child {
+        Some(ch) => {
+            let t = c.cuda(DType::F32, &[1.0])?;
+            wait(ch.all_reduce(&[t.clone()], &AllreduceOptions::default()))?;
+            check("shrunk all_reduce", &read(&t), &[(c.world - exclude.len()) as f64], DType::F32)
+        }
+        None if exclude.contains(&c.rank) => Ok(()),
+        None => Err("a survivor got no shrunk group".into()),
+    }
+}
+
+fn blocking_wait(c: &Ctx) -> R {
+    let env = NcclEnv { blocking_wait: true, ..NcclEnv::default() };
+    let g = c.group(Duration::from_secs(60), env)?;
+    let t = c.cuda(DType::F32, &vec![1.0; 1 << 20])?;
+    let w = g.all_reduce(&[t.clone()], &AllreduceOptions::default()).map_err(e2s)?;
+    w.wait().map_err(e2s)?;
+    if !w.is_completed() {
+        return Err("blocking wait returned before completion".into());
+    }
+    check("blocking all_reduce", &read(&t)[..1], &[c.world as f64], DType::F32)
+}
+
+/// A user stream held by `cuStreamWaitValue32` on a flag nobody sets: ops queued after it can
+/// never finish until [`Stuck::release`].
+struct Stuck {
+    flag: Tensor,
+    stream: Arc<cudarc::driver::CudaStream>,
+}
+
+impl Stuck {
+    fn new() -> Result<Stuck, String> {
+        let ctx = c10d_nccl::device::context(DEV).map_err(e2s)?;
+        let flag = memory::zeros(DType::I32, &[1], DEV).map_err(e2s)?;
+        let stream = ctx.new_stream().map_err(|e| format!("{e:?}"))?;
+        // SAFETY: the flag is live device memory of this context; the stream is ours.
+        let rc = unsafe {
+            cusys::cuStreamWaitValue32_v2(
+                stream.cu_stream(),
+                flag.device_ptr().unwrap(),
+                1,
+                cusys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_EQ as u32,
+            )
+        };
+        if rc != cusys::CUresult::CUDA_SUCCESS {
+            return Err(format!("cuStreamWaitValue32: {rc:?}"));
+        }
+        stream::set_current_stream(DEV, Some(stream.clone())).map_err(e2s)?;
+        Ok(Stuck { flag, stream })
+    }
+
+    fn release(self) -> R {
+        stream::set_current_stream(DEV, None).map_err(e2s)?;
+        let ctx = c10d_nccl::device::context(DEV).map_err(e2s)?;
+        let s = ctx.new_stream().map_err(|e| format!("{e:?}"))?;
+        // SAFETY: as in `new`; writing the flag releases the waiting stream.
+        let rc = unsafe { cusys::cuStreamWriteValue32_v2(s.cu_stream(), self.flag.device_ptr().unwrap(), 1, 0) };
+        if rc != cusys::CUresult::CUDA_SUCCESS {
+            return Err(format!("cuStreamWriteValue32: {rc:?}"));
+        }
+        self.stream.synchronize().map_err(|e| format!("{e:?}"))
+    }
+}
+
+fn abort_from_thread(c: &Ctx) -> R {
+    let g = Arc::new(c.group(Duration::from_secs(600), NcclEnv::default())?);
+    g.bind(DEV).map_err(e2s)?;
+    let t = c.cuda(DType::F32, &[1.0])?;
+    let stuck = Stuck::new()?;
+    let w = g.all_reduce(&[t], &AllreduceOptions::default()).map_err(e2s)?;
+    let g2 = g.clone();
+    let aborter = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        g2.abort();
+    });
+    let start = Instant::now();
+    let r = w.wait_timeout(Duration::from_secs(30));
+    stuck.release()?;
+    aborter.join().unwrap();
+    match r {
+        Err(e) if e.message().contains("aborted") && start.elapsed() < Duration::from_secs(10) => {}
+        other => return Err(format!("expected an abort error within 10 s, got {other:?} after {:?}", start.elapsed())),
+    }
+    let t = c.cuda(DType::F32, &[1.0])?;
+    match g.all_reduce(&[t], &AllreduceOptions::default()) {
+        Err(e) if e.message().contains("aborted") => Ok(()),
+        other => Err(format!("an aborted group accepted an op: {other:?}")),
+    }
+}
+
+fn watchdog_timeout(c: &Ctx) -> R {
+    let env = NcclEnv {
+        async_error_handling: c10d_nccl::ErrorHandlingMode::CleanUpOnly,
+        ..NcclEnv::default()
+    };
+    let g = c.group(Duration::from_secs(60), env)?;
+    g.bind(DEV).map_err(e2s)?;
+    let t = c.cuda(DType::F32, &[1.0; 8])?;
+    let stuck = Stuck::new()?;
+    let o = AllreduceOptions { timeout: Some(Duration::from_secs(1)), ..Default::default() };
+    let w = g.all_reduce(&[t], &o).map_err(e2s)?;
+    let start = Instant::now();
+    let r = w.wait_timeout(Duration::from_secs(30));
+    stuck.release()?;
+    let msg = match r {
+        Err(e) => e.message().to_string(),
+        Ok(()) => return Err("a stuck all_reduce completed".into()),
+    };
+    let ok = msg.contains("Watchdog caught collective operation timeout")
+        && msg.contains("OpType=ALLREDUCE")
+        && msg.contains("NumelIn=8")
+        && msg.contains("milliseconds before timing out");
+    if !ok || start.elapsed() > Duration::from_secs(5) {
+        return Err(format!("after {:?}: {msg}", start.elapsed()));
+    }
+    println!("rank {}: {msg}", c.rank);
+    let t = c.cuda(DType::F32, &[1.0])?;
+    match g.all_reduce(&[t], &AllreduceOptions::default()) {
+        Err(e) if e.message().contains("aborted") => Ok(()),
+        other => Err(format!("the timed-out group accepted an op: {other:?}")),
+    }
+}
