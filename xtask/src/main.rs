@@ -16,7 +16,9 @@
 //!   pass), then prints a short `c10d-bench` table.
 //! - `cargo xtask bench`: the benchmarks with their baselines (store server, reduction kernels,
 //!   collectives vs PyTorch's Gloo, and "c10drs" vs "gloo" inside torch.distributed).
-//! - `cargo xtask test-multigpu`: GPU tests; prints "skipped: no GPU" and succeeds where no GPU exists.
+//! - `cargo xtask test-multigpu [--bundle DIR]`: the GPU suites (see `test_multigpu`); prints
+//!   "skipped: no GPU" and succeeds where no GPU exists. `cargo xtask gpu-bundle` builds them
+//!   (and the NCCL overhead benchmark) for a GPU machine without a Rust toolchain.
 //! - `cargo xtask chaos --trials N [--seed S] [--timeout SECS]`: the fault-injection harness
 //!   (see `chaos`): N randomized multi-process trials with a rank killed, stopped, slowed, a
 //!   connection closed or a network link cut; last line `chaos: K of N trials ok`.
@@ -44,11 +46,12 @@ fn main() {
         Some("wheel") => build_wheel().map(|w| println!("{}", w.display())),
         Some("demo") => demo(rest),
         Some("bench") => bench(rest),
-        Some("test-multigpu") => test_multigpu(),
+        Some("test-multigpu") => test_multigpu(rest),
+        Some("gpu-bundle") => gpu_bundle(rest),
         Some("chaos") => chaos::chaos(rest, build_bench),
         _ => {
             eprintln!(
-                "usage: cargo xtask <test [--no-interop] | interop | python [pytest args] | pytorch-suite [unittest args] | wheel | demo | bench | test-multigpu | chaos --trials N [--seed S]>"
+                "usage: cargo xtask <test [--no-interop] | interop | python [pytest args] | pytorch-suite [unittest args] | wheel | demo | bench | test-multigpu [--bundle DIR] | gpu-bundle [DIR] | chaos --trials N [--seed S]>"
             );
             exit(2);
         }
@@ -61,11 +64,19 @@ fn main() {
 
 type Res = Result<(), String>;
 
+/// The workspace this xtask was built in; a prebuilt xtask copied to another machine (a GPU
+/// machine without cargo, see `gpu-bundle`) uses the current directory instead.
 fn workspace_root() -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    dir.parent()
+    let root = dir
+        .parent()
         .expect("xtask lives in the workspace root")
-        .to_path_buf()
+        .to_path_buf();
+    if root.join("Cargo.toml").exists() {
+        root
+    } else {
+        env::current_dir().expect("current directory")
+    }
 }
 
 fn run(cmd: &mut Command) -> Res {
@@ -370,17 +381,116 @@ fn has_gpu() -> bool {
             .unwrap_or(false)
 }
 
-fn test_multigpu() -> Res {
+/// The GPU suites: `c10d-nccl`'s `gpu` (every op and dtype, eager init, split, shrink, abort,
+/// watchdog timeout, blocking wait; world sizes 1, 2 and 4 on however many GPUs, ranks sharing a
+/// GPU through distinct `NCCL_HOSTID`s) and `c10d-world`'s `gpu_world` ("cpu:gloo,cuda:nccl"
+/// through the world layer). Built and run with cargo, or, with `--bundle DIR`, run from the
+/// binaries `cargo xtask gpu-bundle` put in DIR (for a GPU machine without a Rust toolchain).
+/// Prints `N passed, M failed` over both; `skipped: no GPU` without a GPU.
+fn test_multigpu(args: &[String]) -> Res {
     if !has_gpu() {
         println!("skipped: no GPU");
         return Ok(());
     }
-    let nccl_tests = Path::new("crates/c10d-nccl/tests");
-    if !nccl_tests.exists() {
-        println!("skipped: GPU present but c10d-nccl has no GPU tests yet");
-        return Ok(());
+    let bundle = args
+        .iter()
+        .position(|a| a == "--bundle")
+        .and_then(|i| args.get(i + 1))
+        .map(PathBuf::from);
+    let binaries = match bundle {
+        Some(dir) => vec![dir.join("gpu"), dir.join("gpu_world")],
+        None => build_gpu_tests(false)?,
+    };
+    let (mut passed, mut failed) = (0, 0);
+    for bin in binaries {
+        eprintln!("xtask: running {}", bin.display());
+        let out = Command::new(&bin)
+            .env("C10D_REQUIRE_GPU", "1")
+            .stderr(std::process::Stdio::inherit())
+            .output()
+            .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        print!("{text}");
+        let summary = text.lines().rev().find_map(parse_summary);
+        match summary {
+            Some((p, f)) => {
+                passed += p;
+                failed += f;
+            }
+            None => failed += 1,
+        }
+        if !out.status.success() && summary.is_none_or(|(_, f)| f == 0) {
+            failed += 1;
+        }
     }
-    run(cargo()
-        .args(["test", "-p", "c10d-nccl", "--", "--test-threads=1"])
-        .env("C10D_REQUIRE_GPU", "1"))
+    println!("{passed} passed, {failed} failed");
+    if failed > 0 {
+        return Err(format!("{failed} GPU test(s) failed"));
+    }
+    Ok(())
+}
+
+/// "N passed, M failed" → (N, M).
+fn parse_summary(line: &str) -> Option<(usize, usize)> {
+    let (p, f) = line.split_once(" passed, ")?;
+    Some((p.trim().parse().ok()?, f.strip_suffix(" failed")?.trim().parse().ok()?))
+}
+
+/// Builds the GPU test binaries (release with `release`) and returns their paths.
+fn build_gpu_tests(release: bool) -> Result<Vec<PathBuf>, String> {
+    let mut paths = Vec::new();
+    for (pkg, test) in [("c10d-nccl", "gpu"), ("c10d-world", "gpu_world")] {
+        let mut cmd = cargo();
+        cmd.args(["test", "--no-run", "--message-format=json", "-p", pkg, "--test", test]);
+        if release {
+            cmd.arg("--release");
+        }
+        paths.push(built_executable(&mut cmd, test)?);
+    }
+    Ok(paths)
+}
+
+/// Runs a `--message-format=json` cargo build and returns the executable of target `name`.
+fn built_executable(cmd: &mut Command, name: &str) -> Result<PathBuf, String> {
+    let out = cmd
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot start cargo: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("building {name} failed"));
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .filter(|l| l.contains("\"executable\":\"") && l.contains(&format!("\"name\":\"{name}\"")))
+        .find_map(|l| {
+            let rest = l.split("\"executable\":\"").nth(1)?;
+            Some(PathBuf::from(rest.split('"').next()?))
+        })
+        .ok_or_else(|| format!("cargo did not report the {name} executable"))
+}
+
+/// `cargo xtask gpu-bundle [DIR]`: release builds of the GPU suites, the NCCL overhead
+/// benchmark and this xtask, stripped, into DIR (default `gpu-bundle/`, git-ignored), for a
+/// GPU machine without a Rust toolchain: there, from the repository root, run
+/// `gpu-bundle/xtask test-multigpu --bundle gpu-bundle` and `gpu-bundle/overhead`.
+fn gpu_bundle(args: &[String]) -> Res {
+    let dir = PathBuf::from(args.first().map_or("gpu-bundle", String::as_str));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let mut bins: Vec<(PathBuf, &str)> = build_gpu_tests(true)?
+        .into_iter()
+        .zip(["gpu", "gpu_world"])
+        .collect();
+    let mut bench = cargo();
+    bench.args(["bench", "--no-run", "--message-format=json", "-p", "c10d-nccl", "--bench", "overhead"]);
+    bins.push((built_executable(&mut bench, "overhead")?, "overhead"));
+    let mut xtask = cargo();
+    xtask.args(["build", "--release", "--message-format=json", "-p", "xtask"]);
+    bins.push((built_executable(&mut xtask, "xtask")?, "xtask"));
+    for (src, name) in bins {
+        let dst = dir.join(name);
+        std::fs::copy(&src, &dst).map_err(|e| format!("{} → {}: {e}", src.display(), dst.display()))?;
+        run(Command::new("strip").arg(&dst))?;
+    }
+    println!("{}", dir.display());
+    Ok(())
 }

@@ -56,7 +56,12 @@ impl Enqueue<'_> {
         self.call("ncclRecv", rc)
     }
 
-    /// Device-to-device copy on the NCCL stream (same byte size, checked by the caller).
+    /// Queues `dst ← src` after the op's NCCL calls (results of the group's kernels).
+    fn copy_after(&mut self, dst: &Tensor, src: Tensor) {
+        self.after.push((dst.clone(), src));
+    }
+
+    /// Device-to-device copy on the NCCL stream now, before the group's kernels (inputs).
     fn copy(&self, dst: &Tensor, src: &Tensor) -> Result<()> {
         if src.nbytes() == 0 {
             return Ok(());
@@ -184,7 +189,7 @@ impl Backend for ProcessGroupNccl {
             let flat = e.scratch(input.dtype(), input.numel() * outs.len())?;
             gather_into(e, &flat, &input)?;
             for (i, o) in outs.iter().enumerate() {
-                e.copy(o, &flat.flat_slice(i * input.numel(), input.numel())?)?;
+                e.copy_after(o, flat.flat_slice(i * input.numel(), input.numel())?);
             }
             Ok(())
         })
@@ -215,7 +220,7 @@ impl Backend for ProcessGroupNccl {
                 let flat = e.scratch(input.dtype(), input.numel() * outs.len())?;
                 gather_into(e, &flat, input)?;
                 for (k, o) in outs.iter().enumerate() {
-                    e.copy(o, &flat.flat_slice(k * input.numel(), input.numel())?)?;
+                    e.copy_after(o, flat.flat_slice(k * input.numel(), input.numel())?);
                 }
             }
             Ok(())

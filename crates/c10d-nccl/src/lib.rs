@@ -55,10 +55,7 @@ pub mod version;
 pub mod watchdog;
 mod watchdog_thread;
 
-pub use availability::{
-    backend_creation_error, check_available, collectives_not_built, is_nccl_available,
-    nccl_version, NcclAvailability, COLLECTIVES_BUILT,
-};
+pub use availability::{check_available, is_nccl_available, nccl_version, NcclAvailability};
 pub use cuda::cuda_device_count;
 pub use env::{ErrorHandlingMode, NcclEnv};
 pub use library::NcclLibrary;

@@ -61,12 +61,16 @@ pub(crate) struct Enqueue<'a> {
     pub stream: sys::cudaStream_t,
     pub device: Device,
     pub scratch: &'a mut Vec<Tensor>,
+    /// Device copies (dst, src) that must follow the NCCL calls: NCCL launches a group's
+    /// kernels at `ncclGroupEnd`, so copies of their results are queued after it.
+    pub after: &'a mut Vec<(Tensor, Tensor)>,
     premul_ops: &'a mut Vec<sys::ncclRedOp_t>,
 }
 
 /// An open coalesced block (`start_coalescing` … `end_coalescing`).
 struct Coalesced {
     dc: Option<Arc<DeviceComm>>,
+    after: Vec<(Tensor, Tensor)>,
     leases: Vec<TensorLeases>,
     keep: Vec<Tensor>,
     numel_in: i64,
@@ -338,7 +342,7 @@ impl ProcessGroupNccl {
         let numel_out: usize = op.outputs.iter().map(Tensor::numel).sum();
         let mut co = self.coalescing.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(c) = co.as_mut() {
-            self.enqueue_calls(&dc, false, &mut scratch, body)?;
+            self.enqueue_calls(&dc, false, &mut scratch, &mut c.after, body)?;
             c.dc.get_or_insert_with(|| dc.clone());
             c.leases.push(leases);
             c.keep.extend(op.inputs.iter().chain(op.outputs).cloned().chain(scratch));
@@ -348,7 +352,9 @@ impl ProcessGroupNccl {
             return Ok(Work::completed(op.kind, self.sequence(), Ok(()), Vec::new()));
         }
         drop(co);
-        self.enqueue_calls(&dc, true, &mut scratch, body)?;
+        let mut after = Vec::new();
+        self.enqueue_calls(&dc, true, &mut scratch, &mut after, body)?;
+        copy_after(&dc, &after)?;
         let seq = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
         let keep = op.inputs.iter().chain(op.outputs).cloned().chain(scratch).collect();
         let record = WorkRecord {
@@ -376,6 +382,7 @@ impl ProcessGroupNccl {
         dc: &DeviceComm,
         grouped: bool,
         scratch: &mut Vec<Tensor>,
+        after: &mut Vec<(Tensor, Tensor)>,
         body: impl FnOnce(&mut Enqueue<'_>) -> Result<()>,
     ) -> Result<()> {
         let deadline = Instant::now() + self.default_timeout();
@@ -388,6 +395,7 @@ impl ProcessGroupNccl {
                 stream: dc.stream.cu_stream() as sys::cudaStream_t,
                 device: dc.device,
                 scratch,
+                after,
                 premul_ops: &mut premul_ops,
             };
             if grouped {
@@ -456,6 +464,7 @@ impl ProcessGroupNccl {
         check(self.lib, "ncclGroupStart", unsafe { (self.lib.group_start)() })?;
         *co = Some(Coalesced {
             dc: None,
+            after: Vec::new(),
             leases: Vec::new(),
             keep: Vec::new(),
             numel_in: 0,
@@ -480,6 +489,7 @@ impl ProcessGroupNccl {
             return Ok(Work::completed(OpType::Coalesced, seq, Ok(()), Vec::new()));
         };
         dc.comm.finish_call("ncclGroupEnd", rc, Instant::now() + self.default_timeout())?;
+        copy_after(&dc, &c.after)?;
         let record = WorkRecord {
             seq,
             op: OpType::Coalesced,
@@ -533,6 +543,10 @@ impl ProcessGroupNccl {
         abort_first: bool,
         options: NcclOptions,
     ) -> Result<Option<ProcessGroupNccl>> {
+        if exclude.contains(&self.rank) {
+            // Excluded ranks do not take part (NCCL refuses them).
+            return Ok(None);
+        }
         let dc = self.current().ok_or_else(|| {
             DistError::invalid("ProcessGroupNCCL: shrink needs a communicator (bind the group to its device first)")
         })?;
@@ -558,6 +572,18 @@ impl ProcessGroupNccl {
         *child.dc.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(wrapped));
         Ok(child)
     }
+}
+
+/// The copies an op queued to follow its NCCL calls, on the NCCL stream.
+fn copy_after(dc: &DeviceComm, after: &[(Tensor, Tensor)]) -> Result<()> {
+    for (dst, src) in after.iter().filter(|(_, s)| s.nbytes() > 0) {
+        let (d, s) = (dst.device_ptr().unwrap_or(0), src.device_ptr().unwrap_or(0));
+        // SAFETY: both are live CUDA tensors of equal byte size (checked when queued), kept
+        // alive by the op until its end event; the stream belongs to their device.
+        unsafe { cudarc::driver::result::memcpy_dtod_async(d, s, src.nbytes(), dc.stream.cu_stream()) }
+            .map_err(|e| driver_error("cuMemcpyDtoDAsync", e))?;
+    }
+    Ok(())
 }
 
 impl Enqueue<'_> {

@@ -4,11 +4,11 @@
 //! The registry is process-wide, like PyTorch's class attributes on `Backend`: every [`crate::World`]
 //! in the process sees the same backends. Built-ins are `"gloo"` (CPU, and CUDA tensors staged
 //! through the host in PyTorch; here it serves `cpu` and, as in PyTorch's capability table, is also
-//! listed for `cuda`) and `"nccl"` (CUDA), served by `c10d-nccl`. `c10d-nccl` loads NCCL and finds
-//! GPUs at run time but does not have the collectives yet, so `"nccl"` is unavailable and creating
+//! listed for `cuda`) and `"nccl"` (CUDA), served by `c10d-nccl`'s `ProcessGroupNccl`, which loads
+//! NCCL and finds GPUs at run time. Where either is missing, `"nccl"` is unavailable and creating
 //! it fails with `c10d-nccl`'s error: PyTorch's "ProcessGroupNCCL is only supported with GPUs, no
-//! GPUs found!" without a GPU, the places searched without a loadable NCCL, and "collectives are
-//! not in this version" with both.
+//! GPUs found!" without a GPU, the places searched without a loadable NCCL. A group with a
+//! `device_id` makes its NCCL communicator at creation (eager init).
 //!
 //! Backend strings follow PyTorch's `BackendConfig` rules:
 //! - `"gloo"` → `cpu:gloo,cuda:gloo`; `"nccl"` → `cuda:nccl`; a registered name → its devices;
@@ -50,6 +50,9 @@ pub struct BackendCreateArgs {
     pub pg_options: Option<Arc<dyn Any + Send + Sync>>,
     /// `MASTER_ADDR` (or the host of a `tcp://` init method), a hint for the listen address.
     pub hostname_hint: Option<String>,
+    /// The device the group is bound to (`device_id`): an NCCL group makes its communicator
+    /// there at once (eager init) instead of at its first collective.
+    pub device_id: Option<c10d_core::Device>,
 }
 
 impl BackendCreateArgs {
@@ -92,11 +95,27 @@ struct Plugin {
     probe: Option<fn() -> bool>,
 }
 
-/// The built-in `"nccl"` creator: never a panic, always c10d-nccl's reason.
-fn create_nccl(_a: &BackendCreateArgs) -> Result<Option<Arc<dyn Backend>>> {
-    Err(c10d_nccl::backend_creation_error().map_message(|m| {
-        format!("{m}\nBackend nccl is not available in this process; use backend \"gloo\"")
-    }))
+/// The built-in `"nccl"` creator: a [`c10d_nccl::ProcessGroupNccl`] with the user's
+/// `pg_options` (a [`c10d_nccl::NcclOptions`]) or the defaults, bound to `device_id` when the
+/// group has one (eager init). Never a panic: without a GPU or NCCL, c10d-nccl's reason.
+fn create_nccl(a: &BackendCreateArgs) -> Result<Option<Arc<dyn Backend>>> {
+    let bopts = a.backend_options("nccl");
+    let options = match a.pg_options.as_ref().and_then(|o| o.downcast_ref::<c10d_nccl::NcclOptions>()) {
+        Some(user) => c10d_nccl::NcclOptions {
+            timeout: a.timeout,
+            group_name: bopts.group_name.clone(),
+            group_desc: bopts.group_desc.clone(),
+            global_ranks: bopts.global_ranks.clone(),
+            ..user.clone()
+        },
+        None => c10d_nccl::NcclOptions::from_backend_options(&bopts, &c10d_nccl::NcclEnv::default()),
+    };
+    let pg = c10d_nccl::ProcessGroupNccl::new(a.store.clone(), a.group_rank, a.group_size, options)
+        .map_err(|e| e.map_message(|m| format!("{m}\nBackend nccl is not available in this process; use backend \"gloo\"")))?;
+    if let Some(d @ c10d_core::Device::Cuda(_)) = a.device_id {
+        pg.bind(d)?;
+    }
+    Ok(Some(Arc::new(pg)))
 }
 
 struct Registry {
@@ -126,8 +145,8 @@ fn registry() -> &'static RwLock<Registry> {
             Plugin {
                 creator: Arc::new(create_nccl),
                 extended_api: true,
-                // Usable once c10d-nccl has its collectives and finds NCCL and a GPU.
-                available: c10d_nccl::COLLECTIVES_BUILT,
+                // Usable where c10d-nccl finds NCCL and a GPU.
+                available: true,
                 probe: Some(c10d_nccl::is_nccl_available),
             },
         );
@@ -190,8 +209,7 @@ pub fn register_backend(
 
 /// True when `name` is a registered backend whose creator can work in this build
 /// (`is_backend_available`). `"gloo"` and registered third-party backends are available;
-/// `"nccl"` only when c10d-nccl has its collectives and finds NCCL and a GPU (never in this
-/// version). Also accepts a `"device:backend,..."` string (every backend must be available).
+/// `"nccl"` only where c10d-nccl finds NCCL and a GPU. Also accepts a `"device:backend,..."` string (every backend must be available).
 pub fn is_backend_available(name: &str) -> bool {
     let lower = name.to_ascii_lowercase();
     if lower.contains(':') {
@@ -212,8 +230,8 @@ pub fn is_gloo_available() -> bool {
     is_backend_available("gloo")
 }
 
-/// `torch.distributed.is_nccl_available()`: false until c10d-nccl has its collectives; then
-/// [`c10d_nccl::is_nccl_available`] (the library loads and a GPU is visible).
+/// `torch.distributed.is_nccl_available()`: [`c10d_nccl::is_nccl_available`] (the library
+/// loads and a GPU is visible).
 pub fn is_nccl_available() -> bool {
     is_backend_available("nccl")
 }

@@ -99,8 +99,9 @@
 //!   with Python ranks; everything else in the store layout (the `default_pg` prefix of
 //!   rendezvous stores, `"<name>/"` group prefixes, `"<device>/"` backend prefixes, barrier keys,
 //!   SHA-1 group names) is PyTorch's and is checked against torch in `tests/interop_world.rs`.
-//! - This build has no accelerator: "undefined"/no backend means `cpu:gloo`; `"nccl"` is
-//!   registered but unavailable.
+//! - "undefined"/no backend means `cpu:gloo` (PyTorch adds `cuda:nccl` when CUDA is built in);
+//!   ask for `"cpu:gloo,cuda:nccl"` or `"nccl"` explicitly. `"nccl"` is available where
+//!   c10d-nccl finds NCCL and a GPU.
 
 pub mod buffer;
 pub mod call;

@@ -300,6 +300,7 @@ fn backend_args(
             None
         },
         hostname_hint: hint.clone(),
+        device_id: a.device_id,
     }
 }
 

@@ -1,0 +1,126 @@
+//! The NCCL backend through the world layer, on a GPU (`cargo xtask test-multigpu`;
+//! `harness = false`): two processes share the GPU (each with its own `NCCL_HOSTID`), make a
+//! `"cpu:gloo,cuda:nccl"` world bound to `cuda:0`, and run collectives on CUDA and CPU tensors
+//! in one group, a `new_group`, a `split_group` (made by `ncclCommSplit`) and a barrier. Prints
+//! `skipped: no GPU` without a GPU (fails instead when `C10D_REQUIRE_GPU=1`), else one line per
+//! rank and `N passed, M failed`.
+
+use c10d_core::{DType, Device, ReduceOp, Tensor};
+use c10d_store::{ServerOptions, Store, TcpStore, TcpStoreOptions, TcpStoreServer};
+use c10d_world::{GroupMember, GroupOptions, InitOptions, Rank, SplitOptions, World};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+const WORLD: usize = 2;
+const DEV: Device = Device::Cuda(0);
+
+fn main() {
+    if let Ok(r) = std::env::var("C10D_GPU_WORLD_RANK") {
+        let rank: usize = r.parse().unwrap();
+        match std::panic::catch_unwind(|| rank_main(rank)) {
+            Ok(Ok(())) => println!("rank {rank}: ok"),
+            Ok(Err(e)) => {
+                println!("rank {rank}: FAILED: {e}");
+                std::process::exit(1);
+            }
+            Err(_) => {
+                println!("rank {rank}: FAILED: panicked");
+                std::process::exit(1);
+            }
+        }
+        return;
+    }
+    if c10d_nccl::cuda_device_count() == 0 {
+        if std::env::var("C10D_REQUIRE_GPU").as_deref() == Ok("1") {
+            eprintln!("no GPU, but C10D_REQUIRE_GPU=1");
+            std::process::exit(1);
+        }
+        println!("skipped: no GPU");
+        return;
+    }
+    let server = TcpStoreServer::bind(ServerOptions {
+        host: Some("127.0.0.1".into()),
+        ..ServerOptions::default()
+    })
+    .expect("store server");
+    let exe = std::env::current_exe().unwrap();
+    let mut kids: Vec<_> = (0..WORLD)
+        .map(|r| {
+            Command::new(&exe)
+                .env("C10D_GPU_WORLD_RANK", r.to_string())
+                .env("C10D_GPU_STORE_PORT", server.port().to_string())
+                .env("NCCL_HOSTID", format!("c10d-world-rank-{r}"))
+                .env("NCCL_SOCKET_IFNAME", "lo")
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let failed = kids.iter_mut().map(|k| k.wait().unwrap()).filter(|s| !s.success()).count();
+    println!("{} passed, {} failed", WORLD - failed, failed);
+    std::process::exit(if failed == 0 { 0 } else { 1 });
+}
+
+fn cuda(v: Vec<f32>) -> Result<Tensor, String> {
+    c10d_nccl::memory::from_cpu(&Tensor::from_vec(v), DEV).map_err(|e| e.to_string())
+}
+
+fn expect(what: &str, got: Vec<f32>, want: Vec<f32>) -> Result<(), String> {
+    if got != want {
+        return Err(format!("{what}: got {got:?}, expected {want:?}"));
+    }
+    Ok(())
+}
+
+fn rank_main(rank: usize) -> Result<(), String> {
+    let e = |e: c10d_core::DistError| e.to_string();
+    let port: u16 = std::env::var("C10D_GPU_STORE_PORT").unwrap().parse().unwrap();
+    let opts = TcpStoreOptions { timeout: Duration::from_secs(60), ..TcpStoreOptions::default() };
+    let store: Arc<dyn Store> = Arc::new(TcpStore::new("127.0.0.1", port, opts).map_err(e)?);
+    let w = World::new();
+    w.init_process_group(InitOptions {
+        backend: Some("cpu:gloo,cuda:nccl".into()),
+        store: Some(store.clone()),
+        world_size: Some(WORLD),
+        rank: Some(rank),
+        device_id: Some(DEV),
+        timeout: Some(Duration::from_secs(60)),
+        ..Default::default()
+    })
+    .map_err(e)?;
+    if !c10d_world::is_nccl_available() {
+        return Err("is_nccl_available() is false on a GPU machine".into());
+    }
+    let want_sum = vec![3.0f32; 4];
+    let g = cuda(vec![(rank + 1) as f32; 4])?;
+    w.all_reduce(&g).run().map_err(e)?;
+    expect("cuda all_reduce", g.to_vec().map_err(e)?, want_sum.clone())?;
+    let c = Tensor::from_vec(vec![(rank + 1) as f32; 4]);
+    w.all_reduce(&c).run().map_err(e)?;
+    expect("cpu all_reduce (gloo)", c.to_vec().map_err(e)?, want_sum)?;
+    let m = cuda(vec![rank as f32; 2])?;
+    w.all_reduce(&m).op(ReduceOp::Max).start().map_err(e)?.wait().map_err(e)?;
+    expect("async max", m.to_vec().map_err(e)?, vec![1.0; 2])?;
+    let sub = w.new_group(Some(&[0, 1]), GroupOptions::default()).map_err(e)?;
+    let b = cuda(vec![rank as f32 + 10.0; 3])?;
+    w.broadcast(&b, Rank::Group(1)).group(&sub).run().map_err(e)?;
+    expect("new_group broadcast", b.to_vec().map_err(e)?, vec![11.0; 3])?;
+    let split = w
+        .split_group(None, &[vec![0], vec![1]], SplitOptions::default())
+        .map_err(e)?;
+    if !matches!(split, GroupMember::Group(_)) {
+        return Err("split_group gave no group to a member".into());
+    }
+    let s = cuda(vec![5.0; 2])?;
+    w.all_reduce(&s).group(&split).run().map_err(e)?;
+    expect("split_group all_reduce (1 rank)", s.to_vec().map_err(e)?, vec![5.0; 2])?;
+    let out = c10d_nccl::memory::zeros(DType::F32, &[WORLD * 2], DEV).map_err(e)?;
+    let mine = cuda(vec![rank as f32; 2])?;
+    w.all_gather_into_tensor(&out, &mine).run().map_err(e)?;
+    expect("all_gather_into_tensor", out.to_vec().map_err(e)?, vec![0.0, 0.0, 1.0, 1.0])?;
+    w.barrier().run().map_err(e)?;
+    store.set(&format!("done{rank}"), b"1").map_err(e)?;
+    store.wait(&["done0", "done1"]).map_err(e)?;
+    w.destroy_process_group(None).map_err(e)?;
+    Ok(())
+}
