@@ -397,11 +397,15 @@ fn test_multigpu(args: &[String]) -> Res {
         .position(|a| a == "--bundle")
         .and_then(|i| args.get(i + 1))
         .map(PathBuf::from);
-    let binaries = match bundle {
-        Some(dir) => vec![dir.join("gpu"), dir.join("gpu_world")],
-        None => build_gpu_tests(false)?,
+    let (binaries, bench) = match &bundle {
+        Some(dir) => (vec![dir.join("gpu"), dir.join("gpu_world")], dir.join("c10d-bench")),
+        None => {
+            run(cargo().args(["build", "--release", "-p", "c10d-world", "--bin", "c10d-bench"]))?;
+            let target = env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
+            (build_gpu_tests(false)?, PathBuf::from(format!("{target}/release/c10d-bench")))
+        }
     };
-    let (mut passed, mut failed) = (0, 0);
+    let (mut passed, mut failed) = bench_every_op(&bench);
     for bin in binaries {
         eprintln!("xtask: running {}", bin.display());
         let out = Command::new(&bin)
@@ -428,6 +432,34 @@ fn test_multigpu(args: &[String]) -> Res {
         return Err(format!("{failed} GPU test(s) failed"));
     }
     Ok(())
+}
+
+/// `c10d-bench --backend nccl` on 2 ranks, every op, 1 KiB … 1 MiB with its result check
+/// (2 ranks share a GPU through distinct `NCCL_HOSTID`s when there is only one): (passed, failed).
+fn bench_every_op(bench: &Path) -> (usize, usize) {
+    let (mut passed, mut failed) = (0, 0);
+    for op in ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "sendrecv"] {
+        let out = Command::new(bench)
+            .args([op, "--nproc", "2", "--backend", "nccl", "-b", "1K", "-e", "1M", "-f", "32", "--timeout", "120"])
+            .output();
+        match out {
+            Ok(o) if o.status.success() => {
+                passed += 1;
+                let text = String::from_utf8_lossy(&o.stdout);
+                let last_row = text.lines().filter(|l| !l.starts_with('#')).last().unwrap_or("");
+                println!("c10d-bench {op} --backend nccl ok: {}", last_row.trim());
+            }
+            Ok(o) => {
+                failed += 1;
+                println!("c10d-bench {op} --backend nccl FAILED ({}):\n{}{}", o.status, String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+            }
+            Err(e) => {
+                failed += 1;
+                println!("c10d-bench {op} --backend nccl FAILED: cannot start {}: {e}", bench.display());
+            }
+        }
+    }
+    (passed, failed)
 }
 
 /// "N passed, M failed" → (N, M).
@@ -486,6 +518,9 @@ fn gpu_bundle(args: &[String]) -> Res {
     let mut xtask = cargo();
     xtask.args(["build", "--release", "--message-format=json", "-p", "xtask"]);
     bins.push((built_executable(&mut xtask, "xtask")?, "xtask"));
+    let mut bench = cargo();
+    bench.args(["build", "--release", "--message-format=json", "-p", "c10d-world", "--bin", "c10d-bench"]);
+    bins.push((built_executable(&mut bench, "c10d-bench")?, "c10d-bench"));
     for (src, name) in bins {
         let dst = dir.join(name);
         std::fs::copy(&src, &dst).map_err(|e| format!("{} → {}: {e}", src.display(), dst.display()))?;

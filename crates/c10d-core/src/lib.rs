@@ -30,6 +30,7 @@ pub mod flight_recorder;
 pub mod options;
 pub mod process_group;
 pub mod reduce;
+pub mod staging;
 pub mod tensor;
 pub mod work;
 

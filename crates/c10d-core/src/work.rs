@@ -416,6 +416,20 @@ impl Drop for WorkCompleter {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn wait_hook_ends_a_wait_and_goes_at_completion() {
+        let (w, c) = Work::new(OpType::Allreduce, 1);
+        c.set_wait_hook(Arc::new(|timeout| if timeout.is_some() { None } else { Some(Ok(())) }));
+        w.wait().unwrap();
+        assert!(!w.is_completed());
+        // The hook steps aside for a timed wait, which then times out as usual.
+        assert!(w.wait_timeout(Duration::from_millis(10)).is_err());
+        c.complete(Err(DistError::backend("boom")));
+        // Completed: the op's own result, not the hook's.
+        assert_eq!(w.wait().unwrap_err().message(), "boom");
+    }
+
     use super::*;
     use std::task::Wake;
 

@@ -4,6 +4,7 @@
 
 use crate::comm::Communicator;
 use crate::device::driver_error;
+use crate::events::EventPool;
 use crate::stream;
 use crate::watchdog::WorkProbe;
 use c10d_core::work::WaitHook;
@@ -18,6 +19,8 @@ pub(crate) type LeaseSlot = Arc<Mutex<Option<Vec<TensorLeases>>>>;
 /// An op on the device: what completes its `Work` and what must live until it has finished.
 pub(crate) struct InFlight {
     pub end: Arc<CudaEvent>,
+    /// Where `end` goes back once the op completed.
+    pub pool: Arc<EventPool>,
     pub comm: Arc<Communicator>,
     pub completer: Option<WorkCompleter>,
     pub leases: LeaseSlot,
@@ -29,10 +32,17 @@ impl InFlight {
     /// Completes the work and releases what it held.
     pub fn finish(mut self, result: Result<()>) {
         self.leases.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let completed = result.is_ok();
         if let Some(c) = self.completer.take() {
+            // Also drops the wait hook and its handle on `end`.
             c.complete(result);
         }
         drop(self.keep);
+        if completed {
+            if let Ok(end) = Arc::try_unwrap(self.end) {
+                self.pool.give(end);
+            }
+        }
     }
 }
 

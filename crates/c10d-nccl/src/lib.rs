@@ -40,6 +40,7 @@ pub mod comm;
 pub mod cuda;
 pub mod device;
 pub mod env;
+mod events;
 mod inflight;
 pub mod library;
 pub mod loader;

@@ -14,6 +14,7 @@
 use crate::comm::Communicator;
 use crate::device::{self, driver_error};
 use crate::env::NcclEnv;
+use crate::events::EventPool;
 use crate::inflight::{stream_wait_hook, InFlight, LeaseSlot};
 use crate::library::NcclLibrary;
 use crate::mapping::{nccl_reduction, nccl_type, NcclReduction, NcclType};
@@ -41,6 +42,8 @@ pub(crate) struct DeviceComm {
     pub stream: Arc<CudaStream>,
     /// Recorded on the caller's stream before each op; the NCCL stream waits on it.
     sync_event: Mutex<CudaEvent>,
+    /// End events of ops.
+    events: Arc<EventPool>,
 }
 
 /// What an op is, for its `Work`, the checks and the watchdog.
@@ -251,10 +254,11 @@ impl ProcessGroupNccl {
         let sync_event = ctx.new_event(None).map_err(|e| driver_error("cuEventCreate", e))?;
         Ok(DeviceComm {
             device: comm.device(),
-            ctx,
+            ctx: ctx.clone(),
             comm: Arc::new(comm),
             stream,
             sync_event: Mutex::new(sync_event),
+            events: Arc::new(EventPool::new(ctx.clone())),
         })
     }
 
@@ -430,7 +434,7 @@ impl ProcessGroupNccl {
         outputs: Vec<Tensor>,
         host_blocking: bool,
     ) -> Result<Work> {
-        let end = Arc::new(dc.ctx.new_event(None).map_err(|e| driver_error("cuEventCreate", e))?);
+        let end = Arc::new(dc.events.take()?);
         end.record(&dc.stream).map_err(|e| driver_error("cuEventRecord", e))?;
         let (work, completer) = Work::new(record.op, record.seq);
         completer.set_outputs(outputs);
@@ -443,6 +447,7 @@ impl ProcessGroupNccl {
             record,
             InFlight {
                 end,
+                pool: dc.events.clone(),
                 comm: dc.comm.clone(),
                 completer: Some(completer),
                 leases: slot,
@@ -609,6 +614,14 @@ impl Enqueue<'_> {
     /// # Errors
     /// PyTorch's refusals ("Cannot use ReduceOp.BAND with NCCL" …); NCCL's error.
     pub fn reduction(&mut self, op: ReduceOp, dtype: DType) -> Result<sys::ncclRedOp_t> {
+        let complex = matches!(dtype, DType::Complex64 | DType::Complex128);
+        if complex && !matches!(op, ReduceOp::Sum | ReduceOp::Avg) {
+            // Complex numbers go through as pairs of reals: only sums are the same there.
+            return Err(DistError::invalid(format!(
+                "ProcessGroupNCCL: ReduceOp.{} is not supported for complex tensors ({dtype})",
+                op.name()
+            )));
+        }
         match nccl_reduction(op, dtype, self.lib.version())? {
             NcclReduction::Builtin(r) => Ok(r),
             NcclReduction::PreMulSum(factor) => self.premul_sum(factor, dtype),

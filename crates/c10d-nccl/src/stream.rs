@@ -11,6 +11,8 @@ use std::sync::Arc;
 
 thread_local! {
     static CURRENT: RefCell<HashMap<u32, Arc<CudaStream>>> = RefCell::new(HashMap::new());
+    /// The legacy default stream per device, cached (every op asks for it).
+    static DEFAULT: RefCell<HashMap<u32, Arc<CudaStream>>> = RefCell::new(HashMap::new());
 }
 
 /// The calling thread's current stream on `device` (the legacy default stream unless
@@ -23,7 +25,12 @@ pub fn current_stream(device: Device) -> Result<Arc<CudaStream>> {
     if let Some(s) = CURRENT.with(|c| c.borrow().get(&i).cloned()) {
         return Ok(s);
     }
-    Ok(device::context(device)?.default_stream())
+    if let Some(s) = DEFAULT.with(|c| c.borrow().get(&i).cloned()) {
+        return Ok(s);
+    }
+    let s = device::context(device)?.default_stream();
+    DEFAULT.with(|c| c.borrow_mut().insert(i, s.clone()));
+    Ok(s)
 }
 
 /// Makes `stream` the calling thread's current stream on its device (`torch.cuda.set_stream`);

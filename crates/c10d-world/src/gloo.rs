@@ -1,5 +1,6 @@
 //! The built-in `"gloo"` backend creator: a `c10d_gloo::ProcessGroupGloo` over the group's
-//! prefixed store.
+//! prefixed store, wrapped in `c10d_core::staging::Staged` so that it takes CUDA tensors too
+//! (copied through host memory, as PyTorch's Gloo does).
 //!
 //! Options: a `c10d_gloo::GlooOptions` passed as [`crate::PgOptions::backend_specific`] is used
 //! as given, with timeout, group name/description and global ranks overwritten by the group's;
@@ -7,6 +8,7 @@
 //! listen-address hint is `MASTER_ADDR` or the host of a `tcp://` init method.
 
 use crate::config::BackendCreateArgs;
+use c10d_core::staging::Staged;
 use c10d_core::{Backend, Result};
 use c10d_gloo::{GlooOptions, ProcessGroupGloo};
 use std::sync::Arc;
@@ -37,5 +39,6 @@ pub(crate) fn create_gloo(args: &BackendCreateArgs) -> Result<Option<Arc<dyn Bac
     }
     let pg: Arc<dyn Backend> =
         ProcessGroupGloo::new(args.store.clone(), args.group_rank, args.group_size, o)?;
-    Ok(Some(pg))
+    // CUDA tensors (`"cuda:gloo"`) are staged through host memory, as PyTorch's Gloo does.
+    Ok(Some(Arc::new(Staged::new(pg))))
 }

@@ -122,5 +122,35 @@ fn rank_main(rank: usize) -> Result<(), String> {
     store.set(&format!("done{rank}"), b"1").map_err(e)?;
     store.wait(&["done0", "done1"]).map_err(e)?;
     w.destroy_process_group(None).map_err(e)?;
+    gloo_world(rank, store)
+}
+
+/// CUDA tensors through the CPU backend (`"gloo"` = `"cpu:gloo,cuda:gloo"`), both ranks on the
+/// one GPU: staged through host memory as PyTorch's Gloo does.
+fn gloo_world(rank: usize, store: Arc<dyn Store>) -> Result<(), String> {
+    let e = |e: c10d_core::DistError| e.to_string();
+    let w = World::new();
+    w.init_process_group(InitOptions {
+        backend: Some("gloo".into()),
+        store: Some(Arc::new(c10d_store::PrefixStore::new("gloo/", store.clone()))),
+        world_size: Some(WORLD),
+        rank: Some(rank),
+        timeout: Some(Duration::from_secs(60)),
+        ..Default::default()
+    })
+    .map_err(e)?;
+    let t = cuda(vec![(rank + 1) as f32; 5])?;
+    w.all_reduce(&t).run().map_err(e)?;
+    expect("gloo all_reduce of a CUDA tensor", t.to_vec().map_err(e)?, vec![3.0; 5])?;
+    let b = cuda(vec![rank as f32; 2])?;
+    w.broadcast(&b, 1).run().map_err(e)?;
+    expect("gloo broadcast of a CUDA tensor", b.to_vec().map_err(e)?, vec![1.0; 2])?;
+    let out = c10d_nccl::memory::zeros(DType::F32, &[WORLD * 2], DEV).map_err(e)?;
+    let mine = cuda(vec![rank as f32 + 1.0; 2])?;
+    w.all_gather_into_tensor(&out, &mine).start().map_err(e)?.wait().map_err(e)?;
+    expect("gloo all_gather of CUDA tensors", out.to_vec().map_err(e)?, vec![1.0, 1.0, 2.0, 2.0])?;
+    store.set(&format!("gloo-done{rank}"), b"1").map_err(e)?;
+    store.wait(&["gloo-done0", "gloo-done1"]).map_err(e)?;
+    w.destroy_process_group(None).map_err(e)?;
     Ok(())
 }

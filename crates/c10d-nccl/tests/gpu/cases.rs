@@ -106,6 +106,8 @@ fn cases() -> Vec<(String, Case)> {
         ("eager_init".into(), eager_init),
         ("all_reduce_every_dtype_and_op".into(), all_reduce_all),
         ("band_refused".into(), band_refused),
+        ("complex_sum_and_refusal".into(), complex),
+        ("high_priority_stream".into(), high_priority),
         ("all_reduce_coalesced".into(), all_reduce_coalesced),
         ("broadcast_every_dtype".into(), broadcast_all),
         ("reduce".into(), reduce),
@@ -171,6 +173,38 @@ fn band_refused(c: &Ctx) -> R {
         Err(e) if e.message().contains("Cannot use ReduceOp.BAND with NCCL") => Ok(()),
         other => Err(format!("expected PyTorch's BAND refusal, got {other:?}")),
     }
+}
+
+/// complex64 all_reduce: SUM as pairs of reals; MAX refused.
+fn complex(c: &Ctx) -> R {
+    let v: Vec<c10d_core::c32> = (0..5).map(|i| c10d_core::c32 { re: (c.rank + i) as f32, im: 1.0 }).collect();
+    let t = memory::from_cpu(&Tensor::from_vec(v), DEV).map_err(e2s)?;
+    wait(c.pg.all_reduce(&[t.clone()], &AllreduceOptions::default()))?;
+    let got = t.to_vec::<c10d_core::c32>().map_err(e2s)?;
+    let w = c.world as f32;
+    for (i, z) in got.iter().enumerate() {
+        let re: f32 = (0..c.world).map(|r| (r + i) as f32).sum();
+        if z.re != re || z.im != w {
+            return Err(format!("element {i}: {z:?}, expected ({re}, {w})"));
+        }
+    }
+    let o = AllreduceOptions { reduce_op: ReduceOp::Max, ..Default::default() };
+    match c.pg.all_reduce(&[t], &o) {
+        Err(e) if e.message().contains("complex") => Ok(()),
+        other => Err(format!("MAX on complex: {other:?}")),
+    }
+}
+
+/// A group whose NCCL stream has the highest priority runs ops like any other.
+fn high_priority(c: &Ctx) -> R {
+    let n = c.groups.get();
+    c.groups.set(n + 1);
+    let store: Arc<dyn Store> = Arc::new(PrefixStore::new(&format!("g{n}/"), c.store.clone()));
+    let opts = NcclOptions { is_high_priority_stream: true, group_name: format!("g{n}"), ..NcclOptions::default() };
+    let g = ProcessGroupNccl::with_env(store, c.rank, c.world, opts, NcclEnv::default()).map_err(e2s)?;
+    let t = c.cuda(DType::F32, &[1.0; 3])?;
+    wait(g.all_reduce(&[t.clone()], &AllreduceOptions::default()))?;
+    check("high-priority all_reduce", &read(&t), &[c.world as f64; 3], DType::F32)
 }
 
 fn all_reduce_coalesced(c: &Ctx) -> R {

@@ -32,7 +32,7 @@
 mod die_with_parent;
 
 use c10d_core::half;
-use c10d_core::{DType, DistError, ReduceOp, Result, Tensor};
+use c10d_core::{DType, DistError, ReduceOp, Result, Tensor, Work};
 use c10d_store::tcp::{ServerOptions, TcpStoreServer};
 use c10d_world as dist;
 use clap::{Parser, ValueEnum};
@@ -213,7 +213,10 @@ fn validate(args: &Args) -> std::result::Result<(), String> {
 fn check_backend(args: &Args) -> std::result::Result<(), String> {
     if !dist::is_backend_available(&args.backend) {
         let why = if args.backend.eq_ignore_ascii_case("nccl") {
-            "this build of c10d-rs has no NCCL (CUDA) support".to_string()
+            match c10d_nccl::check_available() {
+                Err(e) => e.to_string(),
+                Ok(_) => "NCCL is present but unusable".to_string(),
+            }
         } else {
             "it is not a backend of this build".to_string()
         };
@@ -262,6 +265,12 @@ fn launch(args: &Args, n: usize) -> i32 {
     code
 }
 
+/// Whether `--backend nccl --nproc n` puts several ranks on one GPU.
+fn nccl_shares_gpus(n: usize) -> bool {
+    let nccl = std::env::args().any(|a| a.eq_ignore_ascii_case("nccl"));
+    nccl && n > c10d_nccl::cuda_device_count().max(1)
+}
+
 /// Starts the `n` ranks (this program with the same arguments but `--nproc`, torchrun's
 /// environment, SIGKILL when the launcher dies); `None` (the started ones killed) when one
 /// cannot start.
@@ -287,6 +296,12 @@ fn spawn_ranks(exe: &std::path::Path, n: usize, port: u16) -> Option<Vec<std::pr
             .env("MASTER_ADDR", "127.0.0.1")
             .env("MASTER_PORT", port.to_string())
             .env("TORCHELASTIC_USE_AGENT_STORE", "True");
+        if nccl_shares_gpus(n) {
+            // More ranks than GPUs: NCCL refuses two ranks on one GPU of one host, so each
+            // rank poses as its own host and NCCL joins them through its socket transport.
+            cmd.env("NCCL_HOSTID", format!("c10d-bench-rank-{rank}"))
+                .env("NCCL_SOCKET_IFNAME", "lo");
+        }
         die_with_parent(&mut cmd);
         match cmd.spawn() {
             Ok(c) => children.push(c),
@@ -472,7 +487,13 @@ fn read_first<T: Num>(t: &Tensor) -> Result<f64> {
     t.read(|s: &[T]| s[0].to_f64())
 }
 
+/// Fills `t` (a CUDA tensor through a host copy) with `f(i)`.
 fn fill(t: &Tensor, f: &dyn Fn(usize) -> f64) -> Result<()> {
+    if !t.is_cpu() {
+        let host = Tensor::zeros(t.dtype(), t.shape());
+        with_type!(t.dtype(), fill_typed(&host, f))?;
+        return t.copy_from(&host);
+    }
     with_type!(t.dtype(), fill_typed(t, f))
 }
 
@@ -483,7 +504,8 @@ fn count_wrong(t: &Tensor, expected: &dyn Fn(usize) -> f64) -> Result<u64> {
         DType::F16 | DType::BF16 => 1e-2,
         _ => 0.0,
     };
-    with_type!(t.dtype(), count_wrong_typed(t, expected, tol))
+    let t = t.to_cpu()?;
+    with_type!(t.dtype(), count_wrong_typed(&t, expected, tol))
 }
 
 /// Buffers of one size, with the operation and its checker.
@@ -499,8 +521,36 @@ struct Case {
     output: Tensor,
 }
 
+/// The buffers' device: `cuda:<LOCAL_RANK % GPUs>` for `--backend nccl`, else the CPU.
+fn bench_device(args: &Args) -> Option<c10d_core::Device> {
+    if !args.backend.eq_ignore_ascii_case("nccl") {
+        return None;
+    }
+    let local: usize = std::env::var("LOCAL_RANK").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+    let gpus = c10d_nccl::cuda_device_count().max(1);
+    Some(c10d_core::Device::Cuda((local % gpus) as u32))
+}
+
+/// A zero tensor on the bench device.
+fn zeros(args: &Args, len: usize) -> Result<Tensor> {
+    match bench_device(args) {
+        Some(d) => c10d_nccl::memory::zeros(args.dtype, &[len], d),
+        None => Ok(Tensor::zeros(args.dtype, &[len])),
+    }
+}
+
+/// Waits for the device work queued on the caller's stream (nothing to do on the CPU).
+fn sync_device(args: &Args) -> Result<()> {
+    match bench_device(args) {
+        Some(d) => c10d_nccl::stream::current_stream(d)?
+            .synchronize()
+            .map_err(|e| DistError::backend(format!("cuStreamSynchronize: {e:?}"))),
+        None => Ok(()),
+    }
+}
+
 impl Case {
-    fn new(args: &Args, rank: usize, n: usize, bytes: usize) -> Case {
+    fn new(args: &Args, rank: usize, n: usize, bytes: usize) -> Result<Case> {
         let es = args.dtype.size();
         let mut count = (bytes / es).max(1);
         if args.op.needs_divisible() {
@@ -512,16 +562,16 @@ impl Case {
             Op::ReduceScatter => (count, count / n),
             Op::AllToAll | Op::Sendrecv => (count, count),
         };
-        Case {
+        Ok(Case {
             op: args.op,
             redop: args.redop,
             dtype: args.dtype,
             rank,
             n,
             count,
-            input: Tensor::zeros(args.dtype, &[in_len]),
-            output: Tensor::zeros(args.dtype, &[out_len]),
-        }
+            input: zeros(args, in_len)?,
+            output: zeros(args, out_len)?,
+        })
     }
 
     fn run(&self) -> Result<()> {
@@ -542,6 +592,14 @@ impl Case {
                 }
                 let to = (r + 1) % n;
                 let from = (r + n - 1) % n;
+                if !self.input.is_cpu() {
+                    // NCCL: the pair as one group, as batch_isend_irecv runs it.
+                    let ops = [
+                        dist::P2POp::isend(self.input.clone(), to),
+                        dist::P2POp::irecv(self.output.clone(), from),
+                    ];
+                    return dist::batch_isend_irecv(&ops)?.iter().try_for_each(Work::wait);
+                }
                 let s = dist::isend(&self.input, to).start()?;
                 let rv = dist::irecv(&self.output).src(from).start()?;
                 rv.wait()?;
@@ -627,8 +685,11 @@ fn run_rank(args: &Args) -> Result<bool> {
         .ok()
         .and_then(|v| v.parse().ok());
     let timeout = Duration::from_secs(args.timeout);
+    let nccl = args.backend.eq_ignore_ascii_case("nccl");
     dist::init_process_group(dist::InitOptions {
-        backend: Some(args.backend.clone()),
+        // NCCL: CUDA buffers; the timing and check reductions use CPU tensors through gloo.
+        backend: Some(if nccl { "cpu:gloo,cuda:nccl".into() } else { args.backend.clone() }),
+        device_id: bench_device(args),
         timeout: Some(timeout),
         ..Default::default()
     })?;
@@ -648,11 +709,11 @@ fn run_rank(args: &Args) -> Result<bool> {
     let mut rows = 0usize;
     let mut bytes = args.min_bytes.max(1);
     loop {
-        let case = Case::new(args, rank, n, bytes);
+        let case = Case::new(args, rank, n, bytes)?;
         let size = case.count * args.dtype.size();
         let secs = time_case(args, &case, size)?;
         let wrong = if args.check == 1 {
-            check_case(&case, corrupt_rank == Some(rank))?
+            check_case(args, &case, corrupt_rank == Some(rank))?
         } else {
             0
         };
@@ -751,10 +812,13 @@ fn time_case(args: &Args, case: &Case, size: usize) -> Result<f64> {
         case.run()?;
     }
     dist::barrier().run()?;
+    sync_device(args)?;
     let t0 = Instant::now();
     for _ in 0..iters {
         case.run()?;
     }
+    // Device ops only queue on the caller's stream (as nccl-tests launches them): wait for all.
+    sync_device(args)?;
     let mine = t0.elapsed().as_secs_f64() / iters as f64;
     let t = Tensor::from_vec(vec![mine]);
     dist::all_reduce(&t).op(ReduceOp::Max).run()?;
@@ -763,10 +827,11 @@ fn time_case(args: &Args, case: &Case, size: usize) -> Result<f64> {
 
 /// One checked run of `case` (this rank corrupting its result first when `corrupt`): the
 /// number of wrong elements summed over ranks.
-fn check_case(case: &Case, corrupt: bool) -> Result<u64> {
+fn check_case(args: &Args, case: &Case, corrupt: bool) -> Result<u64> {
     case.prepare()?;
     dist::barrier().run()?;
     case.run()?;
+    sync_device(args)?;
     if corrupt {
         case.corrupt()?;
     }

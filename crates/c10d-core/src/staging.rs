@@ -1,0 +1,350 @@
+//! Device tensors through a CPU backend, as PyTorch's Gloo takes CUDA tensors: [`Staged`]
+//! wraps any CPU [`Backend`]; an op given device tensors runs on host copies of them (made on
+//! the caller's current stream before the op is handed over), and its `Work` completes once the
+//! results have been copied back into the device tensors. CPU tensors pass straight through.
+//!
+//! The copies go through [`crate::DeviceStorage`], so this needs no CUDA of its own. It lets
+//! several ranks share one GPU (a CPU transport between them), and a `"cpu:gloo,cuda:gloo"`
+//! group take both kinds of tensors.
+//!
+//! Departures from PyTorch's Gloo: the copies are synchronous on the host (PyTorch queues them
+//! on streams); the copy back runs on a helper thread once the op finished; and the device
+//! tensors are not leased while the op runs (their host copies are): do not touch them before
+//! `Work::wait` returns.
+
+use crate::backend::Backend;
+use crate::device::DeviceType;
+use crate::error::Result;
+use crate::options::*;
+use crate::tensor::Tensor;
+use crate::work::Work;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A CPU backend that also takes device tensors, staged through host memory.
+pub struct Staged {
+    inner: Arc<dyn Backend>,
+}
+
+/// Host stand-ins for a list of tensors and the (device, host) pairs to copy back.
+struct Stage {
+    host: Vec<Tensor>,
+    back: Vec<(Tensor, Tensor)>,
+}
+
+fn stage(ts: &[Tensor]) -> Result<Stage> {
+    let mut st = Stage { host: Vec::with_capacity(ts.len()), back: Vec::new() };
+    for t in ts {
+        if t.is_cpu() {
+            st.host.push(t.clone());
+        } else {
+            let h = t.to_cpu()?;
+            st.back.push((t.clone(), h.clone()));
+            st.host.push(h);
+        }
+    }
+    Ok(st)
+}
+
+fn stage_lists(ls: &[Vec<Tensor>]) -> Result<(Vec<Vec<Tensor>>, Vec<(Tensor, Tensor)>)> {
+    let mut host = Vec::with_capacity(ls.len());
+    let mut back = Vec::new();
+    for l in ls {
+        let s = stage(l)?;
+        host.push(s.host);
+        back.extend(s.back);
+    }
+    Ok((host, back))
+}
+
+/// The work that completes once `inner` did and `back` was copied into the device tensors.
+fn copy_back(inner: Work, back: Vec<(Tensor, Tensor)>) -> Work {
+    if back.is_empty() {
+        return inner;
+    }
+    let (work, completer) = Work::new(inner.op_type(), inner.sequence_number());
+    let spawned = std::thread::Builder::new()
+        .name("c10d-staging".into())
+        .spawn(move || {
+            let r = inner
+                .wait()
+                .and_then(|()| back.iter().try_for_each(|(dev, host)| dev.copy_from(host)));
+            if let Some(src) = inner.source_rank() {
+                completer.set_source_rank(src);
+            }
+            completer.set_outputs(back.into_iter().map(|(d, _)| d).collect());
+            completer.complete(r);
+        });
+    // A failed spawn drops the completer, which fails the work with a clear message.
+    drop(spawned);
+    work
+}
+
+impl Staged {
+    /// Wraps a CPU backend.
+    pub fn new(inner: Arc<dyn Backend>) -> Staged {
+        Staged { inner }
+    }
+
+    /// The wrapped backend.
+    pub fn inner(&self) -> &Arc<dyn Backend> {
+        &self.inner
+    }
+
+    /// Runs `op` on host stand-ins of `outs` (written back) and `ins` (read only).
+    fn run(
+        &self,
+        outs: &[Tensor],
+        ins: &[Tensor],
+        op: impl FnOnce(&[Tensor], &[Tensor]) -> Result<Work>,
+    ) -> Result<Work> {
+        let o = stage(outs)?;
+        let i = stage(ins)?;
+        Ok(copy_back(op(&o.host, &i.host)?, o.back))
+    }
+
+    /// As [`Staged::run`] with lists of lists on either side.
+    fn run_lists(
+        &self,
+        outs: &[Vec<Tensor>],
+        ins: &[Vec<Tensor>],
+        op: impl FnOnce(&[Vec<Tensor>], &[Vec<Tensor>]) -> Result<Work>,
+    ) -> Result<Work> {
+        let (o, back) = stage_lists(outs)?;
+        let (i, _) = stage_lists(ins)?;
+        Ok(copy_back(op(&o, &i)?, back))
+    }
+}
+
+fn one(t: &Tensor) -> Vec<Tensor> {
+    vec![t.clone()]
+}
+
+impl Backend for Staged {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn rank(&self) -> usize {
+        self.inner.rank()
+    }
+    fn size(&self) -> usize {
+        self.inner.size()
+    }
+    fn device_type(&self) -> DeviceType {
+        self.inner.device_type()
+    }
+    fn timeout(&self) -> Duration {
+        self.inner.timeout()
+    }
+    fn set_timeout(&self, timeout: Duration) {
+        self.inner.set_timeout(timeout)
+    }
+    fn sequence_number(&self) -> u64 {
+        self.inner.sequence_number()
+    }
+    fn set_sequence_number(&self, seq: u64) {
+        self.inner.set_sequence_number(seq)
+    }
+    fn is_initialized(&self) -> bool {
+        self.inner.is_initialized()
+    }
+    fn broadcast(&self, tensors: &[Tensor], opts: &BroadcastOptions) -> Result<Work> {
+        self.run(tensors, &[], |o, _| self.inner.broadcast(o, opts))
+    }
+    fn all_reduce(&self, tensors: &[Tensor], opts: &AllreduceOptions) -> Result<Work> {
+        self.run(tensors, &[], |o, _| self.inner.all_reduce(o, opts))
+    }
+    fn all_reduce_coalesced(&self, tensors: &[Tensor], opts: &AllreduceCoalescedOptions) -> Result<Work> {
+        self.run(tensors, &[], |o, _| self.inner.all_reduce_coalesced(o, opts))
+    }
+    fn reduce(&self, tensors: &[Tensor], opts: &ReduceOptions) -> Result<Work> {
+        self.run(tensors, &[], |o, _| self.inner.reduce(o, opts))
+    }
+    fn all_gather(&self, outputs: &[Vec<Tensor>], inputs: &[Tensor], opts: &AllgatherOptions) -> Result<Work> {
+        self.run_lists(outputs, &[inputs.to_vec()], |o, i| self.inner.all_gather(o, &i[0], opts))
+    }
+    fn all_gather_into_tensor(&self, output: &Tensor, input: &Tensor, opts: &AllgatherOptions) -> Result<Work> {
+        self.run(&one(output), &one(input), |o, i| self.inner.all_gather_into_tensor(&o[0], &i[0], opts))
+    }
+    fn all_gather_coalesced(&self, outputs: &[Vec<Tensor>], inputs: &[Tensor], opts: &AllgatherOptions) -> Result<Work> {
+        self.run_lists(outputs, &[inputs.to_vec()], |o, i| self.inner.all_gather_coalesced(o, &i[0], opts))
+    }
+    fn all_gather_into_tensor_coalesced(&self, outputs: &[Tensor], inputs: &[Tensor], opts: &AllgatherOptions) -> Result<Work> {
+        self.run(outputs, inputs, |o, i| self.inner.all_gather_into_tensor_coalesced(o, i, opts))
+    }
+    fn gather(&self, outputs: &[Vec<Tensor>], inputs: &[Tensor], opts: &GatherOptions) -> Result<Work> {
+        self.run_lists(outputs, &[inputs.to_vec()], |o, i| self.inner.gather(o, &i[0], opts))
+    }
+    fn scatter(&self, outputs: &[Tensor], inputs: &[Vec<Tensor>], opts: &ScatterOptions) -> Result<Work> {
+        self.run_lists(&[outputs.to_vec()], inputs, |o, i| self.inner.scatter(&o[0], i, opts))
+    }
+    fn reduce_scatter(&self, outputs: &[Tensor], inputs: &[Vec<Tensor>], opts: &ReduceScatterOptions) -> Result<Work> {
+        self.run_lists(&[outputs.to_vec()], inputs, |o, i| self.inner.reduce_scatter(&o[0], i, opts))
+    }
+    fn reduce_scatter_tensor(&self, output: &Tensor, input: &Tensor, opts: &ReduceScatterOptions) -> Result<Work> {
+        self.run(&one(output), &one(input), |o, i| self.inner.reduce_scatter_tensor(&o[0], &i[0], opts))
+    }
+    fn reduce_scatter_tensor_coalesced(&self, outputs: &[Tensor], inputs: &[Tensor], opts: &ReduceScatterOptions) -> Result<Work> {
+        self.run(outputs, inputs, |o, i| self.inner.reduce_scatter_tensor_coalesced(o, i, opts))
+    }
+    fn all_to_all_single(
+        &self,
+        output: &Tensor,
+        input: &Tensor,
+        output_split_sizes: &[usize],
+        input_split_sizes: &[usize],
+        opts: &AllToAllOptions,
+    ) -> Result<Work> {
+        self.run(&one(output), &one(input), |o, i| {
+            self.inner.all_to_all_single(&o[0], &i[0], output_split_sizes, input_split_sizes, opts)
+        })
+    }
+    fn all_to_all(&self, outputs: &[Tensor], inputs: &[Tensor], opts: &AllToAllOptions) -> Result<Work> {
+        self.run(outputs, inputs, |o, i| self.inner.all_to_all(o, i, opts))
+    }
+    fn barrier(&self, opts: &BarrierOptions) -> Result<Work> {
+        self.inner.barrier(opts)
+    }
+    fn monitored_barrier(&self, opts: &BarrierOptions, wait_all_ranks: bool) -> Result<()> {
+        self.inner.monitored_barrier(opts, wait_all_ranks)
+    }
+    fn send(&self, tensors: &[Tensor], dst: usize, tag: i64) -> Result<Work> {
+        self.run(&[], tensors, |_, i| self.inner.send(i, dst, tag))
+    }
+    fn recv(&self, tensors: &[Tensor], src: usize, tag: i64) -> Result<Work> {
+        self.run(tensors, &[], |o, _| self.inner.recv(o, src, tag))
+    }
+    fn recv_anysource(&self, tensors: &[Tensor], tag: i64) -> Result<Work> {
+        self.run(tensors, &[], |o, _| self.inner.recv_anysource(o, tag))
+    }
+    fn supports_coalescing(&self) -> bool {
+        self.inner.supports_coalescing()
+    }
+    fn start_coalescing(&self) -> Result<()> {
+        self.inner.start_coalescing()
+    }
+    fn end_coalescing(&self) -> Result<Work> {
+        self.inner.end_coalescing()
+    }
+    fn supports_splitting(&self) -> bool {
+        self.inner.supports_splitting()
+    }
+    fn split(&self, ranks: &[usize], opts: &BackendOptions) -> Result<Option<Arc<dyn Backend>>> {
+        Ok(self
+            .inner
+            .split(ranks, opts)?
+            .map(|child| Arc::new(Staged::new(child)) as Arc<dyn Backend>))
+    }
+    fn abort(&self) {
+        self.inner.abort()
+    }
+    fn shutdown(&self) {
+        self.inner.shutdown()
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::device::Device;
+    use crate::tensor::DeviceStorage;
+    use std::any::Any;
+    use std::sync::Mutex;
+
+    /// "Device" memory kept in a host buffer: exercises every device path without a GPU.
+    pub(crate) struct FakeDevice(pub Mutex<Vec<u8>>);
+
+    impl DeviceStorage for FakeDevice {
+        fn device(&self) -> Device {
+            Device::Cuda(0)
+        }
+        fn device_ptr(&self) -> u64 {
+            0x1000
+        }
+        fn nbytes(&self) -> usize {
+            self.0.lock().unwrap().len()
+        }
+        fn last_stream(&self) -> Option<u64> {
+            None
+        }
+        fn record_stream(&self, _: u64) {}
+        fn copy_to_host(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
+            dst.copy_from_slice(&self.0.lock().unwrap()[offset..offset + dst.len()]);
+            Ok(())
+        }
+        fn copy_from_host(&self, offset: usize, src: &[u8]) -> Result<()> {
+            self.0.lock().unwrap()[offset..offset + src.len()].copy_from_slice(src);
+            Ok(())
+        }
+        fn as_any(&self) -> &dyn Any {
+            self
+        }
+    }
+
+    pub(crate) fn fake_cuda(v: &[f32]) -> Tensor {
+        let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_ne_bytes()).collect();
+        Tensor::from_device_storage(Arc::new(FakeDevice(Mutex::new(bytes))), crate::DType::F32, &[v.len()]).unwrap()
+    }
+
+    /// A one-rank CPU "backend" whose all_reduce doubles every element, on a thread, and
+    /// refuses device tensors as a CPU backend does.
+    struct Doubler;
+
+    impl Backend for Doubler {
+        fn name(&self) -> &str {
+            "doubler"
+        }
+        fn rank(&self) -> usize {
+            0
+        }
+        fn size(&self) -> usize {
+            1
+        }
+        fn device_type(&self) -> DeviceType {
+            DeviceType::Cpu
+        }
+        fn timeout(&self) -> Duration {
+            Duration::from_secs(5)
+        }
+        fn set_timeout(&self, _: Duration) {}
+        fn all_reduce(&self, tensors: &[Tensor], _: &AllreduceOptions) -> Result<Work> {
+            assert!(tensors.iter().all(Tensor::is_cpu), "a device tensor reached the CPU backend");
+            let (w, c) = Work::new(crate::OpType::Allreduce, 1);
+            let t = tensors[0].clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(20));
+                let r = t.write(|s: &mut [f32]| s.iter_mut().for_each(|x| *x *= 2.0));
+                c.complete(r);
+            });
+            Ok(w)
+        }
+    }
+
+    #[test]
+    fn device_tensors_round_trip_through_the_host() {
+        let t = fake_cuda(&[1.0, 2.0, 3.0]);
+        assert_eq!(t.device(), Device::Cuda(0));
+        assert_eq!(t.to_vec::<f32>().unwrap(), vec![1.0, 2.0, 3.0]);
+        assert_eq!(t.narrow(1, 2).unwrap().to_vec::<f32>().unwrap(), vec![2.0, 3.0]);
+        t.copy_from(&Tensor::from_vec(vec![7.0f32, 8.0, 9.0])).unwrap();
+        assert_eq!(t.to_cpu().unwrap().to_vec::<f32>().unwrap(), vec![7.0, 8.0, 9.0]);
+        assert!(t.to_vec::<f64>().is_err());
+    }
+
+    #[test]
+    fn staged_op_completes_after_the_copy_back() {
+        let b = Staged::new(Arc::new(Doubler));
+        let dev = fake_cuda(&[1.0, 2.0]);
+        let w = b.all_reduce(&[dev.clone()], &AllreduceOptions::default()).unwrap();
+        w.wait().unwrap();
+        assert_eq!(dev.to_vec::<f32>().unwrap(), vec![2.0, 4.0]);
+        assert_eq!(w.result().len(), 1);
+        // CPU tensors pass straight through (the inner work itself).
+        let cpu = Tensor::from_vec(vec![5.0f32]);
+        b.all_reduce(&[cpu.clone()], &AllreduceOptions::default()).unwrap().wait().unwrap();
+        assert_eq!(cpu.to_vec::<f32>().unwrap(), vec![10.0]);
+        // What the inner backend lacks stays unsupported, with its name.
+        let e = b.barrier(&BarrierOptions::default()).unwrap_err();
+        assert!(e.message().contains("Backend doubler does not support barrier"), "{e}");
+    }
+}
