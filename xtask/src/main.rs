@@ -398,11 +398,24 @@ fn test_multigpu(args: &[String]) -> Res {
         .and_then(|i| args.get(i + 1))
         .map(PathBuf::from);
     let (binaries, bench) = match &bundle {
-        Some(dir) => (vec![dir.join("gpu"), dir.join("gpu_world")], dir.join("c10d-bench")),
+        Some(dir) => (
+            vec![dir.join("gpu"), dir.join("gpu_world")],
+            dir.join("c10d-bench"),
+        ),
         None => {
-            run(cargo().args(["build", "--release", "-p", "c10d-world", "--bin", "c10d-bench"]))?;
+            run(cargo().args([
+                "build",
+                "--release",
+                "-p",
+                "c10d-world",
+                "--bin",
+                "c10d-bench",
+            ]))?;
             let target = env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
-            (build_gpu_tests(false)?, PathBuf::from(format!("{target}/release/c10d-bench")))
+            (
+                build_gpu_tests(false)?,
+                PathBuf::from(format!("{target}/release/c10d-bench")),
+            )
         }
     };
     let (mut passed, mut failed) = bench_every_op(&bench);
@@ -438,24 +451,58 @@ fn test_multigpu(args: &[String]) -> Res {
 /// (2 ranks share a GPU through distinct `NCCL_HOSTID`s when there is only one): (passed, failed).
 fn bench_every_op(bench: &Path) -> (usize, usize) {
     let (mut passed, mut failed) = (0, 0);
-    for op in ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "sendrecv"] {
+    for op in [
+        "all_reduce",
+        "all_gather",
+        "reduce_scatter",
+        "broadcast",
+        "reduce",
+        "all_to_all",
+        "sendrecv",
+    ] {
         let out = Command::new(bench)
-            .args([op, "--nproc", "2", "--backend", "nccl", "-b", "1K", "-e", "1M", "-f", "32", "--timeout", "120"])
+            .args([
+                op,
+                "--nproc",
+                "2",
+                "--backend",
+                "nccl",
+                "-b",
+                "1K",
+                "-e",
+                "1M",
+                "-f",
+                "32",
+                "--timeout",
+                "120",
+            ])
             .output();
         match out {
             Ok(o) if o.status.success() => {
                 passed += 1;
                 let text = String::from_utf8_lossy(&o.stdout);
-                let last_row = text.lines().filter(|l| !l.starts_with('#')).last().unwrap_or("");
+                let last_row = text
+                    .lines()
+                    .filter(|l| !l.starts_with('#'))
+                    .last()
+                    .unwrap_or("");
                 println!("c10d-bench {op} --backend nccl ok: {}", last_row.trim());
             }
             Ok(o) => {
                 failed += 1;
-                println!("c10d-bench {op} --backend nccl FAILED ({}):\n{}{}", o.status, String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+                println!(
+                    "c10d-bench {op} --backend nccl FAILED ({}):\n{}{}",
+                    o.status,
+                    String::from_utf8_lossy(&o.stdout),
+                    String::from_utf8_lossy(&o.stderr)
+                );
             }
             Err(e) => {
                 failed += 1;
-                println!("c10d-bench {op} --backend nccl FAILED: cannot start {}: {e}", bench.display());
+                println!(
+                    "c10d-bench {op} --backend nccl FAILED: cannot start {}: {e}",
+                    bench.display()
+                );
             }
         }
     }
@@ -465,7 +512,10 @@ fn bench_every_op(bench: &Path) -> (usize, usize) {
 /// "N passed, M failed" → (N, M).
 fn parse_summary(line: &str) -> Option<(usize, usize)> {
     let (p, f) = line.split_once(" passed, ")?;
-    Some((p.trim().parse().ok()?, f.strip_suffix(" failed")?.trim().parse().ok()?))
+    Some((
+        p.trim().parse().ok()?,
+        f.strip_suffix(" failed")?.trim().parse().ok()?,
+    ))
 }
 
 /// Builds the GPU test binaries (release with `release`) and returns their paths.
@@ -473,7 +523,15 @@ fn build_gpu_tests(release: bool) -> Result<Vec<PathBuf>, String> {
     let mut paths = Vec::new();
     for (pkg, test) in [("c10d-nccl", "gpu"), ("c10d-world", "gpu_world")] {
         let mut cmd = cargo();
-        cmd.args(["test", "--no-run", "--message-format=json", "-p", pkg, "--test", test]);
+        cmd.args([
+            "test",
+            "--no-run",
+            "--message-format=json",
+            "-p",
+            pkg,
+            "--test",
+            test,
+        ]);
         if release {
             cmd.arg("--release");
         }
@@ -513,17 +571,34 @@ fn gpu_bundle(args: &[String]) -> Res {
         .zip(["gpu", "gpu_world"])
         .collect();
     let mut bench = cargo();
-    bench.args(["bench", "--no-run", "--message-format=json", "-p", "c10d-nccl", "--bench", "overhead"]);
+    bench.args([
+        "bench",
+        "--no-run",
+        "--message-format=json",
+        "-p",
+        "c10d-nccl",
+        "--bench",
+        "overhead",
+    ]);
     bins.push((built_executable(&mut bench, "overhead")?, "overhead"));
     let mut xtask = cargo();
     xtask.args(["build", "--release", "--message-format=json", "-p", "xtask"]);
     bins.push((built_executable(&mut xtask, "xtask")?, "xtask"));
     let mut bench = cargo();
-    bench.args(["build", "--release", "--message-format=json", "-p", "c10d-world", "--bin", "c10d-bench"]);
+    bench.args([
+        "build",
+        "--release",
+        "--message-format=json",
+        "-p",
+        "c10d-world",
+        "--bin",
+        "c10d-bench",
+    ]);
     bins.push((built_executable(&mut bench, "c10d-bench")?, "c10d-bench"));
     for (src, name) in bins {
         let dst = dir.join(name);
-        std::fs::copy(&src, &dst).map_err(|e| format!("{} → {}: {e}", src.display(), dst.display()))?;
+        std::fs::copy(&src, &dst)
+            .map_err(|e| format!("{} → {}: {e}", src.display(), dst.display()))?;
         run(Command::new("strip").arg(&dst))?;
     }
     println!("{}", dir.display());

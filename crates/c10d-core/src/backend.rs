@@ -220,6 +220,21 @@ pub trait Backend: Send + Sync + 'static {
         unsupported(self.name(), "split")
     }
 
+    /// `shrink` (PyTorch 2.9's backend shrink, `ncclCommShrink` in `ProcessGroupNCCL`): a
+    /// backend for this group's members not in `ranks_to_exclude` (group ranks), made from this
+    /// one; called by the survivors only. `Ok(None)` when this backend cannot shrink itself
+    /// (the default): the caller then creates a new backend for the survivors.
+    ///
+    /// # Errors
+    /// The backend's own failure to shrink.
+    fn shrink(
+        &self,
+        ranks_to_exclude: &[usize],
+        opts: &BackendOptions,
+    ) -> Result<Option<Arc<dyn Backend>>> {
+        Ok(None)
+    }
+
     /// Aborts all pending ops and the connections (`abort`); pending works fail.
     fn abort(&self) {}
     /// Orderly shutdown after the user is done (`shutdown`); later ops fail.

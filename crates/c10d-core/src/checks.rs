@@ -148,9 +148,17 @@ mod tests {
         assert!(AT.root_list(&l, 3, "output").is_ok());
         let a = Tensor::zeros(DType::F32, &[2]);
         let b = Tensor::zeros(DType::F64, &[2]);
-        assert!(AT.same(&[&b], &a).unwrap_err().message().contains("invalid tensor type"));
+        assert!(AT
+            .same(&[&b], &a)
+            .unwrap_err()
+            .message()
+            .contains("invalid tensor type"));
         let c = Tensor::zeros(DType::F32, &[3]);
-        assert!(AT.same(&[&c], &a).unwrap_err().message().contains("invalid tensor size"));
+        assert!(AT
+            .same(&[&c], &a)
+            .unwrap_err()
+            .message()
+            .contains("invalid tensor size"));
         assert!(AT.pairs(&[], &[]).is_err());
     }
 

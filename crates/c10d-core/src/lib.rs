@@ -20,8 +20,8 @@
 //! [`flight_recorder`] records it. See `docs/architecture.md` in the repository.
 
 pub mod backend;
-pub mod checks;
 pub mod borrowed;
+pub mod checks;
 pub mod debug;
 pub mod device;
 pub mod dtype;

@@ -33,7 +33,10 @@ struct Stage {
 }
 
 fn stage(ts: &[Tensor]) -> Result<Stage> {
-    let mut st = Stage { host: Vec::with_capacity(ts.len()), back: Vec::new() };
+    let mut st = Stage {
+        host: Vec::with_capacity(ts.len()),
+        back: Vec::new(),
+    };
     for t in ts {
         if t.is_cpu() {
             st.host.push(t.clone());
@@ -154,38 +157,107 @@ impl Backend for Staged {
     fn all_reduce(&self, tensors: &[Tensor], opts: &AllreduceOptions) -> Result<Work> {
         self.run(tensors, &[], |o, _| self.inner.all_reduce(o, opts))
     }
-    fn all_reduce_coalesced(&self, tensors: &[Tensor], opts: &AllreduceCoalescedOptions) -> Result<Work> {
-        self.run(tensors, &[], |o, _| self.inner.all_reduce_coalesced(o, opts))
+    fn all_reduce_coalesced(
+        &self,
+        tensors: &[Tensor],
+        opts: &AllreduceCoalescedOptions,
+    ) -> Result<Work> {
+        self.run(tensors, &[], |o, _| {
+            self.inner.all_reduce_coalesced(o, opts)
+        })
     }
     fn reduce(&self, tensors: &[Tensor], opts: &ReduceOptions) -> Result<Work> {
         self.run(tensors, &[], |o, _| self.inner.reduce(o, opts))
     }
-    fn all_gather(&self, outputs: &[Vec<Tensor>], inputs: &[Tensor], opts: &AllgatherOptions) -> Result<Work> {
-        self.run_lists(outputs, &[inputs.to_vec()], |o, i| self.inner.all_gather(o, &i[0], opts))
+    fn all_gather(
+        &self,
+        outputs: &[Vec<Tensor>],
+        inputs: &[Tensor],
+        opts: &AllgatherOptions,
+    ) -> Result<Work> {
+        self.run_lists(outputs, &[inputs.to_vec()], |o, i| {
+            self.inner.all_gather(o, &i[0], opts)
+        })
     }
-    fn all_gather_into_tensor(&self, output: &Tensor, input: &Tensor, opts: &AllgatherOptions) -> Result<Work> {
-        self.run(&one(output), &one(input), |o, i| self.inner.all_gather_into_tensor(&o[0], &i[0], opts))
+    fn all_gather_into_tensor(
+        &self,
+        output: &Tensor,
+        input: &Tensor,
+        opts: &AllgatherOptions,
+    ) -> Result<Work> {
+        self.run(&one(output), &one(input), |o, i| {
+            self.inner.all_gather_into_tensor(&o[0], &i[0], opts)
+        })
     }
-    fn all_gather_coalesced(&self, outputs: &[Vec<Tensor>], inputs: &[Tensor], opts: &AllgatherOptions) -> Result<Work> {
-        self.run_lists(outputs, &[inputs.to_vec()], |o, i| self.inner.all_gather_coalesced(o, &i[0], opts))
+    fn all_gather_coalesced(
+        &self,
+        outputs: &[Vec<Tensor>],
+        inputs: &[Tensor],
+        opts: &AllgatherOptions,
+    ) -> Result<Work> {
+        self.run_lists(outputs, &[inputs.to_vec()], |o, i| {
+            self.inner.all_gather_coalesced(o, &i[0], opts)
+        })
     }
-    fn all_gather_into_tensor_coalesced(&self, outputs: &[Tensor], inputs: &[Tensor], opts: &AllgatherOptions) -> Result<Work> {
-        self.run(outputs, inputs, |o, i| self.inner.all_gather_into_tensor_coalesced(o, i, opts))
+    fn all_gather_into_tensor_coalesced(
+        &self,
+        outputs: &[Tensor],
+        inputs: &[Tensor],
+        opts: &AllgatherOptions,
+    ) -> Result<Work> {
+        self.run(outputs, inputs, |o, i| {
+            self.inner.all_gather_into_tensor_coalesced(o, i, opts)
+        })
     }
-    fn gather(&self, outputs: &[Vec<Tensor>], inputs: &[Tensor], opts: &GatherOptions) -> Result<Work> {
-        self.run_lists(outputs, &[inputs.to_vec()], |o, i| self.inner.gather(o, &i[0], opts))
+    fn gather(
+        &self,
+        outputs: &[Vec<Tensor>],
+        inputs: &[Tensor],
+        opts: &GatherOptions,
+    ) -> Result<Work> {
+        self.run_lists(outputs, &[inputs.to_vec()], |o, i| {
+            self.inner.gather(o, &i[0], opts)
+        })
     }
-    fn scatter(&self, outputs: &[Tensor], inputs: &[Vec<Tensor>], opts: &ScatterOptions) -> Result<Work> {
-        self.run_lists(&[outputs.to_vec()], inputs, |o, i| self.inner.scatter(&o[0], i, opts))
+    fn scatter(
+        &self,
+        outputs: &[Tensor],
+        inputs: &[Vec<Tensor>],
+        opts: &ScatterOptions,
+    ) -> Result<Work> {
+        self.run_lists(&[outputs.to_vec()], inputs, |o, i| {
+            self.inner.scatter(&o[0], i, opts)
+        })
     }
-    fn reduce_scatter(&self, outputs: &[Tensor], inputs: &[Vec<Tensor>], opts: &ReduceScatterOptions) -> Result<Work> {
-        self.run_lists(&[outputs.to_vec()], inputs, |o, i| self.inner.reduce_scatter(&o[0], i, opts))
+    fn reduce_scatter(
+        &self,
+        outputs: &[Tensor],
+        inputs: &[Vec<Tensor>],
+        opts: &ReduceScatterOptions,
+    ) -> Result<Work> {
+        self.run_lists(&[outputs.to_vec()], inputs, |o, i| {
+            self.inner.reduce_scatter(&o[0], i, opts)
+        })
     }
-    fn reduce_scatter_tensor(&self, output: &Tensor, input: &Tensor, opts: &ReduceScatterOptions) -> Result<Work> {
-        self.run(&one(output), &one(input), |o, i| self.inner.reduce_scatter_tensor(&o[0], &i[0], opts))
+    fn reduce_scatter_tensor(
+        &self,
+        output: &Tensor,
+        input: &Tensor,
+        opts: &ReduceScatterOptions,
+    ) -> Result<Work> {
+        self.run(&one(output), &one(input), |o, i| {
+            self.inner.reduce_scatter_tensor(&o[0], &i[0], opts)
+        })
     }
-    fn reduce_scatter_tensor_coalesced(&self, outputs: &[Tensor], inputs: &[Tensor], opts: &ReduceScatterOptions) -> Result<Work> {
-        self.run(outputs, inputs, |o, i| self.inner.reduce_scatter_tensor_coalesced(o, i, opts))
+    fn reduce_scatter_tensor_coalesced(
+        &self,
+        outputs: &[Tensor],
+        inputs: &[Tensor],
+        opts: &ReduceScatterOptions,
+    ) -> Result<Work> {
+        self.run(outputs, inputs, |o, i| {
+            self.inner.reduce_scatter_tensor_coalesced(o, i, opts)
+        })
     }
     fn all_to_all_single(
         &self,
@@ -196,10 +268,16 @@ impl Backend for Staged {
         opts: &AllToAllOptions,
     ) -> Result<Work> {
         self.run(&one(output), &one(input), |o, i| {
-            self.inner.all_to_all_single(&o[0], &i[0], output_split_sizes, input_split_sizes, opts)
+            self.inner
+                .all_to_all_single(&o[0], &i[0], output_split_sizes, input_split_sizes, opts)
         })
     }
-    fn all_to_all(&self, outputs: &[Tensor], inputs: &[Tensor], opts: &AllToAllOptions) -> Result<Work> {
+    fn all_to_all(
+        &self,
+        outputs: &[Tensor],
+        inputs: &[Tensor],
+        opts: &AllToAllOptions,
+    ) -> Result<Work> {
         self.run(outputs, inputs, |o, i| self.inner.all_to_all(o, i, opts))
     }
     fn barrier(&self, opts: &BarrierOptions) -> Result<Work> {
@@ -233,6 +311,16 @@ impl Backend for Staged {
         Ok(self
             .inner
             .split(ranks, opts)?
+            .map(|child| Arc::new(Staged::new(child)) as Arc<dyn Backend>))
+    }
+    fn shrink(
+        &self,
+        ranks_to_exclude: &[usize],
+        opts: &BackendOptions,
+    ) -> Result<Option<Arc<dyn Backend>>> {
+        Ok(self
+            .inner
+            .shrink(ranks_to_exclude, opts)?
             .map(|child| Arc::new(Staged::new(child)) as Arc<dyn Backend>))
     }
     fn abort(&self) {
@@ -283,7 +371,12 @@ pub(crate) mod tests {
 
     pub(crate) fn fake_cuda(v: &[f32]) -> Tensor {
         let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_ne_bytes()).collect();
-        Tensor::from_device_storage(Arc::new(FakeDevice(Mutex::new(bytes))), crate::DType::F32, &[v.len()]).unwrap()
+        Tensor::from_device_storage(
+            Arc::new(FakeDevice(Mutex::new(bytes))),
+            crate::DType::F32,
+            &[v.len()],
+        )
+        .unwrap()
     }
 
     /// A one-rank CPU "backend" whose all_reduce doubles every element, on a thread, and
@@ -308,7 +401,10 @@ pub(crate) mod tests {
         }
         fn set_timeout(&self, _: Duration) {}
         fn all_reduce(&self, tensors: &[Tensor], _: &AllreduceOptions) -> Result<Work> {
-            assert!(tensors.iter().all(Tensor::is_cpu), "a device tensor reached the CPU backend");
+            assert!(
+                tensors.iter().all(Tensor::is_cpu),
+                "a device tensor reached the CPU backend"
+            );
             let (w, c) = Work::new(crate::OpType::Allreduce, 1);
             let t = tensors[0].clone();
             std::thread::spawn(move || {
@@ -325,9 +421,16 @@ pub(crate) mod tests {
         let t = fake_cuda(&[1.0, 2.0, 3.0]);
         assert_eq!(t.device(), Device::Cuda(0));
         assert_eq!(t.to_vec::<f32>().unwrap(), vec![1.0, 2.0, 3.0]);
-        assert_eq!(t.narrow(1, 2).unwrap().to_vec::<f32>().unwrap(), vec![2.0, 3.0]);
-        t.copy_from(&Tensor::from_vec(vec![7.0f32, 8.0, 9.0])).unwrap();
-        assert_eq!(t.to_cpu().unwrap().to_vec::<f32>().unwrap(), vec![7.0, 8.0, 9.0]);
+        assert_eq!(
+            t.narrow(1, 2).unwrap().to_vec::<f32>().unwrap(),
+            vec![2.0, 3.0]
+        );
+        t.copy_from(&Tensor::from_vec(vec![7.0f32, 8.0, 9.0]))
+            .unwrap();
+        assert_eq!(
+            t.to_cpu().unwrap().to_vec::<f32>().unwrap(),
+            vec![7.0, 8.0, 9.0]
+        );
         assert!(t.to_vec::<f64>().is_err());
     }
 
@@ -335,16 +438,25 @@ pub(crate) mod tests {
     fn staged_op_completes_after_the_copy_back() {
         let b = Staged::new(Arc::new(Doubler));
         let dev = fake_cuda(&[1.0, 2.0]);
-        let w = b.all_reduce(&[dev.clone()], &AllreduceOptions::default()).unwrap();
+        let w = b
+            .all_reduce(&[dev.clone()], &AllreduceOptions::default())
+            .unwrap();
         w.wait().unwrap();
         assert_eq!(dev.to_vec::<f32>().unwrap(), vec![2.0, 4.0]);
         assert_eq!(w.result().len(), 1);
         // CPU tensors pass straight through (the inner work itself).
         let cpu = Tensor::from_vec(vec![5.0f32]);
-        b.all_reduce(&[cpu.clone()], &AllreduceOptions::default()).unwrap().wait().unwrap();
+        b.all_reduce(&[cpu.clone()], &AllreduceOptions::default())
+            .unwrap()
+            .wait()
+            .unwrap();
         assert_eq!(cpu.to_vec::<f32>().unwrap(), vec![10.0]);
         // What the inner backend lacks stays unsupported, with its name.
         let e = b.barrier(&BarrierOptions::default()).unwrap_err();
-        assert!(e.message().contains("Backend doubler does not support barrier"), "{e}");
+        assert!(
+            e.message()
+                .contains("Backend doubler does not support barrier"),
+            "{e}"
+        );
     }
 }

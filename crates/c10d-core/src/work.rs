@@ -420,7 +420,13 @@ mod tests {
     #[test]
     fn wait_hook_ends_a_wait_and_goes_at_completion() {
         let (w, c) = Work::new(OpType::Allreduce, 1);
-        c.set_wait_hook(Arc::new(|timeout| if timeout.is_some() { None } else { Some(Ok(())) }));
+        c.set_wait_hook(Arc::new(|timeout| {
+            if timeout.is_some() {
+                None
+            } else {
+                Some(Ok(()))
+            }
+        }));
         w.wait().unwrap();
         assert!(!w.is_completed());
         // The hook steps aside for a timed wait, which then times out as usual.

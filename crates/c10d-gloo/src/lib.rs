@@ -78,10 +78,10 @@ mod wire;
 
 pub use options::{AllreduceAlgorithm, BroadcastAlgorithm, GlooOptions};
 
+use c10d_core::checks::At;
 use c10d_core::flight_recorder::{GroupRecorder, OpRecord, Trace};
 use c10d_core::reduce::{finalize, prescale, reduce_into};
 use c10d_core::*;
-use c10d_core::checks::At;
 use c10d_store::Store;
 use engine::{
     lock, worker_loop, CollBody, CollOp, Comm, Connector, Engine, Ident, OpInfo, P2pOp, Queue,

@@ -18,7 +18,17 @@ use std::sync::Arc;
 use std::time::Instant;
 
 const DEV: Device = Device::Cuda(0);
-const SIZES: [usize; 9] = [1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20];
+const SIZES: [usize; 9] = [
+    1 << 10,
+    4 << 10,
+    16 << 10,
+    64 << 10,
+    256 << 10,
+    1 << 20,
+    4 << 20,
+    16 << 20,
+    64 << 20,
+];
 
 fn sync() {
     stream::current_stream(DEV).unwrap().synchronize().unwrap();
@@ -48,7 +58,10 @@ fn bare(iters: usize, t: &Tensor, sync_each: bool) -> f64 {
     let lib = c10d_nccl::nccl_library().unwrap();
     let ctx = c10d_nccl::device::context(DEV).unwrap();
     let id = c10d_nccl::result::get_unique_id(lib).unwrap();
-    let cfg = c10d_nccl::NcclConfig { blocking: 1, ..Default::default() };
+    let cfg = c10d_nccl::NcclConfig {
+        blocking: 1,
+        ..Default::default()
+    };
     let deadline = Instant::now() + std::time::Duration::from_secs(60);
     let comm = c10d_nccl::comm::Communicator::init(lib, id, 1, 0, DEV, &cfg, deadline).unwrap();
     let s = ctx.new_stream().unwrap();
@@ -62,7 +75,17 @@ fn bare(iters: usize, t: &Tensor, sync_each: bool) -> f64 {
         let l = comm.lock().unwrap();
         // SAFETY: `t` is live device memory of `n` f32; the communicator is locked; the stream
         // is ours on the same device.
-        let rc = unsafe { (lib.all_reduce)(p, p, n, sys::ncclFloat32, sys::ncclSum, l.raw(), s.cu_stream() as _) };
+        let rc = unsafe {
+            (lib.all_reduce)(
+                p,
+                p,
+                n,
+                sys::ncclFloat32,
+                sys::ncclSum,
+                l.raw(),
+                s.cu_stream() as _,
+            )
+        };
         assert_eq!(rc, sys::ncclSuccess);
         drop(l);
         ev.record(&s).unwrap();
@@ -75,17 +98,30 @@ fn bare(iters: usize, t: &Tensor, sync_each: bool) -> f64 {
 fn torch(iters: usize) -> Vec<(usize, f64, f64)> {
     let python = std::env::var("C10D_TORCH_PYTHON").ok().unwrap_or_else(|| {
         let venv = "/opt/torch/.venv/bin/python";
-        if std::path::Path::new(venv).exists() { venv.into() } else { "python3".into() }
+        if std::path::Path::new(venv).exists() {
+            venv.into()
+        } else {
+            "python3".into()
+        }
     });
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/torch_overhead.py");
-    let script = if std::path::Path::new(script).exists() { script.to_string() } else { "crates/c10d-nccl/benches/torch_overhead.py".into() };
+    let script = if std::path::Path::new(script).exists() {
+        script.to_string()
+    } else {
+        "crates/c10d-nccl/benches/torch_overhead.py".into()
+    };
     let mut cmd = Command::new(&python);
     cmd.arg(&script).arg(iters.to_string());
-    SIZES.iter().for_each(|s| { cmd.arg(s.to_string()); });
+    SIZES.iter().for_each(|s| {
+        cmd.arg(s.to_string());
+    });
     let out = match cmd.output() {
         Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).into_owned(),
         Ok(o) => {
-            eprintln!("PyTorch baseline failed: {}", String::from_utf8_lossy(&o.stderr));
+            eprintln!(
+                "PyTorch baseline failed: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
             return Vec::new();
         }
         Err(e) => {
@@ -112,23 +148,49 @@ fn main() {
         println!("skipped: no GPU");
         return;
     }
-    let iters: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(2000);
-    println!("NCCL {} ({}), {iters} iterations per size", c10d_nccl::nccl_version().unwrap(), c10d_nccl::nccl_library().unwrap().location());
-    let pg = ProcessGroupNccl::new(Arc::new(HashStore::new()), 0, 1, NcclOptions::default()).unwrap();
+    let iters: usize = std::env::args()
+        .skip(1)
+        .find_map(|a| a.parse().ok())
+        .unwrap_or(2000);
+    println!(
+        "NCCL {} ({}), {iters} iterations per size",
+        c10d_nccl::nccl_version().unwrap(),
+        c10d_nccl::nccl_library().unwrap().location()
+    );
+    let pg =
+        ProcessGroupNccl::new(Arc::new(HashStore::new()), 0, 1, NcclOptions::default()).unwrap();
     pg.bind(DEV).unwrap();
     let mut rows = Vec::new();
     for &bytes in &SIZES {
         let t = memory::zeros(DType::F32, &[bytes / 4], DEV).unwrap();
         let o = AllreduceOptions::default();
-        let run = |sync_each| per_op(iters, sync_each, || pg.all_reduce(&[t.clone()], &o).unwrap().wait().unwrap());
+        let run = |sync_each| {
+            per_op(iters, sync_each, || {
+                pg.all_reduce(&[t.clone()], &o).unwrap().wait().unwrap()
+            })
+        };
         let (ours_host, ours_e2e) = (run(false), run(true));
         let (bare_host, bare_e2e) = (bare(iters, &t, false), bare(iters, &t, true));
         rows.push((bytes, bare_host, ours_host, bare_e2e, ours_e2e));
     }
     let torch = torch(iters);
-    println!("{:>9} | {:>9} {:>9} {:>9} {:>8} {:>10} | {:>9} {:>9} {:>9}", "bytes", "bare host", "ours host", "torch host", "ours-bare", "torch/ours", "bare e2e", "ours e2e", "torch e2e");
+    println!(
+        "{:>9} | {:>9} {:>9} {:>9} {:>8} {:>10} | {:>9} {:>9} {:>9}",
+        "bytes",
+        "bare host",
+        "ours host",
+        "torch host",
+        "ours-bare",
+        "torch/ours",
+        "bare e2e",
+        "ours e2e",
+        "torch e2e"
+    );
     for (bytes, bh, oh, be, oe) in rows {
-        let (th, te) = torch.iter().find(|r| r.0 == bytes).map_or((f64::NAN, f64::NAN), |r| (r.1, r.2));
+        let (th, te) = torch
+            .iter()
+            .find(|r| r.0 == bytes)
+            .map_or((f64::NAN, f64::NAN), |r| (r.1, r.2));
         println!("{bytes:>9} | {bh:>9.2} {oh:>9.2} {th:>10.2} {:>8.2} {:>10.2} | {be:>9.2} {oe:>9.2} {te:>9.2}", oh - bh, th / oh);
     }
 }

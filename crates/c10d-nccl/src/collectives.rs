@@ -7,9 +7,8 @@ use crate::process_group::{Enqueue, Op, ProcessGroupNccl};
 use c10d_core::checks::At;
 use c10d_core::{
     AllToAllOptions, AllgatherOptions, AllreduceCoalescedOptions, AllreduceOptions, Backend,
-    BackendOptions, BarrierOptions, BroadcastOptions, DType, DeviceType,
-    GatherOptions, OpType, ReduceOptions, ReduceScatterOptions, Result, ScatterOptions, Tensor,
-    Work,
+    BackendOptions, BarrierOptions, BroadcastOptions, DType, DeviceType, GatherOptions, OpType,
+    ReduceOptions, ReduceScatterOptions, Result, ScatterOptions, Tensor, Work,
 };
 use cudarc::driver::result as cu;
 use std::ffi::{c_int, c_void};
@@ -38,7 +37,8 @@ impl Enqueue<'_> {
         let red = self.reduction(op, t.dtype())?;
         // SAFETY: in-place on `t`'s device memory, kept alive by the op until its end event;
         // the communicator is live and locked; the stream belongs to its device.
-        let rc = unsafe { (self.lib.all_reduce)(ptr(t), ptr(t), n, ty, red, self.comm, self.stream) };
+        let rc =
+            unsafe { (self.lib.all_reduce)(ptr(t), ptr(t), n, ty, red, self.comm, self.stream) };
         self.call("ncclAllReduce", rc)
     }
 
@@ -81,13 +81,20 @@ impl Enqueue<'_> {
 }
 
 impl ProcessGroupNccl {
-    fn op<'a>(&self, kind: OpType, inputs: &'a [Tensor], outputs: &'a [Tensor], timeout: Option<Duration>) -> Op<'a> {
+    fn op<'a>(
+        &self,
+        kind: OpType,
+        inputs: &'a [Tensor],
+        outputs: &'a [Tensor],
+        timeout: Option<Duration>,
+    ) -> Op<'a> {
         Op {
             kind,
             inputs,
             outputs,
             timeout,
             host_blocking: false,
+            peer: None,
         }
     }
 
@@ -135,111 +142,187 @@ impl Backend for ProcessGroupNccl {
         at("broadcast").single(tensors)?;
         at("broadcast").root(opts.root_rank, self.size)?;
         let t = tensors[0].clone();
-        self.launch(self.op(OpType::Broadcast, tensors, tensors, opts.timeout), |e| {
-            let (n, ty) = e.count(&t)?;
-            // SAFETY: in-place on `t` (kept alive by the op); live, locked communicator.
-            let rc = unsafe {
-                (e.lib.broadcast)(ptr(&t), ptr(&t), n, ty, opts.root_rank as c_int, e.comm, e.stream)
-            };
-            e.call("ncclBroadcast", rc)
-        })
+        self.launch(
+            self.op(OpType::Broadcast, tensors, tensors, opts.timeout),
+            |e| {
+                let (n, ty) = e.count(&t)?;
+                // SAFETY: in-place on `t` (kept alive by the op); live, locked communicator.
+                let rc = unsafe {
+                    (e.lib.broadcast)(
+                        ptr(&t),
+                        ptr(&t),
+                        n,
+                        ty,
+                        opts.root_rank as c_int,
+                        e.comm,
+                        e.stream,
+                    )
+                };
+                e.call("ncclBroadcast", rc)
+            },
+        )
     }
 
     fn all_reduce(&self, tensors: &[Tensor], opts: &AllreduceOptions) -> Result<Work> {
         at("allreduce").single(tensors)?;
         let t = tensors[0].clone();
-        self.launch(self.op(OpType::Allreduce, tensors, tensors, opts.timeout), |e| {
-            e.all_reduce(&t, opts.reduce_op)
-        })
+        self.launch(
+            self.op(OpType::Allreduce, tensors, tensors, opts.timeout),
+            |e| e.all_reduce(&t, opts.reduce_op),
+        )
     }
 
-    fn all_reduce_coalesced(&self, tensors: &[Tensor], opts: &AllreduceCoalescedOptions) -> Result<Work> {
+    fn all_reduce_coalesced(
+        &self,
+        tensors: &[Tensor],
+        opts: &AllreduceCoalescedOptions,
+    ) -> Result<Work> {
         if tensors.is_empty() {
             return Err(at("allreduce_coalesced").invalid("requires a non-empty tensor list"));
         }
         let ts = tensors.to_vec();
-        self.launch(self.op(OpType::AllreduceCoalesced, tensors, tensors, opts.timeout), |e| {
-            ts.iter().try_for_each(|t| e.all_reduce(t, opts.reduce_op))
-        })
+        self.launch(
+            self.op(OpType::AllreduceCoalesced, tensors, tensors, opts.timeout),
+            |e| ts.iter().try_for_each(|t| e.all_reduce(t, opts.reduce_op)),
+        )
     }
 
     fn reduce(&self, tensors: &[Tensor], opts: &ReduceOptions) -> Result<Work> {
         at("reduce").single(tensors)?;
         at("reduce").root(opts.root_rank, self.size)?;
         let t = tensors[0].clone();
-        self.launch(self.op(OpType::Reduce, tensors, tensors, opts.timeout), |e| {
-            let (n, ty) = e.count(&t)?;
-            let red = e.reduction(opts.reduce_op, t.dtype())?;
-            // SAFETY: in-place on `t` (kept alive by the op); live, locked communicator.
-            let rc = unsafe {
-                (e.lib.reduce)(ptr(&t), ptr(&t), n, ty, red, opts.root_rank as c_int, e.comm, e.stream)
-            };
-            e.call("ncclReduce", rc)
-        })
+        self.launch(
+            self.op(OpType::Reduce, tensors, tensors, opts.timeout),
+            |e| {
+                let (n, ty) = e.count(&t)?;
+                let red = e.reduction(opts.reduce_op, t.dtype())?;
+                // SAFETY: in-place on `t` (kept alive by the op); live, locked communicator.
+                let rc = unsafe {
+                    (e.lib.reduce)(
+                        ptr(&t),
+                        ptr(&t),
+                        n,
+                        ty,
+                        red,
+                        opts.root_rank as c_int,
+                        e.comm,
+                        e.stream,
+                    )
+                };
+                e.call("ncclReduce", rc)
+            },
+        )
     }
 
-    fn all_gather(&self, outputs: &[Vec<Tensor>], inputs: &[Tensor], opts: &AllgatherOptions) -> Result<Work> {
+    fn all_gather(
+        &self,
+        outputs: &[Vec<Tensor>],
+        inputs: &[Tensor],
+        opts: &AllgatherOptions,
+    ) -> Result<Work> {
         const OP: &str = "allgather";
         at(OP).single(inputs)?;
         at(OP).root_list(outputs, self.size, "output")?;
         let input = inputs[0].clone();
         let outs = outputs[0].clone();
         at(OP).same(&outs.iter().collect::<Vec<_>>(), &input)?;
-        self.launch(self.op(OpType::Allgather, inputs, &outputs[0], opts.timeout), |e| {
-            let flat = e.scratch(input.dtype(), input.numel() * outs.len())?;
-            gather_into(e, &flat, &input)?;
-            for (i, o) in outs.iter().enumerate() {
-                e.copy_after(o, flat.flat_slice(i * input.numel(), input.numel())?);
-            }
-            Ok(())
-        })
+        self.launch(
+            self.op(OpType::Allgather, inputs, &outputs[0], opts.timeout),
+            |e| {
+                let flat = e.scratch(input.dtype(), input.numel() * outs.len())?;
+                gather_into(e, &flat, &input)?;
+                for (i, o) in outs.iter().enumerate() {
+                    e.copy_after(o, flat.flat_slice(i * input.numel(), input.numel())?);
+                }
+                Ok(())
+            },
+        )
     }
 
-    fn all_gather_into_tensor(&self, output: &Tensor, input: &Tensor, opts: &AllgatherOptions) -> Result<Work> {
+    fn all_gather_into_tensor(
+        &self,
+        output: &Tensor,
+        input: &Tensor,
+        opts: &AllgatherOptions,
+    ) -> Result<Work> {
         check_flat("allgather_into_tensor", output, input, self.size, "output")?;
         let (o, i) = (output.clone(), input.clone());
         let (ins, outs) = (std::slice::from_ref(input), std::slice::from_ref(output));
-        self.launch(self.op(OpType::AllgatherBase, ins, outs, opts.timeout), |e| gather_into(e, &o, &i))
+        self.launch(
+            self.op(OpType::AllgatherBase, ins, outs, opts.timeout),
+            |e| gather_into(e, &o, &i),
+        )
     }
 
-    fn all_gather_coalesced(&self, outputs: &[Vec<Tensor>], inputs: &[Tensor], opts: &AllgatherOptions) -> Result<Work> {
+    fn all_gather_coalesced(
+        &self,
+        outputs: &[Vec<Tensor>],
+        inputs: &[Tensor],
+        opts: &AllgatherOptions,
+    ) -> Result<Work> {
         const OP: &str = "allgather_coalesced";
         if outputs.len() != inputs.len() || inputs.is_empty() {
-            return Err(at(OP).invalid("requires non-empty input/output tensor lists of the same length"));
+            return Err(
+                at(OP).invalid("requires non-empty input/output tensor lists of the same length")
+            );
         }
-        let flats: Vec<(Vec<Tensor>, Tensor)> = outputs.iter().cloned().zip(inputs.iter().cloned()).collect();
+        let flats: Vec<(Vec<Tensor>, Tensor)> = outputs
+            .iter()
+            .cloned()
+            .zip(inputs.iter().cloned())
+            .collect();
         let all_out: Vec<Tensor> = outputs.iter().flatten().cloned().collect();
         for (outs, i) in &flats {
             at(OP).same(&outs.iter().collect::<Vec<_>>(), i)?;
             if outs.len() != self.size {
-                return Err(at(OP).invalid(format!("each output list must hold {} tensors", self.size)));
+                return Err(
+                    at(OP).invalid(format!("each output list must hold {} tensors", self.size))
+                );
             }
         }
-        self.launch(self.op(OpType::AllgatherCoalesced, inputs, &all_out, opts.timeout), |e| {
-            for (outs, input) in &flats {
-                let flat = e.scratch(input.dtype(), input.numel() * outs.len())?;
-                gather_into(e, &flat, input)?;
-                for (k, o) in outs.iter().enumerate() {
-                    e.copy_after(o, flat.flat_slice(k * input.numel(), input.numel())?);
+        self.launch(
+            self.op(OpType::AllgatherCoalesced, inputs, &all_out, opts.timeout),
+            |e| {
+                for (outs, input) in &flats {
+                    let flat = e.scratch(input.dtype(), input.numel() * outs.len())?;
+                    gather_into(e, &flat, input)?;
+                    for (k, o) in outs.iter().enumerate() {
+                        e.copy_after(o, flat.flat_slice(k * input.numel(), input.numel())?);
+                    }
                 }
-            }
-            Ok(())
-        })
+                Ok(())
+            },
+        )
     }
 
-    fn all_gather_into_tensor_coalesced(&self, outputs: &[Tensor], inputs: &[Tensor], opts: &AllgatherOptions) -> Result<Work> {
+    fn all_gather_into_tensor_coalesced(
+        &self,
+        outputs: &[Tensor],
+        inputs: &[Tensor],
+        opts: &AllgatherOptions,
+    ) -> Result<Work> {
         const OP: &str = "allgather_into_tensor_coalesced";
         at(OP).pairs(outputs, inputs)?;
         for (o, i) in outputs.iter().zip(inputs) {
             check_flat(OP, o, i, self.size, "output")?;
         }
-        let pairs: Vec<(Tensor, Tensor)> = outputs.iter().cloned().zip(inputs.iter().cloned()).collect();
-        self.launch(self.op(OpType::AllgatherCoalesced, inputs, outputs, opts.timeout), |e| {
-            pairs.iter().try_for_each(|(o, i)| gather_into(e, o, i))
-        })
+        let pairs: Vec<(Tensor, Tensor)> = outputs
+            .iter()
+            .cloned()
+            .zip(inputs.iter().cloned())
+            .collect();
+        self.launch(
+            self.op(OpType::AllgatherCoalesced, inputs, outputs, opts.timeout),
+            |e| pairs.iter().try_for_each(|(o, i)| gather_into(e, o, i)),
+        )
     }
 
-    fn gather(&self, outputs: &[Vec<Tensor>], inputs: &[Tensor], opts: &GatherOptions) -> Result<Work> {
+    fn gather(
+        &self,
+        outputs: &[Vec<Tensor>],
+        inputs: &[Tensor],
+        opts: &GatherOptions,
+    ) -> Result<Work> {
         const OP: &str = "gather";
         at(OP).root(opts.root_rank, self.size)?;
         at(OP).single(inputs)?;
@@ -261,13 +344,22 @@ impl Backend for ProcessGroupNccl {
                 return e.send(&input, root);
             }
             for (r, o) in outs.iter().enumerate() {
-                if r == root { e.copy(o, &input)? } else { e.recv(o, r)? }
+                if r == root {
+                    e.copy(o, &input)?
+                } else {
+                    e.recv(o, r)?
+                }
             }
             Ok(())
         })
     }
 
-    fn scatter(&self, outputs: &[Tensor], inputs: &[Vec<Tensor>], opts: &ScatterOptions) -> Result<Work> {
+    fn scatter(
+        &self,
+        outputs: &[Tensor],
+        inputs: &[Vec<Tensor>],
+        opts: &ScatterOptions,
+    ) -> Result<Work> {
         const OP: &str = "scatter";
         at(OP).root(opts.root_rank, self.size)?;
         at(OP).single(outputs)?;
@@ -289,48 +381,80 @@ impl Backend for ProcessGroupNccl {
                 return e.recv(&output, root);
             }
             for (r, i) in ins.iter().enumerate() {
-                if r == root { e.copy(&output, i)? } else { e.send(i, r)? }
+                if r == root {
+                    e.copy(&output, i)?
+                } else {
+                    e.send(i, r)?
+                }
             }
             Ok(())
         })
     }
 
-    fn reduce_scatter(&self, outputs: &[Tensor], inputs: &[Vec<Tensor>], opts: &ReduceScatterOptions) -> Result<Work> {
+    fn reduce_scatter(
+        &self,
+        outputs: &[Tensor],
+        inputs: &[Vec<Tensor>],
+        opts: &ReduceScatterOptions,
+    ) -> Result<Work> {
         const OP: &str = "reduce_scatter";
         at(OP).single(outputs)?;
         at(OP).root_list(inputs, self.size, "input")?;
         let output = outputs[0].clone();
         let ins = inputs[0].clone();
         at(OP).same(&ins.iter().collect::<Vec<_>>(), &output)?;
-        self.launch(self.op(OpType::ReduceScatter, &ins, outputs, opts.timeout), |e| {
-            let n = output.numel();
-            let flat = e.scratch(output.dtype(), n * ins.len())?;
-            for (k, i) in ins.iter().enumerate() {
-                e.copy(&flat.flat_slice(k * n, n)?, i)?;
-            }
-            scatter_from(e, &output, &flat, opts.reduce_op)
-        })
+        self.launch(
+            self.op(OpType::ReduceScatter, &ins, outputs, opts.timeout),
+            |e| {
+                let n = output.numel();
+                let flat = e.scratch(output.dtype(), n * ins.len())?;
+                for (k, i) in ins.iter().enumerate() {
+                    e.copy(&flat.flat_slice(k * n, n)?, i)?;
+                }
+                scatter_from(e, &output, &flat, opts.reduce_op)
+            },
+        )
     }
 
-    fn reduce_scatter_tensor(&self, output: &Tensor, input: &Tensor, opts: &ReduceScatterOptions) -> Result<Work> {
+    fn reduce_scatter_tensor(
+        &self,
+        output: &Tensor,
+        input: &Tensor,
+        opts: &ReduceScatterOptions,
+    ) -> Result<Work> {
         check_flat("reduce_scatter_tensor", input, output, self.size, "input")?;
         let (o, i) = (output.clone(), input.clone());
         let (ins, outs) = (std::slice::from_ref(input), std::slice::from_ref(output));
-        self.launch(self.op(OpType::ReduceScatterBase, ins, outs, opts.timeout), |e| {
-            scatter_from(e, &o, &i, opts.reduce_op)
-        })
+        self.launch(
+            self.op(OpType::ReduceScatterBase, ins, outs, opts.timeout),
+            |e| scatter_from(e, &o, &i, opts.reduce_op),
+        )
     }
 
-    fn reduce_scatter_tensor_coalesced(&self, outputs: &[Tensor], inputs: &[Tensor], opts: &ReduceScatterOptions) -> Result<Work> {
+    fn reduce_scatter_tensor_coalesced(
+        &self,
+        outputs: &[Tensor],
+        inputs: &[Tensor],
+        opts: &ReduceScatterOptions,
+    ) -> Result<Work> {
         const OP: &str = "reduce_scatter_tensor_coalesced";
         at(OP).pairs(outputs, inputs)?;
         for (o, i) in outputs.iter().zip(inputs) {
             check_flat(OP, i, o, self.size, "input")?;
         }
-        let pairs: Vec<(Tensor, Tensor)> = outputs.iter().cloned().zip(inputs.iter().cloned()).collect();
-        self.launch(self.op(OpType::Coalesced, inputs, outputs, opts.timeout), |e| {
-            pairs.iter().try_for_each(|(o, i)| scatter_from(e, o, i, opts.reduce_op))
-        })
+        let pairs: Vec<(Tensor, Tensor)> = outputs
+            .iter()
+            .cloned()
+            .zip(inputs.iter().cloned())
+            .collect();
+        self.launch(
+            self.op(OpType::Coalesced, inputs, outputs, opts.timeout),
+            |e| {
+                pairs
+                    .iter()
+                    .try_for_each(|(o, i)| scatter_from(e, o, i, opts.reduce_op))
+            },
+        )
     }
 
     fn all_to_all_single(
@@ -349,19 +473,27 @@ impl Backend for ProcessGroupNccl {
         let in_counts = at(OP).split_counts(input, input_split_sizes, self.size)?;
         let (o, i) = (output.clone(), input.clone());
         let (ins, outs) = (std::slice::from_ref(input), std::slice::from_ref(output));
-        self.launch(self.op(OpType::AlltoallBase, ins, outs, opts.timeout), |e| {
-            let (mut so, mut ro) = (0, 0);
-            for r in 0..out_counts.len() {
-                e.send(&i.flat_slice(so, in_counts[r])?, r)?;
-                e.recv(&o.flat_slice(ro, out_counts[r])?, r)?;
-                so += in_counts[r];
-                ro += out_counts[r];
-            }
-            Ok(())
-        })
+        self.launch(
+            self.op(OpType::AlltoallBase, ins, outs, opts.timeout),
+            |e| {
+                let (mut so, mut ro) = (0, 0);
+                for r in 0..out_counts.len() {
+                    e.send(&i.flat_slice(so, in_counts[r])?, r)?;
+                    e.recv(&o.flat_slice(ro, out_counts[r])?, r)?;
+                    so += in_counts[r];
+                    ro += out_counts[r];
+                }
+                Ok(())
+            },
+        )
     }
 
-    fn all_to_all(&self, outputs: &[Tensor], inputs: &[Tensor], opts: &AllToAllOptions) -> Result<Work> {
+    fn all_to_all(
+        &self,
+        outputs: &[Tensor],
+        inputs: &[Tensor],
+        opts: &AllToAllOptions,
+    ) -> Result<Work> {
         const OP: &str = "alltoall";
         if outputs.len() != self.size || inputs.len() != self.size {
             return Err(at(OP).invalid(format!(
@@ -372,13 +504,16 @@ impl Backend for ProcessGroupNccl {
             )));
         }
         let (os, is) = (outputs.to_vec(), inputs.to_vec());
-        self.launch(self.op(OpType::Alltoall, inputs, outputs, opts.timeout), |e| {
-            for r in 0..os.len() {
-                e.send(&is[r], r)?;
-                e.recv(&os[r], r)?;
-            }
-            Ok(())
-        })
+        self.launch(
+            self.op(OpType::Alltoall, inputs, outputs, opts.timeout),
+            |e| {
+                for r in 0..os.len() {
+                    e.send(&is[r], r)?;
+                    e.recv(&os[r], r)?;
+                }
+                Ok(())
+            },
+        )
     }
 
     fn barrier(&self, opts: &BarrierOptions) -> Result<Work> {
@@ -398,14 +533,22 @@ impl Backend for ProcessGroupNccl {
         at("send").single(tensors)?;
         self.check_peer("send", dst)?;
         let t = tensors[0].clone();
-        self.launch(self.op(OpType::Send, tensors, &[], None), |e| e.send(&t, dst))
+        let op = Op {
+            peer: Some(dst),
+            ..self.op(OpType::Send, tensors, &[], None)
+        };
+        self.launch(op, |e| e.send(&t, dst))
     }
 
     fn recv(&self, tensors: &[Tensor], src: usize, _tag: i64) -> Result<Work> {
         at("recv").single(tensors)?;
         self.check_peer("recv", src)?;
         let t = tensors[0].clone();
-        self.launch(self.op(OpType::Recv, &[], tensors, None), |e| e.recv(&t, src))
+        let op = Op {
+            peer: Some(src),
+            ..self.op(OpType::Recv, &[], tensors, None)
+        };
+        self.launch(op, |e| e.recv(&t, src))
     }
 
     fn supports_coalescing(&self) -> bool {
@@ -432,6 +575,33 @@ impl Backend for ProcessGroupNccl {
             .map(|pg| Arc::new(pg) as Arc<dyn Backend>))
     }
 
+    /// `ncclCommShrink` where the loaded NCCL has it (2.27) and the communicator is live;
+    /// pending ops are aborted first (`NCCL_SHRINK_ABORT`) when it reports an error. `None`
+    /// otherwise: the caller makes a new group.
+    fn shrink(
+        &self,
+        ranks_to_exclude: &[usize],
+        opts: &BackendOptions,
+    ) -> Result<Option<Arc<dyn Backend>>> {
+        let usable = self.lib.comm_shrink().is_ok()
+            && self.current().is_some_and(|dc| !dc.comm.is_aborted());
+        if !usable {
+            return Ok(None);
+        }
+        let failed = self
+            .current()
+            .is_some_and(|dc| dc.comm.async_error().is_some());
+        let options = crate::options::NcclOptions {
+            config: self.options.config.clone(),
+            is_high_priority_stream: self.options.is_high_priority_stream,
+            ..crate::options::NcclOptions::from_backend_options(opts, &self.env)
+        };
+        Ok(
+            ProcessGroupNccl::shrink(self, ranks_to_exclude, failed, options)?
+                .map(|pg| Arc::new(pg) as Arc<dyn Backend>),
+        )
+    }
+
     fn abort(&self) {
         self.abort_all("abort() was called");
     }
@@ -450,12 +620,18 @@ fn gather_into(e: &mut Enqueue<'_>, output: &Tensor, input: &Tensor) -> Result<(
 }
 
 /// `output` = this rank's block of the reduction of every rank's `input` (ncclReduceScatter).
-fn scatter_from(e: &mut Enqueue<'_>, output: &Tensor, input: &Tensor, op: c10d_core::ReduceOp) -> Result<()> {
+fn scatter_from(
+    e: &mut Enqueue<'_>,
+    output: &Tensor,
+    input: &Tensor,
+    op: c10d_core::ReduceOp,
+) -> Result<()> {
     let (n, ty) = e.count(output)?;
     let red = e.reduction(op, output.dtype())?;
     // SAFETY: `input` holds size × `output` elements (checked by the caller); both alive for
     // the op; live, locked communicator.
-    let rc = unsafe { (e.lib.reduce_scatter)(ptr(input), ptr(output), n, ty, red, e.comm, e.stream) };
+    let rc =
+        unsafe { (e.lib.reduce_scatter)(ptr(input), ptr(output), n, ty, red, e.comm, e.stream) };
     e.call("ncclReduceScatter", rc)
 }
 

@@ -82,7 +82,15 @@ impl Communicator {
         let rc = match lib.comm_init_rank_config() {
             // SAFETY: `comm` is writable; `raw_config` lives across the call; `id` came from
             // ncclGetUniqueId of rank 0 (through the store).
-            Ok(f) => unsafe { f(&mut comm, size as c_int, id, rank as c_int, raw_config.as_mut_ptr()) },
+            Ok(f) => unsafe {
+                f(
+                    &mut comm,
+                    size as c_int,
+                    id,
+                    rank as c_int,
+                    raw_config.as_mut_ptr(),
+                )
+            },
             // SAFETY: as above, without a config (NCCL < 2.14, which is always blocking).
             Err(_) => unsafe { (lib.comm_init_rank)(&mut comm, size as c_int, id, rank as c_int) },
         };
@@ -114,7 +122,12 @@ impl Communicator {
 
     /// The checks after an NCCL call on this communicator: its return code, then (non-blocking)
     /// polling until it is ready. A failure or timeout aborts the communicator.
-    fn after_call(&self, call: &'static str, rc: sys::ncclResult_t, deadline: Instant) -> Result<()> {
+    fn after_call(
+        &self,
+        call: &'static str,
+        rc: sys::ncclResult_t,
+        deadline: Instant,
+    ) -> Result<()> {
         if rc != sys::ncclSuccess && rc != sys::ncclInProgress {
             let e = self.call_error(call, rc);
             self.abort();
@@ -170,7 +183,8 @@ impl Communicator {
             self.lib.version(),
             self.rank,
             self.device,
-            last.map(|l| format!("\nLast error:\n{l}")).unwrap_or_default()
+            last.map(|l| format!("\nLast error:\n{l}"))
+                .unwrap_or_default()
         ))
     }
 
@@ -192,7 +206,11 @@ impl Communicator {
     pub fn async_error(&self) -> Option<String> {
         match self.async_state() {
             Ok(sys::ncclSuccess) | Ok(sys::ncclInProgress) => None,
-            Ok(code) => Some(self.call_error("ncclCommGetAsyncError", code).message().to_string()),
+            Ok(code) => Some(
+                self.call_error("ncclCommGetAsyncError", code)
+                    .message()
+                    .to_string(),
+            ),
             Err(e) => Some(e.message().to_string()),
         }
     }
@@ -221,7 +239,12 @@ impl Communicator {
     ///
     /// # Errors
     /// As [`Communicator::wait_ready`]; the call's own error.
-    pub fn finish_call(&self, call: &'static str, rc: sys::ncclResult_t, deadline: Instant) -> Result<()> {
+    pub fn finish_call(
+        &self,
+        call: &'static str,
+        rc: sys::ncclResult_t,
+        deadline: Instant,
+    ) -> Result<()> {
         self.after_call(call, rc, deadline)
     }
 
@@ -243,7 +266,10 @@ impl Communicator {
 
     /// True once aborted.
     pub fn is_aborted(&self) -> bool {
-        self.handle.lock().unwrap_or_else(|e| e.into_inner()).aborted
+        self.handle
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .aborted
     }
 
     /// `ncclCommSplit`: this rank joins the child of ranks with the same `color`, ordered by
@@ -266,7 +292,15 @@ impl Communicator {
         let rc = {
             let l = self.lock()?;
             // SAFETY: parent live and locked; out-pointer and config valid across the call.
-            unsafe { f(l.raw(), color, key as c_int, &mut child, raw_config.as_mut_ptr()) }
+            unsafe {
+                f(
+                    l.raw(),
+                    color,
+                    key as c_int,
+                    &mut child,
+                    raw_config.as_mut_ptr(),
+                )
+            }
         };
         self.finish_call("ncclCommSplit", rc, deadline)?;
         self.child(child, config, "ncclCommSplit", deadline)
@@ -298,7 +332,14 @@ impl Communicator {
             let l = self.lock()?;
             // SAFETY: parent live and locked; the exclusion list and config outlive the call.
             unsafe {
-                f(l.raw(), excl.as_mut_ptr(), excl.len() as c_int, &mut child, raw_config.as_mut_ptr(), flags)
+                f(
+                    l.raw(),
+                    excl.as_mut_ptr(),
+                    excl.len() as c_int,
+                    &mut child,
+                    raw_config.as_mut_ptr(),
+                    flags,
+                )
             }
         };
         self.finish_call("ncclCommShrink", rc, deadline)?;
@@ -327,9 +368,13 @@ impl Communicator {
         let l = self.lock()?;
         let (mut rank, mut size): (c_int, c_int) = (0, 0);
         // SAFETY: live, locked handle; writable ints.
-        check(self.lib, "ncclCommUserRank", unsafe { (self.lib.comm_user_rank)(l.raw(), &mut rank) })?;
+        check(self.lib, "ncclCommUserRank", unsafe {
+            (self.lib.comm_user_rank)(l.raw(), &mut rank)
+        })?;
         // SAFETY: as above.
-        check(self.lib, "ncclCommCount", unsafe { (self.lib.comm_count)(l.raw(), &mut size) })?;
+        check(self.lib, "ncclCommCount", unsafe {
+            (self.lib.comm_count)(l.raw(), &mut size)
+        })?;
         Ok((rank as usize, size as usize))
     }
 

@@ -51,7 +51,8 @@ pub fn context(device: Device) -> Result<Arc<CudaContext>> {
     let ctx = match map.get(&i) {
         Some(c) => c.clone(),
         None => {
-            let c = CudaContext::new(i as usize).map_err(|e| driver_error("cuDevicePrimaryCtxRetain", e))?;
+            let c = CudaContext::new(i as usize)
+                .map_err(|e| driver_error("cuDevicePrimaryCtxRetain", e))?;
             map.insert(i, c.clone());
             c
         }

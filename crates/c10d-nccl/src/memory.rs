@@ -88,7 +88,10 @@ impl Drop for CudaMemory {
         // SAFETY: `ptr` came from cuMemAlloc in this context and is freed once, here; every
         // collective using it holds a tensor (and so this storage) until its end event fired.
         if let Err(e) = unsafe { result::free_sync(self.ptr) } {
-            log::warn!("c10d-nccl: cuMemFree of {} bytes failed: {e:?}", self.nbytes);
+            log::warn!(
+                "c10d-nccl: cuMemFree of {} bytes failed: {e:?}",
+                self.nbytes
+            );
         }
     }
 }

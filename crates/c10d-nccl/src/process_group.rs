@@ -24,8 +24,9 @@ use crate::stream;
 use crate::sys;
 use crate::watchdog::{GroupLabel, Watchdog, WorkRecord};
 use crate::watchdog_thread::WatchdogThread;
+use c10d_core::flight_recorder::{GroupRecorder, OpRecord, Trace};
 use c10d_core::{
-    DType, Device, DistError, OpType, ReduceOp, Result, Tensor, TensorLeases, Work,
+    DType, Device, DistError, FlightRecorder, OpType, ReduceOp, Result, Tensor, TensorLeases, Work,
 };
 use c10d_store::Store;
 use cudarc::driver::{CudaContext, CudaEvent, CudaStream};
@@ -54,6 +55,8 @@ pub(crate) struct Op<'a> {
     pub timeout: Option<Duration>,
     /// `Work::wait` blocks the host (barrier, as PyTorch's barrier synchronizes its stream).
     pub host_blocking: bool,
+    /// The other side of a send or receive (flight recorder).
+    pub peer: Option<usize>,
 }
 
 /// What an op's body enqueues with: the locked communicator, the NCCL stream, and the
@@ -68,6 +71,15 @@ pub(crate) struct Enqueue<'a> {
     /// kernels at `ncclGroupEnd`, so copies of their results are queued after it.
     pub after: &'a mut Vec<(Tensor, Tensor)>,
     premul_ops: &'a mut Vec<sys::ncclRedOp_t>,
+}
+
+/// What an enqueued op hands to [`ProcessGroupNccl::finish_launch`].
+struct Pending {
+    leases: Vec<TensorLeases>,
+    keep: Vec<Tensor>,
+    outputs: Vec<Tensor>,
+    host_blocking: bool,
+    trace: Option<Trace>,
 }
 
 /// An open coalesced block (`start_coalescing` … `end_coalescing`).
@@ -92,6 +104,9 @@ pub struct ProcessGroupNccl {
     pub(crate) lib: &'static NcclLibrary,
     timeout: Mutex<Duration>,
     seq: AtomicU64,
+    coll_seq: AtomicU64,
+    p2p_seq: AtomicU64,
+    fr: Arc<GroupRecorder>,
     dc: Mutex<Option<Arc<DeviceComm>>>,
     watchdog: WatchdogThread,
     coalescing: Mutex<Option<Coalesced>>,
@@ -148,6 +163,14 @@ impl ProcessGroupNccl {
             rank,
         };
         let dog = Watchdog::new(label, env.async_error_handling);
+        let fr = FlightRecorder::global()?.register_group(
+            "nccl",
+            &options.group_name,
+            &options.group_desc,
+            &options.global_ranks,
+            rank,
+            size,
+        );
         Ok(ProcessGroupNccl {
             rank,
             size,
@@ -157,6 +180,9 @@ impl ProcessGroupNccl {
             env,
             lib: crate::loader::library()?,
             seq: AtomicU64::new(0),
+            coll_seq: AtomicU64::new(0),
+            p2p_seq: AtomicU64::new(0),
+            fr,
             dc: Mutex::new(None),
             watchdog: WatchdogThread::start(dog),
             coalescing: Mutex::new(None),
@@ -177,6 +203,11 @@ impl ProcessGroupNccl {
     /// The device the group is bound to, once it has a communicator.
     pub fn bound_device(&self) -> Option<Device> {
         self.current().map(|d| d.device)
+    }
+
+    /// This group's handle on the process's flight recorder (`nccl:` profiling names).
+    pub fn flight_recorder(&self) -> &Arc<GroupRecorder> {
+        &self.fr
     }
 
     /// How many communicators were made from this one by `ncclCommSplit`
@@ -242,7 +273,11 @@ impl ProcessGroupNccl {
 
     /// A [`DeviceComm`] around a new communicator: its NCCL stream (high priority on request)
     /// and its sync event.
-    pub(crate) fn wrap_comm(&self, ctx: Arc<CudaContext>, comm: Communicator) -> Result<DeviceComm> {
+    pub(crate) fn wrap_comm(
+        &self,
+        ctx: Arc<CudaContext>,
+        comm: Communicator,
+    ) -> Result<DeviceComm> {
         let stream = if self.options.is_high_priority_stream {
             let (_, greatest) = cudarc::driver::result::stream::get_priority_range()
                 .map_err(|e| driver_error("cuCtxGetStreamPriorityRange", e))?;
@@ -251,7 +286,9 @@ impl ProcessGroupNccl {
             ctx.new_stream()
         }
         .map_err(|e| driver_error("cuStreamCreate", e))?;
-        let sync_event = ctx.new_event(None).map_err(|e| driver_error("cuEventCreate", e))?;
+        let sync_event = ctx
+            .new_event(None)
+            .map_err(|e| driver_error("cuEventCreate", e))?;
         Ok(DeviceComm {
             device: comm.device(),
             ctx: ctx.clone(),
@@ -305,12 +342,10 @@ impl ProcessGroupNccl {
             }
             match found {
                 None => found = Some(d),
-                Some(f) if f != d => {
-                    return Err(DistError::invalid(format!(
-                        "ProcessGroupNCCL::{}: Tensors must be on the same device (got {f} and {d})",
-                        op.kind
-                    )))
-                }
+                Some(f) if f != d => return Err(DistError::invalid(format!(
+                    "ProcessGroupNCCL::{}: Tensors must be on the same device (got {f} and {d})",
+                    op.kind
+                ))),
                 _ => {}
             }
         }
@@ -339,7 +374,9 @@ impl ProcessGroupNccl {
         let device = self.device_of(&op)?;
         let leases = TensorLeases::acquire(op.inputs, op.outputs)?;
         let dc = self.device_comm(device)?;
-        dc.ctx.bind_to_thread().map_err(|e| driver_error("cuCtxSetCurrent", e))?;
+        dc.ctx
+            .bind_to_thread()
+            .map_err(|e| driver_error("cuCtxSetCurrent", e))?;
         self.order_after_caller(&dc)?;
         let mut scratch = Vec::new();
         let numel_in: usize = op.inputs.iter().map(Tensor::numel).sum();
@@ -349,35 +386,58 @@ impl ProcessGroupNccl {
             self.enqueue_calls(&dc, false, &mut scratch, &mut c.after, body)?;
             c.dc.get_or_insert_with(|| dc.clone());
             c.leases.push(leases);
-            c.keep.extend(op.inputs.iter().chain(op.outputs).cloned().chain(scratch));
+            c.keep
+                .extend(op.inputs.iter().chain(op.outputs).cloned().chain(scratch));
             c.numel_in += numel_in as i64;
             c.numel_out += numel_out as i64;
             // The coalesced block's own Work comes from `end_coalescing`.
-            return Ok(Work::completed(op.kind, self.sequence(), Ok(()), Vec::new()));
+            return Ok(Work::completed(
+                op.kind,
+                self.sequence(),
+                Ok(()),
+                Vec::new(),
+            ));
         }
         drop(co);
         let mut after = Vec::new();
         self.enqueue_calls(&dc, true, &mut scratch, &mut after, body)?;
         copy_after(&dc, &after)?;
-        let seq = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
-        let keep = op.inputs.iter().chain(op.outputs).cloned().chain(scratch).collect();
+        let timeout = op.timeout.unwrap_or_else(|| self.default_timeout());
+        let (seq, trace) = self.number(op.kind, op.peer, op.inputs, op.outputs, timeout);
+        let keep = op
+            .inputs
+            .iter()
+            .chain(op.outputs)
+            .cloned()
+            .chain(scratch)
+            .collect();
         let record = WorkRecord {
             seq,
             op: op.kind,
             numel_in: numel_in as i64,
             numel_out: numel_out as i64,
-            timeout: op.timeout.unwrap_or_else(|| self.default_timeout()),
+            timeout,
             start: Instant::now(),
         };
-        self.finish_launch(&dc, record, vec![leases], keep, op.outputs.to_vec(), op.host_blocking)
+        let pending = Pending {
+            leases: vec![leases],
+            keep,
+            outputs: op.outputs.to_vec(),
+            host_blocking: op.host_blocking,
+            trace,
+        };
+        self.finish_launch(&dc, record, pending)
     }
 
     /// The NCCL stream waits for what the caller queued on its current stream.
     fn order_after_caller(&self, dc: &DeviceComm) -> Result<()> {
         let caller = stream::current_stream(dc.device)?;
         let ev = dc.sync_event.lock().unwrap_or_else(|e| e.into_inner());
-        ev.record(&caller).map_err(|e| driver_error("cuEventRecord", e))?;
-        dc.stream.wait(&ev).map_err(|e| driver_error("cuStreamWaitEvent", e))
+        ev.record(&caller)
+            .map_err(|e| driver_error("cuEventRecord", e))?;
+        dc.stream
+            .wait(&ev)
+            .map_err(|e| driver_error("cuStreamWaitEvent", e))
     }
 
     /// Runs `body` under the communicator's lock, inside its own NCCL group when `grouped`.
@@ -404,7 +464,9 @@ impl ProcessGroupNccl {
             };
             if grouped {
                 // SAFETY: ncclGroupStart only touches NCCL's thread-local group state.
-                check(self.lib, "ncclGroupStart", unsafe { (self.lib.group_start)() })?;
+                check(self.lib, "ncclGroupStart", unsafe {
+                    (self.lib.group_start)()
+                })?;
             }
             let r = body(&mut e);
             let end = if grouped {
@@ -424,23 +486,66 @@ impl ProcessGroupNccl {
         dc.comm.finish_call("ncclGroupEnd", rc, deadline)
     }
 
-    /// Records the end event and hands the op to the watchdog; returns its `Work`.
-    fn finish_launch(
+    /// Numbers an op and records it in the flight recorder ("scheduled"): PyTorch's
+    /// `op_id`, `collective_seq_id` and `p2p_seq_id`.
+    fn number(
         &self,
-        dc: &Arc<DeviceComm>,
-        record: WorkRecord,
-        leases: Vec<TensorLeases>,
-        keep: Vec<Tensor>,
-        outputs: Vec<Tensor>,
-        host_blocking: bool,
-    ) -> Result<Work> {
+        op: OpType,
+        peer: Option<usize>,
+        ins: &[Tensor],
+        outs: &[Tensor],
+        timeout: Duration,
+    ) -> (u64, Option<Trace>) {
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
+        let p2p = matches!(op, OpType::Send | OpType::Recv);
+        let (coll, p2p_seq) = if p2p {
+            (
+                self.coll_seq.load(Ordering::Relaxed),
+                self.p2p_seq.fetch_add(1, Ordering::Relaxed) + 1,
+            )
+        } else {
+            (
+                self.coll_seq.fetch_add(1, Ordering::Relaxed) + 1,
+                self.p2p_seq.load(Ordering::Relaxed),
+            )
+        };
+        let trace = self.fr.record(&OpRecord {
+            op,
+            collective_seq_id: coll,
+            p2p_seq_id: p2p_seq,
+            op_id: seq,
+            peer,
+            inputs: if ins.is_empty() { outs } else { ins },
+            outputs: if outs.is_empty() { ins } else { outs },
+            timeout,
+        });
+        (seq, trace)
+    }
+
+    /// Records the end event and hands the op to the watchdog; returns its `Work`.
+    fn finish_launch(&self, dc: &Arc<DeviceComm>, record: WorkRecord, p: Pending) -> Result<Work> {
+        let Pending {
+            leases,
+            keep,
+            outputs,
+            host_blocking,
+            trace,
+        } = p;
         let end = Arc::new(dc.events.take()?);
-        end.record(&dc.stream).map_err(|e| driver_error("cuEventRecord", e))?;
-        let (work, completer) = Work::new(record.op, record.seq);
+        end.record(&dc.stream)
+            .map_err(|e| driver_error("cuEventRecord", e))?;
+        let (work, mut completer) = Work::new(record.op, record.seq);
+        completer.set_trace(trace);
+        completer.mark_started();
         completer.set_outputs(outputs);
         let slot: LeaseSlot = Arc::new(Mutex::new(Some(leases)));
         let blocking = host_blocking || self.env.blocking_wait;
-        completer.set_wait_hook(stream_wait_hook(dc.device, end.clone(), slot.clone(), blocking));
+        completer.set_wait_hook(stream_wait_hook(
+            dc.device,
+            end.clone(),
+            slot.clone(),
+            blocking,
+        ));
         let comm = dc.comm.clone();
         completer.set_abort_hook(Box::new(move || comm.abort()));
         self.watchdog.enqueue(
@@ -466,7 +571,9 @@ impl ProcessGroupNccl {
             ));
         }
         // SAFETY: opens NCCL's thread-local group; closed by `end_block`.
-        check(self.lib, "ncclGroupStart", unsafe { (self.lib.group_start)() })?;
+        check(self.lib, "ncclGroupStart", unsafe {
+            (self.lib.group_start)()
+        })?;
         *co = Some(Coalesced {
             dc: None,
             after: Vec::new(),
@@ -485,29 +592,42 @@ impl ProcessGroupNccl {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take()
-            .ok_or_else(|| DistError::invalid("ProcessGroupNCCL: end_coalescing without start_coalescing"))?;
+            .ok_or_else(|| {
+                DistError::invalid("ProcessGroupNCCL: end_coalescing without start_coalescing")
+            })?;
         // SAFETY: closes the group `start_block` opened on this thread.
         let rc = unsafe { (self.lib.group_end)() };
-        let seq = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
+        let timeout = self.default_timeout();
+        let (seq, trace) = self.number(OpType::Coalesced, None, &[], &[], timeout);
         let Some(dc) = c.dc else {
             check(self.lib, "ncclGroupEnd", rc)?;
             return Ok(Work::completed(OpType::Coalesced, seq, Ok(()), Vec::new()));
         };
-        dc.comm.finish_call("ncclGroupEnd", rc, Instant::now() + self.default_timeout())?;
+        dc.comm
+            .finish_call("ncclGroupEnd", rc, Instant::now() + self.default_timeout())?;
         copy_after(&dc, &c.after)?;
         let record = WorkRecord {
             seq,
             op: OpType::Coalesced,
             numel_in: c.numel_in,
             numel_out: c.numel_out,
-            timeout: self.default_timeout(),
+            timeout,
             start: Instant::now(),
         };
-        self.finish_launch(&dc, record, c.leases, c.keep, Vec::new(), false)
+        let pending = Pending {
+            leases: c.leases,
+            keep: c.keep,
+            outputs: Vec::new(),
+            host_blocking: false,
+            trace,
+        };
+        self.finish_launch(&dc, record, pending)
     }
 
     /// Aborts the communicator and fails every in-flight op (`ProcessGroupNCCL::abort`).
     pub(crate) fn abort_all(&self, why: &str) {
+        // Ops failed on purpose are no reason for a flight-recorder dump.
+        self.fr.set_shutting_down();
         if let Some(dc) = self.current() {
             // Waiters hear first: the abort itself may wait for the device.
             let msg = format!("{}: {why}", dc.comm.aborted_error().message());
@@ -523,12 +643,16 @@ impl ProcessGroupNccl {
         options: NcclOptions,
     ) -> Result<Option<ProcessGroupNccl>> {
         let dc = self.device_comm(self.default_device()?)?;
-        dc.ctx.bind_to_thread().map_err(|e| driver_error("cuCtxSetCurrent", e))?;
+        dc.ctx
+            .bind_to_thread()
+            .map_err(|e| driver_error("cuCtxSetCurrent", e))?;
         let member = ranks.iter().position(|&r| r == self.rank);
         // Every rank of one child uses the child's lowest parent rank as its colour.
         let color = member.map(|_| ranks.iter().copied().min().unwrap_or(0) as u32);
         let deadline = Instant::now() + self.default_timeout();
-        let made = dc.comm.split(color, member.unwrap_or(0), &options.config, deadline)?;
+        let made = dc
+            .comm
+            .split(color, member.unwrap_or(0), &options.config, deadline)?;
         self.split_count.fetch_add(1, Ordering::Relaxed);
         let Some((comm, rank, size)) = made else {
             return Ok(None);
@@ -555,9 +679,13 @@ impl ProcessGroupNccl {
         let dc = self.current().ok_or_else(|| {
             DistError::invalid("ProcessGroupNCCL: shrink needs a communicator (bind the group to its device first)")
         })?;
-        dc.ctx.bind_to_thread().map_err(|e| driver_error("cuCtxSetCurrent", e))?;
+        dc.ctx
+            .bind_to_thread()
+            .map_err(|e| driver_error("cuCtxSetCurrent", e))?;
         let deadline = Instant::now() + self.default_timeout();
-        let made = dc.comm.shrink(exclude, abort_first, &options.config, deadline)?;
+        let made = dc
+            .comm
+            .shrink(exclude, abort_first, &options.config, deadline)?;
         let Some((comm, rank, size)) = made else {
             return Ok(None);
         };
@@ -572,7 +700,8 @@ impl ProcessGroupNccl {
         size: usize,
         options: NcclOptions,
     ) -> Result<ProcessGroupNccl> {
-        let child = ProcessGroupNccl::with_env(self.store.clone(), rank, size, options, self.env.clone())?;
+        let child =
+            ProcessGroupNccl::with_env(self.store.clone(), rank, size, options, self.env.clone())?;
         let wrapped = child.wrap_comm(dc.ctx.clone(), comm)?;
         *child.dc.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(wrapped));
         Ok(child)
@@ -585,8 +714,10 @@ fn copy_after(dc: &DeviceComm, after: &[(Tensor, Tensor)]) -> Result<()> {
         let (d, s) = (dst.device_ptr().unwrap_or(0), src.device_ptr().unwrap_or(0));
         // SAFETY: both are live CUDA tensors of equal byte size (checked when queued), kept
         // alive by the op until its end event; the stream belongs to their device.
-        unsafe { cudarc::driver::result::memcpy_dtod_async(d, s, src.nbytes(), dc.stream.cu_stream()) }
-            .map_err(|e| driver_error("cuMemcpyDtoDAsync", e))?;
+        unsafe {
+            cudarc::driver::result::memcpy_dtod_async(d, s, src.nbytes(), dc.stream.cu_stream())
+        }
+        .map_err(|e| driver_error("cuMemcpyDtoDAsync", e))?;
     }
     Ok(())
 }

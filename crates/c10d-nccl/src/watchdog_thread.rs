@@ -5,7 +5,7 @@
 
 use crate::comm::Communicator;
 use crate::inflight::InFlight;
-use crate::watchdog::{PollReport, WorkRecord, Watchdog};
+use crate::watchdog::{PollReport, Watchdog, WorkRecord};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -104,16 +104,27 @@ fn handle(shared: &Shared, report: PollReport<InFlight>) {
     // Waiters hear of the failure before the abort, which may wait for the device.
     let mut failed_comms = Vec::new();
     for f in report.timed_out.into_iter().chain(report.failed) {
-        let e = f.error.unwrap_or_else(|| c10d_core::DistError::backend("failed"));
+        let e = f
+            .error
+            .unwrap_or_else(|| c10d_core::DistError::backend("failed"));
         failed_comms.push(f.probe.comm.clone());
         f.probe.finish(Err(e));
     }
-    let Some(response) = report.response else { return };
+    let Some(response) = report.response else {
+        return;
+    };
     let reason = report.first_error.clone().unwrap_or_default();
     log::error!("{reason}");
     if response.abort_communicators {
-        let comms = shared.comms.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        comms.iter().filter_map(Weak::upgrade).for_each(|c| c.abort());
+        let comms = shared
+            .comms
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        comms
+            .iter()
+            .filter_map(Weak::upgrade)
+            .for_each(|c| c.abort());
         failed_comms.iter().for_each(|c| c.abort());
     }
     if response.tear_down_process {

@@ -24,7 +24,10 @@ fn main() {
     }
     if c10d_nccl::cuda_device_count() == 0 {
         if std::env::var("C10D_REQUIRE_GPU").as_deref() == Ok("1") {
-            eprintln!("no GPU, but C10D_REQUIRE_GPU=1: {}", c10d_nccl::cuda::cuda_status().detail);
+            eprintln!(
+                "no GPU, but C10D_REQUIRE_GPU=1: {}",
+                c10d_nccl::cuda::cuda_status().detail
+            );
             std::process::exit(1);
         }
         println!("skipped: no GPU");
@@ -57,7 +60,10 @@ fn main() {
 
 /// How long one world size may run (`C10D_GPU_WORLD_LIMIT_S`, default 300 s).
 fn world_limit() -> std::time::Duration {
-    let s = std::env::var("C10D_GPU_WORLD_LIMIT_S").ok().and_then(|s| s.parse().ok()).unwrap_or(300);
+    let s = std::env::var("C10D_GPU_WORLD_LIMIT_S")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(300);
     std::time::Duration::from_secs(s)
 }
 
@@ -100,7 +106,10 @@ fn run_world(w: usize) -> (usize, usize) {
     });
     for mut c in children {
         let out = c.stdout.take().expect("piped");
-        for line in BufReader::new(out).lines().map_while(std::result::Result::ok) {
+        for line in BufReader::new(out)
+            .lines()
+            .map_while(std::result::Result::ok)
+        {
             let verbose = std::env::var_os("C10D_GPU_VERBOSE").is_some();
             if verbose {
                 println!("  [{w}] {line}");
@@ -110,7 +119,10 @@ fn run_world(w: usize) -> (usize, usize) {
                 if !results.contains_key(name) {
                     order.push(name.to_string());
                 }
-                results.entry(name.into()).or_default().push(verdict.to_string());
+                results
+                    .entry(name.into())
+                    .or_default()
+                    .push(verdict.to_string());
             } else if !verbose && !line.starts_with("start ") {
                 println!("  {line}");
             }
@@ -132,10 +144,17 @@ fn run_world(w: usize) -> (usize, usize) {
         let bad: Vec<_> = verdicts.iter().filter(|v| !v.starts_with("ok")).collect();
         if bad.is_empty() && verdicts.len() == w {
             p += 1;
-            println!("world {w}: {name} ok {}", verdicts[0].trim_start_matches("ok").trim());
+            println!(
+                "world {w}: {name} ok {}",
+                verdicts[0].trim_start_matches("ok").trim()
+            );
         } else {
             f += 1;
-            println!("world {w}: {name} FAILED ({} of {w} ranks reported) {:?}", verdicts.len(), bad);
+            println!(
+                "world {w}: {name} FAILED ({} of {w} ranks reported) {:?}",
+                verdicts.len(),
+                bad
+            );
         }
     }
     println!("world {w}: done in {:.1} s", start.elapsed().as_secs_f64());

@@ -100,7 +100,11 @@ struct Plugin {
 /// group has one (eager init). Never a panic: without a GPU or NCCL, c10d-nccl's reason.
 fn create_nccl(a: &BackendCreateArgs) -> Result<Option<Arc<dyn Backend>>> {
     let bopts = a.backend_options("nccl");
-    let options = match a.pg_options.as_ref().and_then(|o| o.downcast_ref::<c10d_nccl::NcclOptions>()) {
+    let options = match a
+        .pg_options
+        .as_ref()
+        .and_then(|o| o.downcast_ref::<c10d_nccl::NcclOptions>())
+    {
         Some(user) => c10d_nccl::NcclOptions {
             timeout: a.timeout,
             group_name: bopts.group_name.clone(),
@@ -108,10 +112,16 @@ fn create_nccl(a: &BackendCreateArgs) -> Result<Option<Arc<dyn Backend>>> {
             global_ranks: bopts.global_ranks.clone(),
             ..user.clone()
         },
-        None => c10d_nccl::NcclOptions::from_backend_options(&bopts, &c10d_nccl::NcclEnv::default()),
+        None => {
+            c10d_nccl::NcclOptions::from_backend_options(&bopts, &c10d_nccl::NcclEnv::default())
+        }
     };
     let pg = c10d_nccl::ProcessGroupNccl::new(a.store.clone(), a.group_rank, a.group_size, options)
-        .map_err(|e| e.map_message(|m| format!("{m}\nBackend nccl is not available in this process; use backend \"gloo\"")))?;
+        .map_err(|e| {
+            e.map_message(|m| {
+                format!("{m}\nBackend nccl is not available in this process; use backend \"gloo\"")
+            })
+        })?;
     if let Some(d @ c10d_core::Device::Cuda(_)) = a.device_id {
         pg.bind(d)?;
     }

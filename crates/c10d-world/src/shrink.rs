@@ -12,8 +12,10 @@
 //!
 //! - PyTorch shrinks through the backend's own `shrink` (`ncclCommShrink`) and raises
 //!   `TypeError` "... does not support shrinking operations" for every other backend, Gloo
-//!   included, so it cannot shrink a CPU group at all. Here every backend can be shrunk, by
-//!   creating a new one for the survivors.
+//!   included, so it cannot shrink a CPU group at all. Here the group's default backend shrinks
+//!   itself when it can ([`c10d_core::Backend::shrink`]: NCCL ≥ 2.27 with a live communicator
+//!   uses `ncclCommShrink`), and every other backend, or an NCCL one whose communicator was
+//!   aborted after a failure, is replaced by a new one for the survivors.
 //! - There are no `shrink_flags` and no `pg_options` arguments: the parent is always aborted
 //!   after the new group exists (what `SHRINK_ABORT` asks for), and the new group is created
 //!   with the backend's default options.
@@ -29,8 +31,10 @@
 //!   nothing collective may run during cleanup); when the default group is shrunk, every other
 //!   group is aborted and forgotten, as in PyTorch.
 
-use crate::world::{not_registered, stop_backends, GroupEntry, GroupMember, NewPg, World};
-use c10d_core::{DistError, ProcessGroup, Result};
+use crate::world::{
+    not_registered, stop_backends, BackendSource, GroupEntry, GroupMember, NewPg, World,
+};
+use c10d_core::{BackendOptions, DistError, ProcessGroup, Result};
 
 impl World {
     /// `shrink_group(ranks_to_exclude, group=None)` (PyTorch 2.9+): a new, smaller group made of
@@ -101,8 +105,9 @@ impl World {
         } else {
             format!("{}:shrunk", target.group_name())
         };
-        let timeout = target.default_backend()?.timeout();
-        let (member, _) = self.new_process_group_helper(NewPg {
+        let parent_backend = target.default_backend()?;
+        let timeout = parent_backend.timeout();
+        let a = NewPg {
             group_size: remaining.len(),
             group_rank: Some(new_rank),
             // The default group's members are renumbered 0..n: they are the new world.
@@ -120,7 +125,21 @@ impl World {
             pg_tag: None,
             device_id: target.bound_device_id(),
             group_desc,
-        })?;
+        };
+        // A backend that can shrink itself (NCCL: `ncclCommShrink`) makes the survivors'
+        // backend for its device; the others, and every backend of the rest, are made anew.
+        let bopts = BackendOptions {
+            backend: a.backend.clone(),
+            timeout,
+            group_name: a.group_name.clone(),
+            group_desc: a.group_desc.clone(),
+            global_ranks: a.global_ranks.clone(),
+        };
+        let source = match parent_backend.shrink(ranks_to_exclude, &bopts)? {
+            Some(child) => BackendSource::Shrunk(child),
+            None => BackendSource::Create,
+        };
+        let (member, _) = self.create_group(a, source)?;
         let new_pg = member
             .group()
             .cloned()

@@ -1,7 +1,8 @@
 //! The NCCL backend through the world layer, on a GPU (`cargo xtask test-multigpu`;
 //! `harness = false`): two processes share the GPU (each with its own `NCCL_HOSTID`), make a
 //! `"cpu:gloo,cuda:nccl"` world bound to `cuda:0`, and run collectives on CUDA and CPU tensors
-//! in one group, a `new_group`, a `split_group` (made by `ncclCommSplit`) and a barrier. Prints
+//! in one group, a `new_group`, a `split_group` (made by `ncclCommSplit`), a barrier, CUDA
+//! tensors through `"gloo"`, and `shrink_group` (`ncclCommShrink`). Prints
 //! `skipped: no GPU` without a GPU (fails instead when `C10D_REQUIRE_GPU=1`), else one line per
 //! rank and `N passed, M failed`.
 
@@ -56,7 +57,11 @@ fn main() {
                 .unwrap()
         })
         .collect();
-    let failed = kids.iter_mut().map(|k| k.wait().unwrap()).filter(|s| !s.success()).count();
+    let failed = kids
+        .iter_mut()
+        .map(|k| k.wait().unwrap())
+        .filter(|s| !s.success())
+        .count();
     println!("{} passed, {} failed", WORLD - failed, failed);
     std::process::exit(if failed == 0 { 0 } else { 1 });
 }
@@ -74,8 +79,14 @@ fn expect(what: &str, got: Vec<f32>, want: Vec<f32>) -> Result<(), String> {
 
 fn rank_main(rank: usize) -> Result<(), String> {
     let e = |e: c10d_core::DistError| e.to_string();
-    let port: u16 = std::env::var("C10D_GPU_STORE_PORT").unwrap().parse().unwrap();
-    let opts = TcpStoreOptions { timeout: Duration::from_secs(60), ..TcpStoreOptions::default() };
+    let port: u16 = std::env::var("C10D_GPU_STORE_PORT")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let opts = TcpStoreOptions {
+        timeout: Duration::from_secs(60),
+        ..TcpStoreOptions::default()
+    };
     let store: Arc<dyn Store> = Arc::new(TcpStore::new("127.0.0.1", port, opts).map_err(e)?);
     let w = World::new();
     w.init_process_group(InitOptions {
@@ -99,11 +110,21 @@ fn rank_main(rank: usize) -> Result<(), String> {
     w.all_reduce(&c).run().map_err(e)?;
     expect("cpu all_reduce (gloo)", c.to_vec().map_err(e)?, want_sum)?;
     let m = cuda(vec![rank as f32; 2])?;
-    w.all_reduce(&m).op(ReduceOp::Max).start().map_err(e)?.wait().map_err(e)?;
+    w.all_reduce(&m)
+        .op(ReduceOp::Max)
+        .start()
+        .map_err(e)?
+        .wait()
+        .map_err(e)?;
     expect("async max", m.to_vec().map_err(e)?, vec![1.0; 2])?;
-    let sub = w.new_group(Some(&[0, 1]), GroupOptions::default()).map_err(e)?;
+    let sub = w
+        .new_group(Some(&[0, 1]), GroupOptions::default())
+        .map_err(e)?;
     let b = cuda(vec![rank as f32 + 10.0; 3])?;
-    w.broadcast(&b, Rank::Group(1)).group(&sub).run().map_err(e)?;
+    w.broadcast(&b, Rank::Group(1))
+        .group(&sub)
+        .run()
+        .map_err(e)?;
     expect("new_group broadcast", b.to_vec().map_err(e)?, vec![11.0; 3])?;
     let split = w
         .split_group(None, &[vec![0], vec![1]], SplitOptions::default())
@@ -113,16 +134,46 @@ fn rank_main(rank: usize) -> Result<(), String> {
     }
     let s = cuda(vec![5.0; 2])?;
     w.all_reduce(&s).group(&split).run().map_err(e)?;
-    expect("split_group all_reduce (1 rank)", s.to_vec().map_err(e)?, vec![5.0; 2])?;
+    expect(
+        "split_group all_reduce (1 rank)",
+        s.to_vec().map_err(e)?,
+        vec![5.0; 2],
+    )?;
     let out = c10d_nccl::memory::zeros(DType::F32, &[WORLD * 2], DEV).map_err(e)?;
     let mine = cuda(vec![rank as f32; 2])?;
     w.all_gather_into_tensor(&out, &mine).run().map_err(e)?;
-    expect("all_gather_into_tensor", out.to_vec().map_err(e)?, vec![0.0, 0.0, 1.0, 1.0])?;
+    expect(
+        "all_gather_into_tensor",
+        out.to_vec().map_err(e)?,
+        vec![0.0, 0.0, 1.0, 1.0],
+    )?;
     w.barrier().run().map_err(e)?;
     store.set(&format!("done{rank}"), b"1").map_err(e)?;
     store.wait(&["done0", "done1"]).map_err(e)?;
-    w.destroy_process_group(None).map_err(e)?;
-    gloo_world(rank, store)
+    gloo_world(rank, store.clone())?;
+    shrink(&w, rank, store)
+}
+
+/// `shrink_group([1])` of the NCCL world: rank 0 goes on alone, its CUDA backend made by
+/// `ncclCommShrink` (NCCL ≥ 2.27) and its CPU backend made anew; rank 1 takes no part.
+fn shrink(w: &World, rank: usize, store: Arc<dyn Store>) -> Result<(), String> {
+    let e = |e: c10d_core::DistError| e.to_string();
+    if rank == 1 {
+        store.wait(&["shrunk"]).map_err(e)?;
+        return Ok(());
+    }
+    let g = w.shrink_group(&[1], None).map_err(e)?;
+    if w.get_world_size(None).map_err(e)? != 1 || !matches!(g, GroupMember::Group(_)) {
+        return Err("the shrunk world is not one rank".into());
+    }
+    let t = cuda(vec![4.0; 3])?;
+    w.all_reduce(&t).run().map_err(e)?;
+    expect("cuda all_reduce after shrink", t.to_vec().map_err(e)?, vec![4.0; 3])?;
+    let c = Tensor::from_vec(vec![2.0f32; 2]);
+    w.all_reduce(&c).run().map_err(e)?;
+    expect("cpu all_reduce after shrink", c.to_vec().map_err(e)?, vec![2.0; 2])?;
+    store.set("shrunk", b"1").map_err(e)?;
+    w.destroy_process_group(None).map_err(e)
 }
 
 /// CUDA tensors through the CPU backend (`"gloo"` = `"cpu:gloo,cuda:gloo"`), both ranks on the
@@ -132,7 +183,10 @@ fn gloo_world(rank: usize, store: Arc<dyn Store>) -> Result<(), String> {
     let w = World::new();
     w.init_process_group(InitOptions {
         backend: Some("gloo".into()),
-        store: Some(Arc::new(c10d_store::PrefixStore::new("gloo/", store.clone()))),
+        store: Some(Arc::new(c10d_store::PrefixStore::new(
+            "gloo/",
+            store.clone(),
+        ))),
         world_size: Some(WORLD),
         rank: Some(rank),
         timeout: Some(Duration::from_secs(60)),
@@ -141,14 +195,30 @@ fn gloo_world(rank: usize, store: Arc<dyn Store>) -> Result<(), String> {
     .map_err(e)?;
     let t = cuda(vec![(rank + 1) as f32; 5])?;
     w.all_reduce(&t).run().map_err(e)?;
-    expect("gloo all_reduce of a CUDA tensor", t.to_vec().map_err(e)?, vec![3.0; 5])?;
+    expect(
+        "gloo all_reduce of a CUDA tensor",
+        t.to_vec().map_err(e)?,
+        vec![3.0; 5],
+    )?;
     let b = cuda(vec![rank as f32; 2])?;
     w.broadcast(&b, 1).run().map_err(e)?;
-    expect("gloo broadcast of a CUDA tensor", b.to_vec().map_err(e)?, vec![1.0; 2])?;
+    expect(
+        "gloo broadcast of a CUDA tensor",
+        b.to_vec().map_err(e)?,
+        vec![1.0; 2],
+    )?;
     let out = c10d_nccl::memory::zeros(DType::F32, &[WORLD * 2], DEV).map_err(e)?;
     let mine = cuda(vec![rank as f32 + 1.0; 2])?;
-    w.all_gather_into_tensor(&out, &mine).start().map_err(e)?.wait().map_err(e)?;
-    expect("gloo all_gather of CUDA tensors", out.to_vec().map_err(e)?, vec![1.0, 1.0, 2.0, 2.0])?;
+    w.all_gather_into_tensor(&out, &mine)
+        .start()
+        .map_err(e)?
+        .wait()
+        .map_err(e)?;
+    expect(
+        "gloo all_gather of CUDA tensors",
+        out.to_vec().map_err(e)?,
+        vec![1.0, 1.0, 2.0, 2.0],
+    )?;
     store.set(&format!("gloo-done{rank}"), b"1").map_err(e)?;
     store.wait(&["gloo-done0", "gloo-done1"]).map_err(e)?;
     w.destroy_process_group(None).map_err(e)?;

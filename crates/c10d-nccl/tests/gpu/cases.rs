@@ -30,7 +30,8 @@ impl Ctx {
     fn group(&self, timeout: Duration, env: NcclEnv) -> Result<ProcessGroupNccl, String> {
         let n = self.groups.get();
         self.groups.set(n + 1);
-        let store: Arc<dyn Store> = Arc::new(PrefixStore::new(&format!("g{n}/"), self.store.clone()));
+        let store: Arc<dyn Store> =
+            Arc::new(PrefixStore::new(&format!("g{n}/"), self.store.clone()));
         let opts = NcclOptions {
             timeout,
             group_name: format!("g{n}"),
@@ -56,7 +57,10 @@ fn wait(w: Result<Work>) -> R {
 /// Runs the cases; the exit code is 0 unless setting up failed.
 pub fn worker(rank: usize) -> i32 {
     let world: usize = std::env::var("C10D_GPU_WORLD").unwrap().parse().unwrap();
-    let port: u16 = std::env::var("C10D_GPU_STORE_PORT").unwrap().parse().unwrap();
+    let port: u16 = std::env::var("C10D_GPU_STORE_PORT")
+        .unwrap()
+        .parse()
+        .unwrap();
     let store = TcpStore::new(
         "127.0.0.1",
         port,
@@ -90,7 +94,14 @@ pub fn worker(rank: usize) -> i32 {
         let t = Instant::now();
         println!("start {name}");
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| case(&base)))
-            .unwrap_or_else(|p| Err(format!("panicked: {:?}", p.downcast_ref::<String>().cloned().or(p.downcast_ref::<&str>().map(|s| s.to_string())))));
+            .unwrap_or_else(|p| {
+                Err(format!(
+                    "panicked: {:?}",
+                    p.downcast_ref::<String>()
+                        .cloned()
+                        .or(p.downcast_ref::<&str>().map(|s| s.to_string()))
+                ))
+            });
         match r {
             Ok(()) => println!("case {name} ok ({:.0} ms)", t.elapsed().as_secs_f64() * 1e3),
             Err(e) => println!("case {name} FAILED: {}", e.replace('\n', " | ")),
@@ -114,7 +125,10 @@ fn cases() -> Vec<(String, Case)> {
         ("all_gather_forms".into(), all_gather_forms),
         ("gather_scatter".into(), gather_scatter),
         ("reduce_scatter_forms".into(), reduce_scatter_forms),
-        ("all_to_all_single_even_and_uneven".into(), all_to_all_single),
+        (
+            "all_to_all_single_even_and_uneven".into(),
+            all_to_all_single,
+        ),
         ("all_to_all_list".into(), all_to_all_list),
         ("send_recv".into(), send_recv),
         ("coalesced_block".into(), coalesced_block),
@@ -123,6 +137,7 @@ fn cases() -> Vec<(String, Case)> {
         ("wait_orders_current_stream".into(), wait_orders_stream),
         ("busy_tensor_refused".into(), busy_tensor_refused),
         ("cpu_tensor_refused".into(), cpu_tensor_refused),
+        ("flight_recorder".into(), flight_recorder),
         ("split".into(), split),
         ("shrink".into(), shrink),
         ("blocking_wait".into(), blocking_wait),
@@ -157,10 +172,18 @@ fn all_reduce_all(c: &Ctx) -> R {
     for dtype in DTYPES {
         for op in ops.iter().copied().filter(|&op| applies(op, dtype)) {
             let t = c.cuda(dtype, &inputs(dtype, c.rank, N))?;
-            let o = AllreduceOptions { reduce_op: op, ..Default::default() };
+            let o = AllreduceOptions {
+                reduce_op: op,
+                ..Default::default()
+            };
             wait(c.pg.all_reduce(&[t.clone()], &o))?;
             let want: Vec<f64> = (0..N).map(|i| reduced(op, dtype, c.world, i)).collect();
-            check(&format!("all_reduce {op:?} {dtype}"), &read(&t), &want, dtype)?;
+            check(
+                &format!("all_reduce {op:?} {dtype}"),
+                &read(&t),
+                &want,
+                dtype,
+            )?;
         }
     }
     Ok(())
@@ -168,7 +191,10 @@ fn all_reduce_all(c: &Ctx) -> R {
 
 fn band_refused(c: &Ctx) -> R {
     let t = c.cuda(DType::I32, &[1.0])?;
-    let o = AllreduceOptions { reduce_op: ReduceOp::Band, ..Default::default() };
+    let o = AllreduceOptions {
+        reduce_op: ReduceOp::Band,
+        ..Default::default()
+    };
     match c.pg.all_reduce(&[t], &o) {
         Err(e) if e.message().contains("Cannot use ReduceOp.BAND with NCCL") => Ok(()),
         other => Err(format!("expected PyTorch's BAND refusal, got {other:?}")),
@@ -177,7 +203,12 @@ fn band_refused(c: &Ctx) -> R {
 
 /// complex64 all_reduce: SUM as pairs of reals; MAX refused.
 fn complex(c: &Ctx) -> R {
-    let v: Vec<c10d_core::c32> = (0..5).map(|i| c10d_core::c32 { re: (c.rank + i) as f32, im: 1.0 }).collect();
+    let v: Vec<c10d_core::c32> = (0..5)
+        .map(|i| c10d_core::c32 {
+            re: (c.rank + i) as f32,
+            im: 1.0,
+        })
+        .collect();
     let t = memory::from_cpu(&Tensor::from_vec(v), DEV).map_err(e2s)?;
     wait(c.pg.all_reduce(&[t.clone()], &AllreduceOptions::default()))?;
     let got = t.to_vec::<c10d_core::c32>().map_err(e2s)?;
@@ -188,7 +219,10 @@ fn complex(c: &Ctx) -> R {
             return Err(format!("element {i}: {z:?}, expected ({re}, {w})"));
         }
     }
-    let o = AllreduceOptions { reduce_op: ReduceOp::Max, ..Default::default() };
+    let o = AllreduceOptions {
+        reduce_op: ReduceOp::Max,
+        ..Default::default()
+    };
     match c.pg.all_reduce(&[t], &o) {
         Err(e) if e.message().contains("complex") => Ok(()),
         other => Err(format!("MAX on complex: {other:?}")),
@@ -200,11 +234,21 @@ fn high_priority(c: &Ctx) -> R {
     let n = c.groups.get();
     c.groups.set(n + 1);
     let store: Arc<dyn Store> = Arc::new(PrefixStore::new(&format!("g{n}/"), c.store.clone()));
-    let opts = NcclOptions { is_high_priority_stream: true, group_name: format!("g{n}"), ..NcclOptions::default() };
-    let g = ProcessGroupNccl::with_env(store, c.rank, c.world, opts, NcclEnv::default()).map_err(e2s)?;
+    let opts = NcclOptions {
+        is_high_priority_stream: true,
+        group_name: format!("g{n}"),
+        ..NcclOptions::default()
+    };
+    let g = ProcessGroupNccl::with_env(store, c.rank, c.world, opts, NcclEnv::default())
+        .map_err(e2s)?;
     let t = c.cuda(DType::F32, &[1.0; 3])?;
     wait(g.all_reduce(&[t.clone()], &AllreduceOptions::default()))?;
-    check("high-priority all_reduce", &read(&t), &[c.world as f64; 3], DType::F32)
+    check(
+        "high-priority all_reduce",
+        &read(&t),
+        &[c.world as f64; 3],
+        DType::F32,
+    )
 }
 
 fn all_reduce_coalesced(c: &Ctx) -> R {
@@ -214,7 +258,9 @@ fn all_reduce_coalesced(c: &Ctx) -> R {
         .collect::<Result<_, _>>()?;
     wait(c.pg.all_reduce_coalesced(&ts, &AllreduceCoalescedOptions::default()))?;
     for t in &ts {
-        let want: Vec<f64> = (0..t.numel()).map(|i| reduced(ReduceOp::Sum, DType::F32, c.world, i)).collect();
+        let want: Vec<f64> = (0..t.numel())
+            .map(|i| reduced(ReduceOp::Sum, DType::F32, c.world, i))
+            .collect();
         check("allreduce_coalesced", &read(t), &want, DType::F32)?;
     }
     Ok(())
@@ -223,11 +269,23 @@ fn all_reduce_coalesced(c: &Ctx) -> R {
 fn broadcast_all(c: &Ctx) -> R {
     let root = c.world - 1;
     for dtype in DTYPES {
-        let mine = if c.rank == root { inputs(dtype, root, N) } else { vec![0.0; N] };
+        let mine = if c.rank == root {
+            inputs(dtype, root, N)
+        } else {
+            vec![0.0; N]
+        };
         let t = c.cuda(dtype, &mine)?;
-        let o = BroadcastOptions { root_rank: root, ..Default::default() };
+        let o = BroadcastOptions {
+            root_rank: root,
+            ..Default::default()
+        };
         wait(c.pg.broadcast(&[t.clone()], &o))?;
-        check(&format!("broadcast {dtype}"), &read(&t), &inputs(dtype, root, N), dtype)?;
+        check(
+            &format!("broadcast {dtype}"),
+            &read(&t),
+            &inputs(dtype, root, N),
+            dtype,
+        )?;
     }
     Ok(())
 }
@@ -235,10 +293,16 @@ fn broadcast_all(c: &Ctx) -> R {
 fn reduce(c: &Ctx) -> R {
     for dtype in [DType::F32, DType::I64] {
         let t = c.cuda(dtype, &inputs(dtype, c.rank, N))?;
-        let o = ReduceOptions { reduce_op: ReduceOp::Max, root_rank: 0, ..Default::default() };
+        let o = ReduceOptions {
+            reduce_op: ReduceOp::Max,
+            root_rank: 0,
+            ..Default::default()
+        };
         wait(c.pg.reduce(&[t.clone()], &o))?;
         if c.rank == 0 {
-            let want: Vec<f64> = (0..N).map(|i| reduced(ReduceOp::Max, dtype, c.world, i)).collect();
+            let want: Vec<f64> = (0..N)
+                .map(|i| reduced(ReduceOp::Max, dtype, c.world, i))
+                .collect();
             check("reduce", &read(&t), &want, dtype)?;
         }
     }
@@ -258,27 +322,56 @@ fn all_gather_forms(c: &Ctx) -> R {
     let n = 37;
     for dtype in [DType::F32, DType::BF16, DType::I64] {
         let input = c.cuda(dtype, &block(c.rank, n))?;
-        let outs: Vec<Tensor> = (0..c.world).map(|_| c.zeros(dtype, n)).collect::<Result<_, _>>()?;
-        wait(c.pg.all_gather(&[outs.clone()], &[input.clone()], &AllgatherOptions::default()))?;
+        let outs: Vec<Tensor> = (0..c.world)
+            .map(|_| c.zeros(dtype, n))
+            .collect::<Result<_, _>>()?;
+        wait(c.pg.all_gather(
+            &[outs.clone()],
+            &[input.clone()],
+            &AllgatherOptions::default(),
+        ))?;
         let got: Vec<f64> = outs.iter().flat_map(read).collect();
         check("all_gather list", &got, &gathered(c.world, n), dtype)?;
         let flat = c.zeros(dtype, n * c.world)?;
         wait(c.pg.all_gather_into_tensor(&flat, &input, &AllgatherOptions::default()))?;
-        check("all_gather_into_tensor", &read(&flat), &gathered(c.world, n), dtype)?;
+        check(
+            "all_gather_into_tensor",
+            &read(&flat),
+            &gathered(c.world, n),
+            dtype,
+        )?;
     }
-    let ins: Vec<Tensor> = (0..2).map(|_| c.cuda(DType::F32, &block(c.rank, n))).collect::<Result<_, _>>()?;
-    let flats: Vec<Tensor> = (0..2).map(|_| c.zeros(DType::F32, n * c.world)).collect::<Result<_, _>>()?;
+    let ins: Vec<Tensor> = (0..2)
+        .map(|_| c.cuda(DType::F32, &block(c.rank, n)))
+        .collect::<Result<_, _>>()?;
+    let flats: Vec<Tensor> = (0..2)
+        .map(|_| c.zeros(DType::F32, n * c.world))
+        .collect::<Result<_, _>>()?;
     wait(c.pg.all_gather_into_tensor_coalesced(&flats, &ins, &AllgatherOptions::default()))?;
     for f in &flats {
-        check("all_gather_into_tensor_coalesced", &read(f), &gathered(c.world, n), DType::F32)?;
+        check(
+            "all_gather_into_tensor_coalesced",
+            &read(f),
+            &gathered(c.world, n),
+            DType::F32,
+        )?;
     }
     let lists: Vec<Vec<Tensor>> = (0..2)
-        .map(|_| (0..c.world).map(|_| c.zeros(DType::F32, n)).collect::<Result<_, _>>())
+        .map(|_| {
+            (0..c.world)
+                .map(|_| c.zeros(DType::F32, n))
+                .collect::<Result<_, _>>()
+        })
         .collect::<Result<_, _>>()?;
     wait(c.pg.all_gather_coalesced(&lists, &ins, &AllgatherOptions::default()))?;
     for l in &lists {
         let got: Vec<f64> = l.iter().flat_map(read).collect();
-        check("all_gather_coalesced", &got, &gathered(c.world, n), DType::F32)?;
+        check(
+            "all_gather_coalesced",
+            &got,
+            &gathered(c.world, n),
+            DType::F32,
+        )?;
     }
     Ok(())
 }
@@ -288,11 +381,16 @@ fn gather_scatter(c: &Ctx) -> R {
     let root = c.world / 2;
     let input = c.cuda(DType::F64, &block(c.rank, n))?;
     let outs: Vec<Vec<Tensor>> = if c.rank == root {
-        vec![(0..c.world).map(|_| c.zeros(DType::F64, n)).collect::<Result<_, _>>()?]
+        vec![(0..c.world)
+            .map(|_| c.zeros(DType::F64, n))
+            .collect::<Result<_, _>>()?]
     } else {
         vec![]
     };
-    let o = GatherOptions { root_rank: root, ..Default::default() };
+    let o = GatherOptions {
+        root_rank: root,
+        ..Default::default()
+    };
     wait(c.pg.gather(&outs, &[input], &o))?;
     if c.rank == root {
         let got: Vec<f64> = outs[0].iter().flat_map(read).collect();
@@ -300,11 +398,16 @@ fn gather_scatter(c: &Ctx) -> R {
     }
     let out = c.zeros(DType::F64, n)?;
     let ins: Vec<Vec<Tensor>> = if c.rank == root {
-        vec![(0..c.world).map(|r| c.cuda(DType::F64, &block(r, n))).collect::<Result<_, _>>()?]
+        vec![(0..c.world)
+            .map(|r| c.cuda(DType::F64, &block(r, n)))
+            .collect::<Result<_, _>>()?]
     } else {
         vec![]
     };
-    let o = ScatterOptions { root_rank: root, ..Default::default() };
+    let o = ScatterOptions {
+        root_rank: root,
+        ..Default::default()
+    };
     wait(c.pg.scatter(&[out.clone()], &ins, &o))?;
     check("scatter", &read(&out), &block(c.rank, n), DType::F64)
 }
@@ -313,16 +416,27 @@ fn reduce_scatter_forms(c: &Ctx) -> R {
     let n = 29;
     for op in [ReduceOp::Sum, ReduceOp::Avg] {
         // Rank r's input block k holds k*1000 + r + i: the reduction of block `me` is exact.
-        let blk = |k: usize, r: usize| -> Vec<f64> { (0..n).map(|i| (k * 1000 + r + i) as f64).collect() };
+        let blk = |k: usize, r: usize| -> Vec<f64> {
+            (0..n).map(|i| (k * 1000 + r + i) as f64).collect()
+        };
         let want: Vec<f64> = (0..n)
             .map(|i| {
                 let s: f64 = (0..c.world).map(|r| (c.rank * 1000 + r + i) as f64).sum();
-                if op == ReduceOp::Avg { s / c.world as f64 } else { s }
+                if op == ReduceOp::Avg {
+                    s / c.world as f64
+                } else {
+                    s
+                }
             })
             .collect();
-        let ins: Vec<Tensor> = (0..c.world).map(|k| c.cuda(DType::F64, &blk(k, c.rank))).collect::<Result<_, _>>()?;
+        let ins: Vec<Tensor> = (0..c.world)
+            .map(|k| c.cuda(DType::F64, &blk(k, c.rank)))
+            .collect::<Result<_, _>>()?;
         let out = c.zeros(DType::F64, n)?;
-        let o = ReduceScatterOptions { reduce_op: op, ..Default::default() };
+        let o = ReduceScatterOptions {
+            reduce_op: op,
+            ..Default::default()
+        };
         wait(c.pg.reduce_scatter(&[out.clone()], &[ins], &o))?;
         check("reduce_scatter list", &read(&out), &want, DType::F64)?;
         let flat_v: Vec<f64> = (0..c.world).flat_map(|k| blk(k, c.rank)).collect();
@@ -334,7 +448,12 @@ fn reduce_scatter_forms(c: &Ctx) -> R {
         let outs = vec![c.zeros(DType::F64, n)?, c.zeros(DType::F64, n)?];
         wait(c.pg.reduce_scatter_tensor_coalesced(&outs, &flats, &o))?;
         for out in &outs {
-            check("reduce_scatter_tensor_coalesced", &read(out), &want, DType::F64)?;
+            check(
+                "reduce_scatter_tensor_coalesced",
+                &read(out),
+                &want,
+                DType::F64,
+            )?;
         }
     }
     Ok(())
@@ -343,7 +462,10 @@ fn reduce_scatter_forms(c: &Ctx) -> R {
 fn all_to_all_single(c: &Ctx) -> R {
     let (w, me) = (c.world, c.rank);
     // Even: rank r sends block j (value r*100 + j) to rank j.
-    let input = c.cuda(DType::F32, &(0..w).map(|j| (me * 100 + j) as f64).collect::<Vec<_>>())?;
+    let input = c.cuda(
+        DType::F32,
+        &(0..w).map(|j| (me * 100 + j) as f64).collect::<Vec<_>>(),
+    )?;
     let out = c.zeros(DType::F32, w)?;
     wait(c.pg.all_to_all_single(&out, &input, &[], &[], &AllToAllOptions::default()))?;
     let want: Vec<f64> = (0..w).map(|r| (r * 100 + me) as f64).collect();
@@ -351,21 +473,34 @@ fn all_to_all_single(c: &Ctx) -> R {
     // Uneven: rank r sends (r + j + 1) elements of value r*100 + j to rank j.
     let send: Vec<usize> = (0..w).map(|j| me + j + 1).collect();
     let recv: Vec<usize> = (0..w).map(|r| r + me + 1).collect();
-    let in_v: Vec<f64> = (0..w).flat_map(|j| vec![(me * 100 + j) as f64; send[j]]).collect();
+    let in_v: Vec<f64> = (0..w)
+        .flat_map(|j| vec![(me * 100 + j) as f64; send[j]])
+        .collect();
     let input = c.cuda(DType::F32, &in_v)?;
     let out = c.zeros(DType::F32, recv.iter().sum())?;
     wait(c.pg.all_to_all_single(&out, &input, &recv, &send, &AllToAllOptions::default()))?;
-    let want: Vec<f64> = (0..w).flat_map(|r| vec![(r * 100 + me) as f64; recv[r]]).collect();
+    let want: Vec<f64> = (0..w)
+        .flat_map(|r| vec![(r * 100 + me) as f64; recv[r]])
+        .collect();
     check("all_to_all_single uneven", &read(&out), &want, DType::F32)
 }
 
 fn all_to_all_list(c: &Ctx) -> R {
     let (w, me) = (c.world, c.rank);
-    let ins: Vec<Tensor> = (0..w).map(|j| c.cuda(DType::I32, &vec![(me * 10 + j) as f64; j + 1])).collect::<Result<_, _>>()?;
-    let outs: Vec<Tensor> = (0..w).map(|_| c.zeros(DType::I32, me + 1)).collect::<Result<_, _>>()?;
+    let ins: Vec<Tensor> = (0..w)
+        .map(|j| c.cuda(DType::I32, &vec![(me * 10 + j) as f64; j + 1]))
+        .collect::<Result<_, _>>()?;
+    let outs: Vec<Tensor> = (0..w)
+        .map(|_| c.zeros(DType::I32, me + 1))
+        .collect::<Result<_, _>>()?;
     wait(c.pg.all_to_all(&outs, &ins, &AllToAllOptions::default()))?;
     for (r, o) in outs.iter().enumerate() {
-        check("all_to_all list", &read(o), &vec![(r * 10 + me) as f64; me + 1], DType::I32)?;
+        check(
+            "all_to_all list",
+            &read(o),
+            &vec![(r * 10 + me) as f64; me + 1],
+            DType::I32,
+        )?;
     }
     Ok(())
 }
@@ -400,11 +535,20 @@ fn coalesced_block(c: &Ctx) -> R {
     let sum = c.cuda(DType::F32, &inputs(DType::F32, me, 8))?;
     c.pg.start_coalescing().map_err(e2s)?;
     c.pg.send(&[mine], (me + 1) % w, 0).map_err(e2s)?;
-    c.pg.recv(&[prev.clone()], (me + w - 1) % w, 0).map_err(e2s)?;
-    c.pg.all_reduce(&[sum.clone()], &AllreduceOptions::default()).map_err(e2s)?;
+    c.pg.recv(&[prev.clone()], (me + w - 1) % w, 0)
+        .map_err(e2s)?;
+    c.pg.all_reduce(&[sum.clone()], &AllreduceOptions::default())
+        .map_err(e2s)?;
     c.pg.end_coalescing().map_err(e2s)?.wait().map_err(e2s)?;
-    check("ring recv", &read(&prev), &block((me + w - 1) % w, 8), DType::F32)?;
-    let want: Vec<f64> = (0..8).map(|i| reduced(ReduceOp::Sum, DType::F32, w, i)).collect();
+    check(
+        "ring recv",
+        &read(&prev),
+        &block((me + w - 1) % w, 8),
+        DType::F32,
+    )?;
+    let want: Vec<f64> = (0..8)
+        .map(|i| reduced(ReduceOp::Sum, DType::F32, w, i))
+        .collect();
     check("coalesced all_reduce", &read(&sum), &want, DType::F32)
 }
 
@@ -440,13 +584,18 @@ fn wait_orders_stream(c: &Ctx) -> R {
     if got.iter().any(|&g| g != want) {
         return Err(format!("expected {want} everywhere, got {} at 0", got[0]));
     }
-    println!("rank {}: 3 x 64 MiB all_reduce queued in {:?}", c.rank, queued);
+    println!(
+        "rank {}: 3 x 64 MiB all_reduce queued in {:?}",
+        c.rank, queued
+    );
     Ok(())
 }
 
 fn busy_tensor_refused(c: &Ctx) -> R {
     let t = c.cuda(DType::F32, &vec![1.0; 1 << 20])?;
-    let w1 = c.pg.all_reduce(&[t.clone()], &AllreduceOptions::default()).map_err(e2s)?;
+    let w1 =
+        c.pg.all_reduce(&[t.clone()], &AllreduceOptions::default())
+            .map_err(e2s)?;
     let second = c.pg.all_reduce(&[t.clone()], &AllreduceOptions::default());
     w1.wait().map_err(e2s)?;
     match second {
@@ -460,9 +609,56 @@ fn busy_tensor_refused(c: &Ctx) -> R {
 }
 
 fn cpu_tensor_refused(c: &Ctx) -> R {
-    match c.pg.all_reduce(&[Tensor::from_vec(vec![1.0f32])], &AllreduceOptions::default()) {
+    match c.pg.all_reduce(
+        &[Tensor::from_vec(vec![1.0f32])],
+        &AllreduceOptions::default(),
+    ) {
         Err(e) if e.message().contains("Tensors must be CUDA and dense") => Ok(()),
-        other => Err(format!("expected PyTorch's CUDA-only refusal, got {other:?}")),
+        other => Err(format!(
+            "expected PyTorch's CUDA-only refusal, got {other:?}"
+        )),
+    }
+}
+
+/// The flight recorder holds this group's ops as PyTorch names them, completed, with sizes.
+fn flight_recorder(c: &Ctx) -> R {
+    let t = c.cuda(DType::F32, &[1.0; 6])?;
+    wait(c.pg.all_reduce(&[t.clone()], &AllreduceOptions::default()))?;
+    c.pg.barrier(&BarrierOptions::default())
+        .map_err(e2s)?
+        .wait()
+        .map_err(e2s)?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let dump = c10d_core::FlightRecorder::global().map_err(e2s)?.dump();
+        let pg = c.pg.flight_recorder().pg_id();
+        let mine: Vec<_> = dump.entries.iter().filter(|e| e.pg_id == pg).collect();
+        let last_ar = mine
+            .iter()
+            .rev()
+            .find(|e| e.profiling_name == "nccl:all_reduce");
+        match last_ar {
+            Some(e)
+                if e.state == "completed"
+                    && e.input_sizes == vec![vec![6]]
+                    && e.input_dtypes == vec!["Float".to_string()] =>
+            {
+                return Ok(())
+            }
+            Some(e) if Instant::now() > deadline => {
+                return Err(format!(
+                    "last all_reduce entry: {} {:?} {:?}",
+                    e.state, e.input_sizes, e.input_dtypes
+                ))
+            }
+            None if Instant::now() > deadline => {
+                return Err(format!(
+                    "no nccl:all_reduce among {:?}",
+                    mine.iter().map(|e| &e.profiling_name).collect::<Vec<_>>()
+                ))
+            }
+            _ => std::thread::sleep(Duration::from_millis(10)),
+        }
     }
 }
 
@@ -470,7 +666,11 @@ fn split(c: &Ctx) -> R {
     c.pg.bind(DEV).map_err(e2s)?;
     let evens: Vec<usize> = (0..c.world).step_by(2).collect();
     let before = c.pg.comm_split_count();
-    let bopts = BackendOptions { group_name: "evens".into(), group_desc: "evens".into(), ..Default::default() };
+    let bopts = BackendOptions {
+        group_name: "evens".into(),
+        group_desc: "evens".into(),
+        ..Default::default()
+    };
     let child = c.pg.split(&evens, &bopts).map_err(e2s)?;
     if c.pg.comm_split_count() != before + 1 {
         return Err("comm_split_count did not grow by one".into());
@@ -478,7 +678,13 @@ fn split(c: &Ctx) -> R {
     match (child, c.rank % 2 == 0) {
         (Some(ch), true) => {
             if ch.size() != evens.len() || ch.rank() != c.rank / 2 {
-                return Err(format!("child rank {} of {}, expected {} of {}", ch.rank(), ch.size(), c.rank / 2, evens.len()));
+                return Err(format!(
+                    "child rank {} of {}, expected {} of {}",
+                    ch.rank(),
+                    ch.size(),
+                    c.rank / 2,
+                    evens.len()
+                ));
             }
             let t = c.cuda(DType::F32, &[c.rank as f64])?;
             wait(ch.all_reduce(&[t.clone()], &AllreduceOptions::default()))?;
@@ -501,19 +707,30 @@ fn shrink(c: &Ctx) -> R {
         g.bind(DEV).map_err(e2s)?;
         return match g.shrink(&[], false, NcclOptions::default()) {
             Err(e) if e.message().contains("ncclCommShrink") => Ok(()),
-            other => Err(format!("shrink excluding nobody: {:?}", other.map(|o| o.is_some()))),
+            other => Err(format!(
+                "shrink excluding nobody: {:?}",
+                other.map(|o| o.is_some())
+            )),
         };
     }
     let g = c.group(Duration::from_secs(60), NcclEnv::default())?;
     g.bind(DEV).map_err(e2s)?;
     let exclude = vec![c.world - 1];
-    let opts = NcclOptions { group_name: "shrunk".into(), ..NcclOptions::default() };
+    let opts = NcclOptions {
+        group_name: "shrunk".into(),
+        ..NcclOptions::default()
+    };
     let child = g.shrink(&exclude, false, opts).map_err(e2s)?;
     match child {
         Some(ch) => {
             let t = c.cuda(DType::F32, &[1.0])?;
             wait(ch.all_reduce(&[t.clone()], &AllreduceOptions::default()))?;
-            check("shrunk all_reduce", &read(&t), &[(c.world - exclude.len()) as f64], DType::F32)
+            check(
+                "shrunk all_reduce",
+                &read(&t),
+                &[(c.world - exclude.len()) as f64],
+                DType::F32,
+            )
         }
         None if exclude.contains(&c.rank) => Ok(()),
         None => Err("a survivor got no shrunk group".into()),
@@ -521,15 +738,25 @@ fn shrink(c: &Ctx) -> R {
 }
 
 fn blocking_wait(c: &Ctx) -> R {
-    let env = NcclEnv { blocking_wait: true, ..NcclEnv::default() };
+    let env = NcclEnv {
+        blocking_wait: true,
+        ..NcclEnv::default()
+    };
     let g = c.group(Duration::from_secs(60), env)?;
     let t = c.cuda(DType::F32, &vec![1.0; 1 << 20])?;
-    let w = g.all_reduce(&[t.clone()], &AllreduceOptions::default()).map_err(e2s)?;
+    let w = g
+        .all_reduce(&[t.clone()], &AllreduceOptions::default())
+        .map_err(e2s)?;
     w.wait().map_err(e2s)?;
     if !w.is_completed() {
         return Err("blocking wait returned before completion".into());
     }
-    check("blocking all_reduce", &read(&t)[..1], &[c.world as f64], DType::F32)
+    check(
+        "blocking all_reduce",
+        &read(&t)[..1],
+        &[c.world as f64],
+        DType::F32,
+    )
 }
 
 /// A user stream held by `cuStreamWaitValue32` on a flag nobody sets: ops queued after it can
@@ -565,7 +792,9 @@ impl Stuck {
         let ctx = c10d_nccl::device::context(DEV).map_err(e2s)?;
         let s = ctx.new_stream().map_err(|e| format!("{e:?}"))?;
         // SAFETY: as in `new`; writing the flag releases the waiting stream.
-        let rc = unsafe { cusys::cuStreamWriteValue32_v2(s.cu_stream(), self.flag.device_ptr().unwrap(), 1, 0) };
+        let rc = unsafe {
+            cusys::cuStreamWriteValue32_v2(s.cu_stream(), self.flag.device_ptr().unwrap(), 1, 0)
+        };
         if rc != cusys::CUresult::CUDA_SUCCESS {
             return Err(format!("cuStreamWriteValue32: {rc:?}"));
         }
@@ -578,7 +807,9 @@ fn abort_from_thread(c: &Ctx) -> R {
     g.bind(DEV).map_err(e2s)?;
     let t = c.cuda(DType::F32, &[1.0])?;
     let stuck = Stuck::new()?;
-    let w = g.all_reduce(&[t], &AllreduceOptions::default()).map_err(e2s)?;
+    let w = g
+        .all_reduce(&[t], &AllreduceOptions::default())
+        .map_err(e2s)?;
     let g2 = g.clone();
     let aborter = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(300));
@@ -590,7 +821,12 @@ fn abort_from_thread(c: &Ctx) -> R {
     aborter.join().unwrap();
     match r {
         Err(e) if e.message().contains("aborted") && start.elapsed() < Duration::from_secs(10) => {}
-        other => return Err(format!("expected an abort error within 10 s, got {other:?} after {:?}", start.elapsed())),
+        other => {
+            return Err(format!(
+                "expected an abort error within 10 s, got {other:?} after {:?}",
+                start.elapsed()
+            ))
+        }
     }
     let t = c.cuda(DType::F32, &[1.0])?;
     match g.all_reduce(&[t], &AllreduceOptions::default()) {
@@ -608,7 +844,10 @@ fn watchdog_timeout(c: &Ctx) -> R {
     g.bind(DEV).map_err(e2s)?;
     let t = c.cuda(DType::F32, &[1.0; 8])?;
     let stuck = Stuck::new()?;
-    let o = AllreduceOptions { timeout: Some(Duration::from_secs(1)), ..Default::default() };
+    let o = AllreduceOptions {
+        timeout: Some(Duration::from_secs(1)),
+        ..Default::default()
+    };
     let w = g.all_reduce(&[t], &o).map_err(e2s)?;
     let start = Instant::now();
     let r = w.wait_timeout(Duration::from_secs(30));

@@ -38,16 +38,61 @@ pub fn host(dtype: DType, v: &[f64]) -> Tensor {
 pub fn read(t: &Tensor) -> Vec<f64> {
     let t = t.to_cpu().expect("to_cpu");
     match t.dtype() {
-        DType::F32 => t.to_vec::<f32>().unwrap().into_iter().map(f64::from).collect(),
+        DType::F32 => t
+            .to_vec::<f32>()
+            .unwrap()
+            .into_iter()
+            .map(f64::from)
+            .collect(),
         DType::F64 => t.to_vec::<f64>().unwrap(),
-        DType::F16 => t.to_vec::<f16>().unwrap().into_iter().map(f64::from).collect(),
-        DType::BF16 => t.to_vec::<bf16>().unwrap().into_iter().map(f64::from).collect(),
-        DType::I8 => t.to_vec::<i8>().unwrap().into_iter().map(f64::from).collect(),
-        DType::U8 => t.to_vec::<u8>().unwrap().into_iter().map(f64::from).collect(),
-        DType::I16 => t.to_vec::<i16>().unwrap().into_iter().map(f64::from).collect(),
-        DType::I32 => t.to_vec::<i32>().unwrap().into_iter().map(f64::from).collect(),
-        DType::I64 => t.to_vec::<i64>().unwrap().into_iter().map(|x| x as f64).collect(),
-        DType::Bool => t.to_vec::<bool>().unwrap().into_iter().map(|b| b as u8 as f64).collect(),
+        DType::F16 => t
+            .to_vec::<f16>()
+            .unwrap()
+            .into_iter()
+            .map(f64::from)
+            .collect(),
+        DType::BF16 => t
+            .to_vec::<bf16>()
+            .unwrap()
+            .into_iter()
+            .map(f64::from)
+            .collect(),
+        DType::I8 => t
+            .to_vec::<i8>()
+            .unwrap()
+            .into_iter()
+            .map(f64::from)
+            .collect(),
+        DType::U8 => t
+            .to_vec::<u8>()
+            .unwrap()
+            .into_iter()
+            .map(f64::from)
+            .collect(),
+        DType::I16 => t
+            .to_vec::<i16>()
+            .unwrap()
+            .into_iter()
+            .map(f64::from)
+            .collect(),
+        DType::I32 => t
+            .to_vec::<i32>()
+            .unwrap()
+            .into_iter()
+            .map(f64::from)
+            .collect(),
+        DType::I64 => t
+            .to_vec::<i64>()
+            .unwrap()
+            .into_iter()
+            .map(|x| x as f64)
+            .collect(),
+        DType::Bool => t
+            .to_vec::<bool>()
+            .unwrap()
+            .into_iter()
+            .map(|b| b as u8 as f64)
+            .collect(),
         other => panic!("no host values for {other}"),
     }
 }
@@ -100,7 +145,11 @@ pub fn applies(op: ReduceOp, dtype: DType) -> bool {
 /// Compares with a tolerance fit for the dtype; `Err` names the first mismatch.
 pub fn check(what: &str, got: &[f64], want: &[f64], dtype: DType) -> Result<(), String> {
     if got.len() != want.len() {
-        return Err(format!("{what}: {} elements, expected {}", got.len(), want.len()));
+        return Err(format!(
+            "{what}: {} elements, expected {}",
+            got.len(),
+            want.len()
+        ));
     }
     let tol = match dtype {
         DType::F16 | DType::BF16 => 1e-2,

@@ -526,7 +526,10 @@ fn bench_device(args: &Args) -> Option<c10d_core::Device> {
     if !args.backend.eq_ignore_ascii_case("nccl") {
         return None;
     }
-    let local: usize = std::env::var("LOCAL_RANK").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+    let local: usize = std::env::var("LOCAL_RANK")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
     let gpus = c10d_nccl::cuda_device_count().max(1);
     Some(c10d_core::Device::Cuda((local % gpus) as u32))
 }
@@ -598,7 +601,9 @@ impl Case {
                         dist::P2POp::isend(self.input.clone(), to),
                         dist::P2POp::irecv(self.output.clone(), from),
                     ];
-                    return dist::batch_isend_irecv(&ops)?.iter().try_for_each(Work::wait);
+                    return dist::batch_isend_irecv(&ops)?
+                        .iter()
+                        .try_for_each(Work::wait);
                 }
                 let s = dist::isend(&self.input, to).start()?;
                 let rv = dist::irecv(&self.output).src(from).start()?;
@@ -688,7 +693,11 @@ fn run_rank(args: &Args) -> Result<bool> {
     let nccl = args.backend.eq_ignore_ascii_case("nccl");
     dist::init_process_group(dist::InitOptions {
         // NCCL: CUDA buffers; the timing and check reductions use CPU tensors through gloo.
-        backend: Some(if nccl { "cpu:gloo,cuda:nccl".into() } else { args.backend.clone() }),
+        backend: Some(if nccl {
+            "cpu:gloo,cuda:nccl".into()
+        } else {
+            args.backend.clone()
+        }),
         device_id: bench_device(args),
         timeout: Some(timeout),
         ..Default::default()

@@ -19,13 +19,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Where a new group's backends come from.
-pub(super) enum BackendSource {
+pub(crate) enum BackendSource {
     /// The registered creators, one backend per distinct backend name of the config (one per
     /// device for mixed configs).
     Create,
     /// The child the parent's backend split off ([`Backend::split`]); it serves every device of
     /// the config and is the default for its own device type.
     Split(Arc<dyn Backend>),
+    /// The backend the parent's own backend shrank off ([`Backend::shrink`], `ncclCommShrink`)
+    /// for its device type; the other devices' backends are created as for `Create`.
+    Shrunk(Arc<dyn Backend>),
 }
 
 /// `set_backend` calls to make on the new group, in order: (device type, backend, make default).
@@ -48,7 +51,7 @@ impl World {
     ///
     /// # Errors
     /// As [`World::new_process_group_helper`].
-    pub(super) fn create_group(&self, a: NewPg, source: BackendSource) -> Result<Created> {
+    pub(crate) fn create_group(&self, a: NewPg, source: BackendSource) -> Result<Created> {
         if let Some(existing) = self.existing_group(&a)? {
             return Ok(existing);
         }
@@ -71,10 +74,18 @@ impl World {
             a.device_id,
         )?;
         let attachments = match source {
-            BackendSource::Create => match self.create_backends(&a, group_rank, &prefix_store)? {
-                Some(list) => list,
-                None => return Ok((GroupMember::NonGroupMember, None)),
-            },
+            BackendSource::Create => {
+                match self.create_backends(&a, group_rank, &prefix_store, None)? {
+                    Some(list) => list,
+                    None => return Ok((GroupMember::NonGroupMember, None)),
+                }
+            }
+            BackendSource::Shrunk(b) => {
+                match self.create_backends(&a, group_rank, &prefix_store, Some(&b))? {
+                    Some(list) => list,
+                    None => return Ok((GroupMember::NonGroupMember, None)),
+                }
+            }
             BackendSource::Split(child) => self.split_backends(&a, child, &prefix_store)?,
         };
         for (dt, backend, make_default) in attachments {
@@ -102,12 +113,14 @@ impl World {
     }
 
     /// One backend per distinct name of the config (per device when mixed), made by the
-    /// registered creators; `None` when a creator says this rank is not a member.
+    /// registered creators (`premade` serves its own device type instead); `None` when a
+    /// creator says this rank is not a member.
     fn create_backends(
         &self,
         a: &NewPg,
         group_rank: usize,
         prefix_store: &Arc<dyn Store>,
+        premade: Option<&Arc<dyn Backend>>,
     ) -> Result<Option<Attachments>> {
         let map = &a.config.device_backend_map;
         let mixed = a.config.backend_names().len() > 1;
@@ -117,6 +130,10 @@ impl World {
         let mut out: Attachments = Vec::new();
         for (device, bname) in map {
             let dt = DeviceType::parse(device)?;
+            if let Some(p) = premade.filter(|p| p.device_type() == dt) {
+                out.push((dt, p.clone(), false));
+                continue;
+            }
             let backend = match created.iter().find(|(n, _)| n == bname) {
                 Some((_, b)) if !mixed => b.clone(),
                 _ => {

@@ -33,7 +33,7 @@ mod registry;
 mod split;
 mod teardown;
 
-pub(crate) use create::NewPg;
+pub(crate) use create::{BackendSource, NewPg};
 pub use init::{get_node_local_rank, is_torchelastic_launched, store_based_barrier};
 pub use member::{GroupMember, NON_GROUP_MEMBER_VALUE};
 pub use options::{EnvLookup, GroupOptions, InitOptions, PgOptions, SplitOptions};
