@@ -1,37 +1,76 @@
 //! c10d-nccl: the NCCL (CUDA) backend of c10d-rs, PyTorch's `ProcessGroupNCCL` in Rust.
 //!
-//! NCCL and the CUDA driver are both loaded at run time, so this crate builds, and its tests
-//! pass, on a machine with no CUDA toolkit, no driver, no NCCL and no GPU.
+//! NCCL and the CUDA driver are both loaded at run time, so this crate builds, and its CPU-side
+//! tests pass, on a machine with no CUDA toolkit, no driver, no NCCL and no GPU; there
+//! [`is_nccl_available`] is false and [`ProcessGroupNccl::new`] fails with what was looked for.
 //!
-//! # What exists
-//! Layers in cudarc's style, over our own loader (cudarc's NCCL loader never tries
-//! `libnccl.so.2`, and its safe layer has no split, abort, config or async-error query):
-//! - [`sys`]: the raw NCCL ABI (result, data type and reduction codes, `ncclUniqueId`,
-//!   `ncclComm_t`, the 2.27 `ncclConfig_t` layout, function signatures);
-//! - [`library`]: the function table of one opened `libnccl`: core functions resolved at load,
-//!   newer ones (`ncclCommInitRankConfig` 2.14, `ncclCommFinalize` 2.14, `ncclCommSplit` 2.18,
-//!   `ncclCommShrink` 2.27) looked up on first use with an error naming the function, the
-//!   version it needs and the version loaded;
-//! - [`result`]: checked calls turning `ncclResult_t` into errors with NCCL's own text;
-//! - [`loader`]: where the library is found (`C10D_NCCL_LIBRARY`, the system's `libnccl.so.2`,
-//!   the `nvidia-nccl-cu12/cu13` wheel of a PyTorch installation), once per process, with an
-//!   error listing every place tried; [`python`] finds those installations' site-packages;
-//! - [`version`]: NCCL version codes;
-//! - [`mapping`]: c10d dtypes and reductions to NCCL's, with PyTorch's refusals (BAND/BOR/BXOR …);
-//! - [`cuda`]: GPU count through cudarc's driver API, never panicking without a driver;
-//! - [`env`](mod@env): PyTorch's `TORCH_NCCL_*` variables with PyTorch's parsing rules;
-//! - [`options`]: `ProcessGroupNCCL.Options` and `NCCLConfig`;
-//! - [`watchdog`]: the watchdog's bookkeeping (timeouts, async errors, what each
-//!   `TORCH_NCCL_ASYNC_ERROR_HANDLING` mode does), as pure logic over an injected clock;
-//! - [`availability`]: [`is_nccl_available`], [`nccl_version`], [`check_available`] and the
-//!   error creating an NCCL group gives in this build.
+//! ```no_run
+//! use c10d_core::{AllreduceOptions, Backend, DType, Device};
+//! use c10d_nccl::{memory, NcclOptions, ProcessGroupNccl};
+//! # fn main() -> c10d_core::Result<()> {
+//! # let store: std::sync::Arc<dyn c10d_store::Store> = std::sync::Arc::new(c10d_store::HashStore::new());
+//! let pg = ProcessGroupNccl::new(store, 0, 1, NcclOptions::default())?;
+//! pg.bind(Device::Cuda(0))?; // eager init (PyTorch's device_id); else at the first op
+//! let t = memory::from_cpu(&c10d_core::Tensor::from_vec(vec![1.0f32; 1024]), Device::Cuda(0))?;
+//! pg.all_reduce(&[t.clone()], &AllreduceOptions::default())?.wait()?; // the stream waits, not the host
+//! assert_eq!(t.to_vec::<f32>()?[0], 1.0);                             // copied after that wait
+//! # Ok(()) }
+//! ```
+//! Through c10d-world, `init_process_group` with `"nccl"` or `"cpu:gloo,cuda:nccl"` (and
+//! `device_id` for eager init) makes this backend for CUDA tensors.
 //!
-//! # What awaits a session with a GPU
-//! The communicator type (init through the store-exchanged unique id, lazy or eager, split with
-//! the no-colour split, shrink, abort, destroy), CUDA streams and events per device, device
-//! tensors, every collective on device memory, the watchdog thread driving [`watchdog`], the
-//! `Backend` implementation registered in c10d-world (today creating an `"nccl"` group fails
-//! with a clear error, see [`backend_creation_error`]), and `cargo xtask test-multigpu`.
+//! # Which file owns what
+//! Layers in cudarc's style (`sys` → checked calls → safe types), over our own loader (cudarc's
+//! NCCL loader never tries `libnccl.so.2`, and its safe layer has no split, abort, config or
+//! async-error query):
+//!
+//! | file | owns |
+//! |---|---|
+//! | [`sys`] | the raw NCCL ABI: result, data type and reduction codes, `ncclUniqueId`, `ncclComm_t`, the 2.27 `ncclConfig_t`, function signatures |
+//! | [`library`] | the function table of one opened `libnccl`; newer functions (`ncclCommInitRankConfig` 2.14, `ncclCommSplit` 2.18, `ncclCommShrink` 2.27) looked up on first use, with an error naming the function and both versions |
+//! | [`result`] | checked calls: `ncclResult_t` → errors with NCCL's own text |
+//! | [`loader`], [`python`], [`version`] | where NCCL is found (`C10D_NCCL_LIBRARY`, the system's `libnccl.so.2`, PyTorch's `nvidia-nccl-cu12/cu13` wheel), once per process |
+//! | [`cuda`], [`device`] | GPU count (never panicking without a driver); one primary context per device |
+//! | [`memory`] | CUDA tensors: [`memory::CudaMemory`] (a `DeviceStorage` over `cuMemAlloc`), `zeros` / `empty` / `from_cpu` |
+//! | [`stream`] | the caller's current stream per device and thread (`torch.cuda.current_stream`) |
+//! | [`comm`] | [`comm::Communicator`]: init from a unique id, split, shrink, abort (from any thread), async-error query; non-blocking calls polled against deadlines |
+//! | [`process_group`] | [`ProcessGroupNccl`]: the unique id through the store, the NCCL stream, how an op reaches the device (`launch`), coalescing, sequence numbers, the flight recorder |
+//! | `collectives` | the `Backend` methods: each op as NCCL calls in one group |
+//! | `inflight`, `events` | one enqueued op as the watchdog sees it, and `Work::wait`'s stream wait; a pool of end events |
+//! | [`watchdog`], `watchdog_thread` | the watchdog's rules as pure logic (timeouts, async errors, `TORCH_NCCL_ASYNC_ERROR_HANDLING`), and the thread that applies them |
+//! | [`env`], [`options`], [`mapping`], [`availability`] | `TORCH_NCCL_*` with PyTorch's parsing, `ProcessGroupNCCL.Options` / `NCCLConfig`, dtypes and reductions (PyTorch's refusals), [`is_nccl_available`] |
+//!
+//! # How an op flows
+//! 1. The `Backend` method checks its arguments (c10d-core's shared checks, PyTorch's texts)
+//!    and calls `launch` with a body of NCCL calls.
+//! 2. `launch` requires CUDA tensors of one device ("Tensors must be CUDA and dense"), leases
+//!    them, and makes the communicator if the group has none yet: rank 0's `ncclUniqueId` goes
+//!    through the group's store, every rank calls `ncclCommInitRankConfig`.
+//! 3. The NCCL stream waits on an event recorded on the caller's current stream; the body runs
+//!    between `ncclGroupStart` and `ncclGroupEnd`; copies of results (list all_gather) follow;
+//!    an end event is recorded.
+//! 4. The `Work` goes to the group's watchdog thread, which completes it when the end event
+//!    fires, or fails it on its timeout or an NCCL error, and then aborts the communicator and/or
+//!    ends the process as `TORCH_NCCL_ASYNC_ERROR_HANDLING` says (default 3: end the process,
+//!    as PyTorch). `Work::wait` makes the caller's current stream wait on the end event and
+//!    gives the tensors back; it blocks the host only with `TORCH_NCCL_BLOCKING_WAIT=1`, a
+//!    `wait_timeout`, or for `barrier`.
+//!
+//! # Departures from PyTorch
+//! - Communicators are made non-blocking unless `NcclConfig::blocking` says otherwise, so that
+//!   initialisation, split and every enqueue are bounded by the group's timeout and can be
+//!   aborted from another thread (PyTorch is blocking unless `TORCH_NCCL_USE_COMM_NONBLOCKING=1`).
+//! - A tensor stays leased from the op until its `Work::wait` (or completion): passing it to a
+//!   second op before waiting on the first is refused (PyTorch queues it on the stream). Wait
+//!   on each op (cheap: a stream wait) to queue ops back to back.
+//! - One device per process group; `barrier` runs a 1-byte all_reduce on the bound device (or
+//!   `rank % devices`), as PyTorch does.
+//! - `PREMUL_SUM` takes a host scalar (not a device tensor); complex tensors reduce with SUM and
+//!   AVG only; fp8 has no c10d dtype yet.
+//! - `send`/`recv` run on the group's communicator (PyTorch makes a 2-rank communicator per
+//!   pair); `recv` from any source is unsupported, as in PyTorch.
+//! - Ranks sharing one GPU (tests) need distinct `NCCL_HOSTID`s: NCCL then joins them through its
+//!   socket transport instead of refusing ("Duplicate GPU detected").
 #![warn(missing_docs)]
 
 pub mod availability;

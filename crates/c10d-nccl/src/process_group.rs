@@ -342,10 +342,12 @@ impl ProcessGroupNccl {
             }
             match found {
                 None => found = Some(d),
-                Some(f) if f != d => return Err(DistError::invalid(format!(
+                Some(f) if f != d => {
+                    return Err(DistError::invalid(format!(
                     "ProcessGroupNCCL::{}: Tensors must be on the same device (got {f} and {d})",
                     op.kind
-                ))),
+                )))
+                }
                 _ => {}
             }
         }

@@ -505,4 +505,18 @@ mod tests {
             "{m}"
         );
     }
+
+    #[test]
+    fn drain_hands_back_every_work_in_order() {
+        let t0 = Instant::now();
+        let mut w = Watchdog::new(label(), ErrorHandlingMode::CleanUpOnly);
+        for seq in 1..=3 {
+            w.enqueue(record(seq, t0, 1000), Fake::new(seq));
+        }
+        let mut seen = Vec::new();
+        w.drain(|r, f| seen.push((r.seq, f.id)));
+        assert_eq!(seen, vec![(1, 1), (2, 2), (3, 3)]);
+        assert_eq!(w.in_flight(), 0);
+        assert!(w.poll(t0 + Duration::from_secs(5)).timed_out.is_empty());
+    }
 }

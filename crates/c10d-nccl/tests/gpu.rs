@@ -22,6 +22,19 @@ fn main() {
     if let Ok(rank) = std::env::var("C10D_GPU_RANK") {
         std::process::exit(gpu::cases::worker(rank.parse().expect("rank")));
     }
+    if std::env::var_os("C10D_GPU_TEARDOWN").is_some() {
+        gpu::cases::teardown_child();
+    }
+    if std::env::var_os("C10D_GPU_NCCL_CHECK").is_some() {
+        // In a process of its own: opening PyTorch's libnccl.so.2 next to the one the loader
+        // picks would make the dynamic loader hand one for the other.
+        match pytorch_nccl() {
+            Some(Ok(line)) => println!("ok: {line}"),
+            Some(Err(e)) => println!("FAILED: {e}"),
+            None => println!("skipped: no PyTorch with CUDA here"),
+        }
+        return;
+    }
     if c10d_nccl::cuda_device_count() == 0 {
         if std::env::var("C10D_REQUIRE_GPU").as_deref() == Ok("1") {
             eprintln!(
@@ -48,7 +61,29 @@ fn main() {
         c10d_nccl::nccl_library().expect("library").location(),
         c10d_nccl::cuda_device_count()
     );
-    let (mut passed, mut failed) = (0, 0);
+    let check = Command::new(std::env::current_exe().expect("current exe"))
+        .env("C10D_GPU_NCCL_CHECK", "1")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|e| format!("FAILED: {e}"));
+    println!("nccl_version_vs_pytorch {check}");
+    let (mut passed, mut failed) = if check.starts_with("ok") {
+        (1, 0)
+    } else if check.starts_with("FAILED") {
+        (0, 1)
+    } else {
+        (0, 0)
+    };
+    match teardown() {
+        Ok(line) => {
+            passed += 1;
+            println!("watchdog_tears_the_process_down ok: {line}");
+        }
+        Err(e) => {
+            failed += 1;
+            println!("watchdog_tears_the_process_down FAILED: {e}");
+        }
+    }
     for w in sizes {
         let (p, f) = run_world(w);
         passed += p;
@@ -56,6 +91,79 @@ fn main() {
     }
     println!("{passed} passed, {failed} failed");
     std::process::exit(if failed == 0 { 0 } else { 1 });
+}
+
+/// PyTorch's default `TORCH_NCCL_ASYNC_ERROR_HANDLING` (3): a one-rank job whose op can never
+/// finish is ended by its watchdog with SIGABRT and the timeout message on stderr.
+fn teardown() -> Result<String, String> {
+    use std::os::unix::process::ExitStatusExt;
+    let out = Command::new(std::env::current_exe().expect("current exe"))
+        .env("C10D_GPU_TEARDOWN", "1")
+        .env_remove("TORCH_NCCL_ASYNC_ERROR_HANDLING")
+        .output()
+        .map_err(|e| e.to_string())?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    let aborted = out.status.signal() == Some(6);
+    if aborted
+        && err.contains("Watchdog caught collective operation timeout")
+        && err.contains("taking the entire process down")
+    {
+        Ok(format!("child ended by SIGABRT ({})", out.status))
+    } else {
+        Err(format!(
+            "child {}: stdout {:?} stderr {:?}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            err
+        ))
+    }
+}
+
+/// Where PyTorch with CUDA is installed (`C10D_TORCH_PYTHON`, else `/opt/torch/.venv`): the
+/// NCCL of its wheel, found by our loader, must be the version `torch.cuda.nccl.version()`
+/// reports; also says whether the NCCL this process loaded is that one. `None` without PyTorch.
+fn pytorch_nccl() -> Option<Result<String, String>> {
+    let python = std::env::var("C10D_TORCH_PYTHON")
+        .ok()
+        .or_else(|| Some("/opt/torch/.venv/bin/python".to_string()))
+        .filter(|p| std::path::Path::new(p).exists())?;
+    let out = Command::new(&python)
+        .args([
+            "-c",
+            "import torch; print('.'.join(map(str, torch.cuda.nccl.version())))",
+        ])
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let torch_version = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let py = python.clone();
+    let var = move |k: &str| match k {
+        "C10D_TORCH_PYTHON" => Some(py.clone()),
+        "PATH" => Some(String::new()),
+        _ => None,
+    };
+    let env = c10d_nccl::loader::SearchEnv {
+        var: &var,
+        soname: "libc10d-test-no-such-nccl.so.2",
+        python_timeout: std::time::Duration::from_secs(60),
+    };
+    let found = match c10d_nccl::loader::locate(&env, &mut |t| c10d_nccl::NcclLibrary::open(t)) {
+        Ok(f) => f,
+        Err(e) => return Some(Err(format!("PyTorch's NCCL not found by the loader: {e}"))),
+    };
+    let wheel = found.value.version().to_string();
+    if wheel != torch_version {
+        return Some(Err(format!(
+            "{} is NCCL {wheel}, torch.cuda.nccl.version() says {torch_version}",
+            found.target
+        )));
+    }
+    Some(Ok(format!(
+        "PyTorch's NCCL {torch_version} found by the loader at {} (the suite runs on the NCCL the loader picks first; C10D_NCCL_LIBRARY chooses)",
+        found.target
+    )))
 }
 
 /// How long one world size may run (`C10D_GPU_WORLD_LIMIT_S`, default 300 s).

@@ -168,10 +168,18 @@ fn shrink(w: &World, rank: usize, store: Arc<dyn Store>) -> Result<(), String> {
     }
     let t = cuda(vec![4.0; 3])?;
     w.all_reduce(&t).run().map_err(e)?;
-    expect("cuda all_reduce after shrink", t.to_vec().map_err(e)?, vec![4.0; 3])?;
+    expect(
+        "cuda all_reduce after shrink",
+        t.to_vec().map_err(e)?,
+        vec![4.0; 3],
+    )?;
     let c = Tensor::from_vec(vec![2.0f32; 2]);
     w.all_reduce(&c).run().map_err(e)?;
-    expect("cpu all_reduce after shrink", c.to_vec().map_err(e)?, vec![2.0; 2])?;
+    expect(
+        "cpu all_reduce after shrink",
+        c.to_vec().map_err(e)?,
+        vec![2.0; 2],
+    )?;
     store.set("shrunk", b"1").map_err(e)?;
     w.destroy_process_group(None).map_err(e)
 }

@@ -143,6 +143,8 @@ fn cases() -> Vec<(String, Case)> {
         ("blocking_wait".into(), blocking_wait),
         ("abort_from_another_thread".into(), abort_from_thread),
         ("watchdog_timeout".into(), watchdog_timeout),
+        // Last: the highest rank leaves the job.
+        ("dead_peer_is_an_nccl_error".into(), dead_peer),
     ];
     if let Ok(only) = std::env::var("C10D_GPU_CASES") {
         v.retain(|(n, _)| only.split(',').any(|o| n.contains(o)));
@@ -869,4 +871,67 @@ fn watchdog_timeout(c: &Ctx) -> R {
         Err(e) if e.message().contains("aborted") => Ok(()),
         other => Err(format!("the timed-out group accepted an op: {other:?}")),
     }
+}
+
+/// The last rank leaves in the middle of an all_reduce: the others' op fails with NCCL's
+/// asynchronous error (the watchdog's "caught an NCCL error"), well before its 10-minute timeout.
+fn dead_peer(c: &Ctx) -> R {
+    if c.world < 2 {
+        return Ok(());
+    }
+    let env = NcclEnv {
+        async_error_handling: c10d_nccl::ErrorHandlingMode::CleanUpOnly,
+        ..NcclEnv::default()
+    };
+    let g = c.group(Duration::from_secs(600), env)?;
+    g.bind(DEV).map_err(e2s)?;
+    let t = c.cuda(DType::F32, &[1.0; 1024])?;
+    wait(g.all_reduce(&[t.clone()], &AllreduceOptions::default()))?;
+    g.barrier(&BarrierOptions::default())
+        .map_err(e2s)?
+        .wait()
+        .map_err(e2s)?;
+    if c.rank == c.world - 1 {
+        println!("case dead_peer_is_an_nccl_error ok (leaving)");
+        std::process::exit(0);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let start = Instant::now();
+    let w = g
+        .all_reduce(&[t], &AllreduceOptions::default())
+        .map_err(e2s)?;
+    match w.wait_timeout(Duration::from_secs(120)) {
+        Err(e) if e.message().contains("NCCL error") => {
+            println!(
+                "rank {}: after {:?}: {}",
+                c.rank,
+                start.elapsed(),
+                e.message().lines().next().unwrap_or("")
+            );
+            Ok(())
+        }
+        other => Err(format!("after {:?}: {other:?}", start.elapsed())),
+    }
+}
+
+/// The child of the parent's teardown check: a one-rank group with the default error handling,
+/// an op stuck behind a stream that never runs, a 1 s timeout. The watchdog must end the
+/// process; returning from here is a failure.
+pub fn teardown_child() -> ! {
+    let store: Arc<dyn Store> = Arc::new(c10d_store::HashStore::new());
+    let env = NcclEnv::from_process_env().expect("env");
+    let opts = NcclOptions {
+        timeout: Duration::from_secs(1),
+        ..NcclOptions::default()
+    };
+    let pg = ProcessGroupNccl::with_env(store, 0, 1, opts, env).expect("group");
+    pg.bind(DEV).expect("bind");
+    let t = memory::zeros(DType::F32, &[4], DEV).expect("tensor");
+    let _stuck = Stuck::new().expect("stuck stream");
+    let w = pg
+        .all_reduce(&[t], &AllreduceOptions::default())
+        .expect("all_reduce");
+    let r = w.wait_timeout(Duration::from_secs(30));
+    println!("the process was not torn down: {r:?}");
+    std::process::exit(3);
 }
