@@ -2,6 +2,10 @@
 //! 100 µs while ops are in flight, parked otherwise), completes their `Work`s, and on a timeout
 //! or an NCCL error does what `TORCH_NCCL_ASYNC_ERROR_HANDLING` says: abort the communicators
 //! (so nothing stays stuck on the device) and/or end the process.
+//!
+//! Dropping the group's handle fails what is still in flight, stops the thread and waits (up to
+//! [`JOIN_LIMIT`]) until it has left NCCL and CUDA: a process that exits right after dropping its
+//! groups must not tear the libraries down under an abort still running here.
 
 use crate::comm::Communicator;
 use crate::inflight::InFlight;
@@ -12,16 +16,24 @@ use std::time::{Duration, Instant};
 /// How often in-flight ops are polled.
 const POLL: Duration = Duration::from_micros(100);
 
+/// How long dropping a group waits for its watchdog thread to finish (an `ncclCommAbort` it
+/// runs can take a while).
+pub(crate) const JOIN_LIMIT: Duration = Duration::from_secs(10);
+
 struct Shared {
     dog: Mutex<Watchdog<InFlight>>,
     wake: Condvar,
     /// The communicators to abort on a failure (the group's, its coalesced ones included).
     comms: Mutex<Vec<Weak<Communicator>>>,
+    /// Set when the group goes away: the thread leaves at its next turn.
+    stop: std::sync::atomic::AtomicBool,
 }
 
-/// The handle a process group keeps; dropping it stops the thread once nothing is in flight.
+/// The handle a process group keeps; dropping it stops the thread (see the module docs).
 pub(crate) struct WatchdogThread {
     shared: Arc<Shared>,
+    /// Disconnected when the thread has returned.
+    gone: Mutex<std::sync::mpsc::Receiver<()>>,
 }
 
 impl WatchdogThread {
@@ -31,14 +43,22 @@ impl WatchdogThread {
             dog: Mutex::new(dog),
             wake: Condvar::new(),
             comms: Mutex::new(Vec::new()),
+            stop: std::sync::atomic::AtomicBool::new(false),
         });
         let weak = Arc::downgrade(&shared);
         let name = format!("c10d-nccl-watchdog-{}", shared.lock().label().group_name);
+        let (alive, gone) = std::sync::mpsc::channel::<()>();
         std::thread::Builder::new()
             .name(name)
-            .spawn(move || run(weak))
+            .spawn(move || {
+                run(weak);
+                drop(alive);
+            })
             .expect("spawning the NCCL watchdog thread");
-        WatchdogThread { shared }
+        WatchdogThread {
+            shared,
+            gone: Mutex::new(gone),
+        }
     }
 
     /// Hands an enqueued op to the watchdog.
@@ -69,6 +89,20 @@ impl WatchdogThread {
     }
 }
 
+impl Drop for WatchdogThread {
+    fn drop(&mut self) {
+        self.fail_all("the process group was destroyed while the op was in flight");
+        self.shared
+            .stop
+            .store(true, std::sync::atomic::Ordering::Release);
+        self.shared.wake.notify_all();
+        let gone = self.gone.lock().unwrap_or_else(|e| e.into_inner());
+        if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = gone.recv_timeout(JOIN_LIMIT) {
+            log::warn!("c10d-nccl: a watchdog thread was still busy {JOIN_LIMIT:?} after its group was dropped");
+        }
+    }
+}
+
 impl Shared {
     fn lock(&self) -> std::sync::MutexGuard<'_, Watchdog<InFlight>> {
         self.dog.lock().unwrap_or_else(|e| e.into_inner())
@@ -78,6 +112,9 @@ impl Shared {
 fn run(weak: Weak<Shared>) {
     loop {
         let Some(shared) = weak.upgrade() else { return };
+        if shared.stop.load(std::sync::atomic::Ordering::Acquire) {
+            return;
+        }
         let report = {
             let mut dog = shared.lock();
             if dog.in_flight() == 0 {
