@@ -873,8 +873,9 @@ fn watchdog_timeout(c: &Ctx) -> R {
     }
 }
 
-/// The last rank leaves in the middle of an all_reduce: the others' op fails with NCCL's
-/// asynchronous error (the watchdog's "caught an NCCL error"), well before its 10-minute timeout.
+/// The last rank leaves before an all_reduce: the others' op fails with NCCL's error (at launch,
+/// or through the watchdog's "caught an NCCL error"), well before its 10-minute timeout, and the
+/// group is aborted.
 fn dead_peer(c: &Ctx) -> R {
     if c.world < 2 {
         return Ok(());
