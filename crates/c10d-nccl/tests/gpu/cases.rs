@@ -898,20 +898,23 @@ fn dead_peer(c: &Ctx) -> R {
     }
     std::thread::sleep(Duration::from_millis(500));
     let start = Instant::now();
-    let w = g
+    // NCCL may already know the peer is gone when the op is enqueued (the launch fails), or
+    // find out while it runs (the watchdog fails the work): either way an NCCL error, at once.
+    let r = g
         .all_reduce(&[t], &AllreduceOptions::default())
-        .map_err(e2s)?;
-    match w.wait_timeout(Duration::from_secs(120)) {
+        .and_then(|w| w.wait_timeout(Duration::from_secs(120)));
+    let first = match r {
         Err(e) if e.message().contains("NCCL error") => {
-            println!(
-                "rank {}: after {:?}: {}",
-                c.rank,
-                start.elapsed(),
-                e.message().lines().next().unwrap_or("")
-            );
-            Ok(())
+            e.message().lines().next().unwrap_or("").to_string()
         }
-        other => Err(format!("after {:?}: {other:?}", start.elapsed())),
+        other => return Err(format!("after {:?}: {other:?}", start.elapsed())),
+    };
+    println!("rank {}: after {:?}: {first}", c.rank, start.elapsed());
+    // Aborted by the watchdog, or failing its launch until then: never accepted.
+    let t = c.cuda(DType::F32, &[1.0])?;
+    match g.all_reduce(&[t], &AllreduceOptions::default()) {
+        Err(e) if e.message().contains("aborted") || e.message().contains("NCCL error") => Ok(()),
+        other => Err(format!("the failed group accepted another op: {other:?}")),
     }
 }
 
