@@ -101,6 +101,9 @@ impl Staged {
         ins: &[Tensor],
         op: impl FnOnce(&[Tensor], &[Tensor]) -> Result<Work>,
     ) -> Result<Work> {
+        if outs.iter().chain(ins).all(Tensor::is_cpu) {
+            return op(outs, ins);
+        }
         let o = stage(outs)?;
         let i = stage(ins)?;
         Ok(copy_back(op(&o.host, &i.host)?, o.back))
@@ -113,6 +116,9 @@ impl Staged {
         ins: &[Vec<Tensor>],
         op: impl FnOnce(&[Vec<Tensor>], &[Vec<Tensor>]) -> Result<Work>,
     ) -> Result<Work> {
+        if outs.iter().chain(ins).flatten().all(Tensor::is_cpu) {
+            return op(outs, ins);
+        }
         let (o, back) = stage_lists(outs)?;
         let (i, _) = stage_lists(ins)?;
         Ok(copy_back(op(&o, &i)?, back))

@@ -54,6 +54,7 @@ mod flow;
 #[path = "liveness.rs"]
 mod liveness;
 
+use crate::algo::shm::ShmState;
 use crate::transport::{self, Conn, MeshSpec};
 use crate::wire::{Header, Kind, HDR};
 use c10d_core::{DType, DistError, OpType, Result, TensorLeases, WorkCompleter};
@@ -140,6 +141,8 @@ pub(crate) struct Shared {
     pub failed: Mutex<Option<DistError>>,
     /// The group's cross-memory-attach verdict: 0 not probed, 1 usable, 2 not usable.
     pub cma: std::sync::atomic::AtomicU8,
+    /// The group's shared-memory verdict, coded as `cma`.
+    pub shm: std::sync::atomic::AtomicU8,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -172,6 +175,8 @@ pub(crate) struct Connector {
     pub timeout: Duration,
     pub socket_buffer_bytes: usize,
     pub local_unix_sockets: bool,
+    /// This rank agrees to a shared-memory segment (see `algo::shm`).
+    pub shared_memory: bool,
 }
 
 impl Connector {
@@ -194,6 +199,27 @@ impl Connector {
         };
         transport::connect_mesh(self.store.as_ref(), &listener, &spec)
     }
+
+    /// The group's shared-memory segment, agreed through the store once the mesh is up (every
+    /// rank calls it). Only when every peer is reached over a Unix socket (the same host), which
+    /// every rank of the group sees alike (a connection is Unix at both ends or at neither); a
+    /// rank that does not allow it still votes.
+    pub(crate) fn shared_memory(&self, id: &Ident, conns: &[Option<Conn>]) -> Result<ShmState> {
+        let local = conns
+            .iter()
+            .enumerate()
+            .all(|(p, c)| p == id.rank || matches!(c, Some(Conn::Unix(_))));
+        if !local {
+            return Ok(ShmState::Off);
+        }
+        crate::algo::shm::setup(
+            self.store.as_ref(),
+            id.rank,
+            id.size,
+            self.shared_memory,
+            self.timeout,
+        )
+    }
 }
 
 impl Shared {
@@ -213,6 +239,7 @@ impl Shared {
             initialized: Default::default(),
             failed: Mutex::new(None),
             cma: Default::default(),
+            shm: Default::default(),
         }
     }
 }
@@ -508,6 +535,8 @@ pub(crate) struct Engine {
     draining: bool,
     /// Whether cross-memory attach works between all ranks (`None`: not probed yet).
     cma: Option<bool>,
+    /// The group's shared-memory segment (see `algo::shm`).
+    shm: ShmState,
     /// Reusable buffers for early / unexpected frames.
     spare: Vec<Vec<u8>>,
     pending: VecDeque<CollOp>,
@@ -572,6 +601,7 @@ impl Engine {
             sweeping: false,
             draining: false,
             cma: None,
+            shm: Default::default(),
             spare: Vec::new(),
             pending: VecDeque::new(),
             coll_cur: 0,
@@ -627,11 +657,22 @@ impl Engine {
         Ok(())
     }
 
+    /// Installs the group's shared-memory state and publishes the verdict.
+    pub(crate) fn set_shm(&mut self, shm: ShmState) {
+        let on = matches!(shm, ShmState::On(_));
+        self.shared
+            .shm
+            .store(if on { 1 } else { 2 }, Ordering::Relaxed);
+        self.shm = shm;
+    }
+
     fn ensure_connected(&mut self) -> Result<()> {
         if let Some(c) = self.connector.take() {
             let shared = self.shared.clone();
             let aborted = move || lock(&shared.queue).stop.is_some();
             let streams = c.connect(&self.id, &aborted)?;
+            let shm = c.shared_memory(&self.id, &streams)?;
+            self.set_shm(shm);
             self.install(streams)?;
         }
         Ok(())
@@ -2013,6 +2054,108 @@ impl Comm<'_> {
                     })
                 )
         })
+    }
+
+    /// The group's shared-memory state (see `algo::shm`).
+    pub(crate) fn shm(&mut self) -> &mut ShmState {
+        &mut self.eng.shm
+    }
+
+    /// When this op times out.
+    pub(crate) fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// This op as the ranks compare it: (op, PyTorch seq, dtype, total bytes).
+    pub(crate) fn op_desc(&self) -> (OpType, u64, DType, u64) {
+        (
+            self.info.op,
+            self.info.seq,
+            self.info.dtype,
+            self.info.total,
+        )
+    }
+
+    /// Fails the group with the socket path's mismatch text: `peer` runs `them` = (op, seq,
+    /// dtype, total bytes) where this rank runs this op.
+    pub(crate) fn mismatch(&mut self, peer: usize, them: (OpType, u64, DType, u64)) -> DistError {
+        let h = Header {
+            kind: Kind::Coll,
+            op: them.0,
+            dtype: them.2,
+            step: 0,
+            coll_seq: self.info.coll_seq,
+            seq: them.1,
+            total: them.3,
+            nbytes: them.3,
+            tag: 0,
+        };
+        let e = self
+            .eng
+            .mismatch_error(&self.info, 0, self.info.total as usize, peer, &h);
+        self.fail_group(e)
+    }
+
+    /// A peer that said bye (shut its group down) or the group's failure becomes this op's
+    /// error, as it would on the sockets; no system call.
+    pub(crate) fn check_peers(&mut self) -> Result<()> {
+        if let Some(p) = (0..self.size()).find(|&p| self.eng.left[p]) {
+            self.eng.fail_left(p);
+        }
+        match self.eng.failed.clone() {
+            Some(e) => Err(op_failed(&self.info, self.rank(), &e)),
+            None => Ok(()),
+        }
+    }
+
+    /// Reads what the sockets hold without blocking (this op posted nothing on them): the
+    /// group's failure, or a frame of this collective from a peer (it runs another op, or this
+    /// one over sockets), becomes this op's error.
+    pub(crate) fn check_sockets(&mut self) -> Result<()> {
+        // Liveness probes shortly before the deadline, as the socket path sends them, so that a
+        // time-out names the silent ranks.
+        self.eng
+            .probe_if_due(self.deadline, liveness::window(self.timeout));
+        self.eng.poll_once(Some(Duration::ZERO));
+        self.check_peers()?;
+        let cs = self.info.coll_seq;
+        let found = (0..self.size()).find_map(|p| {
+            self.eng.early[p]
+                .iter()
+                .find(|e| e.hdr.kind == Kind::Coll && e.hdr.coll_seq == cs)
+                .map(|e| (p, e.hdr))
+        });
+        match found {
+            Some((p, h)) => Err(self.mismatch(p, (h.op, h.seq, h.dtype, h.total))),
+            None => Ok(()),
+        }
+    }
+
+    /// Why the group was told to stop (abort, shutdown) while this op runs, as this op's error.
+    pub(crate) fn stop_requested(&self) -> Option<DistError> {
+        let stop = lock(&self.eng.shared.queue).stop.clone()?;
+        Some(op_failed(&self.info, self.rank(), &stop))
+    }
+
+    /// The timeout error of this op when `missing` sent nothing (the socket path's text), told
+    /// to the peers as this rank's note.
+    pub(crate) fn timed_out(&mut self, missing: &[usize]) -> DistError {
+        let list: Vec<String> = missing.iter().map(|p| p.to_string()).collect();
+        let silent = self
+            .eng
+            .silent_text(self.deadline, liveness::window(self.timeout));
+        let e = DistError::backend(format!(
+            "ProcessGroupGloo (group {}): Timed out waiting {}ms for {} (seq {}) on rank {}; no data from rank(s) {}{silent}",
+            self.eng.id.group_name,
+            self.timeout.as_millis(),
+            self.info.op,
+            self.info.seq,
+            self.rank(),
+            list.join(", ")
+        ));
+        self.eng.send_note(e.message());
+        self.detach_all();
+        e
     }
 
     /// The group's cross-memory-attach verdict (`None` until probed).

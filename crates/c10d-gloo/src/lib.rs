@@ -125,6 +125,13 @@ impl Algo {
         op: ReduceOp,
         dtype: DType,
     ) -> Result<()> {
+        // Shared memory where the direct exchange would run: the same fold order, same bits.
+        if self.allreduce == AllreduceAlgorithm::Auto
+            && buf.len() <= self.small_allreduce
+            && algo::shm::all_reduce(comm, buf, op, dtype)?
+        {
+            return Ok(());
+        }
         if self.allreduce == AllreduceAlgorithm::Auto
             && buf.len() >= self.cma_min
             && algo::cma::all_reduce(comm, buf, op, dtype, self.cma_allowed)?
@@ -431,19 +438,20 @@ impl ProcessGroupGloo {
             timeout: opts.timeout,
             socket_buffer_bytes: opts.socket_buffer_bytes,
             local_unix_sockets: opts.local_unix_sockets,
+            shared_memory: opts.shared_memory,
         };
-        let (streams, connector) = if opts.lazy_init || size == 1 {
-            (None, Some(connector))
+        let (streams, shm, connector) = if opts.lazy_init || size == 1 {
+            (None, None, Some(connector))
         } else {
-            (Some(connector.connect(&id, &|| false)?), None)
+            let streams = connector.connect(&id, &|| false)?;
+            let shm = connector.shared_memory(&id, &streams)?;
+            (Some(streams), Some(shm), None)
         };
-        let engine = Arc::new(Mutex::new(Engine::new(
-            shared.clone(),
-            poll,
-            id.clone(),
-            streams,
-            connector,
-        )?));
+        let mut engine = Engine::new(shared.clone(), poll, id.clone(), streams, connector)?;
+        if let Some(shm) = shm {
+            engine.set_shm(shm);
+        }
+        let engine = Arc::new(Mutex::new(engine));
         let worker = spawn_worker(&engine, &shared, &opts.group_name, rank)?;
         Ok(Arc::new(ProcessGroupGloo {
             shared,
@@ -479,6 +487,17 @@ impl ProcessGroupGloo {
     /// every rank of the group agreed on. No PyTorch counterpart (diagnostics).
     pub fn cross_memory_attach(&self) -> Option<bool> {
         match self.shared.cma.load(Ordering::Relaxed) {
+            1 => Some(true),
+            2 => Some(false),
+            _ => None,
+        }
+    }
+
+    /// Whether small same-host all-reduces of this group go through its shared-memory segment
+    /// (see [`GlooOptions::shared_memory`]): `None` until the group connected (lazy init), then
+    /// the verdict every rank agreed on. No PyTorch counterpart (diagnostics).
+    pub fn shared_memory(&self) -> Option<bool> {
+        match self.shared.shm.load(Ordering::Relaxed) {
             1 => Some(true),
             2 => Some(false),
             _ => None,

@@ -92,6 +92,13 @@ pub struct GlooOptions {
     /// `false` (`C10D_GLOO_CMA=0` in its environment), makes the whole group use sockets.
     /// Default `true`. See [`crate::ProcessGroupGloo::cross_memory_attach`].
     pub cross_memory_attach: bool,
+    /// Whether this rank agrees to a shared-memory segment for the group. With every rank on
+    /// this host, all-reduces (with [`AllreduceAlgorithm::Auto`]) of at most
+    /// [`GlooOptions::small_allreduce_bytes`] (and 256 KiB) per rank then go through memory shared
+    /// by the ranks (same fold order and bits as the direct exchange they replace), without sockets (see the crate docs). One rank
+    /// that cannot map the segment, or that set this to `false` (`C10D_GLOO_SHM=0` in its
+    /// environment), makes the whole group use sockets. Default `true`.
+    pub shared_memory: bool,
 }
 
 impl Default for GlooOptions {
@@ -116,6 +123,7 @@ impl Default for GlooOptions {
                 .unwrap_or(true),
             cma_min_bytes: 1024 * 1024,
             cross_memory_attach: std::env::var("C10D_GLOO_CMA").map_or(true, |v| v.trim() != "0"),
+            shared_memory: std::env::var("C10D_GLOO_SHM").map_or(true, |v| v.trim() != "0"),
         }
     }
 }

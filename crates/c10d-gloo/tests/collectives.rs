@@ -1019,6 +1019,8 @@ fn cma_all_reduce_matches_the_socket_path_bit_for_bit() {
                 },
                 cma_min_bytes: if cma { 0 } else { usize::MAX },
                 pipeline_chunk_bytes: 64 << 10,
+                // This test is about cross-memory attach (shared memory has its own below).
+                shared_memory: false,
                 ..opts()
             };
             run_world(n, o, move |r, pg| {
@@ -1063,6 +1065,93 @@ fn cma_all_reduce_matches_the_socket_path_bit_for_bit() {
                 }
             }
         }
+    }
+}
+
+/// Same-host all_reduce through the shared-memory segment must give the bits of the direct
+/// socket exchange it replaces, for every float flavour and reduction, on every size up to
+/// the direct threshold; and one rank that refuses shared memory keeps the whole group on
+/// sockets (still correct). No segment name is left in /dev/shm.
+#[test]
+fn shm_all_reduce_matches_the_direct_exchange_bit_for_bit() {
+    let cases: &[(DType, &[ReduceOp])] = &[
+        (DType::F32, &[ReduceOp::Sum, ReduceOp::Max, ReduceOp::Avg]),
+        (DType::BF16, &[ReduceOp::Sum, ReduceOp::PremulSum(0.5)]),
+        (DType::F16, &[ReduceOp::Sum]),
+        (DType::F64, &[ReduceOp::Product]),
+        (DType::I64, &[ReduceOp::Sum, ReduceOp::Min]),
+        (DType::Complex64, &[ReduceOp::Sum, ReduceOp::Avg]),
+    ];
+    let leftovers = || {
+        std::fs::read_dir("/dev/shm")
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .filter(|e| {
+                        e.file_name()
+                            .to_string_lossy()
+                            .starts_with(&format!("c10d-shm-{}-", std::process::id()))
+                    })
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    for n in [2usize, 3, 4, 7] {
+        let run = |algo: AllreduceAlgorithm, refuse: Option<usize>| {
+            let o = GlooOptions {
+                allreduce_algorithm: algo,
+                cma_min_bytes: usize::MAX,
+                ..opts()
+            };
+            let pgs = make_world_with(n, move |r| GlooOptions {
+                shared_memory: Some(r) != refuse,
+                ..o.clone()
+            });
+            run_on(pgs, move |r, pg| {
+                let mut out = Vec::new();
+                // The group's verdict (used only by `Auto` all-reduces).
+                let expect = Some(refuse.is_none());
+                // Three rounds so that both slot parities are reused.
+                for _ in 0..3 {
+                    for (dtype, ops) in cases {
+                        for len in [1, n + 1, 1000, (64 << 10) / dtype.size()] {
+                            for op in ops.iter() {
+                                let t = varied(*dtype, r, len);
+                                let o = AllreduceOptions {
+                                    reduce_op: *op,
+                                    ..Default::default()
+                                };
+                                pg.all_reduce(&[t.clone()], &o).unwrap().wait().unwrap();
+                                out.push(t.read_bytes(|b| b.to_vec()).unwrap());
+                            }
+                        }
+                    }
+                }
+                assert_eq!(
+                    pg.shared_memory(),
+                    expect,
+                    "rank {r}: the group's shared-memory verdict"
+                );
+                out
+            })
+        };
+        let shm = run(AllreduceAlgorithm::Auto, None);
+        let direct = run(AllreduceAlgorithm::Direct, None);
+        let refused = run(AllreduceAlgorithm::Auto, Some(n - 1));
+        for r in 0..n {
+            assert!(
+                shm[r] == direct[r],
+                "n={n}: rank {r}: shared memory and the direct exchange differ"
+            );
+            assert!(
+                refused[r] == direct[r],
+                "n={n}: rank {r}: the socket fallback differs"
+            );
+        }
+        assert_eq!(
+            leftovers(),
+            0,
+            "a c10d-shm segment name was left in /dev/shm"
+        );
     }
 }
 

@@ -11,6 +11,7 @@ pub(crate) mod broadcast;
 pub(crate) mod cma;
 pub(crate) mod exchange;
 pub(crate) mod reduce;
+pub(crate) mod shm;
 
 /// Byte range of part `i` of `count` elements of `es` bytes split into `parts` nearly equal parts.
 pub(crate) fn part(count: usize, parts: usize, i: usize, es: usize) -> std::ops::Range<usize> {

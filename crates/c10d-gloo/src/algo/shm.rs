@@ -1,0 +1,496 @@
+//! Shared-memory all-reduce for small and medium messages when every rank of the group is on
+//! this host: no socket, no system call on the fast path.
+//!
+//! # The segment
+//! Made when the group connects (with its socket mesh, so never inside an op, where a timed-out
+//! rank could leave the others disagreeing): rank 0 creates a POSIX shared-memory object with a
+//! random name and publishes the name in the group's store; every rank maps it and votes there;
+//! rank 0 unlinks the name once every vote is in (or the wait for them failed), so no segment
+//! outlives the group even if a rank crashes (the mapping stays until each rank unmaps it). One
+//! rank that cannot map it, has a peer on another host, or turned it off (`C10D_GLOO_SHM=0` /
+//! [`crate::GlooOptions::shared_memory`]) makes the whole group stay on sockets.
+//!
+//! Layout: one 64-byte line per rank (`seq`: the last op whose data this rank published; `sleepers`:
+//! ranks sleeping on `seq`; `pid`), then two slots of [`SLOT_BYTES`] per rank (double-buffered by
+//! op parity).
+//!
+//! # One op (op number k, counted per group; all ranks run the same shm ops)
+//! 1. wait until every peer published op k−1 (so it finished reading op k−2's slots, which op k
+//!    reuses);
+//! 2. copy the buffer into this rank's slot k mod 2, publish `seq = k`, wake sleepers;
+//! 3. wait until every peer published op k;
+//! 4. `buf = slot₀ ⊕ slot₁ ⊕ … ⊕ slotₙ₋₁` in rank order: the direct algorithm's fold order, so
+//!    the result is bit-identical to the socket path's.
+//!
+//! Waiting spins briefly, then sleeps on the peer's `seq` word with a futex (shared between
+//! processes) in 1 ms turns, so ranks outnumbering cores still progress. Every turn checks the
+//! op's deadline (timeout naming the ranks that published nothing, as the socket path does);
+//! every millisecond, whether the group was stopped or aborted, what the sockets hold (a peer's
+//! error, or a frame of this collective: that peer runs another op over sockets, a mismatch),
+//! and whether the waited-for peer process still exists: a dead peer fails the group within
+//! about a millisecond. Each rank publishes its op (type, dtype, bytes, sequence number) with
+//! its data, and every rank compares: a mismatch fails the group with the socket path's text.
+
+use crate::engine::Comm;
+use c10d_core::reduce::reduce_into;
+use c10d_core::{DType, DistError, OpType, ReduceOp, Result};
+use c10d_store::Store;
+use std::ffi::CString;
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Largest message per rank that goes through shared memory.
+pub(crate) const SLOT_BYTES: usize = 256 * 1024;
+/// Largest group that uses it (the segment holds 2 × [`SLOT_BYTES`] per rank).
+pub(crate) const MAX_RANKS: usize = 16;
+/// Store keys of the set-up (under the group's store).
+const KEY_NAME: &str = "c10d_shm/name";
+const KEY_VOTE: &str = "c10d_shm/vote/";
+/// Spins before sleeping.
+const SPINS: u32 = 4000;
+
+/// The group's shared-memory state.
+#[derive(Default)]
+pub(crate) enum ShmState {
+    /// Not usable in this group (not set up yet, voted down, or not every rank on this host).
+    #[default]
+    Off,
+    /// Mapped by every rank.
+    On(Segment),
+}
+
+/// One rank's control line.
+#[repr(C, align(64))]
+struct Line {
+    seq: AtomicU32,
+    sleepers: AtomicU32,
+    pid: AtomicI32,
+    /// The published op per slot parity (as the data), compared by every peer: op code |
+    /// dtype code << 8, total bytes, PyTorch sequence number.
+    kind: [AtomicU32; 2],
+    total: [AtomicU64; 2],
+    pseq: [AtomicU64; 2],
+}
+
+/// A mapped segment and this rank's op counter.
+pub(crate) struct Segment {
+    base: *mut u8,
+    len: usize,
+    n: usize,
+    /// Ops run through the segment so far (equal on every rank).
+    ops: u32,
+}
+
+// SAFETY: the mapping is process-wide memory owned by this value; it is only used by the thread
+// that drives the group's engine (the engine is behind a mutex).
+unsafe impl Send for Segment {}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        // SAFETY: `base`/`len` describe a mapping made by `map` and unmapped only here.
+        unsafe { libc::munmap(self.base.cast(), self.len) };
+    }
+}
+
+fn seg_len(n: usize) -> usize {
+    n * 64 + n * 2 * SLOT_BYTES
+}
+
+impl Segment {
+    fn line(&self, r: usize) -> &Line {
+        // SAFETY: line r lies in the mapped header (r < n), 64-byte aligned (page-aligned base);
+        // the fields are atomics, so shared access from several processes is sound.
+        unsafe { &*(self.base.add(r * 64) as *const Line) }
+    }
+
+    fn slot(&self, r: usize, parity: u32) -> *mut u8 {
+        let off = self.n * 64 + (r * 2 + parity as usize) * SLOT_BYTES;
+        // SAFETY: the offset lies inside the mapping (r < n, parity < 2).
+        unsafe { self.base.add(off) }
+    }
+
+    /// Maps the object `name` (created when `create`), sized for `n` ranks.
+    fn map(name: &CString, n: usize, create: bool) -> std::io::Result<Segment> {
+        let len = seg_len(n);
+        let flags = if create {
+            libc::O_CREAT | libc::O_EXCL | libc::O_RDWR
+        } else {
+            libc::O_RDWR
+        };
+        // SAFETY: `name` is a valid C string; the returned descriptor is closed below.
+        let fd = unsafe { libc::shm_open(name.as_ptr(), flags, 0o600) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is ours; truncating a fresh object sizes it (zero-filled).
+        if create && unsafe { libc::ftruncate(fd, len as libc::off_t) } != 0 {
+            let e = std::io::Error::last_os_error();
+            // SAFETY: closing our own descriptor.
+            unsafe { libc::close(fd) };
+            return Err(e);
+        }
+        // SAFETY: a shared read-write mapping of `len` bytes of the object; checked below.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        let e = std::io::Error::last_os_error();
+        // SAFETY: the mapping keeps the object alive; the descriptor is no longer needed.
+        unsafe { libc::close(fd) };
+        if p == libc::MAP_FAILED {
+            return Err(e);
+        }
+        Ok(Segment {
+            base: p.cast(),
+            len,
+            n,
+            ops: 0,
+        })
+    }
+}
+
+/// All-reduce of `buf` through the group's segment when it has one and `buf` fits a slot;
+/// `Ok(false)` otherwise, and the caller runs a socket algorithm. All ranks decide alike (the
+/// segment is the group's verdict, the size is the op's).
+///
+/// # Errors
+/// The op's timeout (naming the ranks that published nothing), a dead peer, a stopped group.
+pub(crate) fn all_reduce(
+    comm: &mut Comm<'_>,
+    buf: &mut [u8],
+    op: ReduceOp,
+    dtype: DType,
+) -> Result<bool> {
+    if buf.is_empty() || buf.len() > SLOT_BYTES || !matches!(comm.shm(), ShmState::On(_)) {
+        return Ok(false);
+    }
+    let mut state = std::mem::take(comm.shm());
+    let r = match &mut state {
+        ShmState::On(seg) => run(comm, seg, buf, op, dtype).map(|()| true),
+        ShmState::Off => Ok(false),
+    };
+    *comm.shm() = state;
+    r
+}
+
+/// The collective set-up through the group's store (see the module docs): `On` when every rank
+/// of a group of 2 ..= [`MAX_RANKS`] mapped the segment, `Off` otherwise. `eligible`: this rank
+/// agrees (option on, every peer on this host).
+///
+/// # Errors
+/// A store failure or timeout (a peer did not get this far); the name is unlinked anyway.
+pub(crate) fn setup(
+    store: &dyn Store,
+    rank: usize,
+    n: usize,
+    eligible: bool,
+    timeout: Duration,
+) -> Result<ShmState> {
+    if !(2..=MAX_RANKS).contains(&n) {
+        return Ok(ShmState::Off);
+    }
+    let (mine, created) = if rank == 0 {
+        create(n, eligible)
+    } else {
+        (None, None)
+    };
+    let _unlink = created.map(Unlink);
+    let mine = match rank {
+        0 => {
+            let name = _unlink
+                .as_ref()
+                .map_or(Vec::new(), |u| u.0.as_bytes().to_vec());
+            store.set(KEY_NAME, &name)?;
+            mine
+        }
+        _ => {
+            store.wait_timeout(&[KEY_NAME], timeout)?;
+            let name = store.get(KEY_NAME)?;
+            open(&name, n, eligible)
+        }
+    };
+    store.set(&format!("{KEY_VOTE}{rank}"), &[mine.is_some() as u8])?;
+    let keys: Vec<String> = (0..n).map(|p| format!("{KEY_VOTE}{p}")).collect();
+    let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+    store.wait_timeout(&refs, timeout)?;
+    let all = keys
+        .iter()
+        .map(|k| store.get(k))
+        .collect::<Result<Vec<_>>>()?;
+    match mine {
+        Some(seg) if all.iter().all(|v| v.as_slice() == [1]) => {
+            seg.line(rank)
+                .pid
+                .store(std::process::id() as i32, Ordering::Release);
+            Ok(ShmState::On(seg))
+        }
+        _ => Ok(ShmState::Off),
+    }
+}
+
+/// Unlinks a segment name when dropped (after the votes, or on a failed set-up).
+struct Unlink(CString);
+
+impl Drop for Unlink {
+    fn drop(&mut self) {
+        // SAFETY: unlinking a name this process created; existing mappings stay valid.
+        unsafe { libc::shm_unlink(self.0.as_ptr()) };
+    }
+}
+
+/// Rank 0's segment and its name.
+fn create(n: usize, eligible: bool) -> (Option<Segment>, Option<CString>) {
+    if !eligible {
+        return (None, None);
+    }
+    let name = CString::new(format!(
+        "/c10d-shm-{}-{:016x}",
+        std::process::id(),
+        rand_u64()
+    ))
+    .expect("no NUL");
+    match Segment::map(&name, n, true) {
+        Ok(s) => (Some(s), Some(name)),
+        Err(e) => {
+            log::info!("c10d-gloo: no shared memory for the group ({e}); using sockets");
+            (None, None)
+        }
+    }
+}
+
+/// A peer's mapping of the segment rank 0 named (`None`: no name, not eligible, or it fails).
+fn open(name: &[u8], n: usize, eligible: bool) -> Option<Segment> {
+    if name.is_empty() || !eligible {
+        return None;
+    }
+    let c = CString::new(name).ok()?;
+    Segment::map(&c, n, false)
+        .map_err(|e| {
+            log::info!("c10d-gloo: cannot map the group's shared memory ({e}); using sockets")
+        })
+        .ok()
+}
+
+/// One all-reduce through the segment (see the module docs).
+fn run(
+    comm: &mut Comm<'_>,
+    seg: &mut Segment,
+    buf: &mut [u8],
+    op: ReduceOp,
+    dtype: DType,
+) -> Result<()> {
+    let (r, n) = (comm.rank(), comm.size());
+    comm.check_peers()?;
+    let k = seg.ops.wrapping_add(1);
+    let parity = k % 2;
+    wait_all(comm, seg, k.wrapping_sub(1))?;
+    // SAFETY: slot (r, parity) is this rank's; no peer reads it until `seq = k` is published,
+    // and every peer finished reading it for op k−2 (waited above). `buf.len() <= SLOT_BYTES`.
+    unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), seg.slot(r, parity), buf.len()) };
+    let mine = comm.op_desc();
+    describe(seg.line(r), parity, mine);
+    publish(seg.line(r), k);
+    // Counted once published: an op that timed out before it is retried under the same number.
+    seg.ops = k;
+    wait_all(comm, seg, k)?;
+    // Compared: op, dtype and bytes (the sequence numbers of ranks differ by their p2p ops).
+    let differs = |d: &(OpType, u64, DType, u64)| (d.0, d.2, d.3) != (mine.0, mine.2, mine.3);
+    if let Some((p, them)) = (0..n)
+        .map(|p| (p, described(seg.line(p), parity)))
+        .find(|(_, d)| differs(d))
+    {
+        return Err(comm.mismatch(p, them));
+    }
+    let len = buf.len();
+    // SAFETY: every slot (p, parity) holds op k's data, published before `seq = k` (acquired by
+    // `wait_all`), and is not written again before every rank published op k+1.
+    let slot = |p: usize| unsafe { std::slice::from_raw_parts(seg.slot(p, parity), len) };
+    buf.copy_from_slice(slot(0));
+    for p in 1..n {
+        reduce_into(op, dtype, buf, slot(p))?;
+    }
+    Ok(())
+}
+
+/// Writes this rank's op description for slot parity `i` (published with the next `seq`).
+fn describe(line: &Line, i: u32, (op, seq, dtype, total): (OpType, u64, DType, u64)) {
+    let i = i as usize;
+    let kind = op.code() as u32 | (dtype.code() as u32) << 8;
+    line.kind[i].store(kind, Ordering::Relaxed);
+    line.total[i].store(total, Ordering::Relaxed);
+    line.pseq[i].store(seq, Ordering::Relaxed);
+}
+
+/// A peer's op description for parity `i` (read after its `seq` was acquired; not rewritten
+/// before every rank published the next op).
+fn described(line: &Line, i: u32) -> (OpType, u64, DType, u64) {
+    let i = i as usize;
+    let kind = line.kind[i].load(Ordering::Relaxed);
+    let op = OpType::from_code(kind as u8).unwrap_or(OpType::Unknown);
+    let dtype = DType::from_code((kind >> 8) as u8).unwrap_or(DType::U8);
+    let total = line.total[i].load(Ordering::Relaxed);
+    (op, line.pseq[i].load(Ordering::Relaxed), dtype, total)
+}
+
+/// Publishes op `k` of this rank and wakes whoever sleeps on it.
+fn publish(line: &Line, k: u32) {
+    line.seq.store(k, Ordering::SeqCst);
+    if line.sleepers.load(Ordering::SeqCst) > 0 {
+        futex_wake(&line.seq);
+    }
+}
+
+/// Whether `seq` has reached `k` (wrapping).
+fn reached(seq: u32, k: u32) -> bool {
+    seq.wrapping_sub(k) as i32 >= 0
+}
+
+/// Waits until every peer's `seq` reached `k` (see the module docs for the checks).
+fn wait_all(comm: &mut Comm<'_>, seg: &Segment, k: u32) -> Result<()> {
+    let r = comm.rank();
+    let deadline = comm.deadline();
+    for p in (0..seg.n).filter(|&p| p != r) {
+        let line = seg.line(p);
+        let mut spins = 0u32;
+        let mut next_check = Instant::now() + Duration::from_millis(1);
+        loop {
+            let s = line.seq.load(Ordering::Acquire);
+            if reached(s, k) {
+                break;
+            }
+            if spins < SPINS {
+                spins += 1;
+                std::hint::spin_loop();
+                continue;
+            }
+            let now = Instant::now();
+            if now >= next_check {
+                check(comm, seg, k, p)?;
+                next_check = now + Duration::from_millis(1);
+            }
+            if now >= deadline {
+                return Err(comm.timed_out(&missing(seg, r, k)));
+            }
+            line.sleepers.fetch_add(1, Ordering::SeqCst);
+            if !reached(line.seq.load(Ordering::SeqCst), k) {
+                futex_wait(&line.seq, s, Duration::from_millis(1));
+            }
+            line.sleepers.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+    Ok(())
+}
+
+/// Ranks whose `seq` has not reached `k`.
+fn missing(seg: &Segment, me: usize, k: u32) -> Vec<usize> {
+    (0..seg.n)
+        .filter(|&p| p != me && !reached(seg.line(p).seq.load(Ordering::Acquire), k))
+        .collect()
+}
+
+/// The periodic checks while waiting on peer `p`: the group stopped or aborted, `p` gone.
+fn check(comm: &mut Comm<'_>, seg: &Segment, k: u32, p: usize) -> Result<()> {
+    if let Some(e) = comm.stop_requested() {
+        return Err(e);
+    }
+    comm.check_sockets()?;
+    let pid = seg.line(p).pid.load(Ordering::Acquire);
+    // SAFETY: signal 0 only checks that the process exists.
+    if pid > 0
+        && unsafe { libc::kill(pid, 0) } != 0
+        && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+    {
+        let e = DistError::backend(format!(
+            "{}: rank {p} (pid {pid}) exited while rank {} waited for its data of shared-memory op {k}",
+            comm.ctx(),
+            comm.rank()
+        ));
+        return Err(comm.fail_group(e));
+    }
+    Ok(())
+}
+
+fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: `word` is a live, aligned 32-bit word in a shared mapping (a non-private futex);
+    // the kernel only compares it with `expected` and sleeps at most `timeout`.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            expected,
+            &ts as *const libc::timespec,
+        );
+    }
+}
+
+fn futex_wake(word: &AtomicU32) {
+    // SAFETY: as in `futex_wait`; waking has no other effect.
+    unsafe {
+        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX);
+    }
+}
+
+/// A random 64-bit number from the kernel (segment names must not be guessable or collide).
+fn rand_u64() -> u64 {
+    let mut b = [0u8; 8];
+    // SAFETY: `b` is a writable 8-byte buffer.
+    let got = unsafe { libc::getrandom(b.as_mut_ptr().cast(), 8, 0) };
+    if got != 8 {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        return t.as_nanos() as u64 ^ ((std::process::id() as u64) << 32);
+    }
+    u64::from_ne_bytes(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wrapping_order() {
+        assert!(reached(5, 5));
+        assert!(reached(6, 5));
+        assert!(!reached(4, 5));
+        assert!(reached(1, u32::MAX));
+        assert!(!reached(u32::MAX, 1));
+    }
+
+    #[test]
+    fn segments_map_and_vanish_once_unlinked() {
+        let name = CString::new(format!(
+            "/c10d-shm-test-{}-{:x}",
+            std::process::id(),
+            rand_u64()
+        ))
+        .unwrap();
+        let a = Segment::map(&name, 2, true).unwrap();
+        let b = Segment::map(&name, 2, false).unwrap();
+        // SAFETY: unlinking the test's own name.
+        unsafe { libc::shm_unlink(name.as_ptr()) };
+        assert!(
+            Segment::map(&name, 2, false).is_err(),
+            "the name must be gone"
+        );
+        // Both mappings see the same memory.
+        publish(a.line(1), 7);
+        assert_eq!(b.line(1).seq.load(Ordering::Acquire), 7);
+        // SAFETY: slot (0, 1) of a 2-rank segment holds SLOT_BYTES bytes.
+        unsafe { *a.slot(0, 1) = 42 };
+        // SAFETY: as above, through the other mapping.
+        assert_eq!(unsafe { *b.slot(0, 1) }, 42);
+        assert_eq!(a.len, seg_len(2));
+    }
+}
