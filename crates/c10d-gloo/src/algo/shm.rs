@@ -46,8 +46,21 @@ pub(crate) const MAX_RANKS: usize = 16;
 /// Store keys of the set-up (under the group's store).
 const KEY_NAME: &str = "c10d_shm/name";
 const KEY_VOTE: &str = "c10d_shm/vote/";
-/// Spins before sleeping.
+/// Spins before yielding, when the host has a core per rank.
 const SPINS: u32 = 4000;
+/// Yields before sleeping on a futex.
+const YIELDS: u32 = 64;
+
+/// Spins worth doing: none when the group's ranks outnumber this host's CPUs (a spinning rank
+/// would take the core the awaited peer needs).
+fn spin_limit(n: usize) -> u32 {
+    let cpus = std::thread::available_parallelism().map_or(1, |c| c.get());
+    if n > cpus {
+        0
+    } else {
+        SPINS
+    }
+}
 
 /// The group's shared-memory state.
 #[derive(Default)]
@@ -79,6 +92,8 @@ pub(crate) struct Segment {
     n: usize,
     /// Ops run through the segment so far (equal on every rank).
     ops: u32,
+    /// Spins before yielding (see [`spin_limit`]).
+    spins: u32,
 }
 
 // SAFETY: the mapping is process-wide memory owned by this value; it is only used by the thread
@@ -151,6 +166,7 @@ impl Segment {
             len,
             n,
             ops: 0,
+            spins: spin_limit(n),
         })
     }
 }
@@ -355,18 +371,25 @@ fn reached(seq: u32, k: u32) -> bool {
 fn wait_all(comm: &mut Comm<'_>, seg: &Segment, k: u32) -> Result<()> {
     let r = comm.rank();
     let deadline = comm.deadline();
+    let limit = seg.spins;
     for p in (0..seg.n).filter(|&p| p != r) {
         let line = seg.line(p);
         let mut spins = 0u32;
+        let mut yields = 0u32;
         let mut next_check = Instant::now() + Duration::from_millis(1);
         loop {
             let s = line.seq.load(Ordering::Acquire);
             if reached(s, k) {
                 break;
             }
-            if spins < SPINS {
+            if spins < limit {
                 spins += 1;
                 std::hint::spin_loop();
+                continue;
+            }
+            if yields < YIELDS {
+                yields += 1;
+                std::thread::yield_now();
                 continue;
             }
             let now = Instant::now();
