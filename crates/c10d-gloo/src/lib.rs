@@ -11,6 +11,11 @@
 //!   see the `engine` module for why the event loop is per group rather than per process.
 //! * Peers on the same host talk over abstract Unix sockets, others over TCP (see `transport`;
 //!   [`GlooOptions::local_unix_sockets`] turns this off).
+//! * When every rank of a group is on one host, all-reduces of at most
+//!   [`GlooOptions::small_allreduce_bytes`] (64 KiB) go through a shared-memory segment the group
+//!   sets up when it connects (see `algo::shm`): no socket and no system call on the fast path,
+//!   a futex when a rank must wait, the direct exchange's fold order (same bits), every fault
+//!   check of the socket path. `C10D_GLOO_SHM=0` / [`GlooOptions::shared_memory`] turns it off.
 //! * When every rank of a group is on one host, all-reduces, all-gathers and reduce-scatters of
 //!   at least [`GlooOptions::cma_min_bytes`] (1 MiB) copy straight out of the peers' buffers with
 //!   Linux cross-memory attach (`process_vm_readv`, see `algo::cma`): one copy per byte instead
@@ -47,7 +52,7 @@
 //! | `engine.rs` | the per-group engine: queue, worker thread, `mio` poll loop, frame matching, timeouts, faults; `Comm`, the algorithms' view of it |
 //! | `flow.rs`, `liveness.rs` | engine parts: read budget and back-pressure; ping/pong probes that name a silent rank |
 //! | `wire.rs` | the 64-byte frame header |
-//! | `algo/*.rs` | the algorithms, written against `Comm` (post sends/receives, wait, reduce) |
+//! | `algo/*.rs` | the algorithms, written against `Comm` (post sends/receives, wait, reduce); `algo/shm.rs` the shared-memory segment and its all-reduce |
 //! | `bin/c10d-gloo-worker.rs` | rank process for benchmarks and process tests |
 //!
 //! # How a collective flows
@@ -125,12 +130,12 @@ impl Algo {
         op: ReduceOp,
         dtype: DType,
     ) -> Result<()> {
-        // Shared memory where the direct exchange would run: the same fold order, same bits.
-        if self.allreduce == AllreduceAlgorithm::Auto
-            && buf.len() <= self.small_allreduce
-            && algo::shm::all_reduce(comm, buf, op, dtype)?
-        {
-            return Ok(());
+        // Shared memory where the direct exchange or all-pairs would run over sockets, with
+        // their fold orders (same bits).
+        if let Some(fold) = self.shm_fold(comm.size(), buf.len()) {
+            if algo::shm::all_reduce(comm, buf, op, dtype, fold)? {
+                return Ok(());
+            }
         }
         if self.allreduce == AllreduceAlgorithm::Auto
             && buf.len() >= self.cma_min
@@ -151,6 +156,22 @@ impl Algo {
                 algo::allreduce::all_pairs(comm, buf, op, dtype, self.chunk)
             }
             AllreduceAlgorithm::Auto => algo::allreduce::ring(comm, buf, op, dtype, self.chunk),
+        }
+    }
+
+    /// The socket algorithm a shared-memory all-reduce of `len` bytes stands in for, if any:
+    /// the direct exchange up to `small_allreduce`, all-pairs below cross-memory attach's
+    /// threshold (groups of at most 8, as `Auto` picks it).
+    fn shm_fold(&self, n: usize, len: usize) -> Option<algo::shm::Fold> {
+        if self.allreduce != AllreduceAlgorithm::Auto {
+            return None;
+        }
+        if len <= self.small_allreduce {
+            Some(algo::shm::Fold::Direct)
+        } else if len < self.cma_min && n <= 8 {
+            Some(algo::shm::Fold::AllPairs)
+        } else {
+            None
         }
     }
 

@@ -1068,12 +1068,13 @@ fn cma_all_reduce_matches_the_socket_path_bit_for_bit() {
     }
 }
 
-/// Same-host all_reduce through the shared-memory segment must give the bits of the direct
-/// socket exchange it replaces, for every float flavour and reduction, on every size up to
-/// the direct threshold; and one rank that refuses shared memory keeps the whole group on
-/// sockets (still correct). No segment name is left in /dev/shm.
+/// Same-host all_reduce through the shared-memory segment must give the bits of the socket
+/// path it replaces (the direct exchange for small messages, all-pairs for medium ones), for
+/// every float flavour and reduction and for sizes on both sides of the threshold; one rank
+/// that refuses shared memory keeps the whole group on sockets. No segment name is left in
+/// /dev/shm.
 #[test]
-fn shm_all_reduce_matches_the_direct_exchange_bit_for_bit() {
+fn shm_all_reduce_matches_the_socket_path_bit_for_bit() {
     let cases: &[(DType, &[ReduceOp])] = &[
         (DType::F32, &[ReduceOp::Sum, ReduceOp::Max, ReduceOp::Avg]),
         (DType::BF16, &[ReduceOp::Sum, ReduceOp::PremulSum(0.5)]),
@@ -1096,24 +1097,30 @@ fn shm_all_reduce_matches_the_direct_exchange_bit_for_bit() {
             .unwrap_or(0)
     };
     for n in [2usize, 3, 4, 7] {
-        let run = |algo: AllreduceAlgorithm, refuse: Option<usize>| {
+        // `off`: ranks that refuse shared memory (all: the socket path).
+        let run = |off: &'static [usize]| {
             let o = GlooOptions {
-                allreduce_algorithm: algo,
                 cma_min_bytes: usize::MAX,
                 ..opts()
             };
             let pgs = make_world_with(n, move |r| GlooOptions {
-                shared_memory: Some(r) != refuse,
+                shared_memory: !off.contains(&r) && !off.contains(&usize::MAX),
                 ..o.clone()
             });
             run_on(pgs, move |r, pg| {
                 let mut out = Vec::new();
-                // The group's verdict (used only by `Auto` all-reduces).
-                let expect = Some(refuse.is_none());
-                // Three rounds so that both slot parities are reused.
+                // Three rounds so that both slots are reused, small and medium ops mixed.
                 for _ in 0..3 {
                     for (dtype, ops) in cases {
-                        for len in [1, n + 1, 1000, (64 << 10) / dtype.size()] {
+                        let es = dtype.size();
+                        for len in [
+                            1,
+                            n + 1,
+                            1000,
+                            (64 << 10) / es,
+                            (64 << 10) / es + 1,
+                            (300 << 10) / es + 3,
+                        ] {
                             for op in ops.iter() {
                                 let t = varied(*dtype, r, len);
                                 let o = AllreduceOptions {
@@ -1126,25 +1133,30 @@ fn shm_all_reduce_matches_the_direct_exchange_bit_for_bit() {
                         }
                     }
                 }
-                assert_eq!(
-                    pg.shared_memory(),
-                    expect,
-                    "rank {r}: the group's shared-memory verdict"
-                );
-                out
+                (out, pg.shared_memory())
             })
         };
-        let shm = run(AllreduceAlgorithm::Auto, None);
-        let direct = run(AllreduceAlgorithm::Direct, None);
-        let refused = run(AllreduceAlgorithm::Auto, Some(n - 1));
+        let shm = run(&[]);
+        let sockets = run(&[usize::MAX]);
+        let refused = run(&[1]);
         for r in 0..n {
-            assert!(
-                shm[r] == direct[r],
-                "n={n}: rank {r}: shared memory and the direct exchange differ"
+            assert_eq!(
+                shm[r].1,
+                Some(true),
+                "n={n}: rank {r}: shared memory not set up"
+            );
+            assert_eq!(
+                refused[r].1,
+                Some(false),
+                "n={n}: rank {r}: one refusal must keep sockets"
             );
             assert!(
-                refused[r] == direct[r],
-                "n={n}: rank {r}: the socket fallback differs"
+                shm[r].0 == sockets[r].0,
+                "n={n}: rank {r}: shared memory and sockets differ"
+            );
+            assert!(
+                refused[r].0 == sockets[r].0,
+                "n={n}: rank {r}: the refused group differs"
             );
         }
         assert_eq!(

@@ -10,17 +10,20 @@
 //! rank that cannot map it, has a peer on another host, or turned it off (`C10D_GLOO_SHM=0` /
 //! [`crate::GlooOptions::shared_memory`]) makes the whole group stay on sockets.
 //!
-//! Layout: one 64-byte line per rank (`seq`: the last op whose data this rank published; `sleepers`:
-//! ranks sleeping on `seq`; `pid`), then two slots of [`SLOT_BYTES`] per rank (double-buffered by
-//! op parity).
+//! Layout: one 64-byte line per rank (`seq`: its last arrival; `sleepers`: ranks sleeping on
+//! `seq`; `pid`; the op it published, per slot), then two slots of [`SLOT_BYTES`] per rank
+//! (alternating by op).
 //!
-//! # One op (op number k, counted per group; all ranks run the same shm ops)
-//! 1. wait until every peer published op k−1 (so it finished reading op k−2's slots, which op k
-//!    reuses);
-//! 2. copy the buffer into this rank's slot k mod 2, publish `seq = k`, wake sleepers;
-//! 3. wait until every peer published op k;
-//! 4. `buf = slot₀ ⊕ slot₁ ⊕ … ⊕ slotₙ₋₁` in rank order: the direct algorithm's fold order, so
-//!    the result is bit-identical to the socket path's.
+//! # One op (ops counted per group; all ranks run the same shm ops)
+//! 1. wait until every peer started the previous op (so it finished the one before, whose
+//!    slots this op reuses: slots alternate by op);
+//! 2. copy the buffer into this rank's slot, publish the next arrival number in `seq`, wake
+//!    sleepers; wait until every peer arrived;
+//! 3. small messages (where the socket path runs the direct exchange):
+//!    `buf = slot₀ ⊕ slot₁ ⊕ … ⊕ slotₙ₋₁` in rank order; medium ones (where it runs all-pairs):
+//!    each rank reduces its own segment in place in its slot (own contribution first, then rank
+//!    order), arrives again, and everyone copies every rank's segment. Either way the socket
+//!    algorithm's fold order, so results are bit-identical to the socket path's.
 //!
 //! Waiting spins briefly, then sleeps on the peer's `seq` word with a futex (shared between
 //! processes) in 1 ms turns, so ranks outnumbering cores still progress. Every turn checks the
@@ -39,8 +42,9 @@ use std::ffi::CString;
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-/// Largest message per rank that goes through shared memory.
-pub(crate) const SLOT_BYTES: usize = 256 * 1024;
+/// Largest message per rank that goes through shared memory (cross-memory attach takes over
+/// at 1 MiB by default).
+pub(crate) const SLOT_BYTES: usize = 1024 * 1024;
 /// Largest group that uses it (the segment holds 2 × [`SLOT_BYTES`] per rank).
 pub(crate) const MAX_RANKS: usize = 16;
 /// Store keys of the set-up (under the group's store).
@@ -90,8 +94,11 @@ pub(crate) struct Segment {
     base: *mut u8,
     len: usize,
     n: usize,
-    /// Ops run through the segment so far (equal on every rank).
+    /// Arrivals published so far (equal on every rank between ops).
     ops: u32,
+    /// Ops run so far, and the first arrival of the last one (slot reuse, see `run`).
+    op_index: u32,
+    prev_first: u32,
     /// Spins before yielding (see [`spin_limit`]).
     spins: u32,
 }
@@ -166,6 +173,8 @@ impl Segment {
             len,
             n,
             ops: 0,
+            op_index: 0,
+            prev_first: 0,
             spins: spin_limit(n),
         })
     }
@@ -182,13 +191,14 @@ pub(crate) fn all_reduce(
     buf: &mut [u8],
     op: ReduceOp,
     dtype: DType,
+    fold: Fold,
 ) -> Result<bool> {
     if buf.is_empty() || buf.len() > SLOT_BYTES || !matches!(comm.shm(), ShmState::On(_)) {
         return Ok(false);
     }
     let mut state = std::mem::take(comm.shm());
     let r = match &mut state {
-        ShmState::On(seg) => run(comm, seg, buf, op, dtype).map(|()| true),
+        ShmState::On(seg) => run(comm, seg, buf, op, dtype, fold).map(|()| true),
         ShmState::Off => Ok(false),
     };
     *comm.shm() = state;
@@ -293,6 +303,14 @@ fn open(name: &[u8], n: usize, eligible: bool) -> Option<Segment> {
         .ok()
 }
 
+/// Which fold the op uses: the direct exchange's (rank order, every rank reduces everything)
+/// or the all-pairs algorithm's (each rank reduces its own segment, own contribution first).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fold {
+    Direct,
+    AllPairs,
+}
+
 /// One all-reduce through the segment (see the module docs).
 fn run(
     comm: &mut Comm<'_>,
@@ -300,38 +318,83 @@ fn run(
     buf: &mut [u8],
     op: ReduceOp,
     dtype: DType,
+    fold: Fold,
 ) -> Result<()> {
     let (r, n) = (comm.rank(), comm.size());
     comm.check_peers()?;
-    let k = seg.ops.wrapping_add(1);
-    let parity = k % 2;
-    wait_all(comm, seg, k.wrapping_sub(1))?;
-    // SAFETY: slot (r, parity) is this rank's; no peer reads it until `seq = k` is published,
-    // and every peer finished reading it for op k−2 (waited above). `buf.len() <= SLOT_BYTES`.
+    // Slots alternate by op; every peer must have started the previous op (so finished the
+    // one before it, which used these slots).
+    wait_all(comm, seg, seg.prev_first)?;
+    let parity = (seg.op_index.wrapping_add(1)) % 2;
+    // SAFETY: slot (r, parity) is this rank's; no peer reads it before the next `seq` is
+    // published, and every peer finished reading it (waited above). `buf.len() <= SLOT_BYTES`.
     unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), seg.slot(r, parity), buf.len()) };
     let mine = comm.op_desc();
     describe(seg.line(r), parity, mine);
-    publish(seg.line(r), k);
-    // Counted once published: an op that timed out before it is retried under the same number.
-    seg.ops = k;
-    wait_all(comm, seg, k)?;
-    // Compared: op, dtype and bytes (the sequence numbers of ranks differ by their p2p ops).
-    let differs = |d: &(OpType, u64, DType, u64)| (d.0, d.2, d.3) != (mine.0, mine.2, mine.3);
-    if let Some((p, them)) = (0..n)
-        .map(|p| (p, described(seg.line(p), parity)))
-        .find(|(_, d)| differs(d))
-    {
-        return Err(comm.mismatch(p, them));
-    }
+    let first = arrive(seg, r);
+    seg.prev_first = first;
+    seg.op_index = seg.op_index.wrapping_add(1);
+    wait_all(comm, seg, first)?;
+    check_descriptions(comm, seg, parity, mine)?;
     let len = buf.len();
-    // SAFETY: every slot (p, parity) holds op k's data, published before `seq = k` (acquired by
-    // `wait_all`), and is not written again before every rank published op k+1.
-    let slot = |p: usize| unsafe { std::slice::from_raw_parts(seg.slot(p, parity), len) };
-    buf.copy_from_slice(slot(0));
-    for p in 1..n {
-        reduce_into(op, dtype, buf, slot(p))?;
+    // SAFETY: every slot (p, parity) holds this op's data, published before `first` (acquired
+    // by `wait_all`), and is not written again before every rank started the next op.
+    let ptrs: Vec<*mut u8> = (0..n).map(|p| seg.slot(p, parity)).collect();
+    // SAFETY: as above; a rank writes only its own slot's own segment (all-pairs), which no peer
+    // reads before the second arrival.
+    let slot = |p: usize| unsafe { std::slice::from_raw_parts_mut(ptrs[p], len) };
+    match fold {
+        Fold::Direct => {
+            buf.copy_from_slice(slot(0));
+            for p in 1..n {
+                reduce_into(op, dtype, buf, slot(p))?;
+            }
+        }
+        Fold::AllPairs => {
+            let es = dtype.size();
+            let part = |i: usize| super::part(len / es, n, i, es);
+            // Own segment, reduced in place in this rank's slot: own first, then rank order.
+            let mine = part(r);
+            for q in (0..n).filter(|&q| q != r) {
+                let (acc, other) = (&mut slot(r)[mine.clone()], &slot(q)[mine.clone()]);
+                reduce_into(op, dtype, acc, other)?;
+            }
+            let second = arrive(seg, r);
+            wait_all(comm, seg, second)?;
+            for p in 0..n {
+                let seg_p = part(p);
+                buf[seg_p.clone()].copy_from_slice(&slot(p)[seg_p]);
+            }
+        }
     }
     Ok(())
+}
+
+/// Publishes this rank's next arrival and returns its number (counted once published: an op
+/// that timed out before publishing is retried under the same numbers).
+fn arrive(seg: &mut Segment, r: usize) -> u32 {
+    let k = seg.ops.wrapping_add(1);
+    publish(seg.line(r), k);
+    seg.ops = k;
+    k
+}
+
+/// Every peer published the same op, dtype and bytes as this rank (sequence numbers differ
+/// with ranks' p2p ops, so they are not compared); else the socket path's mismatch error.
+fn check_descriptions(
+    comm: &mut Comm<'_>,
+    seg: &Segment,
+    parity: u32,
+    mine: (OpType, u64, DType, u64),
+) -> Result<()> {
+    let differs = |d: &(OpType, u64, DType, u64)| (d.0, d.2, d.3) != (mine.0, mine.2, mine.3);
+    let found = (0..seg.n)
+        .map(|p| (p, described(seg.line(p), parity)))
+        .find(|(_, d)| differs(d));
+    match found {
+        Some((p, them)) => Err(comm.mismatch(p, them)),
+        None => Ok(()),
+    }
 }
 
 /// Writes this rank's op description for slot parity `i` (published with the next `seq`).
