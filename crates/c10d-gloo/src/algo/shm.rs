@@ -144,12 +144,15 @@ impl Segment {
         if fd < 0 {
             return Err(std::io::Error::last_os_error());
         }
-        // SAFETY: `fd` is ours; truncating a fresh object sizes it (zero-filled).
-        if create && unsafe { libc::ftruncate(fd, len as libc::off_t) } != 0 {
-            let e = std::io::Error::last_os_error();
-            // SAFETY: closing our own descriptor.
-            unsafe { libc::close(fd) };
-            return Err(e);
+        if create {
+            if let Err(e) = reserve(fd, len) {
+                // SAFETY: closing our own descriptor and removing the name we just created.
+                unsafe {
+                    libc::close(fd);
+                    libc::shm_unlink(name.as_ptr());
+                }
+                return Err(e);
+            }
         }
         // SAFETY: a shared read-write mapping of `len` bytes of the object; checked below.
         let p = unsafe {
@@ -166,6 +169,10 @@ impl Segment {
         // SAFETY: the mapping keeps the object alive; the descriptor is no longer needed.
         unsafe { libc::close(fd) };
         if p == libc::MAP_FAILED {
+            if create {
+                // SAFETY: removing the name we just created (nobody else has it yet).
+                unsafe { libc::shm_unlink(name.as_ptr()) };
+            }
             return Err(e);
         }
         Ok(Segment {
@@ -177,6 +184,20 @@ impl Segment {
             prev_first: 0,
             spins: spin_limit(n),
         })
+    }
+}
+
+/// Sizes a fresh object to `len` bytes and reserves its pages, so that a full /dev/shm is a
+/// clean error here rather than SIGBUS at the first touch of the mapping.
+fn reserve(fd: libc::c_int, len: usize) -> std::io::Result<()> {
+    // SAFETY: `fd` is an open shared-memory object of ours.
+    if unsafe { libc::ftruncate(fd, len as libc::off_t) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: as above; posix_fallocate returns the error number instead of setting errno.
+    match unsafe { libc::posix_fallocate(fd, 0, len as libc::off_t) } {
+        0 => Ok(()),
+        rc => Err(std::io::Error::from_raw_os_error(rc)),
     }
 }
 
