@@ -119,12 +119,14 @@ fn ranks_as_processes_compute_correct_results() {
 
 #[test]
 fn killed_rank_fails_every_survivor_within_a_second() {
-    // Same-host Unix sockets (default) and plain TCP.
-    killed_rank_case("true");
-    killed_rank_case("false");
+    // Same-host Unix sockets (default) and plain TCP, 4 MiB (cross-memory attach / sockets);
+    // and 4 KiB on one host, which goes through the group's shared memory.
+    killed_rank_case("true", "4194304");
+    killed_rank_case("false", "4194304");
+    killed_rank_case("true", "4096");
 }
 
-fn killed_rank_case(unix: &str) {
+fn killed_rank_case(unix: &str, bytes: &str) {
     let server = TcpStoreServer::bind(ServerOptions {
         host: Some("127.0.0.1".into()),
         port: 0,
@@ -137,7 +139,7 @@ fn killed_rank_case(unix: &str) {
         "allreduce-loop",
         server.port(),
         n,
-        &["--bytes", "4194304", "--timeout-s", "60", "--unix", unix],
+        &["--bytes", bytes, "--timeout-s", "60", "--unix", unix],
     );
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut ready = 0;
@@ -165,7 +167,7 @@ fn killed_rank_case(unix: &str) {
     }
     for (r, ms, msg) in &errors {
         eprintln!(
-            "[{unix}] rank {r} failed {} ms after the kill: {msg}",
+            "[{unix}, {bytes} B] rank {r} failed {} ms after the kill: {msg}",
             ms.saturating_sub(killed_at)
         );
         assert_ne!(*r, victim);
