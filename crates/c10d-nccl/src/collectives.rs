@@ -98,6 +98,27 @@ impl ProcessGroupNccl {
         }
     }
 
+    /// The root's tensor list of gather (`kind` "output") or scatter ("input"): one list of
+    /// `size` tensors like `proto` on the root, nothing elsewhere (PyTorch's texts).
+    fn root_side(
+        &self,
+        op: &str,
+        lists: &[Vec<Tensor>],
+        root: usize,
+        kind: &str,
+        proto: &Tensor,
+    ) -> Result<Vec<Tensor>> {
+        if self.rank == root {
+            at(op).root_list(lists, self.size, kind)?;
+            at(op).same(&lists[0].iter().collect::<Vec<_>>(), proto)?;
+            return Ok(lists[0].clone());
+        }
+        if lists.first().is_some_and(|l| !l.is_empty()) {
+            return Err(at(op).invalid(format!("requires empty {kind} on non-root")));
+        }
+        Ok(Vec::new())
+    }
+
     fn check_peer(&self, op: &str, peer: usize) -> Result<()> {
         if peer >= self.size {
             return Err(at(op).invalid(format!(
@@ -328,16 +349,7 @@ impl Backend for ProcessGroupNccl {
         at(OP).single(inputs)?;
         let root = opts.root_rank;
         let input = inputs[0].clone();
-        let outs: Vec<Tensor> = if self.rank == root {
-            at(OP).root_list(outputs, self.size, "output")?;
-            at(OP).same(&outputs[0].iter().collect::<Vec<_>>(), &input)?;
-            outputs[0].clone()
-        } else {
-            if !outputs.is_empty() && !outputs[0].is_empty() {
-                return Err(at(OP).invalid("requires empty output on non-root"));
-            }
-            Vec::new()
-        };
+        let outs = self.root_side(OP, outputs, root, "output", &input)?;
         let me = self.rank;
         self.launch(self.op(OpType::Gather, inputs, &outs, opts.timeout), |e| {
             if me != root {
@@ -365,16 +377,7 @@ impl Backend for ProcessGroupNccl {
         at(OP).single(outputs)?;
         let root = opts.root_rank;
         let output = outputs[0].clone();
-        let ins: Vec<Tensor> = if self.rank == root {
-            at(OP).root_list(inputs, self.size, "input")?;
-            at(OP).same(&inputs[0].iter().collect::<Vec<_>>(), &output)?;
-            inputs[0].clone()
-        } else {
-            if !inputs.is_empty() && !inputs[0].is_empty() {
-                return Err(at(OP).invalid("requires empty input on non-root"));
-            }
-            Vec::new()
-        };
+        let ins = self.root_side(OP, inputs, root, "input", &output)?;
         let me = self.rank;
         self.launch(self.op(OpType::Scatter, &ins, outputs, opts.timeout), |e| {
             if me != root {
