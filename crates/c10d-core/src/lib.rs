@@ -7,6 +7,8 @@
 //!   slices the caller owns, checked by the borrow checker;
 //! - [`ReduceOp`] with PyTorch's ids and the reduction kernels ([`reduce`]);
 //! - the options structs ([`options`]), [`Work`], the [`Backend`] trait and [`ProcessGroup`];
+//! - the argument checks every backend shares, with PyTorch's texts ([`checks`]), and
+//!   [`staging::Staged`], which lets a CPU backend take device tensors through host copies;
 //! - [`DistError`] with PyTorch's exception kinds, and [`DebugLevel`];
 //! - the [`flight_recorder`] every backend records its ops into (PyTorch's `FlightRecorder`).
 //!
