@@ -108,7 +108,7 @@ impl At<'_> {
     /// across group size" (PyTorch's texts).
     pub fn split_counts(&self, t: &Tensor, splits: &[usize], size: usize) -> Result<Vec<usize>> {
         let dim0 = t.shape().first().copied().unwrap_or(1);
-        let row = if dim0 == 0 { 0 } else { t.numel() / dim0 };
+        let row = t.numel().checked_div(dim0).unwrap_or(0);
         if splits.is_empty() {
             if dim0 % size != 0 {
                 return Err(

@@ -29,7 +29,7 @@ pub struct Staged {
 /// Host stand-ins for a list of tensors and the (device, host) pairs to copy back.
 struct Stage {
     host: Vec<Tensor>,
-    back: Vec<(Tensor, Tensor)>,
+    back: Back,
 }
 
 fn stage(ts: &[Tensor]) -> Result<Stage> {
@@ -49,7 +49,10 @@ fn stage(ts: &[Tensor]) -> Result<Stage> {
     Ok(st)
 }
 
-fn stage_lists(ls: &[Vec<Tensor>]) -> Result<(Vec<Vec<Tensor>>, Vec<(Tensor, Tensor)>)> {
+/// (device tensor, its host stand-in) pairs to copy back.
+type Back = Vec<(Tensor, Tensor)>;
+
+fn stage_lists(ls: &[Vec<Tensor>]) -> Result<(Vec<Vec<Tensor>>, Back)> {
     let mut host = Vec::with_capacity(ls.len());
     let mut back = Vec::new();
     for l in ls {
@@ -61,7 +64,7 @@ fn stage_lists(ls: &[Vec<Tensor>]) -> Result<(Vec<Vec<Tensor>>, Vec<(Tensor, Ten
 }
 
 /// The work that completes once `inner` did and `back` was copied into the device tensors.
-fn copy_back(inner: Work, back: Vec<(Tensor, Tensor)>) -> Work {
+fn copy_back(inner: Work, back: Back) -> Work {
     if back.is_empty() {
         return inner;
     }

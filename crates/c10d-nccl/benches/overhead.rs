@@ -166,7 +166,10 @@ fn main() {
         let o = AllreduceOptions::default();
         let run = |sync_each| {
             per_op(iters, sync_each, || {
-                pg.all_reduce(&[t.clone()], &o).unwrap().wait().unwrap()
+                pg.all_reduce(std::slice::from_ref(&t), &o)
+                    .unwrap()
+                    .wait()
+                    .unwrap()
             })
         };
         let (ours_host, ours_e2e) = (run(false), run(true));

@@ -508,11 +508,7 @@ fn check(comm: &mut Comm<'_>, seg: &Segment, k: u32, p: usize) -> Result<()> {
     }
     comm.check_sockets()?;
     let pid = seg.line(p).pid.load(Ordering::Acquire);
-    // SAFETY: signal 0 only checks that the process exists.
-    if pid > 0
-        && unsafe { libc::kill(pid, 0) } != 0
-        && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
-    {
+    if pid > 0 && !process_exists(pid) {
         let e = DistError::backend(format!(
             "{}: rank {p} (pid {pid}) exited while rank {} waited for its data of shared-memory op {k}",
             comm.ctx(),
@@ -521,6 +517,13 @@ fn check(comm: &mut Comm<'_>, seg: &Segment, k: u32, p: usize) -> Result<()> {
         return Err(comm.fail_group(e));
     }
     Ok(())
+}
+
+/// Whether process `pid` exists (signal 0 delivers nothing; only ESRCH means gone).
+fn process_exists(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    let rc = unsafe { libc::kill(pid, 0) };
+    rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
 
 fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {

@@ -178,7 +178,7 @@ fn all_reduce_all(c: &Ctx) -> R {
                 reduce_op: op,
                 ..Default::default()
             };
-            wait(c.pg.all_reduce(&[t.clone()], &o))?;
+            wait(c.pg.all_reduce(std::slice::from_ref(&t), &o))?;
             let want: Vec<f64> = (0..N).map(|i| reduced(op, dtype, c.world, i)).collect();
             check(
                 &format!("all_reduce {op:?} {dtype}"),
@@ -212,7 +212,7 @@ fn complex(c: &Ctx) -> R {
         })
         .collect();
     let t = memory::from_cpu(&Tensor::from_vec(v), DEV).map_err(e2s)?;
-    wait(c.pg.all_reduce(&[t.clone()], &AllreduceOptions::default()))?;
+    wait(c.pg.all_reduce(std::slice::from_ref(&t), &AllreduceOptions::default()))?;
     let got = t.to_vec::<c10d_core::c32>().map_err(e2s)?;
     let w = c.world as f32;
     for (i, z) in got.iter().enumerate() {
@@ -244,7 +244,7 @@ fn high_priority(c: &Ctx) -> R {
     let g = ProcessGroupNccl::with_env(store, c.rank, c.world, opts, NcclEnv::default())
         .map_err(e2s)?;
     let t = c.cuda(DType::F32, &[1.0; 3])?;
-    wait(g.all_reduce(&[t.clone()], &AllreduceOptions::default()))?;
+    wait(g.all_reduce(std::slice::from_ref(&t), &AllreduceOptions::default()))?;
     check(
         "high-priority all_reduce",
         &read(&t),
@@ -281,7 +281,7 @@ fn broadcast_all(c: &Ctx) -> R {
             root_rank: root,
             ..Default::default()
         };
-        wait(c.pg.broadcast(&[t.clone()], &o))?;
+        wait(c.pg.broadcast(std::slice::from_ref(&t), &o))?;
         check(
             &format!("broadcast {dtype}"),
             &read(&t),
@@ -300,7 +300,7 @@ fn reduce(c: &Ctx) -> R {
             root_rank: 0,
             ..Default::default()
         };
-        wait(c.pg.reduce(&[t.clone()], &o))?;
+        wait(c.pg.reduce(std::slice::from_ref(&t), &o))?;
         if c.rank == 0 {
             let want: Vec<f64> = (0..N)
                 .map(|i| reduced(ReduceOp::Max, dtype, c.world, i))
@@ -328,8 +328,8 @@ fn all_gather_forms(c: &Ctx) -> R {
             .map(|_| c.zeros(dtype, n))
             .collect::<Result<_, _>>()?;
         wait(c.pg.all_gather(
-            &[outs.clone()],
-            &[input.clone()],
+            std::slice::from_ref(&outs),
+            std::slice::from_ref(&input),
             &AllgatherOptions::default(),
         ))?;
         let got: Vec<f64> = outs.iter().flat_map(read).collect();
@@ -410,7 +410,7 @@ fn gather_scatter(c: &Ctx) -> R {
         root_rank: root,
         ..Default::default()
     };
-    wait(c.pg.scatter(&[out.clone()], &ins, &o))?;
+    wait(c.pg.scatter(std::slice::from_ref(&out), &ins, &o))?;
     check("scatter", &read(&out), &block(c.rank, n), DType::F64)
 }
 
@@ -439,7 +439,7 @@ fn reduce_scatter_forms(c: &Ctx) -> R {
             reduce_op: op,
             ..Default::default()
         };
-        wait(c.pg.reduce_scatter(&[out.clone()], &[ins], &o))?;
+        wait(c.pg.reduce_scatter(std::slice::from_ref(&out), &[ins], &o))?;
         check("reduce_scatter list", &read(&out), &want, DType::F64)?;
         let flat_v: Vec<f64> = (0..c.world).flat_map(|k| blk(k, c.rank)).collect();
         let flat = c.cuda(DType::F64, &flat_v)?;
@@ -520,9 +520,9 @@ fn send_recv(c: &Ctx) -> R {
     let theirs = c.zeros(DType::F32, 8)?;
     if c.rank % 2 == 0 {
         wait(c.pg.send(&[mine], peer, 0))?;
-        wait(c.pg.recv(&[theirs.clone()], peer, 0))?;
+        wait(c.pg.recv(std::slice::from_ref(&theirs), peer, 0))?;
     } else {
-        wait(c.pg.recv(&[theirs.clone()], peer, 0))?;
+        wait(c.pg.recv(std::slice::from_ref(&theirs), peer, 0))?;
         wait(c.pg.send(&[mine], peer, 0))?;
     }
     check("send/recv", &read(&theirs), &block(peer, 8), DType::F32)
@@ -537,9 +537,9 @@ fn coalesced_block(c: &Ctx) -> R {
     let sum = c.cuda(DType::F32, &inputs(DType::F32, me, 8))?;
     c.pg.start_coalescing().map_err(e2s)?;
     c.pg.send(&[mine], (me + 1) % w, 0).map_err(e2s)?;
-    c.pg.recv(&[prev.clone()], (me + w - 1) % w, 0)
+    c.pg.recv(std::slice::from_ref(&prev), (me + w - 1) % w, 0)
         .map_err(e2s)?;
-    c.pg.all_reduce(&[sum.clone()], &AllreduceOptions::default())
+    c.pg.all_reduce(std::slice::from_ref(&sum), &AllreduceOptions::default())
         .map_err(e2s)?;
     c.pg.end_coalescing().map_err(e2s)?.wait().map_err(e2s)?;
     check(
@@ -556,7 +556,7 @@ fn coalesced_block(c: &Ctx) -> R {
 
 fn empty_tensors(c: &Ctx) -> R {
     let t = c.zeros(DType::F32, 0)?;
-    wait(c.pg.all_reduce(&[t.clone()], &AllreduceOptions::default()))?;
+    wait(c.pg.all_reduce(std::slice::from_ref(&t), &AllreduceOptions::default()))?;
     let out = c.zeros(DType::F32, 0)?;
     wait(c.pg.all_gather_into_tensor(&out, &t, &AllgatherOptions::default()))?;
     wait(c.pg.broadcast(&[t], &BroadcastOptions::default()))
@@ -578,7 +578,7 @@ fn wait_orders_stream(c: &Ctx) -> R {
     let t = c.cuda(DType::F32, &vec![1.0; n])?;
     let start = Instant::now();
     for _ in 0..3 {
-        wait(c.pg.all_reduce(&[t.clone()], &AllreduceOptions::default()))?;
+        wait(c.pg.all_reduce(std::slice::from_ref(&t), &AllreduceOptions::default()))?;
     }
     let queued = start.elapsed();
     let got = read(&t);
@@ -596,9 +596,10 @@ fn wait_orders_stream(c: &Ctx) -> R {
 fn busy_tensor_refused(c: &Ctx) -> R {
     let t = c.cuda(DType::F32, &vec![1.0; 1 << 20])?;
     let w1 =
-        c.pg.all_reduce(&[t.clone()], &AllreduceOptions::default())
+        c.pg.all_reduce(std::slice::from_ref(&t), &AllreduceOptions::default())
             .map_err(e2s)?;
-    let second = c.pg.all_reduce(&[t.clone()], &AllreduceOptions::default());
+    let second =
+        c.pg.all_reduce(std::slice::from_ref(&t), &AllreduceOptions::default());
     w1.wait().map_err(e2s)?;
     match second {
         Err(e) if e.message().contains("in use") => Ok(()),
@@ -625,7 +626,7 @@ fn cpu_tensor_refused(c: &Ctx) -> R {
 /// The flight recorder holds this group's ops as PyTorch names them, completed, with sizes.
 fn flight_recorder(c: &Ctx) -> R {
     let t = c.cuda(DType::F32, &[1.0; 6])?;
-    wait(c.pg.all_reduce(&[t.clone()], &AllreduceOptions::default()))?;
+    wait(c.pg.all_reduce(std::slice::from_ref(&t), &AllreduceOptions::default()))?;
     c.pg.barrier(&BarrierOptions::default())
         .map_err(e2s)?
         .wait()
@@ -689,7 +690,7 @@ fn split(c: &Ctx) -> R {
                 ));
             }
             let t = c.cuda(DType::F32, &[c.rank as f64])?;
-            wait(ch.all_reduce(&[t.clone()], &AllreduceOptions::default()))?;
+            wait(ch.all_reduce(std::slice::from_ref(&t), &AllreduceOptions::default()))?;
             let want: f64 = evens.iter().map(|&r| r as f64).sum();
             check("split child all_reduce", &read(&t), &[want], DType::F32)
         }
@@ -726,7 +727,7 @@ fn shrink(c: &Ctx) -> R {
     match child {
         Some(ch) => {
             let t = c.cuda(DType::F32, &[1.0])?;
-            wait(ch.all_reduce(&[t.clone()], &AllreduceOptions::default()))?;
+            wait(ch.all_reduce(std::slice::from_ref(&t), &AllreduceOptions::default()))?;
             check(
                 "shrunk all_reduce",
                 &read(&t),
@@ -747,7 +748,7 @@ fn blocking_wait(c: &Ctx) -> R {
     let g = c.group(Duration::from_secs(60), env)?;
     let t = c.cuda(DType::F32, &vec![1.0; 1 << 20])?;
     let w = g
-        .all_reduce(&[t.clone()], &AllreduceOptions::default())
+        .all_reduce(std::slice::from_ref(&t), &AllreduceOptions::default())
         .map_err(e2s)?;
     w.wait().map_err(e2s)?;
     if !w.is_completed() {
@@ -887,7 +888,7 @@ fn dead_peer(c: &Ctx) -> R {
     let g = c.group(Duration::from_secs(600), env)?;
     g.bind(DEV).map_err(e2s)?;
     let t = c.cuda(DType::F32, &[1.0; 1024])?;
-    wait(g.all_reduce(&[t.clone()], &AllreduceOptions::default()))?;
+    wait(g.all_reduce(std::slice::from_ref(&t), &AllreduceOptions::default()))?;
     g.barrier(&BarrierOptions::default())
         .map_err(e2s)?
         .wait()
