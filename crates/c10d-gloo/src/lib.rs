@@ -184,6 +184,10 @@ impl Algo {
         outputs: &mut [&mut [u8]],
     ) -> Result<()> {
         let total: usize = outputs.iter().map(|o| o.len()).sum();
+        // Below cross-memory attach's threshold: the group's shared memory, if it has some.
+        if total < self.cma_min && algo::shm::all_gather(comm, inputs, outputs)? {
+            return Ok(());
+        }
         if total >= self.cma_min && algo::cma::all_gather(comm, inputs, outputs, self.cma_allowed)?
         {
             return Ok(());
@@ -211,6 +215,9 @@ impl Algo {
     }
 
     fn broadcast(&self, comm: &mut Comm<'_>, buf: &mut [u8], root: usize) -> Result<()> {
+        if self.broadcast == BroadcastAlgorithm::Auto && algo::shm::broadcast(comm, buf, root)? {
+            return Ok(());
+        }
         let chain = match self.broadcast {
             BroadcastAlgorithm::Tree => false,
             BroadcastAlgorithm::Chain => true,

@@ -1070,9 +1070,9 @@ fn cma_all_reduce_matches_the_socket_path_bit_for_bit() {
 
 /// Same-host all_reduce through the shared-memory segment must give the bits of the socket
 /// path it replaces (the direct exchange for small messages, all-pairs for medium ones), for
-/// every float flavour and reduction and for sizes on both sides of the threshold; one rank
-/// that refuses shared memory keeps the whole group on sockets. No segment name is left in
-/// /dev/shm.
+/// every float flavour and reduction and for sizes on both sides of the threshold, and
+/// broadcasts (every root) and all-gathers the same data; one rank that refuses shared memory
+/// keeps the whole group on sockets. No segment name is left in /dev/shm.
 #[test]
 fn shm_all_reduce_matches_the_socket_path_bit_for_bit() {
     let cases: &[(DType, &[ReduceOp])] = &[
@@ -1130,6 +1130,34 @@ fn shm_all_reduce_matches_the_socket_path_bit_for_bit() {
                                 pg.all_reduce(&[t.clone()], &o).unwrap().wait().unwrap();
                                 out.push(t.read_bytes(|b| b.to_vec()).unwrap());
                             }
+                        }
+                    }
+                }
+                // Broadcasts from every root and all-gathers, small and medium.
+                for (dtype, _) in cases {
+                    let es = dtype.size();
+                    for len in [1, 1000, (64 << 10) / es + 1, (300 << 10) / es + 3] {
+                        for root in 0..n {
+                            let t = varied(*dtype, r, len);
+                            let o = BroadcastOptions {
+                                root_rank: root,
+                                ..Default::default()
+                            };
+                            pg.broadcast(std::slice::from_ref(&t), &o)
+                                .unwrap()
+                                .wait()
+                                .unwrap();
+                            out.push(t.read_bytes(|b| b.to_vec()).unwrap());
+                        }
+                        let mine = varied(*dtype, r, len);
+                        let outs: Vec<Tensor> =
+                            (0..n).map(|_| Tensor::zeros(*dtype, &[len])).collect();
+                        pg.all_gather(&[outs.clone()], &[mine], &AllgatherOptions::default())
+                            .unwrap()
+                            .wait()
+                            .unwrap();
+                        for o in &outs {
+                            out.push(o.read_bytes(|b| b.to_vec()).unwrap());
                         }
                     }
                 }

@@ -214,12 +214,53 @@ pub(crate) fn all_reduce(
     dtype: DType,
     fold: Fold,
 ) -> Result<bool> {
-    if buf.is_empty() || buf.len() > SLOT_BYTES || !matches!(comm.shm(), ShmState::On(_)) {
+    if buf.is_empty() || buf.len() > SLOT_BYTES {
+        return Ok(false);
+    }
+    with_segment(comm, |comm, seg| run(comm, seg, buf, op, dtype, fold))
+}
+
+/// Broadcast of `buf` from `root` through the group's segment when it has one and `buf` fits
+/// a slot (`Ok(false)` otherwise): the root writes its slot and arrives; the others arrive,
+/// wait for the root, check its op against theirs and copy. The root does not wait.
+///
+/// # Errors
+/// As [`all_reduce`].
+pub(crate) fn broadcast(comm: &mut Comm<'_>, buf: &mut [u8], root: usize) -> Result<bool> {
+    if buf.is_empty() || buf.len() > SLOT_BYTES {
+        return Ok(false);
+    }
+    with_segment(comm, |comm, seg| bcast(comm, seg, buf, root))
+}
+
+/// All-gather (`outputs[i * n + p]` = rank p's `inputs[i]`) through the group's segment when
+/// it has one and this rank's inputs fit a slot (`Ok(false)` otherwise).
+///
+/// # Errors
+/// As [`all_reduce`].
+pub(crate) fn all_gather(
+    comm: &mut Comm<'_>,
+    inputs: &[&[u8]],
+    outputs: &mut [&mut [u8]],
+) -> Result<bool> {
+    let total: usize = inputs.iter().map(|i| i.len()).sum();
+    if total == 0 || total > SLOT_BYTES {
+        return Ok(false);
+    }
+    with_segment(comm, |comm, seg| gather_all(comm, seg, inputs, outputs))
+}
+
+/// Runs `f` on the group's segment; `Ok(false)` when the group has none.
+fn with_segment(
+    comm: &mut Comm<'_>,
+    f: impl FnOnce(&mut Comm<'_>, &mut Segment) -> Result<()>,
+) -> Result<bool> {
+    if !matches!(comm.shm(), ShmState::On(_)) {
         return Ok(false);
     }
     let mut state = std::mem::take(comm.shm());
     let r = match &mut state {
-        ShmState::On(seg) => run(comm, seg, buf, op, dtype, fold).map(|()| true),
+        ShmState::On(seg) => f(comm, seg).map(|()| true),
         ShmState::Off => Ok(false),
     };
     *comm.shm() = state;
@@ -342,19 +383,10 @@ fn run(
     fold: Fold,
 ) -> Result<()> {
     let (r, n) = (comm.rank(), comm.size());
-    comm.check_peers()?;
-    // Slots alternate by op; every peer must have started the previous op (so finished the
-    // one before it, which used these slots).
-    wait_all(comm, seg, seg.prev_first)?;
-    let parity = (seg.op_index.wrapping_add(1)) % 2;
-    // SAFETY: slot (r, parity) is this rank's; no peer reads it before the next `seq` is
-    // published, and every peer finished reading it (waited above). `buf.len() <= SLOT_BYTES`.
-    unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), seg.slot(r, parity), buf.len()) };
-    let mine = comm.op_desc();
-    describe(seg.line(r), parity, mine);
-    let first = arrive(seg, r);
-    seg.prev_first = first;
-    seg.op_index = seg.op_index.wrapping_add(1);
+    let parity = begin(comm, seg)?;
+    write_slot(seg, r, parity, 0, buf);
+    let mine = Desc::of(comm, 0);
+    let first = start(seg, r, parity, mine);
     wait_all(comm, seg, first)?;
     check_descriptions(comm, seg, parity, mine)?;
     let len = buf.len();
@@ -400,42 +432,166 @@ fn arrive(seg: &mut Segment, r: usize) -> u32 {
     k
 }
 
-/// Every peer published the same op, dtype and bytes as this rank (sequence numbers differ
-/// with ranks' p2p ops, so they are not compared); else the socket path's mismatch error.
-fn check_descriptions(
+/// Waits until this rank may write its slot for the next op (every peer started the previous
+/// op, so finished the one before it, whose slots this op reuses: slots alternate by op) and
+/// returns the slot parity; a peer that left or a failed group first becomes this op's error.
+fn begin(comm: &mut Comm<'_>, seg: &Segment) -> Result<u32> {
+    comm.check_peers()?;
+    wait_all(comm, seg, seg.prev_first)?;
+    Ok(seg.op_index.wrapping_add(1) % 2)
+}
+
+/// Copies `data` into slot (r, parity) at byte `at`.
+fn write_slot(seg: &Segment, r: usize, parity: u32, at: usize, data: &[u8]) {
+    assert!(at + data.len() <= SLOT_BYTES, "shared-memory slot overflow");
+    // SAFETY: slot (r, parity) is this rank's and holds SLOT_BYTES (checked above); no peer
+    // reads it before this rank's next arrival, and every peer finished reading it (`begin`).
+    unsafe {
+        std::ptr::copy_nonoverlapping(data.as_ptr(), seg.slot(r, parity).add(at), data.len())
+    };
+}
+
+/// `len` bytes of slot (p, parity) from byte `at`, once p's arrival for this op was acquired.
+fn read_slot(seg: &Segment, p: usize, parity: u32, at: usize, len: usize) -> &[u8] {
+    assert!(at + len <= SLOT_BYTES, "shared-memory slot overflow");
+    // SAFETY: in bounds (checked above); the data was published before p's arrival, which the
+    // caller acquired, and is not written again before every rank started the next op.
+    unsafe { std::slice::from_raw_parts(seg.slot(p, parity).add(at), len) }
+}
+
+/// Publishes this rank's op description and its first arrival for the op; returns the
+/// arrival's number.
+fn start(seg: &mut Segment, r: usize, parity: u32, mine: Desc) -> u32 {
+    mine.write(seg.line(r), parity);
+    let first = arrive(seg, r);
+    seg.prev_first = first;
+    seg.op_index = seg.op_index.wrapping_add(1);
+    first
+}
+
+/// An op as ranks compare it: op, dtype, bytes and root (the PyTorch sequence number only for
+/// messages: ranks' numbers differ with their p2p ops).
+#[derive(Clone, Copy)]
+struct Desc {
+    op: OpType,
+    seq: u64,
+    dtype: DType,
+    total: u64,
+    root: u16,
+}
+
+impl Desc {
+    fn of(comm: &Comm<'_>, root: usize) -> Desc {
+        let (op, seq, dtype, total) = comm.op_desc();
+        Desc {
+            op,
+            seq,
+            dtype,
+            total,
+            root: root as u16,
+        }
+    }
+
+    fn same_op(&self, o: &Desc) -> bool {
+        (self.op, self.dtype, self.total, self.root) == (o.op, o.dtype, o.total, o.root)
+    }
+
+    fn tuple(&self) -> (OpType, u64, DType, u64) {
+        (self.op, self.seq, self.dtype, self.total)
+    }
+
+    /// Into `line` for slot parity `i` (published with the next arrival).
+    fn write(&self, line: &Line, i: u32) {
+        let i = i as usize;
+        let kind =
+            self.op.code() as u32 | (self.dtype.code() as u32) << 8 | (self.root as u32) << 16;
+        line.kind[i].store(kind, Ordering::Relaxed);
+        line.total[i].store(self.total, Ordering::Relaxed);
+        line.pseq[i].store(self.seq, Ordering::Relaxed);
+    }
+
+    /// A peer's, for parity `i` (read after its arrival was acquired; not rewritten before every
+    /// rank started the next op).
+    fn read(line: &Line, i: u32) -> Desc {
+        let i = i as usize;
+        let kind = line.kind[i].load(Ordering::Relaxed);
+        Desc {
+            op: OpType::from_code(kind as u8).unwrap_or(OpType::Unknown),
+            dtype: DType::from_code((kind >> 8) as u8).unwrap_or(DType::U8),
+            root: (kind >> 16) as u16,
+            total: line.total[i].load(Ordering::Relaxed),
+            seq: line.pseq[i].load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Every peer in `peers` published the same op as this rank; else the socket path's mismatch
+/// error naming the first that did not.
+fn check_descriptions_of(
     comm: &mut Comm<'_>,
     seg: &Segment,
     parity: u32,
-    mine: (OpType, u64, DType, u64),
+    mine: Desc,
+    mut peers: impl Iterator<Item = usize>,
 ) -> Result<()> {
-    let differs = |d: &(OpType, u64, DType, u64)| (d.0, d.2, d.3) != (mine.0, mine.2, mine.3);
-    let found = (0..seg.n)
-        .map(|p| (p, described(seg.line(p), parity)))
-        .find(|(_, d)| differs(d));
-    match found {
-        Some((p, them)) => Err(comm.mismatch(p, them)),
+    match peers.find(|&p| !Desc::read(seg.line(p), parity).same_op(&mine)) {
+        Some(p) => {
+            let them = Desc::read(seg.line(p), parity).tuple();
+            Err(comm.mismatch(p, them))
+        }
         None => Ok(()),
     }
 }
 
-/// Writes this rank's op description for slot parity `i` (published with the next `seq`).
-fn describe(line: &Line, i: u32, (op, seq, dtype, total): (OpType, u64, DType, u64)) {
-    let i = i as usize;
-    let kind = op.code() as u32 | (dtype.code() as u32) << 8;
-    line.kind[i].store(kind, Ordering::Relaxed);
-    line.total[i].store(total, Ordering::Relaxed);
-    line.pseq[i].store(seq, Ordering::Relaxed);
+/// [`check_descriptions_of`] every rank.
+fn check_descriptions(comm: &mut Comm<'_>, seg: &Segment, parity: u32, mine: Desc) -> Result<()> {
+    check_descriptions_of(comm, seg, parity, mine, 0..seg.n)
 }
 
-/// A peer's op description for parity `i` (read after its `seq` was acquired; not rewritten
-/// before every rank published the next op).
-fn described(line: &Line, i: u32) -> (OpType, u64, DType, u64) {
-    let i = i as usize;
-    let kind = line.kind[i].load(Ordering::Relaxed);
-    let op = OpType::from_code(kind as u8).unwrap_or(OpType::Unknown);
-    let dtype = DType::from_code((kind >> 8) as u8).unwrap_or(DType::U8);
-    let total = line.total[i].load(Ordering::Relaxed);
-    (op, line.pseq[i].load(Ordering::Relaxed), dtype, total)
+/// One broadcast through the segment (see [`broadcast`]).
+fn bcast(comm: &mut Comm<'_>, seg: &mut Segment, buf: &mut [u8], root: usize) -> Result<()> {
+    let r = comm.rank();
+    let parity = begin(comm, seg)?;
+    if r == root {
+        write_slot(seg, r, parity, 0, buf);
+    }
+    let mine = Desc::of(comm, root);
+    let first = start(seg, r, parity, mine);
+    if r == root {
+        return Ok(());
+    }
+    wait_for(comm, seg, root, first)?;
+    check_descriptions_of(comm, seg, parity, mine, std::iter::once(root))?;
+    buf.copy_from_slice(read_slot(seg, root, parity, 0, buf.len()));
+    Ok(())
+}
+
+/// One all-gather through the segment (see [`all_gather`]).
+fn gather_all(
+    comm: &mut Comm<'_>,
+    seg: &mut Segment,
+    inputs: &[&[u8]],
+    outputs: &mut [&mut [u8]],
+) -> Result<()> {
+    let (r, n) = (comm.rank(), comm.size());
+    let parity = begin(comm, seg)?;
+    let mut at = 0;
+    for i in inputs {
+        write_slot(seg, r, parity, at, i);
+        at += i.len();
+    }
+    let mine = Desc::of(comm, 0);
+    let first = start(seg, r, parity, mine);
+    wait_all(comm, seg, first)?;
+    check_descriptions(comm, seg, parity, mine)?;
+    for p in 0..n {
+        let mut at = 0;
+        for (i, inp) in inputs.iter().enumerate() {
+            outputs[i * n + p].copy_from_slice(read_slot(seg, p, parity, at, inp.len()));
+            at += inp.len();
+        }
+    }
+    Ok(())
 }
 
 /// Publishes op `k` of this rank and wakes whoever sleeps on it.
@@ -451,47 +607,52 @@ fn reached(seq: u32, k: u32) -> bool {
     seq.wrapping_sub(k) as i32 >= 0
 }
 
-/// Waits until every peer's `seq` reached `k` (see the module docs for the checks).
+/// Waits until every peer's `seq` reached `k`.
 fn wait_all(comm: &mut Comm<'_>, seg: &Segment, k: u32) -> Result<()> {
+    let r = comm.rank();
+    (0..seg.n)
+        .filter(|&p| p != r)
+        .try_for_each(|p| wait_for(comm, seg, p, k))
+}
+
+/// Waits until peer `p`'s `seq` reached `k` (see the module docs for the checks).
+fn wait_for(comm: &mut Comm<'_>, seg: &Segment, p: usize, k: u32) -> Result<()> {
     let r = comm.rank();
     let deadline = comm.deadline();
     let limit = seg.spins;
-    for p in (0..seg.n).filter(|&p| p != r) {
-        let line = seg.line(p);
-        let mut spins = 0u32;
-        let mut yields = 0u32;
-        let mut next_check = Instant::now() + Duration::from_millis(1);
-        loop {
-            let s = line.seq.load(Ordering::Acquire);
-            if reached(s, k) {
-                break;
-            }
-            if spins < limit {
-                spins += 1;
-                std::hint::spin_loop();
-                continue;
-            }
-            if yields < YIELDS {
-                yields += 1;
-                std::thread::yield_now();
-                continue;
-            }
-            let now = Instant::now();
-            if now >= next_check {
-                check(comm, seg, k, p)?;
-                next_check = now + Duration::from_millis(1);
-            }
-            if now >= deadline {
-                return Err(comm.timed_out(&missing(seg, r, k)));
-            }
-            line.sleepers.fetch_add(1, Ordering::SeqCst);
-            if !reached(line.seq.load(Ordering::SeqCst), k) {
-                futex_wait(&line.seq, s, Duration::from_millis(1));
-            }
-            line.sleepers.fetch_sub(1, Ordering::SeqCst);
+    let line = seg.line(p);
+    let mut spins = 0u32;
+    let mut yields = 0u32;
+    let mut next_check = Instant::now() + Duration::from_millis(1);
+    loop {
+        let s = line.seq.load(Ordering::Acquire);
+        if reached(s, k) {
+            return Ok(());
         }
+        if spins < limit {
+            spins += 1;
+            std::hint::spin_loop();
+            continue;
+        }
+        if yields < YIELDS {
+            yields += 1;
+            std::thread::yield_now();
+            continue;
+        }
+        let now = Instant::now();
+        if now >= next_check {
+            check(comm, seg, k, p)?;
+            next_check = now + Duration::from_millis(1);
+        }
+        if now >= deadline {
+            return Err(comm.timed_out(&missing(seg, r, k)));
+        }
+        line.sleepers.fetch_add(1, Ordering::SeqCst);
+        if !reached(line.seq.load(Ordering::SeqCst), k) {
+            futex_wait(&line.seq, s, Duration::from_millis(1));
+        }
+        line.sleepers.fetch_sub(1, Ordering::SeqCst);
     }
-    Ok(())
 }
 
 /// Ranks whose `seq` has not reached `k`.
