@@ -93,11 +93,12 @@ pub struct GlooOptions {
     /// Default `true`. See [`crate::ProcessGroupGloo::cross_memory_attach`].
     pub cross_memory_attach: bool,
     /// Whether this rank agrees to a shared-memory segment for the group. With every rank on
-    /// this host, all-reduces (with [`AllreduceAlgorithm::Auto`]) of at most
-    /// [`GlooOptions::small_allreduce_bytes`] (and 256 KiB) per rank then go through memory shared
-    /// by the ranks (same fold order and bits as the direct exchange they replace), without sockets (see the crate docs). One rank
-    /// that cannot map the segment, or that set this to `false` (`C10D_GLOO_SHM=0` in its
-    /// environment), makes the whole group use sockets. Default `true`.
+    /// this host, all-reduces (with [`AllreduceAlgorithm::Auto`]) and all-gathers below
+    /// [`GlooOptions::cma_min_bytes`], and broadcasts (with [`BroadcastAlgorithm::Auto`]) of at
+    /// most 1 MiB, then go through memory shared by the ranks, without sockets (same fold order
+    /// and bits as the socket algorithms they replace). One rank that cannot map the segment, or
+    /// that set this to `false` (`C10D_GLOO_SHM=0` in its environment), makes the whole group use
+    /// sockets. Default `true`.
     pub shared_memory: bool,
 }
 

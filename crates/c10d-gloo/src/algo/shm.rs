@@ -1,5 +1,5 @@
-//! Shared-memory all-reduce for small and medium messages when every rank of the group is on
-//! this host: no socket, no system call on the fast path.
+//! Shared-memory all-reduce, broadcast and all-gather for small and medium messages when every
+//! rank of the group is on this host: no socket, no system call on the fast path.
 //!
 //! # The segment
 //! Made when the group connects (with its socket mesh, so never inside an op, where a timed-out
