@@ -2096,10 +2096,10 @@ impl Comm<'_> {
         self.fail_group(e)
     }
 
-    /// A peer that said bye (shut its group down) or the group's failure becomes this op's
-    /// error, as it would on the sockets; no system call.
-    pub(crate) fn check_peers(&mut self) -> Result<()> {
-        if let Some(p) = (0..self.size()).find(|&p| self.eng.left[p]) {
+    /// A peer in `needed` that said bye (shut its group down), or the group's failure, becomes
+    /// this op's error, as it would on the sockets; no system call.
+    pub(crate) fn check_peers(&mut self, mut needed: impl Iterator<Item = usize>) -> Result<()> {
+        if let Some(p) = needed.find(|&p| self.eng.left[p]) {
             self.eng.fail_left(p);
         }
         match self.eng.failed.clone() {
@@ -2109,15 +2109,16 @@ impl Comm<'_> {
     }
 
     /// Reads what the sockets hold without blocking (this op posted nothing on them): the
-    /// group's failure, or a frame of this collective from a peer (it runs another op, or this
-    /// one over sockets), becomes this op's error.
-    pub(crate) fn check_sockets(&mut self) -> Result<()> {
+    /// group's failure, the awaited peer `waiting_for` gone, or a frame of this collective from a
+    /// peer (it runs another op, or this one over sockets), becomes this op's error. A peer that
+    /// left after doing its part of the op is no error (as on the sockets).
+    pub(crate) fn check_sockets(&mut self, waiting_for: usize) -> Result<()> {
         // Liveness probes shortly before the deadline, as the socket path sends them, so that a
         // time-out names the silent ranks.
         self.eng
             .probe_if_due(self.deadline, liveness::window(self.timeout));
         self.eng.poll_once(Some(Duration::ZERO));
-        self.check_peers()?;
+        self.check_peers(std::iter::once(waiting_for))?;
         let cs = self.info.coll_seq;
         let found = (0..self.size()).find_map(|p| {
             self.eng.early[p]

@@ -436,7 +436,8 @@ fn arrive(seg: &mut Segment, r: usize) -> u32 {
 /// op, so finished the one before it, whose slots this op reuses: slots alternate by op) and
 /// returns the slot parity; a peer that left or a failed group first becomes this op's error.
 fn begin(comm: &mut Comm<'_>, seg: &Segment) -> Result<u32> {
-    comm.check_peers()?;
+    let me = comm.rank();
+    comm.check_peers((0..seg.n).filter(|&p| p != me))?;
     wait_all(comm, seg, seg.prev_first)?;
     Ok(seg.op_index.wrapping_add(1) % 2)
 }
@@ -667,7 +668,7 @@ fn check(comm: &mut Comm<'_>, seg: &Segment, k: u32, p: usize) -> Result<()> {
     if let Some(e) = comm.stop_requested() {
         return Err(e);
     }
-    comm.check_sockets()?;
+    comm.check_sockets(p)?;
     let pid = seg.line(p).pid.load(Ordering::Acquire);
     if pid > 0 && !process_exists(pid) {
         let e = DistError::backend(format!(
