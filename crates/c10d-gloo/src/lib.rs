@@ -12,13 +12,14 @@
 //! * Peers on the same host talk over abstract Unix sockets, others over TCP (see `transport`;
 //!   [`GlooOptions::local_unix_sockets`] turns this off).
 //! * When every rank of a group is on one host, all-reduces and all-gathers below the
-//!   cross-memory-attach threshold (1 MiB) and broadcasts up to 1 MiB go through a shared-memory
+//!   cross-memory-attach threshold (2 MiB) and broadcasts up to 2 MiB (groups of up to 8; 64 KiB
+//!   all-reduces in larger ones) go through a shared-memory
 //!   segment the group sets up when it connects (see `algo::shm`): no socket and no system call
 //!   on the fast path, a futex when a rank must wait, the fold order of the socket algorithm
 //!   each replaces (same bits), every fault check of the socket path. `C10D_GLOO_SHM=0` /
 //!   [`GlooOptions::shared_memory`] turns it off.
 //! * When every rank of a group is on one host, all-reduces, all-gathers and reduce-scatters of
-//!   at least [`GlooOptions::cma_min_bytes`] (1 MiB) copy straight out of the peers' buffers with
+//!   at least [`GlooOptions::cma_min_bytes`] (2 MiB) copy straight out of the peers' buffers with
 //!   Linux cross-memory attach (`process_vm_readv`, see `algo::cma`): one copy per byte instead
 //!   of two through socket buffers, the sockets carrying only three rounds of control frames.
 //!   Whether it is permitted is probed once per group and agreed by every rank; otherwise (or

@@ -83,7 +83,8 @@ pub struct GlooOptions {
     /// [`AllreduceAlgorithm::Auto`]) of at least this many bytes per rank, and all-gathers /
     /// reduce-scatters of at least this many bytes of outputs / inputs per rank, copy straight
     /// between the ranks' memory (Linux cross-memory attach, `process_vm_readv`: one copy per
-    /// byte instead of two through socket buffers). Default 1 MiB; `usize::MAX` turns it off.
+    /// byte instead of two through socket buffers). Default 2 MiB (below it, a group with shared
+    /// memory uses that instead, see [`GlooOptions::shared_memory`]); `usize::MAX` turns it off.
     /// Must be equal on every rank.
     pub cma_min_bytes: usize,
     /// Whether this rank agrees to cross-memory attach. On the group's first eligible
@@ -95,7 +96,8 @@ pub struct GlooOptions {
     /// Whether this rank agrees to a shared-memory segment for the group. With every rank on
     /// this host, all-reduces (with [`AllreduceAlgorithm::Auto`]) and all-gathers below
     /// [`GlooOptions::cma_min_bytes`], and broadcasts (with [`BroadcastAlgorithm::Auto`]) of at
-    /// most 1 MiB, then go through memory shared by the ranks, without sockets (same fold order
+    /// most 2 MiB (groups of up to 8 ranks; larger groups only all-reduces of at most 64 KiB),
+    /// then go through memory shared by the ranks, without sockets (same fold order
     /// and bits as the socket algorithms they replace). One rank that cannot map the segment, or
     /// that set this to `false` (`C10D_GLOO_SHM=0` in its environment), makes the whole group use
     /// sockets. Default `true`.
@@ -122,7 +124,7 @@ impl Default for GlooOptions {
             local_unix_sockets: std::env::var("C10D_GLOO_TCP_ONLY")
                 .map(|v| v.trim() != "1")
                 .unwrap_or(true),
-            cma_min_bytes: 1024 * 1024,
+            cma_min_bytes: 2 * 1024 * 1024,
             cross_memory_attach: std::env::var("C10D_GLOO_CMA").map_or(true, |v| v.trim() != "0"),
             shared_memory: std::env::var("C10D_GLOO_SHM").map_or(true, |v| v.trim() != "0"),
         }

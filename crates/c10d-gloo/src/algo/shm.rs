@@ -11,7 +11,8 @@
 //! [`crate::GlooOptions::shared_memory`]) makes the whole group stay on sockets.
 //!
 //! Layout: one 64-byte line per rank (`seq`: its last arrival; `sleepers`: ranks sleeping on
-//! `seq`; `pid`; the op it published, per slot), then two slots of [`SLOT_BYTES`] per rank
+//! `seq`; `pid`; the op it published, per slot), then two slots per rank ([`SLOT_BYTES`], or
+//! [`SMALL_SLOT_BYTES`] in groups of more than 8)
 //! (alternating by op).
 //!
 //! # One op (ops counted per group; all ranks run the same shm ops)
@@ -42,10 +43,14 @@ use std::ffi::CString;
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-/// Largest message per rank that goes through shared memory (cross-memory attach takes over
-/// at 1 MiB by default).
-pub(crate) const SLOT_BYTES: usize = 1024 * 1024;
-/// Largest group that uses it (the segment holds 2 × [`SLOT_BYTES`] per rank).
+/// Largest message per rank that goes through shared memory in groups of up to 8 ranks
+/// (cross-memory attach takes over at 2 MiB by default); larger groups run only the small
+/// all-reduces here (all-pairs, the medium algorithm, is for groups of at most 8), with
+/// [`SMALL_SLOT_BYTES`]. A segment is at most 16 slots of 2 MiB = 32 MiB.
+pub(crate) const SLOT_BYTES: usize = 2 * 1024 * 1024;
+/// The slot of groups of more than 8 ranks.
+pub(crate) const SMALL_SLOT_BYTES: usize = 64 * 1024;
+/// Largest group that uses it.
 pub(crate) const MAX_RANKS: usize = 16;
 /// Store keys of the set-up (under the group's store).
 const KEY_NAME: &str = "c10d_shm/name";
@@ -114,8 +119,17 @@ impl Drop for Segment {
     }
 }
 
+/// The slot size of a group of `n` ranks (equal on every rank).
+fn slot_bytes(n: usize) -> usize {
+    if n <= 8 {
+        SLOT_BYTES
+    } else {
+        SMALL_SLOT_BYTES
+    }
+}
+
 fn seg_len(n: usize) -> usize {
-    n * 64 + n * 2 * SLOT_BYTES
+    n * 64 + n * 2 * slot_bytes(n)
 }
 
 impl Segment {
@@ -126,7 +140,7 @@ impl Segment {
     }
 
     fn slot(&self, r: usize, parity: u32) -> *mut u8 {
-        let off = self.n * 64 + (r * 2 + parity as usize) * SLOT_BYTES;
+        let off = self.n * 64 + (r * 2 + parity as usize) * slot_bytes(self.n);
         // SAFETY: the offset lies inside the mapping (r < n, parity < 2).
         unsafe { self.base.add(off) }
     }
@@ -214,10 +228,12 @@ pub(crate) fn all_reduce(
     dtype: DType,
     fold: Fold,
 ) -> Result<bool> {
-    if buf.is_empty() || buf.len() > SLOT_BYTES {
+    if buf.is_empty() {
         return Ok(false);
     }
-    with_segment(comm, |comm, seg| run(comm, seg, buf, op, dtype, fold))
+    with_segment(comm, buf.len(), |comm, seg| {
+        run(comm, seg, buf, op, dtype, fold)
+    })
 }
 
 /// Broadcast of `buf` from `root` through the group's segment when it has one and `buf` fits
@@ -227,10 +243,10 @@ pub(crate) fn all_reduce(
 /// # Errors
 /// As [`all_reduce`].
 pub(crate) fn broadcast(comm: &mut Comm<'_>, buf: &mut [u8], root: usize) -> Result<bool> {
-    if buf.is_empty() || buf.len() > SLOT_BYTES {
+    if buf.is_empty() {
         return Ok(false);
     }
-    with_segment(comm, |comm, seg| bcast(comm, seg, buf, root))
+    with_segment(comm, buf.len(), |comm, seg| bcast(comm, seg, buf, root))
 }
 
 /// All-gather (`outputs[i * n + p]` = rank p's `inputs[i]`) through the group's segment when
@@ -244,19 +260,24 @@ pub(crate) fn all_gather(
     outputs: &mut [&mut [u8]],
 ) -> Result<bool> {
     let total: usize = inputs.iter().map(|i| i.len()).sum();
-    if total == 0 || total > SLOT_BYTES {
+    if total == 0 {
         return Ok(false);
     }
-    with_segment(comm, |comm, seg| gather_all(comm, seg, inputs, outputs))
+    with_segment(comm, total, |comm, seg| {
+        gather_all(comm, seg, inputs, outputs)
+    })
 }
 
-/// Runs `f` on the group's segment; `Ok(false)` when the group has none.
+/// Runs `f` on the group's segment; `Ok(false)` when the group has none or `bytes` do not fit
+/// its slots (the same answer on every rank).
 fn with_segment(
     comm: &mut Comm<'_>,
+    bytes: usize,
     f: impl FnOnce(&mut Comm<'_>, &mut Segment) -> Result<()>,
 ) -> Result<bool> {
-    if !matches!(comm.shm(), ShmState::On(_)) {
-        return Ok(false);
+    match comm.shm() {
+        ShmState::On(seg) if bytes <= slot_bytes(seg.n) => {}
+        _ => return Ok(false),
     }
     let mut state = std::mem::take(comm.shm());
     let r = match &mut state {
@@ -444,8 +465,11 @@ fn begin(comm: &mut Comm<'_>, seg: &Segment) -> Result<u32> {
 
 /// Copies `data` into slot (r, parity) at byte `at`.
 fn write_slot(seg: &Segment, r: usize, parity: u32, at: usize, data: &[u8]) {
-    assert!(at + data.len() <= SLOT_BYTES, "shared-memory slot overflow");
-    // SAFETY: slot (r, parity) is this rank's and holds SLOT_BYTES (checked above); no peer
+    assert!(
+        at + data.len() <= slot_bytes(seg.n),
+        "shared-memory slot overflow"
+    );
+    // SAFETY: slot (r, parity) is this rank's and holds `slot_bytes` (checked above); no peer
     // reads it before this rank's next arrival, and every peer finished reading it (`begin`).
     unsafe {
         std::ptr::copy_nonoverlapping(data.as_ptr(), seg.slot(r, parity).add(at), data.len())
@@ -454,7 +478,7 @@ fn write_slot(seg: &Segment, r: usize, parity: u32, at: usize, data: &[u8]) {
 
 /// `len` bytes of slot (p, parity) from byte `at`, once p's arrival for this op was acquired.
 fn read_slot(seg: &Segment, p: usize, parity: u32, at: usize, len: usize) -> &[u8] {
-    assert!(at + len <= SLOT_BYTES, "shared-memory slot overflow");
+    assert!(at + len <= slot_bytes(seg.n), "shared-memory slot overflow");
     // SAFETY: in bounds (checked above); the data was published before p's arrival, which the
     // caller acquired, and is not written again before every rank started the next op.
     unsafe { std::slice::from_raw_parts(seg.slot(p, parity).add(at), len) }
