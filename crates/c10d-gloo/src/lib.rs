@@ -11,12 +11,12 @@
 //!   see the `engine` module for why the event loop is per group rather than per process.
 //! * Peers on the same host talk over abstract Unix sockets, others over TCP (see `transport`;
 //!   [`GlooOptions::local_unix_sockets`] turns this off).
-//! * When every rank of a group is on one host, all-reduces and all-gathers below the
-//!   cross-memory-attach threshold (2 MiB) and broadcasts up to 2 MiB (groups of up to 8; 64 KiB
-//!   all-reduces in larger ones) go through a shared-memory
-//!   segment the group sets up when it connects (see `algo::shm`): no socket and no system call
-//!   on the fast path, a futex when a rank must wait, the fold order of the socket algorithm
-//!   each replaces (same bits), every fault check of the socket path. `C10D_GLOO_SHM=0` /
+//! * When every rank of a group is on one host, all-reduces, all-gathers and reduce-scatters
+//!   below the cross-memory-attach threshold (2 MiB) and broadcasts up to 2 MiB (in groups of up
+//!   to 8 ranks; up to 64 KiB per rank in larger ones) go through a shared-memory segment the
+//!   group sets up when it connects (see `algo::shm`): no socket and no system call on the fast
+//!   path, a futex when a rank must wait, the fold order of the socket algorithm each replaces
+//!   (same bits), every fault check of the socket path. `C10D_GLOO_SHM=0` /
 //!   [`GlooOptions::shared_memory`] turns it off.
 //! * When every rank of a group is on one host, all-reduces, all-gathers and reduce-scatters of
 //!   at least [`GlooOptions::cma_min_bytes`] (2 MiB) copy straight out of the peers' buffers with
@@ -208,6 +208,11 @@ impl Algo {
         dtype: DType,
     ) -> Result<()> {
         let total: usize = blocks.iter().map(|b| b.len()).sum();
+        // Below cross-memory attach's threshold: the group's shared memory, if it has some (the
+        // direct exchange's fold order, same bits).
+        if total < self.cma_min && algo::shm::reduce_scatter(comm, blocks, out, op, dtype)? {
+            return Ok(());
+        }
         if total >= self.cma_min
             && algo::cma::reduce_scatter(comm, blocks, out, op, dtype, self.cma_allowed)?
         {

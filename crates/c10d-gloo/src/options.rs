@@ -94,9 +94,9 @@ pub struct GlooOptions {
     /// Default `true`. See [`crate::ProcessGroupGloo::cross_memory_attach`].
     pub cross_memory_attach: bool,
     /// Whether this rank agrees to a shared-memory segment for the group. With every rank on
-    /// this host, all-reduces (with [`AllreduceAlgorithm::Auto`]) and all-gathers below
-    /// [`GlooOptions::cma_min_bytes`], and broadcasts (with [`BroadcastAlgorithm::Auto`]) of at
-    /// most 2 MiB (groups of up to 8 ranks; larger groups only all-reduces of at most 64 KiB),
+    /// this host, all-reduces (with [`AllreduceAlgorithm::Auto`]), all-gathers and
+    /// reduce-scatters below [`GlooOptions::cma_min_bytes`], and broadcasts (with
+    /// [`BroadcastAlgorithm::Auto`]) of at most 2 MiB per rank (64 KiB in groups of more than 8),
     /// then go through memory shared by the ranks, without sockets (same fold order
     /// and bits as the socket algorithms they replace). One rank that cannot map the segment, or
     /// that set this to `false` (`C10D_GLOO_SHM=0` in its environment), makes the whole group use

@@ -1071,7 +1071,7 @@ fn cma_all_reduce_matches_the_socket_path_bit_for_bit() {
 /// Same-host all_reduce through the shared-memory segment must give the bits of the socket
 /// path it replaces (the direct exchange for small messages, all-pairs for medium ones), for
 /// every float flavour and reduction and for sizes on both sides of the threshold, and
-/// broadcasts (every root) and all-gathers the same data; one rank that refuses shared memory
+/// broadcasts (every root), all-gathers and reduce-scatters the same data; one rank that refuses shared memory
 /// keeps the whole group on sockets. No segment name is left in /dev/shm.
 #[test]
 fn shm_all_reduce_matches_the_socket_path_bit_for_bit() {
@@ -1157,6 +1157,22 @@ fn shm_all_reduce_matches_the_socket_path_bit_for_bit() {
                             .wait()
                             .unwrap();
                         for o in &outs {
+                            out.push(o.read_bytes(|b| b.to_vec()).unwrap());
+                        }
+                        for op in [ReduceOp::Sum, ReduceOp::Avg] {
+                            if *dtype == DType::I64 && op == ReduceOp::Avg {
+                                continue;
+                            }
+                            let input = varied(*dtype, r, len * n);
+                            let o = Tensor::zeros(*dtype, &[len]);
+                            let opts = ReduceScatterOptions {
+                                reduce_op: op,
+                                ..Default::default()
+                            };
+                            pg.reduce_scatter_tensor(&o, &input, &opts)
+                                .unwrap()
+                                .wait()
+                                .unwrap();
                             out.push(o.read_bytes(|b| b.to_vec()).unwrap());
                         }
                     }

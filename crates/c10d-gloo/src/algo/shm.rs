@@ -1,5 +1,6 @@
-//! Shared-memory all-reduce, broadcast and all-gather for small and medium messages when every
-//! rank of the group is on this host: no socket, no system call on the fast path.
+//! Shared-memory all-reduce, broadcast, all-gather and reduce-scatter for small and medium
+//! messages when every rank of the group is on this host: no socket, no system call on the fast
+//! path.
 //!
 //! # The segment
 //! Made when the group connects (with its socket mesh, so never inside an op, where a timed-out
@@ -44,9 +45,9 @@ use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Largest message per rank that goes through shared memory in groups of up to 8 ranks
-/// (cross-memory attach takes over at 2 MiB by default); larger groups run only the small
-/// all-reduces here (all-pairs, the medium algorithm, is for groups of at most 8), with
-/// [`SMALL_SLOT_BYTES`]. A segment is at most 16 slots of 2 MiB = 32 MiB.
+/// (cross-memory attach takes over at 2 MiB by default); larger groups (where all-reduce's
+/// medium algorithm, all-pairs, is not used) have [`SMALL_SLOT_BYTES`]. A segment is at most 16
+/// slots of 2 MiB = 32 MiB.
 pub(crate) const SLOT_BYTES: usize = 2 * 1024 * 1024;
 /// The slot of groups of more than 8 ranks.
 pub(crate) const SMALL_SLOT_BYTES: usize = 64 * 1024;
@@ -265,6 +266,30 @@ pub(crate) fn all_gather(
     }
     with_segment(comm, total, |comm, seg| {
         gather_all(comm, seg, inputs, outputs)
+    })
+}
+
+/// Reduce-scatter (`blocks[p]`: this rank's contribution to rank p's result; `out` receives
+/// `⊕ over ranks q of q's blocks[rank]`, in rank order, as the socket path folds it) through
+/// the group's segment when it has one and this rank's blocks fit a slot (`Ok(false)`
+/// otherwise): every rank writes all its blocks, arrives, and folds its own block from every
+/// slot.
+///
+/// # Errors
+/// As [`all_reduce`].
+pub(crate) fn reduce_scatter(
+    comm: &mut Comm<'_>,
+    blocks: &[&[u8]],
+    out: &mut [u8],
+    op: ReduceOp,
+    dtype: DType,
+) -> Result<bool> {
+    let total: usize = blocks.iter().map(|b| b.len()).sum();
+    if total == 0 {
+        return Ok(false);
+    }
+    with_segment(comm, total, |comm, seg| {
+        scatter_reduce(comm, seg, blocks, out, op, dtype)
     })
 }
 
@@ -588,6 +613,36 @@ fn bcast(comm: &mut Comm<'_>, seg: &mut Segment, buf: &mut [u8], root: usize) ->
     wait_for(comm, seg, root, first)?;
     check_descriptions_of(comm, seg, parity, mine, std::iter::once(root))?;
     buf.copy_from_slice(read_slot(seg, root, parity, 0, buf.len()));
+    Ok(())
+}
+
+/// One reduce-scatter through the segment (see [`reduce_scatter`]).
+fn scatter_reduce(
+    comm: &mut Comm<'_>,
+    seg: &mut Segment,
+    blocks: &[&[u8]],
+    out: &mut [u8],
+    op: ReduceOp,
+    dtype: DType,
+) -> Result<()> {
+    let (r, n) = (comm.rank(), comm.size());
+    let parity = begin(comm, seg)?;
+    let mut offsets = Vec::with_capacity(blocks.len());
+    let mut at = 0;
+    for b in blocks {
+        offsets.push(at);
+        write_slot(seg, r, parity, at, b);
+        at += b.len();
+    }
+    let mine = Desc::of(comm, 0);
+    let first = start(seg, r, parity, mine);
+    wait_all(comm, seg, first)?;
+    check_descriptions(comm, seg, parity, mine)?;
+    let (mine_at, len) = (offsets[r], out.len());
+    out.copy_from_slice(read_slot(seg, 0, parity, mine_at, len));
+    for q in 1..n {
+        reduce_into(op, dtype, out, read_slot(seg, q, parity, mine_at, len))?;
+    }
     Ok(())
 }
 
