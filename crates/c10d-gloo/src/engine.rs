@@ -1896,6 +1896,15 @@ fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_default()
 }
 
+/// "1, 3, 4".
+fn rank_list(ranks: &[usize]) -> String {
+    ranks
+        .iter()
+        .map(|p| p.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn op_failed(info: &OpInfo, rank: usize, e: &DistError) -> DistError {
     e.map_message(|m| format!("{} (seq {}) on rank {rank} failed: {m}", info.op, info.seq))
 }
@@ -2141,21 +2150,26 @@ impl Comm<'_> {
     /// The timeout error of this op when `missing` sent nothing (the socket path's text), told
     /// to the peers as this rank's note.
     pub(crate) fn timed_out(&mut self, missing: &[usize]) -> DistError {
-        let list: Vec<String> = missing.iter().map(|p| p.to_string()).collect();
+        let e = self.timeout_error(&format!("; no data from rank(s) {}", rank_list(missing)));
+        self.detach_all();
+        e
+    }
+
+    /// "Timed out waiting {ms}ms for {op} (seq n) on rank r{who}{silent ranks}", told to the
+    /// peers as this rank's note.
+    fn timeout_error(&mut self, who: &str) -> DistError {
         let silent = self
             .eng
             .silent_text(self.deadline, liveness::window(self.timeout));
         let e = DistError::backend(format!(
-            "ProcessGroupGloo (group {}): Timed out waiting {}ms for {} (seq {}) on rank {}; no data from rank(s) {}{silent}",
+            "ProcessGroupGloo (group {}): Timed out waiting {}ms for {} (seq {}) on rank {}{who}{silent}",
             self.eng.id.group_name,
             self.timeout.as_millis(),
             self.info.op,
             self.info.seq,
             self.rank(),
-            list.join(", ")
         ));
         self.eng.send_note(e.message());
-        self.detach_all();
         e
     }
 
@@ -2361,30 +2375,12 @@ impl Comm<'_> {
             WaitErr::Failed(e) => op_failed(&self.info, self.rank(), &e),
             WaitErr::Timeout => {
                 let (recv, send) = self.eng.missing_peers(ids);
-                let list = |v: &[usize]| {
-                    v.iter()
-                        .map(|p| p.to_string())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                };
                 let who = if !recv.is_empty() {
-                    format!("; no data from rank(s) {}", list(&recv))
+                    format!("; no data from rank(s) {}", rank_list(&recv))
                 } else {
-                    format!("; sends to rank(s) {} did not complete", list(&send))
+                    format!("; sends to rank(s) {} did not complete", rank_list(&send))
                 };
-                let silent = self
-                    .eng
-                    .silent_text(self.deadline, liveness::window(self.timeout));
-                let e = DistError::backend(format!(
-                    "ProcessGroupGloo (group {}): Timed out waiting {}ms for {} (seq {}) on rank {}{who}{silent}",
-                    self.eng.id.group_name,
-                    self.timeout.as_millis(),
-                    self.info.op,
-                    self.info.seq,
-                    self.rank(),
-                ));
-                self.eng.send_note(e.message());
-                e
+                self.timeout_error(&who)
             }
         };
         self.detach_all();

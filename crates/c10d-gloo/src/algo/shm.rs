@@ -436,33 +436,35 @@ fn run(
     wait_all(comm, seg, first)?;
     check_descriptions(comm, seg, parity, mine)?;
     let len = buf.len();
-    // SAFETY: every slot (p, parity) holds this op's data, published before `first` (acquired
-    // by `wait_all`), and is not written again before every rank started the next op.
-    let ptrs: Vec<*mut u8> = (0..n).map(|p| seg.slot(p, parity)).collect();
-    // SAFETY: as above; a rank writes only its own slot's own segment (all-pairs), which no peer
-    // reads before the second arrival.
-    let slot = |p: usize| unsafe { std::slice::from_raw_parts_mut(ptrs[p], len) };
     match fold {
         Fold::Direct => {
-            buf.copy_from_slice(slot(0));
+            buf.copy_from_slice(read_slot(seg, 0, parity, 0, len));
             for p in 1..n {
-                reduce_into(op, dtype, buf, slot(p))?;
+                reduce_into(op, dtype, buf, read_slot(seg, p, parity, 0, len))?;
             }
         }
         Fold::AllPairs => {
             let es = dtype.size();
             let part = |i: usize| super::part(len / es, n, i, es);
-            // Own segment, reduced in place in this rank's slot: own first, then rank order.
+            // Own segment: own contribution (already in `buf`) first, then rank order; written
+            // back into this rank's slot for the others, who read it after the second arrival.
             let mine = part(r);
             for q in (0..n).filter(|&q| q != r) {
-                let (acc, other) = (&mut slot(r)[mine.clone()], &slot(q)[mine.clone()]);
-                reduce_into(op, dtype, acc, other)?;
+                let other = read_slot(seg, q, parity, mine.start, mine.len());
+                reduce_into(op, dtype, &mut buf[mine.clone()], other)?;
             }
+            write_slot(seg, r, parity, mine.start, &buf[mine.clone()]);
             let second = arrive(seg, r);
             wait_all(comm, seg, second)?;
-            for p in 0..n {
+            for p in (0..n).filter(|&p| p != r) {
                 let seg_p = part(p);
-                buf[seg_p.clone()].copy_from_slice(&slot(p)[seg_p]);
+                buf[seg_p.clone()].copy_from_slice(read_slot(
+                    seg,
+                    p,
+                    parity,
+                    seg_p.start,
+                    seg_p.len(),
+                ));
             }
         }
     }
@@ -495,7 +497,8 @@ fn write_slot(seg: &Segment, r: usize, parity: u32, at: usize, data: &[u8]) {
         "shared-memory slot overflow"
     );
     // SAFETY: slot (r, parity) is this rank's and holds `slot_bytes` (checked above); no peer
-    // reads it before this rank's next arrival, and every peer finished reading it (`begin`).
+    // reads these bytes before this rank's next arrival (peers read other ranges of it in
+    // all-pairs' reduce step), and every peer finished the op that used it last (`begin`).
     unsafe {
         std::ptr::copy_nonoverlapping(data.as_ptr(), seg.slot(r, parity).add(at), data.len())
     };
