@@ -34,7 +34,7 @@
 use crate::world::{
     not_registered, stop_backends, BackendSource, GroupEntry, GroupMember, NewPg, World,
 };
-use c10d_core::{BackendOptions, DistError, ProcessGroup, Result};
+use c10d_core::{DistError, ProcessGroup, Result};
 
 impl World {
     /// `shrink_group(ranks_to_exclude, group=None)` (PyTorch 2.9+): a new, smaller group made of
@@ -128,13 +128,7 @@ impl World {
         };
         // A backend that can shrink itself (NCCL: `ncclCommShrink`) makes the survivors'
         // backend for its device; the others, and every backend of the rest, are made anew.
-        let bopts = BackendOptions {
-            backend: a.backend.clone(),
-            timeout,
-            group_name: a.group_name.clone(),
-            group_desc: a.group_desc.clone(),
-            global_ranks: a.global_ranks.clone(),
-        };
+        let bopts = a.backend_options();
         let source = match parent_backend.shrink(ranks_to_exclude, &bopts)? {
             Some(child) => BackendSource::Shrunk(child),
             None => BackendSource::Create,

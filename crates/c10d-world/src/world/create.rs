@@ -13,7 +13,9 @@ use super::registry::find_pg_by_ranks_and_tag;
 use super::{GroupEntry, GroupMember, PgOptions, World};
 use crate::config::{self, BackendConfig, BackendCreateArgs};
 use crate::detail::DetailWrapper;
-use c10d_core::{Backend, DebugLevel, Device, DeviceType, DistError, ProcessGroup, Result};
+use c10d_core::{
+    Backend, BackendOptions, DebugLevel, Device, DeviceType, DistError, ProcessGroup, Result,
+};
 use c10d_store::{PrefixStore, Store};
 use std::sync::Arc;
 use std::time::Duration;
@@ -337,4 +339,18 @@ pub(crate) struct NewPg {
     pub(crate) pg_tag: Option<String>,
     pub(crate) device_id: Option<Device>,
     pub(crate) group_desc: String,
+}
+
+impl NewPg {
+    /// The core [`BackendOptions`] of the group (what a parent's backend needs to split or
+    /// shrink itself into it).
+    pub(crate) fn backend_options(&self) -> BackendOptions {
+        BackendOptions {
+            backend: self.backend.clone(),
+            timeout: self.timeout,
+            group_name: self.group_name.clone(),
+            group_desc: self.group_desc.clone(),
+            global_ranks: self.global_ranks.clone(),
+        }
+    }
 }

@@ -8,7 +8,7 @@
 use super::create::BackendSource;
 use super::{process_group_name, GroupEntry, GroupMember, NewPg, SplitOptions, World};
 use crate::config::{self, BackendConfig};
-use c10d_core::{BackendOptions, DistError, ProcessGroup, Result};
+use c10d_core::{DistError, ProcessGroup, Result};
 use c10d_store::Store;
 use std::sync::Arc;
 
@@ -79,13 +79,7 @@ impl World {
             group_desc,
         };
         if parent_backend.supports_splitting() {
-            let bopts = BackendOptions {
-                backend: a.backend.clone(),
-                timeout,
-                group_name: a.group_name.clone(),
-                group_desc: a.group_desc.clone(),
-                global_ranks: a.global_ranks.clone(),
-            };
+            let bopts = a.backend_options();
             // Collective over the parent: every parent rank takes part, members or not.
             let Some(child) = parent_backend.split(my_group, &bopts)? else {
                 return Ok(GroupMember::NonGroupMember);
