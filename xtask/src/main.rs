@@ -451,15 +451,7 @@ fn test_multigpu(args: &[String]) -> Res {
 /// (2 ranks share a GPU through distinct `NCCL_HOSTID`s when there is only one): (passed, failed).
 fn bench_every_op(bench: &Path) -> (usize, usize) {
     let (mut passed, mut failed) = (0, 0);
-    for op in [
-        "all_reduce",
-        "all_gather",
-        "reduce_scatter",
-        "broadcast",
-        "reduce",
-        "all_to_all",
-        "sendrecv",
-    ] {
+    for &op in chaos::BENCH_OPS {
         let out = Command::new(bench)
             .args([
                 op,

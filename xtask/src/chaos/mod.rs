@@ -17,6 +17,9 @@ mod inject;
 mod job;
 mod leaks;
 mod plan;
+
+/// Every op `c10d-bench` runs (its names).
+pub use plan::OPS as BENCH_OPS;
 mod report;
 mod rng;
 mod verdict;

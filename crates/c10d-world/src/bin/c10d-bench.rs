@@ -257,7 +257,7 @@ fn launch(args: &Args, n: usize) -> i32 {
             return 1;
         }
     };
-    let Some(children) = spawn_ranks(&exe, n, server.port()) else {
+    let Some(children) = spawn_ranks(&exe, n, server.port(), nccl_shares_gpus(args, n)) else {
         return 1;
     };
     let code = wait_ranks(children);
@@ -266,15 +266,19 @@ fn launch(args: &Args, n: usize) -> i32 {
 }
 
 /// Whether `--backend nccl --nproc n` puts several ranks on one GPU.
-fn nccl_shares_gpus(n: usize) -> bool {
-    let nccl = std::env::args().any(|a| a.eq_ignore_ascii_case("nccl"));
-    nccl && n > c10d_nccl::cuda_device_count().max(1)
+fn nccl_shares_gpus(args: &Args, n: usize) -> bool {
+    bench_device(args).is_some() && n > c10d_nccl::cuda_device_count().max(1)
 }
 
 /// Starts the `n` ranks (this program with the same arguments but `--nproc`, torchrun's
 /// environment, SIGKILL when the launcher dies); `None` (the started ones killed) when one
-/// cannot start.
-fn spawn_ranks(exe: &std::path::Path, n: usize, port: u16) -> Option<Vec<std::process::Child>> {
+/// cannot start. With `share_gpu`, each rank poses as its own host for NCCL.
+fn spawn_ranks(
+    exe: &std::path::Path,
+    n: usize,
+    port: u16,
+    share_gpu: bool,
+) -> Option<Vec<std::process::Child>> {
     // Same arguments without --nproc.
     let mut child_args = Vec::new();
     let mut it = std::env::args().skip(1);
@@ -296,7 +300,7 @@ fn spawn_ranks(exe: &std::path::Path, n: usize, port: u16) -> Option<Vec<std::pr
             .env("MASTER_ADDR", "127.0.0.1")
             .env("MASTER_PORT", port.to_string())
             .env("TORCHELASTIC_USE_AGENT_STORE", "True");
-        if nccl_shares_gpus(n) {
+        if share_gpu {
             // More ranks than GPUs: NCCL refuses two ranks on one GPU of one host, so each
             // rank poses as its own host and NCCL joins them through its socket transport.
             cmd.env("NCCL_HOSTID", format!("c10d-bench-rank-{rank}"))
