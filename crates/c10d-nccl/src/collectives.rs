@@ -10,7 +10,6 @@ use c10d_core::{
     BackendOptions, BarrierOptions, BroadcastOptions, DType, DeviceType, GatherOptions, OpType,
     ReduceOptions, ReduceScatterOptions, Result, ScatterOptions, Tensor, Work,
 };
-use cudarc::driver::result as cu;
 use std::ffi::{c_int, c_void};
 use std::sync::Arc;
 use std::time::Duration;
@@ -63,20 +62,9 @@ impl Enqueue<'_> {
 
     /// Device-to-device copy on the NCCL stream now, before the group's kernels (inputs).
     fn copy(&self, dst: &Tensor, src: &Tensor) -> Result<()> {
-        if src.nbytes() == 0 {
-            return Ok(());
-        }
-        // SAFETY: both ranges lie inside live allocations kept alive by the op; the stream
-        // belongs to their device.
-        unsafe {
-            cu::memcpy_dtod_async(
-                ptr(dst) as u64,
-                ptr(src) as u64,
-                src.nbytes(),
-                self.stream as cudarc::driver::sys::CUstream,
-            )
-        }
-        .map_err(|e| crate::device::driver_error("cuMemcpyDtoDAsync", e))
+        // SAFETY: both are kept alive by the op until its end event; the stream is the NCCL
+        // stream of their device.
+        unsafe { crate::memory::copy_async(dst, src, self.stream as cudarc::driver::sys::CUstream) }
     }
 }
 
@@ -323,15 +311,7 @@ impl Backend for ProcessGroupNccl {
         opts: &AllgatherOptions,
     ) -> Result<Work> {
         const OP: &str = "allgather_into_tensor_coalesced";
-        at(OP).pairs(outputs, inputs)?;
-        for (o, i) in outputs.iter().zip(inputs) {
-            check_flat(OP, o, i, self.size, "output")?;
-        }
-        let pairs: Vec<(Tensor, Tensor)> = outputs
-            .iter()
-            .cloned()
-            .zip(inputs.iter().cloned())
-            .collect();
+        let pairs = coalesced_pairs(OP, outputs, inputs, self.size, Flat::Output)?;
         self.launch(
             self.op(OpType::AllgatherCoalesced, inputs, outputs, opts.timeout),
             |e| pairs.iter().try_for_each(|(o, i)| gather_into(e, o, i)),
@@ -441,15 +421,7 @@ impl Backend for ProcessGroupNccl {
         opts: &ReduceScatterOptions,
     ) -> Result<Work> {
         const OP: &str = "reduce_scatter_tensor_coalesced";
-        at(OP).pairs(outputs, inputs)?;
-        for (o, i) in outputs.iter().zip(inputs) {
-            check_flat(OP, i, o, self.size, "input")?;
-        }
-        let pairs: Vec<(Tensor, Tensor)> = outputs
-            .iter()
-            .cloned()
-            .zip(inputs.iter().cloned())
-            .collect();
+        let pairs = coalesced_pairs(OP, outputs, inputs, self.size, Flat::Input)?;
         self.launch(
             self.op(OpType::Coalesced, inputs, outputs, opts.timeout),
             |e| {
@@ -636,6 +608,37 @@ fn scatter_from(
     let rc =
         unsafe { (e.lib.reduce_scatter)(ptr(input), ptr(output), n, ty, red, e.comm, e.stream) };
     e.call("ncclReduceScatter", rc)
+}
+
+/// Which side of a `*_tensor_coalesced` pair is the flat one (`size` × the other).
+#[derive(Clone, Copy)]
+enum Flat {
+    /// all_gather: the output.
+    Output,
+    /// reduce_scatter: the input.
+    Input,
+}
+
+/// The checked (output, input) pairs of a `*_tensor_coalesced` op.
+fn coalesced_pairs(
+    op: &str,
+    outputs: &[Tensor],
+    inputs: &[Tensor],
+    size: usize,
+    flat: Flat,
+) -> Result<Vec<(Tensor, Tensor)>> {
+    at(op).pairs(outputs, inputs)?;
+    for (o, i) in outputs.iter().zip(inputs) {
+        match flat {
+            Flat::Output => check_flat(op, o, i, size, "output")?,
+            Flat::Input => check_flat(op, i, o, size, "input")?,
+        }
+    }
+    Ok(outputs
+        .iter()
+        .cloned()
+        .zip(inputs.iter().cloned())
+        .collect())
 }
 
 /// A flat `big` tensor holds `size` × `small`'s elements, of one dtype (`which` names the big

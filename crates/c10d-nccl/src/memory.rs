@@ -140,6 +140,27 @@ impl DeviceStorage for CudaMemory {
     }
 }
 
+/// Queues `dst ← src` (two CUDA tensors of one device and byte size) on `stream`; nothing for
+/// empty tensors.
+///
+/// # Safety
+/// Both tensors must stay alive, and `dst` unread and unwritten by anyone else, until the copy
+/// has run on `stream`, which must belong to their device.
+///
+/// # Errors
+/// The driver's error.
+pub(crate) unsafe fn copy_async(dst: &Tensor, src: &Tensor, stream: sys::CUstream) -> Result<()> {
+    if src.nbytes() == 0 {
+        return Ok(());
+    }
+    debug_assert_eq!(dst.nbytes(), src.nbytes());
+    let (d, s) = (dst.device_ptr().unwrap_or(0), src.device_ptr().unwrap_or(0));
+    // SAFETY: both ranges lie inside live allocations (they are views of CUDA tensors of this
+    // byte size); lifetime and stream as the caller guarantees.
+    unsafe { result::memcpy_dtod_async(d, s, src.nbytes(), stream) }
+        .map_err(|e| driver_error("cuMemcpyDtoDAsync", e))
+}
+
 /// An uninitialised CUDA tensor (`torch.empty(shape, dtype=dtype, device=device)`).
 ///
 /// # Errors

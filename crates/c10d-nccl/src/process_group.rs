@@ -712,14 +712,10 @@ impl ProcessGroupNccl {
 
 /// The copies an op queued to follow its NCCL calls, on the NCCL stream.
 fn copy_after(dc: &DeviceComm, after: &[(Tensor, Tensor)]) -> Result<()> {
-    for (dst, src) in after.iter().filter(|(_, s)| s.nbytes() > 0) {
-        let (d, s) = (dst.device_ptr().unwrap_or(0), src.device_ptr().unwrap_or(0));
-        // SAFETY: both are live CUDA tensors of equal byte size (checked when queued), kept
-        // alive by the op until its end event; the stream belongs to their device.
-        unsafe {
-            cudarc::driver::result::memcpy_dtod_async(d, s, src.nbytes(), dc.stream.cu_stream())
-        }
-        .map_err(|e| driver_error("cuMemcpyDtoDAsync", e))?;
+    for (dst, src) in after {
+        // SAFETY: live CUDA tensors of equal byte size (checked when queued), kept alive by the
+        // op until its end event; the NCCL stream belongs to their device.
+        unsafe { crate::memory::copy_async(dst, src, dc.stream.cu_stream())? };
     }
     Ok(())
 }
