@@ -5,7 +5,7 @@ use crate::flight_recorder::Trace;
 use crate::tensor::Tensor;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
@@ -215,10 +215,10 @@ impl Work {
     /// # Errors
     /// The error the backend failed the op with (timeout, dead peer, mismatch ...).
     pub fn wait(&self) -> Result<()> {
-        if let Some(r) = self.run_wait_hook(None) {
-            return r;
-        }
-        let mut st = lock(&self.0);
+        let mut st = match self.settle(None) {
+            Ok(r) => return r,
+            Err(st) => st,
+        };
         loop {
             if let Status::Done(r) = &st.status {
                 return r.clone();
@@ -237,10 +237,10 @@ impl Work {
             // A timeout past the end of time (e.g. Duration::MAX) means no timeout.
             return self.wait();
         };
-        if let Some(r) = self.run_wait_hook(Some(timeout)) {
-            return r;
-        }
-        let mut st = lock(&self.0);
+        let mut st = match self.settle(Some(timeout)) {
+            Ok(r) => return r,
+            Err(st) => st,
+        };
         loop {
             if let Status::Done(r) = &st.status {
                 return r.clone();
@@ -263,16 +263,24 @@ impl Work {
         }
     }
 
-    /// The backend's wait hook, if the work is still pending and has one.
-    fn run_wait_hook(&self, timeout: Option<Duration>) -> Option<Result<()>> {
-        let hook = {
-            let st = lock(&self.0);
-            match &st.status {
-                Status::Done(r) => return Some(r.clone()),
-                Status::Pending => st.wait_hook.clone()?,
-            }
+    /// The op's result when it is done, or the backend's wait hook's answer; otherwise the
+    /// locked state to block on (one lock when there is no hook).
+    fn settle(
+        &self,
+        timeout: Option<Duration>,
+    ) -> std::result::Result<Result<()>, MutexGuard<'_, State>> {
+        let st = lock(&self.0);
+        if let Status::Done(r) = &st.status {
+            return Ok(r.clone());
+        }
+        let Some(hook) = st.wait_hook.clone() else {
+            return Err(st);
         };
-        hook(timeout)
+        drop(st);
+        match hook(timeout) {
+            Some(r) => Ok(r),
+            None => Err(lock(&self.0)),
+        }
     }
 
     /// True once the op finished, successfully or not (`Work.is_completed()`).
