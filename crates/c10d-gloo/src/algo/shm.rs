@@ -353,10 +353,7 @@ pub(crate) fn setup(
     let keys: Vec<String> = (0..n).map(|p| format!("{KEY_VOTE}{p}")).collect();
     let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
     store.wait_timeout(&refs, timeout)?;
-    let all = keys
-        .iter()
-        .map(|k| store.get(k))
-        .collect::<Result<Vec<_>>>()?;
+    let all = store.multi_get(&refs)?;
     match mine {
         Some(seg) if all.iter().all(|v| v.as_slice() == [1]) => {
             seg.line(rank)
