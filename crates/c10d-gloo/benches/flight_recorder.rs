@@ -1,14 +1,20 @@
 //! What the flight recorder costs: a 1 KiB all-reduce between 2 rank processes (blocking calls,
-//! as `dist.all_reduce(t)` makes them) with recording off (`TORCH_FR_BUFFER_SIZE=0`) and on
-//! (PyTorch's default, 2000 entries), alternating in the same run, plus the recorder's own cost
-//! per op (record, start, finish) in a loop.
+//! as `dist.all_reduce(t)` makes them) with recording off and on (PyTorch's default, 2000
+//! entries), plus the recorder's own cost per op (record, start, finish) in a loop.
 //!
 //! Run: `cargo bench -p c10d-gloo --bench flight_recorder`. The bench re-runs itself as the two
-//! ranks of each round (a fresh TcpStore and group per round). It prints the median and best
-//! per-op time of each mode over the rounds and the ratio on / off (median of the ratios of
-//! adjacent off/on rounds, and of the medians and bests); a ratio within the spread of the
-//! rounds means recording costs nothing measurable. Ranks are processes, as in a real job:
-//! ranks as threads of one process would share one recorder, which real ranks never do.
+//! ranks of each round (a fresh TcpStore and group per round). Inside a round both ranks run
+//! blocks of `BLOCK` ops and switch recording off and on between blocks at the same op
+//! ([`FlightRecorder::set_enabled`]), so an "off" block and the "on" block after it ran in
+//! the same processes, on the same cores and shared-memory segment: the ratio of such a pair
+//! is free of the spread between processes (the placement of two processes on two cores moves
+//! a 1 KiB all-reduce by ±10 %, more than what is measured here). It prints the median and
+//! best per-op time of each mode, and the median and quartiles of the pair ratios. Recording
+//! costs nothing measurable when 1.0 lies between the quartiles (the verdict line says which).
+//! Ranks are processes, as in a real job: ranks as threads of one process would share one
+//! recorder, which real ranks never do.
+//!
+//! [`FlightRecorder::set_enabled`]: c10d_core::flight_recorder::FlightRecorder::set_enabled
 
 use c10d_core::flight_recorder::OpRecord;
 use c10d_core::*;
@@ -18,13 +24,16 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const ROUNDS: usize = 16;
-const ITERS: usize = 4000;
-const WARMUP: usize = 300;
+const ROUNDS: usize = 4;
+/// Off/on block pairs per round.
+const PAIRS: usize = 24;
+const BLOCK: usize = 4000;
+/// More than one lap of the default 2000-entry ring, so the timed ops are the steady state.
+const WARMUP: usize = 3000;
 const RANK: &str = "C10D_FR_BENCH_RANK";
 const PORT: &str = "C10D_FR_BENCH_PORT";
 
-/// One rank of a round: prints the per-op µs of `ITERS` blocking 1 KiB all-reduces.
+/// One rank of a round: prints, per block pair, the per-op µs off and on.
 fn rank_main(rank: usize, port: u16) {
     let o = TcpStoreOptions {
         timeout: Duration::from_secs(60),
@@ -33,27 +42,34 @@ fn rank_main(rank: usize, port: u16) {
     };
     let store: Arc<dyn Store> = Arc::new(TcpStore::new("127.0.0.1", port, o).unwrap());
     let pg = ProcessGroupGloo::new(store, rank, 2, GlooOptions::default()).unwrap();
+    let recorder = pg.flight_recorder().recorder().clone();
     let t = Tensor::from_vec(vec![1f32; 256]);
     let opts = AllreduceOptions {
         async_op: false,
         ..Default::default()
     };
     let run = |n: usize| {
+        let start = Instant::now();
         for _ in 0..n {
             pg.all_reduce(std::slice::from_ref(&t), &opts)
                 .unwrap()
                 .wait()
                 .unwrap();
         }
+        start.elapsed().as_secs_f64() * 1e6 / n as f64
     };
     run(WARMUP);
-    let start = Instant::now();
-    run(ITERS);
-    println!("{}", start.elapsed().as_secs_f64() * 1e6 / ITERS as f64);
+    for _ in 0..PAIRS {
+        recorder.set_enabled(false);
+        let off = run(BLOCK);
+        recorder.set_enabled(true);
+        let on = run(BLOCK);
+        println!("{off} {on}");
+    }
 }
 
-/// One round: two rank processes with the given buffer size; rank 0's per-op µs.
-fn round(exe: &std::path::Path, buffer_size: &str) -> f64 {
+/// One round: two rank processes recording into a 2000-entry ring; rank 0's (off, on) pairs.
+fn round(exe: &std::path::Path) -> Vec<(f64, f64)> {
     let srv = TcpStoreServer::bind(ServerOptions {
         host: Some("127.0.0.1".into()),
         ..Default::default()
@@ -64,7 +80,7 @@ fn round(exe: &std::path::Path, buffer_size: &str) -> f64 {
             Command::new(exe)
                 .env(RANK, r.to_string())
                 .env(PORT, srv.port().to_string())
-                .env("TORCH_FR_BUFFER_SIZE", buffer_size)
+                .env("TORCH_FR_BUFFER_SIZE", "2000")
                 .stdout(Stdio::piped())
                 .spawn()
                 .unwrap()
@@ -74,12 +90,18 @@ fn round(exe: &std::path::Path, buffer_size: &str) -> f64 {
         .into_iter()
         .map(|k| String::from_utf8(k.wait_with_output().unwrap().stdout).unwrap())
         .collect();
-    outs[0].trim().parse().expect("rank 0 prints its per-op µs")
+    let pair = |l: &str| {
+        let v: Vec<f64> = l.split(' ').map(|x| x.parse().unwrap()).collect();
+        (v[0], v[1])
+    };
+    outs[0].lines().map(pair).collect()
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+/// The value at fraction `q` of the sorted `v` (0.5: the median).
+fn quantile(v: &[f64], q: f64) -> f64 {
+    let mut v = v.to_vec();
     v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    v[((v.len() - 1) as f64 * q).round() as usize]
 }
 
 /// The recorder alone: record + started + finished for a 1 KiB all-reduce's entry, in ns.
@@ -87,7 +109,7 @@ fn recorder_ns() -> f64 {
     let fr = FlightRecorder::new(Default::default());
     let g = fr.register_group("gloo", "solo", "", &[], 0, 1);
     let t = [Tensor::from_vec(vec![1f32; 256])];
-    let n = 200_000u64;
+    let n = 1_000_000u64;
     let start = Instant::now();
     for i in 1..=n {
         let rec = OpRecord {
@@ -112,34 +134,30 @@ fn main() {
         return rank_main(r.parse().unwrap(), p.parse().unwrap());
     }
     let exe = std::env::current_exe().unwrap();
-    let (mut off, mut on) = (Vec::new(), Vec::new());
-    for _ in 0..ROUNDS {
-        off.push(round(&exe, "0"));
-        on.push(round(&exe, "2000"));
-    }
-    let spread = |v: &[f64]| {
-        let m = median(v.to_vec());
-        100.0 * v.iter().map(|x| (x - m).abs()).sum::<f64>() / v.len() as f64 / m
-    };
-    let best = |v: &[f64]| v.iter().copied().fold(f64::MAX, f64::min);
-    println!("# 2 rank processes, 1 KiB all_reduce, {ROUNDS} alternating rounds of {ITERS} ops");
+    let pairs: Vec<(f64, f64)> = (0..ROUNDS).flat_map(|_| round(&exe)).collect();
+    let off: Vec<f64> = pairs.iter().map(|p| p.0).collect();
+    let on: Vec<f64> = pairs.iter().map(|p| p.1).collect();
+    let ratios: Vec<f64> = pairs.iter().map(|(f, n)| n / f).collect();
     println!(
-        "{:<14} {:>10} {:>9} {:>13}",
-        "recording", "median µs", "best µs", "mean |dev| %"
+        "# 2 rank processes, 1 KiB all_reduce, {ROUNDS} rounds × {PAIRS} pairs of {BLOCK}-op blocks, recording off then on"
     );
+    println!("{:<14} {:>10} {:>9}", "recording", "median µs", "best µs");
     for (name, v) in [("off", &off), ("on (2000)", &on)] {
-        let m = median(v.to_vec());
-        println!("{name:<14} {m:>10.2} {:>9.2} {:>13.1}", best(v), spread(v));
+        let best = quantile(v, 0.0);
+        println!("{name:<14} {:>10.3} {best:>9.3}", quantile(v, 0.5));
     }
-    // Each off round is followed by an on round: the ratio within a pair cancels slow drifts
-    // of the (shared) machine.
-    let pairs: Vec<f64> = off.iter().zip(&on).map(|(f, n)| n / f).collect();
-    println!(
-        "ratio on/off: median of pairs {:.3}, of medians {:.3}, of bests {:.3}",
-        median(pairs),
-        median(on.clone()) / median(off.clone()),
-        best(&on) / best(&off)
+    let (lo, mid, hi) = (
+        quantile(&ratios, 0.25),
+        quantile(&ratios, 0.5),
+        quantile(&ratios, 0.75),
     );
+    println!("ratio on/off of the pairs: median {mid:.4}, quartiles {lo:.4}..{hi:.4}");
+    let verdict = if lo <= 1.0 && 1.0 <= hi {
+        "not measurable: 1.0 lies between the quartiles of the pair ratios"
+    } else {
+        "measurable: the quartiles of the pair ratios exclude 1.0"
+    };
+    println!("recording cost: {verdict}");
     println!(
         "recorder alone (record + start + finish): {:.0} ns per op",
         recorder_ns()

@@ -32,14 +32,24 @@ pub(crate) struct Shapes(SmallVec<[u64; 5]>);
 pub(crate) type Listed = (Vec<Vec<i64>>, Vec<String>);
 
 impl Shapes {
+    #[cfg(test)]
     pub fn of(inputs: &[Tensor], outputs: &[Tensor]) -> Shapes {
+        let mut s = Shapes::default();
+        s.set(inputs, outputs);
+        s
+    }
+
+    /// Replaces the words with those of `inputs` and `outputs`, reusing the storage (a ring
+    /// slot's shapes are rewritten in place, without building a new vector and moving it).
+    pub fn set(&mut self, inputs: &[Tensor], outputs: &[Tensor]) {
         let same = inputs.len() == outputs.len()
             && inputs
                 .iter()
                 .zip(outputs)
                 .all(|(a, b)| a.dtype() == b.dtype() && a.shape() == b.shape());
         let outs = if same { &[][..] } else { outputs };
-        let mut w = SmallVec::new();
+        let w = &mut self.0;
+        w.clear();
         w.push(inputs.len() as u64 | (outs.len() as u64) << 32 | (same as u64) << 63);
         for t in inputs.iter().chain(outs) {
             w.push(t.dtype().code() as u64 | (t.dim() as u64) << 8);
@@ -47,7 +57,6 @@ impl Shapes {
         for t in inputs.iter().chain(outs) {
             w.extend(t.shape().iter().map(|&d| d as u64));
         }
-        Shapes(w)
     }
 
     /// (inputs, outputs), each as size lists (`[[4, 2], [8]]`) and PyTorch's dtype names.
@@ -110,9 +119,37 @@ pub(crate) struct Entry {
     pub shapes: Shapes,
 }
 
+/// Whether `op` is a send or receive (recorded with a peer, and without a collective id).
+pub(crate) fn is_p2p(op: OpType) -> bool {
+    matches!(op, OpType::Send | OpType::Recv | OpType::RecvAnysource)
+}
+
+impl Default for Entry {
+    /// An empty slot (overwritten by [`super::ring::Ring::push_with`]).
+    fn default() -> Self {
+        Entry {
+            record_id: 0,
+            time_created_ns: 0,
+            time_started_ns: 0,
+            time_completed_ns: 0,
+            collective_seq_id: 0,
+            op_id: 0,
+            p2p_seq_id: 0,
+            pg_id: 0,
+            timeout_ms: 0,
+            thread: 0,
+            peer: NO_PEER,
+            op: OpType::Unknown,
+            retired: false,
+            error: None,
+            shapes: Shapes::default(),
+        }
+    }
+}
+
 impl Entry {
     pub fn is_p2p(&self) -> bool {
-        matches!(self.op, OpType::Send | OpType::Recv | OpType::RecvAnysource)
+        is_p2p(self.op)
     }
 
     /// PyTorch's profiling name: `"gloo:all_reduce"`, `"gloo:send 0->1"`, `"gloo:recv 1<-0"`,

@@ -1,13 +1,13 @@
 //! A backend's handle on the recorder for one process group, and the trace of one op.
 
-use super::entry::{current_thread, now_ns, Entry, GroupInfo, Shapes, NO_PEER};
+use super::entry::{current_thread, is_p2p, now_ns, GroupInfo, NO_PEER};
 use super::handoff::Handoff;
 use super::FlightRecorder;
 use crate::error::DistError;
 use crate::tensor::Tensor;
 use crate::work::OpType;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 /// What a backend tells the recorder about an op it was given (mirrors the arguments of
@@ -74,91 +74,36 @@ impl Default for GroupStatus {
     }
 }
 
-/// One process group's handle on a [`FlightRecorder`], made by
-/// [`FlightRecorder::register_group`]. Backends call [`GroupRecorder::record`] when an op is
-/// submitted and keep the returned [`Trace`] with the op (see `WorkCompleter::set_trace`).
+/// What the [`Trace`]s of a group's ops need of it, allocated once per registered group and
+/// never freed (about 200 bytes; PyTorch keeps every group's `pg_config` for the life of the
+/// process too), so that a trace refers to it without a reference count: cloning and dropping
+/// an `Arc` per op cost two contended atomic operations, a third of the recorder's time.
 #[derive(Debug)]
-pub struct GroupRecorder {
-    pub(crate) recorder: Arc<FlightRecorder>,
-    pub(crate) info: Arc<GroupInfo>,
-    pub(crate) status: Arc<GroupStatus>,
+pub(crate) struct GroupCore {
+    /// Reached only on slow paths (a failure, a send/recv): the recorder may be gone by then.
+    recorder: Weak<FlightRecorder>,
+    pub status: GroupStatus,
     /// The last op that ended failed (a run of failures dumps once).
     failing: AtomicBool,
     /// Set by [`GroupRecorder::set_shutting_down`]: failures no longer dump.
     shutting_down: AtomicBool,
 }
 
-impl Drop for GroupRecorder {
-    fn drop(&mut self) {
-        self.set_shutting_down();
-    }
-}
-
-impl GroupRecorder {
-    pub(crate) fn new(
-        recorder: Arc<FlightRecorder>,
-        info: Arc<GroupInfo>,
-        status: Arc<GroupStatus>,
-    ) -> Self {
-        GroupRecorder {
-            recorder,
-            info,
-            status,
+impl GroupCore {
+    /// A new group's core, leaked (see the type's documentation).
+    pub fn leak(recorder: &Arc<FlightRecorder>) -> &'static GroupCore {
+        Box::leak(Box::new(GroupCore {
+            recorder: Arc::downgrade(recorder),
+            status: GroupStatus::default(),
             failing: AtomicBool::new(false),
             shutting_down: AtomicBool::new(false),
-        }
+        }))
     }
 
-    /// The recorder this group records into.
-    pub fn recorder(&self) -> &Arc<FlightRecorder> {
-        &self.recorder
-    }
-
-    /// The group's id in dumps (`pg_id`): its registration index in this process.
-    pub fn pg_id(&self) -> u64 {
-        self.info.pg_id
-    }
-
-    /// Records a newly submitted op in state "scheduled". `None` while recording is off.
-    pub fn record(self: &Arc<Self>, op: &OpRecord<'_>) -> Option<Trace> {
-        if !self.recorder.is_enabled() {
-            return None;
-        }
-        let entry = Entry {
-            record_id: 0,
-            time_created_ns: now_ns(),
-            time_started_ns: 0,
-            time_completed_ns: 0,
-            collective_seq_id: op.collective_seq_id,
-            op_id: op.op_id,
-            p2p_seq_id: saturate(op.p2p_seq_id),
-            pg_id: saturate(self.info.pg_id),
-            timeout_ms: saturate(op.timeout.as_millis() as u64),
-            thread: current_thread(),
-            peer: op.peer.map_or(NO_PEER, |p| saturate(p as u64)),
-            op: op.op,
-            retired: false,
-            error: None,
-            shapes: Shapes::of(op.inputs, op.outputs),
-        };
-        let collective = (!entry.is_p2p()).then_some(op.collective_seq_id as i64);
-        let record_id = self.recorder.push(entry, &self.status);
-        if let Some(seq) = collective {
-            self.status.last_enqueued.store(seq, Ordering::Relaxed);
-        }
-        Some(Trace {
-            group: self.clone(),
-            record_id,
-            collective,
-        })
-    }
-
-    /// Marks the group as going away on purpose (abort, shutdown): ops that fail from now on
-    /// do not write a dump, and the group is unregistered (see
-    /// [`FlightRecorder::register_group`]); dropping the handle unregisters it too.
-    pub fn set_shutting_down(&self) {
-        if !self.shutting_down.swap(true, Ordering::Relaxed) {
-            self.recorder.unregister_group(self.info.pg_id);
+    /// Runs `f` on entry `id` of the ring, under its lock, if the recorder still exists.
+    fn update(&self, id: u64, f: impl FnOnce(&mut super::entry::Entry)) {
+        if let Some(fr) = self.recorder.upgrade() {
+            fr.update(id, f);
         }
     }
 
@@ -175,13 +120,100 @@ impl GroupRecorder {
             }
             false
         };
-        if first_failure
-            && !self.shutting_down.load(Ordering::Relaxed)
-            && self.recorder.dump_on_failure()
-        {
-            if let Err(e) = self.recorder.dump_to_file() {
+        if !first_failure || self.shutting_down.load(Ordering::Relaxed) {
+            return;
+        }
+        let Some(fr) = self.recorder.upgrade() else {
+            return;
+        };
+        if fr.dump_on_failure() {
+            if let Err(e) = fr.dump_to_file() {
                 eprintln!("[c10d flight recorder] could not write the dump: {e}");
             }
+        }
+    }
+}
+
+/// One process group's handle on a [`FlightRecorder`], made by
+/// [`FlightRecorder::register_group`]. Backends call [`GroupRecorder::record`] when an op is
+/// submitted and keep the returned [`Trace`] with the op (see `WorkCompleter::set_trace`).
+#[derive(Debug)]
+pub struct GroupRecorder {
+    pub(crate) recorder: Arc<FlightRecorder>,
+    pub(crate) info: Arc<GroupInfo>,
+    pub(crate) core: &'static GroupCore,
+}
+
+impl Drop for GroupRecorder {
+    fn drop(&mut self) {
+        self.set_shutting_down();
+    }
+}
+
+impl GroupRecorder {
+    pub(crate) fn new(
+        recorder: Arc<FlightRecorder>,
+        info: Arc<GroupInfo>,
+        core: &'static GroupCore,
+    ) -> Self {
+        GroupRecorder {
+            recorder,
+            info,
+            core,
+        }
+    }
+
+    /// The recorder this group records into.
+    pub fn recorder(&self) -> &Arc<FlightRecorder> {
+        &self.recorder
+    }
+
+    /// The group's id in dumps (`pg_id`): its registration index in this process.
+    pub fn pg_id(&self) -> u64 {
+        self.info.pg_id
+    }
+
+    /// Records a newly submitted op in state "scheduled". `None` while recording is off.
+    pub fn record(&self, op: &OpRecord<'_>) -> Option<Trace> {
+        if !self.recorder.is_enabled() {
+            return None;
+        }
+        let (time_created_ns, thread) = (now_ns(), current_thread());
+        let pg_id = saturate(self.info.pg_id);
+        let status = &self.core.status;
+        let record_id = self.recorder.push(status, |e| {
+            e.time_created_ns = time_created_ns;
+            e.time_started_ns = 0;
+            e.time_completed_ns = 0;
+            e.collective_seq_id = op.collective_seq_id;
+            e.op_id = op.op_id;
+            e.p2p_seq_id = saturate(op.p2p_seq_id);
+            e.pg_id = pg_id;
+            e.timeout_ms = saturate(op.timeout.as_millis() as u64);
+            e.thread = thread;
+            e.peer = op.peer.map_or(NO_PEER, |p| saturate(p as u64));
+            e.op = op.op;
+            e.retired = false;
+            e.error = None;
+            e.shapes.set(op.inputs, op.outputs);
+        });
+        let collective = (!is_p2p(op.op)).then_some(op.collective_seq_id as i64);
+        if let Some(seq) = collective {
+            status.last_enqueued.store(seq, Ordering::Relaxed);
+        }
+        Some(Trace {
+            group: self.core,
+            record_id,
+            collective,
+        })
+    }
+
+    /// Marks the group as going away on purpose (abort, shutdown): ops that fail from now on
+    /// do not write a dump, and the group is unregistered (see
+    /// [`FlightRecorder::register_group`]); dropping the handle unregisters it too.
+    pub fn set_shutting_down(&self) {
+        if !self.core.shutting_down.swap(true, Ordering::Relaxed) {
+            self.recorder.unregister_group(self.info.pg_id);
         }
     }
 }
@@ -190,7 +222,7 @@ impl GroupRecorder {
 /// how it ended.
 #[derive(Debug)]
 pub struct Trace {
-    group: Arc<GroupRecorder>,
+    group: &'static GroupCore,
     record_id: u64,
     /// The collective sequence id (for `pg_status`); `None` for send/recv.
     collective: Option<i64>,
@@ -212,7 +244,7 @@ impl Trace {
                 status.running.store(self.record_id + 1, Ordering::Release);
                 status.last_started.store(seq, Ordering::Relaxed);
             }
-            None => self.group.recorder.update(self.record_id, |e| {
+            None => self.group.update(self.record_id, |e| {
                 if e.time_started_ns == 0 {
                     e.time_started_ns = t;
                 }
@@ -250,7 +282,7 @@ impl Trace {
         t: u64,
         result: std::result::Result<(), &DistError>,
     ) {
-        self.group.recorder.update(self.record_id, |e| {
+        self.group.update(self.record_id, |e| {
             e.retired = true;
             if let Some(s) = since {
                 e.time_started_ns = s;

@@ -470,11 +470,11 @@ fn completions_handed_off_reach_the_ring_at_the_next_record_or_dump() {
     a.started();
     a.finished(Ok(()));
     assert_eq!(
-        g.status.done.take().map(|d| d.0),
+        g.core.status.done.take().map(|d| d.0),
         Some(0),
         "op 1 was handed off"
     );
-    g.status.done.offer(0, 0, 7);
+    g.core.status.done.offer(0, 0, 7);
     b.started();
     b.finished(Ok(()));
     assert_eq!(states(&fr), ["completed", "completed"]);
@@ -484,13 +484,16 @@ fn completions_handed_off_reach_the_ring_at_the_next_record_or_dump() {
     let c = g.record(&all_reduce(3, &t)).unwrap();
     c.finished(Ok(()));
     g.record(&all_reduce(4, &t)).unwrap();
-    assert!(g.status.done.take().is_none(), "record took the hand-off");
+    assert!(
+        g.core.status.done.take().is_none(),
+        "record took the hand-off"
+    );
     assert_eq!(
         states(&fr),
         ["completed", "completed", "completed", "scheduled"]
     );
     // An overwritten entry's hand-off changes nothing.
-    g.status.done.offer(0, 0, 9);
+    g.core.status.done.offer(0, 0, 9);
     g.record(&all_reduce(5, &t)).unwrap();
     assert_eq!(seqs(&fr), [2, 3, 4, 5]);
 }
