@@ -55,12 +55,15 @@
 //! | `flow.rs`, `liveness.rs` | engine parts: read budget and back-pressure; ping/pong probes that name a silent rank |
 //! | `wire.rs` | the 64-byte frame header |
 //! | `algo/*.rs` | the algorithms, written against `Comm` (post sends/receives, wait, reduce); `algo/shm.rs` the shared-memory segment and its all-reduce |
+//! | `algo/select.rs` | which algorithm runs an op: one pure table of (size, group size, options, what the group can do: shared memory, cross-memory attach) |
+//! | `algo/dispatch.rs` | runs the table's choice (and the cross-memory-attach probe when the table asks for it) |
 //! | `bin/c10d-gloo-worker.rs` | rank process for benchmarks and process tests |
 //!
 //! # How a collective flows
 //!
 //! 1. `ProcessGroupGloo::all_reduce` (`lib.rs`) checks the arguments and builds the op's body,
-//!    a closure that calls an `algo` function (e.g. `algo::allreduce::ring`) on a `Comm`.
+//!    a closure that asks the table for an algorithm and runs it (e.g. `algo::allreduce::ring`)
+//!    on a `Comm` (`algo::dispatch`).
 //! 2. `submit` leases the tensors, numbers the op, records it in the flight recorder and
 //!    queues it; a blocking call that finds the engine free drives it on the caller's thread,
 //!    otherwise the group's worker thread does (`engine.rs`, "who drives it").
@@ -85,6 +88,8 @@ mod wire;
 
 pub use options::{AllreduceAlgorithm, BroadcastAlgorithm, GlooOptions};
 
+use algo::dispatch::Algo;
+
 use c10d_core::checks::At;
 use c10d_core::flight_recorder::{GroupRecorder, OpRecord, Trace};
 use c10d_core::reduce::{finalize, prescale, reduce_into};
@@ -97,146 +102,6 @@ use engine::{
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-/// Algorithm settings copied into each op.
-#[derive(Clone, Copy)]
-struct Algo {
-    allreduce: AllreduceAlgorithm,
-    broadcast: BroadcastAlgorithm,
-    small_allreduce: usize,
-    small_broadcast: usize,
-    small_reduce_scratch: usize,
-    chunk: usize,
-    cma_min: usize,
-    cma_allowed: bool,
-}
-
-impl Algo {
-    fn from_options(opts: &GlooOptions) -> Algo {
-        Algo {
-            allreduce: opts.allreduce_algorithm,
-            broadcast: opts.broadcast_algorithm,
-            small_allreduce: opts.small_allreduce_bytes,
-            small_broadcast: opts.small_broadcast_bytes,
-            small_reduce_scratch: opts.small_reduce_scratch_bytes,
-            cma_min: opts.cma_min_bytes,
-            cma_allowed: opts.cross_memory_attach,
-            chunk: opts.pipeline_chunk_bytes.max(64),
-        }
-    }
-
-    fn all_reduce(
-        &self,
-        comm: &mut Comm<'_>,
-        buf: &mut [u8],
-        op: ReduceOp,
-        dtype: DType,
-    ) -> Result<()> {
-        // Shared memory where the direct exchange or all-pairs would run over sockets, with
-        // their fold orders (same bits).
-        if let Some(fold) = self.shm_fold(comm.size(), buf.len()) {
-            if algo::shm::all_reduce(comm, buf, op, dtype, fold)? {
-                return Ok(());
-            }
-        }
-        if self.allreduce == AllreduceAlgorithm::Auto
-            && buf.len() >= self.cma_min
-            && algo::cma::all_reduce(comm, buf, op, dtype, self.cma_allowed)?
-        {
-            return Ok(());
-        }
-        match self.allreduce {
-            AllreduceAlgorithm::Direct => algo::allreduce::direct(comm, buf, op, dtype),
-            AllreduceAlgorithm::Ring => algo::allreduce::ring(comm, buf, op, dtype, self.chunk),
-            AllreduceAlgorithm::AllPairs => {
-                algo::allreduce::all_pairs(comm, buf, op, dtype, self.chunk)
-            }
-            AllreduceAlgorithm::Auto if buf.len() <= self.small_allreduce => {
-                algo::allreduce::direct(comm, buf, op, dtype)
-            }
-            AllreduceAlgorithm::Auto if comm.size() <= 8 => {
-                algo::allreduce::all_pairs(comm, buf, op, dtype, self.chunk)
-            }
-            AllreduceAlgorithm::Auto => algo::allreduce::ring(comm, buf, op, dtype, self.chunk),
-        }
-    }
-
-    /// The socket algorithm a shared-memory all-reduce of `len` bytes stands in for, if any:
-    /// the direct exchange up to `small_allreduce`, all-pairs below cross-memory attach's
-    /// threshold (groups of at most 8, as `Auto` picks it).
-    fn shm_fold(&self, n: usize, len: usize) -> Option<algo::shm::Fold> {
-        if self.allreduce != AllreduceAlgorithm::Auto {
-            return None;
-        }
-        if len <= self.small_allreduce {
-            Some(algo::shm::Fold::Direct)
-        } else if len < self.cma_min && n <= 8 {
-            Some(algo::shm::Fold::AllPairs)
-        } else {
-            None
-        }
-    }
-
-    /// All-gather (`outputs[i * n + p]` = rank p's `inputs[i]`): cross-memory attach when it
-    /// applies and the outputs total at least `cma_min` bytes, else the direct exchange.
-    fn all_gather(
-        &self,
-        comm: &mut Comm<'_>,
-        inputs: &[&[u8]],
-        outputs: &mut [&mut [u8]],
-    ) -> Result<()> {
-        let total: usize = outputs.iter().map(|o| o.len()).sum();
-        // Below cross-memory attach's threshold: the group's shared memory, if it has some.
-        if total < self.cma_min && algo::shm::all_gather(comm, inputs, outputs)? {
-            return Ok(());
-        }
-        if total >= self.cma_min && algo::cma::all_gather(comm, inputs, outputs, self.cma_allowed)?
-        {
-            return Ok(());
-        }
-        algo::exchange::all_gather(comm, inputs, outputs)
-    }
-
-    /// Reduce-scatter (see `algo::reduce::reduce_scatter`): cross-memory attach when it
-    /// applies and the blocks total at least `cma_min` bytes, else the direct exchange.
-    fn reduce_scatter(
-        &self,
-        comm: &mut Comm<'_>,
-        blocks: &[&[u8]],
-        out: &mut [u8],
-        op: ReduceOp,
-        dtype: DType,
-    ) -> Result<()> {
-        let total: usize = blocks.iter().map(|b| b.len()).sum();
-        // Below cross-memory attach's threshold: the group's shared memory, if it has some (the
-        // direct exchange's fold order, same bits).
-        if total < self.cma_min && algo::shm::reduce_scatter(comm, blocks, out, op, dtype)? {
-            return Ok(());
-        }
-        if total >= self.cma_min
-            && algo::cma::reduce_scatter(comm, blocks, out, op, dtype, self.cma_allowed)?
-        {
-            return Ok(());
-        }
-        algo::reduce::reduce_scatter(comm, blocks, out, op, dtype)
-    }
-
-    fn broadcast(&self, comm: &mut Comm<'_>, buf: &mut [u8], root: usize) -> Result<()> {
-        if self.broadcast == BroadcastAlgorithm::Auto && algo::shm::broadcast(comm, buf, root)? {
-            return Ok(());
-        }
-        let chain = match self.broadcast {
-            BroadcastAlgorithm::Tree => false,
-            BroadcastAlgorithm::Chain => true,
-            BroadcastAlgorithm::Auto => buf.len() > self.small_broadcast,
-        };
-        if chain {
-            algo::broadcast::chain(comm, buf, root, self.chunk)
-        } else {
-            algo::broadcast::tree(comm, buf, root)
-        }
-    }
-}
 
 /// The CPU backend (mirrors `torch.distributed.ProcessGroupGloo`). Implements
 /// [`c10d_core::Backend`] with name `"gloo"` for [`DeviceType::Cpu`].

@@ -19,7 +19,8 @@
 //!    (unless the owner's op fails first, e.g. times out: then the group fails anyway).
 //!
 //! Whether cross-memory attach works (seccomp, ptrace restrictions, different users) is probed
-//! once per group, on the first eligible op, and agreed by every rank (a vote round), so that
+//! once per group ([`probe`]), on the first op the algorithm table (`algo::select`) would run
+//! through it, and agreed by every rank (a vote round); the verdict feeds the table, so that
 //! all ranks always take the same path. Cross-memory attach is only ever used to read: a faulty
 //! or hostile peer can make our op fail, never write our memory. A peer that lies about its
 //! (pid, address) makes us copy another process's memory of the same user into our own output,
@@ -99,12 +100,14 @@ fn all_to_all(comm: &mut Comm<'_>, step: u32, msg: &[u8], len: usize) -> Result<
     Ok(out)
 }
 
-/// Probes (once per group) whether every rank can read every peer's memory; every rank gets
-/// the same answer. A rank with `allowed == false` votes no without trying.
-fn usable(comm: &mut Comm<'_>, allowed: bool) -> Result<bool> {
-    if let Some(ok) = comm.cma() {
-        return Ok(ok);
-    }
+/// Probes whether every rank can read every peer's memory and records the group's verdict
+/// (`Comm::set_cma`), which then feeds the algorithm table (`algo::select`); every rank runs
+/// it at the same op (the first that would use cross-memory attach) and gets the same answer.
+/// A rank with `allowed == false` votes no without trying.
+///
+/// # Errors
+/// Control-frame failures and time-outs (as [`Comm::wait`]).
+pub(crate) fn probe(comm: &mut Comm<'_>, allowed: bool) -> Result<bool> {
     let r = comm.rank();
     let me = encode(&[u64::from(std::process::id()), &PROBE as *const u64 as u64]);
     let peers = all_to_all(comm, STEP_PROBE, &me, 16)?;
@@ -132,10 +135,8 @@ fn usable(comm: &mut Comm<'_>, allowed: bool) -> Result<bool> {
     Ok(all)
 }
 
-/// All-reduce of `buf` (in place) through cross-memory attach. Returns `Ok(false)` without
-/// touching the buffer or the wire when it does not apply (a peer on another host, or the
-/// probe failed, or some rank did not allow it: `allowed`); the caller then runs a socket
-/// algorithm.
+/// All-reduce of `buf` (in place) through cross-memory attach (`algo::select` picks it: every
+/// peer on this host, the group's probe said yes).
 ///
 /// # Errors
 /// Control-frame failures and time-outs (as [`Comm::wait`]); a failed read of a peer's memory
@@ -145,12 +146,8 @@ pub(crate) fn all_reduce(
     buf: &mut [u8],
     op: ReduceOp,
     dtype: DType,
-    allowed: bool,
-) -> Result<bool> {
+) -> Result<()> {
     let (r, n, len) = (comm.rank(), comm.size(), buf.len());
-    if n == 1 || len == 0 || !comm.all_peers_local() || !usable(comm, allowed)? {
-        return Ok(false);
-    }
     let peers = publish(comm, &[&*buf])?;
     for (p, pb) in peers.iter().enumerate() {
         // (Frame headers already compare sizes; this only guards the reads below.)
@@ -190,7 +187,7 @@ pub(crate) fn all_reduce(
         }
     }
     all_to_all(comm, STEP_DONE, &[], 0)?;
-    Ok(true)
+    Ok(())
 }
 
 /// One peer's published buffers: its pid and (address, length) of each.
@@ -248,8 +245,7 @@ fn read_error(comm: &mut Comm<'_>, p: usize, e: std::io::Error) -> DistError {
 }
 
 /// All-gather through cross-memory attach: `outputs[i * n + p]` receives rank p's
-/// `inputs[i]`, read straight from p's memory (ours copied locally). `Ok(false)` when it does
-/// not apply (see [`all_reduce`]); nothing was touched then.
+/// `inputs[i]`, read straight from p's memory (ours copied locally).
 ///
 /// # Errors
 /// As [`all_reduce`]; also a peer input whose length differs from our output slot.
@@ -257,12 +253,8 @@ pub(crate) fn all_gather(
     comm: &mut Comm<'_>,
     inputs: &[&[u8]],
     outputs: &mut [&mut [u8]],
-    allowed: bool,
-) -> Result<bool> {
+) -> Result<()> {
     let (r, n) = (comm.rank(), comm.size());
-    if n == 1 || !comm.all_peers_local() || !usable(comm, allowed)? {
-        return Ok(false);
-    }
     let peers = publish(comm, inputs)?;
     for (j, o) in outputs.iter_mut().enumerate() {
         let (i, p) = (j / n, j % n);
@@ -281,12 +273,12 @@ pub(crate) fn all_gather(
         }
     }
     all_to_all(comm, STEP_DONE, &[], 0)?;
-    Ok(true)
+    Ok(())
 }
 
 /// Reduce-scatter through cross-memory attach: `out` receives `⊕ over ranks q (in rank order)
 /// of q's blocks[rank]`, read piece by piece straight from every peer's memory — the same fold
-/// order as the socket algorithm, so the same bits. `Ok(false)` when it does not apply.
+/// order as the socket algorithm, so the same bits.
 ///
 /// # Errors
 /// As [`all_reduce`]; also a peer block whose length differs from ours.
@@ -296,12 +288,8 @@ pub(crate) fn reduce_scatter(
     out: &mut [u8],
     op: ReduceOp,
     dtype: DType,
-    allowed: bool,
-) -> Result<bool> {
-    let (r, n, len) = (comm.rank(), comm.size(), out.len());
-    if n == 1 || !comm.all_peers_local() || !usable(comm, allowed)? {
-        return Ok(false);
-    }
+) -> Result<()> {
+    let (r, len) = (comm.rank(), out.len());
     let peers = publish(comm, blocks)?;
     for (p, pb) in peers.iter().enumerate() {
         match pb.regions.get(r) {
@@ -335,5 +323,5 @@ pub(crate) fn reduce_scatter(
     }
     comm.put_scratch(scratch);
     all_to_all(comm, STEP_DONE, &[], 0)?;
-    Ok(true)
+    Ok(())
 }

@@ -9,8 +9,10 @@ pub(crate) mod allreduce;
 pub(crate) mod barrier;
 pub(crate) mod broadcast;
 pub(crate) mod cma;
+pub(crate) mod dispatch;
 pub(crate) mod exchange;
 pub(crate) mod reduce;
+pub(crate) mod select;
 pub(crate) mod shm;
 
 /// Byte range of part `i` of `count` elements of `es` bytes split into `parts` nearly equal parts.

@@ -216,42 +216,37 @@ fn reserve(fd: libc::c_int, len: usize) -> std::io::Result<()> {
     }
 }
 
-/// All-reduce of `buf` through the group's segment when it has one and `buf` fits a slot;
-/// `Ok(false)` otherwise, and the caller runs a socket algorithm. All ranks decide alike (the
-/// segment is the group's verdict, the size is the op's).
+/// All-reduce of `buf` through the group's segment, with the fold order of the socket
+/// algorithm `fold` stands in for (`algo::select` picks it: the group has a segment and `buf`
+/// fits a slot; all ranks decide alike).
 ///
 /// # Errors
-/// The op's timeout (naming the ranks that published nothing), a dead peer, a stopped group.
+/// The op's timeout (naming the ranks that published nothing), a dead peer, a stopped group;
+/// see [`with_segment`] for a group without a segment.
 pub(crate) fn all_reduce(
     comm: &mut Comm<'_>,
     buf: &mut [u8],
     op: ReduceOp,
     dtype: DType,
     fold: Fold,
-) -> Result<bool> {
-    if buf.is_empty() {
-        return Ok(false);
-    }
+) -> Result<()> {
     with_segment(comm, buf.len(), |comm, seg| {
         run(comm, seg, buf, op, dtype, fold)
     })
 }
 
-/// Broadcast of `buf` from `root` through the group's segment when it has one and `buf` fits
-/// a slot (`Ok(false)` otherwise): the root writes its slot and arrives; the others arrive,
+/// Broadcast of `buf` from `root` through the group's segment: the root writes its slot and
+/// arrives; the others arrive,
 /// wait for the root, check its op against theirs and copy. The root does not wait.
 ///
 /// # Errors
 /// As [`all_reduce`].
-pub(crate) fn broadcast(comm: &mut Comm<'_>, buf: &mut [u8], root: usize) -> Result<bool> {
-    if buf.is_empty() {
-        return Ok(false);
-    }
+pub(crate) fn broadcast(comm: &mut Comm<'_>, buf: &mut [u8], root: usize) -> Result<()> {
     with_segment(comm, buf.len(), |comm, seg| bcast(comm, seg, buf, root))
 }
 
-/// All-gather (`outputs[i * n + p]` = rank p's `inputs[i]`) through the group's segment when
-/// it has one and this rank's inputs fit a slot (`Ok(false)` otherwise).
+/// All-gather (`outputs[i * n + p]` = rank p's `inputs[i]`) through the group's segment (this
+/// rank's inputs together fill its slot).
 ///
 /// # Errors
 /// As [`all_reduce`].
@@ -259,11 +254,8 @@ pub(crate) fn all_gather(
     comm: &mut Comm<'_>,
     inputs: &[&[u8]],
     outputs: &mut [&mut [u8]],
-) -> Result<bool> {
-    let total: usize = inputs.iter().map(|i| i.len()).sum();
-    if total == 0 {
-        return Ok(false);
-    }
+) -> Result<()> {
+    let total = inputs.iter().map(|i| i.len()).sum();
     with_segment(comm, total, |comm, seg| {
         gather_all(comm, seg, inputs, outputs)
     })
@@ -271,9 +263,8 @@ pub(crate) fn all_gather(
 
 /// Reduce-scatter (`blocks[p]`: this rank's contribution to rank p's result; `out` receives
 /// `⊕ over ranks q of q's blocks[rank]`, in rank order, as the socket path folds it) through
-/// the group's segment when it has one and this rank's blocks fit a slot (`Ok(false)`
-/// otherwise): every rank writes all its blocks, arrives, and folds its own block from every
-/// slot.
+/// the group's segment (this rank's blocks together fill its slot): every rank writes all
+/// its blocks, arrives, and folds its own block from every slot.
 ///
 /// # Errors
 /// As [`all_reduce`].
@@ -283,31 +274,41 @@ pub(crate) fn reduce_scatter(
     out: &mut [u8],
     op: ReduceOp,
     dtype: DType,
-) -> Result<bool> {
-    let total: usize = blocks.iter().map(|b| b.len()).sum();
-    if total == 0 {
-        return Ok(false);
-    }
+) -> Result<()> {
+    let total = blocks.iter().map(|b| b.len()).sum();
     with_segment(comm, total, |comm, seg| {
         scatter_reduce(comm, seg, blocks, out, op, dtype)
     })
 }
 
-/// Runs `f` on the group's segment; `Ok(false)` when the group has none or `bytes` do not fit
-/// its slots (the same answer on every rank).
+/// Bytes one rank's slot of the group's segment holds (`None`: the group has no segment): the
+/// most a shared-memory op may put there (see `algo::select`).
+pub(crate) fn slot_capacity(state: &ShmState) -> Option<usize> {
+    match state {
+        ShmState::On(seg) => Some(slot_bytes(seg.n)),
+        ShmState::Off => None,
+    }
+}
+
+/// Runs `f` on the group's segment for an op that puts `bytes` in this rank's slot (the
+/// algorithm table chose shared memory, so there is a segment and the op fits its slots; both
+/// are checked again here, as the copies into the slots rely on them).
+///
+/// # Errors
+/// [`DistError::Backend`] if the group has no segment or `bytes` do not fit a slot (a bug in
+/// the choice of algorithm), or what `f` returns.
 fn with_segment(
     comm: &mut Comm<'_>,
     bytes: usize,
     f: impl FnOnce(&mut Comm<'_>, &mut Segment) -> Result<()>,
-) -> Result<bool> {
-    match comm.shm() {
-        ShmState::On(seg) if bytes <= slot_bytes(seg.n) => {}
-        _ => return Ok(false),
-    }
+) -> Result<()> {
     let mut state = std::mem::take(comm.shm());
     let r = match &mut state {
-        ShmState::On(seg) => f(comm, seg).map(|()| true),
-        ShmState::Off => Ok(false),
+        ShmState::On(seg) if bytes <= slot_bytes(seg.n) => f(comm, seg),
+        _ => Err(DistError::backend(format!(
+            "{}: shared memory chosen for {bytes} bytes in a group whose segment cannot hold them",
+            comm.ctx()
+        ))),
     };
     *comm.shm() = state;
     r
@@ -410,7 +411,7 @@ fn open(name: &[u8], n: usize, eligible: bool) -> Option<Segment> {
 
 /// Which fold the op uses: the direct exchange's (rank order, every rank reduces everything)
 /// or the all-pairs algorithm's (each rank reduces its own segment, own contribution first).
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Fold {
     Direct,
     AllPairs,

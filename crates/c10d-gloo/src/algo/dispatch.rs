@@ -1,0 +1,124 @@
+//! Runs the algorithm the table (`algo::select`) picks for an op: reads what the group can do
+//! from its `Comm`, runs the cross-memory-attach probe when the table asks for it, then calls
+//! the chosen algorithm.
+
+use super::select::{self, AllReduce, Broadcast, Caps, Choice, CmaVerdict, Exchange, Settings};
+use crate::engine::Comm;
+use crate::options::GlooOptions;
+use c10d_core::{DType, ReduceOp, Result};
+
+/// The algorithm settings, copied into each op.
+#[derive(Clone, Copy)]
+pub(crate) struct Algo {
+    table: Settings,
+    /// Reduce with segmented trees above this many bytes (`GlooOptions`).
+    pub small_reduce_scratch: usize,
+    /// Pipeline chunk of the ring and the chain, bytes.
+    chunk: usize,
+    /// This rank lets the group use cross-memory attach (its vote in the probe).
+    cma_allowed: bool,
+}
+
+impl Algo {
+    pub fn from_options(opts: &GlooOptions) -> Algo {
+        Algo {
+            table: Settings {
+                allreduce: opts.allreduce_algorithm,
+                broadcast: opts.broadcast_algorithm,
+                small_allreduce: opts.small_allreduce_bytes,
+                small_broadcast: opts.small_broadcast_bytes,
+                cma_min: opts.cma_min_bytes,
+            },
+            small_reduce_scratch: opts.small_reduce_scratch_bytes,
+            cma_allowed: opts.cross_memory_attach,
+            chunk: opts.pipeline_chunk_bytes.max(64),
+        }
+    }
+
+    /// The table's answer for this op, after probing cross-memory attach if it asks to.
+    fn choose<A>(&self, comm: &mut Comm<'_>, table: impl Fn(&Caps) -> Choice<A>) -> Result<A> {
+        if let Choice::Run(a) = table(&caps(comm)) {
+            return Ok(a);
+        }
+        super::cma::probe(comm, self.cma_allowed)?;
+        match table(&caps(comm)) {
+            Choice::Run(a) => Ok(a),
+            Choice::ProbeCma => unreachable!("the probe recorded the group's verdict"),
+        }
+    }
+
+    /// All-reduce of `buf` in place (`op` a combining op: AVG and PREMUL_SUM were mapped).
+    pub fn all_reduce(
+        &self,
+        comm: &mut Comm<'_>,
+        buf: &mut [u8],
+        op: ReduceOp,
+        dtype: DType,
+    ) -> Result<()> {
+        let len = buf.len();
+        let chunk = self.chunk;
+        match self.choose(comm, |c| select::all_reduce(&self.table, c, len))? {
+            AllReduce::Shm(fold) => super::shm::all_reduce(comm, buf, op, dtype, fold),
+            AllReduce::Cma => super::cma::all_reduce(comm, buf, op, dtype),
+            AllReduce::Direct => super::allreduce::direct(comm, buf, op, dtype),
+            AllReduce::AllPairs => super::allreduce::all_pairs(comm, buf, op, dtype, chunk),
+            AllReduce::Ring => super::allreduce::ring(comm, buf, op, dtype, chunk),
+        }
+    }
+
+    /// All-gather (`outputs[i * n + p]` = rank p's `inputs[i]`).
+    pub fn all_gather(
+        &self,
+        comm: &mut Comm<'_>,
+        inputs: &[&[u8]],
+        outputs: &mut [&mut [u8]],
+    ) -> Result<()> {
+        let mine: usize = inputs.iter().map(|i| i.len()).sum();
+        let total: usize = outputs.iter().map(|o| o.len()).sum();
+        match self.choose(comm, |c| select::exchange(&self.table, c, mine, total))? {
+            Exchange::Shm => super::shm::all_gather(comm, inputs, outputs),
+            Exchange::Cma => super::cma::all_gather(comm, inputs, outputs),
+            Exchange::Direct => super::exchange::all_gather(comm, inputs, outputs),
+        }
+    }
+
+    /// Reduce-scatter (see `algo::reduce::reduce_scatter`).
+    pub fn reduce_scatter(
+        &self,
+        comm: &mut Comm<'_>,
+        blocks: &[&[u8]],
+        out: &mut [u8],
+        op: ReduceOp,
+        dtype: DType,
+    ) -> Result<()> {
+        let total: usize = blocks.iter().map(|b| b.len()).sum();
+        match self.choose(comm, |c| select::exchange(&self.table, c, total, total))? {
+            Exchange::Shm => super::shm::reduce_scatter(comm, blocks, out, op, dtype),
+            Exchange::Cma => super::cma::reduce_scatter(comm, blocks, out, op, dtype),
+            Exchange::Direct => super::reduce::reduce_scatter(comm, blocks, out, op, dtype),
+        }
+    }
+
+    /// Broadcast of `buf` from `root`.
+    pub fn broadcast(&self, comm: &mut Comm<'_>, buf: &mut [u8], root: usize) -> Result<()> {
+        match select::broadcast(&self.table, &caps(comm), buf.len()) {
+            Broadcast::Shm => super::shm::broadcast(comm, buf, root),
+            Broadcast::Tree => super::broadcast::tree(comm, buf, root),
+            Broadcast::Chain => super::broadcast::chain(comm, buf, root, self.chunk),
+        }
+    }
+}
+
+/// What the group can do, from its engine.
+fn caps(comm: &mut Comm<'_>) -> Caps {
+    Caps {
+        size: comm.size(),
+        local: comm.all_peers_local(),
+        shm_slot: super::shm::slot_capacity(comm.shm()),
+        cma: match comm.cma() {
+            None => CmaVerdict::Unprobed,
+            Some(true) => CmaVerdict::Permitted,
+            Some(false) => CmaVerdict::Refused,
+        },
+    }
+}

@@ -1,0 +1,342 @@
+//! Which algorithm runs a collective: one pure table from (message size, group size, options,
+//! what the group can do) to an algorithm. Every rank evaluates it with the same inputs (sizes
+//! are checked against the peers' in every frame; the group's abilities are agreed by all
+//! ranks), so every rank picks the same algorithm.
+//!
+//! | op | size (bytes, `len`) | picks |
+//! |----|------|-------|
+//! | all_reduce (`Auto`) | `len ≤ small_allreduce` | shared memory (direct fold) if the group has a segment, else the direct exchange |
+//! | | `< cma_min`, ≤ 8 ranks | shared memory (all-pairs fold) if the segment's slot holds it, else all-pairs |
+//! | | `≥ cma_min`, every peer on this host | cross-memory attach if the group agreed to it (probe first if it never asked) |
+//! | | otherwise | direct exchange up to `small_allreduce`, all-pairs up to 8 ranks, else the pipelined ring |
+//! | all_reduce (forced) | any | the algorithm the options name, over sockets |
+//! | broadcast (`Auto`) | fits a slot | shared memory |
+//! | | `≤ small_broadcast` / above | binomial tree / pipelined chain |
+//! | all_gather, reduce_scatter | total `< cma_min`, fits a slot | shared memory |
+//! | | total `≥ cma_min`, every peer on this host | cross-memory attach (probe first if never asked) |
+//! | | otherwise | direct exchange |
+//!
+//! Shared memory replaces exactly the socket algorithm it stands in for (same fold order, same
+//! bits), so where it is not possible nothing but speed changes. Whether cross-memory attach
+//! works is learnt by a probe that every rank runs at the same op ([`Choice::ProbeCma`]); its
+//! verdict then feeds the table.
+
+use super::shm::Fold;
+use crate::options::{AllreduceAlgorithm, BroadcastAlgorithm};
+
+/// The options the table reads (copied from `GlooOptions` into each op).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Settings {
+    pub allreduce: AllreduceAlgorithm,
+    pub broadcast: BroadcastAlgorithm,
+    /// Direct exchange (and its shared-memory fold) up to this many bytes.
+    pub small_allreduce: usize,
+    /// Binomial tree up to this many bytes, pipelined chain above.
+    pub small_broadcast: usize,
+    /// Cross-memory attach from this many bytes (shared memory below).
+    pub cma_min: usize,
+}
+
+/// What the group can do, as every rank agreed when it connected (or at its first probe).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Caps {
+    /// Ranks in the group.
+    pub size: usize,
+    /// Every peer is on this host (Unix-socket connections).
+    pub local: bool,
+    /// Bytes one rank's slot of the group's shared-memory segment holds; `None`: no segment.
+    pub shm_slot: Option<usize>,
+    /// Whether cross-memory attach works between every pair of ranks.
+    pub cma: CmaVerdict,
+}
+
+/// The group's cross-memory-attach verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CmaVerdict {
+    /// Never probed: the first op that would use it probes first.
+    Unprobed,
+    Permitted,
+    Refused,
+}
+
+/// The table's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Choice<A> {
+    Run(A),
+    /// Cross-memory attach would run but the group never probed it: run the probe (a collective
+    /// step every rank takes at this op), then ask again.
+    ProbeCma,
+}
+
+/// All-reduce algorithms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AllReduce {
+    Shm(Fold),
+    Cma,
+    Direct,
+    AllPairs,
+    Ring,
+}
+
+/// Broadcast algorithms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Broadcast {
+    Shm,
+    Tree,
+    Chain,
+}
+
+/// All-gather and reduce-scatter algorithms (the socket one is the direct exchange).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Exchange {
+    Shm,
+    Cma,
+    Direct,
+}
+
+impl Caps {
+    /// A shared-memory op of `bytes` per rank fits the group's slots.
+    fn shm_fits(&self, bytes: usize) -> bool {
+        bytes > 0 && self.shm_slot.is_some_and(|slot| bytes <= slot)
+    }
+
+    /// Cross-memory attach for an op of `bytes` (≥ the threshold, checked by the caller):
+    /// `None` when it cannot apply at all.
+    fn cma<A>(&self, bytes: usize, run: A) -> Option<Choice<A>> {
+        if self.size < 2 || bytes == 0 || !self.local {
+            return None;
+        }
+        match self.cma {
+            CmaVerdict::Unprobed => Some(Choice::ProbeCma),
+            CmaVerdict::Permitted => Some(Choice::Run(run)),
+            CmaVerdict::Refused => None,
+        }
+    }
+}
+
+/// The all-reduce of `len` bytes.
+pub(crate) fn all_reduce(s: &Settings, caps: &Caps, len: usize) -> Choice<AllReduce> {
+    use AllReduce::*;
+    let sockets = || match s.allreduce {
+        AllreduceAlgorithm::Direct => Direct,
+        AllreduceAlgorithm::AllPairs => AllPairs,
+        AllreduceAlgorithm::Ring => Ring,
+        AllreduceAlgorithm::Auto if len <= s.small_allreduce => Direct,
+        AllreduceAlgorithm::Auto if caps.size <= 8 => AllPairs,
+        AllreduceAlgorithm::Auto => Ring,
+    };
+    if s.allreduce != AllreduceAlgorithm::Auto {
+        return Choice::Run(sockets());
+    }
+    if len <= s.small_allreduce && caps.shm_fits(len) {
+        return Choice::Run(Shm(Fold::Direct));
+    }
+    if len < s.cma_min {
+        if caps.size <= 8 && caps.shm_fits(len) {
+            return Choice::Run(Shm(Fold::AllPairs));
+        }
+        return Choice::Run(sockets());
+    }
+    caps.cma(len, Cma).unwrap_or(Choice::Run(sockets()))
+}
+
+/// The broadcast of `len` bytes.
+pub(crate) fn broadcast(s: &Settings, caps: &Caps, len: usize) -> Broadcast {
+    match s.broadcast {
+        BroadcastAlgorithm::Tree => Broadcast::Tree,
+        BroadcastAlgorithm::Chain => Broadcast::Chain,
+        BroadcastAlgorithm::Auto if caps.shm_fits(len) => Broadcast::Shm,
+        BroadcastAlgorithm::Auto if len <= s.small_broadcast => Broadcast::Tree,
+        BroadcastAlgorithm::Auto => Broadcast::Chain,
+    }
+}
+
+/// An all-gather or reduce-scatter: `mine` bytes this rank contributes (what its slot must
+/// hold), `total` bytes the op moves in all (all-gather: the outputs; reduce-scatter: the
+/// blocks), which picks between shared memory and cross-memory attach.
+pub(crate) fn exchange(s: &Settings, caps: &Caps, mine: usize, total: usize) -> Choice<Exchange> {
+    if total < s.cma_min {
+        if caps.shm_fits(mine) {
+            return Choice::Run(Exchange::Shm);
+        }
+        return Choice::Run(Exchange::Direct);
+    }
+    caps.cma(total, Exchange::Cma)
+        .unwrap_or(Choice::Run(Exchange::Direct))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use AllReduce::*;
+
+    const KIB: usize = 1024;
+    const MIB: usize = 1024 * KIB;
+
+    fn settings() -> Settings {
+        Settings {
+            allreduce: AllreduceAlgorithm::Auto,
+            broadcast: BroadcastAlgorithm::Auto,
+            small_allreduce: 64 * KIB,
+            small_broadcast: 64 * KIB,
+            cma_min: 2 * MIB,
+        }
+    }
+
+    /// A same-host group of `size` with a segment of 2 MiB slots and CMA permitted.
+    fn host(size: usize) -> Caps {
+        Caps {
+            size,
+            local: true,
+            shm_slot: Some(2 * MIB),
+            cma: CmaVerdict::Permitted,
+        }
+    }
+
+    fn remote(size: usize) -> Caps {
+        Caps {
+            local: false,
+            shm_slot: None,
+            cma: CmaVerdict::Unprobed,
+            ..host(size)
+        }
+    }
+
+    #[test]
+    fn all_reduce_on_one_host_uses_shared_memory_then_cma() {
+        let s = settings();
+        let c = host(4);
+        assert_eq!(all_reduce(&s, &c, 4), Choice::Run(Shm(Fold::Direct)));
+        assert_eq!(all_reduce(&s, &c, 64 * KIB), Choice::Run(Shm(Fold::Direct)));
+        assert_eq!(
+            all_reduce(&s, &c, 64 * KIB + 4),
+            Choice::Run(Shm(Fold::AllPairs))
+        );
+        assert_eq!(
+            all_reduce(&s, &c, 2 * MIB - 4),
+            Choice::Run(Shm(Fold::AllPairs))
+        );
+        assert_eq!(all_reduce(&s, &c, 2 * MIB), Choice::Run(Cma));
+        assert_eq!(all_reduce(&s, &c, 64 * MIB), Choice::Run(Cma));
+    }
+
+    #[test]
+    fn all_reduce_over_sockets_follows_size_and_group_size() {
+        let s = settings();
+        for size in [2, 8] {
+            let c = remote(size);
+            assert_eq!(all_reduce(&s, &c, KIB), Choice::Run(Direct));
+            assert_eq!(all_reduce(&s, &c, MIB), Choice::Run(AllPairs));
+            assert_eq!(all_reduce(&s, &c, 64 * MIB), Choice::Run(AllPairs));
+        }
+        assert_eq!(all_reduce(&s, &remote(9), MIB), Choice::Run(Ring));
+        assert_eq!(all_reduce(&s, &remote(9), KIB), Choice::Run(Direct));
+    }
+
+    #[test]
+    fn all_reduce_without_a_segment_or_beyond_its_slots_uses_sockets() {
+        let s = settings();
+        let none = Caps {
+            shm_slot: None,
+            ..host(2)
+        };
+        assert_eq!(all_reduce(&s, &none, KIB), Choice::Run(Direct));
+        assert_eq!(all_reduce(&s, &none, MIB), Choice::Run(AllPairs));
+        let small = Caps {
+            shm_slot: Some(64 * KIB),
+            ..host(12)
+        };
+        assert_eq!(all_reduce(&s, &small, KIB), Choice::Run(Shm(Fold::Direct)));
+        // More than 8 ranks: the socket path would run the ring, whose order shm does not copy.
+        assert_eq!(all_reduce(&s, &small, 100 * KIB), Choice::Run(Ring));
+        // Empty buffers never touch the segment.
+        assert_eq!(all_reduce(&s, &host(2), 0), Choice::Run(Direct));
+    }
+
+    #[test]
+    fn cma_is_probed_once_then_its_verdict_decides() {
+        let s = settings();
+        let unprobed = Caps {
+            cma: CmaVerdict::Unprobed,
+            ..host(2)
+        };
+        assert_eq!(all_reduce(&s, &unprobed, 4 * MIB), Choice::ProbeCma);
+        // Below the threshold nothing asks for the probe.
+        assert_eq!(
+            all_reduce(&s, &unprobed, MIB),
+            Choice::Run(Shm(Fold::AllPairs))
+        );
+        let refused = Caps {
+            cma: CmaVerdict::Refused,
+            ..host(2)
+        };
+        assert_eq!(all_reduce(&s, &refused, 4 * MIB), Choice::Run(AllPairs));
+        // A peer on another host: no probe at all.
+        assert_eq!(all_reduce(&s, &remote(2), 4 * MIB), Choice::Run(AllPairs));
+        assert_eq!(all_reduce(&s, &host(1), 4 * MIB), Choice::Run(AllPairs));
+    }
+
+    #[test]
+    fn forced_all_reduce_algorithms_always_run_over_sockets() {
+        for (algo, want) in [
+            (AllreduceAlgorithm::Direct, Direct),
+            (AllreduceAlgorithm::AllPairs, AllPairs),
+            (AllreduceAlgorithm::Ring, Ring),
+        ] {
+            let s = Settings {
+                allreduce: algo,
+                ..settings()
+            };
+            for len in [4, MIB, 64 * MIB] {
+                assert_eq!(all_reduce(&s, &host(4), len), Choice::Run(want));
+            }
+        }
+    }
+
+    #[test]
+    fn broadcast_table() {
+        let s = settings();
+        assert_eq!(broadcast(&s, &host(4), KIB), Broadcast::Shm);
+        assert_eq!(broadcast(&s, &host(4), 2 * MIB), Broadcast::Shm);
+        assert_eq!(broadcast(&s, &host(4), 2 * MIB + 1), Broadcast::Chain);
+        assert_eq!(broadcast(&s, &remote(4), 64 * KIB), Broadcast::Tree);
+        assert_eq!(broadcast(&s, &remote(4), 64 * KIB + 1), Broadcast::Chain);
+        assert_eq!(broadcast(&s, &host(4), 0), Broadcast::Tree);
+        let tree = Settings {
+            broadcast: BroadcastAlgorithm::Tree,
+            ..s
+        };
+        assert_eq!(broadcast(&tree, &host(4), KIB), Broadcast::Tree);
+        let chain = Settings {
+            broadcast: BroadcastAlgorithm::Chain,
+            ..s
+        };
+        assert_eq!(broadcast(&chain, &host(4), KIB), Broadcast::Chain);
+    }
+
+    #[test]
+    fn exchange_table() {
+        let s = settings();
+        let c = host(4);
+        assert_eq!(exchange(&s, &c, KIB, 4 * KIB), Choice::Run(Exchange::Shm));
+        assert_eq!(exchange(&s, &c, MIB, 4 * MIB), Choice::Run(Exchange::Cma));
+        let small = Caps {
+            shm_slot: Some(64 * KIB),
+            ..c
+        };
+        assert_eq!(
+            exchange(&s, &small, 128 * KIB, 512 * KIB),
+            Choice::Run(Exchange::Direct)
+        );
+        assert_eq!(
+            exchange(&s, &remote(4), MIB, 4 * MIB),
+            Choice::Run(Exchange::Direct)
+        );
+        let unprobed = Caps {
+            cma: CmaVerdict::Unprobed,
+            ..c
+        };
+        assert_eq!(exchange(&s, &unprobed, MIB, 4 * MIB), Choice::ProbeCma);
+        assert_eq!(exchange(&s, &c, 0, 0), Choice::Run(Exchange::Direct));
+    }
+}
