@@ -5,8 +5,108 @@
 //! `ValueError` / `RuntimeError` for argument problems. [`DistError`] keeps those
 //! kinds as variants so callers can match on them; the message text follows
 //! PyTorch's wording wherever PyTorch's own tests assert it.
+//!
+//! An error of an op also carries what a program needs without parsing the text
+//! ([`DistError::context`]): the group, the reporting rank, the op and its sequence number,
+//! and the ranks at fault (PyTorch has no counterpart; its exceptions carry only the text).
 
+use crate::work::OpType;
 use std::fmt;
+use std::ops::Deref;
+
+/// What an error of an op is about, for a program to read (the text says the same in words).
+/// Fields a backend does not know stay `None` / empty.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct ErrorContext {
+    /// The process group's name (`"0"` for the default group).
+    pub group: Option<String>,
+    /// The rank (within the group) that reports the error.
+    pub rank: Option<usize>,
+    /// The op that failed.
+    pub op: Option<OpType>,
+    /// The op's sequence number in the group (PyTorch's `SeqNum`, from 1).
+    pub seq: Option<u64>,
+    /// The ranks (within the group) the error blames: the dead, silent, mismatching or
+    /// timed-out peers, in increasing order; empty when no peer is at fault.
+    pub peers: Vec<usize>,
+}
+
+impl ErrorContext {
+    /// A context for `op` number `seq` of `group` as seen by `rank`, blaming nobody yet.
+    pub fn op(group: &str, rank: usize, op: OpType, seq: u64) -> ErrorContext {
+        ErrorContext {
+            group: Some(group.to_string()),
+            rank: Some(rank),
+            op: Some(op),
+            seq: Some(seq),
+            peers: Vec::new(),
+        }
+    }
+
+    /// The same context blaming `peers` (sorted, without repeats).
+    pub fn blaming(mut self, peers: impl IntoIterator<Item = usize>) -> ErrorContext {
+        self.peers = peers.into_iter().collect();
+        self.peers.sort_unstable();
+        self.peers.dedup();
+        self
+    }
+}
+
+/// The text of a [`DistError`] and its [`ErrorContext`], if any. Reads as the text
+/// (`Deref<Target = str>`, `Display`); two messages are equal when their texts are.
+#[derive(Clone, Eq)]
+pub struct Message {
+    text: String,
+    context: Option<Box<ErrorContext>>,
+}
+
+impl Message {
+    /// The text.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+}
+
+impl PartialEq for Message {
+    fn eq(&self, other: &Self) -> bool {
+        self.text == other.text
+    }
+}
+
+impl Deref for Message {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.text
+    }
+}
+
+impl fmt::Display for Message {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl fmt::Debug for Message {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.text, f)
+    }
+}
+
+impl From<String> for Message {
+    fn from(text: String) -> Message {
+        Message {
+            text,
+            context: None,
+        }
+    }
+}
+
+impl From<&str> for Message {
+    fn from(text: &str) -> Message {
+        Message::from(text.to_string())
+    }
+}
 
 /// The kind of a [`DistError`], one per PyTorch exception class.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -35,25 +135,25 @@ pub enum ErrorKind {
 pub enum DistError {
     /// Mirrors `DistError`.
     #[error("{0}")]
-    Dist(String),
+    Dist(Message),
     /// Mirrors `DistBackendError`.
     #[error("{0}")]
-    Backend(String),
+    Backend(Message),
     /// Mirrors `DistNetworkError`.
     #[error("{0}")]
-    Network(String),
+    Network(Message),
     /// Mirrors `DistStoreError`.
     #[error("{0}")]
-    Store(String),
+    Store(Message),
     /// Mirrors `QueueEmptyError`.
     #[error("{0}")]
-    QueueEmpty(String),
+    QueueEmpty(Message),
     /// Mirrors Python's `ValueError` for bad arguments.
     #[error("{0}")]
-    InvalidArgument(String),
+    InvalidArgument(Message),
     /// Mirrors `NotImplementedError` / unsupported-op `RuntimeError`.
     #[error("{0}")]
-    Unsupported(String),
+    Unsupported(Message),
 }
 
 impl fmt::Debug for DistError {
@@ -78,6 +178,10 @@ impl DistError {
 
     /// The message, without the kind.
     pub fn message(&self) -> &str {
+        self.payload()
+    }
+
+    fn payload(&self) -> &Message {
         match self {
             DistError::Dist(m)
             | DistError::Backend(m)
@@ -87,6 +191,31 @@ impl DistError {
             | DistError::InvalidArgument(m)
             | DistError::Unsupported(m) => m,
         }
+    }
+
+    fn payload_mut(&mut self) -> &mut Message {
+        match self {
+            DistError::Dist(m)
+            | DistError::Backend(m)
+            | DistError::Network(m)
+            | DistError::Store(m)
+            | DistError::QueueEmpty(m)
+            | DistError::InvalidArgument(m)
+            | DistError::Unsupported(m) => m,
+        }
+    }
+
+    /// What the error is about (group, rank, op, sequence number, ranks at fault), when the
+    /// backend that raised it knows; `None` for errors that are not about an op (arguments,
+    /// stores) and for backends that attach none.
+    pub fn context(&self) -> Option<&ErrorContext> {
+        self.payload().context.as_deref()
+    }
+
+    /// The same error carrying `context` (replacing any it had).
+    pub fn with_context(mut self, context: ErrorContext) -> DistError {
+        self.payload_mut().context = Some(Box::new(context));
+        self
     }
 
     /// True for the kinds PyTorch derives from `DistStoreError` (`Store`, `QueueEmpty`).
@@ -99,9 +228,12 @@ impl DistError {
         self.map_message(|m| format!("{prefix}{m}"))
     }
 
-    /// Same kind, message rewritten by `f`.
+    /// Same kind and context, message rewritten by `f`.
     pub fn map_message(&self, f: impl FnOnce(&str) -> String) -> DistError {
-        let m = f(self.message());
+        let m = Message {
+            text: f(self.message()),
+            context: self.payload().context.clone(),
+        };
         match self.kind() {
             ErrorKind::Dist => DistError::Dist(m),
             ErrorKind::Backend => DistError::Backend(m),
@@ -113,29 +245,39 @@ impl DistError {
         }
     }
 
+    /// Shorthand for [`DistError::Dist`].
+    pub fn dist(msg: impl Into<String>) -> Self {
+        DistError::Dist(Message::from(msg.into()))
+    }
+
+    /// Shorthand for [`DistError::QueueEmpty`].
+    pub fn queue_empty(msg: impl Into<String>) -> Self {
+        DistError::QueueEmpty(Message::from(msg.into()))
+    }
+
     /// Shorthand for [`DistError::InvalidArgument`].
     pub fn invalid(msg: impl Into<String>) -> Self {
-        DistError::InvalidArgument(msg.into())
+        DistError::InvalidArgument(Message::from(msg.into()))
     }
 
     /// Shorthand for [`DistError::Backend`].
     pub fn backend(msg: impl Into<String>) -> Self {
-        DistError::Backend(msg.into())
+        DistError::Backend(Message::from(msg.into()))
     }
 
     /// Shorthand for [`DistError::Network`].
     pub fn network(msg: impl Into<String>) -> Self {
-        DistError::Network(msg.into())
+        DistError::Network(Message::from(msg.into()))
     }
 
     /// Shorthand for [`DistError::Store`].
     pub fn store(msg: impl Into<String>) -> Self {
-        DistError::Store(msg.into())
+        DistError::Store(Message::from(msg.into()))
     }
 
     /// Shorthand for [`DistError::Unsupported`].
     pub fn unsupported(msg: impl Into<String>) -> Self {
-        DistError::Unsupported(msg.into())
+        DistError::Unsupported(Message::from(msg.into()))
     }
 }
 
@@ -143,9 +285,30 @@ impl From<std::io::Error> for DistError {
     /// I/O failures are network errors (`DistNetworkError`) unless they are time-outs of a store wait,
     /// which the stores map themselves.
     fn from(e: std::io::Error) -> Self {
-        DistError::Network(e.to_string())
+        DistError::Network(e.to_string().into())
     }
 }
 
 /// `Result` with [`DistError`].
 pub type Result<T, E = DistError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn context_travels_with_the_error_and_leaves_its_text_alone() {
+        let ctx = ErrorContext::op("0", 1, OpType::Allreduce, 7).blaming([3, 2, 3]);
+        assert_eq!(ctx.peers, vec![2, 3]);
+        let e = DistError::backend("Timed out").with_context(ctx.clone());
+        assert_eq!(e.to_string(), "Timed out");
+        assert_eq!(e.context(), Some(&ctx));
+        // A rewritten message keeps the context; equality is by kind and text.
+        let prefixed = e.with_prefix("rank 1: ");
+        assert_eq!(prefixed.message(), "rank 1: Timed out");
+        assert_eq!(prefixed.context(), Some(&ctx));
+        assert_eq!(e, DistError::backend("Timed out"));
+        assert_ne!(e, DistError::network("Timed out"));
+        assert_eq!(DistError::invalid("bad").context(), None);
+    }
+}

@@ -41,7 +41,7 @@ pub use borrowed::{BorrowScope, TensorView};
 pub use debug::DebugLevel;
 pub use device::{Device, DeviceType};
 pub use dtype::{c32, c64, DType, Element};
-pub use error::{DistError, ErrorKind, Result};
+pub use error::{DistError, ErrorContext, ErrorKind, Result};
 pub use flight_recorder::FlightRecorder;
 pub use options::*;
 pub use process_group::ProcessGroup;

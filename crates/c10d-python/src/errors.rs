@@ -49,7 +49,7 @@ pub fn from_py(py: Python<'_>, e: PyErr, what: &str) -> DistError {
     let msg = format!("{what}: {class}: {text}");
     match class.as_str() {
         "DistNetworkError" => DistError::network(msg),
-        "QueueEmptyError" => DistError::QueueEmpty(msg),
+        "QueueEmptyError" => DistError::queue_empty(msg),
         "ValueError" => DistError::invalid(msg),
         _ => DistError::store(msg),
     }

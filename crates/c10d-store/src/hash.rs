@@ -201,7 +201,7 @@ impl Store for HashStore {
         g.queues
             .get_mut(key)
             .and_then(VecDeque::pop_front)
-            .ok_or_else(|| DistError::QueueEmpty("queue is empty".into()))
+            .ok_or_else(|| DistError::queue_empty("queue is empty"))
     }
 
     fn queue_len(&self, key: &str) -> Result<i64> {

@@ -116,7 +116,7 @@ pub fn rendezvous_with_env(
         "tcp" => tcp_handler(&parsed, timeout, env),
         "env" => env_handler(&parsed, timeout, env),
         "file" => file_handler(&parsed, timeout),
-        s => Err(DistError::Dist(format!("No rendezvous handler for {s}://"))),
+        s => Err(DistError::dist(format!("No rendezvous handler for {s}://"))),
     }
 }
 

@@ -174,7 +174,7 @@ impl Dump {
     /// [`DistError::Dist`] if serialization fails (it does not for dumps the recorder made).
     pub fn to_pickle(&self) -> Result<Vec<u8>> {
         serde_pickle::to_vec(self, serde_pickle::SerOptions::new().proto_v2())
-            .map_err(|e| DistError::Dist(format!("flight recorder: cannot pickle the dump: {e}")))
+            .map_err(|e| DistError::dist(format!("flight recorder: cannot pickle the dump: {e}")))
     }
 
     /// Parses a pickled dump, ours or PyTorch's.
@@ -208,7 +208,7 @@ impl Dump {
     pub fn write(&self, path: &Path) -> Result<()> {
         let bytes = self.to_pickle()?;
         let fail = |e: std::io::Error| {
-            DistError::Dist(format!(
+            DistError::dist(format!(
                 "flight recorder: cannot write {}: {e}",
                 path.display()
             ))

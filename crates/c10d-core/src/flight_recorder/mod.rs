@@ -388,10 +388,9 @@ impl FlightRecorder {
     /// unknown) or the file cannot be written (naming the path).
     pub fn dump_to_file(&self) -> Result<PathBuf> {
         let rank = self.rank().ok_or_else(|| {
-            DistError::Dist(
+            DistError::dist(
                 "flight recorder: no process group was created yet, so this process's rank \
-                 (which names the dump file) is unknown"
-                    .into(),
+                 (which names the dump file) is unknown",
             )
         })?;
         let path = PathBuf::from(format!("{}{rank}", self.dump_prefix()));

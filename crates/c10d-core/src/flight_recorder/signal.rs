@@ -36,7 +36,7 @@ pub(crate) fn install(recorder: Arc<FlightRecorder>, signal: i32) -> Result<()> 
             }
         })
         .map_err(|e| {
-            DistError::Dist(format!("flight recorder: cannot start signal thread: {e}"))
+            DistError::dist(format!("flight recorder: cannot start signal thread: {e}"))
         })?;
     installed.push(signal);
     Ok(())

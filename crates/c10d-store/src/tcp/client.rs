@@ -863,7 +863,7 @@ impl Store for TcpStore {
         c.set_rcvtimeo(io_t)?;
         let len = c.recv_i64()?;
         if len <= 0 {
-            return Err(DistError::QueueEmpty("queue is empty".into()));
+            return Err(DistError::queue_empty("queue is empty"));
         }
         c.recv_bytes()
     }
