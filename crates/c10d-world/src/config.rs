@@ -16,8 +16,15 @@
 //! - `"undefined"` / none → `cpu:gloo` (this build detects no accelerator);
 //! - `"cpu:gloo,"` or `"cpu:gloo:x"` → "Invalid device:backend pairing"; a repeated device →
 //!   "Duplicate device type"; an unregistered name → "Unknown backend".
+//!
+//! Device types are typed ([`DeviceType`]: `cpu`, `cuda`) throughout: in the parsed config, the
+//! registry and [`BackendCreateArgs::device`]. A device type c10d-rs has no tensors for
+//! (`"xpu:gloo"`) is refused when the string is parsed ("Invalid device:backend pairing: …
+//! Unknown device type 'xpu'"), and [`register_backend`] takes device types, not names.
+//! PyTorch accepts any device name there (a departure on purpose: such a group could never run
+//! an op here).
 
-use c10d_core::{Backend, BackendOptions, DistError, Result};
+use c10d_core::{Backend, BackendOptions, DeviceType, DistError, Result};
 use c10d_store::Store;
 use std::any::Any;
 use std::collections::BTreeMap;
@@ -37,8 +44,8 @@ pub struct BackendCreateArgs {
     pub group_size: usize,
     /// Default timeout of every op.
     pub timeout: Duration,
-    /// The device type string this instance serves ("cpu", "cuda").
-    pub device: String,
+    /// The device type this instance serves.
+    pub device: DeviceType,
     /// Group name (`group_id`); empty for non-extended creators.
     pub group_name: String,
     /// Group description; empty for non-extended creators.
@@ -132,9 +139,9 @@ struct Registry {
     /// Lower-case name → plugin.
     plugins: BTreeMap<String, Plugin>,
     /// Lower-case name → device types it supports (`Backend.backend_capability`).
-    capability: Vec<(String, Vec<String>)>,
+    capability: Vec<(String, Vec<DeviceType>)>,
     /// Device type → default backend (`Backend.default_device_backend_map`).
-    default_device_backend: Vec<(String, String)>,
+    default_device_backend: Vec<(DeviceType, String)>,
 }
 
 fn registry() -> &'static RwLock<Registry> {
@@ -163,12 +170,12 @@ fn registry() -> &'static RwLock<Registry> {
         RwLock::new(Registry {
             plugins,
             capability: vec![
-                ("gloo".into(), vec!["cpu".into(), "cuda".into()]),
-                ("nccl".into(), vec!["cuda".into()]),
+                ("gloo".into(), vec![DeviceType::Cpu, DeviceType::Cuda]),
+                ("nccl".into(), vec![DeviceType::Cuda]),
             ],
             default_device_backend: vec![
-                ("cpu".into(), "gloo".into()),
-                ("cuda".into(), "nccl".into()),
+                (DeviceType::Cpu, "gloo".into()),
+                (DeviceType::Cuda, "nccl".into()),
             ],
         })
     })
@@ -181,7 +188,7 @@ fn read() -> std::sync::RwLockReadGuard<'static, Registry> {
 /// Registers a third-party backend (`Backend.register_backend(name, func, extended_api, devices)`).
 ///
 /// `name` is case-insensitive and stored lower-case. `devices` lists the device types it serves
-/// (`None` = `["cpu"]`, PyTorch's "cpu and the current accelerator" on a CPU-only build); each
+/// (`None` = `[Cpu]`, PyTorch's "cpu and the current accelerator" on a CPU-only build); each
 /// device without a default backend gets this one as default. Registering an existing name replaces
 /// its creator (PyTorch raises for built-ins only through attribute clashes; here built-ins can be
 /// replaced too, which tests use to inject fakes).
@@ -191,19 +198,17 @@ fn read() -> std::sync::RwLockReadGuard<'static, Registry> {
 pub fn register_backend(
     name: &str,
     creator: BackendCreator,
-    devices: Option<&[&str]>,
+    devices: Option<&[DeviceType]>,
     extended_api: bool,
 ) {
     let name = name.to_ascii_lowercase();
-    let devices: Vec<String> = devices
-        .map(|d| d.iter().map(|s| s.to_ascii_lowercase()).collect())
-        .unwrap_or_else(|| vec!["cpu".to_string()]);
+    let devices: Vec<DeviceType> = devices.map_or_else(|| vec![DeviceType::Cpu], <[_]>::to_vec);
     let mut r = registry().write().unwrap_or_else(|e| e.into_inner());
     r.capability.retain(|(n, _)| *n != name);
     r.capability.push((name.clone(), devices.clone()));
     for d in &devices {
         if !r.default_device_backend.iter().any(|(dev, _)| dev == d) {
-            r.default_device_backend.push((d.clone(), name.clone()));
+            r.default_device_backend.push((*d, name.clone()));
         }
     }
     r.plugins.insert(
@@ -246,22 +251,29 @@ pub fn is_nccl_available() -> bool {
     is_backend_available("nccl")
 }
 
-/// The default backend of a device type (`get_default_backend_for_device("cpu")` → `"gloo"`).
+/// The default backend of a device type (`get_default_backend_for_device("cpu")` → `"gloo"`;
+/// `"cuda:1"` reads as `cuda`).
 ///
 /// # Errors
-/// [`DistError::InvalidArgument`] "Default backend not registered for device : {device}".
+/// [`DistError::InvalidArgument`] "Default backend not registered for device : {device}" (also
+/// for a device type c10d-rs does not know).
 pub fn get_default_backend_for_device(device: &str) -> Result<String> {
-    let d = device.split(':').next().unwrap_or("").to_ascii_lowercase();
+    let unknown = || {
+        DistError::invalid(format!(
+            "Default backend not registered for device : {device}"
+        ))
+    };
+    let d = DeviceType::parse(device.split(':').next().unwrap_or("")).map_err(|_| unknown())?;
+    default_backend(d).ok_or_else(unknown)
+}
+
+/// The default backend of device type `d`, if one is registered.
+fn default_backend(d: DeviceType) -> Option<String> {
     read()
         .default_device_backend
         .iter()
         .find(|(dev, _)| *dev == d)
         .map(|(_, b)| b.clone())
-        .ok_or_else(|| {
-            DistError::invalid(format!(
-                "Default backend not registered for device : {device}"
-            ))
-        })
 }
 
 /// Normalises a backend name like `Backend(name)`: lower case.
@@ -289,8 +301,8 @@ const FORMAT_HINT: &str = "Custom backend string is an experimental feature wher
 /// A parsed backend string (`BackendConfig`): ordered device → backend pairs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BackendConfig {
-    /// (device type, backend name) pairs, lower case, in the order given.
-    pub device_backend_map: Vec<(String, String)>,
+    /// (device type, backend name) pairs, names lower case, in the order given.
+    pub device_backend_map: Vec<(DeviceType, String)>,
 }
 
 impl BackendConfig {
@@ -301,10 +313,10 @@ impl BackendConfig {
     /// "Duplicate device type {device} in backend string: {string}. ...", "Unknown backend '{name}' ...".
     pub fn parse(backend: &str) -> Result<BackendConfig> {
         let lower = backend.trim().to_ascii_lowercase();
-        let mut map: Vec<(String, String)> = Vec::new();
+        let mut map: Vec<(DeviceType, String)> = Vec::new();
         if lower.is_empty() || lower == "undefined" {
             let b = get_default_backend_for_device("cpu")?;
-            map.push(("cpu".into(), b));
+            map.push((DeviceType::Cpu, b));
         } else if !lower.contains(':') {
             let caps = read()
                 .capability
@@ -327,7 +339,12 @@ impl BackendConfig {
                         "Invalid device:backend pairing: {pair}. The custom backend string argument is invalid: {backend}. {FORMAT_HINT}"
                     )));
                 }
-                let (device, name) = (parts[0].trim().to_string(), parts[1].trim().to_string());
+                let (device, name) = (parts[0].trim(), parts[1].trim().to_string());
+                let device = DeviceType::parse(device).map_err(|_| {
+                    DistError::invalid(format!(
+                        "Invalid device:backend pairing: {pair}. Unknown device type '{device}' (c10d-rs knows cpu and cuda). {FORMAT_HINT}"
+                    ))
+                })?;
                 if map.iter().any(|(d, _)| *d == device) {
                     return Err(DistError::invalid(format!(
                         "Duplicate device type {device} in backend string: {backend}. {FORMAT_HINT}"
@@ -345,7 +362,7 @@ impl BackendConfig {
     }
 
     /// The device → backend map (`get_device_backend_map`).
-    pub fn device_backend_map(&self) -> &[(String, String)] {
+    pub fn device_backend_map(&self) -> &[(DeviceType, String)] {
         &self.device_backend_map
     }
 
@@ -387,6 +404,26 @@ pub fn default_timeout_for(backend: &str) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn device_types_are_checked_when_parsed() {
+        let e = BackendConfig::parse("xpu:gloo").unwrap_err();
+        assert!(
+            e.message()
+                .starts_with("Invalid device:backend pairing: xpu:gloo. Unknown device type 'xpu'"),
+            "{e}"
+        );
+        let map = BackendConfig::parse("cpu:gloo,cuda:nccl").unwrap();
+        assert_eq!(
+            map.device_backend_map(),
+            &[
+                (DeviceType::Cpu, "gloo".to_string()),
+                (DeviceType::Cuda, "nccl".to_string())
+            ]
+        );
+        assert!(get_default_backend_for_device("xpu").is_err());
+        assert_eq!(get_default_backend_for_device("cuda:1").unwrap(), "nccl");
+    }
 
     #[test]
     fn parse_backend_strings() {

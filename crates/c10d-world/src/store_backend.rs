@@ -72,7 +72,7 @@ impl StoreBackend {
         }))
     }
 
-    /// A creator for [`crate::register_backend`]: `register_backend("store", StoreBackend::creator("store"), Some(&["cpu"]), false)`.
+    /// A creator for [`crate::register_backend`]: `register_backend("store", StoreBackend::creator("store"), Some(&[c10d_core::DeviceType::Cpu]), false)`.
     pub fn creator(name: &'static str) -> crate::config::BackendCreator {
         Arc::new(move |a: &BackendCreateArgs| {
             let b: Arc<dyn Backend> =

@@ -622,7 +622,7 @@ fn coalescing_manager_falls_back_to_single_ops() {
             let nf: Arc<dyn c10d_core::Backend> = Arc::new(NoFuse(b));
             Ok(Some(nf))
         }),
-        Some(&["cpu"]),
+        Some(&[c10d_core::DeviceType::Cpu]),
         false,
     );
     let out = run(2, |w, r| {

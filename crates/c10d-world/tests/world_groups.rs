@@ -501,11 +501,11 @@ fn extended_api_creators_get_group_details() {
             s2.lock().unwrap().push((
                 a.group_name.clone(),
                 a.global_ranks_in_group.clone(),
-                a.device.clone(),
+                a.device.to_string(),
             ));
             c10d_world::store_backend::StoreBackend::creator("spy")(a)
         }),
-        Some(&["cpu"]),
+        Some(&[c10d_core::DeviceType::Cpu]),
         true,
     );
     assert!(c10d_world::is_backend_available("spy"));
@@ -649,7 +649,7 @@ fn destroy_shuts_down_and_abort_aborts_in_reverse_name_order() {
             });
             Ok(Some(b))
         }),
-        Some(&["cpu"]),
+        Some(&[c10d_core::DeviceType::Cpu]),
         true,
     );
     let s = store();

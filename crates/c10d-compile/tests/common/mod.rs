@@ -21,7 +21,7 @@ pub fn register() {
         register_backend(
             "store",
             StoreBackend::creator("store"),
-            Some(&["cpu"]),
+            Some(&[c10d_core::DeviceType::Cpu]),
             false,
         );
     });

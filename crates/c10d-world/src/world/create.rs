@@ -130,8 +130,7 @@ impl World {
         let hint = self.lock().hostname_hint.clone();
         let mut created: Vec<(String, Arc<dyn Backend>)> = Vec::new();
         let mut out: Attachments = Vec::new();
-        for (device, bname) in map {
-            let dt = DeviceType::parse(device)?;
+        for &(dt, ref bname) in map {
             if let Some(p) = premade.filter(|p| p.device_type() == dt) {
                 out.push((dt, p.clone(), false));
                 continue;
@@ -140,7 +139,7 @@ impl World {
                 Some((_, b)) if !mixed => b.clone(),
                 _ => {
                     let (creator, extended) = config::creator_for(bname)?;
-                    let args = backend_args(a, device, group_rank, prefix_store, extended, &hint);
+                    let args = backend_args(a, dt, group_rank, prefix_store, extended, &hint);
                     let Some(b) = creator(&args)? else {
                         return Ok(None);
                     };
@@ -152,13 +151,10 @@ impl World {
             out.push((dt, backend, false));
         }
         // Default device: the accelerator's for mixed configs, else the first device listed.
-        let default_dt = if mixed && map.iter().any(|(d, _)| d == "cuda") {
+        let default_dt = if mixed && map.iter().any(|(d, _)| *d == DeviceType::Cuda) {
             DeviceType::Cuda
         } else {
-            map.first()
-                .map(|(d, _)| DeviceType::parse(d))
-                .transpose()?
-                .unwrap_or(DeviceType::Cpu)
+            map.first().map_or(DeviceType::Cpu, |(d, _)| *d)
         };
         if let Some((_, b, _)) = out.iter().rev().find(|(d, _, _)| *d == default_dt) {
             out.push((default_dt, b.clone(), true));
@@ -178,25 +174,16 @@ impl World {
         let child_dt = child.device_type();
         let child = if debug == DebugLevel::Detail {
             let hint = self.lock().hostname_hint.clone();
-            let mut args = backend_args(
-                a,
-                child_dt.as_str(),
-                child.rank(),
-                prefix_store,
-                true,
-                &hint,
-            );
+            let mut args = backend_args(a, child_dt, child.rank(), prefix_store, true, &hint);
             args.pg_options = None;
             self.wrap_detail(child, &args)?
         } else {
             child
         };
         let mut out: Attachments = vec![(child_dt, child.clone(), true)];
-        for (d, _) in &a.config.device_backend_map {
-            if let Ok(dt) = DeviceType::parse(d) {
-                if dt != child_dt {
-                    out.push((dt, child.clone(), false));
-                }
+        for &(dt, _) in &a.config.device_backend_map {
+            if dt != child_dt {
+                out.push((dt, child.clone(), false));
             }
         }
         Ok(out)
@@ -269,7 +256,7 @@ impl World {
         let prefix = format!("pg_wrapper:{}", args.group_name);
         hargs.store = Arc::new(PrefixStore::new(&prefix, args.store.clone()));
         hargs.group_name = prefix;
-        hargs.device = "cpu".into();
+        hargs.device = DeviceType::Cpu;
         let helper = creator(&hargs)?.ok_or_else(|| {
             DistError::invalid("ProcessGroupWrapper: helper backend creation returned no backend")
         })?;
@@ -281,7 +268,7 @@ impl World {
 /// description, global ranks and backend-specific options only for extended-API creators.
 fn backend_args(
     a: &NewPg,
-    device: &str,
+    device: DeviceType,
     group_rank: usize,
     prefix_store: &Arc<dyn Store>,
     extended: bool,
@@ -289,13 +276,13 @@ fn backend_args(
 ) -> BackendCreateArgs {
     BackendCreateArgs {
         store: Arc::new(PrefixStore::new(
-            &format!("{device}/"),
+            &format!("{}/", device.as_str()),
             prefix_store.clone(),
         )),
         group_rank,
         group_size: a.group_size,
         timeout: a.timeout,
-        device: device.to_string(),
+        device,
         group_name: if extended {
             a.group_name.clone()
         } else {

@@ -8,7 +8,7 @@
 use super::create::BackendSource;
 use super::{process_group_name, GroupEntry, GroupMember, NewPg, SplitOptions, World};
 use crate::config::{self, BackendConfig};
-use c10d_core::{DistError, ProcessGroup, Result};
+use c10d_core::{DeviceType, DistError, ProcessGroup, Result};
 use c10d_store::Store;
 use std::sync::Arc;
 
@@ -25,7 +25,13 @@ struct SplitParent {
 }
 
 /// A device → backend list, as in [`BackendConfig::device_backend_map`].
-type DeviceBackends = Vec<(String, String)>;
+type DeviceBackends = Vec<(DeviceType, String)>;
+
+/// `map` as the error texts show it: `[("cpu", "gloo")]`.
+fn show(map: &DeviceBackends) -> String {
+    let pairs: Vec<(&str, &str)> = map.iter().map(|(d, b)| (d.as_str(), b.as_str())).collect();
+    format!("{pairs:?}")
+}
 
 impl World {
     /// `split_group(parent_pg, split_ranks, ...)`: every rank of `parent` (default WORLD) calls it
@@ -204,12 +210,7 @@ fn check_in_parent(my_group: &[usize], parent: &GroupEntry) -> Result<()> {
 /// `backend=` of `split_group`: the parent's backends kept (a "device:backend" list or a bare
 /// backend name), each of which the parent must have with exactly that name.
 fn narrow_backends(p: &SplitParent, req: &str) -> Result<(String, BackendConfig)> {
-    let parent_devices: Vec<String> = p
-        .parent
-        .backends()
-        .iter()
-        .map(|(d, _)| d.as_str().to_string())
-        .collect();
+    let parent_devices: Vec<DeviceType> = p.parent.backends().iter().map(|(d, _)| *d).collect();
     let parent_map: DeviceBackends = p
         .entry
         .config
@@ -242,7 +243,8 @@ fn requested_backends(parent_map: &DeviceBackends, req_lower: &str) -> Result<De
         .collect();
     if r.is_empty() {
         return Err(DistError::invalid(format!(
-            "Requested backend '{req_lower}' is not present in the parent process group (parent backends: {parent_map:?})"
+            "Requested backend '{req_lower}' is not present in the parent process group (parent backends: {})",
+            show(parent_map)
         )));
     }
     Ok(r)
@@ -254,7 +256,8 @@ fn check_requested(parent_map: &DeviceBackends, requested: &DeviceBackends) -> R
         match parent_map.iter().find(|(d, _)| d == dev) {
             None => {
                 return Err(DistError::invalid(format!(
-                    "Requested backend for device '{dev}' is not present in the parent process group (parent backends: {parent_map:?})"
+                    "Requested backend for device '{dev}' is not present in the parent process group (parent backends: {})",
+            show(parent_map)
                 )))
             }
             Some((_, pb)) if pb != be => {

@@ -16,13 +16,13 @@ pub fn register() {
         register_backend(
             "store",
             StoreBackend::creator("store"),
-            Some(&["cpu"]),
+            Some(&[c10d_core::DeviceType::Cpu]),
             false,
         );
         register_backend(
             "storex",
             StoreBackend::creator("storex"),
-            Some(&["cpu"]),
+            Some(&[c10d_core::DeviceType::Cpu]),
             true,
         );
     });
