@@ -1,0 +1,854 @@
+//! The ops of [`ProcessGroupGloo`] (the `Backend` trait): argument checks, the op's body, and
+//! its submission.
+
+use crate::algo;
+use crate::bodies::*;
+use crate::checks::*;
+use crate::engine::{lock, CollBody};
+use crate::process_group::Launch;
+use crate::slices::*;
+use crate::ProcessGroupGloo;
+use c10d_core::reduce::{finalize, prescale};
+use c10d_core::*;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+impl Backend for ProcessGroupGloo {
+    fn name(&self) -> &str {
+        "gloo"
+    }
+    fn rank(&self) -> usize {
+        self.id.rank
+    }
+    fn size(&self) -> usize {
+        self.id.size
+    }
+    fn device_type(&self) -> DeviceType {
+        DeviceType::Cpu
+    }
+    fn timeout(&self) -> Duration {
+        *lock(&self.timeout)
+    }
+    fn set_timeout(&self, timeout: Duration) {
+        *lock(&self.timeout) = timeout;
+    }
+    fn sequence_number(&self) -> u64 {
+        lock(&self.shared.queue).seq
+    }
+    fn is_initialized(&self) -> bool {
+        self.shared.initialized.load(Ordering::Acquire) || self.id.size == 1
+    }
+
+    fn broadcast(&self, tensors: &[Tensor], opts: &BroadcastOptions) -> Result<Work> {
+        const OP: &str = "broadcast";
+        if opts.root_rank >= self.id.size {
+            return Err(inval(OP, format!("invalid root rank: {}", opts.root_rank)));
+        }
+        if opts.root_tensor >= tensors.len() {
+            return Err(inval(
+                OP,
+                format!("invalid root tensor: {}", opts.root_tensor),
+            ));
+        }
+        let refs: Vec<&Tensor> = tensors.iter().collect();
+        check_cpu(OP, &refs)?;
+        check_same(OP, &refs, &tensors[0])?;
+        let root = opts.root_rank;
+        let src = if self.id.rank == root {
+            opts.root_tensor
+        } else {
+            0
+        };
+        let algo = self.algo;
+        let t0 = &tensors[0];
+        let body: CollBody = Box::new(move |comm, _ins, mut outs| {
+            let (a, b) = outs.split_at_mut(src);
+            let (buf, b) = b.split_first_mut().expect("src < len");
+            algo.broadcast(comm, buf, root)?;
+            for t in a.iter_mut().chain(b.iter_mut()) {
+                t.copy_from_slice(buf);
+            }
+            Ok(())
+        });
+        self.submit(Launch {
+            op: OpType::Broadcast,
+            dtype: t0.dtype(),
+            total: t0.nbytes() as u64,
+            timeout: opts.timeout,
+            inputs: &[],
+            outputs: tensors,
+            result: tensors.to_vec(),
+            body,
+            blocking: !opts.async_op,
+        })
+    }
+
+    fn all_reduce(&self, tensors: &[Tensor], opts: &AllreduceOptions) -> Result<Work> {
+        const OP: &str = "allreduce";
+        if tensors.is_empty() {
+            return Err(inval(OP, "requires non-empty tensor list"));
+        }
+        let refs: Vec<&Tensor> = tensors.iter().collect();
+        check_cpu(OP, &refs)?;
+        check_same(OP, &refs, &tensors[0])?;
+        let dtype = tensors[0].dtype();
+        check_op(OP, opts.reduce_op, dtype)?;
+        let body = all_reduce_body(self.algo, opts.reduce_op, dtype, self.id.size);
+        self.submit(Launch {
+            op: OpType::Allreduce,
+            dtype,
+            total: tensors[0].nbytes() as u64,
+            timeout: opts.timeout,
+            inputs: &[],
+            outputs: tensors,
+            result: tensors.to_vec(),
+            body,
+            blocking: !opts.async_op,
+        })
+    }
+
+    fn all_reduce_coalesced(
+        &self,
+        tensors: &[Tensor],
+        opts: &AllreduceCoalescedOptions,
+    ) -> Result<Work> {
+        const OP: &str = "allreduce_coalesced";
+        if tensors.is_empty() {
+            return Err(inval(OP, "requires non-empty tensor list"));
+        }
+        let refs: Vec<&Tensor> = tensors.iter().collect();
+        check_cpu(OP, &refs)?;
+        let dtype = tensors[0].dtype();
+        if tensors.iter().any(|t| t.dtype() != dtype) {
+            return Err(inval(OP, "tensors must all have the same type"));
+        }
+        let rop = opts.reduce_op;
+        check_op(OP, rop, dtype)?;
+        let total = nbytes(tensors) as usize;
+        let (algo, n) = (self.algo, self.id.size);
+        let body: CollBody = Box::new(move |comm, _ins, mut outs| {
+            let mut s = comm.take_scratch(total);
+            let flat = s.bytes();
+            let mut off = 0;
+            for t in outs.iter() {
+                flat[off..off + t.len()].copy_from_slice(t);
+                off += t.len();
+            }
+            prescale(rop, dtype, flat)?;
+            algo.all_reduce(comm, flat, rop.combine_op(), dtype)?;
+            finalize(rop, dtype, flat, n)?;
+            let mut off = 0;
+            for t in outs.iter_mut() {
+                let l = t.len();
+                t.copy_from_slice(&flat[off..off + l]);
+                off += l;
+            }
+            comm.put_scratch(s);
+            Ok(())
+        });
+        self.submit(Launch {
+            op: OpType::AllreduceCoalesced,
+            dtype,
+            total: total as u64,
+            timeout: opts.timeout,
+            inputs: &[],
+            outputs: tensors,
+            result: tensors.to_vec(),
+            body,
+            blocking: !opts.async_op,
+        })
+    }
+
+    fn reduce(&self, tensors: &[Tensor], opts: &ReduceOptions) -> Result<Work> {
+        check_reduce(tensors, opts, self.id.size)?;
+        let dtype = tensors[0].dtype();
+        let rop = opts.reduce_op;
+        let (root, n) = (opts.root_rank, self.id.size);
+        let total = tensors[0].nbytes() as u64;
+        // Direct to the root while its scratch (n buffers) stays small, segmented above.
+        let segmented = n > 2 && tensors[0].nbytes() * n > self.algo.small_reduce_scratch;
+        let (body, ins, outs) = if self.id.rank == root {
+            (
+                reduce_at_root(rop, dtype, root, n, segmented),
+                &[][..],
+                tensors,
+            )
+        } else {
+            (
+                reduce_contribute(rop, dtype, root, segmented),
+                tensors,
+                &[][..],
+            )
+        };
+        self.submit(Launch {
+            op: OpType::Reduce,
+            dtype,
+            total,
+            timeout: opts.timeout,
+            inputs: ins,
+            outputs: outs,
+            result: tensors.to_vec(),
+            body,
+            blocking: !opts.async_op,
+        })
+    }
+
+    fn all_gather(
+        &self,
+        outputs: &[Vec<Tensor>],
+        inputs: &[Tensor],
+        opts: &AllgatherOptions,
+    ) -> Result<Work> {
+        const OP: &str = "allgather";
+        if inputs.is_empty() {
+            return Err(inval(OP, "requires non-empty input tensor list"));
+        }
+        if outputs.len() != inputs.len() {
+            return Err(inval(
+                OP,
+                "requires input/output tensor lists to have the same length",
+            ));
+        }
+        let n = self.id.size;
+        for (i, o) in outputs.iter().enumerate() {
+            if o.len() != n {
+                return Err(inval(
+                    OP,
+                    format!(
+                        "invalid output tensor list at index {i} (expected length {n}, got {})",
+                        o.len()
+                    ),
+                ));
+            }
+        }
+        let refs: Vec<&Tensor> = inputs.iter().chain(outputs.iter().flatten()).collect();
+        check_cpu(OP, &refs)?;
+        check_same(OP, &inputs.iter().collect::<Vec<_>>(), &inputs[0])?;
+        for (i, o) in outputs.iter().enumerate() {
+            check_same(OP, &o.iter().collect::<Vec<_>>(), &inputs[i])?;
+        }
+        let flat: Vec<Tensor> = outputs.iter().flatten().cloned().collect();
+        let algo = self.algo;
+        let body: CollBody =
+            Box::new(move |comm, ins, mut outs| algo.all_gather(comm, &ins, &mut outs));
+        self.submit(Launch {
+            op: OpType::Allgather,
+            dtype: inputs[0].dtype(),
+            total: nbytes(inputs),
+            timeout: opts.timeout,
+            inputs,
+            outputs: &flat,
+            result: flat.clone(),
+            body,
+            blocking: !opts.async_op,
+        })
+    }
+
+    fn all_gather_into_tensor(
+        &self,
+        output: &Tensor,
+        input: &Tensor,
+        opts: &AllgatherOptions,
+    ) -> Result<Work> {
+        const OP: &str = "_allgather_base";
+        check_cpu(OP, &[output, input])?;
+        if output.dtype() != input.dtype() {
+            return Err(inval(
+                OP,
+                "output tensor must have the same type as input tensor",
+            ));
+        }
+        let n = self.id.size;
+        if output.numel() != input.numel() * n {
+            return Err(inval(
+                OP,
+                "output tensor size must be equal to world_size times input tensor size",
+            ));
+        }
+        let algo = self.algo;
+        let body: CollBody = Box::new(move |comm, ins, mut outs| {
+            let mut parts = split_n(std::mem::take(&mut outs[0]), n);
+            algo.all_gather(comm, &ins, &mut parts)
+        });
+        let (i, o) = (std::slice::from_ref(input), std::slice::from_ref(output));
+        self.submit(Launch {
+            op: OpType::AllgatherBase,
+            dtype: input.dtype(),
+            total: input.nbytes() as u64,
+            timeout: opts.timeout,
+            inputs: i,
+            outputs: o,
+            result: vec![output.clone()],
+            body,
+            blocking: !opts.async_op,
+        })
+    }
+
+    fn all_gather_coalesced(
+        &self,
+        outputs: &[Vec<Tensor>],
+        inputs: &[Tensor],
+        opts: &AllgatherOptions,
+    ) -> Result<Work> {
+        const OP: &str = "allgather_coalesced";
+        let n = self.id.size;
+        if inputs.is_empty() {
+            return Err(inval(OP, "requires non-empty input tensor list"));
+        }
+        if outputs.len() != n {
+            return Err(inval(OP, "output lists should be equal to world size"));
+        }
+        let refs: Vec<&Tensor> = inputs.iter().chain(outputs.iter().flatten()).collect();
+        check_cpu(OP, &refs)?;
+        for o in outputs {
+            if o.len() != inputs.len() {
+                return Err(inval(OP, "invalid output size"));
+            }
+            for (i, (t, inp)) in o.iter().zip(inputs).enumerate() {
+                if t.numel() != inp.numel() {
+                    return Err(inval(
+                        OP,
+                        format!("invalid size of output tensor at index {i}"),
+                    ));
+                }
+                if t.dtype() != inp.dtype() {
+                    return Err(inval(OP, format!("invalid tensor type at index {i}")));
+                }
+            }
+        }
+        // Flatten as [i * n + p] = outputs[p][i].
+        let flat: Vec<Tensor> = (0..inputs.len())
+            .flat_map(|i| (0..n).map(move |p| (i, p)))
+            .map(|(i, p)| outputs[p][i].clone())
+            .collect();
+        let algo = self.algo;
+        let body: CollBody =
+            Box::new(move |comm, ins, mut outs| algo.all_gather(comm, &ins, &mut outs));
+        let result: Vec<Tensor> = outputs.iter().flatten().cloned().collect();
+        self.submit(Launch {
+            op: OpType::AllgatherCoalesced,
+            dtype: inputs[0].dtype(),
+            total: nbytes(inputs),
+            timeout: opts.timeout,
+            inputs,
+            outputs: &flat,
+            result,
+            body,
+            blocking: !opts.async_op,
+        })
+    }
+
+    fn all_gather_into_tensor_coalesced(
+        &self,
+        outputs: &[Tensor],
+        inputs: &[Tensor],
+        opts: &AllgatherOptions,
+    ) -> Result<Work> {
+        const OP: &str = "allgather_into_tensor_coalesced";
+        let n = self.id.size;
+        check_coalesced_pairs(OP, outputs, inputs)?;
+        for (i, (o, inp)) in outputs.iter().zip(inputs).enumerate() {
+            if o.dtype() != inp.dtype() {
+                return Err(inval(OP, format!("invalid tensor type at index {i}")));
+            }
+            if o.numel() != inp.numel() * n {
+                return Err(inval(OP, format!("invalid size of output tensor at index {i}: must be world_size times the input size")));
+            }
+        }
+        let algo = self.algo;
+        let body: CollBody = Box::new(move |comm, ins, outs| {
+            // outs[i] split into n parts, flattened as [i * n + p].
+            let mut parts: Vec<&mut [u8]> = outs.into_iter().flat_map(|o| split_n(o, n)).collect();
+            algo.all_gather(comm, &ins, &mut parts)
+        });
+        self.submit(Launch {
+            op: OpType::AllgatherCoalesced,
+            dtype: inputs[0].dtype(),
+            total: nbytes(inputs),
+            timeout: opts.timeout,
+            inputs,
+            outputs,
+            result: outputs.to_vec(),
+            body,
+            blocking: !opts.async_op,
+        })
+    }
+
+    fn gather(
+        &self,
+        outputs: &[Vec<Tensor>],
+        inputs: &[Tensor],
+        opts: &GatherOptions,
+    ) -> Result<Work> {
+        const OP: &str = "gather";
+        let (r, n, root) = (self.id.rank, self.id.size, opts.root_rank);
+        if root >= n {
+            return Err(inval(OP, format!("invalid root rank: {root}")));
+        }
+        if inputs.len() != 1 {
+            return Err(inval(OP, "requires a single-element input tensor list"));
+        }
+        let input = &inputs[0];
+        let dtype = input.dtype();
+        let total = input.nbytes() as u64;
+        if r == root {
+            check_root_list(OP, outputs, n, "output")?;
+            let refs: Vec<&Tensor> = outputs[0].iter().chain(inputs).collect();
+            check_cpu(OP, &refs)?;
+            check_same(OP, &outputs[0].iter().collect::<Vec<_>>(), input)?;
+            let body: CollBody = Box::new(move |comm, ins, mut outs| {
+                algo::exchange::gather(comm, ins[0], &mut outs, root)
+            });
+            self.submit(Launch {
+                op: OpType::Gather,
+                dtype,
+                total,
+                timeout: opts.timeout,
+                inputs,
+                outputs: &outputs[0],
+                result: outputs[0].clone(),
+                body,
+                blocking: !opts.async_op,
+            })
+        } else {
+            if !outputs.is_empty() {
+                return Err(inval(OP, "requires empty output on non-root"));
+            }
+            check_cpu(OP, &[input])?;
+            let body: CollBody = Box::new(move |comm, ins, mut outs| {
+                algo::exchange::gather(comm, ins[0], &mut outs, root)
+            });
+            self.submit(Launch {
+                op: OpType::Gather,
+                dtype,
+                total,
+                timeout: opts.timeout,
+                inputs,
+                outputs: &[],
+                result: Vec::new(),
+                body,
+                blocking: !opts.async_op,
+            })
+        }
+    }
+
+    fn scatter(
+        &self,
+        outputs: &[Tensor],
+        inputs: &[Vec<Tensor>],
+        opts: &ScatterOptions,
+    ) -> Result<Work> {
+        const OP: &str = "scatter";
+        let (r, n, root) = (self.id.rank, self.id.size, opts.root_rank);
+        if root >= n {
+            return Err(inval(OP, format!("invalid root rank: {root}")));
+        }
+        if outputs.len() != 1 {
+            return Err(inval(OP, "requires a single-element output tensor list"));
+        }
+        let out = &outputs[0];
+        let (dtype, total) = (out.dtype(), out.nbytes() as u64);
+        if r == root {
+            check_root_list(OP, inputs, n, "input")?;
+            let refs: Vec<&Tensor> = inputs[0].iter().chain(outputs).collect();
+            check_cpu(OP, &refs)?;
+            check_same(OP, &inputs[0].iter().collect::<Vec<_>>(), out)?;
+            let body: CollBody = Box::new(move |comm, ins, mut outs| {
+                algo::exchange::scatter(comm, &ins, outs[0], root)
+            });
+            self.submit(Launch {
+                op: OpType::Scatter,
+                dtype,
+                total,
+                timeout: opts.timeout,
+                inputs: &inputs[0],
+                outputs,
+                result: outputs.to_vec(),
+                body,
+                blocking: !opts.async_op,
+            })
+        } else {
+            if !inputs.is_empty() {
+                return Err(inval(OP, "requires empty input on non-root"));
+            }
+            check_cpu(OP, &[out])?;
+            let body: CollBody = Box::new(move |comm, ins, mut outs| {
+                algo::exchange::scatter(comm, &ins, outs[0], root)
+            });
+            self.submit(Launch {
+                op: OpType::Scatter,
+                dtype,
+                total,
+                timeout: opts.timeout,
+                inputs: &[],
+                outputs,
+                result: outputs.to_vec(),
+                body,
+                blocking: !opts.async_op,
+            })
+        }
+    }
+
+    fn reduce_scatter(
+        &self,
+        outputs: &[Tensor],
+        inputs: &[Vec<Tensor>],
+        opts: &ReduceScatterOptions,
+    ) -> Result<Work> {
+        const OP: &str = "reduce_scatter";
+        let (r, n) = (self.id.rank, self.id.size);
+        if outputs.len() != 1 {
+            return Err(inval(OP, "requires a single-element output tensor list"));
+        }
+        if inputs.len() != 1 {
+            return Err(inval(OP, "requires a single-element input list"));
+        }
+        if inputs[0].len() != n {
+            return Err(inval(
+                OP,
+                format!(
+                    "Incorrect input list size {}. Input list size should be {n}.",
+                    inputs[0].len()
+                ),
+            ));
+        }
+        let out = &outputs[0];
+        let refs: Vec<&Tensor> = inputs[0].iter().chain(outputs).collect();
+        check_cpu(OP, &refs)?;
+        if let Some(t) = inputs[0].iter().find(|t| t.dtype() != out.dtype()) {
+            return Err(inval(
+                OP,
+                format!(
+                    "invalid tensor type (expected {}, got {})",
+                    out.dtype(),
+                    t.dtype()
+                ),
+            ));
+        }
+        if inputs[0][r].numel() != out.numel() {
+            return Err(inval(
+                OP,
+                format!(
+                    "invalid tensor size (input {r} has {} elements, output {})",
+                    inputs[0][r].numel(),
+                    out.numel()
+                ),
+            ));
+        }
+        let (dtype, rop) = (out.dtype(), opts.reduce_op);
+        check_op(OP, rop, dtype)?;
+        let algo = self.algo;
+        let body: CollBody = Box::new(move |comm, ins, mut outs| {
+            reduce_scatter_body(algo, comm, &ins, outs[0], rop, dtype, n)
+        });
+        self.submit(Launch {
+            op: OpType::ReduceScatter,
+            dtype,
+            total: nbytes(&inputs[0]),
+            timeout: opts.timeout,
+            inputs: &inputs[0],
+            outputs,
+            result: outputs.to_vec(),
+            body,
+            blocking: !opts.async_op,
+        })
+    }
+
+    fn reduce_scatter_tensor(
+        &self,
+        output: &Tensor,
+        input: &Tensor,
+        opts: &ReduceScatterOptions,
+    ) -> Result<Work> {
+        const OP: &str = "_reduce_scatter_base";
+        let n = self.id.size;
+        check_cpu(OP, &[output, input])?;
+        if output.dtype() != input.dtype() {
+            return Err(inval(
+                OP,
+                "input tensor must be the same type as the output tensor.",
+            ));
+        }
+        if input.numel() != output.numel() * n {
+            return Err(inval(
+                OP,
+                "input tensor must be the same size as output size times world size",
+            ));
+        }
+        let (dtype, rop) = (output.dtype(), opts.reduce_op);
+        check_op(OP, rop, dtype)?;
+        let algo = self.algo;
+        let body: CollBody = Box::new(move |comm, ins, mut outs| {
+            let blocks = split_n_ref(ins[0], n);
+            reduce_scatter_body(algo, comm, &blocks, outs[0], rop, dtype, n)
+        });
+        let (i, o) = (std::slice::from_ref(input), std::slice::from_ref(output));
+        self.submit(Launch {
+            op: OpType::ReduceScatterBase,
+            dtype,
+            total: input.nbytes() as u64,
+            timeout: opts.timeout,
+            inputs: i,
+            outputs: o,
+            result: vec![output.clone()],
+            body,
+            blocking: !opts.async_op,
+        })
+    }
+
+    fn reduce_scatter_tensor_coalesced(
+        &self,
+        outputs: &[Tensor],
+        inputs: &[Tensor],
+        opts: &ReduceScatterOptions,
+    ) -> Result<Work> {
+        const OP: &str = "reduce_scatter_tensor_coalesced";
+        let n = self.id.size;
+        check_coalesced_pairs(OP, outputs, inputs)?;
+        let rop = opts.reduce_op;
+        let dtype = inputs[0].dtype();
+        for (i, (o, inp)) in outputs.iter().zip(inputs).enumerate() {
+            if o.dtype() != inp.dtype() || inp.dtype() != dtype {
+                return Err(inval(OP, format!("invalid tensor type at index {i}")));
+            }
+            if inp.numel() != o.numel() * n {
+                return Err(inval(
+                    OP,
+                    format!(
+                        "input tensor {i} must be the same size as output size times world size"
+                    ),
+                ));
+            }
+        }
+        check_op(OP, rop, dtype)?;
+        let algo = self.algo;
+        let body: CollBody = Box::new(move |comm, ins, outs| {
+            for (inp, out) in ins.iter().zip(outs) {
+                let blocks = split_n_ref(inp, n);
+                reduce_scatter_body(algo, comm, &blocks, out, rop, dtype, n)?;
+            }
+            Ok(())
+        });
+        self.submit(Launch {
+            op: OpType::ReduceScatterBase,
+            dtype,
+            total: nbytes(inputs),
+            timeout: opts.timeout,
+            inputs,
+            outputs,
+            result: outputs.to_vec(),
+            body,
+            blocking: !opts.async_op,
+        })
+    }
+
+    fn all_to_all_single(
+        &self,
+        output: &Tensor,
+        input: &Tensor,
+        output_split_sizes: &[usize],
+        input_split_sizes: &[usize],
+        opts: &AllToAllOptions,
+    ) -> Result<Work> {
+        const OP: &str = "alltoall_base";
+        let n = self.id.size;
+        check_cpu(OP, &[output, input])?;
+        if output.dtype() != input.dtype() {
+            return Err(inval(OP, "tensors with different dtypes"));
+        }
+        let splits = |t: &Tensor, s: &[usize], what: &str| -> Result<Vec<usize>> {
+            let rows = t.shape().first().copied().unwrap_or(1);
+            let row_bytes = t.nbytes().checked_div(rows).unwrap_or(0);
+            if s.is_empty() {
+                if rows % n != 0 {
+                    return Err(inval(
+                        OP,
+                        format!(
+                            "{what} tensor's dim 0 ({rows}) must be divisible by world size {n}"
+                        ),
+                    ));
+                }
+                return Ok(vec![rows / n * row_bytes; n]);
+            }
+            if s.len() != n {
+                return Err(inval(
+                    OP,
+                    format!(
+                        "{what} split sizes have {} entries, expected world size {n}",
+                        s.len()
+                    ),
+                ));
+            }
+            let sum = s.iter().try_fold(0usize, |a, x| a.checked_add(*x));
+            if sum != Some(rows) {
+                return Err(inval(
+                    OP,
+                    format!("{what} split sizes {s:?} do not sum to dim 0 ({rows})"),
+                ));
+            }
+            Ok(s.iter().map(|x| x * row_bytes).collect())
+        };
+        let out_b = splits(output, output_split_sizes, "output")?;
+        let in_b = splits(input, input_split_sizes, "input")?;
+        let r = self.id.rank;
+        if out_b[r] != in_b[r] {
+            return Err(inval(
+                OP,
+                format!(
+                    "rank {r} sends itself {} bytes but expects {} bytes from itself (input and output split sizes disagree at index {r})",
+                    in_b[r], out_b[r]
+                ),
+            ));
+        }
+        let body: CollBody = Box::new(move |comm, ins, mut outs| {
+            let ib = split_sizes_ref(ins[0], &in_b);
+            let mut ob = split_sizes(std::mem::take(&mut outs[0]), &out_b);
+            algo::exchange::all_to_all(comm, &ib, &mut ob)
+        });
+        let (i, o) = (std::slice::from_ref(input), std::slice::from_ref(output));
+        // Ranks may legally send different amounts (uneven splits), so the op's total is not
+        // comparable across ranks: 0 here; every frame's size is still checked against its receive.
+        self.submit(Launch {
+            op: OpType::AlltoallBase,
+            dtype: input.dtype(),
+            total: 0,
+            timeout: opts.timeout,
+            inputs: i,
+            outputs: o,
+            result: vec![output.clone()],
+            body,
+            blocking: !opts.async_op,
+        })
+    }
+
+    fn all_to_all(
+        &self,
+        outputs: &[Tensor],
+        inputs: &[Tensor],
+        opts: &AllToAllOptions,
+    ) -> Result<Work> {
+        const OP: &str = "alltoall";
+        let n = self.id.size;
+        if inputs.len() != n {
+            return Err(inval(
+                OP,
+                format!(
+                    "input tensor list size {} does not match world size {n}",
+                    inputs.len()
+                ),
+            ));
+        }
+        if outputs.len() != n {
+            return Err(inval(
+                OP,
+                format!(
+                    "output tensor list size {} does not match world size {n}",
+                    outputs.len()
+                ),
+            ));
+        }
+        let refs: Vec<&Tensor> = inputs.iter().chain(outputs).collect();
+        check_cpu(OP, &refs)?;
+        let dtype = inputs[0].dtype();
+        if refs.iter().any(|t| t.dtype() != dtype) {
+            return Err(inval(
+                OP,
+                "input and output tensors must have the same type",
+            ));
+        }
+        let r = self.id.rank;
+        if inputs[r].numel() != outputs[r].numel() {
+            return Err(inval(
+                OP,
+                format!(
+                    "rank {r} sends itself {} elements but expects {} from itself (input and output tensors at index {r} differ in size)",
+                    inputs[r].numel(),
+                    outputs[r].numel()
+                ),
+            ));
+        }
+        let body: CollBody =
+            Box::new(move |comm, ins, mut outs| algo::exchange::all_to_all(comm, &ins, &mut outs));
+        // As in all_to_all_single: per-rank totals may legally differ; frames are still checked.
+        self.submit(Launch {
+            op: OpType::Alltoall,
+            dtype,
+            total: 0,
+            timeout: opts.timeout,
+            inputs,
+            outputs,
+            result: outputs.to_vec(),
+            body,
+            blocking: !opts.async_op,
+        })
+    }
+
+    fn barrier(&self, opts: &BarrierOptions) -> Result<Work> {
+        let body: CollBody = Box::new(move |comm, _ins, _outs| algo::barrier::dissemination(comm));
+        self.submit(Launch {
+            op: OpType::Barrier,
+            dtype: DType::U8,
+            total: 0,
+            timeout: opts.timeout,
+            inputs: &[],
+            outputs: &[],
+            result: Vec::new(),
+            body,
+            blocking: !opts.async_op,
+        })
+    }
+
+    fn monitored_barrier(&self, opts: &BarrierOptions, wait_all_ranks: bool) -> Result<()> {
+        let timeout = self.op_timeout(opts.timeout);
+        let body: CollBody = Box::new(move |comm, _ins, _outs| {
+            algo::barrier::monitored(comm, timeout, wait_all_ranks)
+        });
+        // The engine's own deadline must not pre-empt the barrier's reporting.
+        let w = self.submit(Launch {
+            op: OpType::MonitoredBarrier,
+            dtype: DType::U8,
+            total: 0,
+            timeout: Some(timeout.saturating_add(Duration::from_secs(5))),
+            inputs: &[],
+            outputs: &[],
+            result: Vec::new(),
+            body,
+            blocking: true,
+        })?;
+        w.wait()
+    }
+
+    fn send(&self, tensors: &[Tensor], dst: usize, tag: i64) -> Result<Work> {
+        self.submit_p2p(OpType::Send, tensors, Some(dst), tag)
+    }
+
+    fn recv(&self, tensors: &[Tensor], src: usize, tag: i64) -> Result<Work> {
+        self.submit_p2p(OpType::Recv, tensors, Some(src), tag)
+    }
+
+    fn recv_anysource(&self, tensors: &[Tensor], tag: i64) -> Result<Work> {
+        self.submit_p2p(OpType::RecvAnysource, tensors, None, tag)
+    }
+
+    fn abort(&self) {
+        self.stop(
+            format!(
+                "ProcessGroupGloo (group {}, rank {}) was aborted",
+                self.id.group_name, self.id.rank
+            ),
+            false,
+        );
+        self.join();
+    }
+
+    fn shutdown(&self) {
+        self.stop(
+            format!(
+                "ProcessGroupGloo (group {}, rank {}) was shut down",
+                self.id.group_name, self.id.rank
+            ),
+            true,
+        );
+        self.join();
+    }
+}

@@ -1,0 +1,405 @@
+//! [`ProcessGroupGloo`]: creation, the worker thread, submission of ops to the engine (tensor
+//! leases, sequence numbers, flight-recorder entry, queue; blocking calls driven on the
+//! caller's thread), abort and shutdown. The ops themselves are in `ops.rs`.
+
+use crate::algo::dispatch::Algo;
+use crate::checks::{check_cpu, inval};
+use crate::engine::{
+    lock, worker_loop, CollBody, CollOp, Connector, Engine, Ident, OpInfo, P2pOp, Queue, Shared,
+    Submission, WAKER,
+};
+use crate::GlooOptions;
+use c10d_core::flight_recorder::{GroupRecorder, OpRecord, Trace};
+use c10d_core::*;
+use c10d_store::Store;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// What [`ProcessGroupGloo::submit`] queues: one collective, as its op method built it.
+pub(crate) struct Launch<'a> {
+    pub op: OpType,
+    /// The dtype peers compare frames against.
+    pub dtype: DType,
+    /// Bytes the op moves on this rank, as peers compare them.
+    pub total: u64,
+    /// The op's own timeout (`None`: the group's).
+    pub timeout: Option<Duration>,
+    /// Leased for reading; the body gets their bytes first, in this order.
+    pub inputs: &'a [Tensor],
+    /// Leased for writing; the body gets their bytes after the inputs'.
+    pub outputs: &'a [Tensor],
+    /// What the `Work` returns as its result (`Work::result`).
+    pub result: Vec<Tensor>,
+    /// Runs on the engine when the op's turn comes.
+    pub body: CollBody,
+    /// A blocking call (`async_op == false`): driven on the caller's thread when the engine
+    /// is free (no thread hop).
+    pub blocking: bool,
+}
+
+/// The CPU backend (mirrors `torch.distributed.ProcessGroupGloo`). Implements
+/// [`c10d_core::Backend`] with name `"gloo"` for [`DeviceType::Cpu`].
+///
+/// Ops are validated synchronously (argument errors are returned as `Err` with PyTorch's
+/// texts) and then run asynchronously, in issue order, on the group's worker thread; the
+/// returned [`Work`] completes when the op finished on this rank. Failures (timeouts, a lost
+/// peer, a collective mismatch, abort) fail the `Work` with [`DistError::Backend`].
+pub struct ProcessGroupGloo {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) engine: Arc<Mutex<Engine>>,
+    pub(crate) id: Ident,
+    pub(crate) group_desc: String,
+    pub(crate) timeout: Mutex<Duration>,
+    pub(crate) algo: Algo,
+    pub(crate) worker: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// This group's handle on the process's flight recorder.
+    pub(crate) fr: Arc<GroupRecorder>,
+}
+
+impl std::fmt::Debug for ProcessGroupGloo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "ProcessGroupGloo(group={}, rank={}, size={})",
+            self.id.group_name, self.id.rank, self.id.size
+        )
+    }
+}
+
+/// Starts the thread that drives `engine` (named `gloo-<group>-r<rank>`).
+fn spawn_worker(
+    engine: &Arc<Mutex<Engine>>,
+    shared: &Arc<Shared>,
+    group_name: &str,
+    rank: usize,
+) -> Result<std::thread::JoinHandle<()>> {
+    let (e2, s2) = (engine.clone(), shared.clone());
+    std::thread::Builder::new()
+        .name(format!("gloo-{group_name}-r{rank}"))
+        .spawn(move || worker_loop(e2, s2))
+        .map_err(|e| {
+            DistError::backend(format!("ProcessGroupGloo: cannot start worker thread: {e}"))
+        })
+}
+
+impl ProcessGroupGloo {
+    /// Creates the backend for `rank` of `size` and (unless lazy) connects the full mesh.
+    ///
+    /// `store` must already be prefixed for this group; the listen address is published
+    /// under `gloo/addr/<rank>` in it.
+    ///
+    /// # Errors
+    /// [`DistError::InvalidArgument`] for `rank >= size` or a bad interface name,
+    /// [`DistError::Network`] when connecting times out (after `opts.timeout`), and
+    /// [`DistError::Backend`] when a peer's handshake does not match (group name, size, rank).
+    pub fn new(
+        store: Arc<dyn Store>,
+        rank: usize,
+        size: usize,
+        opts: GlooOptions,
+    ) -> Result<Arc<ProcessGroupGloo>> {
+        if size == 0 || rank >= size {
+            return Err(DistError::invalid(format!(
+                "ProcessGroupGloo: invalid rank {rank} for group size {size}"
+            )));
+        }
+        let listen_addr = opts.resolve_listen_addr()?;
+        let fr = FlightRecorder::global()?.register_group(
+            "gloo",
+            &opts.group_name,
+            &opts.group_desc,
+            &opts.global_ranks,
+            rank,
+            size,
+        );
+        let id = Ident {
+            group_name: opts.group_name.clone(),
+            rank,
+            size,
+            global_ranks: opts.global_ranks.clone(),
+        };
+        let poll = mio::Poll::new()?;
+        let waker = mio::Waker::new(poll.registry(), WAKER)?;
+        let shared = Arc::new(Shared::new(waker));
+        let connector = Connector {
+            store,
+            listen_addr,
+            timeout: opts.timeout,
+            socket_buffer_bytes: opts.socket_buffer_bytes,
+            local_unix_sockets: opts.local_unix_sockets,
+            shared_memory: opts.shared_memory,
+        };
+        let (streams, shm, connector) = if opts.lazy_init || size == 1 {
+            (None, None, Some(connector))
+        } else {
+            let streams = connector.connect(&id, &|| false)?;
+            let shm = connector.shared_memory(&id, &streams)?;
+            (Some(streams), Some(shm), None)
+        };
+        let mut engine = Engine::new(shared.clone(), poll, id.clone(), streams, connector)?;
+        if let Some(shm) = shm {
+            engine.set_shm(shm);
+        }
+        let engine = Arc::new(Mutex::new(engine));
+        let worker = spawn_worker(&engine, &shared, &opts.group_name, rank)?;
+        Ok(Arc::new(ProcessGroupGloo {
+            shared,
+            engine,
+            id,
+            group_desc: opts.group_desc.clone(),
+            timeout: Mutex::new(opts.timeout),
+            algo: Algo::from_options(&opts),
+            worker: Mutex::new(Some(worker)),
+            fr,
+        }))
+    }
+
+    /// The group description given at construction.
+    pub fn group_desc(&self) -> &str {
+        &self.group_desc
+    }
+
+    /// The group name given at construction.
+    pub fn group_name(&self) -> &str {
+        &self.id.group_name
+    }
+
+    /// This group's handle on the process's flight recorder (its `pg_id` tells this group's
+    /// entries apart in [`FlightRecorder::dump`]).
+    pub fn flight_recorder(&self) -> &Arc<GroupRecorder> {
+        &self.fr
+    }
+
+    /// Whether same-host all-reduces, all-gathers and reduce-scatters of this group copy
+    /// straight between the ranks' memory (see [`GlooOptions::cma_min_bytes`]): `None` until
+    /// the first op that could (every rank on this host, at least that many bytes) probed it, then the verdict
+    /// every rank of the group agreed on. No PyTorch counterpart (diagnostics).
+    pub fn cross_memory_attach(&self) -> Option<bool> {
+        match self.shared.cma.load(Ordering::Relaxed) {
+            1 => Some(true),
+            2 => Some(false),
+            _ => None,
+        }
+    }
+
+    /// Whether small same-host all-reduces of this group go through its shared-memory segment
+    /// (see [`GlooOptions::shared_memory`]): `None` until the group connected (lazy init), then
+    /// the verdict every rank agreed on. No PyTorch counterpart (diagnostics).
+    pub fn shared_memory(&self) -> Option<bool> {
+        match self.shared.shm.load(Ordering::Relaxed) {
+            1 => Some(true),
+            2 => Some(false),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn op_timeout(&self, t: Option<Duration>) -> Duration {
+        t.unwrap_or_else(|| *lock(&self.timeout))
+    }
+
+    /// Queues a collective: leases its tensors, numbers it, records it in the flight recorder
+    /// and hands it to the engine (driven here for a blocking call that finds the engine
+    /// free). The returned `Work` completes when the body ran on this rank.
+    ///
+    /// # Errors
+    /// A tensor already leased by a running op ("… is in use …").
+    pub(crate) fn submit(&self, launch: Launch<'_>) -> Result<Work> {
+        let Launch {
+            op,
+            dtype,
+            total,
+            timeout,
+            inputs,
+            outputs,
+            result,
+            body,
+            blocking,
+        } = launch;
+        let leases = TensorLeases::acquire(inputs, outputs).map_err(|e| {
+            e.with_prefix(&format!("ProcessGroupGloo::{}: ", op.name().to_lowercase()))
+        })?;
+        let timeout = self.op_timeout(timeout);
+        let mut q = lock(&self.shared.queue);
+        let seq = q.seq;
+        q.seq += 1;
+        let coll_seq = q.coll_seq;
+        q.coll_seq += 1;
+        let (work, mut completer) = Work::new(op, seq);
+        completer.set_trace(self.record(&q, op, None, (inputs, outputs), timeout));
+        completer.set_outputs(result);
+        if let Some(e) = q.stop.clone() {
+            drop(q);
+            drop(leases);
+            completer.complete(Err(e.map_message(|m| {
+                format!("{op} (seq {seq}) on rank {} failed: {m}", self.id.rank)
+            })));
+            return Ok(work);
+        }
+        let info = OpInfo {
+            coll_seq,
+            seq,
+            op,
+            dtype,
+            total,
+        };
+        q.subs.push_back(Submission::Coll(CollOp {
+            info,
+            timeout,
+            leases,
+            body,
+            completer,
+        }));
+        drop(q);
+        if blocking {
+            // A blocking call: run it on this thread when the engine is free (no thread hop).
+            if let Ok(mut eng) = self.engine.try_lock() {
+                eng.guarded(|e| e.drive_until(|| work.is_completed()));
+                let more = eng.has_pending_io() || eng.is_stopping();
+                drop(eng);
+                let mut q = lock(&self.shared.queue);
+                if more || !q.subs.is_empty() {
+                    q.kick = true;
+                    self.shared.cv.notify_one();
+                }
+                return Ok(work);
+            }
+        }
+        self.notify();
+        Ok(work)
+    }
+
+    pub(crate) fn submit_p2p(
+        &self,
+        op: OpType,
+        tensors: &[Tensor],
+        peer: Option<usize>,
+        tag: i64,
+    ) -> Result<Work> {
+        let name = match op {
+            OpType::Send => "send",
+            OpType::Recv => "recv",
+            _ => "recvAnysource",
+        };
+        if tensors.len() != 1 {
+            return Err(inval(name, "requires a single-element tensor list"));
+        }
+        check_cpu(name, &[&tensors[0]])?;
+        if let Some(p) = peer {
+            if p >= self.id.size || p == self.id.rank {
+                let what = if op == OpType::Send {
+                    "destination"
+                } else {
+                    "source"
+                };
+                return Err(inval(
+                    name,
+                    format!(
+                        "invalid {what} rank {p} (rank {} of a group of {})",
+                        self.id.rank, self.id.size
+                    ),
+                ));
+            }
+        }
+        let (ins, outs) = if op == OpType::Send {
+            (tensors, &[][..])
+        } else {
+            (&[][..], tensors)
+        };
+        let leases = TensorLeases::acquire(ins, outs)
+            .map_err(|e| e.with_prefix(&format!("ProcessGroupGloo::{name}: ")))?;
+        let timeout = *lock(&self.timeout);
+        let mut q = lock(&self.shared.queue);
+        let seq = q.seq;
+        q.seq += 1;
+        let (work, mut completer) = Work::new(op, seq);
+        completer.set_trace(self.record(&q, op, peer, (tensors, tensors), timeout));
+        completer.set_outputs(tensors.to_vec());
+        if let Some(e) = q.stop.clone() {
+            drop(q);
+            drop(leases);
+            completer.complete(Err(e));
+            return Ok(work);
+        }
+        let dtype = tensors[0].dtype();
+        q.subs.push_back(Submission::P2p(P2pOp {
+            seq,
+            op,
+            peer,
+            tag,
+            dtype,
+            timeout,
+            leases,
+            completer,
+        }));
+        drop(q);
+        self.notify();
+        Ok(work)
+    }
+
+    /// Records a just-numbered op in the flight recorder (`q` holds the counters including
+    /// it). In-place ops are recorded with the same tensors as input and output, as PyTorch
+    /// does: a side left empty by the lease split takes the other one.
+    pub(crate) fn record(
+        &self,
+        q: &Queue,
+        op: OpType,
+        peer: Option<usize>,
+        (inputs, outputs): (&[Tensor], &[Tensor]),
+        timeout: Duration,
+    ) -> Option<Trace> {
+        self.fr.record(&OpRecord {
+            op,
+            collective_seq_id: q.coll_seq,
+            p2p_seq_id: q.seq - q.coll_seq,
+            op_id: q.seq,
+            peer,
+            inputs: if inputs.is_empty() { outputs } else { inputs },
+            outputs: if outputs.is_empty() { inputs } else { outputs },
+            timeout,
+        })
+    }
+
+    /// Wakes the worker wherever it sleeps: on the condvar (idle) or in epoll (driving).
+    pub(crate) fn notify(&self) {
+        self.shared.cv.notify_one();
+        if let Err(e) = self.shared.waker.wake() {
+            log::error!("ProcessGroupGloo: waking the worker failed: {e}");
+        }
+    }
+
+    pub(crate) fn stop(&self, msg: String, graceful: bool) {
+        // Ops failed by an abort or shutdown are no reason for a flight-recorder dump.
+        self.fr.set_shutting_down();
+        {
+            let mut q = lock(&self.shared.queue);
+            if q.stop.is_none() {
+                q.stop = Some(DistError::backend(msg));
+                q.graceful = graceful;
+            }
+        }
+        self.notify();
+    }
+
+    pub(crate) fn join(&self) {
+        let h = lock(&self.worker).take();
+        if let Some(h) = h {
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
+        }
+    }
+}
+
+impl Drop for ProcessGroupGloo {
+    fn drop(&mut self) {
+        self.stop(
+            format!(
+                "ProcessGroupGloo (group {}, rank {}) was shut down",
+                self.id.group_name, self.id.rank
+            ),
+            true,
+        );
+        self.join();
+    }
+}
