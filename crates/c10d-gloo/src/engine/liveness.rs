@@ -16,6 +16,7 @@
 //! because of its time-out), says what the rank had reported, so its error still names the
 //! silent rank instead of only the one that left.
 
+use super::conn::{control_header, Owner, TxData};
 use super::Engine;
 use crate::wire::Kind;
 use std::time::{Duration, Instant};
@@ -60,8 +61,8 @@ impl Engine {
         }
         self.live.pinged = Some(now);
         for p in self.open_peers() {
-            let h = super::control_header(Kind::Ping, 0);
-            self.push_tx(p, h, super::TxData::Owned(Vec::new()), super::Owner::Nobody);
+            let h = control_header(Kind::Ping, 0);
+            self.push_tx(p, h, TxData::Owned(Vec::new()), Owner::Nobody);
         }
     }
 
@@ -85,8 +86,8 @@ impl Engine {
     pub(super) fn after_poll(&mut self) {
         for p in 0..self.live.owe.len() {
             if std::mem::take(&mut self.live.owe[p]) {
-                let h = super::control_header(Kind::Pong, 0);
-                self.push_tx(p, h, super::TxData::Owned(Vec::new()), super::Owner::Nobody);
+                let h = control_header(Kind::Pong, 0);
+                self.push_tx(p, h, TxData::Owned(Vec::new()), Owner::Nobody);
             }
         }
         let p2p: Vec<(Instant, Duration)> = self
@@ -113,9 +114,9 @@ impl Engine {
     /// Tells every open peer the time-out `text` of an op of this rank (see the module docs).
     pub(super) fn send_note(&mut self, text: &str) {
         for p in self.open_peers() {
-            let h = super::control_header(Kind::Note, text.len());
-            let data = super::TxData::Owned(text.as_bytes().to_vec());
-            self.push_tx(p, h, data, super::Owner::Nobody);
+            let h = control_header(Kind::Note, text.len());
+            let data = TxData::Owned(text.as_bytes().to_vec());
+            self.push_tx(p, h, data, Owner::Nobody);
         }
     }
 

@@ -49,29 +49,25 @@
 //! peers as a note that explains its later departure (see `liveness.rs`). Reading is bounded
 //! per event and paused for a peer whose early frames pass a budget (see `flow.rs`).
 
-#[path = "flow.rs"]
+mod conn;
 mod flow;
-#[path = "liveness.rs"]
 mod liveness;
 
 use crate::algo::shm::ShmState;
+use conn::{
+    control_header, read_step, Owner, Peer, ReadStep, Rx, Stream, TxData, LINGER,
+};
 use crate::transport::{self, Conn, MeshSpec};
-use crate::wire::{Header, Kind, HDR};
+use crate::wire::{Header, Kind};
 use c10d_core::{DType, DistError, OpType, Result, TensorLeases, WorkCompleter};
 use c10d_store::Store;
 use mio::{Events, Interest, Poll, Token, Waker};
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::io::{IoSlice, Read, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub(crate) const WAKER: Token = Token(usize::MAX);
-const STAGE: usize = 256 * 1024;
-/// Payload remainders at least this big are read straight into their destination.
-const DIRECT_READ: usize = 32 * 1024;
-const MAX_IOV: usize = 64;
-
 /// What a collective frame is checked against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct OpInfo {
@@ -244,207 +240,13 @@ impl Shared {
     }
 }
 
-enum TxData {
-    Borrowed(*const u8, usize),
-    Owned(Vec<u8>),
-}
-
-impl TxData {
-    fn len(&self) -> usize {
-        match self {
-            TxData::Borrowed(_, n) => *n,
-            TxData::Owned(v) => v.len(),
-        }
-    }
-    fn bytes(&self) -> &[u8] {
-        match self {
-            // SAFETY: a borrowed payload points into a leased tensor or the running collective's
-            // buffers; the owner detaches (copies) or removes the message before that memory is
-            // released (see `Engine::detach_tx`).
-            TxData::Borrowed(p, n) => unsafe { std::slice::from_raw_parts(*p, *n) },
-            TxData::Owned(v) => v,
-        }
-    }
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Owner {
-    Coll(u64),
-    P2p(u64),
-    Nobody,
-}
-
-struct TxMsg {
-    hdr: [u8; HDR],
-    data: TxData,
-    /// Bytes written so far (header included).
-    off: usize,
-    owner: Owner,
-}
-
-enum Dest {
+pub(super) enum Dest {
     Coll { id: u64, ptr: *mut u8 },
     P2p { id: u64, ptr: *mut u8 },
     Early(Vec<u8>),
     Unexpected(Vec<u8>),
     ErrorText(Vec<u8>),
     Discard,
-}
-
-enum Rx {
-    Header,
-    Payload { hdr: Header, dest: Dest, got: usize },
-}
-
-/// A peer connection: TCP, or a Unix stream for a peer on the same host.
-enum Stream {
-    Tcp(mio::net::TcpStream),
-    Unix(mio::net::UnixStream),
-}
-
-impl Stream {
-    fn read(&self, b: &mut [u8]) -> std::io::Result<usize> {
-        match self {
-            Stream::Tcp(s) => (&*s).read(b),
-            Stream::Unix(s) => (&*s).read(b),
-        }
-    }
-    fn write_vectored(&self, iov: &[IoSlice<'_>]) -> std::io::Result<usize> {
-        match self {
-            Stream::Tcp(s) => (&*s).write_vectored(iov),
-            Stream::Unix(s) => (&*s).write_vectored(iov),
-        }
-    }
-    fn shutdown(&self) {
-        let _ = match self {
-            Stream::Tcp(s) => s.shutdown(std::net::Shutdown::Both),
-            Stream::Unix(s) => s.shutdown(std::net::Shutdown::Both),
-        };
-    }
-    fn raw_fd(&self) -> std::os::fd::RawFd {
-        use std::os::fd::AsRawFd;
-        match self {
-            Stream::Tcp(s) => s.as_raw_fd(),
-            Stream::Unix(s) => s.as_raw_fd(),
-        }
-    }
-    fn source(&mut self) -> &mut dyn mio::event::Source {
-        match self {
-            Stream::Tcp(s) => s,
-            Stream::Unix(s) => s,
-        }
-    }
-}
-
-struct Peer {
-    stream: Stream,
-    tx: VecDeque<TxMsg>,
-    rx: Rx,
-    stage: Box<[u8]>,
-    s0: usize,
-    s1: usize,
-    open: bool,
-    /// Current SO_RCVLOWAT of a TCP stream (1 = the kernel's default).
-    lowat: usize,
-}
-
-/// Owners of the frames one flush wrote completely.
-type Finished = smallvec::SmallVec<[Owner; 8]>;
-
-impl Peer {
-    /// Writes queued frames (gathered, up to [`MAX_IOV`] slices a call) until the queue is
-    /// empty or the socket would block; owners of fully written frames go to `finished`.
-    /// Returns why the connection was lost, if it was.
-    fn write_queued(&mut self, finished: &mut Finished) -> Option<String> {
-        while !self.tx.is_empty() {
-            let res = self.stream.write_vectored(&tx_iov(&self.tx));
-            match res {
-                Ok(0) => return Some("connection closed while writing".to_string()),
-                Ok(n) => self.consume_written(n, finished),
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return None,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Some(e.to_string()),
-            }
-        }
-        None
-    }
-
-    /// Advances the queue by `n` written bytes, popping the frames now written whole.
-    fn consume_written(&mut self, mut n: usize, finished: &mut Finished) {
-        while n > 0 {
-            let m = self
-                .tx
-                .front_mut()
-                .expect("written bytes belong to queued frames");
-            let left = HDR + m.data.len() - m.off;
-            if n >= left {
-                n -= left;
-                finished.push(m.owner);
-                self.tx.pop_front();
-            } else {
-                m.off += n;
-                n = 0;
-            }
-        }
-        // Zero-byte payload frames complete with their header.
-        while self.tx.front().is_some_and(|m| m.off >= HDR + m.data.len()) {
-            finished.push(self.tx.pop_front().expect("front").owner);
-        }
-    }
-}
-
-/// The unwritten rest of the queued frames (header, then payload), as one gather list.
-fn tx_iov(tx: &VecDeque<TxMsg>) -> smallvec::SmallVec<[IoSlice<'_>; MAX_IOV]> {
-    let mut iov = smallvec::SmallVec::new();
-    for m in tx.iter() {
-        if iov.len() + 2 > MAX_IOV {
-            break;
-        }
-        if m.off < HDR {
-            iov.push(IoSlice::new(&m.hdr[m.off..]));
-        }
-        let d = m.data.bytes();
-        let from = m.off.saturating_sub(HDR);
-        if from < d.len() {
-            iov.push(IoSlice::new(&d[from..]));
-        }
-    }
-    iov
-}
-
-/// While a large payload is outstanding on a TCP stream, the kernel is asked (SO_RCVLOWAT) to
-/// report it readable only once this much of it (or all of it) arrived: one wake-up per
-/// ~512 KiB instead of one per 64 KiB segment, which matters when ranks outnumber cores.
-/// The whole frame is on its way (frames are written whole), so the wait cannot stall; EOF and
-/// errors are reported regardless.
-const LOWAT_MAX: usize = 512 * 1024;
-
-/// How long a failing rank waits (at most) for its error frames to reach its peers before it
-/// fails its own works.
-const LINGER: Duration = Duration::from_millis(200);
-
-impl Peer {
-    fn set_lowat(&mut self, want: usize) {
-        let Stream::Tcp(s) = &self.stream else { return };
-        if want == self.lowat {
-            return;
-        }
-        use std::os::fd::AsRawFd;
-        let v = want as libc::c_int;
-        // SAFETY: valid socket fd owned by `s`; the option value is a c_int of the given size.
-        let rc = unsafe {
-            libc::setsockopt(
-                s.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVLOWAT,
-                (&v as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        if rc == 0 {
-            self.lowat = want;
-        }
-    }
 }
 
 struct PostedRecv {
@@ -503,14 +305,6 @@ pub(crate) enum WaitErr {
     Failed(DistError),
     /// The deadline passed.
     Timeout,
-}
-
-enum ReadStep {
-    Header(Header),
-    Done(Header, Dest),
-    More,
-    Block,
-    Lost(String),
 }
 
 /// The worker's state. Lives on the worker thread only.
@@ -641,16 +435,7 @@ impl Engine {
                     Token(p),
                     Interest::READABLE | Interest::WRITABLE,
                 )?;
-                self.peers[p] = Some(Peer {
-                    stream,
-                    tx: VecDeque::new(),
-                    rx: Rx::Header,
-                    stage: vec![0u8; STAGE].into_boxed_slice(),
-                    s0: 0,
-                    s1: 0,
-                    open: true,
-                    lowat: 1,
-                });
+                self.peers[p] = Some(Peer::new(stream));
             }
         }
         self.shared.initialized.store(true, Ordering::Release);
@@ -1055,23 +840,6 @@ impl Engine {
 
     // ------------------------------------------------------------------------------------------
     // Posting (collectives)
-
-    /// Queues a frame to `peer` and tries to write it at once.
-    fn push_tx(&mut self, peer: usize, hdr: Header, data: TxData, owner: Owner) {
-        let Some(p) = self.peers[peer].as_mut() else {
-            // No connection (only when the group already failed): the waiter sees `failed`.
-            return;
-        };
-        p.tx.push_back(TxMsg {
-            hdr: hdr.encode(),
-            data,
-            off: 0,
-            owner,
-        });
-        if p.tx.len() == 1 {
-            self.flush(peer);
-        }
-    }
 
     fn coll_header(&self, info: &OpInfo, step: u32, nbytes: usize) -> Header {
         Header {
@@ -1479,33 +1247,6 @@ impl Engine {
         }
     }
 
-    /// Writes queued frames to `p` until the socket would block.
-    fn flush(&mut self, p: usize) {
-        let mut finished = Finished::new();
-        let lost = match self.peers[p].as_mut() {
-            Some(peer) if !peer.open => return,
-            Some(peer) => peer.write_queued(&mut finished),
-            None => None,
-        };
-        self.frames_written(finished);
-        if let Some(why) = lost {
-            self.write_failed(p, why);
-        }
-    }
-
-    /// Completes what waited on fully written frames: a collective's send, a p2p send.
-    fn frames_written(&mut self, finished: Finished) {
-        for o in finished {
-            match o {
-                Owner::Coll(id) => {
-                    self.done.insert(id);
-                }
-                Owner::P2p(id) => self.complete_p2p(id, Ok(()), None),
-                Owner::Nobody => {}
-            }
-        }
-    }
-
     /// A write to `p` failed (`why`): the peer is lost.
     fn write_failed(&mut self, p: usize, why: String) {
         // A write failed (EPIPE/reset) because the peer closed; what it sent before closing
@@ -1700,45 +1441,6 @@ impl Engine {
         self.fail_pending_colls(&err);
     }
 
-    /// Writes what is queued for every open peer, waiting (in `poll(2)`, not spinning) for
-    /// writability until `deadline`; whatever is still queued then stays queued. Reads nothing,
-    /// so it is safe inside `on_readable`. Two ranks lingering towards each other with full
-    /// buffers both give up at the deadline.
-    fn linger(&mut self, deadline: Instant) {
-        loop {
-            for p in 0..self.peers.len() {
-                if self.peers[p]
-                    .as_ref()
-                    .is_some_and(|x| x.open && !x.tx.is_empty())
-                {
-                    self.flush(p);
-                }
-            }
-            let mut fds: smallvec::SmallVec<[libc::pollfd; 8]> = self
-                .peers
-                .iter()
-                .flatten()
-                .filter(|x| x.open && !x.tx.is_empty())
-                .map(|x| libc::pollfd {
-                    fd: x.stream.raw_fd(),
-                    events: libc::POLLOUT,
-                    revents: 0,
-                })
-                .collect();
-            let left = deadline.saturating_duration_since(Instant::now());
-            if fds.is_empty() || left.is_zero() {
-                return;
-            }
-            let ms = left.as_millis().clamp(1, 1000) as libc::c_int;
-            // SAFETY: `fds` is a live, properly initialised array of `fds.len()` pollfd structs
-            // whose descriptors are owned by open peers; poll only writes their `revents`.
-            let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
-            if rc < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
-                return;
-            }
-        }
-    }
-
     /// Detaches posted buffers of the given ids: queued sends are dropped (or finished from a
     /// copy when partly written), posted receives are removed (a partly received frame is
     /// drained into the void). With `coll`, ids are collective ids, else p2p ids.
@@ -1864,20 +1566,6 @@ pub(crate) fn deadline_after(t: Duration) -> Instant {
         .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600))
 }
 
-fn control_header(kind: Kind, nbytes: usize) -> Header {
-    Header {
-        kind,
-        op: OpType::Unknown,
-        dtype: DType::U8,
-        step: 0,
-        coll_seq: 0,
-        seq: 0,
-        total: nbytes as u64,
-        nbytes: nbytes as u64,
-        tag: 0,
-    }
-}
-
 fn matches(want: &Header, got: &Header) -> bool {
     want.kind == got.kind
         && want.op == got.op
@@ -1913,83 +1601,6 @@ fn p2p_failed(op: OpType, seq: u64, rank: usize, e: &DistError) -> DistError {
     e.map_message(|m| format!("{op} (seq {seq}) on rank {rank} failed: {m}"))
 }
 
-/// One step of the receive state machine of `peer`.
-fn read_step(peer: &mut Peer) -> ReadStep {
-    match &mut peer.rx {
-        Rx::Header => {
-            if peer.s1 - peer.s0 >= HDR {
-                let h = Header::decode(&peer.stage[peer.s0..peer.s0 + HDR]);
-                peer.s0 += HDR;
-                return match h {
-                    Ok(h) => ReadStep::Header(h),
-                    Err(e) => ReadStep::Lost(format!("protocol error: {e}")),
-                };
-            }
-            fill_stage(peer)
-        }
-        Rx::Payload { hdr, dest, got } => {
-            let n = hdr.nbytes as usize;
-            let want = n - *got;
-            let staged = peer.s1 - peer.s0;
-            if staged > 0 {
-                let k = staged.min(want);
-                if let Some(d) = dest_slice(dest, *got, k) {
-                    d.copy_from_slice(&peer.stage[peer.s0..peer.s0 + k]);
-                }
-                peer.s0 += k;
-                *got += k;
-            } else if want >= DIRECT_READ && dest_slice(dest, *got, want).is_some() {
-                // (A truncated error text or a discarded frame has no room: staged reads.)
-                let d = dest_slice(dest, *got, want).expect("checked just above");
-                match peer.stream.read(d) {
-                    Ok(0) => return ReadStep::Lost("connection closed by peer".into()),
-                    Ok(k) => *got += k,
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                        peer.set_lowat(want.min(LOWAT_MAX));
-                        return ReadStep::Block;
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => return ReadStep::More,
-                    Err(e) => return ReadStep::Lost(e.to_string()),
-                }
-            } else {
-                return fill_stage(peer);
-            }
-            if let Rx::Payload { got, hdr, .. } = &peer.rx {
-                if *got == hdr.nbytes as usize {
-                    if let Rx::Payload { hdr, dest, .. } =
-                        std::mem::replace(&mut peer.rx, Rx::Header)
-                    {
-                        return ReadStep::Done(hdr, dest);
-                    }
-                }
-            }
-            ReadStep::More
-        }
-    }
-}
-
-/// Reads more bytes into the staging buffer (compacting it first).
-fn fill_stage(peer: &mut Peer) -> ReadStep {
-    if peer.lowat != 1 {
-        peer.set_lowat(1);
-    }
-    if peer.s0 > 0 {
-        peer.stage.copy_within(peer.s0..peer.s1, 0);
-        peer.s1 -= peer.s0;
-        peer.s0 = 0;
-    }
-    match peer.stream.read(&mut peer.stage[peer.s1..]) {
-        Ok(0) => ReadStep::Lost("connection closed by peer".into()),
-        Ok(k) => {
-            peer.s1 += k;
-            ReadStep::More
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => ReadStep::Block,
-        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => ReadStep::More,
-        Err(e) => ReadStep::Lost(e.to_string()),
-    }
-}
-
 /// A zeroed buffer of `n` bytes, or `None` when the allocation fails. Zeroed pages come
 /// lazily from the allocator, so a big frame costs memory only as its bytes arrive.
 fn try_zeroed(n: usize) -> Option<Vec<u8>> {
@@ -2007,7 +1618,7 @@ fn try_zeroed(n: usize) -> Option<Vec<u8>> {
     Some(unsafe { Vec::from_raw_parts(p, n, n) })
 }
 
-fn dest_slice(dest: &mut Dest, at: usize, len: usize) -> Option<&mut [u8]> {
+pub(super) fn dest_slice(dest: &mut Dest, at: usize, len: usize) -> Option<&mut [u8]> {
     match dest {
         Dest::Coll { ptr, .. } | Dest::P2p { ptr, .. } => {
             // SAFETY: posted destinations stay valid until their id completes or is detached
