@@ -2,7 +2,7 @@
 //! (`TxMsg`, gathered writes, `flush`, `linger`) and the receive state machine that stages
 //! headers and reads payloads (`read_step`), with SO_RCVLOWAT for large payloads on TCP.
 
-use super::{dest_slice, Dest};
+use super::matching::{dest_slice, Dest};
 use super::Engine;
 use crate::wire::{Header, Kind, HDR};
 use c10d_core::{DType, OpType};

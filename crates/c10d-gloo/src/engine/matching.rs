@@ -1,0 +1,388 @@
+//! Frame matching: where the payload of an arriving frame goes (`classify`: a posted receive,
+//! the early queue of a peer that runs ahead, the unexpected queue of point-to-point frames, an
+//! error text, the void) and what its end means (`finish_frame`); posting a collective's sends
+//! and receives (`post_coll_send`, `post_coll_recv`, which also takes frames that arrived
+//! early); the mismatch error that names both ranks and both ops.
+
+use super::conn::{Owner, Peer, Rx, TxData};
+use super::{Engine, OpInfo, Unexpected};
+use crate::wire::{Header, Kind};
+use c10d_core::DistError;
+
+pub(super) enum Dest {
+    Coll { id: u64, ptr: *mut u8 },
+    P2p { id: u64, ptr: *mut u8 },
+    Early(Vec<u8>),
+    Unexpected(Vec<u8>),
+    ErrorText(Vec<u8>),
+    Discard,
+}
+
+pub(super) struct PostedRecv {
+    pub(super) id: u64,
+    pub(super) step: u32,
+    pub(super) nbytes: usize,
+    pub(super) ptr: *mut u8,
+}
+
+pub(super) struct Early {
+    pub(super) hdr: Header,
+    pub(super) data: Vec<u8>,
+}
+
+fn matches(want: &Header, got: &Header) -> bool {
+    want.kind == got.kind
+        && want.op == got.op
+        && want.dtype == got.dtype
+        && want.coll_seq == got.coll_seq
+        && want.step == got.step
+        && want.total == got.total
+        && want.nbytes == got.nbytes
+}
+
+/// A zeroed buffer of `n` bytes, or `None` when the allocation fails. Zeroed pages come
+/// lazily from the allocator, so a big frame costs memory only as its bytes arrive.
+fn try_zeroed(n: usize) -> Option<Vec<u8>> {
+    if n == 0 {
+        return Some(Vec::new());
+    }
+    let layout = std::alloc::Layout::array::<u8>(n).ok()?;
+    // SAFETY: `layout` has a non-zero size.
+    let p = unsafe { std::alloc::alloc_zeroed(layout) };
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: `p` comes from the global allocator with exactly the layout of a `Vec<u8>` of
+    // capacity `n`, and all `n` bytes are initialised (zeroed).
+    Some(unsafe { Vec::from_raw_parts(p, n, n) })
+}
+
+pub(super) fn dest_slice(dest: &mut Dest, at: usize, len: usize) -> Option<&mut [u8]> {
+    match dest {
+        Dest::Coll { ptr, .. } | Dest::P2p { ptr, .. } => {
+            // SAFETY: posted destinations stay valid until their id completes or is detached
+            // (detaching turns the destination into `Discard` before the memory is released),
+            // `at + len` never exceeds the posted length, and the engine is the only writer.
+            Some(unsafe { std::slice::from_raw_parts_mut(ptr.add(at), len) })
+        }
+        Dest::Early(v) | Dest::Unexpected(v) => Some(&mut v[at..at + len]),
+        Dest::ErrorText(v) => {
+            if at + len <= v.len() {
+                Some(&mut v[at..at + len])
+            } else {
+                None
+            }
+        }
+        Dest::Discard => None,
+    }
+}
+
+impl Engine {
+    /// A buffer of `n` bytes for a frame that has no posted destination yet, reusing the
+    /// allocation of an earlier one (avoids page faults and munmap for every early frame).
+    /// `None` when `n` bytes cannot be allocated (a garbled or hostile header length).
+    fn spare_buf(&mut self, n: usize) -> Option<Vec<u8>> {
+        let mut v = match self.spare.iter().position(|b| b.capacity() >= n) {
+            Some(i) => self.spare.swap_remove(i),
+            None => return try_zeroed(n),
+        };
+        v.clear();
+        v.resize(n, 0);
+        Some(v)
+    }
+
+    pub(super) fn recycle(&mut self, v: Vec<u8>) {
+        if v.capacity() >= 4096 && self.spare.len() < 16 {
+            self.spare.push(v);
+        }
+    }
+
+    pub(super) fn coll_header(&self, info: &OpInfo, step: u32, nbytes: usize) -> Header {
+        Header {
+            kind: Kind::Coll,
+            op: info.op,
+            dtype: info.dtype,
+            step,
+            coll_seq: info.coll_seq,
+            seq: info.seq,
+            total: info.total,
+            nbytes: nbytes as u64,
+            tag: 0,
+        }
+    }
+
+    pub(super) fn post_coll_send(
+        &mut self,
+        info: &OpInfo,
+        peer: usize,
+        step: u32,
+        ptr: *const u8,
+        len: usize,
+    ) -> u64 {
+        let id = self.new_id();
+        if self.left[peer] {
+            self.fail_left(peer);
+            return id;
+        }
+        let hdr = self.coll_header(info, step, len);
+        self.push_tx(peer, hdr, TxData::Borrowed(ptr, len), Owner::Coll(id));
+        id
+    }
+
+    pub(super) fn post_coll_recv(
+        &mut self,
+        info: &OpInfo,
+        peer: usize,
+        step: u32,
+        ptr: *mut u8,
+        len: usize,
+    ) -> u64 {
+        let id = self.new_id();
+        let coll_cur = self.coll_cur;
+        while self.early[peer]
+            .front()
+            .is_some_and(|e| e.hdr.coll_seq < coll_cur)
+        {
+            if let Some(e) = self.early[peer].pop_front() {
+                self.early_taken(peer, e.data.len());
+                self.recycle(e.data);
+            }
+        }
+        if self.left[peer] && self.early[peer].is_empty() {
+            self.fail_left(peer);
+            return id;
+        }
+        if self.posted[peer].is_empty() {
+            let want = self.coll_header(info, step, len);
+            if let Some(e) = self.early[peer].pop_front() {
+                self.early_taken(peer, e.data.len());
+                if matches(&want, &e.hdr) {
+                    // SAFETY: the caller guarantees ptr/len is writable until the id is waited or
+                    // cancelled; we copy right now.
+                    unsafe { std::ptr::copy_nonoverlapping(e.data.as_ptr(), ptr, len) };
+                    self.done.insert(id);
+                    self.recycle(e.data);
+                } else {
+                    let err = self.mismatch_error(info, step, len, peer, &e.hdr);
+                    self.fail_group(err, true);
+                }
+                return id;
+            }
+            // A frame being received into the early queue right now: redirect the rest of it
+            // into the posted buffer (after copying what already arrived).
+            let mut mismatch = None;
+            if let Some(Peer {
+                rx: Rx::Payload { hdr, dest, got },
+                ..
+            }) = self.peers[peer].as_mut()
+            {
+                if let Dest::Early(v) = dest {
+                    if hdr.kind == Kind::Coll && hdr.coll_seq >= coll_cur {
+                        if matches(&want, hdr) {
+                            // SAFETY: as above; `got <= len` bytes already arrived.
+                            unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), ptr, *got) };
+                            let old = std::mem::replace(dest, Dest::Coll { id, ptr });
+                            if let Dest::Early(v) = old {
+                                self.recycle(v);
+                            }
+                            return id;
+                        }
+                        mismatch = Some(*hdr);
+                    }
+                }
+            }
+            if let Some(h) = mismatch {
+                let err = self.mismatch_error(info, step, len, peer, &h);
+                self.fail_group(err, true);
+                return id;
+            }
+        }
+        self.posted[peer].push_back(PostedRecv {
+            id,
+            step,
+            nbytes: len,
+            ptr,
+        });
+        id
+    }
+
+    pub(super) fn mismatch_error(
+        &self,
+        info: &OpInfo,
+        step: u32,
+        len: usize,
+        peer: usize,
+        h: &Header,
+    ) -> DistError {
+        let me = format!(
+            "{} (seq {}, {}, {} bytes)",
+            info.op,
+            info.seq,
+            info.dtype.torch_name(),
+            info.total
+        );
+        let them = format!(
+            "{} (seq {}, {}, {} bytes)",
+            h.op,
+            h.seq,
+            h.dtype.torch_name(),
+            h.total
+        );
+        let detail = if me == them {
+            format!(
+                " (frame step {} of {} bytes where step {step} of {len} bytes was expected: the ranks chose different algorithms or sizes)",
+                h.step, h.nbytes
+            )
+        } else {
+            String::new()
+        };
+        DistError::backend(format!(
+            "Detected mismatch between collectives in group {}: rank {} is running {me} but {} sent {them}{detail}",
+            self.id.group_name,
+            self.id.rank,
+            self.id.peer_name(peer)
+        ))
+    }
+
+    /// Decides where the payload of a frame from `p` goes.
+    pub(super) fn classify(&mut self, p: usize, h: &Header) -> Dest {
+        let n = h.nbytes as usize;
+        match h.kind {
+            Kind::Error | Kind::Note => Dest::ErrorText(vec![0; n.min(1 << 20)]),
+            Kind::Bye | Kind::Ping | Kind::Pong => Dest::Discard,
+            _ if self.failed.is_some() => Dest::Discard,
+            Kind::P2p => {
+                let pos = self.p2p_recvs.iter().position(|id| {
+                    let r = &self.p2p[id];
+                    r.tag == h.tag && r.peer.is_none_or(|s| s == p)
+                });
+                let Some(i) = pos else {
+                    return match try_zeroed(n) {
+                        Some(v) => Dest::Unexpected(v),
+                        None => self.unbufferable(p, h),
+                    };
+                };
+                let id = self.p2p_recvs.remove(i);
+                let (len, ptr, seq, op) = {
+                    let r = &self.p2p[&id];
+                    (r.len, r.ptr, r.seq, r.op)
+                };
+                if len != n {
+                    let e = self.p2p_size_error(seq, op, p, h.tag, len, n);
+                    self.complete_p2p(id, Err(e), Some(p));
+                    return Dest::Discard;
+                }
+                Dest::P2p { id, ptr }
+            }
+            Kind::Coll => {
+                if h.coll_seq < self.coll_cur {
+                    return Dest::Discard;
+                }
+                if let Some(front) = self.posted[p].front() {
+                    let info = self
+                        .cur
+                        .expect("posted receives only exist while a collective runs");
+                    let want = self.coll_header(&info, front.step, front.nbytes);
+                    if matches(&want, h) {
+                        let r = self.posted[p].pop_front().expect("front exists");
+                        return Dest::Coll {
+                            id: r.id,
+                            ptr: r.ptr,
+                        };
+                    }
+                    let (step, len) = (front.step, front.nbytes);
+                    let err = self.mismatch_error(&info, step, len, p, h);
+                    self.fail_group(err, true);
+                    return Dest::Discard;
+                }
+                if let Some(info) = self.cur {
+                    if h.coll_seq == info.coll_seq
+                        && (h.op != info.op || h.dtype != info.dtype || h.total != info.total)
+                    {
+                        let err = self.mismatch_error(&info, h.step, n, p, h);
+                        self.fail_group(err, true);
+                        return Dest::Discard;
+                    }
+                }
+                match self.spare_buf(n) {
+                    Some(v) => Dest::Early(v),
+                    None => self.unbufferable(p, h),
+                }
+            }
+        }
+    }
+
+    /// A frame whose announced length cannot even be allocated: the stream from `p` is
+    /// garbled or hostile, so the connection is dropped and the group fails (no abort).
+    fn unbufferable(&mut self, p: usize, h: &Header) -> Dest {
+        self.peer_lost(
+            p,
+            format!(
+                "protocol error: a {:?} frame announces {} payload bytes, more than can be buffered",
+                h.kind, h.nbytes
+            ),
+        );
+        Dest::Discard
+    }
+
+    pub(super) fn finish_frame(&mut self, p: usize, h: Header, dest: Dest) {
+        if h.kind == Kind::Bye {
+            return self.peer_left(p);
+        }
+        if matches!(h.kind, Kind::Ping | Kind::Pong) {
+            return self.on_probe_frame(p, h.kind);
+        }
+        if let (Kind::Note, Dest::ErrorText(t)) = (h.kind, &dest) {
+            return self.note_received(p, t);
+        }
+        match dest {
+            Dest::Coll { id, .. } => {
+                self.done.insert(id);
+            }
+            Dest::P2p { id, .. } => self.complete_p2p(id, Ok(()), Some(p)),
+            Dest::Early(data) => {
+                let n = data.len();
+                self.early[p].push_back(Early { hdr: h, data });
+                self.early_added(p, n);
+            }
+            Dest::Unexpected(data) => {
+                // A receive may have been posted while this frame was arriving.
+                let pos = self.p2p_recvs.iter().position(|id| {
+                    let r = &self.p2p[id];
+                    r.tag == h.tag && r.peer.is_none_or(|s| s == p)
+                });
+                match pos {
+                    Some(i) => {
+                        let id = self.p2p_recvs.remove(i);
+                        let (len, ptr, seq, op) = {
+                            let r = &self.p2p[&id];
+                            (r.len, r.ptr, r.seq, r.op)
+                        };
+                        if len == data.len() {
+                            // SAFETY: ptr/len is the leased output of the pending receive `id`.
+                            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), ptr, len) };
+                            self.complete_p2p(id, Ok(()), Some(p));
+                        } else {
+                            let e = self.p2p_size_error(seq, op, p, h.tag, len, data.len());
+                            self.complete_p2p(id, Err(e), Some(p));
+                        }
+                    }
+                    None => self.unexpected.push_back(Unexpected {
+                        peer: p,
+                        hdr: h,
+                        data,
+                    }),
+                }
+            }
+            Dest::ErrorText(t) => {
+                let e = DistError::backend(format!(
+                    "{} reported: {}",
+                    self.id.peer_name(p),
+                    String::from_utf8_lossy(&t)
+                ));
+                self.fail_group(e, false);
+            }
+            Dest::Discard => {}
+        }
+    }
+}
