@@ -5,7 +5,8 @@
 //! early); the mismatch error that names both ranks and both ops.
 
 use super::conn::{Owner, Peer, Rx, TxData};
-use super::{Engine, OpInfo, Unexpected};
+use super::p2p::Unexpected;
+use super::{Engine, OpInfo};
 use crate::wire::{Header, Kind};
 use c10d_core::DistError;
 
