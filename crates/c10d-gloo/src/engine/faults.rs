@@ -1,0 +1,321 @@
+//! Faults: a peer that left (bye) or was lost (EOF, reset, failed write), the sweep that reads
+//! what the other peers already sent so that the error names every broken connection (or an
+//! error frame explains more), failing the group (every pending and later op gets the error;
+//! the peers are told), detaching the buffers of ops that failed or timed out, and the error
+//! texts of failed ops.
+
+use super::conn::{control_header, Owner, Rx, TxData, LINGER};
+use super::matching::Dest;
+use super::{lock, CollOp, Engine, OpInfo};
+use crate::wire::Kind;
+use c10d_core::{DistError, OpType};
+use std::collections::VecDeque;
+use std::time::Instant;
+
+/// The message of a caught panic ("" when it is not a string).
+pub(super) fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_default()
+}
+
+/// "1, 3, 4".
+pub(super) fn rank_list(ranks: &[usize]) -> String {
+    ranks
+        .iter()
+        .map(|p| p.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+pub(super) fn op_failed(info: &OpInfo, rank: usize, e: &DistError) -> DistError {
+    e.map_message(|m| format!("{} (seq {}) on rank {rank} failed: {m}", info.op, info.seq))
+}
+
+pub(super) fn p2p_failed(op: OpType, seq: u64, rank: usize, e: &DistError) -> DistError {
+    e.map_message(|m| format!("{op} (seq {seq}) on rank {rank} failed: {m}"))
+}
+
+impl Engine {
+    /// A write to `p` failed (`why`): the peer is lost.
+    pub(super) fn write_failed(&mut self, p: usize, why: String) {
+        // A write failed (EPIPE/reset) because the peer closed; what it sent before closing
+        // (its frames, an error text, a bye) may still be unread in our socket buffer and
+        // explains the failure better than the write error: read it first.
+        // (Not when the group already failed: then this flush may run inside `on_readable`
+        // of the same peer, e.g. an error frame pushed by `fail_group`, and nothing is left
+        // to explain.)
+        if !self.draining && self.failed.is_none() {
+            self.draining = true;
+            self.on_readable(p);
+            self.draining = false;
+        }
+        self.peer_lost(p, why);
+    }
+
+    /// A peer said bye: fine unless something still needs it.
+    pub(super) fn peer_left(&mut self, p: usize) {
+        self.left[p] = true;
+        let recv_needed = !self.posted[p].is_empty()
+            || self.peers[p].as_ref().is_some_and(|x| {
+                matches!(x.rx, Rx::Payload { .. }) || x.tx.iter().any(|m| m.owner != Owner::Nobody)
+            });
+        if recv_needed && self.failed.is_none() {
+            self.fail_left(p);
+            return;
+        }
+        let waiting: Vec<u64> = self
+            .p2p
+            .iter()
+            .filter(|(_, x)| x.peer == Some(p))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in waiting {
+            let e = self.left_error(p);
+            let (op, seq) = (self.p2p[&id].op, self.p2p[&id].seq);
+            self.detach_ids(&[id], false);
+            self.complete_p2p(id, Err(p2p_failed(op, seq, self.id.rank, &e)), None);
+        }
+    }
+
+    /// Fails the group because `p` left while still needed, unless what the other peers already
+    /// sent (an error frame: `p` may have left *because* of a failure elsewhere) explains more.
+    pub(super) fn fail_left(&mut self, p: usize) {
+        if !self.sweeping {
+            self.sweep(Some(p));
+        }
+        if self.failed.is_none() {
+            self.fail_group(self.left_error(p), false);
+        }
+    }
+
+    pub(super) fn left_error(&self, p: usize) -> DistError {
+        DistError::backend(format!(
+            "{}: {} has shut down its process group{}",
+            self.ctx(),
+            self.id.peer_name(p),
+            self.notes_of(std::iter::once(p))
+        ))
+    }
+
+    pub(super) fn peer_lost(&mut self, p: usize, why: String) {
+        if let Some(peer) = self.peers[p].as_mut() {
+            if !peer.open {
+                return;
+            }
+            peer.open = false;
+            let _ = self.poll.registry().deregister(peer.stream.source());
+        }
+        // (Once the group failed, a lost connection explains nothing new; not sweeping then also
+        // keeps this from re-entering `on_readable` of a peer whose frame is being handled.)
+        if self.left[p] || self.failed.is_some() {
+            return;
+        }
+        self.lost.push((p, why));
+        if self.sweeping {
+            return;
+        }
+        // When one process dies, others may die or exit because of it at nearly the same time;
+        // read every other socket up to what is already there, so that the error names every
+        // peer whose connection is gone (the dead one included, whichever we noticed first).
+        self.sweep(Some(p));
+    }
+
+    /// Reads what every open peer but `skip` already sent (error frames fail the group with
+    /// their text; closed connections are collected), then fails the group with the lost
+    /// connections found, if any and if nothing failed it meanwhile.
+    pub(super) fn sweep(&mut self, skip: Option<usize>) {
+        self.sweeping = true;
+        for q in 0..self.peers.len() {
+            if Some(q) != skip && self.peers[q].as_ref().is_some_and(|x| x.open) {
+                self.on_readable(q);
+            }
+        }
+        self.sweeping = false;
+        self.fail_lost();
+    }
+
+    /// Fails the group with the lost connections collected in `self.lost` (if any, and unless
+    /// something already failed it, e.g. an error frame read while sweeping).
+    fn fail_lost(&mut self) {
+        let mut lost = std::mem::take(&mut self.lost);
+        if lost.is_empty() || self.failed.is_some() {
+            return;
+        }
+        lost.sort_by_key(|(q, _)| *q);
+        let names: Vec<String> = lost.iter().map(|(q, _)| self.id.peer_name(*q)).collect();
+        let whys: Vec<String> = lost.iter().map(|(q, w)| format!("rank {q}: {w}")).collect();
+        let e = DistError::backend(format!(
+            "{}: connection to {} lost ({}); the peer process died or left the group{}",
+            self.ctx(),
+            names.join(", "),
+            whys.join("; "),
+            self.notes_of(lost.iter().map(|(q, _)| *q))
+        ));
+        // Tell the survivors: a peer that only sees *us* leave (we may exit as soon as the
+        // error reaches the user) then still learns which rank died first.
+        self.fail_group(e, true);
+    }
+
+    /// Fails every queued collective with `err` (releasing its leases first).
+    pub(super) fn fail_pending_colls(&mut self, err: &DistError) {
+        while let Some(CollOp {
+            info,
+            leases,
+            completer,
+            ..
+        }) = self.pending.pop_front()
+        {
+            drop(leases);
+            completer.complete(Err(op_failed(&info, self.id.rank, err)));
+        }
+    }
+
+    /// Fails the group: every pending and later op gets `err`. With `tell_peers`, an error frame
+    /// carries the text to every peer so that they fail with the same explanation.
+    pub(super) fn fail_group(&mut self, err: DistError, tell_peers: bool) {
+        if self.failed.is_some() {
+            return;
+        }
+        log::warn!("{}: group failed: {err}", self.ctx());
+        self.failed = Some(err.clone());
+        *lock(&self.shared.failed) = Some(err.clone());
+        // Detach every borrowed buffer: in-flight frames finish from a copy, queued ones are dropped.
+        let mut p2p_ids: Vec<u64> = Vec::new();
+        for peer in self.peers.iter_mut().flatten() {
+            let mut keep = VecDeque::new();
+            for mut m in peer.tx.drain(..) {
+                if let Owner::P2p(id) = m.owner {
+                    p2p_ids.push(id);
+                }
+                if m.off > 0 {
+                    if let TxData::Borrowed(..) = m.data {
+                        m.data = TxData::Owned(m.data.bytes().to_vec());
+                    }
+                    m.owner = Owner::Nobody;
+                    keep.push_back(m);
+                }
+            }
+            peer.tx = keep;
+            if let Rx::Payload { dest, .. } = &mut peer.rx {
+                if matches!(dest, Dest::Coll { .. } | Dest::P2p { .. }) {
+                    *dest = Dest::Discard;
+                }
+            }
+        }
+        for q in &mut self.posted {
+            q.clear();
+        }
+        for q in &mut self.early {
+            q.clear();
+        }
+        self.early_cleared();
+        self.unexpected.clear();
+        if tell_peers {
+            let text = err.message().as_bytes().to_vec();
+            for p in 0..self.peers.len() {
+                if self.peers[p].as_ref().is_some_and(|x| x.open) {
+                    let h = control_header(Kind::Error, text.len());
+                    self.push_tx(p, h, TxData::Owned(text.clone()), Owner::Nobody);
+                }
+            }
+            // Before any waiter hears of the failure (its process may exit right away), give
+            // the error frames a moment to leave.
+            self.linger(Instant::now() + LINGER);
+        }
+        let ids: Vec<u64> = self.p2p.keys().copied().collect();
+        for id in ids {
+            let (op, seq) = (self.p2p[&id].op, self.p2p[&id].seq);
+            self.complete_p2p(id, Err(p2p_failed(op, seq, self.id.rank, &err)), None);
+        }
+        self.fail_pending_colls(&err);
+    }
+
+    /// Detaches posted buffers of the given ids: queued sends are dropped (or finished from a
+    /// copy when partly written), posted receives are removed (a partly received frame is
+    /// drained into the void). With `coll`, ids are collective ids, else p2p ids.
+    pub(super) fn detach_ids(&mut self, ids: &[u64], coll: bool) {
+        if ids.is_empty() {
+            return;
+        }
+        let owns = |o: Owner| match o {
+            Owner::Coll(i) => coll && ids.contains(&i),
+            Owner::P2p(i) => !coll && ids.contains(&i),
+            Owner::Nobody => false,
+        };
+        for peer in self.peers.iter_mut().flatten() {
+            let mut keep = VecDeque::with_capacity(peer.tx.len());
+            for mut m in peer.tx.drain(..) {
+                if owns(m.owner) {
+                    if m.off == 0 {
+                        continue;
+                    }
+                    if let TxData::Borrowed(..) = m.data {
+                        m.data = TxData::Owned(m.data.bytes().to_vec());
+                    }
+                    m.owner = Owner::Nobody;
+                }
+                keep.push_back(m);
+            }
+            peer.tx = keep;
+            if let Rx::Payload { dest, .. } = &mut peer.rx {
+                let hit = match dest {
+                    Dest::Coll { id, .. } => coll && ids.contains(id),
+                    Dest::P2p { id, .. } => !coll && ids.contains(id),
+                    _ => false,
+                };
+                if hit {
+                    *dest = Dest::Discard;
+                }
+            }
+        }
+        if coll {
+            for q in &mut self.posted {
+                q.retain(|r| !ids.contains(&r.id));
+            }
+            for i in ids {
+                self.done.remove(i);
+            }
+        } else {
+            self.p2p_recvs.retain(|i| !ids.contains(i));
+        }
+    }
+
+    /// Peers whose posted receives among `ids` have not completed.
+    pub(super) fn missing_peers(&self, ids: &[u64]) -> (Vec<usize>, Vec<usize>) {
+        let mut recv = Vec::new();
+        for (p, q) in self.posted.iter().enumerate() {
+            if q.iter().any(|r| ids.contains(&r.id)) {
+                recv.push(p);
+            }
+        }
+        for (p, peer) in self.peers.iter().enumerate() {
+            if let Some(peer) = peer {
+                if let Rx::Payload {
+                    dest: Dest::Coll { id, .. },
+                    ..
+                } = &peer.rx
+                {
+                    if ids.contains(id) && !recv.contains(&p) {
+                        recv.push(p);
+                    }
+                }
+            }
+        }
+        recv.sort_unstable();
+        let mut send = Vec::new();
+        for (p, peer) in self.peers.iter().enumerate() {
+            if let Some(peer) = peer {
+                if peer
+                    .tx
+                    .iter()
+                    .any(|m| matches!(m.owner, Owner::Coll(i) if ids.contains(&i)))
+                {
+                    send.push(p);
+                }
+            }
+        }
+        (recv, send)
+    }
+}
