@@ -9,6 +9,17 @@ use crate::wire::{Header, Kind};
 use c10d_core::{DType, DistError, OpType, Result};
 use std::time::{Duration, Instant};
 
+/// What the algorithms keep between ops.
+#[derive(Default)]
+pub(super) struct AlgoState {
+    /// Whether cross-memory attach works between all ranks (`None`: not probed yet).
+    pub(super) cma: Option<bool>,
+    /// The group's shared-memory segment (see `algo::shm`).
+    pub(super) shm: ShmState,
+    /// Scratch buffers (see [`Comm::take_scratch`]).
+    pub(super) pool: Vec<Vec<u128>>,
+}
+
 /// Why a wait ended early.
 pub(crate) enum WaitErr {
     /// The group failed (dead peer, mismatch, abort).
@@ -69,7 +80,7 @@ impl Comm<'_> {
     /// Whether every peer is connected through a Unix-domain socket (i.e. runs on this host).
     pub(crate) fn all_peers_local(&self) -> bool {
         let me = self.rank();
-        self.eng.peers.iter().enumerate().all(|(p, x)| {
+        self.eng.net.peers.iter().enumerate().all(|(p, x)| {
             p == me
                 || matches!(
                     x,
@@ -83,7 +94,7 @@ impl Comm<'_> {
 
     /// The group's shared-memory state (see `algo::shm`).
     pub(crate) fn shm(&mut self) -> &mut ShmState {
-        &mut self.eng.shm
+        &mut self.eng.algo.shm
     }
 
     /// When this op times out.
@@ -124,10 +135,10 @@ impl Comm<'_> {
     /// A peer in `needed` that said bye (shut its group down), or the group's failure, becomes
     /// this op's error, as it would on the sockets; no system call.
     pub(crate) fn check_peers(&mut self, mut needed: impl Iterator<Item = usize>) -> Result<()> {
-        if let Some(p) = needed.find(|&p| self.eng.left[p]) {
+        if let Some(p) = needed.find(|&p| self.eng.faults.left[p]) {
             self.eng.fail_left(p);
         }
-        match self.eng.failed.clone() {
+        match self.eng.faults.failed.clone() {
             Some(e) => Err(op_failed(&self.info, self.rank(), &e)),
             None => Ok(()),
         }
@@ -146,7 +157,7 @@ impl Comm<'_> {
         self.check_peers(std::iter::once(waiting_for))?;
         let cs = self.info.coll_seq;
         let found = (0..self.size()).find_map(|p| {
-            self.eng.early[p]
+            self.eng.colls.early[p]
                 .iter()
                 .find(|e| e.hdr.kind == Kind::Coll && e.hdr.coll_seq == cs)
                 .map(|e| (p, e.hdr))
@@ -191,12 +202,12 @@ impl Comm<'_> {
 
     /// The group's cross-memory-attach verdict (`None` until probed).
     pub(crate) fn cma(&self) -> Option<bool> {
-        self.eng.cma
+        self.eng.algo.cma
     }
 
     /// Records the group's cross-memory-attach verdict.
     pub(crate) fn set_cma(&mut self, ok: bool) {
-        self.eng.cma = Some(ok);
+        self.eng.algo.cma = Some(ok);
         self.eng
             .shared
             .cma
@@ -210,10 +221,10 @@ impl Comm<'_> {
     /// what the sockets already hold is read first, and an explanation found there wins.
     pub(crate) fn fail_group(&mut self, e: DistError) -> DistError {
         let eng = &mut *self.eng;
-        if eng.failed.is_none() && !eng.sweeping {
+        if eng.faults.failed.is_none() && !eng.faults.sweeping {
             eng.sweep(None);
         }
-        let e = eng.failed.clone().unwrap_or(e);
+        let e = eng.faults.failed.clone().unwrap_or(e);
         self.eng.fail_group(e.clone(), true);
         op_failed(&self.info, self.rank(), &e)
     }
@@ -226,9 +237,15 @@ impl Comm<'_> {
     /// An aligned scratch buffer of `len` bytes (contents unspecified), reused across ops.
     pub(crate) fn take_scratch(&mut self, len: usize) -> Scratch {
         let words = len.div_ceil(16);
-        let mut buf = match self.eng.pool.iter().position(|b| b.capacity() >= words) {
-            Some(i) => self.eng.pool.swap_remove(i),
-            None => self.eng.pool.pop().unwrap_or_default(),
+        let mut buf = match self
+            .eng
+            .algo
+            .pool
+            .iter()
+            .position(|b| b.capacity() >= words)
+        {
+            Some(i) => self.eng.algo.pool.swap_remove(i),
+            None => self.eng.algo.pool.pop().unwrap_or_default(),
         };
         if buf.len() < words {
             buf.resize(words, 0);
@@ -239,9 +256,9 @@ impl Comm<'_> {
     /// Gives a scratch buffer back to the pool.
     pub(crate) fn put_scratch(&mut self, s: Scratch) {
         // Keep a few buffers; drop huge ones beyond 256 MiB in total.
-        let total: usize = self.eng.pool.iter().map(|b| b.capacity() * 16).sum();
-        if self.eng.pool.len() < 4 && total + s.buf.capacity() * 16 <= 256 << 20 {
-            self.eng.pool.push(s.buf);
+        let total: usize = self.eng.algo.pool.iter().map(|b| b.capacity() * 16).sum();
+        if self.eng.algo.pool.len() < 4 && total + s.buf.capacity() * 16 <= 256 << 20 {
+            self.eng.algo.pool.push(s.buf);
         }
     }
 
@@ -420,12 +437,12 @@ impl Engine {
         window: Duration,
     ) -> std::result::Result<(), WaitErr> {
         loop {
-            if let Some(e) = &self.failed {
+            if let Some(e) = &self.faults.failed {
                 return Err(WaitErr::Failed(e.clone()));
             }
-            if ids.iter().all(|i| self.done.contains(i)) {
+            if ids.iter().all(|i| self.colls.done.contains(i)) {
                 for i in ids {
-                    self.done.remove(i);
+                    self.colls.done.remove(i);
                 }
                 return Ok(());
             }

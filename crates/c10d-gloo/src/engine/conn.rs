@@ -3,9 +3,10 @@
 //! headers and reads payloads (`read_step`), with SO_RCVLOWAT for large payloads on TCP.
 
 use super::matching::{dest_slice, Dest};
-use super::Engine;
+use super::{Connector, Engine};
 use crate::wire::{Header, Kind, HDR};
 use c10d_core::{DType, OpType};
+use mio::{Events, Poll};
 use std::collections::VecDeque;
 use std::io::{IoSlice, Read, Write};
 use std::time::{Duration, Instant};
@@ -16,6 +17,15 @@ const STAGE: usize = 256 * 1024;
 const DIRECT_READ: usize = 32 * 1024;
 
 const MAX_IOV: usize = 64;
+
+/// The peer connections (`None`: this rank, or not connected yet) and their poll set.
+pub(super) struct Net {
+    pub(super) poll: Poll,
+    pub(super) events: Events,
+    pub(super) peers: Vec<Option<Peer>>,
+    /// How to connect under lazy init (`None` once connected).
+    pub(super) connector: Option<Connector>,
+}
 
 pub(super) enum TxData {
     Borrowed(*const u8, usize),
@@ -327,7 +337,7 @@ fn fill_stage(peer: &mut Peer) -> ReadStep {
 impl Engine {
     /// Queues a frame to `peer` and tries to write it at once.
     pub(super) fn push_tx(&mut self, peer: usize, hdr: Header, data: TxData, owner: Owner) {
-        let Some(p) = self.peers[peer].as_mut() else {
+        let Some(p) = self.net.peers[peer].as_mut() else {
             // No connection (only when the group already failed): the waiter sees `failed`.
             return;
         };
@@ -345,7 +355,7 @@ impl Engine {
     /// Writes queued frames to `p` until the socket would block.
     pub(super) fn flush(&mut self, p: usize) {
         let mut finished = Finished::new();
-        let lost = match self.peers[p].as_mut() {
+        let lost = match self.net.peers[p].as_mut() {
             Some(peer) if !peer.open => return,
             Some(peer) => peer.write_queued(&mut finished),
             None => None,
@@ -361,7 +371,7 @@ impl Engine {
         for o in finished {
             match o {
                 Owner::Coll(id) => {
-                    self.done.insert(id);
+                    self.colls.done.insert(id);
                 }
                 Owner::P2p(id) => self.complete_p2p(id, Ok(()), None),
                 Owner::Nobody => {}
@@ -375,8 +385,8 @@ impl Engine {
     /// buffers both give up at the deadline.
     pub(super) fn linger(&mut self, deadline: Instant) {
         loop {
-            for p in 0..self.peers.len() {
-                if self.peers[p]
+            for p in 0..self.net.peers.len() {
+                if self.net.peers[p]
                     .as_ref()
                     .is_some_and(|x| x.open && !x.tx.is_empty())
                 {
@@ -384,6 +394,7 @@ impl Engine {
                 }
             }
             let mut fds: smallvec::SmallVec<[libc::pollfd; 8]> = self
+                .net
                 .peers
                 .iter()
                 .flatten()

@@ -12,6 +12,32 @@ use c10d_core::{DistError, OpType};
 use std::collections::VecDeque;
 use std::time::Instant;
 
+/// Whether and why the group failed, and the state of fault handling.
+pub(super) struct Faults {
+    /// The group's failure: every pending and later op fails with it.
+    pub(super) failed: Option<DistError>,
+    /// Peers that said bye: EOF from them is expected; needing them later is an error.
+    pub(super) left: Vec<bool>,
+    /// Connections found broken during the current loss sweep.
+    pub(super) lost: Vec<(usize, String)>,
+    pub(super) sweeping: bool,
+    /// Reading what a peer sent before its connection failed on a write (see `flush`).
+    pub(super) draining: bool,
+}
+
+impl Faults {
+    /// State for a group of `n` ranks: not failed, nobody left.
+    pub(super) fn new(n: usize) -> Faults {
+        Faults {
+            failed: None,
+            left: vec![false; n],
+            lost: Vec::new(),
+            sweeping: false,
+            draining: false,
+        }
+    }
+}
+
 /// The message of a caught panic ("" when it is not a string).
 pub(super) fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
     p.downcast_ref::<&str>()
@@ -46,34 +72,35 @@ impl Engine {
         // (Not when the group already failed: then this flush may run inside `on_readable`
         // of the same peer, e.g. an error frame pushed by `fail_group`, and nothing is left
         // to explain.)
-        if !self.draining && self.failed.is_none() {
-            self.draining = true;
+        if !self.faults.draining && self.faults.failed.is_none() {
+            self.faults.draining = true;
             self.on_readable(p);
-            self.draining = false;
+            self.faults.draining = false;
         }
         self.peer_lost(p, why);
     }
 
     /// A peer said bye: fine unless something still needs it.
     pub(super) fn peer_left(&mut self, p: usize) {
-        self.left[p] = true;
-        let recv_needed = !self.posted[p].is_empty()
-            || self.peers[p].as_ref().is_some_and(|x| {
+        self.faults.left[p] = true;
+        let recv_needed = !self.colls.posted[p].is_empty()
+            || self.net.peers[p].as_ref().is_some_and(|x| {
                 matches!(x.rx, Rx::Payload { .. }) || x.tx.iter().any(|m| m.owner != Owner::Nobody)
             });
-        if recv_needed && self.failed.is_none() {
+        if recv_needed && self.faults.failed.is_none() {
             self.fail_left(p);
             return;
         }
         let waiting: Vec<u64> = self
             .p2p
+            .ops
             .iter()
             .filter(|(_, x)| x.peer == Some(p))
             .map(|(id, _)| *id)
             .collect();
         for id in waiting {
             let e = self.left_error(p);
-            let (op, seq) = (self.p2p[&id].op, self.p2p[&id].seq);
+            let (op, seq) = (self.p2p.ops[&id].op, self.p2p.ops[&id].seq);
             self.detach_ids(&[id], false);
             self.complete_p2p(id, Err(p2p_failed(op, seq, self.id.rank, &e)), None);
         }
@@ -82,10 +109,10 @@ impl Engine {
     /// Fails the group because `p` left while still needed, unless what the other peers already
     /// sent (an error frame: `p` may have left *because* of a failure elsewhere) explains more.
     pub(super) fn fail_left(&mut self, p: usize) {
-        if !self.sweeping {
+        if !self.faults.sweeping {
             self.sweep(Some(p));
         }
-        if self.failed.is_none() {
+        if self.faults.failed.is_none() {
             self.fail_group(self.left_error(p), false);
         }
     }
@@ -100,20 +127,20 @@ impl Engine {
     }
 
     pub(super) fn peer_lost(&mut self, p: usize, why: String) {
-        if let Some(peer) = self.peers[p].as_mut() {
+        if let Some(peer) = self.net.peers[p].as_mut() {
             if !peer.open {
                 return;
             }
             peer.open = false;
-            let _ = self.poll.registry().deregister(peer.stream.source());
+            let _ = self.net.poll.registry().deregister(peer.stream.source());
         }
         // (Once the group failed, a lost connection explains nothing new; not sweeping then also
         // keeps this from re-entering `on_readable` of a peer whose frame is being handled.)
-        if self.left[p] || self.failed.is_some() {
+        if self.faults.left[p] || self.faults.failed.is_some() {
             return;
         }
-        self.lost.push((p, why));
-        if self.sweeping {
+        self.faults.lost.push((p, why));
+        if self.faults.sweeping {
             return;
         }
         // When one process dies, others may die or exit because of it at nearly the same time;
@@ -126,21 +153,21 @@ impl Engine {
     /// their text; closed connections are collected), then fails the group with the lost
     /// connections found, if any and if nothing failed it meanwhile.
     pub(super) fn sweep(&mut self, skip: Option<usize>) {
-        self.sweeping = true;
-        for q in 0..self.peers.len() {
-            if Some(q) != skip && self.peers[q].as_ref().is_some_and(|x| x.open) {
+        self.faults.sweeping = true;
+        for q in 0..self.net.peers.len() {
+            if Some(q) != skip && self.net.peers[q].as_ref().is_some_and(|x| x.open) {
                 self.on_readable(q);
             }
         }
-        self.sweeping = false;
+        self.faults.sweeping = false;
         self.fail_lost();
     }
 
-    /// Fails the group with the lost connections collected in `self.lost` (if any, and unless
+    /// Fails the group with the lost connections collected in `self.faults.lost` (if any, and unless
     /// something already failed it, e.g. an error frame read while sweeping).
     fn fail_lost(&mut self) {
-        let mut lost = std::mem::take(&mut self.lost);
-        if lost.is_empty() || self.failed.is_some() {
+        let mut lost = std::mem::take(&mut self.faults.lost);
+        if lost.is_empty() || self.faults.failed.is_some() {
             return;
         }
         lost.sort_by_key(|(q, _)| *q);
@@ -165,7 +192,7 @@ impl Engine {
             leases,
             completer,
             ..
-        }) = self.pending.pop_front()
+        }) = self.colls.pending.pop_front()
         {
             drop(leases);
             completer.complete(Err(op_failed(&info, self.id.rank, err)));
@@ -175,15 +202,15 @@ impl Engine {
     /// Fails the group: every pending and later op gets `err`. With `tell_peers`, an error frame
     /// carries the text to every peer so that they fail with the same explanation.
     pub(super) fn fail_group(&mut self, err: DistError, tell_peers: bool) {
-        if self.failed.is_some() {
+        if self.faults.failed.is_some() {
             return;
         }
         log::warn!("{}: group failed: {err}", self.ctx());
-        self.failed = Some(err.clone());
+        self.faults.failed = Some(err.clone());
         *lock(&self.shared.failed) = Some(err.clone());
         // Detach every borrowed buffer: in-flight frames finish from a copy, queued ones are dropped.
         let mut p2p_ids: Vec<u64> = Vec::new();
-        for peer in self.peers.iter_mut().flatten() {
+        for peer in self.net.peers.iter_mut().flatten() {
             let mut keep = VecDeque::new();
             for mut m in peer.tx.drain(..) {
                 if let Owner::P2p(id) = m.owner {
@@ -204,18 +231,18 @@ impl Engine {
                 }
             }
         }
-        for q in &mut self.posted {
+        for q in &mut self.colls.posted {
             q.clear();
         }
-        for q in &mut self.early {
+        for q in &mut self.colls.early {
             q.clear();
         }
         self.early_cleared();
-        self.unexpected.clear();
+        self.p2p.unexpected.clear();
         if tell_peers {
             let text = err.message().as_bytes().to_vec();
-            for p in 0..self.peers.len() {
-                if self.peers[p].as_ref().is_some_and(|x| x.open) {
+            for p in 0..self.net.peers.len() {
+                if self.net.peers[p].as_ref().is_some_and(|x| x.open) {
                     let h = control_header(Kind::Error, text.len());
                     self.push_tx(p, h, TxData::Owned(text.clone()), Owner::Nobody);
                 }
@@ -224,9 +251,9 @@ impl Engine {
             // the error frames a moment to leave.
             self.linger(Instant::now() + LINGER);
         }
-        let ids: Vec<u64> = self.p2p.keys().copied().collect();
+        let ids: Vec<u64> = self.p2p.ops.keys().copied().collect();
         for id in ids {
-            let (op, seq) = (self.p2p[&id].op, self.p2p[&id].seq);
+            let (op, seq) = (self.p2p.ops[&id].op, self.p2p.ops[&id].seq);
             self.complete_p2p(id, Err(p2p_failed(op, seq, self.id.rank, &err)), None);
         }
         self.fail_pending_colls(&err);
@@ -244,7 +271,7 @@ impl Engine {
             Owner::P2p(i) => !coll && ids.contains(&i),
             Owner::Nobody => false,
         };
-        for peer in self.peers.iter_mut().flatten() {
+        for peer in self.net.peers.iter_mut().flatten() {
             let mut keep = VecDeque::with_capacity(peer.tx.len());
             for mut m in peer.tx.drain(..) {
                 if owns(m.owner) {
@@ -271,26 +298,26 @@ impl Engine {
             }
         }
         if coll {
-            for q in &mut self.posted {
+            for q in &mut self.colls.posted {
                 q.retain(|r| !ids.contains(&r.id));
             }
             for i in ids {
-                self.done.remove(i);
+                self.colls.done.remove(i);
             }
         } else {
-            self.p2p_recvs.retain(|i| !ids.contains(i));
+            self.p2p.recvs.retain(|i| !ids.contains(i));
         }
     }
 
     /// Peers whose posted receives among `ids` have not completed.
     pub(super) fn missing_peers(&self, ids: &[u64]) -> (Vec<usize>, Vec<usize>) {
         let mut recv = Vec::new();
-        for (p, q) in self.posted.iter().enumerate() {
+        for (p, q) in self.colls.posted.iter().enumerate() {
             if q.iter().any(|r| ids.contains(&r.id)) {
                 recv.push(p);
             }
         }
-        for (p, peer) in self.peers.iter().enumerate() {
+        for (p, peer) in self.net.peers.iter().enumerate() {
             if let Some(peer) = peer {
                 if let Rx::Payload {
                     dest: Dest::Coll { id, .. },
@@ -305,7 +332,7 @@ impl Engine {
         }
         recv.sort_unstable();
         let mut send = Vec::new();
-        for (p, peer) in self.peers.iter().enumerate() {
+        for (p, peer) in self.net.peers.iter().enumerate() {
             if let Some(peer) = peer {
                 if peer
                     .tx

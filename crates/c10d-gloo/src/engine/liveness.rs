@@ -92,6 +92,7 @@ impl Engine {
         }
         let p2p: Vec<(Instant, Duration)> = self
             .p2p
+            .ops
             .values()
             .map(|o| (o.deadline, window(o.timeout)))
             .collect();
@@ -103,6 +104,7 @@ impl Engine {
     /// The nearest instant a poll must wake up for: a point-to-point deadline or probe.
     pub(super) fn next_p2p_wake(&self) -> Option<Instant> {
         self.p2p
+            .ops
             .values()
             .map(|o| {
                 self.probe_due_at(o.deadline, window(o.timeout))
@@ -139,8 +141,8 @@ impl Engine {
 
     /// Open peers (not this rank, not ones that left).
     fn open_peers(&self) -> Vec<usize> {
-        (0..self.peers.len())
-            .filter(|&p| !self.left[p] && self.peers[p].as_ref().is_some_and(|x| x.open))
+        (0..self.net.peers.len())
+            .filter(|&p| !self.faults.left[p] && self.net.peers[p].as_ref().is_some_and(|x| x.open))
             .collect()
     }
 

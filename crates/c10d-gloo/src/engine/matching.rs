@@ -6,9 +6,43 @@
 
 use super::conn::{Owner, Peer, Rx, TxData};
 use super::p2p::Unexpected;
-use super::{Engine, OpInfo};
+use super::{CollOp, Engine, OpInfo};
 use crate::wire::{Header, Kind};
 use c10d_core::DistError;
+use std::collections::{HashSet, VecDeque};
+
+/// The collectives: queued, running, and what is posted for or arrived ahead of them.
+pub(super) struct Colls {
+    /// Queued, in issue order.
+    pub(super) pending: VecDeque<CollOp>,
+    /// Index of the collective running or next to run: frames of earlier ones are stale.
+    pub(super) seq: u64,
+    /// The collective running now.
+    pub(super) cur: Option<OpInfo>,
+    /// Per peer: receives posted by the running collective, in posting order.
+    pub(super) posted: Vec<VecDeque<PostedRecv>>,
+    /// Per peer: frames of collectives this rank has not posted yet (the peer is ahead).
+    pub(super) early: Vec<VecDeque<Early>>,
+    /// Ids of completed sends and receives not waited for yet.
+    pub(super) done: HashSet<u64>,
+    /// Reusable buffers for early / unexpected frames.
+    pub(super) spare: Vec<Vec<u8>>,
+}
+
+impl Colls {
+    /// State for a group of `n` ranks.
+    pub(super) fn new(n: usize) -> Colls {
+        Colls {
+            pending: VecDeque::new(),
+            seq: 0,
+            cur: None,
+            posted: (0..n).map(|_| VecDeque::new()).collect(),
+            early: (0..n).map(|_| VecDeque::new()).collect(),
+            done: HashSet::new(),
+            spare: Vec::new(),
+        }
+    }
+}
 
 pub(super) enum Dest {
     Coll { id: u64, ptr: *mut u8 },
@@ -83,8 +117,8 @@ impl Engine {
     /// allocation of an earlier one (avoids page faults and munmap for every early frame).
     /// `None` when `n` bytes cannot be allocated (a garbled or hostile header length).
     fn spare_buf(&mut self, n: usize) -> Option<Vec<u8>> {
-        let mut v = match self.spare.iter().position(|b| b.capacity() >= n) {
-            Some(i) => self.spare.swap_remove(i),
+        let mut v = match self.colls.spare.iter().position(|b| b.capacity() >= n) {
+            Some(i) => self.colls.spare.swap_remove(i),
             None => return try_zeroed(n),
         };
         v.clear();
@@ -93,8 +127,8 @@ impl Engine {
     }
 
     pub(super) fn recycle(&mut self, v: Vec<u8>) {
-        if v.capacity() >= 4096 && self.spare.len() < 16 {
-            self.spare.push(v);
+        if v.capacity() >= 4096 && self.colls.spare.len() < 16 {
+            self.colls.spare.push(v);
         }
     }
 
@@ -121,7 +155,7 @@ impl Engine {
         len: usize,
     ) -> u64 {
         let id = self.new_id();
-        if self.left[peer] {
+        if self.faults.left[peer] {
             self.fail_left(peer);
             return id;
         }
@@ -139,29 +173,29 @@ impl Engine {
         len: usize,
     ) -> u64 {
         let id = self.new_id();
-        let coll_cur = self.coll_cur;
-        while self.early[peer]
+        let coll_cur = self.colls.seq;
+        while self.colls.early[peer]
             .front()
             .is_some_and(|e| e.hdr.coll_seq < coll_cur)
         {
-            if let Some(e) = self.early[peer].pop_front() {
+            if let Some(e) = self.colls.early[peer].pop_front() {
                 self.early_taken(peer, e.data.len());
                 self.recycle(e.data);
             }
         }
-        if self.left[peer] && self.early[peer].is_empty() {
+        if self.faults.left[peer] && self.colls.early[peer].is_empty() {
             self.fail_left(peer);
             return id;
         }
-        if self.posted[peer].is_empty() {
+        if self.colls.posted[peer].is_empty() {
             let want = self.coll_header(info, step, len);
-            if let Some(e) = self.early[peer].pop_front() {
+            if let Some(e) = self.colls.early[peer].pop_front() {
                 self.early_taken(peer, e.data.len());
                 if matches(&want, &e.hdr) {
                     // SAFETY: the caller guarantees ptr/len is writable until the id is waited or
                     // cancelled; we copy right now.
                     unsafe { std::ptr::copy_nonoverlapping(e.data.as_ptr(), ptr, len) };
-                    self.done.insert(id);
+                    self.colls.done.insert(id);
                     self.recycle(e.data);
                 } else {
                     let err = self.mismatch_error(info, step, len, peer, &e.hdr);
@@ -175,7 +209,7 @@ impl Engine {
             if let Some(Peer {
                 rx: Rx::Payload { hdr, dest, got },
                 ..
-            }) = self.peers[peer].as_mut()
+            }) = self.net.peers[peer].as_mut()
             {
                 if let Dest::Early(v) = dest {
                     if hdr.kind == Kind::Coll && hdr.coll_seq >= coll_cur {
@@ -198,7 +232,7 @@ impl Engine {
                 return id;
             }
         }
-        self.posted[peer].push_back(PostedRecv {
+        self.colls.posted[peer].push_back(PostedRecv {
             id,
             step,
             nbytes: len,
@@ -251,10 +285,10 @@ impl Engine {
         match h.kind {
             Kind::Error | Kind::Note => Dest::ErrorText(vec![0; n.min(1 << 20)]),
             Kind::Bye | Kind::Ping | Kind::Pong => Dest::Discard,
-            _ if self.failed.is_some() => Dest::Discard,
+            _ if self.faults.failed.is_some() => Dest::Discard,
             Kind::P2p => {
-                let pos = self.p2p_recvs.iter().position(|id| {
-                    let r = &self.p2p[id];
+                let pos = self.p2p.recvs.iter().position(|id| {
+                    let r = &self.p2p.ops[id];
                     r.tag == h.tag && r.peer.is_none_or(|s| s == p)
                 });
                 let Some(i) = pos else {
@@ -263,9 +297,9 @@ impl Engine {
                         None => self.unbufferable(p, h),
                     };
                 };
-                let id = self.p2p_recvs.remove(i);
+                let id = self.p2p.recvs.remove(i);
                 let (len, ptr, seq, op) = {
-                    let r = &self.p2p[&id];
+                    let r = &self.p2p.ops[&id];
                     (r.len, r.ptr, r.seq, r.op)
                 };
                 if len != n {
@@ -276,16 +310,17 @@ impl Engine {
                 Dest::P2p { id, ptr }
             }
             Kind::Coll => {
-                if h.coll_seq < self.coll_cur {
+                if h.coll_seq < self.colls.seq {
                     return Dest::Discard;
                 }
-                if let Some(front) = self.posted[p].front() {
+                if let Some(front) = self.colls.posted[p].front() {
                     let info = self
+                        .colls
                         .cur
                         .expect("posted receives only exist while a collective runs");
                     let want = self.coll_header(&info, front.step, front.nbytes);
                     if matches(&want, h) {
-                        let r = self.posted[p].pop_front().expect("front exists");
+                        let r = self.colls.posted[p].pop_front().expect("front exists");
                         return Dest::Coll {
                             id: r.id,
                             ptr: r.ptr,
@@ -296,7 +331,7 @@ impl Engine {
                     self.fail_group(err, true);
                     return Dest::Discard;
                 }
-                if let Some(info) = self.cur {
+                if let Some(info) = self.colls.cur {
                     if h.coll_seq == info.coll_seq
                         && (h.op != info.op || h.dtype != info.dtype || h.total != info.total)
                     {
@@ -338,25 +373,25 @@ impl Engine {
         }
         match dest {
             Dest::Coll { id, .. } => {
-                self.done.insert(id);
+                self.colls.done.insert(id);
             }
             Dest::P2p { id, .. } => self.complete_p2p(id, Ok(()), Some(p)),
             Dest::Early(data) => {
                 let n = data.len();
-                self.early[p].push_back(Early { hdr: h, data });
+                self.colls.early[p].push_back(Early { hdr: h, data });
                 self.early_added(p, n);
             }
             Dest::Unexpected(data) => {
                 // A receive may have been posted while this frame was arriving.
-                let pos = self.p2p_recvs.iter().position(|id| {
-                    let r = &self.p2p[id];
+                let pos = self.p2p.recvs.iter().position(|id| {
+                    let r = &self.p2p.ops[id];
                     r.tag == h.tag && r.peer.is_none_or(|s| s == p)
                 });
                 match pos {
                     Some(i) => {
-                        let id = self.p2p_recvs.remove(i);
+                        let id = self.p2p.recvs.remove(i);
                         let (len, ptr, seq, op) = {
-                            let r = &self.p2p[&id];
+                            let r = &self.p2p.ops[&id];
                             (r.len, r.ptr, r.seq, r.op)
                         };
                         if len == data.len() {
@@ -368,7 +403,7 @@ impl Engine {
                             self.complete_p2p(id, Err(e), Some(p));
                         }
                     }
-                    None => self.unexpected.push_back(Unexpected {
+                    None => self.p2p.unexpected.push_back(Unexpected {
                         peer: p,
                         hdr: h,
                         data,

@@ -66,17 +66,17 @@ pub(crate) use submit::{
     lock, worker_loop, CollBody, CollOp, OpInfo, P2pOp, Queue, Shared, Submission,
 };
 
-use crate::algo::shm::ShmState;
 use crate::transport::Conn;
-use c10d_core::{DistError, Result};
-use conn::Peer;
-use faults::{op_failed, p2p_failed, panic_text, rank_list};
-use matching::{Early, PostedRecv};
+use c10d_core::Result;
+use comm::AlgoState;
+use conn::Net;
+use faults::{op_failed, p2p_failed, panic_text, rank_list, Faults};
+use matching::Colls;
 use mio::{Events, Poll, Token};
-use p2p::{P2pPending, Unexpected};
-use std::collections::{HashMap, HashSet, VecDeque};
+use p2p::P2p;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use submit::Stop;
 
 /// The token of the poll set's waker (submissions queued, stop requested).
 pub(crate) const WAKER: Token = Token(usize::MAX);
@@ -102,41 +102,24 @@ impl Ident {
 
 /// The worker's state. Lives on the worker thread only.
 pub(crate) struct Engine {
+    /// What the engine shares with the user-facing handle: queue, failure, verdicts.
     shared: Arc<Shared>,
+    /// This rank in the group.
     pub(crate) id: Ident,
-    poll: Poll,
-    events: Events,
-    peers: Vec<Option<Peer>>,
-    connector: Option<Connector>,
-    failed: Option<DistError>,
-    /// Why the group had failed when it was asked to stop (told to peers at shutdown).
-    failed_before_stop: Option<DistError>,
-    stopping: bool,
-    graceful: bool,
-    /// Peers that said bye: EOF from them is expected; needing them later is an error.
-    left: Vec<bool>,
-    /// Connections found broken during the current loss sweep.
-    lost: Vec<(usize, String)>,
-    sweeping: bool,
-    /// Reading what a peer sent before its connection failed on a write (see `flush`).
-    draining: bool,
-    /// Whether cross-memory attach works between all ranks (`None`: not probed yet).
-    cma: Option<bool>,
-    /// The group's shared-memory segment (see `algo::shm`).
-    shm: ShmState,
-    /// Reusable buffers for early / unexpected frames.
-    spare: Vec<Vec<u8>>,
-    pending: VecDeque<CollOp>,
-    coll_cur: u64,
-    cur: Option<OpInfo>,
-    posted: Vec<VecDeque<PostedRecv>>,
-    early: Vec<VecDeque<Early>>,
-    done: HashSet<u64>,
+    /// The peer connections and their poll set (`conn.rs`, `setup.rs`, `poll.rs`).
+    net: Net,
+    /// Queued and running collectives, their posted receives and early frames (`matching.rs`).
+    colls: Colls,
+    /// Pending point-to-point ops and the frames nobody waits for yet (`p2p.rs`).
+    p2p: P2p,
+    /// Whether and why the group failed; peers that left; faults being handled (`faults.rs`).
+    faults: Faults,
+    /// Whether a stop (abort, shutdown) was seen, and how to leave (`submit.rs`).
+    stop: Stop,
+    /// What the algorithms keep between ops: verdicts, shared memory, scratch (`comm.rs`).
+    algo: AlgoState,
+    /// The last id given to a posted send or receive.
     next_id: u64,
-    p2p: HashMap<u64, P2pPending>,
-    p2p_recvs: Vec<u64>,
-    unexpected: VecDeque<Unexpected>,
-    pool: Vec<Vec<u128>>,
     /// Liveness probes (who is silent when an op times out).
     live: liveness::Liveness,
     /// Read budget and back-pressure on peers that run ahead.
@@ -162,32 +145,18 @@ impl Engine {
         let mut e = Engine {
             shared,
             id,
-            poll,
-            events: Events::with_capacity(256),
-            peers: (0..n).map(|_| None).collect(),
-            connector,
-            failed: None,
-            failed_before_stop: None,
-            stopping: false,
-            graceful: false,
-            left: vec![false; n],
-            lost: Vec::new(),
-            sweeping: false,
-            draining: false,
-            cma: None,
-            shm: Default::default(),
-            spare: Vec::new(),
-            pending: VecDeque::new(),
-            coll_cur: 0,
-            cur: None,
-            posted: (0..n).map(|_| VecDeque::new()).collect(),
-            early: (0..n).map(|_| VecDeque::new()).collect(),
-            done: HashSet::new(),
+            net: Net {
+                poll,
+                events: Events::with_capacity(256),
+                peers: (0..n).map(|_| None).collect(),
+                connector,
+            },
+            colls: Colls::new(n),
+            p2p: P2p::default(),
+            faults: Faults::new(n),
+            stop: Stop::default(),
+            algo: AlgoState::default(),
             next_id: 1,
-            p2p: HashMap::new(),
-            p2p_recvs: Vec::new(),
-            unexpected: VecDeque::new(),
-            pool: Vec::new(),
             live: liveness::Liveness::new(n),
             flow: flow::Flow::new(n),
         };

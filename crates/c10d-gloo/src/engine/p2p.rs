@@ -6,7 +6,19 @@ use super::conn::{Owner, TxData};
 use super::{deadline_after, liveness, p2p_failed, Engine, P2pOp};
 use crate::wire::{Header, Kind};
 use c10d_core::{DistError, OpType, Result, TensorLeases, WorkCompleter};
+use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
+
+/// The pending point-to-point ops.
+#[derive(Default)]
+pub(super) struct P2p {
+    /// By id: every started send and receive until it completes.
+    pub(super) ops: HashMap<u64, P2pPending>,
+    /// Ids of the receives waiting for a frame, in posting order.
+    pub(super) recvs: Vec<u64>,
+    /// Frames that arrived before a matching receive was posted.
+    pub(super) unexpected: VecDeque<Unexpected>,
+}
 
 pub(super) struct P2pPending {
     pub(super) seq: u64,
@@ -60,7 +72,7 @@ impl Engine {
             _leases: leases,
             completer,
         };
-        self.p2p.insert(id, pend);
+        self.p2p.ops.insert(id, pend);
         if kind == OpType::Send {
             let dst = peer.expect("send has a destination");
             let hdr = Header {
@@ -91,7 +103,7 @@ impl Engine {
         leases: &mut TensorLeases,
     ) -> Result<(*mut u8, usize)> {
         let rank = self.id.rank;
-        if let Some(e) = self.failed.clone() {
+        if let Some(e) = self.faults.failed.clone() {
             return Err(p2p_failed(kind, seq, rank, &e));
         }
         if let Err(e) = self.ensure_connected() {
@@ -108,10 +120,11 @@ impl Engine {
         // unexpected queue); only sends to it, or receives nothing can satisfy, fail.
         let satisfiable = kind != OpType::Send
             && self
+                .p2p
                 .unexpected
                 .iter()
                 .any(|u| u.hdr.tag == tag && peer.is_none_or(|p| p == u.peer));
-        if let Some(p) = peer.filter(|p| self.left[*p] && !satisfiable) {
+        if let Some(p) = peer.filter(|p| self.faults.left[*p] && !satisfiable) {
             return Err(p2p_failed(kind, seq, rank, &self.left_error(p)));
         }
         Ok((ptr, len))
@@ -120,17 +133,18 @@ impl Engine {
     /// A receive (already in `p2p`): completes from an already arrived message when one
     /// matches, else waits for its frame.
     fn post_p2p_recv(&mut self, id: u64) {
-        let pend = &self.p2p[&id];
+        let pend = &self.p2p.ops[&id];
         let (seq, kind, peer, tag, ptr, len) =
             (pend.seq, pend.op, pend.peer, pend.tag, pend.ptr, pend.len);
         let pos = self
+            .p2p
             .unexpected
             .iter()
             .position(|u| u.hdr.tag == tag && peer.is_none_or(|p| p == u.peer));
         if let Some(i) = pos {
-            let u = self.unexpected.remove(i).expect("index from position");
+            let u = self.p2p.unexpected.remove(i).expect("index from position");
             if u.data.len() == len {
-                // SAFETY: ptr/len describe the leased output held in `self.p2p[&id]`.
+                // SAFETY: ptr/len describe the leased output held in `self.p2p.ops[&id]`.
                 unsafe { std::ptr::copy_nonoverlapping(u.data.as_ptr(), ptr, len) };
                 self.complete_p2p(id, Ok(()), Some(u.peer));
             } else {
@@ -139,7 +153,7 @@ impl Engine {
             }
             return;
         }
-        self.p2p_recvs.push(id);
+        self.p2p.recvs.push(id);
         // Its frame may be behind early frames of a paused peer.
         match peer {
             Some(p) => self.resume(p),
@@ -164,8 +178,8 @@ impl Engine {
     }
 
     pub(super) fn complete_p2p(&mut self, id: u64, res: Result<()>, source: Option<usize>) {
-        if let Some(p) = self.p2p.remove(&id) {
-            self.p2p_recvs.retain(|x| *x != id);
+        if let Some(p) = self.p2p.ops.remove(&id) {
+            self.p2p.recvs.retain(|x| *x != id);
             let P2pPending {
                 completer, _leases, ..
             } = p;
@@ -181,13 +195,14 @@ impl Engine {
         let now = Instant::now();
         let expired: Vec<u64> = self
             .p2p
+            .ops
             .iter()
             .filter(|(_, p)| p.deadline <= now)
             .map(|(id, _)| *id)
             .collect();
         for id in expired {
             let (seq, op, peer, timeout, deadline) = {
-                let p = &self.p2p[&id];
+                let p = &self.p2p.ops[&id];
                 (p.seq, p.op, p.peer, p.timeout, p.deadline)
             };
             let silent = self.silent_text(deadline, liveness::window(timeout));

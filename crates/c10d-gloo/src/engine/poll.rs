@@ -19,7 +19,7 @@ impl Engine {
             (None, Some(d)) => Some(d.saturating_duration_since(now)),
             (t, None) => t,
         };
-        if let Err(e) = self.poll.poll(&mut self.events, t) {
+        if let Err(e) = self.net.poll.poll(&mut self.net.events, t) {
             if e.kind() != std::io::ErrorKind::Interrupted {
                 let err = DistError::network(format!("{}: epoll failed: {e}", self.ctx()));
                 self.fail_group(err, false);
@@ -28,7 +28,7 @@ impl Engine {
         }
         let mut evs: smallvec::SmallVec<[(Token, bool, bool, bool); 16]> =
             smallvec::SmallVec::new();
-        for ev in self.events.iter() {
+        for ev in self.net.events.iter() {
             evs.push((
                 ev.token(),
                 ev.is_readable() || ev.is_read_closed() || ev.is_error(),
@@ -53,7 +53,7 @@ impl Engine {
         }
         self.read_backlog();
         self.after_poll();
-        if !self.p2p.is_empty() {
+        if !self.p2p.ops.is_empty() {
             self.expire_p2p();
         }
     }
@@ -65,7 +65,7 @@ impl Engine {
                 return;
             }
             steps += 1;
-            let step = match self.peers[p].as_mut() {
+            let step = match self.net.peers[p].as_mut() {
                 Some(peer) if peer.open => read_step(peer),
                 _ => return,
             };
@@ -77,7 +77,7 @@ impl Engine {
                     let dest = self.classify(p, &h);
                     if h.nbytes == 0 {
                         self.finish_frame(p, h, dest);
-                    } else if let Some(peer) = self.peers[p].as_mut() {
+                    } else if let Some(peer) = self.net.peers[p].as_mut() {
                         peer.rx = Rx::Payload {
                             hdr: h,
                             dest,

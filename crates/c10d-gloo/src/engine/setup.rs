@@ -81,12 +81,12 @@ impl Engine {
                         Stream::Unix(mio::net::UnixStream::from_std(u))
                     }
                 };
-                self.poll.registry().register(
+                self.net.poll.registry().register(
                     stream.source(),
                     Token(p),
                     Interest::READABLE | Interest::WRITABLE,
                 )?;
-                self.peers[p] = Some(Peer::new(stream));
+                self.net.peers[p] = Some(Peer::new(stream));
             }
         }
         self.shared.initialized.store(true, Ordering::Release);
@@ -99,11 +99,11 @@ impl Engine {
         self.shared
             .shm
             .store(if on { 1 } else { 2 }, Ordering::Relaxed);
-        self.shm = shm;
+        self.algo.shm = shm;
     }
 
     pub(super) fn ensure_connected(&mut self) -> Result<()> {
-        if let Some(c) = self.connector.take() {
+        if let Some(c) = self.net.connector.take() {
             let shared = self.shared.clone();
             let aborted = move || lock(&shared.queue).stop.is_some();
             let streams = c.connect(&self.id, &aborted)?;

@@ -112,6 +112,17 @@ impl Shared {
     }
 }
 
+/// A stop (abort, shutdown) as the engine saw it.
+#[derive(Default)]
+pub(super) struct Stop {
+    /// Seen: the worker finishes (see [`Engine::finish`]).
+    pub(super) requested: bool,
+    /// An orderly shutdown: peers are told with a bye frame.
+    pub(super) graceful: bool,
+    /// Why the group had failed when it was asked to stop (told to peers at shutdown).
+    pub(super) failed_before: Option<DistError>,
+}
+
 /// The worker thread: drives the engine while there is work, sleeps on the queue's condvar
 /// (not in epoll, so an inline driver owns the sockets alone) while there is none.
 pub(crate) fn worker_loop(engine: Arc<Mutex<Engine>>, shared: Arc<Shared>) {
@@ -139,9 +150,9 @@ impl Engine {
             Ok(r) => Some(r),
             Err(p) => {
                 let what = panic_text(&*p);
-                self.cur = None;
-                self.sweeping = false;
-                self.draining = false;
+                self.colls.cur = None;
+                self.faults.sweeping = false;
+                self.faults.draining = false;
                 let e = DistError::backend(format!(
                     "{}: internal error (panic) in the engine: {what}",
                     self.ctx()
@@ -157,10 +168,10 @@ impl Engine {
     pub(crate) fn drive_until_idle(&mut self) -> bool {
         loop {
             self.drain();
-            if self.stopping {
+            if self.stop.requested {
                 return true;
             }
-            if let Some(op) = self.pending.pop_front() {
+            if let Some(op) = self.colls.pending.pop_front() {
                 self.run_coll(op);
                 continue;
             }
@@ -177,10 +188,10 @@ impl Engine {
     pub(crate) fn drive_until(&mut self, done: impl Fn() -> bool) {
         loop {
             self.drain();
-            if self.stopping || done() {
+            if self.stop.requested || done() {
                 return;
             }
-            if let Some(op) = self.pending.pop_front() {
+            if let Some(op) = self.colls.pending.pop_front() {
                 self.run_coll(op);
                 continue;
             }
@@ -191,9 +202,10 @@ impl Engine {
 
     /// True while point-to-point ops are pending or frames wait to be written.
     pub(crate) fn has_pending_io(&self) -> bool {
-        !self.pending.is_empty()
-            || !self.p2p.is_empty()
+        !self.colls.pending.is_empty()
+            || !self.p2p.ops.is_empty()
             || self
+                .net
                 .peers
                 .iter()
                 .flatten()
@@ -202,21 +214,22 @@ impl Engine {
 
     /// True once a stop was seen.
     pub(crate) fn is_stopping(&self) -> bool {
-        self.stopping
+        self.stop.requested
     }
 
     /// Last act of the worker: say bye (orderly shutdown) and close every socket.
     pub(crate) fn finish(&mut self) {
-        if self.graceful {
+        if self.stop.graceful {
             // Tell every peer we leave on purpose, and give the frames up to 1 s to go out.
             // A failed group says why first: a peer that still needs us then fails with the
             // cause (which may not have reached it yet), not only with "rank r has shut down".
             let why = self
-                .failed_before_stop
+                .stop
+                .failed_before
                 .as_ref()
                 .map(|e| e.message().as_bytes().to_vec());
-            for p in 0..self.peers.len() {
-                if self.peers[p].as_ref().is_some_and(|x| x.open) {
+            for p in 0..self.net.peers.len() {
+                if self.net.peers[p].as_ref().is_some_and(|x| x.open) {
                     if let Some(text) = &why {
                         let h = control_header(Kind::Error, text.len());
                         self.push_tx(p, h, TxData::Owned(text.clone()), Owner::Nobody);
@@ -227,6 +240,7 @@ impl Engine {
             }
             let deadline = Instant::now() + Duration::from_secs(1);
             while self
+                .net
                 .peers
                 .iter()
                 .flatten()
@@ -240,7 +254,7 @@ impl Engine {
             }
         }
         // Close every socket now (peers see EOF at once).
-        for p in self.peers.iter_mut().flatten() {
+        for p in self.net.peers.iter_mut().flatten() {
             p.stream.shutdown();
             p.open = false;
         }
@@ -253,18 +267,18 @@ impl Engine {
         };
         for s in subs {
             match s {
-                Submission::Coll(op) => self.pending.push_back(op),
+                Submission::Coll(op) => self.colls.pending.push_back(op),
                 Submission::P2p(op) => self.start_p2p(op),
             }
         }
         if let Some(e) = stop {
-            self.graceful = lock(&self.shared.queue).graceful;
-            self.stopping = true;
-            self.failed_before_stop = self.failed.clone();
+            self.stop.graceful = lock(&self.shared.queue).graceful;
+            self.stop.requested = true;
+            self.stop.failed_before = self.faults.failed.clone();
             self.fail_group(e.clone(), false);
             // When the group had failed before, `fail_group` did nothing; collectives queued
             // since (taken in this same drain) will never run, so they fail here.
-            let err = self.failed.clone().unwrap_or(e);
+            let err = self.faults.failed.clone().unwrap_or(e);
             self.fail_pending_colls(&err);
         }
     }
@@ -277,15 +291,15 @@ impl Engine {
             body,
             completer,
         } = op;
-        self.coll_cur = info.coll_seq;
-        let res = if let Some(e) = self.failed.clone() {
+        self.colls.seq = info.coll_seq;
+        let res = if let Some(e) = self.faults.failed.clone() {
             Err(op_failed(&info, self.id.rank, &e))
         } else if let Err(e) = self.ensure_connected() {
             self.fail_group(e.clone(), false);
             Err(op_failed(&info, self.id.rank, &e))
         } else {
             completer.mark_started();
-            self.cur = Some(info);
+            self.colls.cur = Some(info);
             let mut comm = Comm::new(self, info, timeout);
             // A bug in an algorithm must not kill the engine (every later op would hang):
             // the panic becomes this op's error and fails the group, whose state is suspect.
@@ -296,7 +310,7 @@ impl Engine {
                 }
             }));
             drop(comm);
-            self.cur = None;
+            self.colls.cur = None;
             match r {
                 Ok(r) => r,
                 Err(p) => {
@@ -312,7 +326,7 @@ impl Engine {
                 }
             }
         };
-        self.coll_cur = info.coll_seq + 1;
+        self.colls.seq = info.coll_seq + 1;
         drop(leases);
         completer.complete(res);
     }
