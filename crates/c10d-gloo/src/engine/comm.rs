@@ -137,6 +137,7 @@ impl Comm<'_> {
     pub(crate) fn check_peers(&mut self, mut needed: impl Iterator<Item = usize>) -> Result<()> {
         if let Some(p) = needed.find(|&p| self.eng.faults.left[p]) {
             self.eng.fail_left(p);
+            self.eng.handle_faults();
         }
         match self.eng.faults.failed.clone() {
             Some(e) => Err(op_failed(&self.info, self.rank(), &e)),
@@ -153,6 +154,7 @@ impl Comm<'_> {
         // time-out names the silent ranks.
         self.eng
             .probe_if_due(self.deadline, liveness::window(self.timeout));
+        self.eng.handle_faults();
         self.eng.poll_once(Some(Duration::ZERO));
         self.check_peers(std::iter::once(waiting_for))?;
         let cs = self.info.coll_seq;
@@ -197,6 +199,7 @@ impl Comm<'_> {
             self.rank(),
         ));
         self.eng.send_note(e.message());
+        self.eng.handle_faults();
         e
     }
 
@@ -221,8 +224,9 @@ impl Comm<'_> {
     /// what the sockets already hold is read first, and an explanation found there wins.
     pub(crate) fn fail_group(&mut self, e: DistError) -> DistError {
         let eng = &mut *self.eng;
-        if eng.faults.failed.is_none() && !eng.faults.sweeping {
-            eng.sweep(None);
+        if eng.faults.failed.is_none() {
+            eng.sweep();
+            eng.handle_faults();
         }
         let e = eng.faults.failed.clone().unwrap_or(e);
         self.eng.fail_group(e.clone(), true);
@@ -277,6 +281,7 @@ impl Comm<'_> {
         debug_assert_ne!(peer, self.rank());
         let info = self.info;
         let id = self.eng.post_coll_send(&info, peer, step, ptr, len);
+        self.eng.handle_faults();
         self.outstanding.push(id);
         id
     }
@@ -296,6 +301,7 @@ impl Comm<'_> {
         debug_assert_ne!(peer, self.rank());
         let info = self.info;
         let id = self.eng.post_coll_recv(&info, peer, step, ptr, len);
+        self.eng.handle_faults();
         self.outstanding.push(id);
         id
     }
@@ -451,6 +457,7 @@ impl Engine {
                 return Err(WaitErr::Timeout);
             }
             self.probe_if_due(deadline, window);
+            self.handle_faults();
             let wake = self
                 .probe_due_at(deadline, window)
                 .map_or(deadline, |d| d.min(deadline));

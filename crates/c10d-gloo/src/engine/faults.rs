@@ -12,29 +12,43 @@ use c10d_core::{DistError, OpType};
 use std::collections::VecDeque;
 use std::time::Instant;
 
-/// Whether and why the group failed, and the state of fault handling.
+/// Whether and why the group failed, and the faults noticed but not handled yet.
 pub(super) struct Faults {
     /// The group's failure: every pending and later op fails with it.
     pub(super) failed: Option<DistError>,
     /// Peers that said bye: EOF from them is expected; needing them later is an error.
     pub(super) left: Vec<bool>,
-    /// Connections found broken during the current loss sweep.
-    pub(super) lost: Vec<(usize, String)>,
-    pub(super) sweeping: bool,
-    /// Reading what a peer sent before its connection failed on a write (see `flush`).
-    pub(super) draining: bool,
+    /// Recorded while handling events or posting, handled right after (see
+    /// [`Engine::handle_faults`]): peers whose write failed (and why).
+    broken: Vec<(usize, String)>,
+    /// Connections found closed or failed (and why); they are closed already.
+    lost: Vec<(usize, String)>,
+    /// Peers that left while still needed.
+    needed: Vec<usize>,
 }
 
 impl Faults {
-    /// State for a group of `n` ranks: not failed, nobody left.
+    /// State for a group of `n` ranks: not failed, nobody left, nothing recorded.
     pub(super) fn new(n: usize) -> Faults {
         Faults {
             failed: None,
             left: vec![false; n],
+            broken: Vec::new(),
             lost: Vec::new(),
-            sweeping: false,
-            draining: false,
+            needed: Vec::new(),
         }
+    }
+
+    /// Whether faults wait to be handled.
+    pub(super) fn recorded(&self) -> bool {
+        !self.broken.is_empty() || !self.lost.is_empty() || !self.needed.is_empty()
+    }
+
+    /// Forgets the recorded faults (the engine failed the group for a worse reason: a panic).
+    pub(super) fn forget(&mut self) {
+        self.broken.clear();
+        self.lost.clear();
+        self.needed.clear();
     }
 }
 
@@ -64,20 +78,17 @@ pub(super) fn p2p_failed(op: OpType, seq: u64, rank: usize, e: &DistError) -> Di
 }
 
 impl Engine {
-    /// A write to `p` failed (`why`): the peer is lost.
+    /// A write to `p` failed (`why`): the peer is lost, once what it sent before is read (see
+    /// [`Engine::handle_faults`]).
     pub(super) fn write_failed(&mut self, p: usize, why: String) {
-        // A write failed (EPIPE/reset) because the peer closed; what it sent before closing
-        // (its frames, an error text, a bye) may still be unread in our socket buffer and
-        // explains the failure better than the write error: read it first.
-        // (Not when the group already failed: then this flush may run inside `on_readable`
-        // of the same peer, e.g. an error frame pushed by `fail_group`, and nothing is left
-        // to explain.)
-        if !self.faults.draining && self.faults.failed.is_none() {
-            self.faults.draining = true;
-            self.on_readable(p);
-            self.faults.draining = false;
+        // Once the group failed there is nothing left to explain: the connection is closed at
+        // once, so no write to it is tried again (e.g. while `fail_group` lingers).
+        if self.faults.failed.is_some() {
+            return self.peer_lost(p, why);
         }
-        self.peer_lost(p, why);
+        if !self.faults.broken.iter().any(|(q, _)| *q == p) {
+            self.faults.broken.push((p, why));
+        }
     }
 
     /// A peer said bye: fine unless something still needs it.
@@ -106,14 +117,12 @@ impl Engine {
         }
     }
 
-    /// Fails the group because `p` left while still needed, unless what the other peers already
-    /// sent (an error frame: `p` may have left *because* of a failure elsewhere) explains more.
+    /// Records that `p` left while still needed: the group fails with it (see
+    /// [`Engine::handle_faults`]) unless what the other peers already sent (an error frame: `p`
+    /// may have left *because* of a failure elsewhere) explains more.
     pub(super) fn fail_left(&mut self, p: usize) {
-        if !self.faults.sweeping {
-            self.sweep(Some(p));
-        }
-        if self.faults.failed.is_none() {
-            self.fail_group(self.left_error(p), false);
+        if !self.faults.needed.contains(&p) {
+            self.faults.needed.push(p);
         }
     }
 
@@ -126,6 +135,8 @@ impl Engine {
         ))
     }
 
+    /// The connection to `p` is gone (`why`): it is closed at once and, unless `p` had left or
+    /// the group failed already, recorded (see [`Engine::handle_faults`]).
     pub(super) fn peer_lost(&mut self, p: usize, why: String) {
         if let Some(peer) = self.net.peers[p].as_mut() {
             if !peer.open {
@@ -134,37 +145,70 @@ impl Engine {
             peer.open = false;
             let _ = self.net.poll.registry().deregister(peer.stream.source());
         }
-        // (Once the group failed, a lost connection explains nothing new; not sweeping then also
-        // keeps this from re-entering `on_readable` of a peer whose frame is being handled.)
+        // (Once the group failed, a lost connection explains nothing new.)
         if self.faults.left[p] || self.faults.failed.is_some() {
             return;
         }
         self.faults.lost.push((p, why));
-        if self.faults.sweeping {
-            return;
-        }
-        // When one process dies, others may die or exit because of it at nearly the same time;
-        // read every other socket up to what is already there, so that the error names every
-        // peer whose connection is gone (the dead one included, whichever we noticed first).
-        self.sweep(Some(p));
     }
 
-    /// Reads what every open peer but `skip` already sent (error frames fail the group with
-    /// their text; closed connections are collected), then fails the group with the lost
-    /// connections found, if any and if nothing failed it meanwhile.
-    pub(super) fn sweep(&mut self, skip: Option<usize>) {
-        self.faults.sweeping = true;
+    /// Handles the faults recorded since the last call. Faults are recorded, never handled, where
+    /// they are noticed (inside the read handler, a flush, a post), and handled here after each
+    /// batch of events (see `poll.rs`), after each submission started and after each post or
+    /// check of the running algorithm (see `comm.rs`); so handling one never re-enters the read
+    /// handler of a peer whose frame is half handled.
+    ///
+    /// 1. A peer whose write failed is read to the end first: the write failed (EPIPE/reset)
+    ///    because the peer closed, and what it sent before closing (its frames, an error text, a
+    ///    bye) may still be unread in our socket buffer and explains the failure better than the
+    ///    write error. Then it is lost.
+    /// 2. When connections were lost or a peer left while needed, every open peer is read up to
+    ///    what it already sent (a sweep): when one process dies, others may die or exit because
+    ///    of it at nearly the same time, so the error names every peer whose connection is gone
+    ///    (the dead one included, whichever we noticed first), and an error frame read meanwhile
+    ///    fails the group with its text, which explains more.
+    /// 3. Unless something failed the group meanwhile, it fails with the lost connections, else
+    ///    with the first peer that left while needed.
+    pub(super) fn handle_faults(&mut self) {
+        while self.faults.recorded() {
+            for (p, why) in std::mem::take(&mut self.faults.broken) {
+                if self.faults.failed.is_none() {
+                    self.read_all(p);
+                }
+                self.peer_lost(p, why);
+            }
+            if self.faults.lost.is_empty() && self.faults.needed.is_empty() {
+                continue;
+            }
+            self.sweep();
+            self.fail_lost();
+            self.fail_needed();
+        }
+    }
+
+    /// Reads what every open peer already sent, budget and pauses aside (error frames fail the
+    /// group with their text; closed connections are recorded).
+    pub(super) fn sweep(&mut self) {
         for q in 0..self.net.peers.len() {
-            if Some(q) != skip && self.net.peers[q].as_ref().is_some_and(|x| x.open) {
-                self.on_readable(q);
+            if self.net.peers[q].as_ref().is_some_and(|x| x.open) {
+                self.read_all(q);
             }
         }
-        self.faults.sweeping = false;
-        self.fail_lost();
     }
 
-    /// Fails the group with the lost connections collected in `self.faults.lost` (if any, and unless
-    /// something already failed it, e.g. an error frame read while sweeping).
+    /// Fails the group with the first peer recorded as having left while needed (unless
+    /// something already failed it).
+    fn fail_needed(&mut self) {
+        let needed = std::mem::take(&mut self.faults.needed);
+        if let Some(&p) = needed.first() {
+            if self.faults.failed.is_none() {
+                self.fail_group(self.left_error(p), false);
+            }
+        }
+    }
+
+    /// Fails the group with the lost connections recorded (if any, and unless something already
+    /// failed it, e.g. an error frame read while sweeping).
     fn fail_lost(&mut self) {
         let mut lost = std::mem::take(&mut self.faults.lost);
         if lost.is_empty() || self.faults.failed.is_some() {

@@ -50,11 +50,9 @@ impl Flow {
 
 impl Engine {
     /// Whether reading from `p` may go on after `steps` read steps of this event; when not, `p`
-    /// is remembered (backlog) or left paused. Sweeps and drains after a loss read everything.
+    /// is remembered (backlog) or left paused. (Fault handling reads everything, see
+    /// `Engine::read_all`.)
     pub(super) fn may_read(&mut self, p: usize, steps: usize) -> bool {
-        if self.faults.sweeping || self.faults.draining {
-            return true;
-        }
         if self.flow.paused[p] {
             return false;
         }

@@ -81,8 +81,8 @@ impl Engine {
         }
     }
 
-    /// Answers the pings read by the last poll (not from inside the read handler: a failed write
-    /// there would re-enter it), and sends the probes of point-to-point ops that are due.
+    /// Answers the pings read by the last poll (after its batch of events, not from inside the
+    /// read handler), and sends the probes of point-to-point ops that are due.
     pub(super) fn after_poll(&mut self) {
         for p in 0..self.live.owe.len() {
             if std::mem::take(&mut self.live.owe[p]) {

@@ -221,6 +221,7 @@ impl Engine {
                 self.id.rank,
             ));
             self.send_note(e.message());
+            self.handle_faults();
             self.complete_p2p(id, Err(e), None);
         }
     }

@@ -14,7 +14,7 @@ impl Engine {
     pub(super) fn poll_once(&mut self, timeout: Option<Duration>) {
         let now = Instant::now();
         let t = match (timeout, self.next_p2p_wake()) {
-            _ if self.has_backlog() => Some(Duration::ZERO),
+            _ if self.has_backlog() || self.faults.recorded() => Some(Duration::ZERO),
             (Some(t), Some(d)) => Some(t.min(d.saturating_duration_since(now))),
             (None, Some(d)) => Some(d.saturating_duration_since(now)),
             (t, None) => t,
@@ -52,16 +52,30 @@ impl Engine {
             }
         }
         self.read_backlog();
+        self.handle_faults();
         self.after_poll();
+        self.handle_faults();
         if !self.p2p.ops.is_empty() {
             self.expire_p2p();
         }
     }
 
+    /// Reads what `p` sent, within the read budget of one event (see `flow.rs`).
     pub(super) fn on_readable(&mut self, p: usize) {
+        self.read_peer(p, true);
+    }
+
+    /// Reads everything `p` already sent, budget and pause aside (fault handling).
+    pub(super) fn read_all(&mut self, p: usize) {
+        self.read_peer(p, false);
+    }
+
+    /// Reads from `p` until its socket would block (or, when `bounded`, until the read budget of
+    /// one event is spent or reading from `p` is paused), handling each frame as it completes.
+    fn read_peer(&mut self, p: usize, bounded: bool) {
         let mut steps = 0;
         loop {
-            if !self.may_read(p, steps) {
+            if bounded && !self.may_read(p, steps) {
                 return;
             }
             steps += 1;

@@ -151,8 +151,7 @@ impl Engine {
             Err(p) => {
                 let what = panic_text(&*p);
                 self.colls.cur = None;
-                self.faults.sweeping = false;
-                self.faults.draining = false;
+                self.faults.forget();
                 let e = DistError::backend(format!(
                     "{}: internal error (panic) in the engine: {what}",
                     self.ctx()
@@ -200,10 +199,12 @@ impl Engine {
         }
     }
 
-    /// True while point-to-point ops are pending or frames wait to be written.
+    /// True while collectives are queued, point-to-point ops are pending, frames wait to be
+    /// written or faults to be handled.
     pub(crate) fn has_pending_io(&self) -> bool {
         !self.colls.pending.is_empty()
             || !self.p2p.ops.is_empty()
+            || self.faults.recorded()
             || self
                 .net
                 .peers
@@ -265,10 +266,16 @@ impl Engine {
             let mut q = lock(&self.shared.queue);
             (std::mem::take(&mut q.subs), q.stop.clone())
         };
+        // Faults noticed before (earlier in this batch of events, when the waker woke us) are
+        // handled first, and after each start, so that every submission sees the group as it is.
+        self.handle_faults();
         for s in subs {
             match s {
                 Submission::Coll(op) => self.colls.pending.push_back(op),
-                Submission::P2p(op) => self.start_p2p(op),
+                Submission::P2p(op) => {
+                    self.start_p2p(op);
+                    self.handle_faults();
+                }
             }
         }
         if let Some(e) = stop {
