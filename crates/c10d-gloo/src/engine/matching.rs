@@ -5,7 +5,6 @@
 //! early); the mismatch error that names both ranks and both ops.
 
 use super::conn::{Owner, Peer, Rx, TxData};
-use super::p2p::Unexpected;
 use super::{CollOp, Engine, OpInfo};
 use crate::wire::{Header, Kind};
 use c10d_core::DistError;
@@ -77,7 +76,7 @@ fn matches(want: &Header, got: &Header) -> bool {
 
 /// A zeroed buffer of `n` bytes, or `None` when the allocation fails. Zeroed pages come
 /// lazily from the allocator, so a big frame costs memory only as its bytes arrive.
-fn try_zeroed(n: usize) -> Option<Vec<u8>> {
+pub(super) fn try_zeroed(n: usize) -> Option<Vec<u8>> {
     if n == 0 {
         return Some(Vec::new());
     }
@@ -164,6 +163,10 @@ impl Engine {
         id
     }
 
+    /// Posts a receive of exactly `len` bytes from `peer` into `ptr`, step `step` of the running
+    /// collective `info`, and returns its id. It completes at once from a frame that arrived
+    /// early, takes over a frame arriving into the early queue right now, or waits in `peer`'s
+    /// queue of posted receives.
     pub(super) fn post_coll_recv(
         &mut self,
         info: &OpInfo,
@@ -173,6 +176,38 @@ impl Engine {
         len: usize,
     ) -> u64 {
         let id = self.new_id();
+        self.drop_stale_early(peer);
+        if self.faults.left[peer] && self.colls.early[peer].is_empty() {
+            self.fail_left(peer);
+            return id;
+        }
+        if self.colls.posted[peer].is_empty() {
+            let want = self.coll_header(info, step, len);
+            let taken = match self.colls.early[peer].pop_front() {
+                Some(e) => Some(self.take_early(peer, e, &want, id, ptr, len)),
+                None => self.take_arriving(peer, &want, id, ptr),
+            };
+            match taken {
+                Some(Ok(())) => return id,
+                Some(Err(h)) => {
+                    let err = self.mismatch_error(info, step, len, peer, &h);
+                    self.fail_group(err, true);
+                    return id;
+                }
+                None => {}
+            }
+        }
+        self.colls.posted[peer].push_back(PostedRecv {
+            id,
+            step,
+            nbytes: len,
+            ptr,
+        });
+        id
+    }
+
+    /// Drops the early frames of `peer` for collectives that finished here already (timed out).
+    fn drop_stale_early(&mut self, peer: usize) {
         let coll_cur = self.colls.seq;
         while self.colls.early[peer]
             .front()
@@ -183,62 +218,67 @@ impl Engine {
                 self.recycle(e.data);
             }
         }
-        if self.faults.left[peer] && self.colls.early[peer].is_empty() {
-            self.fail_left(peer);
-            return id;
+    }
+
+    /// Completes the receive `id` (`len` bytes at `ptr`) from `e`, the first early frame of
+    /// `peer`, when it matches `want`; else returns its header (a mismatch).
+    fn take_early(
+        &mut self,
+        peer: usize,
+        e: Early,
+        want: &Header,
+        id: u64,
+        ptr: *mut u8,
+        len: usize,
+    ) -> std::result::Result<(), Header> {
+        self.early_taken(peer, e.data.len());
+        if !matches(want, &e.hdr) {
+            return Err(e.hdr);
         }
-        if self.colls.posted[peer].is_empty() {
-            let want = self.coll_header(info, step, len);
-            if let Some(e) = self.colls.early[peer].pop_front() {
-                self.early_taken(peer, e.data.len());
-                if matches(&want, &e.hdr) {
-                    // SAFETY: the caller guarantees ptr/len is writable until the id is waited or
-                    // cancelled; we copy right now.
-                    unsafe { std::ptr::copy_nonoverlapping(e.data.as_ptr(), ptr, len) };
-                    self.colls.done.insert(id);
-                    self.recycle(e.data);
-                } else {
-                    let err = self.mismatch_error(info, step, len, peer, &e.hdr);
-                    self.fail_group(err, true);
-                }
-                return id;
-            }
-            // A frame being received into the early queue right now: redirect the rest of it
-            // into the posted buffer (after copying what already arrived).
-            let mut mismatch = None;
-            if let Some(Peer {
-                rx: Rx::Payload { hdr, dest, got },
-                ..
-            }) = self.net.peers[peer].as_mut()
-            {
-                if let Dest::Early(v) = dest {
-                    if hdr.kind == Kind::Coll && hdr.coll_seq >= coll_cur {
-                        if matches(&want, hdr) {
-                            // SAFETY: as above; `got <= len` bytes already arrived.
-                            unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), ptr, *got) };
-                            let old = std::mem::replace(dest, Dest::Coll { id, ptr });
-                            if let Dest::Early(v) = old {
-                                self.recycle(v);
-                            }
-                            return id;
-                        }
-                        mismatch = Some(*hdr);
-                    }
-                }
-            }
-            if let Some(h) = mismatch {
-                let err = self.mismatch_error(info, step, len, peer, &h);
-                self.fail_group(err, true);
-                return id;
-            }
+        // SAFETY: the caller guarantees ptr/len is writable until the id is waited or
+        // cancelled; we copy right now.
+        unsafe { std::ptr::copy_nonoverlapping(e.data.as_ptr(), ptr, len) };
+        self.colls.done.insert(id);
+        self.recycle(e.data);
+        Ok(())
+    }
+
+    /// A frame of this or a later collective being received from `peer` into the early queue
+    /// right now: when it matches `want`, the rest of it goes into the posted buffer `ptr` (after
+    /// copying what already arrived) and completes the receive `id`; else its header is returned
+    /// (a mismatch). `None` when no such frame is arriving.
+    fn take_arriving(
+        &mut self,
+        peer: usize,
+        want: &Header,
+        id: u64,
+        ptr: *mut u8,
+    ) -> Option<std::result::Result<(), Header>> {
+        let coll_cur = self.colls.seq;
+        let Some(Peer {
+            rx: Rx::Payload { hdr, dest, got },
+            ..
+        }) = self.net.peers[peer].as_mut()
+        else {
+            return None;
+        };
+        let Dest::Early(v) = dest else {
+            return None;
+        };
+        if hdr.kind != Kind::Coll || hdr.coll_seq < coll_cur {
+            return None;
         }
-        self.colls.posted[peer].push_back(PostedRecv {
-            id,
-            step,
-            nbytes: len,
-            ptr,
-        });
-        id
+        if !matches(want, hdr) {
+            return Some(Err(*hdr));
+        }
+        // SAFETY: the caller guarantees ptr/len is writable until the id is waited or
+        // cancelled; `got <= len` bytes already arrived.
+        unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), ptr, *got) };
+        let old = std::mem::replace(dest, Dest::Coll { id, ptr });
+        if let Dest::Early(v) = old {
+            self.recycle(v);
+        }
+        Some(Ok(()))
     }
 
     pub(super) fn mismatch_error(
@@ -286,71 +326,55 @@ impl Engine {
             Kind::Error | Kind::Note => Dest::ErrorText(vec![0; n.min(1 << 20)]),
             Kind::Bye | Kind::Ping | Kind::Pong => Dest::Discard,
             _ if self.faults.failed.is_some() => Dest::Discard,
-            Kind::P2p => {
-                let pos = self.p2p.recvs.iter().position(|id| {
-                    let r = &self.p2p.ops[id];
-                    r.tag == h.tag && r.peer.is_none_or(|s| s == p)
-                });
-                let Some(i) = pos else {
-                    return match try_zeroed(n) {
-                        Some(v) => Dest::Unexpected(v),
-                        None => self.unbufferable(p, h),
-                    };
+            Kind::P2p => self.p2p_dest(p, h),
+            Kind::Coll => self.coll_dest(p, h),
+        }
+    }
+
+    /// Where the payload of a collective frame from `p` goes: the head of `p`'s posted receives
+    /// when the frame matches it (else the group fails with a mismatch), the early queue when
+    /// nothing is posted yet (`p` is ahead), the void when its collective finished here already.
+    fn coll_dest(&mut self, p: usize, h: &Header) -> Dest {
+        let n = h.nbytes as usize;
+        if h.coll_seq < self.colls.seq {
+            return Dest::Discard;
+        }
+        if let Some(front) = self.colls.posted[p].front() {
+            let info = self
+                .colls
+                .cur
+                .expect("posted receives only exist while a collective runs");
+            let want = self.coll_header(&info, front.step, front.nbytes);
+            if matches(&want, h) {
+                let r = self.colls.posted[p].pop_front().expect("front exists");
+                return Dest::Coll {
+                    id: r.id,
+                    ptr: r.ptr,
                 };
-                let id = self.p2p.recvs.remove(i);
-                let (len, ptr, seq, op) = {
-                    let r = &self.p2p.ops[&id];
-                    (r.len, r.ptr, r.seq, r.op)
-                };
-                if len != n {
-                    let e = self.p2p_size_error(seq, op, p, h.tag, len, n);
-                    self.complete_p2p(id, Err(e), Some(p));
-                    return Dest::Discard;
-                }
-                Dest::P2p { id, ptr }
             }
-            Kind::Coll => {
-                if h.coll_seq < self.colls.seq {
-                    return Dest::Discard;
-                }
-                if let Some(front) = self.colls.posted[p].front() {
-                    let info = self
-                        .colls
-                        .cur
-                        .expect("posted receives only exist while a collective runs");
-                    let want = self.coll_header(&info, front.step, front.nbytes);
-                    if matches(&want, h) {
-                        let r = self.colls.posted[p].pop_front().expect("front exists");
-                        return Dest::Coll {
-                            id: r.id,
-                            ptr: r.ptr,
-                        };
-                    }
-                    let (step, len) = (front.step, front.nbytes);
-                    let err = self.mismatch_error(&info, step, len, p, h);
-                    self.fail_group(err, true);
-                    return Dest::Discard;
-                }
-                if let Some(info) = self.colls.cur {
-                    if h.coll_seq == info.coll_seq
-                        && (h.op != info.op || h.dtype != info.dtype || h.total != info.total)
-                    {
-                        let err = self.mismatch_error(&info, h.step, n, p, h);
-                        self.fail_group(err, true);
-                        return Dest::Discard;
-                    }
-                }
-                match self.spare_buf(n) {
-                    Some(v) => Dest::Early(v),
-                    None => self.unbufferable(p, h),
-                }
+            let (step, len) = (front.step, front.nbytes);
+            let err = self.mismatch_error(&info, step, len, p, h);
+            self.fail_group(err, true);
+            return Dest::Discard;
+        }
+        if let Some(info) = self.colls.cur {
+            if h.coll_seq == info.coll_seq
+                && (h.op != info.op || h.dtype != info.dtype || h.total != info.total)
+            {
+                let err = self.mismatch_error(&info, h.step, n, p, h);
+                self.fail_group(err, true);
+                return Dest::Discard;
             }
+        }
+        match self.spare_buf(n) {
+            Some(v) => Dest::Early(v),
+            None => self.unbufferable(p, h),
         }
     }
 
     /// A frame whose announced length cannot even be allocated: the stream from `p` is
     /// garbled or hostile, so the connection is dropped and the group fails (no abort).
-    fn unbufferable(&mut self, p: usize, h: &Header) -> Dest {
+    pub(super) fn unbufferable(&mut self, p: usize, h: &Header) -> Dest {
         self.peer_lost(
             p,
             format!(
@@ -361,6 +385,7 @@ impl Engine {
         Dest::Discard
     }
 
+    /// Handles the end of a frame from `p` whose payload went to `dest`.
     pub(super) fn finish_frame(&mut self, p: usize, h: Header, dest: Dest) {
         if h.kind == Kind::Bye {
             return self.peer_left(p);
@@ -381,35 +406,8 @@ impl Engine {
                 self.colls.early[p].push_back(Early { hdr: h, data });
                 self.early_added(p, n);
             }
-            Dest::Unexpected(data) => {
-                // A receive may have been posted while this frame was arriving.
-                let pos = self.p2p.recvs.iter().position(|id| {
-                    let r = &self.p2p.ops[id];
-                    r.tag == h.tag && r.peer.is_none_or(|s| s == p)
-                });
-                match pos {
-                    Some(i) => {
-                        let id = self.p2p.recvs.remove(i);
-                        let (len, ptr, seq, op) = {
-                            let r = &self.p2p.ops[&id];
-                            (r.len, r.ptr, r.seq, r.op)
-                        };
-                        if len == data.len() {
-                            // SAFETY: ptr/len is the leased output of the pending receive `id`.
-                            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), ptr, len) };
-                            self.complete_p2p(id, Ok(()), Some(p));
-                        } else {
-                            let e = self.p2p_size_error(seq, op, p, h.tag, len, data.len());
-                            self.complete_p2p(id, Err(e), Some(p));
-                        }
-                    }
-                    None => self.p2p.unexpected.push_back(Unexpected {
-                        peer: p,
-                        hdr: h,
-                        data,
-                    }),
-                }
-            }
+            // A receive may have been posted while this frame was arriving.
+            Dest::Unexpected(data) => self.p2p_arrived(p, h, data),
             Dest::ErrorText(t) => {
                 let e = DistError::backend(format!(
                     "{} reported: {}",

@@ -3,6 +3,7 @@
 //! unexpected queue), completing them, and their deadlines.
 
 use super::conn::{Owner, TxData};
+use super::matching::{try_zeroed, Dest};
 use super::{deadline_after, liveness, p2p_failed, Engine, P2pOp};
 use crate::wire::{Header, Kind};
 use c10d_core::{DistError, OpType, Result, TensorLeases, WorkCompleter};
@@ -224,5 +225,61 @@ impl Engine {
             self.handle_faults();
             self.complete_p2p(id, Err(e), None);
         }
+    }
+
+    /// Where the payload of a point-to-point frame from `p` goes: the first posted receive whose
+    /// tag and source it matches (a size mismatch fails that receive), else the unexpected queue.
+    pub(super) fn p2p_dest(&mut self, p: usize, h: &Header) -> Dest {
+        let n = h.nbytes as usize;
+        let Some(id) = self.take_p2p_recv(p, h.tag) else {
+            return match try_zeroed(n) {
+                Some(v) => Dest::Unexpected(v),
+                None => self.unbufferable(p, h),
+            };
+        };
+        let (len, ptr, seq, op) = {
+            let r = &self.p2p.ops[&id];
+            (r.len, r.ptr, r.seq, r.op)
+        };
+        if len != n {
+            let e = self.p2p_size_error(seq, op, p, h.tag, len, n);
+            self.complete_p2p(id, Err(e), Some(p));
+            return Dest::Discard;
+        }
+        Dest::P2p { id, ptr }
+    }
+
+    /// A whole point-to-point frame from `p` that no receive was posted for when it began to
+    /// arrive: a receive posted since gets it, else it waits in the unexpected queue.
+    pub(super) fn p2p_arrived(&mut self, p: usize, h: Header, data: Vec<u8>) {
+        let Some(id) = self.take_p2p_recv(p, h.tag) else {
+            return self.p2p.unexpected.push_back(Unexpected {
+                peer: p,
+                hdr: h,
+                data,
+            });
+        };
+        let (len, ptr, seq, op) = {
+            let r = &self.p2p.ops[&id];
+            (r.len, r.ptr, r.seq, r.op)
+        };
+        if len == data.len() {
+            // SAFETY: ptr/len is the leased output of the pending receive `id`.
+            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), ptr, len) };
+            self.complete_p2p(id, Ok(()), Some(p));
+        } else {
+            let e = self.p2p_size_error(seq, op, p, h.tag, len, data.len());
+            self.complete_p2p(id, Err(e), Some(p));
+        }
+    }
+
+    /// Takes the first posted receive (in posting order) that a frame from `p` with `tag`
+    /// matches, if any.
+    fn take_p2p_recv(&mut self, p: usize, tag: i64) -> Option<u64> {
+        let i = self.p2p.recvs.iter().position(|id| {
+            let r = &self.p2p.ops[id];
+            r.tag == tag && r.peer.is_none_or(|s| s == p)
+        })?;
+        Some(self.p2p.recvs.remove(i))
     }
 }
