@@ -43,7 +43,7 @@ impl TxData {
         match self {
             // SAFETY: a borrowed payload points into a leased tensor or the running collective's
             // buffers; the owner detaches (copies) or removes the message before that memory is
-            // released (see `Engine::detach_tx`).
+            // released (see `Peer::detach`).
             TxData::Borrowed(p, n) => unsafe { std::slice::from_raw_parts(*p, *n) },
             TxData::Owned(v) => v,
         }
@@ -155,6 +155,36 @@ impl Peer {
             }
         }
         None
+    }
+
+    /// Lets go of the buffers of the ops `owns` selects: their queued frames are dropped, or
+    /// finished from a copy when partly written (the peer expects the rest), and no longer
+    /// belong to anyone; a frame being received into one of them is drained into the void.
+    pub(super) fn detach(&mut self, owns: impl Fn(Owner) -> bool) {
+        let mut keep = VecDeque::with_capacity(self.tx.len());
+        for mut m in self.tx.drain(..) {
+            if owns(m.owner) {
+                if m.off == 0 {
+                    continue;
+                }
+                if let TxData::Borrowed(..) = m.data {
+                    m.data = TxData::Owned(m.data.bytes().to_vec());
+                }
+                m.owner = Owner::Nobody;
+            }
+            keep.push_back(m);
+        }
+        self.tx = keep;
+        if let Rx::Payload { dest, .. } = &mut self.rx {
+            let owner = match dest {
+                Dest::Coll { id, .. } => Owner::Coll(*id),
+                Dest::P2p { id, .. } => Owner::P2p(*id),
+                _ => Owner::Nobody,
+            };
+            if owner != Owner::Nobody && owns(owner) {
+                *dest = Dest::Discard;
+            }
+        }
     }
 
     /// Advances the queue by `n` written bytes, popping the frames now written whole.

@@ -9,7 +9,6 @@ use super::matching::Dest;
 use super::{lock, CollOp, Engine, OpInfo};
 use crate::wire::Kind;
 use c10d_core::{DistError, OpType};
-use std::collections::VecDeque;
 use std::time::Instant;
 
 /// Whether and why the group failed, and the faults noticed but not handled yet.
@@ -252,28 +251,23 @@ impl Engine {
         log::warn!("{}: group failed: {err}", self.ctx());
         self.faults.failed = Some(err.clone());
         *lock(&self.shared.failed) = Some(err.clone());
-        // Detach every borrowed buffer: in-flight frames finish from a copy, queued ones are dropped.
-        let mut p2p_ids: Vec<u64> = Vec::new();
+        self.detach_everything();
+        if tell_peers {
+            self.tell_peers(&err);
+        }
+        let ids: Vec<u64> = self.p2p.ops.keys().copied().collect();
+        for id in ids {
+            let (op, seq) = (self.p2p.ops[&id].op, self.p2p.ops[&id].seq);
+            self.complete_p2p(id, Err(p2p_failed(op, seq, self.id.rank, &err)), None);
+        }
+        self.fail_pending_colls(&err);
+    }
+
+    /// Detaches every borrowed buffer (in-flight frames finish from a copy, queued ones are
+    /// dropped) and drops every frame kept for later (early, unexpected).
+    fn detach_everything(&mut self) {
         for peer in self.net.peers.iter_mut().flatten() {
-            let mut keep = VecDeque::new();
-            for mut m in peer.tx.drain(..) {
-                if let Owner::P2p(id) = m.owner {
-                    p2p_ids.push(id);
-                }
-                if m.off > 0 {
-                    if let TxData::Borrowed(..) = m.data {
-                        m.data = TxData::Owned(m.data.bytes().to_vec());
-                    }
-                    m.owner = Owner::Nobody;
-                    keep.push_back(m);
-                }
-            }
-            peer.tx = keep;
-            if let Rx::Payload { dest, .. } = &mut peer.rx {
-                if matches!(dest, Dest::Coll { .. } | Dest::P2p { .. }) {
-                    *dest = Dest::Discard;
-                }
-            }
+            peer.detach(|_| true);
         }
         for q in &mut self.colls.posted {
             q.clear();
@@ -283,24 +277,19 @@ impl Engine {
         }
         self.early_cleared();
         self.p2p.unexpected.clear();
-        if tell_peers {
-            let text = err.message().as_bytes().to_vec();
-            for p in 0..self.net.peers.len() {
-                if self.net.peers[p].as_ref().is_some_and(|x| x.open) {
-                    let h = control_header(Kind::Error, text.len());
-                    self.push_tx(p, h, TxData::Owned(text.clone()), Owner::Nobody);
-                }
+    }
+
+    /// Sends the failure `err` to every open peer as an error frame and, before any waiter hears
+    /// of the failure (its process may exit right away), gives the frames a moment to leave.
+    fn tell_peers(&mut self, err: &DistError) {
+        let text = err.message().as_bytes().to_vec();
+        for p in 0..self.net.peers.len() {
+            if self.net.peers[p].as_ref().is_some_and(|x| x.open) {
+                let h = control_header(Kind::Error, text.len());
+                self.push_tx(p, h, TxData::Owned(text.clone()), Owner::Nobody);
             }
-            // Before any waiter hears of the failure (its process may exit right away), give
-            // the error frames a moment to leave.
-            self.linger(Instant::now() + LINGER);
         }
-        let ids: Vec<u64> = self.p2p.ops.keys().copied().collect();
-        for id in ids {
-            let (op, seq) = (self.p2p.ops[&id].op, self.p2p.ops[&id].seq);
-            self.complete_p2p(id, Err(p2p_failed(op, seq, self.id.rank, &err)), None);
-        }
-        self.fail_pending_colls(&err);
+        self.linger(Instant::now() + LINGER);
     }
 
     /// Detaches posted buffers of the given ids: queued sends are dropped (or finished from a
@@ -316,30 +305,7 @@ impl Engine {
             Owner::Nobody => false,
         };
         for peer in self.net.peers.iter_mut().flatten() {
-            let mut keep = VecDeque::with_capacity(peer.tx.len());
-            for mut m in peer.tx.drain(..) {
-                if owns(m.owner) {
-                    if m.off == 0 {
-                        continue;
-                    }
-                    if let TxData::Borrowed(..) = m.data {
-                        m.data = TxData::Owned(m.data.bytes().to_vec());
-                    }
-                    m.owner = Owner::Nobody;
-                }
-                keep.push_back(m);
-            }
-            peer.tx = keep;
-            if let Rx::Payload { dest, .. } = &mut peer.rx {
-                let hit = match dest {
-                    Dest::Coll { id, .. } => coll && ids.contains(id),
-                    Dest::P2p { id, .. } => !coll && ids.contains(id),
-                    _ => false,
-                };
-                if hit {
-                    *dest = Dest::Discard;
-                }
-            }
+            peer.detach(owns);
         }
         if coll {
             for q in &mut self.colls.posted {
