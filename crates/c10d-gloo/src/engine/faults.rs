@@ -1,5 +1,6 @@
-//! Faults: a peer that left (bye) or was lost (EOF, reset, failed write), the sweep that reads
-//! what the other peers already sent so that the error names every broken connection (or an
+//! Faults: a peer that left (bye) or was lost (EOF, reset, failed write), recorded where it is
+//! noticed and handled after the step that noticed it (`handle_faults`, with the sweep that reads
+//! what the other peers already sent so that the error names every broken connection, or an
 //! error frame explains more), failing the group (every pending and later op gets the error;
 //! the peers are told), detaching the buffers of ops that failed or timed out, and the error
 //! texts of failed ops.

@@ -48,6 +48,51 @@
 //! error also names the ranks that did not answer; the timed-out rank's error text goes to its
 //! peers as a note that explains its later departure (see `liveness.rs`). Reading is bounded
 //! per event and paused for a peer whose early frames pass a budget (see `flow.rs`).
+//!
+//! A lost connection, a failed write or a peer that left while still needed is *recorded* where
+//! it is noticed (often deep inside the read handler of another frame) and *handled* once the
+//! step that noticed it is done: after each batch of events, after each submission started,
+//! after each post or check of the running algorithm (see `Engine::handle_faults` in
+//! `faults.rs`). Handling reads what the peers already sent (a sweep) before failing the group,
+//! so that the error names every broken connection, or an error frame read meanwhile explains
+//! more; since it never runs inside the read handler, it needs no re-entrancy guard. A mismatch
+//! or an error frame fails the group directly: nothing more is to be read first.
+//!
+//! # Which file owns what
+//!
+//! | file | owns |
+//! |------|------|
+//! | `mod.rs` | [`Engine`] (its state, grouped by the parts below) and its constructor, [`Ident`], [`deadline_after`] |
+//! | `submit.rs` | [`Queue`] and [`Shared`] (what the user-facing handle shares with the engine), the submitted ops ([`CollOp`], [`P2pOp`], [`OpInfo`]), [`worker_loop`], the drive loops, `drain` (taking submissions), `run_coll`, `finish`, `guarded` (a panic fails the group) |
+//! | `setup.rs` | [`Connector`] (the mesh, at construction or under lazy init), installing the sockets, the shared-memory verdict |
+//! | `poll.rs` | the event loop: `poll_once` (one `epoll` wait and its batch of events), `on_readable` / `read_all` (reading a peer frame by frame) |
+//! | `conn.rs` | connection I/O: `Stream`, `Peer`, the write queue (`push_tx`, `flush`, `linger`), the receive state machine (`read_step`), SO_RCVLOWAT |
+//! | `matching.rs` | where an arriving frame goes (`classify`) and what its end means (`finish_frame`); posting a collective's sends and receives; early frames; the mismatch error |
+//! | `p2p.rs` | point-to-point ops: start, matching by tag and source, the unexpected queue, completion, deadlines |
+//! | `faults.rs` | a peer lost or gone, recording and handling faults (`handle_faults`, the sweep), `fail_group`, detaching buffers, the texts of failed ops |
+//! | `comm.rs` | [`Comm`], the algorithms' view of the engine (posts, waits, time-out texts, checks for the shared-memory and cross-memory-attach paths, scratch buffers) |
+//! | `flow.rs` | read budget per event and back-pressure on peers that run ahead |
+//! | `liveness.rs` | ping/pong probes that name a silent rank; time-out notes |
+//!
+//! # How a collective flows through the engine
+//!
+//! 1. `ProcessGroupGloo::submit` (`lib.rs`) pushes a [`Submission`] on the [`Queue`] and either
+//!    drives the engine inline (`Engine::drive_until`) or wakes the worker ([`worker_loop`],
+//!    `Engine::drive_until_idle`); both live in `submit.rs`.
+//! 2. The driver `drain`s the queue: collectives wait in `Colls::pending`, point-to-point ops
+//!    start at once (`p2p.rs`).
+//! 3. `run_coll` takes the next collective: it connects first under lazy init (`setup.rs`),
+//!    checks the group has not failed, and runs the op's body with a [`Comm`] (`comm.rs`) that
+//!    carries the op's deadline; the body's result completes the op's `Work`.
+//! 4. The algorithm posts sends (`push_tx` queues the frame and writes what it can, `conn.rs`)
+//!    and receives (`post_coll_recv`, `matching.rs`: from an early frame at once, else queued
+//!    on the peer) and waits (`wait_ids`): while not done it probes liveness when due and calls
+//!    `poll_once` (`poll.rs`), which flushes writable peers and reads readable ones
+//!    (`read_step`, `classify`: payloads go straight into the posted buffers; `finish_frame`
+//!    marks the receive done).
+//! 5. Faults noticed on the way are handled after each step (see "Faults"); a failed or timed
+//!    out op detaches what it posted (`detach_ids`) before its `Comm` is dropped, so no frame is
+//!    ever read into or written from memory the op has given back.
 
 mod comm;
 mod conn;

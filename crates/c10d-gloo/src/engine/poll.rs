@@ -1,6 +1,7 @@
 //! The event loop: one `epoll` wait and the handling of its batch of events (the waker drains
-//! submissions, readable peers are read, writable ones flushed), then the read backlog,
-//! liveness answers and point-to-point deadlines.
+//! submissions, readable peers are read, writable ones flushed), then the read backlog, the
+//! faults noticed meanwhile (see `faults.rs`), liveness answers and point-to-point deadlines;
+//! reading a peer frame by frame, within a budget (`on_readable`) or to the end (`read_all`).
 
 use super::conn::{read_step, ReadStep, Rx};
 use super::{Engine, WAKER};
