@@ -153,10 +153,12 @@ impl Engine {
     }
 
     /// Handles the faults recorded since the last call. Faults are recorded, never handled, where
-    /// they are noticed (inside the read handler, a flush, a post), and handled here after each
-    /// batch of events (see `poll.rs`), after each submission started and after each post or
-    /// check of the running algorithm (see `comm.rs`); so handling one never re-enters the read
-    /// handler of a peer whose frame is half handled.
+    /// they are noticed (inside the read handler, a flush, a post), and handled here once the
+    /// step that noticed them is done: after each batch of events (see `poll.rs`), after each
+    /// submission started (`drain`), after each post or check of the running algorithm (see
+    /// `comm.rs`) and after each write the driver starts on its own (liveness probes and
+    /// answers, time-out notes). So handling one never re-enters the read handler of a peer
+    /// whose frame is half handled, and no guard flag is needed.
     ///
     /// 1. A peer whose write failed is read to the end first: the write failed (EPIPE/reset)
     ///    because the peer closed, and what it sent before closing (its frames, an error text, a
