@@ -3,7 +3,8 @@
 //! the group's checks for the shared-memory and cross-memory-attach paths, scratch buffers.
 
 use super::conn::{Peer, Stream};
-use super::{deadline_after, liveness, lock, op_failed, rank_list, Engine, OpInfo};
+use super::faults::{op_failed, rank_list};
+use super::{deadline_after, liveness, lock, Engine, OpInfo};
 use crate::algo::shm::ShmState;
 use crate::wire::{Header, Kind};
 use c10d_core::{DType, DistError, OpType, Result};

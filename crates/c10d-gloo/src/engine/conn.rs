@@ -11,11 +11,13 @@ use std::collections::VecDeque;
 use std::io::{IoSlice, Read, Write};
 use std::time::{Duration, Instant};
 
+/// Size of a peer's staging buffer (headers and small payloads are read through it).
 const STAGE: usize = 256 * 1024;
 
 /// Payload remainders at least this big are read straight into their destination.
 const DIRECT_READ: usize = 32 * 1024;
 
+/// Slices gathered into one write.
 const MAX_IOV: usize = 64;
 
 /// The peer connections (`None`: this rank, or not connected yet) and their poll set.
@@ -27,6 +29,7 @@ pub(super) struct Net {
     pub(super) connector: Option<Connector>,
 }
 
+/// The payload of a queued frame: borrowed from the op's buffer until written, or owned.
 pub(super) enum TxData {
     Borrowed(*const u8, usize),
     Owned(Vec<u8>),
@@ -39,7 +42,7 @@ impl TxData {
             TxData::Owned(v) => v.len(),
         }
     }
-    pub(super) fn bytes(&self) -> &[u8] {
+    fn bytes(&self) -> &[u8] {
         match self {
             // SAFETY: a borrowed payload points into a leased tensor or the running collective's
             // buffers; the owner detaches (copies) or removes the message before that memory is
@@ -50,6 +53,8 @@ impl TxData {
     }
 }
 
+/// Who waits for a queued frame to be written: a collective's send, a point-to-point send (by
+/// id), or nobody (control frames, detached frames).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum Owner {
     Coll(u64),
@@ -57,14 +62,16 @@ pub(super) enum Owner {
     Nobody,
 }
 
+/// A frame in a peer's write queue.
 pub(super) struct TxMsg {
-    pub(super) hdr: [u8; HDR],
-    pub(super) data: TxData,
+    hdr: [u8; HDR],
+    data: TxData,
     /// Bytes written so far (header included).
-    pub(super) off: usize,
+    off: usize,
     pub(super) owner: Owner,
 }
 
+/// Where a peer's receive state machine is: waiting for a header, or inside a payload.
 pub(super) enum Rx {
     Header,
     Payload { hdr: Header, dest: Dest, got: usize },

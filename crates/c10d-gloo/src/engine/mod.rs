@@ -115,7 +115,7 @@ use crate::transport::Conn;
 use c10d_core::Result;
 use comm::AlgoState;
 use conn::Net;
-use faults::{op_failed, p2p_failed, panic_text, rank_list, Faults};
+use faults::Faults;
 use matching::Colls;
 use mio::{Events, Poll, Token};
 use p2p::P2p;
@@ -157,7 +157,7 @@ pub(crate) struct Engine {
     colls: Colls,
     /// Pending point-to-point ops and the frames nobody waits for yet (`p2p.rs`).
     p2p: P2p,
-    /// Whether and why the group failed; peers that left; faults being handled (`faults.rs`).
+    /// Whether and why the group failed; peers that left; faults not handled yet (`faults.rs`).
     faults: Faults,
     /// Whether a stop (abort, shutdown) was seen, and how to leave (`submit.rs`).
     stop: Stop,
@@ -179,6 +179,8 @@ pub(crate) struct Engine {
 unsafe impl Send for Engine {}
 
 impl Engine {
+    /// The engine of group member `id`: connected now when `streams` are given, else at the
+    /// first op through `connector` (lazy init).
     pub(crate) fn new(
         shared: Arc<Shared>,
         poll: Poll,

@@ -3,8 +3,9 @@
 //! unexpected queue), completing them, and their deadlines.
 
 use super::conn::{Owner, TxData};
+use super::faults::p2p_failed;
 use super::matching::{try_zeroed, Dest};
-use super::{deadline_after, liveness, p2p_failed, Engine, P2pOp};
+use super::{deadline_after, liveness, Engine, P2pOp};
 use crate::wire::{Header, Kind};
 use c10d_core::{DistError, OpType, Result, TensorLeases, WorkCompleter};
 use std::collections::{HashMap, VecDeque};

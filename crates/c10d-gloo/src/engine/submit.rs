@@ -4,7 +4,8 @@
 
 use super::comm::Comm;
 use super::conn::{control_header, Owner, TxData};
-use super::{op_failed, panic_text, Engine};
+use super::faults::{op_failed, panic_text};
+use super::Engine;
 use crate::wire::Kind;
 use c10d_core::{DType, DistError, OpType, Result, TensorLeases, WorkCompleter};
 use mio::Waker;
