@@ -55,8 +55,14 @@
 //! | `slices.rs` | cutting a leased buffer into per-rank / per-tensor parts |
 //! | `options.rs` | [`GlooOptions`] and the listen-address choice |
 //! | `transport.rs` | connection set-up: listen, publish in the store, connect/accept the mesh, hello handshake |
-//! | `engine.rs` | the per-group engine: queue, worker thread, `mio` poll loop, frame matching, timeouts, faults; `Comm`, the algorithms' view of it |
-//! | `flow.rs`, `liveness.rs` | engine parts: read budget and back-pressure; ping/pong probes that name a silent rank |
+//! | `engine/mod.rs` | the per-group engine, one concept per file (its table is in `engine/mod.rs`): |
+//! | `engine/submit.rs` | queue, worker thread, drive loops, running a collective |
+//! | `engine/setup.rs` | connecting the mesh (also under lazy init), the shared-memory verdict |
+//! | `engine/poll.rs`, `engine/conn.rs` | the `mio` poll loop; connection I/O (write queue, receive state machine) |
+//! | `engine/matching.rs`, `engine/p2p.rs` | frame matching for collectives; point-to-point ops |
+//! | `engine/faults.rs` | lost or departed peers, failing the group, detaching buffers, error texts |
+//! | `engine/comm.rs` | `Comm`, the algorithms' view of the engine (posts, waits, time-outs) |
+//! | `engine/flow.rs`, `engine/liveness.rs` | read budget and back-pressure; ping/pong probes that name a silent rank |
 //! | `wire.rs` | the 64-byte frame header |
 //! | `algo/*.rs` | the algorithms, written against `Comm` (post sends/receives, wait, reduce); `algo/shm.rs` the shared-memory segment and its all-reduce |
 //! | `algo/select.rs` | which algorithm runs an op: one pure table of (size, group size, options, what the group can do: shared memory, cross-memory attach) |
@@ -70,14 +76,15 @@
 //!    on a `Comm` (`algo::dispatch`).
 //! 2. `submit` (`process_group.rs`) leases the tensors, numbers the op, records it in the flight recorder and
 //!    queues it; a blocking call that finds the engine free drives it on the caller's thread,
-//!    otherwise the group's worker thread does (`engine.rs`, "who drives it").
-//! 3. The engine runs queued collectives in issue order (`Engine::run_coll`): connects first
-//!    under lazy init, gives the body a `Comm` with the op's deadline, and completes the
-//!    op's `Work` with the body's result.
+//!    otherwise the group's worker thread does (`engine/mod.rs`, "who drives it").
+//! 3. The engine runs queued collectives in issue order (`Engine::run_coll` in
+//!    `engine/submit.rs`): connects first under lazy init, gives the body a `Comm` with the
+//!    op's deadline, and completes the op's `Work` with the body's result.
 //! 4. Inside the body the algorithm posts non-blocking sends and receives (each frame = header
 //!    from `wire.rs` + payload, tagged by collective index and step) and waits on them; the
-//!    waiting thread polls the sockets, writes queued frames (`flush`) and reads arriving
-//!    frames straight into the posted buffers (`on_readable`).
+//!    waiting thread polls the sockets (`engine/poll.rs`), writes queued frames (`flush`,
+//!    `engine/conn.rs`) and reads arriving frames straight into the posted buffers
+//!    (`on_readable`, matched in `engine/matching.rs`).
 //!
 //! Differences from PyTorch's Gloo, on purpose: `ReduceOp::Avg` and `ReduceOp::PremulSum` are
 //! supported (PyTorch's Gloo refuses them); AVG divides by the group size (also when a rank

@@ -50,11 +50,9 @@ impl Flow {
 
 impl Engine {
     /// Whether reading from `p` may go on after `steps` read steps of this event; when not, `p`
-    /// is remembered (backlog) or left paused. Sweeps and drains after a loss read everything.
+    /// is remembered (backlog) or left paused. (Fault handling reads everything, see
+    /// `Engine::read_all`.)
     pub(super) fn may_read(&mut self, p: usize, steps: usize) -> bool {
-        if self.sweeping || self.draining {
-            return true;
-        }
         if self.flow.paused[p] {
             return false;
         }
@@ -133,8 +131,9 @@ impl Engine {
 
     /// Whether a posted point-to-point receive may match a frame from `p`.
     fn p2p_may_need(&self, p: usize) -> bool {
-        self.p2p_recvs.iter().any(|id| {
+        self.p2p.recvs.iter().any(|id| {
             self.p2p
+                .ops
                 .get(id)
                 .is_some_and(|r| r.peer.is_none_or(|q| q == p))
         })

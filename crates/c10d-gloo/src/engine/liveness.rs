@@ -16,6 +16,7 @@
 //! because of its time-out), says what the rank had reported, so its error still names the
 //! silent rank instead of only the one that left.
 
+use super::conn::{control_header, Owner, TxData};
 use super::Engine;
 use crate::wire::Kind;
 use std::time::{Duration, Instant};
@@ -60,8 +61,8 @@ impl Engine {
         }
         self.live.pinged = Some(now);
         for p in self.open_peers() {
-            let h = super::control_header(Kind::Ping, 0);
-            self.push_tx(p, h, super::TxData::Owned(Vec::new()), super::Owner::Nobody);
+            let h = control_header(Kind::Ping, 0);
+            self.push_tx(p, h, TxData::Owned(Vec::new()), Owner::Nobody);
         }
     }
 
@@ -80,17 +81,18 @@ impl Engine {
         }
     }
 
-    /// Answers the pings read by the last poll (not from inside the read handler: a failed write
-    /// there would re-enter it), and sends the probes of point-to-point ops that are due.
+    /// Answers the pings read by the last poll (after its batch of events, not from inside the
+    /// read handler), and sends the probes of point-to-point ops that are due.
     pub(super) fn after_poll(&mut self) {
         for p in 0..self.live.owe.len() {
             if std::mem::take(&mut self.live.owe[p]) {
-                let h = super::control_header(Kind::Pong, 0);
-                self.push_tx(p, h, super::TxData::Owned(Vec::new()), super::Owner::Nobody);
+                let h = control_header(Kind::Pong, 0);
+                self.push_tx(p, h, TxData::Owned(Vec::new()), Owner::Nobody);
             }
         }
         let p2p: Vec<(Instant, Duration)> = self
             .p2p
+            .ops
             .values()
             .map(|o| (o.deadline, window(o.timeout)))
             .collect();
@@ -102,6 +104,7 @@ impl Engine {
     /// The nearest instant a poll must wake up for: a point-to-point deadline or probe.
     pub(super) fn next_p2p_wake(&self) -> Option<Instant> {
         self.p2p
+            .ops
             .values()
             .map(|o| {
                 self.probe_due_at(o.deadline, window(o.timeout))
@@ -113,9 +116,9 @@ impl Engine {
     /// Tells every open peer the time-out `text` of an op of this rank (see the module docs).
     pub(super) fn send_note(&mut self, text: &str) {
         for p in self.open_peers() {
-            let h = super::control_header(Kind::Note, text.len());
-            let data = super::TxData::Owned(text.as_bytes().to_vec());
-            self.push_tx(p, h, data, super::Owner::Nobody);
+            let h = control_header(Kind::Note, text.len());
+            let data = TxData::Owned(text.as_bytes().to_vec());
+            self.push_tx(p, h, data, Owner::Nobody);
         }
     }
 
@@ -138,8 +141,8 @@ impl Engine {
 
     /// Open peers (not this rank, not ones that left).
     fn open_peers(&self) -> Vec<usize> {
-        (0..self.peers.len())
-            .filter(|&p| !self.left[p] && self.peers[p].as_ref().is_some_and(|x| x.open))
+        (0..self.net.peers.len())
+            .filter(|&p| !self.faults.left[p] && self.net.peers[p].as_ref().is_some_and(|x| x.open))
             .collect()
     }
 
