@@ -25,6 +25,12 @@
 //!   Whether it is permitted is probed once per group and agreed by every rank; otherwise (or
 //!   with `C10D_GLOO_CMA=0` on any rank) the socket algorithms run. Reads only: a peer can
 //!   never write our memory; it can read it, as any process of the same user already may.
+//! * When a group spans hosts with two or more ranks on each (as many on every host), large
+//!   all-reduces run in two levels (see `algo::hierarchical`): reduce inside each host
+//!   (cross-memory attach where allowed), exchange between hosts one segment per local rank,
+//!   spread inside the host; the bytes crossing the network halve against the flat all-pairs.
+//!   The host map is learnt from the connections (Unix socket = same host) at the first such
+//!   op; `C10D_GLOO_TWO_LEVEL=0` / [`GlooOptions::two_level`] turns it off.
 //! * Algorithms live in `algo::*`, one small module each: direct-exchange, all-pairs
 //!   (reduce-scatter + all-gather) and pipelined-ring all-reduce, binomial-tree and
 //!   pipelined-chain broadcast, direct all-gather / gather / scatter / all-to-all /
@@ -65,8 +71,9 @@
 //! | `engine/flow.rs`, `engine/liveness.rs` | read budget and back-pressure; ping/pong probes that name a silent rank |
 //! | `wire.rs` | the 64-byte frame header |
 //! | `algo/*.rs` | the algorithms, written against `Comm` (post sends/receives, wait, reduce); `algo/shm.rs` the shared-memory segment and its all-reduce |
-//! | `algo/select.rs` | which algorithm runs an op: one pure table of (size, group size, options, what the group can do: shared memory, cross-memory attach) |
-//! | `algo/dispatch.rs` | runs the table's choice (and the cross-memory-attach probe when the table asks for it) |
+//! | `algo/select.rs` | which algorithm runs an op: one pure table of (size, group size, options, what the group can do: shared memory, cross-memory attach, how ranks sit on hosts) |
+//! | `algo/dispatch.rs` | runs the table's choice (and the probes it asks for: cross-memory attach, the host map) |
+//! | `algo/hierarchical.rs` | the host map and the two-level all-reduce of groups that span hosts |
 //! | `bin/c10d-gloo-worker.rs` | rank process for benchmarks and process tests |
 //!
 //! # How a collective flows

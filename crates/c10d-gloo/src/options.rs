@@ -102,6 +102,13 @@ pub struct GlooOptions {
     /// that set this to `false` (`C10D_GLOO_SHM=0` in its environment), makes the whole group use
     /// sockets. Default `true`.
     pub shared_memory: bool,
+    /// Whether this rank agrees to two-level all-reduces in groups that span hosts (reduce
+    /// inside each host, exchange between hosts, spread; see `algo::hierarchical`), used with
+    /// [`AllreduceAlgorithm::Auto`] above [`GlooOptions::small_allreduce_bytes`] when the
+    /// ranks sit on two or more hosts with the same number (≥ 2) each. One rank that sets this
+    /// to `false` (`C10D_GLOO_TWO_LEVEL=0` in its environment) makes the whole group use the
+    /// flat algorithms. Default `true`.
+    pub two_level: bool,
 }
 
 impl Default for GlooOptions {
@@ -127,6 +134,7 @@ impl Default for GlooOptions {
             cma_min_bytes: 2 * 1024 * 1024,
             cross_memory_attach: std::env::var("C10D_GLOO_CMA").map_or(true, |v| v.trim() != "0"),
             shared_memory: std::env::var("C10D_GLOO_SHM").map_or(true, |v| v.trim() != "0"),
+            two_level: std::env::var("C10D_GLOO_TWO_LEVEL").map_or(true, |v| v.trim() != "0"),
         }
     }
 }

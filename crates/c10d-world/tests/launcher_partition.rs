@@ -6,77 +6,12 @@
 //! skips with a printed reason otherwise. The namespaces are removed even when the test fails.
 
 mod launcher_util;
+mod netns;
 use launcher_util::*;
-use std::process::Command;
+use netns::Hosts;
 use std::time::{Duration, Instant};
 
 const BENCH: &str = env!("CARGO_BIN_EXE_c10d-bench");
-
-fn ip(args: &[&str]) -> Result<(), String> {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .map_err(|e| format!("cannot run ip: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "ip {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
-}
-
-/// Two namespaces joined by veth `v0`/`v1`; removed on drop.
-struct Hosts {
-    names: [String; 2],
-}
-
-impl Hosts {
-    fn new() -> Result<Hosts, String> {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            return Err("not root".into());
-        }
-        let id = std::process::id();
-        let mut h = Hosts {
-            names: [String::new(), String::new()],
-        };
-        for (i, side) in ["a", "b"].iter().enumerate() {
-            let n = format!("c10d-part-{id}-{side}");
-            ip(&["netns", "add", &n])?;
-            h.names[i] = n;
-        }
-        let [a, b] = &h.names;
-        ip(&[
-            "link", "add", "v0", "netns", a, "type", "veth", "peer", "name", "v1", "netns", b,
-        ])?;
-        for (i, n) in h.names.iter().enumerate() {
-            let dev = format!("v{i}");
-            ip(&[
-                "-n",
-                n,
-                "addr",
-                "add",
-                &format!("10.231.1.{}/24", i + 1),
-                "dev",
-                &dev,
-            ])?;
-            ip(&["-n", n, "link", "set", "lo", "up"])?;
-            ip(&["-n", n, "link", "set", &dev, "up"])?;
-        }
-        Ok(h)
-    }
-}
-
-impl Drop for Hosts {
-    fn drop(&mut self) {
-        for n in self.names.iter().filter(|n| !n.is_empty()) {
-            let _ = ip(&["netns", "del", n]);
-        }
-    }
-}
 
 /// `c10drun` for node `node` of the 2-node job, inside its namespace (node 0 picks the store's
 /// port: pass "0").
@@ -121,7 +56,7 @@ fn node(hosts: &Hosts, node: usize, port: &str) -> Job {
 
 #[test]
 fn both_launchers_exit_when_the_link_goes_down() {
-    let hosts = match Hosts::new() {
+    let hosts = match Hosts::new("part", 1) {
         Ok(h) => h,
         Err(why) => {
             println!("skipped: cannot make network namespaces ({why})");
@@ -134,9 +69,7 @@ fn both_launchers_exit_when_the_link_goes_down() {
     n0.wait_for_stdout("[rank 0]: # c10d-bench all_reduce", Duration::from_secs(60));
     std::thread::sleep(Duration::from_millis(200));
     let t0 = Instant::now();
-    for (i, n) in hosts.names.iter().enumerate() {
-        ip(&["-n", n, "link", "set", &format!("v{i}"), "down"]).unwrap();
-    }
+    hosts.link_down().unwrap();
     let o1 = n1.finish(Duration::from_secs(90));
     let t1 = t0.elapsed();
     let o0 = n0.finish(Duration::from_secs(90));

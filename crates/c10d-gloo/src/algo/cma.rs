@@ -84,18 +84,33 @@ fn word(b: &[u8], i: usize) -> u64 {
     u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().expect("8 bytes"))
 }
 
-/// Sends `msg` to every peer and receives `len` bytes from each; `out[p]` holds peer p's.
-fn all_to_all(comm: &mut Comm<'_>, step: u32, msg: &[u8], len: usize) -> Result<Vec<Vec<u8>>> {
-    let (r, n) = (comm.rank(), comm.size());
-    let mut out = vec![vec![0u8; len]; n];
+/// Every rank of the group (the ranks most exchanges here run among).
+fn everyone(comm: &Comm<'_>) -> Vec<usize> {
+    (0..comm.size()).collect()
+}
+
+/// Sends `msg` to every other rank of `ranks` (which holds us) and receives `len` bytes from
+/// each; `out[k]` holds `ranks[k]`'s (ours stays zeros).
+pub(crate) fn all_to_all(
+    comm: &mut Comm<'_>,
+    ranks: &[usize],
+    step: u32,
+    msg: &[u8],
+    len: usize,
+) -> Result<Vec<Vec<u8>>> {
+    let r = comm.rank();
+    let mut out = vec![vec![0u8; len]; ranks.len()];
     let mut recvs: Vec<(usize, u32, &mut [u8])> = out
         .iter_mut()
-        .enumerate()
-        .filter(|(p, _)| *p != r)
-        .map(|(p, b)| (p, step, b.as_mut_slice()))
+        .zip(ranks)
+        .filter(|(_, p)| **p != r)
+        .map(|(b, p)| (*p, step, b.as_mut_slice()))
         .collect();
-    let sends: Vec<(usize, u32, &[u8])> =
-        (0..n).filter(|p| *p != r).map(|p| (p, step, msg)).collect();
+    let sends: Vec<(usize, u32, &[u8])> = ranks
+        .iter()
+        .filter(|p| **p != r)
+        .map(|p| (*p, step, msg))
+        .collect();
     comm.exchange(&sends, &mut recvs)?;
     Ok(out)
 }
@@ -108,11 +123,35 @@ fn all_to_all(comm: &mut Comm<'_>, step: u32, msg: &[u8], len: usize) -> Result<
 /// # Errors
 /// Control-frame failures and time-outs (as [`Comm::wait`]).
 pub(crate) fn probe(comm: &mut Comm<'_>, allowed: bool) -> Result<bool> {
+    let everyone = everyone(comm);
+    let mine = probe_among(comm, &everyone, allowed)?;
+    let all = vote(comm, mine)?;
+    comm.set_cma(all);
+    Ok(all)
+}
+
+/// Whether every rank of the group said yes (`ok` is this rank's answer); every rank gets the
+/// same verdict.
+///
+/// # Errors
+/// As [`Comm::exchange`].
+pub(crate) fn vote(comm: &mut Comm<'_>, ok: bool) -> Result<bool> {
+    let r = comm.rank();
+    let votes = all_to_all(comm, &everyone(comm), STEP_VOTE, &[u8::from(ok)], 1)?;
+    Ok(ok && votes.iter().enumerate().all(|(p, v)| p == r || v[0] == 1))
+}
+
+/// Whether this rank can read the memory of every other rank of `ranks` (which holds us);
+/// every rank of `ranks` must call it. `false` without trying when not `allowed`.
+///
+/// # Errors
+/// As [`Comm::exchange`].
+pub(crate) fn probe_among(comm: &mut Comm<'_>, ranks: &[usize], allowed: bool) -> Result<bool> {
     let r = comm.rank();
     let me = encode(&[u64::from(std::process::id()), &PROBE as *const u64 as u64]);
-    let peers = all_to_all(comm, STEP_PROBE, &me, 16)?;
+    let peers = all_to_all(comm, ranks, STEP_PROBE, &me, 16)?;
     let mut ok = allowed;
-    for (p, m) in peers.iter().enumerate() {
+    for (&p, m) in ranks.iter().zip(&peers) {
         if p == r || !allowed {
             continue;
         }
@@ -129,10 +168,7 @@ pub(crate) fn probe(comm: &mut Comm<'_>, allowed: bool) -> Result<bool> {
             }
         }
     }
-    let votes = all_to_all(comm, STEP_VOTE, &[u8::from(ok)], 1)?;
-    let all = ok && votes.iter().enumerate().all(|(p, v)| p == r || v[0] == 1);
-    comm.set_cma(all);
-    Ok(all)
+    Ok(ok)
 }
 
 /// All-reduce of `buf` (in place) through cross-memory attach (`algo::select` picks it: every
@@ -176,7 +212,7 @@ pub(crate) fn all_reduce(
         off += l;
     }
     comm.put_scratch(scratch);
-    all_to_all(comm, STEP_REDUCED, &[], 0)?;
+    all_to_all(comm, &everyone(comm), STEP_REDUCED, &[], 0)?;
     for (p, pb) in peers.iter().enumerate() {
         if p == r {
             continue;
@@ -186,30 +222,60 @@ pub(crate) fn all_reduce(
             return Err(read_error(comm, p, e));
         }
     }
-    all_to_all(comm, STEP_DONE, &[], 0)?;
+    all_to_all(comm, &everyone(comm), STEP_DONE, &[], 0)?;
     Ok(())
 }
 
 /// One peer's published buffers: its pid and (address, length) of each.
-struct Published {
+pub(crate) struct Published {
     pid: u64,
     regions: Vec<(u64, u64)>,
+}
+
+impl Published {
+    /// Copies `dst.len()` bytes at byte `offset` of the peer's region `i` into `dst`.
+    ///
+    /// # Errors
+    /// The region is shorter than that (`InvalidInput`), or the read failed (see
+    /// `process_vm_readv`).
+    pub fn read(&self, i: usize, offset: usize, dst: &mut [u8]) -> std::io::Result<()> {
+        let (addr, len) = self.regions.get(i).copied().unwrap_or((0, 0));
+        if (offset + dst.len()) as u64 > len {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!(
+                    "region {i} of {len} bytes has no bytes {offset}..{}",
+                    offset + dst.len()
+                ),
+            ));
+        }
+        read_remote(self.pid, addr + offset as u64, dst)
+    }
 }
 
 /// Sends every peer our pid and the (address, length) of each of `regions`; returns every
 /// rank's (ours at index `rank`).
 fn publish(comm: &mut Comm<'_>, regions: &[&[u8]]) -> Result<Vec<Published>> {
+    publish_among(comm, &everyone(comm), regions)
+}
+
+/// [`publish`] among `ranks` (which holds us): `out[k]` is `ranks[k]`'s.
+pub(crate) fn publish_among(
+    comm: &mut Comm<'_>,
+    ranks: &[usize],
+    regions: &[&[u8]],
+) -> Result<Vec<Published>> {
     let mut words = vec![u64::from(std::process::id()), regions.len() as u64];
     for b in regions {
         words.push(b.as_ptr() as u64);
         words.push(b.len() as u64);
     }
     let msg = encode(&words);
-    let got = all_to_all(comm, STEP_ADDR, &msg, msg.len())?;
+    let got = all_to_all(comm, ranks, STEP_ADDR, &msg, msg.len())?;
     Ok(got
         .iter()
-        .enumerate()
-        .map(|(p, m)| {
+        .zip(ranks)
+        .map(|(m, &p)| {
             let m = if p == comm.rank() { &msg } else { m };
             Published {
                 pid: word(m, 0),
@@ -231,7 +297,7 @@ fn size_error(comm: &mut Comm<'_>, p: usize, what: &str, theirs: u64, ours: usiz
     comm.fail_group(e)
 }
 
-fn read_error(comm: &mut Comm<'_>, p: usize, e: std::io::Error) -> DistError {
+pub(crate) fn read_error(comm: &mut Comm<'_>, p: usize, e: std::io::Error) -> DistError {
     let gone = if e.raw_os_error() == Some(libc::ESRCH) {
         "; the peer process died"
     } else {
@@ -272,7 +338,7 @@ pub(crate) fn all_gather(
             return Err(read_error(comm, p, e));
         }
     }
-    all_to_all(comm, STEP_DONE, &[], 0)?;
+    all_to_all(comm, &everyone(comm), STEP_DONE, &[], 0)?;
     Ok(())
 }
 
@@ -322,6 +388,6 @@ pub(crate) fn reduce_scatter(
         off += l;
     }
     comm.put_scratch(scratch);
-    all_to_all(comm, STEP_DONE, &[], 0)?;
+    all_to_all(comm, &everyone(comm), STEP_DONE, &[], 0)?;
     Ok(())
 }

@@ -2,7 +2,9 @@
 //! from its `Comm`, runs the cross-memory-attach probe when the table asks for it, then calls
 //! the chosen algorithm.
 
-use super::select::{self, AllReduce, Broadcast, Caps, Choice, CmaVerdict, Exchange, Settings};
+use super::select::{
+    self, AllReduce, Broadcast, Caps, Choice, CmaVerdict, Exchange, HostsVerdict, Probe, Settings,
+};
 use crate::engine::Comm;
 use crate::options::GlooOptions;
 use c10d_core::{DType, ReduceOp, Result};
@@ -17,6 +19,8 @@ pub(crate) struct Algo {
     chunk: usize,
     /// This rank lets the group use cross-memory attach (its vote in the probe).
     cma_allowed: bool,
+    /// This rank lets the group run two-level algorithms (its view in the host probe).
+    two_level_allowed: bool,
 }
 
 impl Algo {
@@ -31,20 +35,31 @@ impl Algo {
             },
             small_reduce_scratch: opts.small_reduce_scratch_bytes,
             cma_allowed: opts.cross_memory_attach,
+            two_level_allowed: opts.two_level,
             chunk: opts.pipeline_chunk_bytes.max(64),
         }
     }
 
-    /// The table's answer for this op, after probing cross-memory attach if it asks to.
+    /// The table's answer for this op, after running the probes it asks for (each at most
+    /// once per group: a probe records its verdict, which the table reads next time).
     fn choose<A>(&self, comm: &mut Comm<'_>, table: impl Fn(&Caps) -> Choice<A>) -> Result<A> {
-        if let Choice::Run(a) = table(&caps(comm)) {
-            return Ok(a);
+        for _ in 0..3 {
+            match table(&caps(comm)) {
+                Choice::Run(a) => return Ok(a),
+                Choice::Probe(Probe::Cma) => {
+                    super::cma::probe(comm, self.cma_allowed)?;
+                }
+                Choice::Probe(Probe::Hosts) => {
+                    let hosts =
+                        super::hierarchical::probe(comm, self.two_level_allowed, self.cma_allowed)?;
+                    comm.set_hosts(hosts);
+                }
+            }
         }
-        super::cma::probe(comm, self.cma_allowed)?;
-        match table(&caps(comm)) {
-            Choice::Run(a) => Ok(a),
-            Choice::ProbeCma => unreachable!("the probe recorded the group's verdict"),
-        }
+        Err(c10d_core::DistError::backend(format!(
+            "{}: the algorithm table kept asking for probes",
+            comm.ctx()
+        )))
     }
 
     /// All-reduce of `buf` in place (`op` a combining op: AVG and PREMUL_SUM were mapped).
@@ -60,6 +75,10 @@ impl Algo {
         match self.choose(comm, |c| select::all_reduce(&self.table, c, len))? {
             AllReduce::Shm(fold) => super::shm::all_reduce(comm, buf, op, dtype, fold),
             AllReduce::Cma => super::cma::all_reduce(comm, buf, op, dtype),
+            AllReduce::TwoLevel => match comm.hosts() {
+                Some(hosts) => super::hierarchical::all_reduce(comm, buf, op, dtype, &hosts),
+                None => super::allreduce::all_pairs(comm, buf, op, dtype, chunk),
+            },
             AllReduce::Direct => super::allreduce::direct(comm, buf, op, dtype),
             AllReduce::AllPairs => super::allreduce::all_pairs(comm, buf, op, dtype, chunk),
             AllReduce::Ring => super::allreduce::ring(comm, buf, op, dtype, chunk),
@@ -119,6 +138,11 @@ fn caps(comm: &mut Comm<'_>) -> Caps {
             None => CmaVerdict::Unprobed,
             Some(true) => CmaVerdict::Permitted,
             Some(false) => CmaVerdict::Refused,
+        },
+        hosts: match comm.hosts_probed() {
+            false => HostsVerdict::Unprobed,
+            true if comm.hosts().is_some() => HostsVerdict::Hierarchical,
+            true => HostsVerdict::Flat,
         },
     }
 }

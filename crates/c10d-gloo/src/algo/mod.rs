@@ -11,6 +11,7 @@ pub(crate) mod broadcast;
 pub(crate) mod cma;
 pub(crate) mod dispatch;
 pub(crate) mod exchange;
+pub(crate) mod hierarchical;
 pub(crate) mod reduce;
 pub(crate) mod select;
 pub(crate) mod shm;

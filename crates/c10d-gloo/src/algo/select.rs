@@ -8,6 +8,7 @@
 //! | all_reduce (`Auto`) | `len ≤ small_allreduce` | shared memory (direct fold) if the group has a segment, else the direct exchange |
 //! | | `< cma_min`, ≤ 8 ranks | shared memory (all-pairs fold) if the segment's slot holds it, else all-pairs |
 //! | | `≥ cma_min`, every peer on this host | cross-memory attach if the group agreed to it (probe first if it never asked) |
+//! | | `> small_allreduce`, peers on other hosts, equal hosts of ≥ 2 ranks | two-level (reduce in the host, exchange between hosts, spread; learn the host map first if never asked) |
 //! | | otherwise | direct exchange up to `small_allreduce`, all-pairs up to 8 ranks, else the pipelined ring |
 //! | all_reduce (forced) | any | the algorithm the options name, over sockets |
 //! | broadcast (`Auto`) | fits a slot | shared memory |
@@ -18,8 +19,8 @@
 //!
 //! Shared memory replaces exactly the socket algorithm it stands in for (same fold order, same
 //! bits), so where it is not possible nothing but speed changes. Whether cross-memory attach
-//! works is learnt by a probe that every rank runs at the same op ([`Choice::ProbeCma`]); its
-//! verdict then feeds the table.
+//! works, and how the ranks sit on hosts, are learnt by probes that every rank runs at the
+//! same op ([`Choice::Probe`]); their verdicts then feed the table.
 
 use super::shm::Fold;
 use crate::options::{AllreduceAlgorithm, BroadcastAlgorithm};
@@ -48,6 +49,28 @@ pub(crate) struct Caps {
     pub shm_slot: Option<usize>,
     /// Whether cross-memory attach works between every pair of ranks.
     pub cma: CmaVerdict,
+    /// How the ranks sit on hosts (for groups that span hosts).
+    pub hosts: HostsVerdict,
+}
+
+/// The group's host map, as far as the table needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HostsVerdict {
+    /// Never probed: the first op that would run two-level asks first.
+    Unprobed,
+    /// Two or more hosts of the same number (≥ 2) of ranks: two-level algorithms apply.
+    Hierarchical,
+    /// Anything else (one rank per host, uneven hosts): flat algorithms.
+    Flat,
+}
+
+/// A probe the table needs before it can answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Probe {
+    /// Whether cross-memory attach works (`algo::cma::probe`).
+    Cma,
+    /// Which ranks share a host (`algo::hierarchical::probe`).
+    Hosts,
 }
 
 /// The group's cross-memory-attach verdict.
@@ -63,9 +86,9 @@ pub(crate) enum CmaVerdict {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Choice<A> {
     Run(A),
-    /// Cross-memory attach would run but the group never probed it: run the probe (a collective
-    /// step every rank takes at this op), then ask again.
-    ProbeCma,
+    /// An algorithm that needs something the group never probed would run: run the probe (a
+    /// collective step every rank takes at this op), then ask again.
+    Probe(Probe),
 }
 
 /// All-reduce algorithms.
@@ -73,6 +96,7 @@ pub(crate) enum Choice<A> {
 pub(crate) enum AllReduce {
     Shm(Fold),
     Cma,
+    TwoLevel,
     Direct,
     AllPairs,
     Ring,
@@ -107,7 +131,7 @@ impl Caps {
             return None;
         }
         match self.cma {
-            CmaVerdict::Unprobed => Some(Choice::ProbeCma),
+            CmaVerdict::Unprobed => Some(Choice::Probe(Probe::Cma)),
             CmaVerdict::Permitted => Some(Choice::Run(run)),
             CmaVerdict::Refused => None,
         }
@@ -130,6 +154,13 @@ pub(crate) fn all_reduce(s: &Settings, caps: &Caps, len: usize) -> Choice<AllRed
     }
     if len <= s.small_allreduce && caps.shm_fits(len) {
         return Choice::Run(Shm(Fold::Direct));
+    }
+    if !caps.local && len > s.small_allreduce {
+        return match caps.hosts {
+            HostsVerdict::Unprobed => Choice::Probe(Probe::Hosts),
+            HostsVerdict::Hierarchical => Choice::Run(TwoLevel),
+            HostsVerdict::Flat => Choice::Run(sockets()),
+        };
     }
     if len < s.cma_min {
         if caps.size <= 8 && caps.shm_fits(len) {
@@ -190,14 +221,17 @@ mod tests {
             local: true,
             shm_slot: Some(2 * MIB),
             cma: CmaVerdict::Permitted,
+            hosts: HostsVerdict::Unprobed,
         }
     }
 
+    /// A group over several hosts whose host map was learnt to be flat (one rank per host).
     fn remote(size: usize) -> Caps {
         Caps {
             local: false,
             shm_slot: None,
             cma: CmaVerdict::Unprobed,
+            hosts: HostsVerdict::Flat,
             ..host(size)
         }
     }
@@ -260,7 +294,10 @@ mod tests {
             cma: CmaVerdict::Unprobed,
             ..host(2)
         };
-        assert_eq!(all_reduce(&s, &unprobed, 4 * MIB), Choice::ProbeCma);
+        assert_eq!(
+            all_reduce(&s, &unprobed, 4 * MIB),
+            Choice::Probe(Probe::Cma)
+        );
         // Below the threshold nothing asks for the probe.
         assert_eq!(
             all_reduce(&s, &unprobed, MIB),
@@ -274,6 +311,36 @@ mod tests {
         // A peer on another host: no probe at all.
         assert_eq!(all_reduce(&s, &remote(2), 4 * MIB), Choice::Run(AllPairs));
         assert_eq!(all_reduce(&s, &host(1), 4 * MIB), Choice::Run(AllPairs));
+    }
+
+    #[test]
+    fn groups_over_hosts_learn_the_host_map_then_run_two_level_above_small_messages() {
+        let s = settings();
+        let unprobed = Caps {
+            hosts: HostsVerdict::Unprobed,
+            ..remote(4)
+        };
+        assert_eq!(all_reduce(&s, &unprobed, KIB), Choice::Run(Direct));
+        assert_eq!(all_reduce(&s, &unprobed, 64 * KIB), Choice::Run(Direct));
+        assert_eq!(
+            all_reduce(&s, &unprobed, 64 * KIB + 4),
+            Choice::Probe(Probe::Hosts)
+        );
+        let two = Caps {
+            hosts: HostsVerdict::Hierarchical,
+            ..remote(4)
+        };
+        assert_eq!(all_reduce(&s, &two, KIB), Choice::Run(Direct));
+        assert_eq!(all_reduce(&s, &two, MIB), Choice::Run(TwoLevel));
+        assert_eq!(all_reduce(&s, &two, 64 * MIB), Choice::Run(TwoLevel));
+        // Flat maps (one rank per host, uneven hosts) keep the flat algorithms.
+        assert_eq!(all_reduce(&s, &remote(4), 64 * MIB), Choice::Run(AllPairs));
+        // A forced algorithm stays forced.
+        let ring = Settings {
+            allreduce: AllreduceAlgorithm::Ring,
+            ..s
+        };
+        assert_eq!(all_reduce(&ring, &two, 64 * MIB), Choice::Run(Ring));
     }
 
     #[test]
@@ -336,7 +403,10 @@ mod tests {
             cma: CmaVerdict::Unprobed,
             ..c
         };
-        assert_eq!(exchange(&s, &unprobed, MIB, 4 * MIB), Choice::ProbeCma);
+        assert_eq!(
+            exchange(&s, &unprobed, MIB, 4 * MIB),
+            Choice::Probe(Probe::Cma)
+        );
         assert_eq!(exchange(&s, &c, 0, 0), Choice::Run(Exchange::Direct));
     }
 }

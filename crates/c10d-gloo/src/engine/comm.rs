@@ -5,9 +5,11 @@
 use super::conn::{Peer, Stream};
 use super::faults::{op_failed, rank_list};
 use super::{deadline_after, liveness, lock, Engine, OpInfo};
+use crate::algo::hierarchical::Hosts;
 use crate::algo::shm::ShmState;
 use crate::wire::{Header, Kind};
 use c10d_core::{DType, DistError, OpType, Result};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// What the algorithms keep between ops.
@@ -17,6 +19,9 @@ pub(super) struct AlgoState {
     pub(super) cma: Option<bool>,
     /// The group's shared-memory segment (see `algo::shm`).
     pub(super) shm: ShmState,
+    /// The group's host map (`None`: not probed yet; `Some(None)`: flat, see
+    /// `algo::hierarchical`).
+    pub(super) hosts: Option<Option<Arc<Hosts>>>,
     /// Scratch buffers (see [`Comm::take_scratch`]).
     pub(super) pool: Vec<Vec<u128>>,
 }
@@ -81,16 +86,33 @@ impl Comm<'_> {
     /// Whether every peer is connected through a Unix-domain socket (i.e. runs on this host).
     pub(crate) fn all_peers_local(&self) -> bool {
         let me = self.rank();
-        self.eng.net.peers.iter().enumerate().all(|(p, x)| {
-            p == me
-                || matches!(
-                    x,
-                    Some(Peer {
-                        stream: Stream::Unix(_),
-                        ..
-                    })
-                )
-        })
+        (0..self.size()).all(|p| p == me || self.peer_is_local(p))
+    }
+
+    /// Whether peer `p` is on this host (we talk over a Unix socket).
+    pub(crate) fn peer_is_local(&self, p: usize) -> bool {
+        matches!(
+            self.eng.net.peers.get(p),
+            Some(Some(Peer {
+                stream: Stream::Unix(_),
+                ..
+            }))
+        )
+    }
+
+    /// Whether the group learnt its host map yet (see `algo::hierarchical::probe`).
+    pub(crate) fn hosts_probed(&self) -> bool {
+        self.eng.algo.hosts.is_some()
+    }
+
+    /// The group's host map, when it splits into equal hosts of several ranks.
+    pub(crate) fn hosts(&self) -> Option<Arc<Hosts>> {
+        self.eng.algo.hosts.clone().flatten()
+    }
+
+    /// Records the group's host map (every rank records the same).
+    pub(crate) fn set_hosts(&mut self, hosts: Option<Hosts>) {
+        self.eng.algo.hosts = Some(hosts.map(Arc::new));
     }
 
     /// The group's shared-memory state (see `algo::shm`).

@@ -172,6 +172,8 @@ fn parse_redop(s: &str) -> std::result::Result<ReduceOp, String> {
 }
 
 fn main() {
+    // `RUST_LOG=c10d_gloo=info` shows the engine's choices (shared memory, host map).
+    let _ = env_logger::try_init();
     let args = Args::parse();
     let code = match args.nproc {
         Some(n) => launch(&args, n),

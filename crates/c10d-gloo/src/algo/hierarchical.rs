@@ -1,0 +1,397 @@
+//! Two-level all-reduce for groups that span hosts: reduce inside each host, exchange between
+//! hosts one segment per local rank, spread inside the host. Between hosts each byte of the
+//! buffer crosses the network once each way per host (the flat all-pairs sends every rank's
+//! whole share across), and every local rank carries its own segment, so all the host's links
+//! and cores work at once.
+//!
+//! With `m` ranks on each of `H` hosts, local rank `i` of host `h` owns segment `i` of the
+//! buffer (`m` segments by element count):
+//! 1. inside the host: every local rank sends segment `j` to local rank `j`; rank `i` folds the
+//!    host's `m` copies of segment `i` in local-rank order;
+//! 2. between hosts, among the `H` ranks of local index `i` (one per host): segment `i` is cut
+//!    into `H` parts; the rank on host `g` folds part `g` of every host's partial sum in host
+//!    order and sends the result to the others (all-pairs);
+//! 3. inside the host: every local rank sends its final segment to the others.
+//!
+//! Inside a host the phases copy straight between the ranks' buffers with cross-memory
+//! attach when every rank of the group can read its host's peers (probed with the host map):
+//! rank `i` reads segment `i` of every local peer's buffer (phase 1) and, once a peer says its
+//! segment is final, that segment (phase 3): one copy per byte, where a socket costs two.
+//! Otherwise the host's phases go over the sockets.
+//!
+//! Every element is folded by exactly one rank in a fixed order and then copied, so all ranks
+//! end with the same bits (they differ from the flat algorithms', whose fold order is another).
+//! The host map comes from the connections ([`Hosts::from_local_peers`]): two ranks share a
+//! host when they talk over a Unix socket; every rank learns every rank's view once (a small
+//! all-gather, [`probe`]), so all ranks derive the same map, and a map that is not a clean
+//! partition into equal hosts makes the group keep the flat algorithms.
+
+use super::cma::{self, Published};
+use super::part;
+use crate::engine::Comm;
+use c10d_core::reduce::reduce_into;
+use c10d_core::{DType, ReduceOp, Result};
+
+/// Step tags of the phases (one frame per peer per phase).
+const STEP_PROBE: u32 = 1;
+const STEP_HOST_RS: u32 = 2;
+const STEP_CROSS_RS: u32 = 3;
+const STEP_CROSS_AG: u32 = 4;
+const STEP_HOST_AG: u32 = 5;
+/// Cross-memory attach: "my segment is final, and I no longer read your buffer's segment".
+const STEP_FINAL: u32 = 6;
+/// Cross-memory attach: "I no longer read your buffer".
+const STEP_DONE: u32 = 7;
+
+/// Bytes folded per piece when reading peers' memory (fits L2 with the accumulator).
+const PIECE: usize = 256 << 10;
+
+/// The group's ranks by host, when they split into at least two hosts of equal size ≥ 2.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Hosts {
+    /// `members[h]`: the ranks of host `h`, increasing; hosts ordered by their lowest rank.
+    members: Vec<Vec<usize>>,
+    /// `(host, local index)` of each rank.
+    place: Vec<(usize, usize)>,
+    /// Every rank can read its host's peers' memory (cross-memory attach), as all ranks agreed.
+    cma: bool,
+}
+
+impl Hosts {
+    /// The host map from every rank's view: `local[r][p]` says that rank `r` reaches `p` over a
+    /// Unix socket (same host). `None` unless the views agree (symmetric and transitive), and
+    /// split the group into at least two hosts with the same number (≥ 2) of ranks each.
+    pub fn from_local_peers(local: &[Vec<bool>]) -> Option<Hosts> {
+        let n = local.len();
+        let mut members: Vec<Vec<usize>> = Vec::new();
+        let mut place = vec![(usize::MAX, 0); n];
+        for r in 0..n {
+            if place[r].0 != usize::MAX {
+                continue;
+            }
+            let host: Vec<usize> = (0..n).filter(|&p| p == r || local[r][p]).collect();
+            for (i, &p) in host.iter().enumerate() {
+                let same_view = (0..n).all(|q| (q == p || local[p][q]) == host.contains(&q));
+                if !same_view || place[p].0 != usize::MAX {
+                    return None;
+                }
+                place[p] = (members.len(), i);
+            }
+            members.push(host);
+        }
+        let m = members[0].len();
+        let uniform = members.iter().all(|h| h.len() == m);
+        (members.len() >= 2 && m >= 2 && uniform).then_some(Hosts {
+            members,
+            place,
+            cma: false,
+        })
+    }
+
+    /// The ranks of local index `i`, one per host, in host order.
+    fn column(&self, i: usize) -> Vec<usize> {
+        self.members.iter().map(|h| h[i]).collect()
+    }
+}
+
+/// Learns the host map: every rank sends every other its view (which peers it reaches over a
+/// Unix socket) and derives the map from all views; every rank gets the same answer. A rank
+/// that does not allow two-level algorithms (`allowed == false`) shows no local peer, which
+/// makes the views disagree: the whole group stays flat.
+///
+/// # Errors
+/// As [`Comm::exchange`].
+pub(crate) fn probe(
+    comm: &mut Comm<'_>,
+    allowed: bool,
+    cma_allowed: bool,
+) -> Result<Option<Hosts>> {
+    let (r, n) = (comm.rank(), comm.size());
+    let mine: Vec<u8> = (0..n)
+        .map(|p| u8::from(allowed && p != r && comm.peer_is_local(p)))
+        .collect();
+    let mut views = vec![vec![0u8; n]; n];
+    views[r].copy_from_slice(&mine);
+    {
+        let mut recvs: Vec<(usize, u32, &mut [u8])> = views
+            .iter_mut()
+            .enumerate()
+            .filter(|(p, _)| *p != r)
+            .map(|(p, v)| (p, STEP_PROBE, v.as_mut_slice()))
+            .collect();
+        let sends: Vec<(usize, u32, &[u8])> = (0..n)
+            .filter(|p| *p != r)
+            .map(|p| (p, STEP_PROBE, mine.as_slice()))
+            .collect();
+        comm.exchange(&sends, &mut recvs)?;
+    }
+    let local: Vec<Vec<bool>> = views
+        .iter()
+        .map(|v| v.iter().map(|&b| b == 1).collect())
+        .collect();
+    let mut hosts = Hosts::from_local_peers(&local);
+    if let Some(h) = &mut hosts {
+        let (host, _) = h.place[r];
+        let locals = h.members[host].clone();
+        let mine = cma::probe_among(comm, &locals, cma_allowed)?;
+        h.cma = cma::vote(comm, mine)?;
+    }
+    match &hosts {
+        Some(h) => log::info!(
+            "{}: two-level all_reduce over {} hosts of {} ranks{}",
+            comm.ctx(),
+            h.members.len(),
+            h.members[0].len(),
+            if h.cma {
+                " (cross-memory attach inside hosts)"
+            } else {
+                ""
+            }
+        ),
+        None => log::info!(
+            "{}: not equal hosts of several ranks: flat algorithms",
+            comm.ctx()
+        ),
+    }
+    Ok(hosts)
+}
+
+/// Two-level all-reduce of `buf` in place over `hosts` (see the module docs).
+///
+/// # Errors
+/// As [`Comm::exchange`]; a reduction error (never for a dtype the op was checked against).
+pub(crate) fn all_reduce(
+    comm: &mut Comm<'_>,
+    buf: &mut [u8],
+    op: ReduceOp,
+    dtype: DType,
+    hosts: &Hosts,
+) -> Result<()> {
+    let (host, i) = hosts.place[comm.rank()];
+    let locals = hosts.members[host].clone();
+    let es = dtype.size();
+    let segs: Vec<std::ops::Range<usize>> = (0..locals.len())
+        .map(|j| part(buf.len() / es, locals.len(), j, es))
+        .collect();
+    let column = hosts.column(i);
+    let mine = segs[i].clone();
+    if hosts.cma {
+        let peers = cma::publish_among(comm, &locals, &[&*buf])?;
+        read_reduce_in_host(comm, buf, op, dtype, (&locals, &peers), i, &segs)?;
+        all_reduce_across(comm, &mut buf[mine], op, dtype, &column, host)?;
+        cma::all_to_all(comm, &locals, STEP_FINAL, &[], 0)?;
+        read_gather_in_host(comm, buf, (&locals, &peers), i, &segs)?;
+        cma::all_to_all(comm, &locals, STEP_DONE, &[], 0)?;
+        return Ok(());
+    }
+    reduce_in_host(comm, buf, op, dtype, &locals, i, &segs)?;
+    all_reduce_across(comm, &mut buf[mine], op, dtype, &column, host)?;
+    gather_in_host(comm, buf, &locals, i, &segs)
+}
+
+/// Phase 1 by cross-memory attach: `buf[segs[i]]` (our own copy first) is folded with every
+/// local peer's copy of segment `i`, read from its memory piece by piece, in local-rank order.
+/// Peers write only their own segment meanwhile, and nobody writes segment `i` of a peer's
+/// buffer before that peer said it is done reading (`STEP_FINAL`).
+fn read_reduce_in_host(
+    comm: &mut Comm<'_>,
+    buf: &mut [u8],
+    op: ReduceOp,
+    dtype: DType,
+    (locals, peers): (&[usize], &[Published]),
+    i: usize,
+    segs: &[std::ops::Range<usize>],
+) -> Result<()> {
+    let seg = segs[i].clone();
+    let mut scratch = comm.take_scratch(PIECE.min(seg.len()));
+    let mut off = seg.start;
+    while off < seg.end {
+        let l = PIECE.min(seg.end - off);
+        for (j, peer) in peers.iter().enumerate().filter(|(j, _)| *j != i) {
+            let tmp = &mut scratch.bytes()[..l];
+            if let Err(e) = peer.read(0, off, tmp) {
+                return Err(cma::read_error(comm, locals[j], e));
+            }
+            reduce_into(op, dtype, &mut buf[off..off + l], tmp)?;
+        }
+        off += l;
+    }
+    comm.put_scratch(scratch);
+    Ok(())
+}
+
+/// Phase 3 by cross-memory attach: every local peer's final segment, read from its memory.
+fn read_gather_in_host(
+    comm: &mut Comm<'_>,
+    buf: &mut [u8],
+    (locals, peers): (&[usize], &[Published]),
+    i: usize,
+    segs: &[std::ops::Range<usize>],
+) -> Result<()> {
+    for (j, peer) in peers.iter().enumerate().filter(|(j, _)| *j != i) {
+        let seg = segs[j].clone();
+        if let Err(e) = peer.read(0, seg.start, &mut buf[seg]) {
+            return Err(cma::read_error(comm, locals[j], e));
+        }
+    }
+    Ok(())
+}
+
+/// Phase 1: `buf[segs[i]]` becomes the host's sum of segment `i`, folded in local-rank order.
+fn reduce_in_host(
+    comm: &mut Comm<'_>,
+    buf: &mut [u8],
+    op: ReduceOp,
+    dtype: DType,
+    locals: &[usize],
+    i: usize,
+    segs: &[std::ops::Range<usize>],
+) -> Result<()> {
+    let seg = segs[i].len();
+    let mut scratch = comm.take_scratch(seg * locals.len());
+    {
+        let slots = scratch.bytes();
+        slots[i * seg..(i + 1) * seg].copy_from_slice(&buf[segs[i].clone()]);
+        let mut recvs: Vec<(usize, u32, &mut [u8])> = slots
+            .chunks_mut(seg.max(1))
+            .take(locals.len())
+            .enumerate()
+            .filter(|(j, _)| *j != i)
+            .map(|(j, s)| (locals[j], STEP_HOST_RS, s))
+            .collect();
+        let sends: Vec<(usize, u32, &[u8])> = (0..locals.len())
+            .filter(|j| *j != i)
+            .map(|j| (locals[j], STEP_HOST_RS, &buf[segs[j].clone()]))
+            .collect();
+        comm.exchange(&sends, &mut recvs)?;
+    }
+    let slots = scratch.bytes();
+    let (acc, rest) = slots.split_at_mut(seg);
+    for j in 1..locals.len() {
+        reduce_into(op, dtype, acc, &rest[(j - 1) * seg..j * seg])?;
+    }
+    buf[segs[i].clone()].copy_from_slice(acc);
+    comm.put_scratch(scratch);
+    Ok(())
+}
+
+/// Phase 2: all-pairs all-reduce of `seg` among `column` (one rank per host; we are
+/// `column[host]`): part `g` is folded by `column[g]` in host order, then sent to the others.
+fn all_reduce_across(
+    comm: &mut Comm<'_>,
+    seg: &mut [u8],
+    op: ReduceOp,
+    dtype: DType,
+    column: &[usize],
+    host: usize,
+) -> Result<()> {
+    let (h, es) = (column.len(), dtype.size());
+    let parts: Vec<std::ops::Range<usize>> =
+        (0..h).map(|g| part(seg.len() / es, h, g, es)).collect();
+    let own = parts[host].clone();
+    let mut scratch = comm.take_scratch(own.len() * h);
+    {
+        let slots = scratch.bytes();
+        slots[host * own.len()..(host + 1) * own.len()].copy_from_slice(&seg[own.clone()]);
+        let mut recvs: Vec<(usize, u32, &mut [u8])> = slots
+            .chunks_mut(own.len().max(1))
+            .take(h)
+            .enumerate()
+            .filter(|(g, _)| *g != host)
+            .map(|(g, s)| (column[g], STEP_CROSS_RS, s))
+            .collect();
+        let sends: Vec<(usize, u32, &[u8])> = (0..h)
+            .filter(|g| *g != host)
+            .map(|g| (column[g], STEP_CROSS_RS, &seg[parts[g].clone()]))
+            .collect();
+        comm.exchange(&sends, &mut recvs)?;
+    }
+    let slots = scratch.bytes();
+    let (acc, rest) = slots.split_at_mut(own.len());
+    for g in 1..h {
+        reduce_into(op, dtype, acc, &rest[(g - 1) * own.len()..g * own.len()])?;
+    }
+    seg[own].copy_from_slice(acc);
+    comm.put_scratch(scratch);
+    spread(comm, seg, column, host, &parts, STEP_CROSS_AG)
+}
+
+/// Phase 3: every local rank's final segment to every other local rank.
+fn gather_in_host(
+    comm: &mut Comm<'_>,
+    buf: &mut [u8],
+    locals: &[usize],
+    i: usize,
+    segs: &[std::ops::Range<usize>],
+) -> Result<()> {
+    spread(comm, buf, locals, i, segs, STEP_HOST_AG)
+}
+
+/// `ranks[me]` sends `buf[parts[me]]` to every other rank of `ranks` and receives
+/// `buf[parts[k]]` from `ranks[k]`.
+fn spread(
+    comm: &mut Comm<'_>,
+    buf: &mut [u8],
+    ranks: &[usize],
+    me: usize,
+    parts: &[std::ops::Range<usize>],
+    step: u32,
+) -> Result<()> {
+    let sizes: Vec<usize> = parts.iter().map(|p| p.len()).collect();
+    let mut pieces = crate::slices::split_sizes(buf, &sizes);
+    let own: &[u8] = std::mem::take::<&mut [u8]>(&mut pieces[me]);
+    let sends: Vec<(usize, u32, &[u8])> = (0..ranks.len())
+        .filter(|k| *k != me)
+        .map(|k| (ranks[k], step, own))
+        .collect();
+    let mut recvs: Vec<(usize, u32, &mut [u8])> = pieces
+        .into_iter()
+        .enumerate()
+        .filter(|(k, _)| *k != me)
+        .map(|(k, p)| (ranks[k], step, p))
+        .collect();
+    comm.exchange(&sends, &mut recvs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Views of `n` ranks placed on hosts `host[r]`.
+    fn views(host: &[usize]) -> Vec<Vec<bool>> {
+        let n = host.len();
+        (0..n)
+            .map(|r| (0..n).map(|p| p != r && host[p] == host[r]).collect())
+            .collect()
+    }
+
+    #[test]
+    fn hosts_from_consistent_views() {
+        let h = Hosts::from_local_peers(&views(&[0, 1, 0, 1])).unwrap();
+        assert_eq!(h.members, vec![vec![0, 2], vec![1, 3]]);
+        assert_eq!(h.place, vec![(0, 0), (1, 0), (0, 1), (1, 1)]);
+        assert_eq!(h.column(1), vec![2, 3]);
+        let h = Hosts::from_local_peers(&views(&[0, 0, 0, 1, 1, 1])).unwrap();
+        assert_eq!(h.members, vec![vec![0, 1, 2], vec![3, 4, 5]]);
+    }
+
+    #[test]
+    fn no_hierarchy_for_one_host_single_ranks_or_uneven_hosts() {
+        assert_eq!(Hosts::from_local_peers(&views(&[0, 0, 0, 0])), None);
+        assert_eq!(Hosts::from_local_peers(&views(&[0, 1, 2])), None);
+        assert_eq!(Hosts::from_local_peers(&views(&[0, 0, 0, 1])), None);
+    }
+
+    #[test]
+    fn no_hierarchy_when_views_disagree() {
+        // Rank 0 reaches 1 locally but 1 does not say so (asymmetric).
+        let mut v = views(&[0, 0, 1, 1]);
+        v[1][0] = false;
+        assert_eq!(Hosts::from_local_peers(&v), None);
+        // 0–1 and 1–2 local but 0–2 not (not transitive).
+        let mut v = views(&[0, 0, 0, 1, 1, 1]);
+        v[0][2] = false;
+        v[2][0] = false;
+        assert_eq!(Hosts::from_local_peers(&v), None);
+    }
+}

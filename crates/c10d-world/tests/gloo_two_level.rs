@@ -1,0 +1,91 @@
+//! Groups that span hosts run the two-level all-reduce: two network namespaces act as two
+//! hosts (see `netns`), two `c10d-bench` ranks in each (env:// rendezvous on host 0), every
+//! element of every result checked. Rank 0 must report the host map it learnt ("two-level
+//! all_reduce over 2 hosts of 2 ranks"), so the test fails if the group silently stayed on the
+//! flat algorithms. Needs root and `ip netns`; skips with a printed reason otherwise.
+
+mod netns;
+use netns::Hosts;
+use std::process::{Command, Output, Stdio};
+
+const BENCH: &str = env!("CARGO_BIN_EXE_c10d-bench");
+
+/// Runs a 4-rank `c10d-bench` job (ranks 0, 1 on host 0; 2, 3 on host 1) with `args`; every
+/// rank's output. The store listens on host 0's private address: a fixed port is safe there,
+/// as the namespace exists only for this test.
+fn job(hosts: &Hosts, port: u16, args: &[&str], env: &[(&str, &str)]) -> Vec<Output> {
+    let kids: Vec<_> = (0..4)
+        .map(|r| {
+            let h = r / 2;
+            Command::new("ip")
+                .args(["netns", "exec", &hosts.names[h], BENCH])
+                .args(args)
+                .args(["--timeout", "60"])
+                .env("RANK", r.to_string())
+                .env("LOCAL_RANK", (r % 2).to_string())
+                .env("WORLD_SIZE", "4")
+                .env("LOCAL_WORLD_SIZE", "2")
+                .env("MASTER_ADDR", hosts.addr(0))
+                .env("MASTER_PORT", port.to_string())
+                .env("RUST_LOG", "c10d_gloo=info")
+                .envs(env.iter().copied())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn c10d-bench")
+        })
+        .collect();
+    kids.into_iter()
+        .map(|k| k.wait_with_output().expect("wait for c10d-bench"))
+        .collect()
+}
+
+/// Every rank succeeded, every element was right, and rank 0 logged `host_map`.
+fn check(outs: &[Output], what: &str, host_map: &str) {
+    for (r, o) in outs.iter().enumerate() {
+        assert!(
+            o.status.success(),
+            "{what}: rank {r} failed ({}):\n{}\n{}",
+            o.status,
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    let table = String::from_utf8_lossy(&outs[0].stdout);
+    let rows: Vec<&str> = table.lines().filter(|l| !l.starts_with('#')).collect();
+    assert!(!rows.is_empty(), "{what}: no results:\n{table}");
+    for row in rows {
+        assert_eq!(
+            row.split_whitespace().last(),
+            Some("0"),
+            "{what}: wrong elements: {row}"
+        );
+    }
+    let log = String::from_utf8_lossy(&outs[0].stderr);
+    assert!(
+        log.contains(host_map),
+        "{what}: rank 0 did not learn the host map:\n{log}"
+    );
+}
+
+#[test]
+fn all_reduce_across_two_hosts_is_two_level_and_exact() {
+    let hosts = match Hosts::new("twolevel", 3) {
+        Ok(h) => h,
+        Err(why) => {
+            println!("skipped: cannot make network namespaces ({why})");
+            return;
+        }
+    };
+    let sizes = ["-b", "4K", "-e", "2M", "-f", "8", "-n", "3", "-w", "1"];
+    let cma = "two-level all_reduce over 2 hosts of 2 ranks (cross-memory attach inside hosts)";
+    let sum = [&["all_reduce"][..], &sizes].concat();
+    check(&job(&hosts, 29_500, &sum, &[]), "float sum", cma);
+    let avg = [&["all_reduce", "-d", "double", "-o", "avg"][..], &sizes].concat();
+    check(&job(&hosts, 29_501, &avg, &[]), "double avg", cma);
+    // One rank without cross-memory attach: the hosts' phases go over sockets.
+    let max = [&["all_reduce", "-d", "int32", "-o", "max"][..], &sizes].concat();
+    let sockets = "two-level all_reduce over 2 hosts of 2 ranks\n";
+    let outs = job(&hosts, 29_502, &max, &[("C10D_GLOO_CMA", "0")]);
+    check(&outs, "int32 max, sockets inside hosts", sockets);
+}

@@ -1,0 +1,96 @@
+//! Two "hosts" on this machine for tests: network namespaces joined by a veth pair `v0`/`v1`,
+//! with private addresses `10.231.<subnet>.1` / `.2` that exist only inside them. Nothing is
+//! routed anywhere else. Needs root and `ip netns`; removed on drop.
+
+use std::process::Command;
+
+/// Runs `ip args`; the error carries ip's stderr.
+pub fn ip(args: &[&str]) -> Result<(), String> {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| format!("cannot run ip: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// Two namespaces `c10d-<tag>-<pid>-{a,b}` joined by veth `v0` (in a) / `v1` (in b).
+pub struct Hosts {
+    pub names: [String; 2],
+    subnet: u8,
+}
+
+impl Hosts {
+    /// Makes the pair, `tag` naming the test (namespaces of tests running at once differ) and
+    /// `subnet` its private /24.
+    ///
+    /// # Errors
+    /// "not root", or the failing `ip` command; what was made is removed again.
+    pub fn new(tag: &str, subnet: u8) -> Result<Hosts, String> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            return Err("not root".into());
+        }
+        let id = std::process::id();
+        let mut h = Hosts {
+            names: [String::new(), String::new()],
+            subnet,
+        };
+        for (i, side) in ["a", "b"].iter().enumerate() {
+            let n = format!("c10d-{tag}-{id}-{side}");
+            ip(&["netns", "add", &n])?;
+            h.names[i] = n;
+        }
+        let [a, b] = &h.names;
+        ip(&[
+            "link", "add", "v0", "netns", a, "type", "veth", "peer", "name", "v1", "netns", b,
+        ])?;
+        for (i, n) in h.names.iter().enumerate() {
+            let dev = format!("v{i}");
+            ip(&[
+                "-n",
+                n,
+                "addr",
+                "add",
+                &format!("{}/24", h.addr(i)),
+                "dev",
+                &dev,
+            ])?;
+            ip(&["-n", n, "link", "set", "lo", "up"])?;
+            ip(&["-n", n, "link", "set", &dev, "up"])?;
+        }
+        Ok(h)
+    }
+
+    /// The address of host `i` (0 or 1) on the veth link.
+    pub fn addr(&self, i: usize) -> String {
+        format!("10.231.{}.{}", self.subnet, i + 1)
+    }
+
+    /// Takes the link down on both ends (not every test that shares this module does).
+    ///
+    /// # Errors
+    /// The failing `ip` command.
+    #[allow(dead_code)]
+    pub fn link_down(&self) -> Result<(), String> {
+        for (i, n) in self.names.iter().enumerate() {
+            ip(&["-n", n, "link", "set", &format!("v{i}"), "down"])?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Hosts {
+    fn drop(&mut self) {
+        for n in self.names.iter().filter(|n| !n.is_empty()) {
+            let _ = ip(&["netns", "del", n]);
+        }
+    }
+}
