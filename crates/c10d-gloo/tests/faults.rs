@@ -658,3 +658,63 @@ fn size_mismatches_across_algorithm_thresholds_fail_promptly() {
         }
     }
 }
+
+/// The error of a failed op, as a value.
+fn op_error(r: Result<Work>) -> DistError {
+    match r {
+        Ok(w) => w.wait().expect_err("op should fail"),
+        Err(e) => e,
+    }
+}
+
+#[test]
+fn errors_carry_context_a_program_can_read() {
+    // A silent peer: both waiting ranks blame rank 2, for their ALLREDUCE number 0.
+    let res = run_world(3, opts(), |r, pg| {
+        if r == 2 {
+            std::thread::sleep(Duration::from_millis(600));
+            return None;
+        }
+        let o = AllreduceOptions {
+            timeout: Some(Duration::from_millis(200)),
+            ..Default::default()
+        };
+        let e = op_error(pg.all_reduce(&[Tensor::full(1.0f32, &[4])], &o));
+        Some((pg.group_name().to_string(), e))
+    });
+    for (r, got) in res.iter().take(2).enumerate() {
+        let (group, e) = got.as_ref().unwrap();
+        let ctx = e.context().unwrap_or_else(|| panic!("no context: {e}"));
+        assert_eq!(ctx.group.as_deref(), Some(group.as_str()), "{e}");
+        assert_eq!(ctx.rank, Some(r));
+        assert_eq!(ctx.op, Some(OpType::Allreduce));
+        assert_eq!(ctx.seq, Some(0));
+        assert_eq!(ctx.peers, vec![2], "{e}");
+    }
+    // A mismatch blames the rank that ran the other op.
+    let res = run_world(2, opts(), |r, pg| {
+        let t = Tensor::full(1.0f32, &[16]);
+        if r == 0 {
+            return Some(op_error(pg.all_reduce(&[t], &AllreduceOptions::default())));
+        }
+        let b = BroadcastOptions {
+            root_rank: 1,
+            ..Default::default()
+        };
+        let _ = pg.broadcast(&[t], &b).unwrap().wait();
+        None
+    });
+    let e = res[0].as_ref().unwrap();
+    let ctx = e.context().unwrap_or_else(|| panic!("no context: {e}"));
+    assert_eq!((ctx.op, ctx.rank), (Some(OpType::Allreduce), Some(0)));
+    assert_eq!(ctx.peers, vec![1], "{e}");
+    // Argument errors are not about an op that ran: no context.
+    let res = run_world(1, opts(), |_, pg| {
+        let b = BroadcastOptions {
+            root_rank: 5,
+            ..Default::default()
+        };
+        op_error(pg.broadcast(&[Tensor::full(1.0f32, &[1])], &b))
+    });
+    assert!(res[0].context().is_none(), "{}", res[0]);
+}

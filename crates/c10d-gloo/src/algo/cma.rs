@@ -294,7 +294,7 @@ fn size_error(comm: &mut Comm<'_>, p: usize, what: &str, theirs: u64, ours: usiz
         comm.ctx(),
         comm.rank()
     ));
-    comm.fail_group(e)
+    comm.fail_group(crate::engine::blaming(e, [p]))
 }
 
 pub(crate) fn read_error(comm: &mut Comm<'_>, p: usize, e: std::io::Error) -> DistError {
@@ -307,7 +307,7 @@ pub(crate) fn read_error(comm: &mut Comm<'_>, p: usize, e: std::io::Error) -> Di
         "{}: reading rank {p}'s buffer (process_vm_readv) failed: {e}{gone}",
         comm.ctx()
     ));
-    comm.fail_group(e)
+    comm.fail_group(crate::engine::blaming(e, [p]))
 }
 
 /// All-gather through cross-memory attach: `outputs[i * n + p]` receives rank p's

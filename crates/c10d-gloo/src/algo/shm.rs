@@ -756,7 +756,7 @@ fn check(comm: &mut Comm<'_>, seg: &Segment, k: u32, p: usize) -> Result<()> {
             comm.ctx(),
             comm.rank()
         ));
-        return Err(comm.fail_group(e));
+        return Err(comm.fail_group(crate::engine::blaming(e, [p])));
     }
     Ok(())
 }

@@ -3,12 +3,12 @@
 //! the group's checks for the shared-memory and cross-memory-attach paths, scratch buffers.
 
 use super::conn::{Peer, Stream};
-use super::faults::{op_failed, rank_list};
+use super::faults::{blaming, op_failed, rank_list};
 use super::{deadline_after, liveness, lock, Engine, OpInfo};
 use crate::algo::hierarchical::Hosts;
 use crate::algo::shm::ShmState;
 use crate::wire::{Header, Kind};
-use c10d_core::{DType, DistError, OpType, Result};
+use c10d_core::{DType, DistError, ErrorContext, OpType, Result};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -163,7 +163,7 @@ impl Comm<'_> {
             self.eng.handle_faults();
         }
         match self.eng.faults.failed.clone() {
-            Some(e) => Err(op_failed(&self.info, self.rank(), &e)),
+            Some(e) => Err(op_failed(&self.info, &self.eng.id, &e)),
             None => Ok(()),
         }
     }
@@ -196,7 +196,7 @@ impl Comm<'_> {
     /// Why the group was told to stop (abort, shutdown) while this op runs, as this op's error.
     pub(crate) fn stop_requested(&self) -> Option<DistError> {
         let stop = lock(&self.eng.shared.queue).stop.clone()?;
-        Some(op_failed(&self.info, self.rank(), &stop))
+        Some(op_failed(&self.info, &self.eng.id, &stop))
     }
 
     /// The timeout error of this op when `missing` sent nothing (the socket path's text), told
@@ -204,7 +204,7 @@ impl Comm<'_> {
     pub(crate) fn timed_out(&mut self, missing: &[usize]) -> DistError {
         let e = self.timeout_error(&format!("; no data from rank(s) {}", rank_list(missing)));
         self.detach_all();
-        e
+        blaming(e, missing.iter().copied())
     }
 
     /// "Timed out waiting {ms}ms for {op} (seq n) on rank r{who}{silent ranks}", told to the
@@ -220,6 +220,12 @@ impl Comm<'_> {
             self.info.op,
             self.info.seq,
             self.rank(),
+        ));
+        let e = e.with_context(ErrorContext::op(
+            &self.eng.id.group_name,
+            self.rank(),
+            self.info.op,
+            self.info.seq,
         ));
         self.eng.send_note(e.message());
         self.eng.handle_faults();
@@ -253,7 +259,7 @@ impl Comm<'_> {
         }
         let e = eng.faults.failed.clone().unwrap_or(e);
         self.eng.fail_group(e.clone(), true);
-        op_failed(&self.info, self.rank(), &e)
+        op_failed(&self.info, &self.eng.id, &e)
     }
 
     /// "ProcessGroupGloo (group G, rank R)", for error texts.
@@ -434,15 +440,16 @@ impl Comm<'_> {
 
     fn fail(&mut self, w: WaitErr, ids: &[u64]) -> DistError {
         let e = match w {
-            WaitErr::Failed(e) => op_failed(&self.info, self.rank(), &e),
+            WaitErr::Failed(e) => op_failed(&self.info, &self.eng.id, &e),
             WaitErr::Timeout => {
                 let (recv, send) = self.eng.missing_peers(ids);
-                let who = if !recv.is_empty() {
-                    format!("; no data from rank(s) {}", rank_list(&recv))
+                let (who, peers) = if !recv.is_empty() {
+                    (format!("; no data from rank(s) {}", rank_list(&recv)), recv)
                 } else {
-                    format!("; sends to rank(s) {} did not complete", rank_list(&send))
+                    let text = format!("; sends to rank(s) {} did not complete", rank_list(&send));
+                    (text, send)
                 };
-                self.timeout_error(&who)
+                blaming(self.timeout_error(&who), peers)
             }
         };
         self.detach_all();

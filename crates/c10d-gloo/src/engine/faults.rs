@@ -7,9 +7,9 @@
 
 use super::conn::{control_header, Owner, Rx, TxData, LINGER};
 use super::matching::Dest;
-use super::{lock, CollOp, Engine, OpInfo};
+use super::{lock, CollOp, Engine, Ident, OpInfo};
 use crate::wire::Kind;
-use c10d_core::{DistError, OpType};
+use c10d_core::{DistError, ErrorContext, OpType};
 use std::time::Instant;
 
 /// Whether and why the group failed, and the faults noticed but not handled yet.
@@ -69,12 +69,24 @@ pub(super) fn rank_list(ranks: &[usize]) -> String {
         .join(", ")
 }
 
-pub(super) fn op_failed(info: &OpInfo, rank: usize, e: &DistError) -> DistError {
-    e.map_message(|m| format!("{} (seq {}) on rank {rank} failed: {m}", info.op, info.seq))
+/// "{op} (seq n) on rank r failed: {e}", carrying the op's [`ErrorContext`] (with the ranks
+/// `e` blamed).
+pub(super) fn op_failed(info: &OpInfo, id: &Ident, e: &DistError) -> DistError {
+    p2p_failed(info.op, info.seq, id, e)
 }
 
-pub(super) fn p2p_failed(op: OpType, seq: u64, rank: usize, e: &DistError) -> DistError {
+/// [`op_failed`] for a send or receive (or any op known by type and sequence number).
+pub(super) fn p2p_failed(op: OpType, seq: u64, id: &Ident, e: &DistError) -> DistError {
+    let rank = id.rank;
+    let peers = e.context().map(|c| c.peers.clone()).unwrap_or_default();
     e.map_message(|m| format!("{op} (seq {seq}) on rank {rank} failed: {m}"))
+        .with_context(ErrorContext::op(&id.group_name, rank, op, seq).blaming(peers))
+}
+
+/// `e` blaming `peers` (group ranks), for a program to read (see [`ErrorContext`]).
+pub(crate) fn blaming(e: DistError, peers: impl IntoIterator<Item = usize>) -> DistError {
+    let ctx = e.context().cloned().unwrap_or_default().blaming(peers);
+    e.with_context(ctx)
 }
 
 impl Engine {
@@ -113,7 +125,7 @@ impl Engine {
             let e = self.left_error(p);
             let (op, seq) = (self.p2p.ops[&id].op, self.p2p.ops[&id].seq);
             self.detach_ids(&[id], false);
-            self.complete_p2p(id, Err(p2p_failed(op, seq, self.id.rank, &e)), None);
+            self.complete_p2p(id, Err(p2p_failed(op, seq, &self.id, &e)), None);
         }
     }
 
@@ -127,12 +139,13 @@ impl Engine {
     }
 
     pub(super) fn left_error(&self, p: usize) -> DistError {
-        DistError::backend(format!(
+        let e = DistError::backend(format!(
             "{}: {} has shut down its process group{}",
             self.ctx(),
             self.id.peer_name(p),
             self.notes_of(std::iter::once(p))
-        ))
+        ));
+        blaming(e, [p])
     }
 
     /// The connection to `p` is gone (`why`): it is closed at once and, unless `p` had left or
@@ -226,6 +239,7 @@ impl Engine {
             whys.join("; "),
             self.notes_of(lost.iter().map(|(q, _)| *q))
         ));
+        let e = blaming(e, lost.iter().map(|(q, _)| *q));
         // Tell the survivors: a peer that only sees *us* leave (we may exit as soon as the
         // error reaches the user) then still learns which rank died first.
         self.fail_group(e, true);
@@ -241,7 +255,7 @@ impl Engine {
         }) = self.colls.pending.pop_front()
         {
             drop(leases);
-            completer.complete(Err(op_failed(&info, self.id.rank, err)));
+            completer.complete(Err(op_failed(&info, &self.id, err)));
         }
     }
 
@@ -261,7 +275,7 @@ impl Engine {
         let ids: Vec<u64> = self.p2p.ops.keys().copied().collect();
         for id in ids {
             let (op, seq) = (self.p2p.ops[&id].op, self.p2p.ops[&id].seq);
-            self.complete_p2p(id, Err(p2p_failed(op, seq, self.id.rank, &err)), None);
+            self.complete_p2p(id, Err(p2p_failed(op, seq, &self.id, &err)), None);
         }
         self.fail_pending_colls(&err);
     }

@@ -311,12 +311,13 @@ impl Engine {
         } else {
             String::new()
         };
-        DistError::backend(format!(
+        let e = DistError::backend(format!(
             "Detected mismatch between collectives in group {}: rank {} is running {me} but {} sent {them}{detail}",
             self.id.group_name,
             self.id.rank,
             self.id.peer_name(peer)
-        ))
+        ));
+        super::faults::blaming(e, [peer])
     }
 
     /// Decides where the payload of a frame from `p` goes.

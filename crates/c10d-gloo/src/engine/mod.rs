@@ -106,6 +106,7 @@ mod setup;
 mod submit;
 
 pub(crate) use comm::Comm;
+pub(crate) use faults::blaming;
 pub(crate) use setup::Connector;
 pub(crate) use submit::{
     lock, worker_loop, CollBody, CollOp, OpInfo, P2pOp, Queue, Shared, Submission,

@@ -104,13 +104,12 @@ impl Engine {
         tag: i64,
         leases: &mut TensorLeases,
     ) -> Result<(*mut u8, usize)> {
-        let rank = self.id.rank;
         if let Some(e) = self.faults.failed.clone() {
-            return Err(p2p_failed(kind, seq, rank, &e));
+            return Err(p2p_failed(kind, seq, &self.id, &e));
         }
         if let Err(e) = self.ensure_connected() {
             self.fail_group(e.clone(), false);
-            return Err(p2p_failed(kind, seq, rank, &e));
+            return Err(p2p_failed(kind, seq, &self.id, &e));
         }
         let (ins, mut outs) = leases.host_slices()?;
         let (ptr, len) = if kind == OpType::Send {
@@ -127,7 +126,7 @@ impl Engine {
                 .iter()
                 .any(|u| u.hdr.tag == tag && peer.is_none_or(|p| p == u.peer));
         if let Some(p) = peer.filter(|p| self.faults.left[*p] && !satisfiable) {
-            return Err(p2p_failed(kind, seq, rank, &self.left_error(p)));
+            return Err(p2p_failed(kind, seq, &self.id, &self.left_error(p)));
         }
         Ok((ptr, len))
     }

@@ -301,10 +301,10 @@ impl Engine {
         } = op;
         self.colls.seq = info.coll_seq;
         let res = if let Some(e) = self.faults.failed.clone() {
-            Err(op_failed(&info, self.id.rank, &e))
+            Err(op_failed(&info, &self.id, &e))
         } else if let Err(e) = self.ensure_connected() {
             self.fail_group(e.clone(), false);
-            Err(op_failed(&info, self.id.rank, &e))
+            Err(op_failed(&info, &self.id, &e))
         } else {
             completer.mark_started();
             self.colls.cur = Some(info);
