@@ -3,6 +3,7 @@
 //! The caller has already applied `prescale` (PREMUL_SUM) and applies `finalize` (AVG) after.
 
 use super::part;
+use super::step::{step, Phase};
 use crate::engine::Comm;
 use c10d_core::reduce::reduce_into;
 use c10d_core::{DType, ReduceOp, Result};
@@ -45,10 +46,10 @@ pub(crate) fn direct(
 }
 
 fn rs_step(s: usize, k: usize) -> u32 {
-    ((s as u32) << 20) | k as u32
+    step(Phase::Data, s, k)
 }
 fn ag_step(s: usize, k: usize) -> u32 {
-    (1 << 31) | ((s as u32) << 20) | k as u32
+    step(Phase::Gather, s, k)
 }
 
 /// Geometry of the pipelined ring: the buffer (`count` elements of `es` bytes) is split into
@@ -256,7 +257,7 @@ pub(crate) fn all_pairs(
                 let c = chunk(r, k);
                 rs_ids[p * k_chunks + k] = comm.post_recv(
                     p,
-                    k as u32,
+                    step(Phase::Data, 0, k),
                     sp.add(p * my_len + (c.start - my.start)),
                     c.len(),
                 );
@@ -265,13 +266,13 @@ pub(crate) fn all_pairs(
         for &p in &peers {
             for k in 0..k_chunks {
                 let c = chunk(p, k);
-                comm.post_recv(p, (1 << 31) | k as u32, bp.add(c.start), c.len());
+                comm.post_recv(p, step(Phase::Gather, 0, k), bp.add(c.start), c.len());
             }
         }
         for k in 0..k_chunks {
             for &p in &peers {
                 let c = chunk(p, k);
-                comm.post_send(p, k as u32, bp.add(c.start), c.len());
+                comm.post_send(p, step(Phase::Data, 0, k), bp.add(c.start), c.len());
             }
         }
         for k in 0..k_chunks {
@@ -287,7 +288,7 @@ pub(crate) fn all_pairs(
                 reduce_into(op, dtype, acc, slot(q))?;
             }
             for &p in &peers {
-                comm.post_send(p, (1 << 31) | k as u32, bp.add(c.start), c.len());
+                comm.post_send(p, step(Phase::Gather, 0, k), bp.add(c.start), c.len());
             }
         }
     }

@@ -4,9 +4,7 @@
 use crate::engine::Comm;
 use c10d_core::Result;
 
-/// Step of the empty "ready" frame a receiver sends to its sender once all its receives are
-/// posted (never a data step: a chunk index is far below it).
-pub(crate) const READY: u32 = u32::MAX;
+use super::step::READY;
 
 /// The chain sends this much of the buffer before its successor's [`READY`] frame arrived.
 const EAGER_BYTES: usize = 128 << 10;

@@ -27,6 +27,7 @@
 //! which that peer could read itself anyway.
 
 use super::part;
+use super::step::{step, Phase};
 use crate::engine::Comm;
 use c10d_core::reduce::reduce_into;
 use c10d_core::{DType, DistError, ReduceOp, Result};
@@ -37,11 +38,11 @@ const PIECE: usize = 256 << 10;
 /// A value at a known address that peers read to probe cross-memory attach.
 static PROBE: u64 = 0xC10D_C3A0_5EED_0001;
 
-const STEP_PROBE: u32 = 0xC3A0_0001;
-const STEP_VOTE: u32 = 0xC3A0_0002;
-const STEP_ADDR: u32 = 0xC3A0_0003;
-const STEP_REDUCED: u32 = 0xC3A0_0004;
-const STEP_DONE: u32 = 0xC3A0_0005;
+const STEP_PROBE: u32 = step(Phase::CmaProbe, 0, 0);
+const STEP_VOTE: u32 = step(Phase::CmaVote, 0, 0);
+const STEP_ADDR: u32 = step(Phase::CmaAddr, 0, 0);
+const STEP_REDUCED: u32 = step(Phase::CmaReduced, 0, 0);
+const STEP_DONE: u32 = step(Phase::CmaDone, 0, 0);
 
 /// Copies `dst.len()` bytes at address `remote` in process `pid` into `dst`.
 fn read_remote(pid: u64, remote: u64, dst: &mut [u8]) -> std::io::Result<()> {

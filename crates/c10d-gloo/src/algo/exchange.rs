@@ -6,7 +6,7 @@
 //! send at once; all-to-all holds large blocks back until their receiver is ready (see
 //! [`all_to_all`]).
 
-use crate::algo::broadcast::READY;
+use super::step::{READY, RTS};
 use crate::engine::Comm;
 use c10d_core::Result;
 
@@ -82,9 +82,6 @@ pub(crate) fn scatter(
 
 /// Blocks of at least this many bytes wait for the receiver's ready frame (see [`all_to_all`]).
 const PULL_MIN_BYTES: usize = 128 << 10;
-
-/// Step of the empty frame announcing a block that will wait for the receiver's [`READY`].
-const RTS: u32 = u32::MAX - 1;
 
 /// All-to-all: block `inputs[p]` goes to rank p; `outputs[p]` receives rank p's block for us.
 ///

@@ -28,20 +28,21 @@
 
 use super::cma::{self, Published};
 use super::part;
+use super::step::{step, Phase};
 use crate::engine::Comm;
 use c10d_core::reduce::reduce_into;
 use c10d_core::{DType, ReduceOp, Result};
 
 /// Step tags of the phases (one frame per peer per phase).
-const STEP_PROBE: u32 = 1;
-const STEP_HOST_RS: u32 = 2;
-const STEP_CROSS_RS: u32 = 3;
-const STEP_CROSS_AG: u32 = 4;
-const STEP_HOST_AG: u32 = 5;
+const STEP_PROBE: u32 = step(Phase::HostMap, 0, 0);
+const STEP_HOST_RS: u32 = step(Phase::HostReduce, 0, 0);
+const STEP_CROSS_RS: u32 = step(Phase::CrossReduce, 0, 0);
+const STEP_CROSS_AG: u32 = step(Phase::CrossGather, 0, 0);
+const STEP_HOST_AG: u32 = step(Phase::HostGather, 0, 0);
 /// Cross-memory attach: "my segment is final, and I no longer read your buffer's segment".
-const STEP_FINAL: u32 = 6;
+const STEP_FINAL: u32 = step(Phase::HostFinal, 0, 0);
 /// Cross-memory attach: "I no longer read your buffer".
-const STEP_DONE: u32 = 7;
+const STEP_DONE: u32 = step(Phase::HostDone, 0, 0);
 
 /// Bytes folded per piece when reading peers' memory (fits L2 with the accumulator).
 const PIECE: usize = 256 << 10;

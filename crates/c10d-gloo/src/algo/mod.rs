@@ -15,6 +15,7 @@ pub(crate) mod hierarchical;
 pub(crate) mod reduce;
 pub(crate) mod select;
 pub(crate) mod shm;
+pub(crate) mod step;
 
 /// Byte range of part `i` of `count` elements of `es` bytes split into `parts` nearly equal parts.
 pub(crate) fn part(count: usize, parts: usize, i: usize, es: usize) -> std::ops::Range<usize> {
