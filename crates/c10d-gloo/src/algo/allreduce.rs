@@ -4,7 +4,7 @@
 
 use super::part;
 use super::step::{step, Phase};
-use crate::engine::Comm;
+use crate::engine::{Comm, Posts};
 use c10d_core::reduce::reduce_into;
 use c10d_core::{DType, ReduceOp, Result};
 
@@ -125,7 +125,7 @@ impl RingPlan {
 /// Scratch is double-buffered by step parity, so receives for step s+2 are posted as soon as
 /// chunk k of step s is folded and frames rarely wait in the early queue.
 ///
-/// Buffer reuse is safe by causality: a final chunk can only arrive after every rank's
+/// Buffer reuse is right by causality: a final chunk can only arrive after every rank's
 /// contribution to it was received, which includes our own send of that chunk.
 pub(crate) fn ring(
     comm: &mut Comm<'_>,
@@ -141,70 +141,65 @@ pub(crate) fn ring(
     let p = RingPlan::new(r, n, len, dtype.size(), chunk_bytes);
     let (steps, kc, left, right) = (p.steps(), p.k_chunks, p.left(), p.right());
     let mut scratch = comm.take_scratch(p.scratch_len());
-    let sp = scratch.bytes().as_mut_ptr();
-    let bp = buf.as_mut_ptr();
-    // SAFETY: slot_offset(s, k) + slot <= 2 * k_chunks * slot = scratch length.
-    let slot_ptr = |s: usize, k: usize| unsafe { sp.add(p.slot_offset(s, k)) };
+    let mut posts = comm.posts();
+    let (b, slots) = (posts.buffer(buf), posts.buffer(scratch.bytes()));
+    let slot = |s: usize, k: usize| {
+        let at = p.slot_offset(s, k);
+        at..at + p.rs_chunk(s, k).len()
+    };
     // Receive ids in (step, chunk) order: index s * kc + k.
     let (mut rs_ids, mut ag_ids) = (vec![0u64; steps * kc], vec![0u64; steps * kc]);
     // Reduce-scatter receives posted so far.
     let mut posted_rs = 0usize;
-    // SAFETY: (all posts below) `buf` and `scratch` outlive every post; each id is waited on
-    // before the memory is read or reused, and `Comm` detaches leftovers on any early return.
-    unsafe {
-        let post_rs = |comm: &mut Comm<'_>, s: usize, k: usize| {
-            comm.post_recv(left, rs_step(s, k), slot_ptr(s, k), p.rs_chunk(s, k).len())
+    let post_rs = |posts: &mut Posts<'_, '_, '_>, s: usize, k: usize| {
+        posts.recv(left, rs_step(s, k), slots, slot(s, k))
+    };
+    let post_ag_all = |posts: &mut Posts<'_, '_, '_>, ag_ids: &mut [u64]| -> Result<()> {
+        for (i, id) in ag_ids.iter_mut().enumerate() {
+            *id = posts.recv(left, ag_step(i / kc, i % kc), b, p.ag_chunk(i / kc, i % kc))?;
+        }
+        Ok(())
+    };
+    // Receives for steps 0 and 1 (and the all-gather once every step is posted).
+    while posted_rs < steps.min(2) * kc {
+        rs_ids[posted_rs] = post_rs(&mut posts, posted_rs / kc, posted_rs % kc)?;
+        posted_rs += 1;
+    }
+    if posted_rs == steps * kc {
+        post_ag_all(&mut posts, &mut ag_ids)?;
+    }
+    // Reduce-scatter: send our segment r, then fold and forward each arriving chunk.
+    for k in 0..kc {
+        posts.send(right, rs_step(0, k), b, p.chunk(r, k))?;
+    }
+    for (s, k) in (0..steps * kc).map(|i| (i / kc, i % kc)) {
+        posts.wait(&[rs_ids[s * kc + k]])?;
+        let c = p.rs_chunk(s, k);
+        posts.fold(op, dtype, (b, c.clone()), (slots, slot(s, k)))?;
+        let next = if s + 1 < steps {
+            rs_step(s + 1, k)
+        } else {
+            ag_step(0, k)
         };
-        let post_ag_all = |comm: &mut Comm<'_>, ag_ids: &mut [u64]| {
-            for (i, id) in ag_ids.iter_mut().enumerate() {
-                let c = p.ag_chunk(i / kc, i % kc);
-                *id = comm.post_recv(left, ag_step(i / kc, i % kc), bp.add(c.start), c.len());
-            }
-        };
-        // Receives for steps 0 and 1 (and the all-gather once every step is posted).
-        while posted_rs < steps.min(2) * kc {
-            rs_ids[posted_rs] = post_rs(comm, posted_rs / kc, posted_rs % kc);
+        posts.send(right, next, b, c)?;
+        if s + 2 < steps {
+            rs_ids[posted_rs] = post_rs(&mut posts, s + 2, k)?;
             posted_rs += 1;
-        }
-        if posted_rs == steps * kc {
-            post_ag_all(comm, &mut ag_ids);
-        }
-        // Reduce-scatter: send our segment r, then fold and forward each arriving chunk.
-        for k in 0..kc {
-            let c = p.chunk(r, k);
-            comm.post_send(right, rs_step(0, k), bp.add(c.start), c.len());
-        }
-        for (s, k) in (0..steps * kc).map(|i| (i / kc, i % kc)) {
-            comm.wait(&[rs_ids[s * kc + k]])?;
-            let c = p.rs_chunk(s, k);
-            let src = std::slice::from_raw_parts(slot_ptr(s, k), c.len());
-            let acc = std::slice::from_raw_parts_mut(bp.add(c.start), c.len());
-            reduce_into(op, dtype, acc, src)?;
-            let next = if s + 1 < steps {
-                rs_step(s + 1, k)
-            } else {
-                ag_step(0, k)
-            };
-            comm.post_send(right, next, bp.add(c.start), c.len());
-            if s + 2 < steps {
-                rs_ids[posted_rs] = post_rs(comm, s + 2, k);
-                posted_rs += 1;
-                if posted_rs == steps * kc {
-                    post_ag_all(comm, &mut ag_ids);
-                }
-            }
-        }
-        // All-gather: each final chunk arrives in place; forward it unless it is the last step.
-        for (i, &id) in ag_ids.iter().enumerate() {
-            let (s, k) = (i / kc, i % kc);
-            comm.wait(&[id])?;
-            if s + 1 < steps {
-                let c = p.ag_chunk(s, k);
-                comm.post_send(right, ag_step(s + 1, k), bp.add(c.start), c.len());
+            if posted_rs == steps * kc {
+                post_ag_all(&mut posts, &mut ag_ids)?;
             }
         }
     }
-    comm.wait_all()?;
+    // All-gather: each final chunk arrives in place; forward it unless it is the last step.
+    for (i, &id) in ag_ids.iter().enumerate() {
+        let (s, k) = (i / kc, i % kc);
+        posts.wait(&[id])?;
+        if s + 1 < steps {
+            posts.send(right, ag_step(s + 1, k), b, p.ag_chunk(s, k))?;
+        }
+    }
+    posts.wait_all()?;
+    drop(posts);
     comm.put_scratch(scratch);
     Ok(())
 }
@@ -218,7 +213,7 @@ pub(crate) fn ring(
 /// dependent phases instead of 2(n−1) steps, so a descheduled rank stalls nobody for long —
 /// what matters when ranks outnumber cores.
 ///
-/// In-place receives are safe by causality: a final chunk of segment p can only arrive after
+/// In-place receives are right by causality: a final chunk of segment p can only arrive after
 /// p received our contribution to it, i.e. after our send of those bytes was written.
 pub(crate) fn all_pairs(
     comm: &mut Comm<'_>,
@@ -244,55 +239,45 @@ pub(crate) fn all_pairs(
     let my = seg(r);
     let my_len = my.len();
     let mut scratch = comm.take_scratch(n * my_len); // slot r unused
-    let sp = scratch.bytes().as_mut_ptr();
-    let bp = buf.as_mut_ptr();
     let peers: Vec<usize> = (0..n).filter(|p| *p != r).collect();
+    let mut posts = comm.posts();
+    let (b, slots) = (posts.buffer(buf), posts.buffer(scratch.bytes()));
+    // Where peer q's contribution to chunk k of our segment lands.
+    let slot = |q: usize, k: usize| {
+        let c = chunk(r, k);
+        let at = q * my_len + (c.start - my.start);
+        at..at + c.len()
+    };
     let mut rs_ids = vec![0u64; n * k_chunks];
-    // SAFETY: (all posts and raw slices below) `buf` and `scratch` outlive every post; a
-    // receive's bytes are only read after its id was waited on; sends read bytes nobody writes
-    // until they are written (by causality, see above); `Comm` detaches leftovers on error.
-    unsafe {
-        for &p in &peers {
-            for k in 0..k_chunks {
-                let c = chunk(r, k);
-                rs_ids[p * k_chunks + k] = comm.post_recv(
-                    p,
-                    step(Phase::Data, 0, k),
-                    sp.add(p * my_len + (c.start - my.start)),
-                    c.len(),
-                );
-            }
-        }
-        for &p in &peers {
-            for k in 0..k_chunks {
-                let c = chunk(p, k);
-                comm.post_recv(p, step(Phase::Gather, 0, k), bp.add(c.start), c.len());
-            }
-        }
+    for &q in &peers {
         for k in 0..k_chunks {
-            for &p in &peers {
-                let c = chunk(p, k);
-                comm.post_send(p, step(Phase::Data, 0, k), bp.add(c.start), c.len());
-            }
-        }
-        for k in 0..k_chunks {
-            let ids: Vec<u64> = peers.iter().map(|p| rs_ids[p * k_chunks + k]).collect();
-            comm.wait(&ids)?;
-            let c = chunk(r, k);
-            let lo = c.start - my.start;
-            let slot = |q: usize| std::slice::from_raw_parts(sp.add(q * my_len + lo), c.len());
-            let acc = std::slice::from_raw_parts_mut(bp.add(c.start), c.len());
-            // Fold order: own contribution, then the others in rank order. Fixed for segment r,
-            // and only rank r computes it, so every rank receives the same bits.
-            for &q in &peers {
-                reduce_into(op, dtype, acc, slot(q))?;
-            }
-            for &p in &peers {
-                comm.post_send(p, step(Phase::Gather, 0, k), bp.add(c.start), c.len());
-            }
+            rs_ids[q * k_chunks + k] = posts.recv(q, step(Phase::Data, 0, k), slots, slot(q, k))?;
         }
     }
-    comm.wait_all()?;
+    for &q in &peers {
+        for k in 0..k_chunks {
+            posts.recv(q, step(Phase::Gather, 0, k), b, chunk(q, k))?;
+        }
+    }
+    for k in 0..k_chunks {
+        for &q in &peers {
+            posts.send(q, step(Phase::Data, 0, k), b, chunk(q, k))?;
+        }
+    }
+    for k in 0..k_chunks {
+        let ids: Vec<u64> = peers.iter().map(|q| rs_ids[q * k_chunks + k]).collect();
+        posts.wait(&ids)?;
+        // Fold order: own contribution, then the others in rank order. Fixed for segment r,
+        // and only rank r computes it, so every rank receives the same bits.
+        for &q in &peers {
+            posts.fold(op, dtype, (b, chunk(r, k)), (slots, slot(q, k)))?;
+        }
+        for &q in &peers {
+            posts.send(q, step(Phase::Gather, 0, k), b, chunk(r, k))?;
+        }
+    }
+    posts.wait_all()?;
+    drop(posts);
     comm.put_scratch(scratch);
     Ok(())
 }

@@ -33,15 +33,10 @@ pub(crate) fn monitored(
         return Ok(());
     }
     let deadline = crate::engine::deadline_after(timeout);
+    let mut posts = comm.posts();
     if r != 0 {
-        // SAFETY: empty buffers; waited on (or detached) before returning.
-        let ids = unsafe {
-            [
-                comm.post_send(0, 0, [].as_ptr(), 0),
-                comm.post_recv(0, 1, [].as_mut_ptr(), 0),
-            ]
-        };
-        return comm.wait_or_missing(&ids, deadline).map_err(|(_, e)| {
+        let ids = [posts.signal(0, 0), posts.await_signal(0, 1)];
+        return posts.wait_or_missing(&ids, deadline).map_err(|(_, e)| {
             let why = e.map(|e| format!(" Original exception: {e}")).unwrap_or_default();
             DistError::backend(format!(
                 "Rank {r} successfully reached monitoredBarrier, but received errors while waiting for send/recv from rank 0. Please check rank 0 logs for faulty rank.{why}"
@@ -53,11 +48,8 @@ pub(crate) fn monitored(
             "Rank 0 timed out in monitoredBarrier after 0 ms",
         ));
     }
-    // SAFETY: empty buffers; waited on (or detached) before returning.
-    let ids: Vec<u64> = (1..n)
-        .map(|p| unsafe { comm.post_recv(p, 0, [].as_mut_ptr(), 0) })
-        .collect();
-    if let Err((missing, e)) = comm.wait_or_missing(&ids, deadline) {
+    let ids: Vec<u64> = (1..n).map(|p| posts.await_signal(p, 0)).collect();
+    if let Err((missing, e)) = posts.wait_or_missing(&ids, deadline) {
         let ms = timeout.as_millis();
         let why = e
             .map(|e| format!(" Original exception: {e}"))
@@ -81,6 +73,8 @@ pub(crate) fn monitored(
             )
         }));
     }
-    let sends: Vec<(usize, u32, &[u8])> = (1..n).map(|p| (p, 1, &[][..])).collect();
-    comm.exchange(&sends, &mut [])
+    for p in 1..n {
+        posts.signal(p, 1);
+    }
+    posts.wait_all()
 }

@@ -78,46 +78,39 @@ pub(crate) fn chain(
         .chain((e..len).step_by(chunk).map(|lo| (lo, chunk.min(len - lo))))
         .collect();
     let first_gated = usize::from(e > 0);
-    let bp = buf.as_mut_ptr();
-    let none = std::ptr::NonNull::<u8>::dangling().as_ptr();
-    // SAFETY: every post refers to `buf` (the empty ready frames to no memory at all), which
-    // outlives this function; receives are waited on before their chunk is forwarded,
-    // sends finish in `wait_all` (or are detached on error).
-    unsafe {
-        // Our successor's ready frame; posted first, as it is the first frame it sends us.
-        let mut ready = next.map(|nx| comm.post_recv(nx, READY, none, 0));
-        if vr == 0 {
-            let nx = next.expect("n > 1");
-            for (k, (lo, l)) in pieces.iter().enumerate() {
-                if k == first_gated {
-                    if let Some(id) = ready.take() {
-                        comm.wait(&[id])?;
-                    }
+    let range = |k: usize| pieces[k].0..pieces[k].0 + pieces[k].1;
+    let mut posts = comm.posts();
+    let b = posts.buffer(buf);
+    // Our successor's ready frame; posted first, as it is the first frame it sends us.
+    let mut ready = next.map(|nx| posts.await_signal(nx, READY));
+    if vr == 0 {
+        let nx = next.expect("n > 1");
+        for k in 0..pieces.len() {
+            if k == first_gated {
+                if let Some(id) = ready.take() {
+                    posts.wait(&[id])?;
                 }
-                comm.post_send(nx, k as u32, bp.add(*lo), *l);
             }
-        } else {
-            let ids: Vec<u64> = pieces
-                .iter()
-                .enumerate()
-                .map(|(k, (lo, l))| comm.post_recv(prev, k as u32, bp.add(*lo), *l))
-                .collect();
-            comm.post_send(prev, READY, none, 0);
-            for (k, id) in ids.iter().enumerate() {
-                comm.wait(&[*id])?;
-                if let Some(nx) = next {
-                    if k == first_gated {
-                        if let Some(rid) = ready.take() {
-                            comm.wait(&[rid])?;
-                        }
+            posts.send(nx, k as u32, b, range(k))?;
+        }
+    } else {
+        let ids = (0..pieces.len())
+            .map(|k| posts.recv(prev, k as u32, b, range(k)))
+            .collect::<Result<Vec<u64>>>()?;
+        posts.signal(prev, READY);
+        for (k, id) in ids.iter().enumerate() {
+            posts.wait(&[*id])?;
+            if let Some(nx) = next {
+                if k == first_gated {
+                    if let Some(rid) = ready.take() {
+                        posts.wait(&[rid])?;
                     }
-                    let (lo, l) = pieces[k];
-                    comm.post_send(nx, k as u32, bp.add(lo), l);
                 }
+                posts.send(nx, k as u32, b, range(k))?;
             }
         }
     }
-    comm.wait_all()
+    posts.wait_all()
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@
 //! [`all_to_all`]).
 
 use super::step::{READY, RTS};
-use crate::engine::Comm;
+use crate::engine::{Buf, Comm};
 use c10d_core::Result;
 
 /// All-gather of `inputs.len()` tensors: `outputs[i * n + p]` receives rank p's `inputs[i]`.
@@ -106,44 +106,49 @@ pub(crate) fn all_to_all(
     outputs: &mut [&mut [u8]],
 ) -> Result<()> {
     let (r, n) = (comm.rank(), comm.size());
-    let large = |b: &[u8]| b.len() >= PULL_MIN_BYTES;
-    let none = std::ptr::NonNull::<u8>::dangling().as_ptr();
+    let large: Vec<(bool, bool)> = (0..n)
+        .map(|p| {
+            (
+                inputs[p].len() >= PULL_MIN_BYTES,
+                outputs[p].len() >= PULL_MIN_BYTES,
+            )
+        })
+        .collect();
+    let out_len: Vec<usize> = outputs.iter().map(|o| o.len()).collect();
+    outputs[r].copy_from_slice(inputs[r]);
+    let mut posts = comm.posts();
+    let ins: Vec<Buf> = inputs.iter().map(|b| posts.input(b)).collect();
+    let outs: Vec<Buf> = outputs.iter_mut().map(|b| posts.buffer(b)).collect();
+    let whole = |b: &[u8]| 0..b.len();
     let mut ready = Vec::new();
-    // SAFETY: every post refers to `inputs`/`outputs` (borrowed for this whole call) or, for the
-    // empty control frames, to no memory at all; all are waited on in `wait_all`, or detached on
-    // error before returning.
-    unsafe {
-        for i in 1..n {
-            let p = (r + n - i) % n;
-            if large(inputs[p]) {
-                ready.push((p, comm.post_recv(p, READY, none, 0)));
-            }
-            if large(outputs[p]) {
-                comm.post_recv(p, RTS, none, 0);
-            }
-            comm.recv_slice(p, 0, outputs[p]);
+    for i in 1..n {
+        let p = (r + n - i) % n;
+        if large[p].0 {
+            ready.push((p, posts.await_signal(p, READY)));
         }
-        for i in 1..n {
-            let p = (r + i) % n;
-            if large(outputs[p]) {
-                comm.post_send(p, READY, none, 0);
-            }
-            if large(inputs[p]) {
-                comm.post_send(p, RTS, none, 0);
-            } else {
-                comm.send_slice(p, 0, inputs[p]);
-            }
+        if large[p].1 {
+            posts.await_signal(p, RTS);
+        }
+        posts.recv(p, 0, outs[p], 0..out_len[p])?;
+    }
+    for i in 1..n {
+        let p = (r + i) % n;
+        if large[p].1 {
+            posts.signal(p, READY);
+        }
+        if large[p].0 {
+            posts.signal(p, RTS);
+        } else {
+            posts.send(p, 0, ins[p], whole(inputs[p]))?;
         }
     }
-    outputs[r].copy_from_slice(inputs[r]);
     // Large blocks in pairwise order (r+1, r+2, …) as their receivers become ready.
     ready.sort_by_key(|(p, _)| (p + n - r) % n);
     for (p, id) in ready {
-        comm.wait(&[id])?;
-        // SAFETY: as above.
-        unsafe { comm.send_slice(p, 0, inputs[p]) };
+        posts.wait(&[id])?;
+        posts.send(p, 0, ins[p], whole(inputs[p]))?;
     }
-    comm.wait_all()
+    posts.wait_all()
 }
 
 #[cfg(test)]

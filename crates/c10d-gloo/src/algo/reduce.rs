@@ -120,7 +120,7 @@ pub(crate) fn reduce_segmented(
     dtype: DType,
     root: usize,
 ) -> Result<()> {
-    segmented(comm, data.as_mut_ptr(), data.len(), true, op, dtype, root)
+    segmented(comm, Contribution::Root(data), op, dtype, root)
 }
 
 /// Non-root side of [`reduce_segmented`] for a read-only contribution.
@@ -131,27 +131,27 @@ pub(crate) fn contribute_segmented(
     dtype: DType,
     root: usize,
 ) -> Result<()> {
-    segmented(
-        comm,
-        data.as_ptr() as *mut u8,
-        data.len(),
-        false,
-        op,
-        dtype,
-        root,
-    )
+    segmented(comm, Contribution::Peer(data), op, dtype, root)
+}
+
+/// A rank's buffer in [`segmented`]: the root's receives the result.
+enum Contribution<'a> {
+    Root(&'a mut [u8]),
+    Peer(&'a [u8]),
 }
 
 fn segmented(
     comm: &mut Comm<'_>,
-    base: *mut u8,
-    len: usize,
-    is_root: bool,
+    data: Contribution<'_>,
     op: ReduceOp,
     dtype: DType,
     root: usize,
 ) -> Result<()> {
     let (r, n) = (comm.rank(), comm.size());
+    let len = match &data {
+        Contribution::Root(d) => d.len(),
+        Contribution::Peer(d) => d.len(),
+    };
     if n == 1 || len == 0 {
         return Ok(());
     }
@@ -160,45 +160,41 @@ fn segmented(
     let seg = |i: usize| super::part(count, n, i, es);
     let my = seg(r);
     let my_len = my.len();
+    let slot = |q: usize| q * my_len..(q + 1) * my_len;
     let peers: Vec<usize> = (0..n).filter(|p| *p != r).collect();
     let mut scratch = comm.take_scratch(n * my_len);
-    let sp = scratch.bytes().as_mut_ptr();
-    // SAFETY: (all posts and raw slices below) `base` points to `len` bytes valid for the whole
-    // call (writable when `is_root`, where the caller passed `&mut`); `scratch` outlives every
-    // post; receives are read only after being waited on; `Comm` detaches leftovers on error.
-    unsafe {
-        let mut rs_ids = Vec::with_capacity(n);
-        for &q in &peers {
-            rs_ids.push(comm.post_recv(q, 0, sp.add(q * my_len), my_len));
-        }
-        if is_root {
-            for &p in &peers {
-                let s = seg(p);
-                comm.post_recv(p, 1, base.add(s.start), s.len());
-            }
-        }
+    let mut posts = comm.posts();
+    let is_root = matches!(data, Contribution::Root(_));
+    let base = match data {
+        Contribution::Root(d) => posts.buffer(d),
+        Contribution::Peer(d) => posts.input(d),
+    };
+    let slots = posts.buffer(scratch.bytes());
+    let mut rs_ids = Vec::with_capacity(n);
+    for &q in &peers {
+        rs_ids.push(posts.recv(q, 0, slots, slot(q))?);
+    }
+    if is_root {
         for &p in &peers {
-            let s = seg(p);
-            comm.post_send(p, 0, base.add(s.start), s.len());
-        }
-        comm.wait(&rs_ids)?;
-        let acc = std::slice::from_raw_parts_mut(sp.add(r * my_len), my_len);
-        acc.copy_from_slice(std::slice::from_raw_parts(base.add(my.start), my_len));
-        for &q in &peers {
-            reduce_into(
-                op,
-                dtype,
-                acc,
-                std::slice::from_raw_parts(sp.add(q * my_len), my_len),
-            )?;
-        }
-        if is_root {
-            std::ptr::copy_nonoverlapping(acc.as_ptr(), base.add(my.start), my_len);
-        } else {
-            comm.post_send(root, 1, acc.as_ptr(), my_len);
+            posts.recv(p, 1, base, seg(p))?;
         }
     }
-    comm.wait_all()?;
+    for &p in &peers {
+        posts.send(p, 0, base, seg(p))?;
+    }
+    posts.wait(&rs_ids)?;
+    // Fold order: own contribution, then the others in rank order.
+    posts.copy((slots, slot(r)), (base, my.clone()))?;
+    for &q in &peers {
+        posts.fold(op, dtype, (slots, slot(r)), (slots, slot(q)))?;
+    }
+    if is_root {
+        posts.copy((base, my), (slots, slot(r)))?;
+    } else {
+        posts.send(root, 1, slots, slot(r))?;
+    }
+    posts.wait_all()?;
+    drop(posts);
     comm.put_scratch(scratch);
     Ok(())
 }

@@ -300,7 +300,7 @@ impl Comm<'_> {
     /// # Safety
     /// The bytes must stay valid and unmodified until the returned id is waited on, or until
     /// this `Comm` is dropped / a wait fails (both detach it).
-    pub(crate) unsafe fn post_send(
+    pub(super) unsafe fn post_send(
         &mut self,
         peer: usize,
         step: u32,
@@ -320,7 +320,7 @@ impl Comm<'_> {
     /// # Safety
     /// The memory must stay valid, and must not be read or written by anyone else, until the
     /// returned id is waited on or this `Comm` is dropped / a wait fails.
-    pub(crate) unsafe fn post_recv(
+    pub(super) unsafe fn post_recv(
         &mut self,
         peer: usize,
         step: u32,
@@ -339,7 +339,7 @@ impl Comm<'_> {
     ///
     /// # Safety
     /// As [`Comm::post_send`].
-    pub(crate) unsafe fn send_slice(&mut self, peer: usize, step: u32, data: &[u8]) -> u64 {
+    pub(super) unsafe fn send_slice(&mut self, peer: usize, step: u32, data: &[u8]) -> u64 {
         // SAFETY: forwarded contract.
         unsafe { self.post_send(peer, step, data.as_ptr(), data.len()) }
     }
@@ -348,7 +348,7 @@ impl Comm<'_> {
     ///
     /// # Safety
     /// As [`Comm::post_recv`].
-    pub(crate) unsafe fn recv_slice(&mut self, peer: usize, step: u32, buf: &mut [u8]) -> u64 {
+    pub(super) unsafe fn recv_slice(&mut self, peer: usize, step: u32, buf: &mut [u8]) -> u64 {
         // SAFETY: forwarded contract.
         unsafe { self.post_recv(peer, step, buf.as_mut_ptr(), buf.len()) }
     }
@@ -431,6 +431,12 @@ impl Comm<'_> {
             unsafe { self.send_slice(*p, *s, b) };
         }
         self.wait_all()
+    }
+
+    /// Detaches the posts `ids` (the engine no longer reads or writes their memory).
+    pub(super) fn detach(&mut self, ids: &[u64]) {
+        self.outstanding.retain(|i| !ids.contains(i));
+        self.eng.detach_ids(ids, true);
     }
 
     fn detach_all(&mut self) {

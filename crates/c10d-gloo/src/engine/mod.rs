@@ -102,11 +102,13 @@ mod liveness;
 mod matching;
 mod p2p;
 mod poll;
+mod posts;
 mod setup;
 mod submit;
 
 pub(crate) use comm::Comm;
 pub(crate) use faults::blaming;
+pub(crate) use posts::{Buf, Posts};
 pub(crate) use setup::Connector;
 pub(crate) use submit::{
     lock, worker_loop, CollBody, CollOp, OpInfo, P2pOp, Queue, Shared, Submission,
