@@ -14,7 +14,7 @@
 //! other in-flight work of the group fails with an "aborted" error at once.
 
 use crate::env::ErrorHandlingMode;
-use c10d_core::{DistError, OpType};
+use c10d_core::{DistError, ErrorContext, OpType};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
@@ -235,6 +235,17 @@ impl<W: WorkProbe> Watchdog<W> {
         )
     }
 
+    /// What a program reads from the error of `record` ([`DistError::context`]): the group,
+    /// this rank, the op and its sequence number (NCCL does not say which peer is at fault).
+    fn context(&self, record: &WorkRecord) -> ErrorContext {
+        ErrorContext::op(
+            &self.label.group_name,
+            self.label.rank,
+            record.op,
+            record.seq,
+        )
+    }
+
     fn error_message(&self, record: &WorkRecord, error: &str) -> String {
         format!(
             "{}Process group watchdog caught an NCCL error in {}: {}",
@@ -253,11 +264,12 @@ impl<W: WorkProbe> Watchdog<W> {
             if let Some(error) = probe.async_error() {
                 let msg = self.error_message(&record, &error);
                 report.first_error.get_or_insert_with(|| msg.clone());
+                let e = DistError::backend(msg).with_context(self.context(&record));
                 report.failed.push(Finished {
                     record,
                     probe,
                     outcome: Outcome::Failed { error },
-                    error: Some(DistError::backend(msg)),
+                    error: Some(e),
                 });
             } else if probe.is_completed() {
                 report.completed.push(Finished {
@@ -271,11 +283,12 @@ impl<W: WorkProbe> Watchdog<W> {
                 if elapsed >= record.timeout {
                     let msg = self.timeout_message(&record, elapsed);
                     report.first_error.get_or_insert_with(|| msg.clone());
+                    let e = DistError::backend(msg).with_context(self.context(&record));
                     report.timed_out.push(Finished {
                         record,
                         probe,
                         outcome: Outcome::TimedOut { elapsed },
-                        error: Some(DistError::backend(msg)),
+                        error: Some(e),
                     });
                 } else {
                     keep.push_back((record, probe));
@@ -292,11 +305,12 @@ impl<W: WorkProbe> Watchdog<W> {
                     self.label.rank, reason
                 );
                 while let Some((record, probe)) = self.works.pop_front() {
+                    let e = DistError::backend(aborted.clone()).with_context(self.context(&record));
                     report.failed.push(Finished {
                         record,
                         probe,
                         outcome: Outcome::Aborted,
-                        error: Some(DistError::backend(aborted.clone())),
+                        error: Some(e),
                     });
                 }
             }
@@ -376,6 +390,12 @@ mod tests {
             msg.message(),
             "[PG ID 0 PG GUID 0(default_pg) Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, NumelIn=8, NumelOut=8, Timeout(ms)=600000) ran for 600001 milliseconds before timing out."
         );
+        let ctx = msg.context().expect("a timeout carries its op's context");
+        assert_eq!(
+            (ctx.group.as_deref(), ctx.rank, ctx.op, ctx.seq),
+            (Some("0"), Some(3), Some(OpType::Allreduce), Some(1))
+        );
+        assert!(ctx.peers.is_empty(), "NCCL names no peer");
         assert_eq!(
             r.response,
             Some(Response {

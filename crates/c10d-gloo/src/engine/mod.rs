@@ -70,7 +70,8 @@
 //! | `matching.rs` | where an arriving frame goes (`classify`) and what its end means (`finish_frame`); posting a collective's sends and receives; early frames; the mismatch error |
 //! | `p2p.rs` | point-to-point ops: start, matching by tag and source, the unexpected queue, completion, deadlines |
 //! | `faults.rs` | a peer lost or gone, recording and handling faults (`handle_faults`, the sweep), `fail_group`, detaching buffers, the texts of failed ops |
-//! | `comm.rs` | [`Comm`], the algorithms' view of the engine (posts, waits, time-out texts, checks for the shared-memory and cross-memory-attach paths, scratch buffers) |
+//! | `comm.rs` | [`Comm`], the algorithms' view of the engine (waits, whole-buffer exchanges, time-out texts, checks for the shared-memory and cross-memory-attach paths, verdicts, scratch buffers) |
+//! | `posts.rs` | [`Posts`]: posting sends and receives of parts of registered buffers by handle and byte range, folds and copies between parts — the only place that turns an algorithm's buffers into pointers (and argues why that is sound) |
 //! | `flow.rs` | read budget per event and back-pressure on peers that run ahead |
 //! | `liveness.rs` | ping/pong probes that name a silent rank; time-out notes |
 //!
