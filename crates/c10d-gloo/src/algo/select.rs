@@ -6,7 +6,7 @@
 //! | op | size (bytes, `len`) | picks |
 //! |----|------|-------|
 //! | all_reduce (`Auto`) | `len ≤ small_allreduce` | shared memory (direct fold) if the group has a segment, else the direct exchange |
-//! | | `< cma_min`, ≤ 8 ranks | shared memory (all-pairs fold) if the segment's slot holds it, else all-pairs |
+//! | | `≤ cma_min`, ≤ 8 ranks | shared memory (all-pairs fold) if the segment's slot holds it, else (below `cma_min`) all-pairs |
 //! | | `≥ cma_min`, every peer on this host | cross-memory attach if the group agreed to it (probe first if it never asked) |
 //! | | `> small_allreduce`, peers on other hosts, equal hosts of ≥ 2 ranks | two-level (reduce in the host, exchange between hosts, spread; learn the host map first if never asked) |
 //! | | otherwise | direct exchange up to `small_allreduce`, all-pairs up to 8 ranks, else the pipelined ring |
@@ -162,10 +162,12 @@ pub(crate) fn all_reduce(s: &Settings, caps: &Caps, len: usize) -> Choice<AllRed
             HostsVerdict::Flat => Choice::Run(sockets()),
         };
     }
+    // Up to and including `cma_min` (one slot's worth by default) the segment is faster than
+    // cross-memory attach, whose three hand-shakes and page pinning dominate below ~4 MiB.
+    if len <= s.cma_min && caps.size <= 8 && caps.shm_fits(len) {
+        return Choice::Run(Shm(Fold::AllPairs));
+    }
     if len < s.cma_min {
-        if caps.size <= 8 && caps.shm_fits(len) {
-            return Choice::Run(Shm(Fold::AllPairs));
-        }
         return Choice::Run(sockets());
     }
     caps.cma(len, Cma).unwrap_or(Choice::Run(sockets()))
@@ -250,7 +252,11 @@ mod tests {
             all_reduce(&s, &c, 2 * MIB - 4),
             Choice::Run(Shm(Fold::AllPairs))
         );
-        assert_eq!(all_reduce(&s, &c, 2 * MIB), Choice::Run(Cma));
+        assert_eq!(
+            all_reduce(&s, &c, 2 * MIB),
+            Choice::Run(Shm(Fold::AllPairs))
+        );
+        assert_eq!(all_reduce(&s, &c, 2 * MIB + 4), Choice::Run(Cma));
         assert_eq!(all_reduce(&s, &c, 64 * MIB), Choice::Run(Cma));
     }
 
