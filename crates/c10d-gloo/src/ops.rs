@@ -842,13 +842,6 @@ impl Backend for ProcessGroupGloo {
     }
 
     fn shutdown(&self) {
-        self.stop(
-            format!(
-                "ProcessGroupGloo (group {}, rank {}) was shut down",
-                self.id.group_name, self.id.rank
-            ),
-            true,
-        );
-        self.join();
+        self.shut_down();
     }
 }

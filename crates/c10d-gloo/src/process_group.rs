@@ -381,6 +381,18 @@ impl ProcessGroupGloo {
         self.notify();
     }
 
+    /// Graceful stop (queued ops fail with "was shut down"), then joins the worker.
+    pub(crate) fn shut_down(&self) {
+        self.stop(
+            format!(
+                "ProcessGroupGloo (group {}, rank {}) was shut down",
+                self.id.group_name, self.id.rank
+            ),
+            true,
+        );
+        self.join();
+    }
+
     pub(crate) fn join(&self) {
         let h = lock(&self.worker).take();
         if let Some(h) = h {
@@ -393,13 +405,6 @@ impl ProcessGroupGloo {
 
 impl Drop for ProcessGroupGloo {
     fn drop(&mut self) {
-        self.stop(
-            format!(
-                "ProcessGroupGloo (group {}, rank {}) was shut down",
-                self.id.group_name, self.id.rank
-            ),
-            true,
-        );
-        self.join();
+        self.shut_down();
     }
 }

@@ -248,32 +248,7 @@ fn reduce_in_host(
     i: usize,
     segs: &[std::ops::Range<usize>],
 ) -> Result<()> {
-    let seg = segs[i].len();
-    let mut scratch = comm.take_scratch(seg * locals.len());
-    {
-        let slots = scratch.bytes();
-        slots[i * seg..(i + 1) * seg].copy_from_slice(&buf[segs[i].clone()]);
-        let mut recvs: Vec<(usize, u32, &mut [u8])> = slots
-            .chunks_mut(seg.max(1))
-            .take(locals.len())
-            .enumerate()
-            .filter(|(j, _)| *j != i)
-            .map(|(j, s)| (locals[j], STEP_HOST_RS, s))
-            .collect();
-        let sends: Vec<(usize, u32, &[u8])> = (0..locals.len())
-            .filter(|j| *j != i)
-            .map(|j| (locals[j], STEP_HOST_RS, &buf[segs[j].clone()]))
-            .collect();
-        comm.exchange(&sends, &mut recvs)?;
-    }
-    let slots = scratch.bytes();
-    let (acc, rest) = slots.split_at_mut(seg);
-    for j in 1..locals.len() {
-        reduce_into(op, dtype, acc, &rest[(j - 1) * seg..j * seg])?;
-    }
-    buf[segs[i].clone()].copy_from_slice(acc);
-    comm.put_scratch(scratch);
-    Ok(())
+    reduce_scatter_among(comm, buf, (op, dtype), (locals, i), segs, STEP_HOST_RS)
 }
 
 /// Phase 2: all-pairs all-reduce of `seg` among `column` (one rank per host; we are
@@ -289,32 +264,54 @@ fn all_reduce_across(
     let (h, es) = (column.len(), dtype.size());
     let parts: Vec<std::ops::Range<usize>> =
         (0..h).map(|g| part(seg.len() / es, h, g, es)).collect();
-    let own = parts[host].clone();
-    let mut scratch = comm.take_scratch(own.len() * h);
+    reduce_scatter_among(
+        comm,
+        seg,
+        (op, dtype),
+        (column, host),
+        &parts,
+        STEP_CROSS_RS,
+    )?;
+    spread(comm, seg, column, host, &parts, STEP_CROSS_AG)
+}
+
+/// Reduce-scatter among `ranks` (we are `ranks[me]`): every rank sends `buf[parts[k]]` to
+/// `ranks[k]`; `buf[parts[me]]` becomes the fold of every rank's copy in the order of `ranks`.
+fn reduce_scatter_among(
+    comm: &mut Comm<'_>,
+    buf: &mut [u8],
+    (op, dtype): (ReduceOp, DType),
+    (ranks, me): (&[usize], usize),
+    parts: &[std::ops::Range<usize>],
+    step: u32,
+) -> Result<()> {
+    let own = parts[me].clone();
+    let len = own.len();
+    let mut scratch = comm.take_scratch(len * ranks.len());
     {
         let slots = scratch.bytes();
-        slots[host * own.len()..(host + 1) * own.len()].copy_from_slice(&seg[own.clone()]);
+        slots[me * len..(me + 1) * len].copy_from_slice(&buf[own.clone()]);
         let mut recvs: Vec<(usize, u32, &mut [u8])> = slots
-            .chunks_mut(own.len().max(1))
-            .take(h)
+            .chunks_mut(len.max(1))
+            .take(ranks.len())
             .enumerate()
-            .filter(|(g, _)| *g != host)
-            .map(|(g, s)| (column[g], STEP_CROSS_RS, s))
+            .filter(|(k, _)| *k != me)
+            .map(|(k, s)| (ranks[k], step, s))
             .collect();
-        let sends: Vec<(usize, u32, &[u8])> = (0..h)
-            .filter(|g| *g != host)
-            .map(|g| (column[g], STEP_CROSS_RS, &seg[parts[g].clone()]))
+        let sends: Vec<(usize, u32, &[u8])> = (0..ranks.len())
+            .filter(|k| *k != me)
+            .map(|k| (ranks[k], step, &buf[parts[k].clone()]))
             .collect();
         comm.exchange(&sends, &mut recvs)?;
     }
     let slots = scratch.bytes();
-    let (acc, rest) = slots.split_at_mut(own.len());
-    for g in 1..h {
-        reduce_into(op, dtype, acc, &rest[(g - 1) * own.len()..g * own.len()])?;
+    let (acc, rest) = slots.split_at_mut(len);
+    for k in 1..ranks.len() {
+        reduce_into(op, dtype, acc, &rest[(k - 1) * len..k * len])?;
     }
-    seg[own].copy_from_slice(acc);
+    buf[own].copy_from_slice(acc);
     comm.put_scratch(scratch);
-    spread(comm, seg, column, host, &parts, STEP_CROSS_AG)
+    Ok(())
 }
 
 /// Phase 3: every local rank's final segment to every other local rank.
