@@ -70,7 +70,10 @@
 //! | `engine/comm.rs` | `Comm`, the algorithms' view of the engine (posts, waits, time-outs) |
 //! | `engine/flow.rs`, `engine/liveness.rs` | read budget and back-pressure; ping/pong probes that name a silent rank |
 //! | `wire.rs` | the 64-byte frame header |
-//! | `algo/*.rs` | the algorithms, written against `Comm` (post sends/receives, wait, reduce); `algo/shm.rs` the shared-memory segment and its all-reduce |
+//! | `algo/*.rs` | the socket algorithms, written against `Posts` / `Comm` (post parts of registered buffers, wait, fold) with no `unsafe` and no pointers |
+//! | `algo/shm/` | the shared-memory path: `segment.rs` (mapping, slots, futex: all of its `unsafe`), `setup.rs` (made through the store when the group connects), `sync.rs` (one op's protocol: arrivals, waits and their checks), `ops.rs` (all-reduce, broadcast, all-gather, reduce-scatter) |
+//! | `algo/cma/` | cross-memory attach: `remote.rs` (`process_vm_readv`, published buffers: its only `unsafe`), `mod.rs` (probe, vote, all-reduce, all-gather, reduce-scatter) |
+//! | `algo/step.rs` | the step tag of frames (phase, round, piece) |
 //! | `algo/select.rs` | which algorithm runs an op: one pure table of (size, group size, options, what the group can do: shared memory, cross-memory attach, how ranks sit on hosts) |
 //! | `algo/dispatch.rs` | runs the table's choice (and the probes it asks for: cross-memory attach, the host map) |
 //! | `algo/hierarchical.rs` | the host map and the two-level all-reduce of groups that span hosts |

@@ -26,67 +26,27 @@
 //! (pid, address) makes us copy another process's memory of the same user into our own output,
 //! which that peer could read itself anyway.
 
+mod remote;
+
 use super::part;
 use super::step::{step, Phase};
 use crate::engine::Comm;
 use c10d_core::reduce::reduce_into;
 use c10d_core::{DType, DistError, ReduceOp, Result};
+use remote::{probe_message, publish, read_probe};
+pub(crate) use remote::{publish_among, Published};
 
 /// Bytes folded per piece in the reduce-scatter: fits L2 with the accumulator.
 const PIECE: usize = 256 << 10;
 
-/// A value at a known address that peers read to probe cross-memory attach.
-static PROBE: u64 = 0xC10D_C3A0_5EED_0001;
-
 const STEP_PROBE: u32 = step(Phase::CmaProbe, 0, 0);
 const STEP_VOTE: u32 = step(Phase::CmaVote, 0, 0);
-const STEP_ADDR: u32 = step(Phase::CmaAddr, 0, 0);
+pub(super) const STEP_ADDR: u32 = step(Phase::CmaAddr, 0, 0);
 const STEP_REDUCED: u32 = step(Phase::CmaReduced, 0, 0);
 const STEP_DONE: u32 = step(Phase::CmaDone, 0, 0);
 
-/// Copies `dst.len()` bytes at address `remote` in process `pid` into `dst`.
-fn read_remote(pid: u64, remote: u64, dst: &mut [u8]) -> std::io::Result<()> {
-    let mut done = 0usize;
-    while done < dst.len() {
-        let local = libc::iovec {
-            iov_base: dst[done..].as_mut_ptr().cast(),
-            iov_len: dst.len() - done,
-        };
-        let from = libc::iovec {
-            iov_base: (remote as usize + done) as *mut libc::c_void,
-            iov_len: dst.len() - done,
-        };
-        // SAFETY: `local` describes the exclusively borrowed, live `dst[done..]`, the only
-        // memory the kernel writes; the remote range is only read, and checked by the kernel.
-        let k = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &from, 1, 0) };
-        if k < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        if k == 0 {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::UnexpectedEof,
-                "process_vm_readv copied nothing",
-            ));
-        }
-        done += k as usize;
-    }
-    Ok(())
-}
-
-fn encode(words: &[u64]) -> Vec<u8> {
-    words.iter().flat_map(|w| w.to_le_bytes()).collect()
-}
-
-fn word(b: &[u8], i: usize) -> u64 {
-    u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().expect("8 bytes"))
-}
-
 /// Every rank of the group (the ranks most exchanges here run among).
-fn everyone(comm: &Comm<'_>) -> Vec<usize> {
+pub(super) fn everyone(comm: &Comm<'_>) -> Vec<usize> {
     (0..comm.size()).collect()
 }
 
@@ -149,17 +109,16 @@ pub(crate) fn vote(comm: &mut Comm<'_>, ok: bool) -> Result<bool> {
 /// As [`Comm::exchange`].
 pub(crate) fn probe_among(comm: &mut Comm<'_>, ranks: &[usize], allowed: bool) -> Result<bool> {
     let r = comm.rank();
-    let me = encode(&[u64::from(std::process::id()), &PROBE as *const u64 as u64]);
-    let peers = all_to_all(comm, ranks, STEP_PROBE, &me, 16)?;
+    let me = probe_message();
+    let peers = all_to_all(comm, ranks, STEP_PROBE, &me, me.len())?;
     let mut ok = allowed;
     for (&p, m) in ranks.iter().zip(&peers) {
         if p == r || !allowed {
             continue;
         }
-        let mut v = [0u8; 8];
-        match read_remote(word(m, 0), word(m, 1), &mut v) {
-            Ok(()) if u64::from_le_bytes(v) == PROBE => {}
-            Ok(()) => ok = false,
+        match read_probe(m) {
+            Ok(true) => {}
+            Ok(false) => ok = false,
             Err(e) => {
                 log::info!(
                     "{}: cross-memory attach to rank {p} unavailable ({e}); same-host all_reduce uses sockets",
@@ -188,8 +147,8 @@ pub(crate) fn all_reduce(
     let peers = publish(comm, &[&*buf])?;
     for (p, pb) in peers.iter().enumerate() {
         // (Frame headers already compare sizes; this only guards the reads below.)
-        if pb.regions.first().map(|x| x.1) != Some(len as u64) {
-            let l = pb.regions.first().map_or(0, |x| x.1);
+        if pb.len(0) != Some(len as u64) {
+            let l = pb.len(0).unwrap_or(0);
             return Err(size_error(comm, p, "buffer", l, len));
         }
     }
@@ -205,7 +164,7 @@ pub(crate) fn all_reduce(
             if p == r {
                 continue;
             }
-            if let Err(e) = read_remote(pb.pid, pb.regions[0].0 + off as u64, tmp) {
+            if let Err(e) = pb.read(0, off, tmp) {
                 return Err(read_error(comm, p, e));
             }
             reduce_into(op, dtype, &mut buf[off..off + l], tmp)?;
@@ -219,73 +178,12 @@ pub(crate) fn all_reduce(
             continue;
         }
         let seg = part(count, n, p, es);
-        if let Err(e) = read_remote(pb.pid, pb.regions[0].0 + seg.start as u64, &mut buf[seg]) {
+        if let Err(e) = pb.read(0, seg.start, &mut buf[seg]) {
             return Err(read_error(comm, p, e));
         }
     }
     all_to_all(comm, &everyone(comm), STEP_DONE, &[], 0)?;
     Ok(())
-}
-
-/// One peer's published buffers: its pid and (address, length) of each.
-pub(crate) struct Published {
-    pid: u64,
-    regions: Vec<(u64, u64)>,
-}
-
-impl Published {
-    /// Copies `dst.len()` bytes at byte `offset` of the peer's region `i` into `dst`.
-    ///
-    /// # Errors
-    /// The region is shorter than that (`InvalidInput`), or the read failed (see
-    /// `process_vm_readv`).
-    pub fn read(&self, i: usize, offset: usize, dst: &mut [u8]) -> std::io::Result<()> {
-        let (addr, len) = self.regions.get(i).copied().unwrap_or((0, 0));
-        if (offset + dst.len()) as u64 > len {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                format!(
-                    "region {i} of {len} bytes has no bytes {offset}..{}",
-                    offset + dst.len()
-                ),
-            ));
-        }
-        read_remote(self.pid, addr + offset as u64, dst)
-    }
-}
-
-/// Sends every peer our pid and the (address, length) of each of `regions`; returns every
-/// rank's (ours at index `rank`).
-fn publish(comm: &mut Comm<'_>, regions: &[&[u8]]) -> Result<Vec<Published>> {
-    publish_among(comm, &everyone(comm), regions)
-}
-
-/// [`publish`] among `ranks` (which holds us): `out[k]` is `ranks[k]`'s.
-pub(crate) fn publish_among(
-    comm: &mut Comm<'_>,
-    ranks: &[usize],
-    regions: &[&[u8]],
-) -> Result<Vec<Published>> {
-    let mut words = vec![u64::from(std::process::id()), regions.len() as u64];
-    for b in regions {
-        words.push(b.as_ptr() as u64);
-        words.push(b.len() as u64);
-    }
-    let msg = encode(&words);
-    let got = all_to_all(comm, ranks, STEP_ADDR, &msg, msg.len())?;
-    Ok(got
-        .iter()
-        .zip(ranks)
-        .map(|(m, &p)| {
-            let m = if p == comm.rank() { &msg } else { m };
-            Published {
-                pid: word(m, 0),
-                regions: (0..word(m, 1) as usize)
-                    .map(|i| (word(m, 2 + 2 * i), word(m, 3 + 2 * i)))
-                    .collect(),
-            }
-        })
-        .collect())
 }
 
 /// The error (group failed on every rank) for a region whose length differs from ours.
@@ -329,13 +227,13 @@ pub(crate) fn all_gather(
             o.copy_from_slice(inputs[i]);
             continue;
         }
-        let Some(&(addr, len)) = peers[p].regions.get(i) else {
+        let Some(len) = peers[p].len(i) else {
             return Err(size_error(comm, p, "input list", 0, o.len()));
         };
         if len != o.len() as u64 {
             return Err(size_error(comm, p, "input", len, o.len()));
         }
-        if let Err(e) = read_remote(peers[p].pid, addr, o) {
+        if let Err(e) = peers[p].read(i, 0, o) {
             return Err(read_error(comm, p, e));
         }
     }
@@ -359,9 +257,9 @@ pub(crate) fn reduce_scatter(
     let (r, len) = (comm.rank(), out.len());
     let peers = publish(comm, blocks)?;
     for (p, pb) in peers.iter().enumerate() {
-        match pb.regions.get(r) {
-            Some(&(_, l)) if l == len as u64 => {}
-            Some(&(_, l)) => return Err(size_error(comm, p, "block for this rank", l, len)),
+        match pb.len(r) {
+            Some(l) if l == len as u64 => {}
+            Some(l) => return Err(size_error(comm, p, "block for this rank", l, len)),
             None => return Err(size_error(comm, p, "block list", 0, len)),
         }
     }
@@ -375,7 +273,7 @@ pub(crate) fn reduce_scatter(
                 &blocks[r][off..off + l]
             } else {
                 let tmp = &mut scratch.bytes()[..l];
-                if let Err(e) = read_remote(pb.pid, pb.regions[r].0 + off as u64, tmp) {
+                if let Err(e) = pb.read(r, off, tmp) {
                     return Err(read_error(comm, p, e));
                 }
                 tmp

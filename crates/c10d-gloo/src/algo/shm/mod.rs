@@ -1,0 +1,166 @@
+//! Shared-memory all-reduce, broadcast, all-gather and reduce-scatter for small and medium
+//! messages when every rank of the group is on this host: no socket, no system call on the fast
+//! path.
+//!
+//! # The segment
+//! Made when the group connects (with its socket mesh, so never inside an op, where a timed-out
+//! rank could leave the others disagreeing): rank 0 creates a POSIX shared-memory object with a
+//! random name and publishes the name in the group's store; every rank maps it and votes there;
+//! rank 0 unlinks the name once every vote is in (or the wait for them failed), so no segment
+//! outlives the group even if a rank crashes (the mapping stays until each rank unmaps it). One
+//! rank that cannot map it, has a peer on another host, or turned it off (`C10D_GLOO_SHM=0` /
+//! [`crate::GlooOptions::shared_memory`]) makes the whole group stay on sockets.
+//!
+//! Layout: one 64-byte line per rank (`seq`: its last arrival; `sleepers`: ranks sleeping on
+//! `seq`; `pid`; the op it published, per slot), then two slots per rank ([`SLOT_BYTES`], or
+//! [`SMALL_SLOT_BYTES`] in groups of more than 8)
+//! (alternating by op).
+//!
+//! # One op (ops counted per group; all ranks run the same shm ops)
+//! 1. wait until every peer started the previous op (so it finished the one before, whose
+//!    slots this op reuses: slots alternate by op);
+//! 2. copy the buffer into this rank's slot, publish the next arrival number in `seq`, wake
+//!    sleepers; wait until every peer arrived;
+//! 3. small messages (where the socket path runs the direct exchange):
+//!    `buf = slot₀ ⊕ slot₁ ⊕ … ⊕ slotₙ₋₁` in rank order; medium ones (where it runs all-pairs):
+//!    each rank reduces its own segment in place in its slot (own contribution first, then rank
+//!    order), arrives again, and everyone copies every rank's segment. Either way the socket
+//!    algorithm's fold order, so results are bit-identical to the socket path's.
+//!
+//! Waiting spins briefly, then sleeps on the peer's `seq` word with a futex (shared between
+//! processes) in 1 ms turns, so ranks outnumbering cores still progress. Every turn checks the
+//! op's deadline (timeout naming the ranks that published nothing, as the socket path does);
+//! every millisecond, whether the group was stopped or aborted, what the sockets hold (a peer's
+//! error, or a frame of this collective: that peer runs another op over sockets, a mismatch),
+//! and whether the waited-for peer process still exists: a dead peer fails the group within
+//! about a millisecond. Each rank publishes its op (type, dtype, bytes, sequence number) with
+//! its data, and every rank compares: a mismatch fails the group with the socket path's text.
+
+mod ops;
+mod segment;
+mod setup;
+mod sync;
+
+pub(crate) use setup::setup;
+
+use crate::engine::Comm;
+use c10d_core::{DType, DistError, ReduceOp, Result};
+use ops::run;
+use ops::{bcast, gather_all, scatter_reduce};
+use segment::{slot_bytes, Segment};
+
+/// The group's shared-memory state.
+#[derive(Default)]
+pub(crate) enum ShmState {
+    /// Not usable in this group (not set up yet, voted down, or not every rank on this host).
+    #[default]
+    Off,
+    /// Mapped by every rank.
+    On(Segment),
+}
+
+/// All-reduce of `buf` through the group's segment, with the fold order of the socket
+/// algorithm `fold` stands in for (`algo::select` picks it: the group has a segment and `buf`
+/// fits a slot; all ranks decide alike).
+///
+/// # Errors
+/// The op's timeout (naming the ranks that published nothing), a dead peer, a stopped group;
+/// see [`with_segment`] for a group without a segment.
+pub(crate) fn all_reduce(
+    comm: &mut Comm<'_>,
+    buf: &mut [u8],
+    op: ReduceOp,
+    dtype: DType,
+    fold: Fold,
+) -> Result<()> {
+    with_segment(comm, buf.len(), |comm, seg| {
+        run(comm, seg, buf, op, dtype, fold)
+    })
+}
+
+/// Broadcast of `buf` from `root` through the group's segment: the root writes its slot and
+/// arrives; the others arrive,
+/// wait for the root, check its op against theirs and copy. The root does not wait.
+///
+/// # Errors
+/// As [`all_reduce`].
+pub(crate) fn broadcast(comm: &mut Comm<'_>, buf: &mut [u8], root: usize) -> Result<()> {
+    with_segment(comm, buf.len(), |comm, seg| bcast(comm, seg, buf, root))
+}
+
+/// All-gather (`outputs[i * n + p]` = rank p's `inputs[i]`) through the group's segment (this
+/// rank's inputs together fill its slot).
+///
+/// # Errors
+/// As [`all_reduce`].
+pub(crate) fn all_gather(
+    comm: &mut Comm<'_>,
+    inputs: &[&[u8]],
+    outputs: &mut [&mut [u8]],
+) -> Result<()> {
+    let total = inputs.iter().map(|i| i.len()).sum();
+    with_segment(comm, total, |comm, seg| {
+        gather_all(comm, seg, inputs, outputs)
+    })
+}
+
+/// Reduce-scatter (`blocks[p]`: this rank's contribution to rank p's result; `out` receives
+/// `⊕ over ranks q of q's blocks[rank]`, in rank order, as the socket path folds it) through
+/// the group's segment (this rank's blocks together fill its slot): every rank writes all
+/// its blocks, arrives, and folds its own block from every slot.
+///
+/// # Errors
+/// As [`all_reduce`].
+pub(crate) fn reduce_scatter(
+    comm: &mut Comm<'_>,
+    blocks: &[&[u8]],
+    out: &mut [u8],
+    op: ReduceOp,
+    dtype: DType,
+) -> Result<()> {
+    let total = blocks.iter().map(|b| b.len()).sum();
+    with_segment(comm, total, |comm, seg| {
+        scatter_reduce(comm, seg, blocks, out, op, dtype)
+    })
+}
+
+/// Bytes one rank's slot of the group's segment holds (`None`: the group has no segment): the
+/// most a shared-memory op may put there (see `algo::select`).
+pub(crate) fn slot_capacity(state: &ShmState) -> Option<usize> {
+    match state {
+        ShmState::On(seg) => Some(slot_bytes(seg.n)),
+        ShmState::Off => None,
+    }
+}
+
+/// Runs `f` on the group's segment for an op that puts `bytes` in this rank's slot (the
+/// algorithm table chose shared memory, so there is a segment and the op fits its slots; both
+/// are checked again here, as the copies into the slots rely on them).
+///
+/// # Errors
+/// [`DistError::Backend`] if the group has no segment or `bytes` do not fit a slot (a bug in
+/// the choice of algorithm), or what `f` returns.
+fn with_segment(
+    comm: &mut Comm<'_>,
+    bytes: usize,
+    f: impl FnOnce(&mut Comm<'_>, &mut Segment) -> Result<()>,
+) -> Result<()> {
+    let mut state = std::mem::take(comm.shm());
+    let r = match &mut state {
+        ShmState::On(seg) if bytes <= slot_bytes(seg.n) => f(comm, seg),
+        _ => Err(DistError::backend(format!(
+            "{}: shared memory chosen for {bytes} bytes in a group whose segment cannot hold them",
+            comm.ctx()
+        ))),
+    };
+    *comm.shm() = state;
+    r
+}
+
+/// Which fold the op uses: the direct exchange's (rank order, every rank reduces everything)
+/// or the all-pairs algorithm's (each rank reduces its own segment, own contribution first).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fold {
+    Direct,
+    AllPairs,
+}

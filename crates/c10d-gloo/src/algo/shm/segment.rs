@@ -1,0 +1,291 @@
+//! The shared-memory segment: mapping it, its per-rank control lines and slots, publishing
+//! and awaiting arrival numbers (futex), and the checks of a peer's process. All of the
+//! module's `unsafe` lives here; the algorithms (`ops.rs`) and the op protocol (`sync.rs`) use
+//! only what this file makes safe.
+
+use std::ffi::CString;
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Largest message per rank that goes through shared memory in groups of up to 8 ranks
+/// (cross-memory attach takes over at 2 MiB by default); larger groups (where all-reduce's
+/// medium algorithm, all-pairs, is not used) have [`SMALL_SLOT_BYTES`]. A segment is at most 16
+/// slots of 2 MiB = 32 MiB.
+pub(crate) const SLOT_BYTES: usize = 2 * 1024 * 1024;
+/// The slot of groups of more than 8 ranks.
+pub(crate) const SMALL_SLOT_BYTES: usize = 64 * 1024;
+/// Largest group that uses it.
+pub(crate) const MAX_RANKS: usize = 16;
+/// Spins before yielding, when the host has a core per rank.
+pub(super) const SPINS: u32 = 4000;
+/// Spins worth doing: none when the group's ranks outnumber this host's CPUs (a spinning rank
+/// would take the core the awaited peer needs).
+pub(super) fn spin_limit(n: usize) -> u32 {
+    let cpus = std::thread::available_parallelism().map_or(1, |c| c.get());
+    if n > cpus {
+        0
+    } else {
+        SPINS
+    }
+}
+
+/// One rank's control line.
+#[repr(C, align(64))]
+pub(super) struct Line {
+    pub(super) seq: AtomicU32,
+    pub(super) sleepers: AtomicU32,
+    pub(super) pid: AtomicI32,
+    /// The published op per slot parity (as the data), compared by every peer: op code |
+    /// dtype code << 8, total bytes, PyTorch sequence number.
+    pub(super) kind: [AtomicU32; 2],
+    pub(super) total: [AtomicU64; 2],
+    pub(super) pseq: [AtomicU64; 2],
+}
+
+/// A mapped segment and this rank's op counter.
+pub(crate) struct Segment {
+    pub(super) base: *mut u8,
+    pub(super) len: usize,
+    pub(super) n: usize,
+    /// Arrivals published so far (equal on every rank between ops).
+    pub(super) ops: u32,
+    /// Ops run so far, and the first arrival of the last one (slot reuse, see `run`).
+    pub(super) op_index: u32,
+    pub(super) prev_first: u32,
+    /// Spins before yielding (see [`spin_limit`]).
+    pub(super) spins: u32,
+}
+
+// SAFETY: the mapping is process-wide memory owned by this value; it is only used by the thread
+// that drives the group's engine (the engine is behind a mutex).
+unsafe impl Send for Segment {}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        // SAFETY: `base`/`len` describe a mapping made by `map` and unmapped only here.
+        unsafe { libc::munmap(self.base.cast(), self.len) };
+    }
+}
+
+/// The slot size of a group of `n` ranks (equal on every rank).
+pub(super) fn slot_bytes(n: usize) -> usize {
+    if n <= 8 {
+        SLOT_BYTES
+    } else {
+        SMALL_SLOT_BYTES
+    }
+}
+
+pub(super) fn seg_len(n: usize) -> usize {
+    n * 64 + n * 2 * slot_bytes(n)
+}
+
+impl Segment {
+    pub(super) fn line(&self, r: usize) -> &Line {
+        // SAFETY: line r lies in the mapped header (r < n), 64-byte aligned (page-aligned base);
+        // the fields are atomics, so shared access from several processes is sound.
+        unsafe { &*(self.base.add(r * 64) as *const Line) }
+    }
+
+    fn slot(&self, r: usize, parity: u32) -> *mut u8 {
+        let off = self.n * 64 + (r * 2 + parity as usize) * slot_bytes(self.n);
+        // SAFETY: the offset lies inside the mapping (r < n, parity < 2).
+        unsafe { self.base.add(off) }
+    }
+
+    /// Maps the object `name` (created when `create`), sized for `n` ranks.
+    pub(super) fn map(name: &CString, n: usize, create: bool) -> std::io::Result<Segment> {
+        let len = seg_len(n);
+        let flags = if create {
+            libc::O_CREAT | libc::O_EXCL | libc::O_RDWR
+        } else {
+            libc::O_RDWR
+        };
+        // SAFETY: `name` is a valid C string; the returned descriptor is closed below.
+        let fd = unsafe { libc::shm_open(name.as_ptr(), flags, 0o600) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if create {
+            if let Err(e) = reserve(fd, len) {
+                // SAFETY: closing our own descriptor and removing the name we just created.
+                unsafe {
+                    libc::close(fd);
+                    libc::shm_unlink(name.as_ptr());
+                }
+                return Err(e);
+            }
+        }
+        // SAFETY: a shared read-write mapping of `len` bytes of the object; checked below.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        let e = std::io::Error::last_os_error();
+        // SAFETY: the mapping keeps the object alive; the descriptor is no longer needed.
+        unsafe { libc::close(fd) };
+        if p == libc::MAP_FAILED {
+            if create {
+                // SAFETY: removing the name we just created (nobody else has it yet).
+                unsafe { libc::shm_unlink(name.as_ptr()) };
+            }
+            return Err(e);
+        }
+        Ok(Segment {
+            base: p.cast(),
+            len,
+            n,
+            ops: 0,
+            op_index: 0,
+            prev_first: 0,
+            spins: spin_limit(n),
+        })
+    }
+}
+
+/// Removes the name of a segment this process created (existing mappings stay valid).
+pub(super) fn unlink(name: &CString) {
+    // SAFETY: `name` is a valid C string; unlinking only removes the name.
+    unsafe { libc::shm_unlink(name.as_ptr()) };
+}
+
+/// Sizes a fresh object to `len` bytes and reserves its pages, so that a full /dev/shm is a
+/// clean error here rather than SIGBUS at the first touch of the mapping.
+pub(super) fn reserve(fd: libc::c_int, len: usize) -> std::io::Result<()> {
+    // SAFETY: `fd` is an open shared-memory object of ours.
+    if unsafe { libc::ftruncate(fd, len as libc::off_t) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: as above; posix_fallocate returns the error number instead of setting errno.
+    match unsafe { libc::posix_fallocate(fd, 0, len as libc::off_t) } {
+        0 => Ok(()),
+        rc => Err(std::io::Error::from_raw_os_error(rc)),
+    }
+}
+
+/// Copies `data` into slot (r, parity) at byte `at`.
+pub(super) fn write_slot(seg: &Segment, r: usize, parity: u32, at: usize, data: &[u8]) {
+    assert!(
+        at + data.len() <= slot_bytes(seg.n),
+        "shared-memory slot overflow"
+    );
+    // SAFETY: slot (r, parity) is this rank's and holds `slot_bytes` (checked above); no peer
+    // reads these bytes before this rank's next arrival (peers read other ranges of it in
+    // all-pairs' reduce step), and every peer finished the op that used it last (`begin`).
+    unsafe {
+        std::ptr::copy_nonoverlapping(data.as_ptr(), seg.slot(r, parity).add(at), data.len())
+    };
+}
+
+/// `len` bytes of slot (p, parity) from byte `at`, once p's arrival for this op was acquired.
+pub(super) fn read_slot(seg: &Segment, p: usize, parity: u32, at: usize, len: usize) -> &[u8] {
+    assert!(at + len <= slot_bytes(seg.n), "shared-memory slot overflow");
+    // SAFETY: in bounds (checked above); the data was published before p's arrival, which the
+    // caller acquired, and is not written again before every rank started the next op.
+    unsafe { std::slice::from_raw_parts(seg.slot(p, parity).add(at), len) }
+}
+
+/// Publishes op `k` of this rank and wakes whoever sleeps on it.
+pub(super) fn publish(line: &Line, k: u32) {
+    line.seq.store(k, Ordering::SeqCst);
+    if line.sleepers.load(Ordering::SeqCst) > 0 {
+        futex_wake(&line.seq);
+    }
+}
+
+/// Whether `seq` has reached `k` (wrapping).
+pub(super) fn reached(seq: u32, k: u32) -> bool {
+    seq.wrapping_sub(k) as i32 >= 0
+}
+
+/// Whether process `pid` exists (signal 0 delivers nothing; only ESRCH means gone).
+pub(super) fn process_exists(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    let rc = unsafe { libc::kill(pid, 0) };
+    rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
+pub(super) fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: `word` is a live, aligned 32-bit word in a shared mapping (a non-private futex);
+    // the kernel only compares it with `expected` and sleeps at most `timeout`.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            expected,
+            &ts as *const libc::timespec,
+        );
+    }
+}
+
+pub(super) fn futex_wake(word: &AtomicU32) {
+    // SAFETY: as in `futex_wait`; waking has no other effect.
+    unsafe {
+        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX);
+    }
+}
+
+/// A random 64-bit number from the kernel (segment names must not be guessable or collide).
+pub(super) fn rand_u64() -> u64 {
+    let mut b = [0u8; 8];
+    // SAFETY: `b` is a writable 8-byte buffer.
+    let got = unsafe { libc::getrandom(b.as_mut_ptr().cast(), 8, 0) };
+    if got != 8 {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        return t.as_nanos() as u64 ^ ((std::process::id() as u64) << 32);
+    }
+    u64::from_ne_bytes(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wrapping_order() {
+        assert!(reached(5, 5));
+        assert!(reached(6, 5));
+        assert!(!reached(4, 5));
+        assert!(reached(1, u32::MAX));
+        assert!(!reached(u32::MAX, 1));
+    }
+
+    #[test]
+    fn segments_map_and_vanish_once_unlinked() {
+        let name = CString::new(format!(
+            "/c10d-shm-test-{}-{:x}",
+            std::process::id(),
+            rand_u64()
+        ))
+        .unwrap();
+        let a = Segment::map(&name, 2, true).unwrap();
+        let b = Segment::map(&name, 2, false).unwrap();
+        // SAFETY: unlinking the test's own name.
+        unsafe { libc::shm_unlink(name.as_ptr()) };
+        assert!(
+            Segment::map(&name, 2, false).is_err(),
+            "the name must be gone"
+        );
+        // Both mappings see the same memory.
+        publish(a.line(1), 7);
+        assert_eq!(b.line(1).seq.load(Ordering::Acquire), 7);
+        // SAFETY: slot (0, 1) of a 2-rank segment holds SLOT_BYTES bytes.
+        unsafe { *a.slot(0, 1) = 42 };
+        // SAFETY: as above, through the other mapping.
+        assert_eq!(unsafe { *b.slot(0, 1) }, 42);
+        assert_eq!(a.len, seg_len(2));
+    }
+}
