@@ -30,48 +30,78 @@ use std::time::{Duration, Instant};
 
 const HELLO_MAGIC: u32 = 0x61F0_C10D;
 
-/// One established connection.
-pub(crate) enum Conn {
-    Tcp(TcpStream),
-    Unix(UnixStream),
+/// One established connection to a peer: TCP, or a Unix stream to a peer on this host. The one
+/// connection type of the crate: the set-up uses it blocking (handshake), the engine
+/// non-blocking under `mio` (registered by its descriptor).
+pub(crate) struct Conn {
+    sock: socket2::Socket,
+    /// A Unix stream: the peer is on this host.
+    local: bool,
 }
 
 impl Conn {
-    fn set_timeouts(&self, t: Option<Duration>) -> std::io::Result<()> {
-        match self {
-            Conn::Tcp(s) => {
-                s.set_read_timeout(t)?;
-                s.set_write_timeout(t)
-            }
-            Conn::Unix(s) => {
-                s.set_read_timeout(t)?;
-                s.set_write_timeout(t)
-            }
+    fn tcp(s: TcpStream) -> Conn {
+        Conn {
+            sock: s.into(),
+            local: false,
         }
+    }
+
+    fn unix(s: UnixStream) -> Conn {
+        Conn {
+            sock: s.into(),
+            local: true,
+        }
+    }
+
+    /// Whether the peer is on this host (a Unix stream).
+    pub(crate) fn is_local(&self) -> bool {
+        self.local
+    }
+
+    /// Reads what is there (non-blocking in the engine).
+    pub(crate) fn read(&self, b: &mut [u8]) -> std::io::Result<usize> {
+        (&self.sock).read(b)
+    }
+
+    /// Writes what the socket takes of `iov`.
+    pub(crate) fn write_vectored(&self, iov: &[std::io::IoSlice<'_>]) -> std::io::Result<usize> {
+        (&self.sock).write_vectored(iov)
+    }
+
+    /// Shuts both directions down (the peer reads EOF).
+    pub(crate) fn shutdown(&self) {
+        let _ = self.sock.shutdown(std::net::Shutdown::Both);
+    }
+
+    pub(crate) fn set_nonblocking(&self, on: bool) -> std::io::Result<()> {
+        self.sock.set_nonblocking(on)
+    }
+
+    /// The descriptor (for `mio` registration, `poll`, socket options).
+    pub(crate) fn raw_fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd;
+        self.sock.as_raw_fd()
+    }
+
+    fn set_timeouts(&self, t: Option<Duration>) -> std::io::Result<()> {
+        self.sock.set_read_timeout(t)?;
+        self.sock.set_write_timeout(t)
     }
     fn read_exact(&mut self, b: &mut [u8]) -> std::io::Result<()> {
-        match self {
-            Conn::Tcp(s) => s.read_exact(b),
-            Conn::Unix(s) => s.read_exact(b),
-        }
+        (&self.sock).read_exact(b)
     }
     fn write_all(&mut self, b: &[u8]) -> std::io::Result<()> {
-        match self {
-            Conn::Tcp(s) => s.write_all(b),
-            Conn::Unix(s) => s.write_all(b),
-        }
+        (&self.sock).write_all(b)
     }
     /// No Nagle (TCP), optional big kernel buffers. A TCP socket keeps the kernel's buffer
     /// autotuning when the system caps (`net.core.rmem_max`/`wmem_max`) are below `buf`:
     /// a capped fixed size would be smaller than what autotuning reaches.
     fn tune(&self, buf: usize) -> Result<()> {
-        let (sock, tcp) = match self {
-            Conn::Tcp(s) => {
-                s.set_nodelay(true)?;
-                (socket2::SockRef::from(s), true)
-            }
-            Conn::Unix(s) => (socket2::SockRef::from(s), false),
-        };
+        let (sock, tcp) = (&self.sock, !self.local);
+        if tcp {
+            sock.set_nodelay(true)?;
+        }
         let cap = |f: &str| {
             std::fs::read_to_string(format!("/proc/sys/net/core/{f}"))
                 .ok()
@@ -341,7 +371,7 @@ impl MeshBuilder<'_> {
             return Ok(None);
         }
         match connect_unix(name) {
-            Ok(s) => Ok(Some(Conn::Unix(s))),
+            Ok(s) => Ok(Some(Conn::unix(s))),
             Err(e) => {
                 log::debug!(
                     "{}",
@@ -365,7 +395,7 @@ impl MeshBuilder<'_> {
         loop {
             match TcpStream::connect_timeout(&addr, left(self.deadline).min(Duration::from_secs(5)))
             {
-                Ok(s) => return Ok(Conn::Tcp(s)),
+                Ok(s) => return Ok(Conn::tcp(s)),
                 Err(e) if Instant::now() < self.deadline => {
                     self.check_aborted()?;
                     log::debug!("connect to rank {p} at {addr}: {e}; retrying");
@@ -424,11 +454,11 @@ impl MeshBuilder<'_> {
     /// where it came from, or `None` after a short wait when nobody is connecting.
     fn accept_one(&self) -> Result<Option<(Conn, String)>> {
         let accepted = match self.listeners.tcp.accept() {
-            Ok((s, from)) => Ok((Conn::Tcp(s), from.to_string())),
+            Ok((s, from)) => Ok((Conn::tcp(s), from.to_string())),
             Err(e) => match &self.listeners.unix {
                 Some((u, _)) if e.kind() == std::io::ErrorKind::WouldBlock => u
                     .accept()
-                    .map(|(s, _)| (Conn::Unix(s), "a local socket".to_string())),
+                    .map(|(s, _)| (Conn::unix(s), "a local socket".to_string())),
                 _ => Err(e),
             },
         };
@@ -447,10 +477,7 @@ impl MeshBuilder<'_> {
             }
             Err(e) => return Err(DistError::network(self.ctx(format!("accept failed: {e}")))),
         };
-        match &s {
-            Conn::Tcp(t) => t.set_nonblocking(false)?,
-            Conn::Unix(u) => u.set_nonblocking(false)?,
-        }
+        s.set_nonblocking(false)?;
         s.set_timeouts(Some(left(self.deadline).min(HELLO_TIMEOUT)))?;
         Ok(Some((s, from)))
     }

@@ -2,7 +2,6 @@
 //! sends and receives, waits (with the op's deadline, liveness probes and the time-out text),
 //! the group's checks for the shared-memory and cross-memory-attach paths, scratch buffers.
 
-use super::conn::{Peer, Stream};
 use super::faults::{blaming, op_failed, rank_list};
 use super::{deadline_after, liveness, lock, Engine, OpInfo};
 use crate::algo::hierarchical::Hosts;
@@ -91,13 +90,7 @@ impl Comm<'_> {
 
     /// Whether peer `p` is on this host (we talk over a Unix socket).
     pub(crate) fn peer_is_local(&self, p: usize) -> bool {
-        matches!(
-            self.eng.net.peers.get(p),
-            Some(Some(Peer {
-                stream: Stream::Unix(_),
-                ..
-            }))
-        )
+        matches!(self.eng.net.peers.get(p), Some(Some(peer)) if peer.stream.is_local())
     }
 
     /// Whether the group learnt its host map yet (see `algo::hierarchical::probe`).

@@ -1,14 +1,15 @@
-//! Connection I/O: the peer sockets (`Stream`, `Peer`), the per-peer write queue of frames
+//! Connection I/O: a peer (`Peer`: its connection, a `transport::Conn` for TCP and Unix streams alike), the per-peer write queue of frames
 //! (`TxMsg`, gathered writes, `flush`, `linger`) and the receive state machine that stages
 //! headers and reads payloads (`read_step`), with SO_RCVLOWAT for large payloads on TCP.
 
 use super::matching::{dest_slice, Dest};
 use super::{Connector, Engine};
+use crate::transport::Conn;
 use crate::wire::{Header, Kind, HDR};
 use c10d_core::{DType, OpType};
 use mio::{Events, Poll};
 use std::collections::VecDeque;
-use std::io::{IoSlice, Read, Write};
+use std::io::IoSlice;
 use std::time::{Duration, Instant};
 
 /// Size of a peer's staging buffer (headers and small payloads are read through it).
@@ -77,48 +78,8 @@ pub(super) enum Rx {
     Payload { hdr: Header, dest: Dest, got: usize },
 }
 
-/// A peer connection: TCP, or a Unix stream for a peer on the same host.
-pub(super) enum Stream {
-    Tcp(mio::net::TcpStream),
-    Unix(mio::net::UnixStream),
-}
-
-impl Stream {
-    fn read(&self, b: &mut [u8]) -> std::io::Result<usize> {
-        match self {
-            Stream::Tcp(s) => (&*s).read(b),
-            Stream::Unix(s) => (&*s).read(b),
-        }
-    }
-    fn write_vectored(&self, iov: &[IoSlice<'_>]) -> std::io::Result<usize> {
-        match self {
-            Stream::Tcp(s) => (&*s).write_vectored(iov),
-            Stream::Unix(s) => (&*s).write_vectored(iov),
-        }
-    }
-    pub(super) fn shutdown(&self) {
-        let _ = match self {
-            Stream::Tcp(s) => s.shutdown(std::net::Shutdown::Both),
-            Stream::Unix(s) => s.shutdown(std::net::Shutdown::Both),
-        };
-    }
-    fn raw_fd(&self) -> std::os::fd::RawFd {
-        use std::os::fd::AsRawFd;
-        match self {
-            Stream::Tcp(s) => s.as_raw_fd(),
-            Stream::Unix(s) => s.as_raw_fd(),
-        }
-    }
-    pub(super) fn source(&mut self) -> &mut dyn mio::event::Source {
-        match self {
-            Stream::Tcp(s) => s,
-            Stream::Unix(s) => s,
-        }
-    }
-}
-
 pub(super) struct Peer {
-    pub(super) stream: Stream,
+    pub(super) stream: Conn,
     pub(super) tx: VecDeque<TxMsg>,
     pub(super) rx: Rx,
     stage: Box<[u8]>,
@@ -134,7 +95,7 @@ type Finished = smallvec::SmallVec<[Owner; 8]>;
 
 impl Peer {
     /// A freshly connected peer: nothing queued, expecting a header.
-    pub(super) fn new(stream: Stream) -> Peer {
+    pub(super) fn new(stream: Conn) -> Peer {
         Peer {
             stream,
             tx: VecDeque::new(),
@@ -250,16 +211,15 @@ pub(super) const LINGER: Duration = Duration::from_millis(200);
 
 impl Peer {
     fn set_lowat(&mut self, want: usize) {
-        let Stream::Tcp(s) = &self.stream else { return };
-        if want == self.lowat {
+        if self.stream.is_local() || want == self.lowat {
             return;
         }
-        use std::os::fd::AsRawFd;
         let v = want as libc::c_int;
-        // SAFETY: valid socket fd owned by `s`; the option value is a c_int of the given size.
+        // SAFETY: valid socket fd owned by the connection; the option value is a c_int of the
+        // given size.
         let rc = unsafe {
             libc::setsockopt(
-                s.as_raw_fd(),
+                self.stream.raw_fd(),
                 libc::SOL_SOCKET,
                 libc::SO_RCVLOWAT,
                 (&v as *const libc::c_int).cast(),

@@ -10,6 +10,7 @@ use super::matching::Dest;
 use super::{lock, CollOp, Engine, Ident, OpInfo};
 use crate::wire::Kind;
 use c10d_core::{DistError, ErrorContext, OpType};
+use mio::unix::SourceFd;
 use std::time::Instant;
 
 /// Whether and why the group failed, and the faults noticed but not handled yet.
@@ -156,7 +157,8 @@ impl Engine {
                 return;
             }
             peer.open = false;
-            let _ = self.net.poll.registry().deregister(peer.stream.source());
+            let fd = peer.stream.raw_fd();
+            let _ = self.net.poll.registry().deregister(&mut SourceFd(&fd));
         }
         // (Once the group failed, a lost connection explains nothing new.)
         if self.faults.left[p] || self.faults.failed.is_some() {

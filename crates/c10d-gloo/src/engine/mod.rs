@@ -66,7 +66,7 @@
 //! | `submit.rs` | [`Queue`] and [`Shared`] (what the user-facing handle shares with the engine), the submitted ops ([`CollOp`], [`P2pOp`], [`OpInfo`]), [`worker_loop`], the drive loops, `drain` (taking submissions), `run_coll`, `finish`, `guarded` (a panic fails the group) |
 //! | `setup.rs` | [`Connector`] (the mesh, at construction or under lazy init), installing the sockets, the shared-memory verdict |
 //! | `poll.rs` | the event loop: `poll_once` (one `epoll` wait and its batch of events), `on_readable` / `read_all` (reading a peer frame by frame) |
-//! | `conn.rs` | connection I/O: `Stream`, `Peer`, the write queue (`push_tx`, `flush`, `linger`), the receive state machine (`read_step`), SO_RCVLOWAT |
+//! | `conn.rs` | connection I/O: `Peer` (over `transport::Conn`, the one connection type for TCP and Unix streams), the write queue (`push_tx`, `flush`, `linger`), the receive state machine (`read_step`), SO_RCVLOWAT |
 //! | `matching.rs` | where an arriving frame goes (`classify`) and what its end means (`finish_frame`); posting a collective's sends and receives; early frames; the mismatch error |
 //! | `p2p.rs` | point-to-point ops: start, matching by tag and source, the unexpected queue, completion, deadlines |
 //! | `faults.rs` | a peer lost or gone, recording and handling faults (`handle_faults`, the sweep), `fail_group`, detaching buffers, the texts of failed ops |

@@ -2,12 +2,13 @@
 //! (`Connector`, see `transport.rs`), installing its sockets in the poll set, and the group's
 //! shared-memory segment and verdict.
 
-use super::conn::{Peer, Stream};
+use super::conn::Peer;
 use super::{lock, Engine, Ident};
 use crate::algo::shm::ShmState;
 use crate::transport::{self, Conn, MeshSpec};
 use c10d_core::Result;
 use c10d_store::Store;
+use mio::unix::SourceFd;
 use mio::{Interest, Token};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -53,7 +54,7 @@ impl Connector {
         let local = conns
             .iter()
             .enumerate()
-            .all(|(p, c)| p == id.rank || matches!(c, Some(Conn::Unix(_))));
+            .all(|(p, c)| p == id.rank || c.as_ref().is_some_and(Conn::is_local));
         if !local {
             return Ok(ShmState::Off);
         }
@@ -71,22 +72,13 @@ impl Engine {
     pub(super) fn install(&mut self, streams: Vec<Option<Conn>>) -> Result<()> {
         for (p, s) in streams.into_iter().enumerate() {
             if let Some(s) = s {
-                let mut stream = match s {
-                    Conn::Tcp(t) => {
-                        t.set_nonblocking(true)?;
-                        Stream::Tcp(mio::net::TcpStream::from_std(t))
-                    }
-                    Conn::Unix(u) => {
-                        u.set_nonblocking(true)?;
-                        Stream::Unix(mio::net::UnixStream::from_std(u))
-                    }
-                };
+                s.set_nonblocking(true)?;
                 self.net.poll.registry().register(
-                    stream.source(),
+                    &mut SourceFd(&s.raw_fd()),
                     Token(p),
                     Interest::READABLE | Interest::WRITABLE,
                 )?;
-                self.net.peers[p] = Some(Peer::new(stream));
+                self.net.peers[p] = Some(Peer::new(s));
             }
         }
         self.shared.initialized.store(true, Ordering::Release);
