@@ -57,6 +57,10 @@ pub(crate) struct Comm<'e> {
     deadline: Instant,
     timeout: Duration,
     outstanding: Vec<u64>,
+    /// A [`super::Posts`] was made and not dropped: set by [`Comm::posts`], cleared by its drop.
+    /// Still set when this `Comm` is used again means the `Posts` was leaked (`mem::forget`):
+    /// its posts may point into buffers that are gone, so they are detached first ([`Comm::reap`]).
+    pub(super) posts_open: bool,
 }
 
 impl<'e> Comm<'e> {
@@ -68,6 +72,7 @@ impl<'e> Comm<'e> {
             deadline: deadline_after(timeout),
             timeout,
             outstanding: Vec::new(),
+            posts_open: false,
         }
     }
 }
@@ -131,6 +136,7 @@ impl Comm<'_> {
     /// Fails the group with the socket path's mismatch text: `peer` runs `them` = (op, seq,
     /// dtype, total bytes) where this rank runs this op.
     pub(crate) fn mismatch(&mut self, peer: usize, them: (OpType, u64, DType, u64)) -> DistError {
+        self.reap();
         let h = Header {
             kind: Kind::Coll,
             op: them.0,
@@ -151,6 +157,7 @@ impl Comm<'_> {
     /// A peer in `needed` that said bye (shut its group down), or the group's failure, becomes
     /// this op's error, as it would on the sockets; no system call.
     pub(crate) fn check_peers(&mut self, mut needed: impl Iterator<Item = usize>) -> Result<()> {
+        self.reap();
         if let Some(p) = needed.find(|&p| self.eng.faults.left[p]) {
             self.eng.fail_left(p);
             self.eng.handle_faults();
@@ -166,6 +173,7 @@ impl Comm<'_> {
     /// peer (it runs another op, or this one over sockets), becomes this op's error. A peer that
     /// left after doing its part of the op is no error (as on the sockets).
     pub(crate) fn check_sockets(&mut self, waiting_for: usize) -> Result<()> {
+        self.reap();
         // Liveness probes shortly before the deadline, as the socket path sends them, so that a
         // time-out names the silent ranks.
         self.eng
@@ -195,6 +203,7 @@ impl Comm<'_> {
     /// The timeout error of this op when `missing` sent nothing (the socket path's text), told
     /// to the peers as this rank's note.
     pub(crate) fn timed_out(&mut self, missing: &[usize]) -> DistError {
+        self.reap();
         let e = self.timeout_error(&format!("; no data from rank(s) {}", rank_list(missing)));
         self.detach_all();
         blaming(e, missing.iter().copied())
@@ -245,6 +254,7 @@ impl Comm<'_> {
     /// consequence of one they already reported (an error frame, then the reporter exited):
     /// what the sockets already hold is read first, and an explanation found there wins.
     pub(crate) fn fail_group(&mut self, e: DistError) -> DistError {
+        self.reap();
         let eng = &mut *self.eng;
         if eng.faults.failed.is_none() {
             eng.sweep();
@@ -346,11 +356,12 @@ impl Comm<'_> {
         unsafe { self.post_recv(peer, step, buf.as_mut_ptr(), buf.len()) }
     }
 
-    /// Blocks (in epoll) until every id in `ids` completed.
+    /// Blocks (in epoll) until every id in `ids` completed (for [`super::Posts`], whose own
+    /// posts these are).
     ///
     /// # Errors
     /// The group's failure, or the timeout text; either way every outstanding post is detached.
-    pub(crate) fn wait(&mut self, ids: &[u64]) -> Result<()> {
+    pub(super) fn wait(&mut self, ids: &[u64]) -> Result<()> {
         match self
             .eng
             .wait_ids(ids, self.deadline, liveness::window(self.timeout))
@@ -368,6 +379,7 @@ impl Comm<'_> {
     /// # Errors
     /// As [`Comm::wait`].
     pub(crate) fn wait_all(&mut self) -> Result<()> {
+        self.reap();
         let ids = std::mem::take(&mut self.outstanding);
         match self
             .eng
@@ -382,8 +394,8 @@ impl Comm<'_> {
     }
 
     /// Like [`Comm::wait`] but on time-out returns the peers whose receives did not complete
-    /// (used by monitored barrier), leaving completed ones consumed.
-    pub(crate) fn wait_or_missing(
+    /// (monitored barrier, through [`super::Posts`]), leaving completed ones consumed.
+    pub(super) fn wait_or_missing(
         &mut self,
         ids: &[u64],
         deadline: Instant,
@@ -414,6 +426,7 @@ impl Comm<'_> {
         sends: &[(usize, u32, &[u8])],
         recvs: &mut [(usize, u32, &mut [u8])],
     ) -> Result<()> {
+        self.reap();
         for (p, s, b) in recvs.iter_mut() {
             // SAFETY: `recvs` is mutably borrowed for this whole call, which waits for (or detaches)
             // every post before returning.
@@ -430,6 +443,15 @@ impl Comm<'_> {
     pub(super) fn detach(&mut self, ids: &[u64]) {
         self.outstanding.retain(|i| !ids.contains(i));
         self.eng.detach_ids(ids, true);
+    }
+
+    /// Detaches everything posted when a [`super::Posts`] was leaked instead of dropped (see
+    /// `posts_open`); called first by every method that may run the engine.
+    fn reap(&mut self) {
+        if self.posts_open {
+            self.posts_open = false;
+            self.detach_all();
+        }
     }
 
     fn detach_all(&mut self) {

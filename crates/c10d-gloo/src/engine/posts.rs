@@ -10,7 +10,10 @@
 //! engine never runs while the algorithm holds one. Every range is checked against its buffer
 //! before a pointer is offset. The buffers stay borrowed (`'b`) for the life of the `Posts`,
 //! and dropping it detaches every post not waited for, so no frame is ever read into or
-//! written from a buffer once the algorithm gave it back.
+//! written from a buffer once the algorithm gave it back. A `Posts` leaked with
+//! `mem::forget` (safe code may do that) cannot break this: the engine only runs inside calls
+//! on the `Comm`, and the first such call after the leak detaches everything still posted
+//! (`Comm::reap`), as does dropping the `Comm`.
 //!
 //! Ordering is the algorithm's business: the ring and all-pairs post receives early into parts
 //! they still send from or fold into, because causality says the data cannot arrive before
@@ -55,6 +58,7 @@ pub(crate) struct Posts<'c, 'e, 'b> {
 impl<'e> Comm<'e> {
     /// A [`Posts`] over this collective, for buffers that outlive it.
     pub(crate) fn posts<'c, 'b>(&'c mut self) -> Posts<'c, 'e, 'b> {
+        self.posts_open = true;
         Posts {
             comm: self,
             regions: Vec::new(),
@@ -308,5 +312,6 @@ impl Drop for Posts<'_, '_, '_> {
     fn drop(&mut self) {
         let ids = std::mem::take(&mut self.pending);
         self.comm.detach(&ids);
+        self.comm.posts_open = false;
     }
 }
