@@ -1357,3 +1357,32 @@ fn cma_all_gather_and_reduce_scatter_match_the_socket_path() {
         }
     }
 }
+
+/// Ranks whose options make them fold one shared-memory all-reduce differently (here
+/// `small_allreduce_bytes`: the direct fold on one rank, all-pairs on the other) fail with a
+/// mismatch naming the other rank, as the socket path would, instead of reading each other's
+/// half-written slots.
+#[test]
+fn shared_memory_folds_that_differ_across_ranks_are_a_mismatch() {
+    let pgs = make_world_with(2, |r| GlooOptions {
+        small_allreduce_bytes: if r == 0 { 64 << 10 } else { 1 << 10 },
+        ..opts()
+    });
+    if pgs[0].shared_memory() != Some(true) {
+        println!("skipped: no shared memory here");
+        return;
+    }
+    let res = run_on(pgs, |_, pg| {
+        let t = Tensor::full(1.0f32, &[4096]);
+        match pg.all_reduce(&[t], &AllreduceOptions::default()) {
+            Ok(w) => w.wait().err().map(|e| e.to_string()),
+            Err(e) => Some(e.to_string()),
+        }
+    });
+    for (r, e) in res.iter().enumerate() {
+        let e = e
+            .as_deref()
+            .unwrap_or_else(|| panic!("rank {r}: the all-reduce succeeded"));
+        assert!(e.contains("mismatch"), "rank {r}: {e}");
+    }
+}

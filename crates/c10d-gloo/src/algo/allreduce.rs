@@ -141,65 +141,65 @@ pub(crate) fn ring(
     let p = RingPlan::new(r, n, len, dtype.size(), chunk_bytes);
     let (steps, kc, left, right) = (p.steps(), p.k_chunks, p.left(), p.right());
     let mut scratch = comm.take_scratch(p.scratch_len());
-    let mut posts = comm.posts();
-    let (b, slots) = (posts.buffer(buf), posts.buffer(scratch.bytes()));
-    let slot = |s: usize, k: usize| {
-        let at = p.slot_offset(s, k);
-        at..at + p.rs_chunk(s, k).len()
-    };
-    // Receive ids in (step, chunk) order: index s * kc + k.
-    let (mut rs_ids, mut ag_ids) = (vec![0u64; steps * kc], vec![0u64; steps * kc]);
-    // Reduce-scatter receives posted so far.
-    let mut posted_rs = 0usize;
-    let post_rs = |posts: &mut Posts<'_, '_, '_>, s: usize, k: usize| {
-        posts.recv(left, rs_step(s, k), slots, slot(s, k))
-    };
-    let post_ag_all = |posts: &mut Posts<'_, '_, '_>, ag_ids: &mut [u64]| -> Result<()> {
-        for (i, id) in ag_ids.iter_mut().enumerate() {
-            *id = posts.recv(left, ag_step(i / kc, i % kc), b, p.ag_chunk(i / kc, i % kc))?;
-        }
-        Ok(())
-    };
-    // Receives for steps 0 and 1 (and the all-gather once every step is posted).
-    while posted_rs < steps.min(2) * kc {
-        rs_ids[posted_rs] = post_rs(&mut posts, posted_rs / kc, posted_rs % kc)?;
-        posted_rs += 1;
-    }
-    if posted_rs == steps * kc {
-        post_ag_all(&mut posts, &mut ag_ids)?;
-    }
-    // Reduce-scatter: send our segment r, then fold and forward each arriving chunk.
-    for k in 0..kc {
-        posts.send(right, rs_step(0, k), b, p.chunk(r, k))?;
-    }
-    for (s, k) in (0..steps * kc).map(|i| (i / kc, i % kc)) {
-        posts.wait(&[rs_ids[s * kc + k]])?;
-        let c = p.rs_chunk(s, k);
-        posts.fold(op, dtype, (b, c.clone()), (slots, slot(s, k)))?;
-        let next = if s + 1 < steps {
-            rs_step(s + 1, k)
-        } else {
-            ag_step(0, k)
+    comm.with_posts(|posts| {
+        let (b, slots) = (posts.buffer(buf), posts.buffer(scratch.bytes()));
+        let slot = |s: usize, k: usize| {
+            let at = p.slot_offset(s, k);
+            at..at + p.rs_chunk(s, k).len()
         };
-        posts.send(right, next, b, c)?;
-        if s + 2 < steps {
-            rs_ids[posted_rs] = post_rs(&mut posts, s + 2, k)?;
+        // Receive ids in (step, chunk) order: index s * kc + k.
+        let (mut rs_ids, mut ag_ids) = (vec![0u64; steps * kc], vec![0u64; steps * kc]);
+        // Reduce-scatter receives posted so far.
+        let mut posted_rs = 0usize;
+        let post_rs = |posts: &mut Posts<'_, '_, '_>, s: usize, k: usize| {
+            posts.recv(left, rs_step(s, k), slots, slot(s, k))
+        };
+        let post_ag_all = |posts: &mut Posts<'_, '_, '_>, ag_ids: &mut [u64]| -> Result<()> {
+            for (i, id) in ag_ids.iter_mut().enumerate() {
+                *id = posts.recv(left, ag_step(i / kc, i % kc), b, p.ag_chunk(i / kc, i % kc))?;
+            }
+            Ok(())
+        };
+        // Receives for steps 0 and 1 (and the all-gather once every step is posted).
+        while posted_rs < steps.min(2) * kc {
+            rs_ids[posted_rs] = post_rs(posts, posted_rs / kc, posted_rs % kc)?;
             posted_rs += 1;
-            if posted_rs == steps * kc {
-                post_ag_all(&mut posts, &mut ag_ids)?;
+        }
+        if posted_rs == steps * kc {
+            post_ag_all(posts, &mut ag_ids)?;
+        }
+        // Reduce-scatter: send our segment r, then fold and forward each arriving chunk.
+        for k in 0..kc {
+            posts.send(right, rs_step(0, k), b, p.chunk(r, k))?;
+        }
+        for (s, k) in (0..steps * kc).map(|i| (i / kc, i % kc)) {
+            posts.wait(&[rs_ids[s * kc + k]])?;
+            let c = p.rs_chunk(s, k);
+            posts.fold(op, dtype, (b, c.clone()), (slots, slot(s, k)))?;
+            let next = if s + 1 < steps {
+                rs_step(s + 1, k)
+            } else {
+                ag_step(0, k)
+            };
+            posts.send(right, next, b, c)?;
+            if s + 2 < steps {
+                rs_ids[posted_rs] = post_rs(posts, s + 2, k)?;
+                posted_rs += 1;
+                if posted_rs == steps * kc {
+                    post_ag_all(posts, &mut ag_ids)?;
+                }
             }
         }
-    }
-    // All-gather: each final chunk arrives in place; forward it unless it is the last step.
-    for (i, &id) in ag_ids.iter().enumerate() {
-        let (s, k) = (i / kc, i % kc);
-        posts.wait(&[id])?;
-        if s + 1 < steps {
-            posts.send(right, ag_step(s + 1, k), b, p.ag_chunk(s, k))?;
+        // All-gather: each final chunk arrives in place; forward it unless it is the last step.
+        for (i, &id) in ag_ids.iter().enumerate() {
+            let (s, k) = (i / kc, i % kc);
+            posts.wait(&[id])?;
+            if s + 1 < steps {
+                posts.send(right, ag_step(s + 1, k), b, p.ag_chunk(s, k))?;
+            }
         }
-    }
-    posts.wait_all()?;
-    drop(posts);
+        posts.wait_all()
+    })?;
     comm.put_scratch(scratch);
     Ok(())
 }
@@ -240,44 +240,45 @@ pub(crate) fn all_pairs(
     let my_len = my.len();
     let mut scratch = comm.take_scratch(n * my_len); // slot r unused
     let peers: Vec<usize> = (0..n).filter(|p| *p != r).collect();
-    let mut posts = comm.posts();
-    let (b, slots) = (posts.buffer(buf), posts.buffer(scratch.bytes()));
-    // Where peer q's contribution to chunk k of our segment lands.
-    let slot = |q: usize, k: usize| {
-        let c = chunk(r, k);
-        let at = q * my_len + (c.start - my.start);
-        at..at + c.len()
-    };
-    let mut rs_ids = vec![0u64; n * k_chunks];
-    for &q in &peers {
+    comm.with_posts(|posts| {
+        let (b, slots) = (posts.buffer(buf), posts.buffer(scratch.bytes()));
+        // Where peer q's contribution to chunk k of our segment lands.
+        let slot = |q: usize, k: usize| {
+            let c = chunk(r, k);
+            let at = q * my_len + (c.start - my.start);
+            at..at + c.len()
+        };
+        let mut rs_ids = vec![0u64; n * k_chunks];
+        for &q in &peers {
+            for k in 0..k_chunks {
+                rs_ids[q * k_chunks + k] =
+                    posts.recv(q, step(Phase::Data, 0, k), slots, slot(q, k))?;
+            }
+        }
+        for &q in &peers {
+            for k in 0..k_chunks {
+                posts.recv(q, step(Phase::Gather, 0, k), b, chunk(q, k))?;
+            }
+        }
         for k in 0..k_chunks {
-            rs_ids[q * k_chunks + k] = posts.recv(q, step(Phase::Data, 0, k), slots, slot(q, k))?;
+            for &q in &peers {
+                posts.send(q, step(Phase::Data, 0, k), b, chunk(q, k))?;
+            }
         }
-    }
-    for &q in &peers {
         for k in 0..k_chunks {
-            posts.recv(q, step(Phase::Gather, 0, k), b, chunk(q, k))?;
+            let ids: Vec<u64> = peers.iter().map(|q| rs_ids[q * k_chunks + k]).collect();
+            posts.wait(&ids)?;
+            // Fold order: own contribution, then the others in rank order. Fixed for segment r,
+            // and only rank r computes it, so every rank receives the same bits.
+            for &q in &peers {
+                posts.fold(op, dtype, (b, chunk(r, k)), (slots, slot(q, k)))?;
+            }
+            for &q in &peers {
+                posts.send(q, step(Phase::Gather, 0, k), b, chunk(r, k))?;
+            }
         }
-    }
-    for k in 0..k_chunks {
-        for &q in &peers {
-            posts.send(q, step(Phase::Data, 0, k), b, chunk(q, k))?;
-        }
-    }
-    for k in 0..k_chunks {
-        let ids: Vec<u64> = peers.iter().map(|q| rs_ids[q * k_chunks + k]).collect();
-        posts.wait(&ids)?;
-        // Fold order: own contribution, then the others in rank order. Fixed for segment r,
-        // and only rank r computes it, so every rank receives the same bits.
-        for &q in &peers {
-            posts.fold(op, dtype, (b, chunk(r, k)), (slots, slot(q, k)))?;
-        }
-        for &q in &peers {
-            posts.send(q, step(Phase::Gather, 0, k), b, chunk(r, k))?;
-        }
-    }
-    posts.wait_all()?;
-    drop(posts);
+        posts.wait_all()
+    })?;
     comm.put_scratch(scratch);
     Ok(())
 }

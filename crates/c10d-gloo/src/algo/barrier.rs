@@ -33,7 +33,7 @@ pub(crate) fn monitored(
         return Ok(());
     }
     let deadline = crate::engine::deadline_after(timeout);
-    let mut posts = comm.posts();
+    comm.with_posts(|posts| {
     if r != 0 {
         let ids = [posts.signal(0, 0), posts.await_signal(0, 1)];
         return posts.wait_or_missing(&ids, deadline).map_err(|(_, e)| {
@@ -77,4 +77,5 @@ pub(crate) fn monitored(
         posts.signal(p, 1);
     }
     posts.wait_all()
+    })
 }

@@ -79,38 +79,39 @@ pub(crate) fn chain(
         .collect();
     let first_gated = usize::from(e > 0);
     let range = |k: usize| pieces[k].0..pieces[k].0 + pieces[k].1;
-    let mut posts = comm.posts();
-    let b = posts.buffer(buf);
-    // Our successor's ready frame; posted first, as it is the first frame it sends us.
-    let mut ready = next.map(|nx| posts.await_signal(nx, READY));
-    if vr == 0 {
-        let nx = next.expect("n > 1");
-        for k in 0..pieces.len() {
-            if k == first_gated {
-                if let Some(id) = ready.take() {
-                    posts.wait(&[id])?;
-                }
-            }
-            posts.send(nx, k as u32, b, range(k))?;
-        }
-    } else {
-        let ids = (0..pieces.len())
-            .map(|k| posts.recv(prev, k as u32, b, range(k)))
-            .collect::<Result<Vec<u64>>>()?;
-        posts.signal(prev, READY);
-        for (k, id) in ids.iter().enumerate() {
-            posts.wait(&[*id])?;
-            if let Some(nx) = next {
+    comm.with_posts(|posts| {
+        let b = posts.buffer(buf);
+        // Our successor's ready frame; posted first, as it is the first frame it sends us.
+        let mut ready = next.map(|nx| posts.await_signal(nx, READY));
+        if vr == 0 {
+            let nx = next.expect("n > 1");
+            for k in 0..pieces.len() {
                 if k == first_gated {
-                    if let Some(rid) = ready.take() {
-                        posts.wait(&[rid])?;
+                    if let Some(id) = ready.take() {
+                        posts.wait(&[id])?;
                     }
                 }
                 posts.send(nx, k as u32, b, range(k))?;
             }
+        } else {
+            let ids = (0..pieces.len())
+                .map(|k| posts.recv(prev, k as u32, b, range(k)))
+                .collect::<Result<Vec<u64>>>()?;
+            posts.signal(prev, READY);
+            for (k, id) in ids.iter().enumerate() {
+                posts.wait(&[*id])?;
+                if let Some(nx) = next {
+                    if k == first_gated {
+                        if let Some(rid) = ready.take() {
+                            posts.wait(&[rid])?;
+                        }
+                    }
+                    posts.send(nx, k as u32, b, range(k))?;
+                }
+            }
         }
-    }
-    posts.wait_all()
+        posts.wait_all()
+    })
 }
 
 #[cfg(test)]

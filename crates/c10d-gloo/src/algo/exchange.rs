@@ -116,39 +116,40 @@ pub(crate) fn all_to_all(
         .collect();
     let out_len: Vec<usize> = outputs.iter().map(|o| o.len()).collect();
     outputs[r].copy_from_slice(inputs[r]);
-    let mut posts = comm.posts();
-    let ins: Vec<Buf> = inputs.iter().map(|b| posts.input(b)).collect();
-    let outs: Vec<Buf> = outputs.iter_mut().map(|b| posts.buffer(b)).collect();
-    let whole = |b: &[u8]| 0..b.len();
-    let mut ready = Vec::new();
-    for i in 1..n {
-        let p = (r + n - i) % n;
-        if large[p].0 {
-            ready.push((p, posts.await_signal(p, READY)));
+    comm.with_posts(|posts| {
+        let ins: Vec<Buf> = inputs.iter().map(|b| posts.input(b)).collect();
+        let outs: Vec<Buf> = outputs.iter_mut().map(|b| posts.buffer(b)).collect();
+        let whole = |b: &[u8]| 0..b.len();
+        let mut ready = Vec::new();
+        for i in 1..n {
+            let p = (r + n - i) % n;
+            if large[p].0 {
+                ready.push((p, posts.await_signal(p, READY)));
+            }
+            if large[p].1 {
+                posts.await_signal(p, RTS);
+            }
+            posts.recv(p, 0, outs[p], 0..out_len[p])?;
         }
-        if large[p].1 {
-            posts.await_signal(p, RTS);
+        for i in 1..n {
+            let p = (r + i) % n;
+            if large[p].1 {
+                posts.signal(p, READY);
+            }
+            if large[p].0 {
+                posts.signal(p, RTS);
+            } else {
+                posts.send(p, 0, ins[p], whole(inputs[p]))?;
+            }
         }
-        posts.recv(p, 0, outs[p], 0..out_len[p])?;
-    }
-    for i in 1..n {
-        let p = (r + i) % n;
-        if large[p].1 {
-            posts.signal(p, READY);
-        }
-        if large[p].0 {
-            posts.signal(p, RTS);
-        } else {
+        // Large blocks in pairwise order (r+1, r+2, …) as their receivers become ready.
+        ready.sort_by_key(|(p, _)| (p + n - r) % n);
+        for (p, id) in ready {
+            posts.wait(&[id])?;
             posts.send(p, 0, ins[p], whole(inputs[p]))?;
         }
-    }
-    // Large blocks in pairwise order (r+1, r+2, …) as their receivers become ready.
-    ready.sort_by_key(|(p, _)| (p + n - r) % n);
-    for (p, id) in ready {
-        posts.wait(&[id])?;
-        posts.send(p, 0, ins[p], whole(inputs[p]))?;
-    }
-    posts.wait_all()
+        posts.wait_all()
+    })
 }
 
 #[cfg(test)]

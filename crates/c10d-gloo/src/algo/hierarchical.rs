@@ -7,7 +7,8 @@
 //! With `m` ranks on each of `H` hosts, local rank `i` of host `h` owns segment `i` of the
 //! buffer (`m` segments by element count):
 //! 1. inside the host: every local rank sends segment `j` to local rank `j`; rank `i` folds the
-//!    host's `m` copies of segment `i` in local-rank order;
+//!    host's `m` copies of segment `i` in a fixed order (local-rank order over sockets; its own
+//!    copy first, then the others in local-rank order, with cross-memory attach);
 //! 2. between hosts, among the `H` ranks of local index `i` (one per host): segment `i` is cut
 //!    into `H` parts; the rank on host `g` folds part `g` of every host's partial sum in host
 //!    order and sends the result to the others (all-pairs);
@@ -291,9 +292,10 @@ fn reduce_scatter_among(
     {
         let slots = scratch.bytes();
         slots[me * len..(me + 1) * len].copy_from_slice(&buf[own.clone()]);
-        let mut recvs: Vec<(usize, u32, &mut [u8])> = slots
-            .chunks_mut(len.max(1))
-            .take(ranks.len())
+        // (`split_n`: empty parts, when the buffer has fewer elements than ranks, still get
+        // their empty receive, matching the peer's empty frame.)
+        let mut recvs: Vec<(usize, u32, &mut [u8])> = crate::slices::split_n(slots, ranks.len())
+            .into_iter()
             .enumerate()
             .filter(|(k, _)| *k != me)
             .map(|(k, s)| (ranks[k], step, s))

@@ -163,38 +163,38 @@ fn segmented(
     let slot = |q: usize| q * my_len..(q + 1) * my_len;
     let peers: Vec<usize> = (0..n).filter(|p| *p != r).collect();
     let mut scratch = comm.take_scratch(n * my_len);
-    let mut posts = comm.posts();
-    let is_root = matches!(data, Contribution::Root(_));
-    let base = match data {
-        Contribution::Root(d) => posts.buffer(d),
-        Contribution::Peer(d) => posts.input(d),
-    };
-    let slots = posts.buffer(scratch.bytes());
-    let mut rs_ids = Vec::with_capacity(n);
-    for &q in &peers {
-        rs_ids.push(posts.recv(q, 0, slots, slot(q))?);
-    }
-    if is_root {
-        for &p in &peers {
-            posts.recv(p, 1, base, seg(p))?;
+    comm.with_posts(|posts| {
+        let is_root = matches!(data, Contribution::Root(_));
+        let base = match data {
+            Contribution::Root(d) => posts.buffer(d),
+            Contribution::Peer(d) => posts.input(d),
+        };
+        let slots = posts.buffer(scratch.bytes());
+        let mut rs_ids = Vec::with_capacity(n);
+        for &q in &peers {
+            rs_ids.push(posts.recv(q, 0, slots, slot(q))?);
         }
-    }
-    for &p in &peers {
-        posts.send(p, 0, base, seg(p))?;
-    }
-    posts.wait(&rs_ids)?;
-    // Fold order: own contribution, then the others in rank order.
-    posts.copy((slots, slot(r)), (base, my.clone()))?;
-    for &q in &peers {
-        posts.fold(op, dtype, (slots, slot(r)), (slots, slot(q)))?;
-    }
-    if is_root {
-        posts.copy((base, my), (slots, slot(r)))?;
-    } else {
-        posts.send(root, 1, slots, slot(r))?;
-    }
-    posts.wait_all()?;
-    drop(posts);
+        if is_root {
+            for &p in &peers {
+                posts.recv(p, 1, base, seg(p))?;
+            }
+        }
+        for &p in &peers {
+            posts.send(p, 0, base, seg(p))?;
+        }
+        posts.wait(&rs_ids)?;
+        // Fold order: own contribution, then the others in rank order.
+        posts.copy((slots, slot(r)), (base, my.clone()))?;
+        for &q in &peers {
+            posts.fold(op, dtype, (slots, slot(r)), (slots, slot(q)))?;
+        }
+        if is_root {
+            posts.copy((base, my), (slots, slot(r)))?;
+        } else {
+            posts.send(root, 1, slots, slot(r))?;
+        }
+        posts.wait_all()
+    })?;
     comm.put_scratch(scratch);
     Ok(())
 }

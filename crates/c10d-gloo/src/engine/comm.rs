@@ -57,10 +57,6 @@ pub(crate) struct Comm<'e> {
     deadline: Instant,
     timeout: Duration,
     outstanding: Vec<u64>,
-    /// A [`super::Posts`] was made and not dropped: set by [`Comm::posts`], cleared by its drop.
-    /// Still set when this `Comm` is used again means the `Posts` was leaked (`mem::forget`):
-    /// its posts may point into buffers that are gone, so they are detached first ([`Comm::reap`]).
-    pub(super) posts_open: bool,
 }
 
 impl<'e> Comm<'e> {
@@ -72,7 +68,6 @@ impl<'e> Comm<'e> {
             deadline: deadline_after(timeout),
             timeout,
             outstanding: Vec::new(),
-            posts_open: false,
         }
     }
 }
@@ -136,7 +131,6 @@ impl Comm<'_> {
     /// Fails the group with the socket path's mismatch text: `peer` runs `them` = (op, seq,
     /// dtype, total bytes) where this rank runs this op.
     pub(crate) fn mismatch(&mut self, peer: usize, them: (OpType, u64, DType, u64)) -> DistError {
-        self.reap();
         let h = Header {
             kind: Kind::Coll,
             op: them.0,
@@ -157,7 +151,6 @@ impl Comm<'_> {
     /// A peer in `needed` that said bye (shut its group down), or the group's failure, becomes
     /// this op's error, as it would on the sockets; no system call.
     pub(crate) fn check_peers(&mut self, mut needed: impl Iterator<Item = usize>) -> Result<()> {
-        self.reap();
         if let Some(p) = needed.find(|&p| self.eng.faults.left[p]) {
             self.eng.fail_left(p);
             self.eng.handle_faults();
@@ -173,7 +166,6 @@ impl Comm<'_> {
     /// peer (it runs another op, or this one over sockets), becomes this op's error. A peer that
     /// left after doing its part of the op is no error (as on the sockets).
     pub(crate) fn check_sockets(&mut self, waiting_for: usize) -> Result<()> {
-        self.reap();
         // Liveness probes shortly before the deadline, as the socket path sends them, so that a
         // time-out names the silent ranks.
         self.eng
@@ -203,7 +195,6 @@ impl Comm<'_> {
     /// The timeout error of this op when `missing` sent nothing (the socket path's text), told
     /// to the peers as this rank's note.
     pub(crate) fn timed_out(&mut self, missing: &[usize]) -> DistError {
-        self.reap();
         let e = self.timeout_error(&format!("; no data from rank(s) {}", rank_list(missing)));
         self.detach_all();
         blaming(e, missing.iter().copied())
@@ -254,7 +245,6 @@ impl Comm<'_> {
     /// consequence of one they already reported (an error frame, then the reporter exited):
     /// what the sockets already hold is read first, and an explanation found there wins.
     pub(crate) fn fail_group(&mut self, e: DistError) -> DistError {
-        self.reap();
         let eng = &mut *self.eng;
         if eng.faults.failed.is_none() {
             eng.sweep();
@@ -379,7 +369,6 @@ impl Comm<'_> {
     /// # Errors
     /// As [`Comm::wait`].
     pub(crate) fn wait_all(&mut self) -> Result<()> {
-        self.reap();
         let ids = std::mem::take(&mut self.outstanding);
         match self
             .eng
@@ -426,7 +415,6 @@ impl Comm<'_> {
         sends: &[(usize, u32, &[u8])],
         recvs: &mut [(usize, u32, &mut [u8])],
     ) -> Result<()> {
-        self.reap();
         for (p, s, b) in recvs.iter_mut() {
             // SAFETY: `recvs` is mutably borrowed for this whole call, which waits for (or detaches)
             // every post before returning.
@@ -443,15 +431,6 @@ impl Comm<'_> {
     pub(super) fn detach(&mut self, ids: &[u64]) {
         self.outstanding.retain(|i| !ids.contains(i));
         self.eng.detach_ids(ids, true);
-    }
-
-    /// Detaches everything posted when a [`super::Posts`] was leaked instead of dropped (see
-    /// `posts_open`); called first by every method that may run the engine.
-    fn reap(&mut self) {
-        if self.posts_open {
-            self.posts_open = false;
-            self.detach_all();
-        }
     }
 
     fn detach_all(&mut self) {

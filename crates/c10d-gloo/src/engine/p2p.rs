@@ -202,10 +202,11 @@ impl Engine {
             .map(|(id, _)| *id)
             .collect();
         for id in expired {
-            let (seq, op, peer, timeout, deadline) = {
-                let p = &self.p2p.ops[&id];
-                (p.seq, p.op, p.peer, p.timeout, p.deadline)
+            // An earlier expiry's note may have failed the group, which completed every op.
+            let Some(p) = self.p2p.ops.get(&id) else {
+                continue;
             };
+            let (seq, op, peer, timeout, deadline) = (p.seq, p.op, p.peer, p.timeout, p.deadline);
             let silent = self.silent_text(deadline, liveness::window(timeout));
             self.detach_ids(&[id], false);
             let who = match (op, peer) {

@@ -10,10 +10,9 @@
 //! engine never runs while the algorithm holds one. Every range is checked against its buffer
 //! before a pointer is offset. The buffers stay borrowed (`'b`) for the life of the `Posts`,
 //! and dropping it detaches every post not waited for, so no frame is ever read into or
-//! written from a buffer once the algorithm gave it back. A `Posts` leaked with
-//! `mem::forget` (safe code may do that) cannot break this: the engine only runs inside calls
-//! on the `Comm`, and the first such call after the leak detaches everything still posted
-//! (`Comm::reap`), as does dropping the `Comm`.
+//! written from a buffer once the algorithm gave it back. A `Posts` exists only inside
+//! [`Comm::with_posts`], which drops it before returning, so it cannot be leaked (with
+//! `mem::forget`) past the buffers it points into.
 //!
 //! Ordering is the algorithm's business: the ring and all-pairs post receives early into parts
 //! they still send from or fold into, because causality says the data cannot arrive before
@@ -56,16 +55,24 @@ pub(crate) struct Posts<'c, 'e, 'b> {
 }
 
 impl<'e> Comm<'e> {
-    /// A [`Posts`] over this collective, for buffers that outlive it.
-    pub(crate) fn posts<'c, 'b>(&'c mut self) -> Posts<'c, 'e, 'b> {
-        self.posts_open = true;
-        Posts {
+    /// Runs `f` with a [`Posts`] over this collective, for buffers that outlive this call; when
+    /// `f` returns (or fails), every post not waited for is detached. The `Posts` exists only
+    /// inside this call, so it can never be leaked past its buffers.
+    ///
+    /// # Errors
+    /// What `f` returns.
+    pub(crate) fn with_posts<'b, R>(
+        &mut self,
+        f: impl FnOnce(&mut Posts<'_, 'e, 'b>) -> Result<R>,
+    ) -> Result<R> {
+        let mut posts = Posts {
             comm: self,
             regions: Vec::new(),
             pending: Vec::new(),
             recvs: Vec::new(),
             _buffers: PhantomData,
-        }
+        };
+        f(&mut posts)
     }
 }
 
@@ -312,6 +319,5 @@ impl Drop for Posts<'_, '_, '_> {
     fn drop(&mut self) {
         let ids = std::mem::take(&mut self.pending);
         self.comm.detach(&ids);
-        self.comm.posts_open = false;
     }
 }

@@ -30,7 +30,7 @@ pub(super) fn run(
             write_slot(seg, r, parity, own.end, &buf[own.end..]);
         }
     }
-    let mine = Desc::of(comm, 0);
+    let mine = Desc::of(comm, 0, fold as u8);
     let first = start(seg, r, parity, mine);
     wait_all(comm, seg, first)?;
     check_descriptions(comm, seg, parity, mine)?;
@@ -81,7 +81,7 @@ pub(super) fn bcast(
     if r == root {
         write_slot(seg, r, parity, 0, buf);
     }
-    let mine = Desc::of(comm, root);
+    let mine = Desc::of(comm, root, 0);
     let first = start(seg, r, parity, mine);
     if r == root {
         return Ok(());
@@ -110,7 +110,7 @@ pub(super) fn scatter_reduce(
         write_slot(seg, r, parity, at, b);
         at += b.len();
     }
-    let mine = Desc::of(comm, 0);
+    let mine = Desc::of(comm, 0, 0);
     let first = start(seg, r, parity, mine);
     wait_all(comm, seg, first)?;
     check_descriptions(comm, seg, parity, mine)?;
@@ -136,7 +136,7 @@ pub(super) fn gather_all(
         write_slot(seg, r, parity, at, i);
         at += i.len();
     }
-    let mine = Desc::of(comm, 0);
+    let mine = Desc::of(comm, 0, 0);
     let first = start(seg, r, parity, mine);
     wait_all(comm, seg, first)?;
     check_descriptions(comm, seg, parity, mine)?;

@@ -82,14 +82,20 @@ pub(super) fn seg_len(n: usize) -> usize {
 
 impl Segment {
     pub(super) fn line(&self, r: usize) -> &Line {
-        // SAFETY: line r lies in the mapped header (r < n), 64-byte aligned (page-aligned base);
+        assert!(r < self.n, "shared-memory line {r} of {}", self.n);
+        // SAFETY: line r lies in the mapped header (r < n, checked), 64-byte aligned (page-aligned base);
         // the fields are atomics, so shared access from several processes is sound.
         unsafe { &*(self.base.add(r * 64) as *const Line) }
     }
 
     fn slot(&self, r: usize, parity: u32) -> *mut u8 {
+        assert!(
+            r < self.n && parity < 2,
+            "shared-memory slot ({r}, {parity}) of {}",
+            self.n
+        );
         let off = self.n * 64 + (r * 2 + parity as usize) * slot_bytes(self.n);
-        // SAFETY: the offset lies inside the mapping (r < n, parity < 2).
+        // SAFETY: the offset lies inside the mapping (r < n, parity < 2: checked).
         unsafe { self.base.add(off) }
     }
 

@@ -40,31 +40,36 @@ pub(super) fn start(seg: &mut Segment, r: usize, parity: u32, mine: Desc) -> u32
     first
 }
 
-/// An op as ranks compare it: op, dtype, bytes and root (the PyTorch sequence number only for
-/// messages: ranks' numbers differ with their p2p ops).
+/// An op as ranks compare it: op, dtype, bytes, root, and the variant of the algorithm (the
+/// all-reduce's fold: ranks whose options make them pick different folds must not mix them);
+/// the PyTorch sequence number only for messages (ranks' numbers differ with their p2p ops).
 #[derive(Clone, Copy)]
 pub(super) struct Desc {
     op: OpType,
     seq: u64,
     dtype: DType,
     total: u64,
-    root: u16,
+    root: u8,
+    variant: u8,
 }
 
 impl Desc {
-    pub(super) fn of(comm: &Comm<'_>, root: usize) -> Desc {
+    /// This rank's op, rooted at `root` (< [`super::segment::MAX_RANKS`]), run as `variant`.
+    pub(super) fn of(comm: &Comm<'_>, root: usize, variant: u8) -> Desc {
         let (op, seq, dtype, total) = comm.op_desc();
         Desc {
             op,
             seq,
             dtype,
             total,
-            root: root as u16,
+            root: root as u8,
+            variant,
         }
     }
 
     fn same_op(&self, o: &Desc) -> bool {
-        (self.op, self.dtype, self.total, self.root) == (o.op, o.dtype, o.total, o.root)
+        (self.op, self.dtype, self.total, self.root, self.variant)
+            == (o.op, o.dtype, o.total, o.root, o.variant)
     }
 
     fn tuple(&self) -> (OpType, u64, DType, u64) {
@@ -74,8 +79,10 @@ impl Desc {
     /// Into `line` for slot parity `i` (published with the next arrival).
     fn write(&self, line: &Line, i: u32) {
         let i = i as usize;
-        let kind =
-            self.op.code() as u32 | (self.dtype.code() as u32) << 8 | (self.root as u32) << 16;
+        let kind = self.op.code() as u32
+            | (self.dtype.code() as u32) << 8
+            | (self.root as u32) << 16
+            | (self.variant as u32) << 24;
         line.kind[i].store(kind, Ordering::Relaxed);
         line.total[i].store(self.total, Ordering::Relaxed);
         line.pseq[i].store(self.seq, Ordering::Relaxed);
@@ -89,7 +96,8 @@ impl Desc {
         Desc {
             op: OpType::from_code(kind as u8).unwrap_or(OpType::Unknown),
             dtype: DType::from_code((kind >> 8) as u8).unwrap_or(DType::U8),
-            root: (kind >> 16) as u16,
+            root: (kind >> 16) as u8,
+            variant: (kind >> 24) as u8,
             total: line.total[i].load(Ordering::Relaxed),
             seq: line.pseq[i].load(Ordering::Relaxed),
         }
