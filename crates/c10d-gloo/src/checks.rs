@@ -5,7 +5,7 @@ use c10d_core::checks::At;
 use c10d_core::*;
 
 pub(crate) fn inval(op: &str, msg: impl std::fmt::Display) -> DistError {
-    DistError::invalid(format!("ProcessGroupGloo::{op}: {msg}"))
+    at(op).invalid(msg)
 }
 
 /// The shared checks of c10d-core, prefixed "ProcessGroupGloo::{op}: ".
@@ -56,9 +56,7 @@ pub(crate) fn check_reduce(tensors: &[Tensor], opts: &ReduceOptions, size: usize
             format!("invalid root tensor: {}", opts.root_tensor),
         ));
     }
-    if tensors.len() != 1 {
-        return Err(inval(OP, "requires a single-element tensor list"));
-    }
+    at(OP).single(tensors)?;
     check_cpu(OP, &[&tensors[0]])?;
     check_op(OP, opts.reduce_op, tensors[0].dtype())
 }

@@ -41,9 +41,7 @@ impl Backend for ProcessGroupGloo {
 
     fn broadcast(&self, tensors: &[Tensor], opts: &BroadcastOptions) -> Result<Work> {
         const OP: &str = "broadcast";
-        if opts.root_rank >= self.id.size {
-            return Err(inval(OP, format!("invalid root rank: {}", opts.root_rank)));
-        }
+        at(OP).root(opts.root_rank, self.id.size)?;
         if opts.root_tensor >= tensors.len() {
             return Err(inval(
                 OP,
@@ -382,9 +380,7 @@ impl Backend for ProcessGroupGloo {
     ) -> Result<Work> {
         const OP: &str = "gather";
         let (r, n, root) = (self.id.rank, self.id.size, opts.root_rank);
-        if root >= n {
-            return Err(inval(OP, format!("invalid root rank: {root}")));
-        }
+        at(OP).root(root, n)?;
         if inputs.len() != 1 {
             return Err(inval(OP, "requires a single-element input tensor list"));
         }
@@ -440,9 +436,7 @@ impl Backend for ProcessGroupGloo {
     ) -> Result<Work> {
         const OP: &str = "scatter";
         let (r, n, root) = (self.id.rank, self.id.size, opts.root_rank);
-        if root >= n {
-            return Err(inval(OP, format!("invalid root rank: {root}")));
-        }
+        at(OP).root(root, n)?;
         if outputs.len() != 1 {
             return Err(inval(OP, "requires a single-element output tensor list"));
         }

@@ -3,7 +3,7 @@
 //! caller's thread), abort and shutdown. The ops themselves are in `ops.rs`.
 
 use crate::algo::dispatch::Algo;
-use crate::checks::{check_cpu, inval};
+use crate::checks::{at, check_cpu, inval};
 use crate::engine::{
     lock, worker_loop, CollBody, CollOp, Connector, Engine, Ident, OpInfo, P2pOp, Queue, Shared,
     Submission, WAKER,
@@ -281,9 +281,7 @@ impl ProcessGroupGloo {
             OpType::Recv => "recv",
             _ => "recvAnysource",
         };
-        if tensors.len() != 1 {
-            return Err(inval(name, "requires a single-element tensor list"));
-        }
+        at(name).single(tensors)?;
         check_cpu(name, &[&tensors[0]])?;
         if let Some(p) = peer {
             if p >= self.id.size || p == self.id.rank {
