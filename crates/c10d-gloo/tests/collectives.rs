@@ -995,20 +995,24 @@ fn varied(dtype: DType, r: usize, len: usize) -> Tensor {
     t
 }
 
+/// Every float flavour, a few integer and complex ones, with the reductions whose fold order
+/// shows in the bits: what the paths that replace a socket algorithm must reproduce exactly.
+const BIT_FOR_BIT_CASES: &[(DType, &[ReduceOp])] = &[
+    (DType::F32, &[ReduceOp::Sum, ReduceOp::Max, ReduceOp::Avg]),
+    (DType::BF16, &[ReduceOp::Sum, ReduceOp::PremulSum(0.5)]),
+    (DType::F16, &[ReduceOp::Sum]),
+    (DType::F64, &[ReduceOp::Product]),
+    (DType::I64, &[ReduceOp::Sum, ReduceOp::Min]),
+    (DType::Complex64, &[ReduceOp::Sum, ReduceOp::Avg]),
+];
+
 /// Same-host all_reduce through cross-memory attach (process_vm_readv; here the ranks are
 /// threads of one process) must give every rank the bits the all-pairs socket algorithm gives
 /// (same fold order), for every float flavour, AVG / PREMUL_SUM, odd sizes and segments that
 /// are empty (fewer elements than ranks).
 #[test]
 fn cma_all_reduce_matches_the_socket_path_bit_for_bit() {
-    let cases: &[(DType, &[ReduceOp])] = &[
-        (DType::F32, &[ReduceOp::Sum, ReduceOp::Max, ReduceOp::Avg]),
-        (DType::BF16, &[ReduceOp::Sum, ReduceOp::PremulSum(0.5)]),
-        (DType::F16, &[ReduceOp::Sum]),
-        (DType::F64, &[ReduceOp::Product]),
-        (DType::I64, &[ReduceOp::Sum, ReduceOp::Min]),
-        (DType::Complex64, &[ReduceOp::Sum, ReduceOp::Avg]),
-    ];
+    let cases = BIT_FOR_BIT_CASES;
     for n in [2usize, 3, 4, 7] {
         let run = |cma: bool| {
             let o = GlooOptions {
@@ -1075,14 +1079,7 @@ fn cma_all_reduce_matches_the_socket_path_bit_for_bit() {
 /// keeps the whole group on sockets. No segment name is left in /dev/shm.
 #[test]
 fn shm_all_reduce_matches_the_socket_path_bit_for_bit() {
-    let cases: &[(DType, &[ReduceOp])] = &[
-        (DType::F32, &[ReduceOp::Sum, ReduceOp::Max, ReduceOp::Avg]),
-        (DType::BF16, &[ReduceOp::Sum, ReduceOp::PremulSum(0.5)]),
-        (DType::F16, &[ReduceOp::Sum]),
-        (DType::F64, &[ReduceOp::Product]),
-        (DType::I64, &[ReduceOp::Sum, ReduceOp::Min]),
-        (DType::Complex64, &[ReduceOp::Sum, ReduceOp::Avg]),
-    ];
+    let cases = BIT_FOR_BIT_CASES;
     let leftovers = || {
         std::fs::read_dir("/dev/shm")
             .map(|d| {
