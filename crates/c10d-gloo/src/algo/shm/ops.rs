@@ -102,19 +102,9 @@ pub(super) fn scatter_reduce(
     dtype: DType,
 ) -> Result<()> {
     let (r, n) = (comm.rank(), comm.size());
-    let parity = begin(comm, seg)?;
-    let mut offsets = Vec::with_capacity(blocks.len());
-    let mut at = 0;
-    for b in blocks {
-        offsets.push(at);
-        write_slot(seg, r, parity, at, b);
-        at += b.len();
-    }
-    let mine = Desc::of(comm, 0, 0);
-    let first = start(seg, r, parity, mine);
-    wait_all(comm, seg, first)?;
-    check_descriptions(comm, seg, parity, mine)?;
-    let (mine_at, len) = (offsets[r], out.len());
+    let parity = write_parts_and_meet(comm, seg, blocks)?;
+    let mine_at: usize = blocks[..r].iter().map(|b| b.len()).sum();
+    let len = out.len();
     out.copy_from_slice(read_slot(seg, 0, parity, mine_at, len));
     for q in 1..n {
         reduce_into(op, dtype, out, read_slot(seg, q, parity, mine_at, len))?;
@@ -129,17 +119,8 @@ pub(super) fn gather_all(
     inputs: &[&[u8]],
     outputs: &mut [&mut [u8]],
 ) -> Result<()> {
-    let (r, n) = (comm.rank(), comm.size());
-    let parity = begin(comm, seg)?;
-    let mut at = 0;
-    for i in inputs {
-        write_slot(seg, r, parity, at, i);
-        at += i.len();
-    }
-    let mine = Desc::of(comm, 0, 0);
-    let first = start(seg, r, parity, mine);
-    wait_all(comm, seg, first)?;
-    check_descriptions(comm, seg, parity, mine)?;
+    let n = comm.size();
+    let parity = write_parts_and_meet(comm, seg, inputs)?;
     for p in 0..n {
         let mut at = 0;
         for (i, inp) in inputs.iter().enumerate() {
@@ -148,4 +129,22 @@ pub(super) fn gather_all(
         }
     }
     Ok(())
+}
+
+/// Writes `parts` one after another into this rank's slot, publishes the op (no root, one
+/// variant), and waits until every peer did the same and published the same op; returns the
+/// slot parity of this op.
+fn write_parts_and_meet(comm: &mut Comm<'_>, seg: &mut Segment, parts: &[&[u8]]) -> Result<u32> {
+    let r = comm.rank();
+    let parity = begin(comm, seg)?;
+    let mut at = 0;
+    for part in parts {
+        write_slot(seg, r, parity, at, part);
+        at += part.len();
+    }
+    let mine = Desc::of(comm, 0, 0);
+    let first = start(seg, r, parity, mine);
+    wait_all(comm, seg, first)?;
+    check_descriptions(comm, seg, parity, mine)?;
+    Ok(parity)
 }
