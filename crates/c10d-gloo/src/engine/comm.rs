@@ -427,13 +427,9 @@ impl Comm<'_> {
         self.wait_all()
     }
 
-    /// Detaches the posts `ids` (the engine no longer reads or writes their memory).
-    pub(super) fn detach(&mut self, ids: &[u64]) {
-        self.outstanding.retain(|i| !ids.contains(i));
-        self.eng.detach_ids(ids, true);
-    }
-
-    fn detach_all(&mut self) {
+    /// Detaches everything posted and not waited for (the engine no longer reads or writes
+    /// that memory).
+    pub(super) fn detach_all(&mut self) {
         let ids = std::mem::take(&mut self.outstanding);
         self.eng.detach_ids(&ids, true);
     }

@@ -48,15 +48,14 @@ struct PendingRecv {
 pub(crate) struct Posts<'c, 'e, 'b> {
     comm: &'c mut Comm<'e>,
     regions: Vec<Region>,
-    /// Every post not waited for (detached on drop).
-    pending: Vec<u64>,
     recvs: Vec<PendingRecv>,
     _buffers: PhantomData<&'b mut [u8]>,
 }
 
 impl<'e> Comm<'e> {
     /// Runs `f` with a [`Posts`] over this collective, for buffers that outlive this call; when
-    /// `f` returns (or fails), every post not waited for is detached. The `Posts` exists only
+    /// `f` returns (or fails), every post not waited for is detached (the `Comm`'s outstanding
+    /// posts are the `Posts`' own: every other way to post waits for what it posted). The `Posts` exists only
     /// inside this call, so it can never be leaked past its buffers.
     ///
     /// # Errors
@@ -68,7 +67,6 @@ impl<'e> Comm<'e> {
         let mut posts = Posts {
             comm: self,
             regions: Vec::new(),
-            pending: Vec::new(),
             recvs: Vec::new(),
             _buffers: PhantomData,
         };
@@ -118,7 +116,6 @@ impl<'e, 'b> Posts<'_, 'e, 'b> {
         // outlives every post: waited for, or detached when this `Posts` drops. No slice of it
         // is alive while the engine writes it (slices borrow `self`).
         let id = unsafe { self.comm.post_recv(peer, step, ptr, range.len()) };
-        self.pending.push(id);
         self.recvs.push(PendingRecv { id, buf: b, range });
         Ok(id)
     }
@@ -137,7 +134,6 @@ impl<'e, 'b> Posts<'_, 'e, 'b> {
         let ptr = self.checked(b, &range, "send from")?;
         // SAFETY: as in `recv`; the engine only reads these bytes.
         let id = unsafe { self.comm.post_send(peer, step, ptr, range.len()) };
-        self.pending.push(id);
         Ok(id)
     }
 
@@ -148,7 +144,6 @@ impl<'e, 'b> Posts<'_, 'e, 'b> {
             self.comm
                 .post_send(peer, step, std::ptr::NonNull::dangling().as_ptr(), 0)
         };
-        self.pending.push(id);
         id
     }
 
@@ -160,7 +155,6 @@ impl<'e, 'b> Posts<'_, 'e, 'b> {
         deadline: std::time::Instant,
     ) -> std::result::Result<(), (Vec<usize>, Option<DistError>)> {
         self.comm.wait_or_missing(ids, deadline)?;
-        self.pending.retain(|i| !ids.contains(i));
         self.recvs.retain(|r| !ids.contains(&r.id));
         Ok(())
     }
@@ -172,7 +166,6 @@ impl<'e, 'b> Posts<'_, 'e, 'b> {
             self.comm
                 .post_recv(peer, step, std::ptr::NonNull::dangling().as_ptr(), 0)
         };
-        self.pending.push(id);
         id
     }
 
@@ -182,7 +175,6 @@ impl<'e, 'b> Posts<'_, 'e, 'b> {
     /// As [`Comm::wait`] (the group's failure, or the op's time-out).
     pub(crate) fn wait(&mut self, ids: &[u64]) -> Result<()> {
         self.comm.wait(ids)?;
-        self.pending.retain(|i| !ids.contains(i));
         self.recvs.retain(|r| !ids.contains(&r.id));
         Ok(())
     }
@@ -192,8 +184,7 @@ impl<'e, 'b> Posts<'_, 'e, 'b> {
     /// # Errors
     /// As [`Posts::wait`].
     pub(crate) fn wait_all(&mut self) -> Result<()> {
-        let ids = std::mem::take(&mut self.pending);
-        self.comm.wait(&ids)?;
+        self.comm.wait_all()?;
         self.recvs.clear();
         Ok(())
     }
@@ -317,7 +308,6 @@ impl<'e, 'b> Posts<'_, 'e, 'b> {
 
 impl Drop for Posts<'_, '_, '_> {
     fn drop(&mut self) {
-        let ids = std::mem::take(&mut self.pending);
-        self.comm.detach(&ids);
+        self.comm.detach_all();
     }
 }
