@@ -230,19 +230,10 @@ impl DistError {
 
     /// Same kind and context, message rewritten by `f`.
     pub fn map_message(&self, f: impl FnOnce(&str) -> String) -> DistError {
-        let m = Message {
-            text: f(self.message()),
-            context: self.payload().context.clone(),
-        };
-        match self.kind() {
-            ErrorKind::Dist => DistError::Dist(m),
-            ErrorKind::Backend => DistError::Backend(m),
-            ErrorKind::Network => DistError::Network(m),
-            ErrorKind::Store => DistError::Store(m),
-            ErrorKind::QueueEmpty => DistError::QueueEmpty(m),
-            ErrorKind::InvalidArgument => DistError::InvalidArgument(m),
-            ErrorKind::Unsupported => DistError::Unsupported(m),
-        }
+        let mut e = self.clone();
+        let m = e.payload_mut();
+        m.text = f(&m.text);
+        e
     }
 
     /// Shorthand for [`DistError::Dist`].
