@@ -1,10 +1,12 @@
 //! What the flight recorder costs: a 1 KiB all-reduce between 2 rank processes (blocking calls,
 //! as `dist.all_reduce(t)` makes them) with recording off and on (PyTorch's default, 2000
-//! entries), plus the recorder's own cost per op (record, start, finish) in a loop.
+//! entries), over shared memory (about 1.3 µs an op) and over sockets
+//! (`C10D_GLOO_SHM=0 C10D_GLOO_CMA=0`), plus the recorder's own cost per op in a loop, part by
+//! part (the check of a recorder that is off, record, start, finish).
 //!
 //! Run: `cargo bench -p c10d-gloo --bench flight_recorder`. The bench re-runs itself as the two
 //! ranks of each round (a fresh TcpStore and group per round). Inside a round both ranks run
-//! blocks of `BLOCK` ops and switch recording off and on between blocks at the same op
+//! blocks of ops (a few ms each) and switch recording off and on between blocks at the same op
 //! ([`FlightRecorder::set_enabled`]), so an "off" block and the "on" block after it ran in
 //! the same processes, on the same cores and shared-memory segment: the ratio of such a pair
 //! is free of the spread between processes (the placement of two processes on two cores moves
@@ -27,14 +29,14 @@ use std::time::{Duration, Instant};
 const ROUNDS: usize = 4;
 /// Off/on block pairs per round.
 const PAIRS: usize = 24;
-const BLOCK: usize = 4000;
 /// More than one lap of the default 2000-entry ring, so the timed ops are the steady state.
 const WARMUP: usize = 3000;
 const RANK: &str = "C10D_FR_BENCH_RANK";
+const BLOCK_ENV: &str = "C10D_FR_BENCH_BLOCK";
 const PORT: &str = "C10D_FR_BENCH_PORT";
 
 /// One rank of a round: prints, per block pair, the per-op µs off and on.
-fn rank_main(rank: usize, port: u16) {
+fn rank_main(rank: usize, port: u16, block: usize) {
     let o = TcpStoreOptions {
         timeout: Duration::from_secs(60),
         wait_for_workers: false,
@@ -61,15 +63,36 @@ fn rank_main(rank: usize, port: u16) {
     run(WARMUP);
     for _ in 0..PAIRS {
         recorder.set_enabled(false);
-        let off = run(BLOCK);
+        let off = run(block);
         recorder.set_enabled(true);
-        let on = run(BLOCK);
+        let on = run(block);
         println!("{off} {on}");
     }
 }
 
+/// A transport the benchmark compares on: its name, the environment that selects it, and the
+/// ops per block (a block lasts a few milliseconds).
+struct Transport {
+    name: &'static str,
+    env: &'static [(&'static str, &'static str)],
+    block: usize,
+}
+
+const TRANSPORTS: [Transport; 2] = [
+    Transport {
+        name: "shared memory",
+        env: &[],
+        block: 4000,
+    },
+    Transport {
+        name: "sockets",
+        env: &[("C10D_GLOO_SHM", "0"), ("C10D_GLOO_CMA", "0")],
+        block: 300,
+    },
+];
+
 /// One round: two rank processes recording into a 2000-entry ring; rank 0's (off, on) pairs.
-fn round(exe: &std::path::Path) -> Vec<(f64, f64)> {
+fn round(exe: &std::path::Path, transport: &Transport) -> Vec<(f64, f64)> {
     let srv = TcpStoreServer::bind(ServerOptions {
         host: Some("127.0.0.1".into()),
         ..Default::default()
@@ -80,7 +103,9 @@ fn round(exe: &std::path::Path) -> Vec<(f64, f64)> {
             Command::new(exe)
                 .env(RANK, r.to_string())
                 .env(PORT, srv.port().to_string())
+                .env(BLOCK_ENV, transport.block.to_string())
                 .env("TORCH_FR_BUFFER_SIZE", "2000")
+                .envs(transport.env.iter().copied())
                 .stdout(Stdio::piped())
                 .spawn()
                 .unwrap()
@@ -104,42 +129,15 @@ fn quantile(v: &[f64], q: f64) -> f64 {
     v[((v.len() - 1) as f64 * q).round() as usize]
 }
 
-/// The recorder alone: record + started + finished for a 1 KiB all-reduce's entry, in ns.
-fn recorder_ns() -> f64 {
-    let fr = FlightRecorder::new(Default::default());
-    let g = fr.register_group("gloo", "solo", "", &[], 0, 1);
-    let t = [Tensor::from_vec(vec![1f32; 256])];
-    let n = 1_000_000u64;
-    let start = Instant::now();
-    for i in 1..=n {
-        let rec = OpRecord {
-            op: OpType::Allreduce,
-            collective_seq_id: i,
-            p2p_seq_id: 0,
-            op_id: i,
-            peer: None,
-            inputs: &t,
-            outputs: &t,
-            timeout: Duration::from_secs(1800),
-        };
-        let tr = g.record(&rec).unwrap();
-        tr.started();
-        tr.finished(Ok(()));
-    }
-    start.elapsed().as_nanos() as f64 / n as f64
-}
-
-fn main() {
-    if let (Ok(r), Ok(p)) = (std::env::var(RANK), std::env::var(PORT)) {
-        return rank_main(r.parse().unwrap(), p.parse().unwrap());
-    }
-    let exe = std::env::current_exe().unwrap();
-    let pairs: Vec<(f64, f64)> = (0..ROUNDS).flat_map(|_| round(&exe)).collect();
+/// Prints the off/on comparison of `transport`.
+fn compare(exe: &std::path::Path, transport: &Transport) {
+    let pairs: Vec<(f64, f64)> = (0..ROUNDS).flat_map(|_| round(exe, transport)).collect();
     let off: Vec<f64> = pairs.iter().map(|p| p.0).collect();
     let on: Vec<f64> = pairs.iter().map(|p| p.1).collect();
     let ratios: Vec<f64> = pairs.iter().map(|(f, n)| n / f).collect();
     println!(
-        "# 2 rank processes, 1 KiB all_reduce, {ROUNDS} rounds × {PAIRS} pairs of {BLOCK}-op blocks, recording off then on"
+        "# {}: 2 rank processes, 1 KiB all_reduce, {ROUNDS} rounds × {PAIRS} pairs of {}-op blocks, recording off then on",
+        transport.name, transport.block
     );
     println!("{:<14} {:>10} {:>9}", "recording", "median µs", "best µs");
     for (name, v) in [("off", &off), ("on (2000)", &on)] {
@@ -157,9 +155,80 @@ fn main() {
     } else {
         "measurable: the quartiles of the pair ratios exclude 1.0"
     };
-    println!("recording cost: {verdict}");
+    println!("recording cost over {}: {verdict}", transport.name);
+}
+
+/// How much of an op's recording a loop of [`recorder_ns`] does.
+#[derive(Clone, Copy, PartialEq, PartialOrd)]
+enum Parts {
+    /// `record` on a recorder that is off (the check every op pays).
+    Off,
+    Record,
+    RecordStart,
+    RecordStartFinish,
+}
+
+/// The recorder alone: `parts` of a 1 KiB all-reduce's recording, in ns per op (best of 5
+/// loops of 1M ops, one thread).
+fn recorder_ns(parts: Parts) -> f64 {
+    let fr = FlightRecorder::new(Default::default());
+    let g = fr.register_group("gloo", "solo", "", &[], 0, 1);
+    fr.set_enabled(parts != Parts::Off);
+    let t = [Tensor::from_vec(vec![1f32; 256])];
+    let n = 1_000_000u64;
+    let one_loop = || {
+        let start = Instant::now();
+        for i in 1..=n {
+            let rec = OpRecord {
+                op: OpType::Allreduce,
+                collective_seq_id: i,
+                p2p_seq_id: 0,
+                op_id: i,
+                peer: None,
+                inputs: &t,
+                outputs: &t,
+                timeout: Duration::from_secs(1800),
+            };
+            let Some(tr) = std::hint::black_box(g.record(&rec)) else {
+                continue;
+            };
+            if parts >= Parts::RecordStart {
+                tr.started();
+            }
+            if parts >= Parts::RecordStartFinish {
+                tr.finished(Ok(()));
+            }
+        }
+        start.elapsed().as_nanos() as f64 / n as f64
+    };
+    (0..5).map(|_| one_loop()).fold(f64::INFINITY, f64::min)
+}
+
+fn main() {
+    if let (Ok(r), Ok(p), Ok(b)) = (
+        std::env::var(RANK),
+        std::env::var(PORT),
+        std::env::var(BLOCK_ENV),
+    ) {
+        return rank_main(r.parse().unwrap(), p.parse().unwrap(), b.parse().unwrap());
+    }
+    let exe = std::env::current_exe().unwrap();
+    for transport in &TRANSPORTS {
+        compare(&exe, transport);
+    }
+    let [off, record, start, finish] = [
+        Parts::Off,
+        Parts::Record,
+        Parts::RecordStart,
+        Parts::RecordStartFinish,
+    ]
+    .map(recorder_ns);
     println!(
-        "recorder alone (record + start + finish): {:.0} ns per op",
-        recorder_ns()
+        "recorder alone, ns per op: record {:.1}, start {:.1}, finish {:.1}; in all {:.1} \
+         (loop with recording off: {off:.1})",
+        record - off,
+        start - record,
+        finish - start,
+        finish - off
     );
 }

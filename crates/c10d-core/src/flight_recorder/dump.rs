@@ -1,6 +1,8 @@
 //! The dump: PyTorch's flight-recorder dictionary (version "2.10"), pickled.
 
+use super::clock::{epoch_ns_of, Offset};
 use super::entry::{thread_info, Entry, GroupInfo};
+use super::shapes;
 use crate::error::{DistError, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -119,30 +121,29 @@ pub struct DumpEntry {
 }
 
 impl DumpEntry {
-    /// `running_since`: when the entry started, if it is its group's running collective (whose
-    /// start is not in the entry yet).
-    pub(crate) fn from_entry(e: &Entry, g: &GroupInfo, running_since: Option<u64>) -> DumpEntry {
-        let nonzero = |t: u64| (t != 0).then_some(t);
-        let started = nonzero(e.time_started_ns).or(running_since);
-        let completed = nonzero(e.time_completed_ns);
+    pub(crate) fn from_entry(e: &Entry, g: &GroupInfo, offset: Offset) -> DumpEntry {
+        let ns = |ms: u64| epoch_ns_of(ms, offset);
+        let (started, completed) = (e.started_ms.map(ns), e.completed_ms.map(ns));
         let state = match (started, completed) {
             (_, Some(_)) => "completed",
             (Some(_), None) => "started",
             (None, None) => "scheduled",
         };
-        let ((input_sizes, input_dtypes), (output_sizes, output_dtypes)) = e.shapes.decode();
-        let (thread_name, thread_id) = thread_info(e.thread);
+        let ((input_sizes, input_dtypes), (output_sizes, output_dtypes)) =
+            shapes::decode(&e.shapes);
+        let h = &e.head;
+        let (thread_name, thread_id) = thread_info(h.thread);
         DumpEntry {
             record_id: e.record_id,
-            pg_id: e.pg_id as u64,
+            pg_id: h.pg_id as u64,
             process_group: (g.name.clone(), g.desc.clone()),
             thread_name,
             thread_id,
-            collective_seq_id: e.collective_seq_id,
-            p2p_seq_id: e.p2p_seq_id as u64,
-            op_id: e.op_id,
-            profiling_name: e.profiling_name(g),
-            time_created_ns: e.time_created_ns,
+            collective_seq_id: h.collective_seq_id,
+            p2p_seq_id: h.p2p_seq_id as u64,
+            op_id: h.op_id,
+            profiling_name: h.profiling_name(g),
+            time_created_ns: ns(h.created_ms),
             duration_ms: started
                 .zip(completed)
                 .map(|(s, c)| c.saturating_sub(s) as f64 / 1e6),
@@ -154,9 +155,9 @@ impl DumpEntry {
             time_discovered_started_ns: started,
             time_discovered_completed_ns: completed,
             retired: e.retired,
-            timeout_ms: e.timeout_ms as u64,
-            is_p2p: e.is_p2p(),
-            error: e.error.as_deref().cloned(),
+            timeout_ms: h.timeout_ms as u64,
+            is_p2p: h.is_p2p(),
+            error: e.error.clone(),
         }
     }
 

@@ -1,13 +1,9 @@
-//! One recorded op, kept compact (two cache lines, no heap allocation for the common ops) so
-//! that recording stays off the critical path.
+//! What is recorded of one op: the fixed fields a slot holds ([`Head`]), and a whole entry as
+//! a dump reads it back ([`Entry`]).
 
-use crate::dtype::DType;
-use crate::tensor::Tensor;
 use crate::work::OpType;
-use smallvec::SmallVec;
 use std::cell::Cell;
 use std::sync::Mutex;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Identity of a recorded group (entries refer to it by `pg_id`).
 #[derive(Debug)]
@@ -21,133 +17,27 @@ pub(crate) struct GroupInfo {
     pub group_rank: usize,
 }
 
-/// Shapes and dtypes of an op's input and output tensors, packed into words so that a
-/// typical entry fits two cache lines: a header (inputs | outputs << 32 | same << 63), one word
-/// per tensor (dtype code | ndim << 8), then all sizes. `same`: the outputs have the inputs'
-/// shapes and dtypes (in-place ops) and are not stored again.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Shapes(SmallVec<[u64; 5]>);
-
-/// Sizes and PyTorch dtype names of a tensor list.
-pub(crate) type Listed = (Vec<Vec<i64>>, Vec<String>);
-
-impl Shapes {
-    #[cfg(test)]
-    pub fn of(inputs: &[Tensor], outputs: &[Tensor]) -> Shapes {
-        let mut s = Shapes::default();
-        s.set(inputs, outputs);
-        s
-    }
-
-    /// Replaces the words with those of `inputs` and `outputs`, reusing the storage (a ring
-    /// slot's shapes are rewritten in place, without building a new vector and moving it).
-    pub fn set(&mut self, inputs: &[Tensor], outputs: &[Tensor]) {
-        let same = inputs.len() == outputs.len()
-            && inputs
-                .iter()
-                .zip(outputs)
-                .all(|(a, b)| a.dtype() == b.dtype() && a.shape() == b.shape());
-        let outs = if same { &[][..] } else { outputs };
-        let w = &mut self.0;
-        w.clear();
-        w.push(inputs.len() as u64 | (outs.len() as u64) << 32 | (same as u64) << 63);
-        for t in inputs.iter().chain(outs) {
-            w.push(t.dtype().code() as u64 | (t.dim() as u64) << 8);
-        }
-        for t in inputs.iter().chain(outs) {
-            w.extend(t.shape().iter().map(|&d| d as u64));
-        }
-    }
-
-    /// (inputs, outputs), each as size lists (`[[4, 2], [8]]`) and PyTorch's dtype names.
-    pub fn decode(&self) -> (Listed, Listed) {
-        let Some(&head) = self.0.first() else {
-            return Default::default();
-        };
-        let n_in = (head & 0xffff_ffff) as usize;
-        let n_out = ((head >> 32) & 0x7fff_ffff) as usize;
-        let tensors = &self.0[1..(1 + n_in + n_out).min(self.0.len())];
-        let mut sizes = self.0[1 + tensors.len()..].iter();
-        let mut list = |ts: &[u64]| -> Listed {
-            ts.iter()
-                .map(|&t| {
-                    let dims = sizes.by_ref().take((t >> 8) as usize);
-                    let name = DType::from_code((t & 0xff) as u8).map_or("?", |d| d.torch_name());
-                    (dims.map(|&d| d as i64).collect(), name.to_string())
-                })
-                .unzip()
-        };
-        let ins = list(&tensors[..n_in.min(tensors.len())]);
-        let outs = list(&tensors[n_in.min(tensors.len())..]);
-        if head >> 63 == 1 {
-            (ins.clone(), ins)
-        } else {
-            (ins, outs)
-        }
-    }
-}
-
 /// `peer` of an entry with no peer (collectives, receives from any source).
 pub(crate) const NO_PEER: u32 = u32::MAX;
 
-/// One recorded op: 128 bytes (two cache lines) unless it has more than five words of shapes
-/// or an error.
-#[derive(Debug, Clone)]
-#[repr(align(64))]
-pub(crate) struct Entry {
-    pub record_id: u64,
-    pub time_created_ns: u64,
-    /// 0: not started.
-    pub time_started_ns: u64,
-    /// 0: not completed.
-    pub time_completed_ns: u64,
+/// The fields of an op fixed when it is recorded (all but its shapes, start, end and error).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Head {
+    /// Monotonic milliseconds (see `clock`).
+    pub created_ms: u64,
     pub collective_seq_id: u64,
     pub op_id: u64,
     pub p2p_seq_id: u32,
     pub pg_id: u32,
     pub timeout_ms: u32,
-    /// Index of the submitting thread in the thread registry ([`current_thread`]).
-    pub thread: u32,
     /// Group rank of the peer of a send/recv ([`NO_PEER`]: a receive from any source).
     pub peer: u32,
     pub op: OpType,
-    pub retired: bool,
-    /// Boxed: 8 bytes instead of a `String`'s 24 keep the entry in two cache lines (errors are
-    /// rare, their extra allocation does not matter).
-    #[allow(clippy::box_collection)]
-    pub error: Option<Box<String>>,
-    pub shapes: Shapes,
+    /// Index of the recording thread in the thread registry ([`current_thread`]).
+    pub thread: u32,
 }
 
-/// Whether `op` is a send or receive (recorded with a peer, and without a collective id).
-pub(crate) fn is_p2p(op: OpType) -> bool {
-    matches!(op, OpType::Send | OpType::Recv | OpType::RecvAnysource)
-}
-
-impl Default for Entry {
-    /// An empty slot (overwritten by [`super::ring::Ring::push_with`]).
-    fn default() -> Self {
-        Entry {
-            record_id: 0,
-            time_created_ns: 0,
-            time_started_ns: 0,
-            time_completed_ns: 0,
-            collective_seq_id: 0,
-            op_id: 0,
-            p2p_seq_id: 0,
-            pg_id: 0,
-            timeout_ms: 0,
-            thread: 0,
-            peer: NO_PEER,
-            op: OpType::Unknown,
-            retired: false,
-            error: None,
-            shapes: Shapes::default(),
-        }
-    }
-}
-
-impl Entry {
+impl Head {
     pub fn is_p2p(&self) -> bool {
         is_p2p(self.op)
     }
@@ -166,6 +56,30 @@ impl Entry {
             op => format!("{}:{}", g.backend, op_name(op)),
         }
     }
+}
+
+/// One recorded op as a dump reads it from a ring.
+#[derive(Debug, Clone)]
+pub(crate) struct Entry {
+    /// The entry's index among all ops this process recorded (set when the rings' entries
+    /// are merged).
+    pub record_id: u64,
+    /// The entry's index in its thread's ring.
+    pub local_id: u64,
+    pub head: Head,
+    /// Monotonic milliseconds; `None`: not started.
+    pub started_ms: Option<u64>,
+    /// `None`: not completed (a failed op is retired without completing).
+    pub completed_ms: Option<u64>,
+    pub retired: bool,
+    pub error: Option<String>,
+    /// Packed shapes (see `shapes`).
+    pub shapes: Vec<u64>,
+}
+
+/// Whether `op` is a send or receive (recorded with a peer, and without a collective id).
+pub(crate) fn is_p2p(op: OpType) -> bool {
+    matches!(op, OpType::Send | OpType::Recv | OpType::RecvAnysource)
 }
 
 /// The op part of PyTorch's profiling names, spelled as the flight-recorder analyzer knows
@@ -193,25 +107,6 @@ pub(crate) fn op_name(op: OpType) -> &'static str {
     }
 }
 
-/// Nanoseconds since the Unix epoch (PyTorch's `c10::getTime()`), from the coarse realtime
-/// clock: a read of the kernel's last tick (resolution 1–4 ms) instead of a hardware clock
-/// read, which costs far more (several per op, on the path of every collective). Plenty for
-/// telling when an op was submitted, started or completed, and which one is stuck.
-pub(crate) fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec into `ts`, a valid exclusive reference.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) };
-    if rc != 0 {
-        return SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
-    }
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// Names and ids of the threads that recorded ops, indexed by [`current_thread`] (an entry
 /// keeps a 4-byte index instead of a thread handle).
 static THREADS: Mutex<Vec<(String, String)>> = Mutex::new(Vec::new());
@@ -220,9 +115,10 @@ thread_local! {
     static THREAD_INDEX: Cell<Option<u32>> = const { Cell::new(None) };
 }
 
-/// This thread's index in the registry (registered at its first call).
+/// This thread's index in the registry (registered at its first call); `u32::MAX` (no name)
+/// while the thread's locals are being destroyed.
 pub(crate) fn current_thread() -> u32 {
-    THREAD_INDEX.with(|c| {
+    let index = THREAD_INDEX.try_with(|c| {
         if let Some(i) = c.get() {
             return i;
         }
@@ -232,7 +128,8 @@ pub(crate) fn current_thread() -> u32 {
         v.push((t.name().unwrap_or("").to_string(), format!("{:?}", t.id())));
         c.set(Some(i));
         i
-    })
+    });
+    index.unwrap_or(u32::MAX)
 }
 
 /// `(thread_name, thread_id)` of a registered thread.

@@ -1,12 +1,14 @@
 //! A backend's handle on the recorder for one process group, and the trace of one op.
 
-use super::entry::{current_thread, is_p2p, now_ns, GroupInfo, NO_PEER};
-use super::handoff::Handoff;
+use super::clock::now_ms;
+use super::entry::{is_p2p, GroupInfo, Head, NO_PEER};
+use super::ring::Place;
+use super::shapes::Packing;
 use super::FlightRecorder;
 use crate::error::DistError;
 use crate::tensor::Tensor;
 use crate::work::OpType;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -42,23 +44,6 @@ pub(crate) struct GroupStatus {
     pub last_enqueued: AtomicI64,
     pub last_started: AtomicI64,
     pub last_completed: AtomicI64,
-    /// `record_id + 1` of the collective running now (0: none) and since when: a group runs
-    /// one collective at a time, so its start is kept here, without taking the ring's lock,
-    /// until it ends (send/recv, which overlap, go through the ring). A backend that ran
-    /// several collectives of one group at once would lose the start times of all but the
-    /// latest (those show their completion time as start).
-    pub running: AtomicU64,
-    pub running_since: AtomicU64,
-    /// A successful op's times waiting to be written into the ring (see `handoff`).
-    pub done: Handoff,
-}
-
-impl GroupStatus {
-    /// When the entry `record_id` started, if it is the collective running now.
-    pub fn started_at(&self, record_id: u64) -> Option<u64> {
-        (self.running.load(Ordering::Acquire) == record_id + 1)
-            .then(|| self.running_since.load(Ordering::Relaxed))
-    }
 }
 
 impl Default for GroupStatus {
@@ -67,9 +52,6 @@ impl Default for GroupStatus {
             last_enqueued: AtomicI64::new(-1),
             last_started: AtomicI64::new(-1),
             last_completed: AtomicI64::new(-1),
-            running: AtomicU64::new(0),
-            running_since: AtomicU64::new(0),
-            done: Handoff::default(),
         }
     }
 }
@@ -100,26 +82,20 @@ impl GroupCore {
         }))
     }
 
-    /// Runs `f` on entry `id` of the ring, under its lock, if the recorder still exists.
-    fn update(&self, id: u64, f: impl FnOnce(&mut super::entry::Entry)) {
-        if let Some(fr) = self.recorder.upgrade() {
-            fr.update(id, f);
+    /// An op of this group completed: a later failure starts a new run of failures.
+    #[inline]
+    fn succeeded(&self) {
+        // Loads first, so that the common case (a success after a success) writes nothing.
+        if self.failing.load(Ordering::Relaxed) {
+            self.failing.store(false, Ordering::Relaxed);
         }
     }
 
-    /// Called when an op of this group ended; writes the dump at the first failure of a run.
-    fn ended(&self, failed: bool) {
-        // A failure swaps, so that of two ops failing at once on two threads only one sees the
-        // run's first failure; a success loads first, so the common case (a success after a
-        // success) writes nothing.
-        let first_failure = if failed {
-            !self.failing.swap(true, Ordering::Relaxed)
-        } else {
-            if self.failing.load(Ordering::Relaxed) {
-                self.failing.store(false, Ordering::Relaxed);
-            }
-            false
-        };
+    /// An op of this group failed; writes the dump at the first failure of a run.
+    fn failed(&self) {
+        // A swap, so that of two ops failing at once on two threads only one sees the run's
+        // first failure.
+        let first_failure = !self.failing.swap(true, Ordering::Relaxed);
         if !first_failure || self.shutting_down.load(Ordering::Relaxed) {
             return;
         }
@@ -142,6 +118,8 @@ pub struct GroupRecorder {
     pub(crate) recorder: Arc<FlightRecorder>,
     pub(crate) info: Arc<GroupInfo>,
     pub(crate) core: &'static GroupCore,
+    /// `info.pg_id` as entries hold it.
+    pg_id32: u32,
 }
 
 impl Drop for GroupRecorder {
@@ -157,6 +135,7 @@ impl GroupRecorder {
         core: &'static GroupCore,
     ) -> Self {
         GroupRecorder {
+            pg_id32: saturate(info.pg_id),
             recorder,
             info,
             core,
@@ -173,37 +152,36 @@ impl GroupRecorder {
         self.info.pg_id
     }
 
-    /// Records a newly submitted op in state "scheduled". `None` while recording is off.
+    /// Records a newly submitted op in state "scheduled" into the calling thread's ring.
+    /// `None` while recording is off (or, exceptionally, when the thread is ending or its
+    /// ring cannot be allocated).
     pub fn record(&self, op: &OpRecord<'_>) -> Option<Trace> {
         if !self.recorder.is_enabled() {
             return None;
         }
-        let (time_created_ns, thread) = (now_ns(), current_thread());
-        let pg_id = saturate(self.info.pg_id);
-        let status = &self.core.status;
-        let record_id = self.recorder.push(status, |e| {
-            e.time_created_ns = time_created_ns;
-            e.time_started_ns = 0;
-            e.time_completed_ns = 0;
-            e.collective_seq_id = op.collective_seq_id;
-            e.op_id = op.op_id;
-            e.p2p_seq_id = saturate(op.p2p_seq_id);
-            e.pg_id = pg_id;
-            e.timeout_ms = saturate(op.timeout.as_millis() as u64);
-            e.thread = thread;
-            e.peer = op.peer.map_or(NO_PEER, |p| saturate(p as u64));
-            e.op = op.op;
-            e.retired = false;
-            e.error = None;
-            e.shapes.set(op.inputs, op.outputs);
-        });
-        let collective = (!is_p2p(op.op)).then_some(op.collective_seq_id as i64);
-        if let Some(seq) = collective {
-            status.last_enqueued.store(seq, Ordering::Relaxed);
-        }
+        let ring = self.recorder.rings.mine()?;
+        let head = Head {
+            created_ms: now_ms(),
+            collective_seq_id: op.collective_seq_id,
+            op_id: op.op_id,
+            p2p_seq_id: saturate(op.p2p_seq_id),
+            pg_id: self.pg_id32,
+            timeout_ms: millis(op.timeout),
+            peer: op.peer.map_or(NO_PEER, |p| saturate(p as u64)),
+            op: op.op,
+            thread: 0, // the ring's owner
+        };
+        let place = ring.push(&head, &Packing::of(op.inputs, op.outputs));
+        let collective = if is_p2p(op.op) {
+            P2P
+        } else {
+            let seq = op.collective_seq_id as i64;
+            self.core.status.last_enqueued.store(seq, Ordering::Relaxed);
+            seq
+        };
         Some(Trace {
             group: self.core,
-            record_id,
+            place,
             collective,
         })
     }
@@ -219,36 +197,26 @@ impl GroupRecorder {
 }
 
 /// The recorder's handle on one recorded op: the backend reports when the op starts and
-/// how it ended.
+/// how it ended, from any thread.
 #[derive(Debug)]
 pub struct Trace {
     group: &'static GroupCore,
-    record_id: u64,
-    /// The collective sequence id (for `pg_status`); `None` for send/recv.
-    collective: Option<i64>,
+    /// The entry.
+    place: Place,
+    /// The collective sequence id (for `pg_status`); `P2P` for send/recv.
+    collective: i64,
 }
 
-impl Trace {
-    /// The entry's `record_id`.
-    pub fn record_id(&self) -> u64 {
-        self.record_id
-    }
+/// `Trace::collective` of a send or receive.
+const P2P: i64 = -1;
 
+impl Trace {
     /// The op started running on this rank (state "started").
     pub fn started(&self) {
-        let t = now_ns();
-        let status = &self.group.status;
-        match self.collective {
-            Some(seq) => {
-                status.running_since.store(t, Ordering::Relaxed);
-                status.running.store(self.record_id + 1, Ordering::Release);
-                status.last_started.store(seq, Ordering::Relaxed);
-            }
-            None => self.group.update(self.record_id, |e| {
-                if e.time_started_ns == 0 {
-                    e.time_started_ns = t;
-                }
-            }),
+        self.place.mark_started(now_ms());
+        if self.collective != P2P {
+            let seq = self.collective;
+            self.group.status.last_started.store(seq, Ordering::Relaxed);
         }
     }
 
@@ -257,47 +225,38 @@ impl Trace {
     /// first failure after a success the recorder writes its dump (when dumping on failure is
     /// on, see [`super::FrConfig::dump_on_failure`]) before this returns.
     pub fn finished(self, result: std::result::Result<(), &DistError>) {
-        let t = now_ns();
-        let status = &self.group.status;
-        let since = status.started_at(self.record_id);
-        let handed_off = result.is_ok() && status.done.offer(self.record_id, since.unwrap_or(0), t);
-        // When handed off, the next op's `record` (or a dump) writes the times into the slot.
-        if !handed_off {
-            self.finish_in_ring(since, t, result);
+        match result {
+            Ok(()) => self.completed(),
+            Err(e) => self.failed(e),
         }
-        if let (Some(seq), Ok(())) = (self.collective, result) {
+    }
+
+    #[inline]
+    fn completed(self) {
+        self.place.mark_ended(now_ms(), None);
+        if self.collective != P2P {
+            let seq = self.collective;
             self.group
                 .status
                 .last_completed
                 .store(seq, Ordering::Relaxed);
         }
-        self.group.ended(result.is_err());
+        self.group.succeeded();
     }
 
-    /// Writes the end of the op into its slot under the ring's lock (failures, and a success
-    /// whose hand-off is still occupied).
-    fn finish_in_ring(
-        &self,
-        since: Option<u64>,
-        t: u64,
-        result: std::result::Result<(), &DistError>,
-    ) {
-        self.group.update(self.record_id, |e| {
-            e.retired = true;
-            if let Some(s) = since {
-                e.time_started_ns = s;
-            }
-            match result {
-                Ok(()) => {
-                    if e.time_started_ns == 0 {
-                        e.time_started_ns = t;
-                    }
-                    e.time_completed_ns = t;
-                }
-                Err(err) => e.error = Some(Box::new(err.message().to_string())),
-            }
-        });
+    #[cold]
+    #[inline(never)]
+    fn failed(self, error: &DistError) {
+        self.place.mark_ended(now_ms(), Some(error.message()));
+        self.group.failed();
     }
+}
+
+/// `d` in whole milliseconds as a u32, capped as [`saturate`] caps (`Duration::as_millis`
+/// computes in 128 bits).
+fn millis(d: Duration) -> u32 {
+    let ms = (d.as_secs().saturating_mul(1000)).saturating_add(d.subsec_millis() as u64);
+    saturate(ms)
 }
 
 /// `v` as a u32, `u32::MAX - 1` when larger (a count or millisecond timeout that large is

@@ -13,17 +13,23 @@
 //! and output shapes and dtypes, the timeout, the submitting thread, and timestamps (ns since
 //! the Unix epoch) as the op moves from *scheduled* to *started* to *completed*
 //! ([`Trace::started`], [`Trace::finished`]). A failed op keeps its state (scheduled or
-//! started), is *retired*, and carries its error. Recording fills one 128-byte slot (two
-//! cache lines) in place under a spin lock (one atomic operation per op), with no allocation
-//! unless an op's shapes need more than five words (one in-place tensor of up to three
-//! dimensions fits; lists of outputs do not) or it fails; a running collective's start time,
-//! and a successful op's end, are kept beside the ring without taking the lock (the end is
-//! written into the slot by the group's next `record` or by a dump), the slot the next op
-//! overwrites is prefetched, and a trace refers to its group without a reference count.
-//! Timestamps come from the coarse realtime clock (the kernel's tick, 1–4 ms): a fine clock
-//! read costs more than the rest of the recording. The `flight_recorder` benchmark of
-//! c10d-gloo measures the cost on a 1 KiB all-reduce: about 38 ns per op (record, start,
-//! finish), 2–3 % of a 1.3 µs shared-memory all-reduce between two processes.
+//! started), is *retired*, and carries its error.
+//!
+//! # How recording stays cheap
+//!
+//! Each thread that records owns a ring of N slots (`rings`, `ring`); an op fills the next
+//! slot of its own thread's ring, 128 bytes (two cache lines) written under a sequence lock
+//! with plain stores (`slot`): no lock, no atomic read-modify-write, no allocation unless an
+//! op's shapes need more than seven words (one in-place tensor of up to five dimensions fits;
+//! lists of outputs do not) or it fails. The start and end are one word each, written into
+//! the slot by whichever thread runs or completes the op, tagged with the slot's lap so that
+//! an op that outlives a lap of its ring cannot mark the entry that replaced it. Timestamps
+//! are whole milliseconds of the coarse monotonic clock (the kernel's tick, 1–4 ms; `clock`):
+//! a fine clock read costs more than the rest of the recording. A dump merges the rings by
+//! creation time and keeps the newest N. The `flight_recorder` benchmark of c10d-gloo
+//! measures it on a 1 KiB all-reduce: about 20 ns per op (record 13, start 3, finish 5),
+//! 1–2 % of a 1.3 µs shared-memory all-reduce between two processes, and within the noise of
+//! the socket path.
 //!
 //! # Environment (read once, when the first group registers)
 //!
@@ -53,7 +59,13 @@
 //! # Differences from PyTorch, on purpose
 //!
 //! - One recorder per process for every backend (PyTorch keeps one per event type and per
-//!   hooked backend); entries of all groups share the ring and `pg_id` tells them apart.
+//!   hooked backend); entries of all groups share it and `pg_id` tells them apart.
+//! - One ring per recording thread, merged when dumped (PyTorch keeps one ring under a mutex).
+//!   The dump holds the newest N entries of the process as PyTorch's does, and `record_id` is
+//!   still the entry's index among all ops the process recorded; entries that threads recorded
+//!   within one clock tick are ordered by thread, not by the instant they were recorded.
+//! - Times are whole milliseconds of the monotonic clock, shifted to the Unix epoch when the
+//!   dump is written (a wall-clock step between an op and the dump shifts its times).
 //! - A group is forgotten once it was shut down, aborted or dropped and the ring holds none of
 //!   its entries (PyTorch keeps every group's `pg_config` for the life of the process).
 //! - Entries carry an extra `error` key (the failure's message); PyTorch's analyzer ignores it.
@@ -62,7 +74,9 @@
 //!   `TORCH_INCLUDE_STACK_TRACE` are not read.
 //! - Timestamps are taken when the backend runs the op (no CUDA events), from the coarse clock
 //!   (see above), and `duration_ms` is the host time from start to completion at that
-//!   resolution (0 for most small ops); PyTorch's gloo records no start or completion at all
+//!   resolution (0 for most small ops). An op that outlives a whole lap of its thread's ring
+//!   and then ends at the very instant its old slot is rewritten may leave the new entry
+//!   without its start or end mark (it is never given the old op's); PyTorch's gloo records no start or completion at all
 //!   (its entries stay "scheduled").
 //! - Sends and receives are recorded with their peers (PyTorch's gloo does not record them);
 //!   `monitored_barrier` is recorded as `"barrier"`, `all_to_all_single` as `"all_to_all"`.
@@ -73,13 +87,16 @@
 //!   is written (no JSON dump), and the writer cannot be replaced, only its prefix
 //!   ([`FlightRecorder::set_dump_prefix`]).
 
+mod clock;
 mod config;
 mod dump;
 mod entry;
 mod group;
-mod handoff;
 mod ring;
+mod rings;
+mod shapes;
 mod signal;
+mod slot;
 
 pub use config::{
     default_dump_prefix, FrConfig, BUFFER_SIZE_ENV, DEFAULT_BUFFER_SIZE, DUMP_FILE_ENV,
@@ -91,7 +108,7 @@ pub use group::{GroupRecorder, OpRecord, Trace};
 use crate::error::{DistError, Result};
 use entry::{Entry, GroupInfo};
 use group::{GroupCore, GroupStatus};
-use ring::Ring;
+use rings::RingSet;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -127,14 +144,15 @@ impl Groups {
     }
 }
 
-/// The ring of recorded ops of this process (mirrors `c10d::FlightRecorder`). Backends
+/// The recorded ops of this process (mirrors `c10d::FlightRecorder`). Backends
 /// register each group ([`FlightRecorder::register_group`]) and record through the returned
 /// [`GroupRecorder`]; [`FlightRecorder::global`] is the one every backend uses.
 #[derive(Debug)]
 pub struct FlightRecorder {
     config: FrConfig,
     enabled: AtomicBool,
-    ring: RingLock,
+    /// One ring per recording thread.
+    rings: Arc<RingSet>,
     groups: Mutex<Groups>,
     /// This process's global rank (names the dump file): that of the oldest live group (the
     /// WORLD group, registered first); kept when the last group goes; -1 until one registered.
@@ -146,13 +164,6 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The ring's lock: held for one slot's write (tens of ns) or a dump's copy. A spin lock that
-/// yields its time slice while another thread holds it: taking and releasing it costs one
-/// atomic read-modify-write where a `Mutex` costs two (measured: the mutex was a third of
-/// the recorder's time on a 1 KiB all-reduce). Only the threads of one process that record at
-/// the same instant ever wait on it.
-type RingLock = spin::mutex::SpinMutex<Ring, spin::relax::Yield>;
-
 static GLOBAL: OnceLock<std::result::Result<Arc<FlightRecorder>, DistError>> = OnceLock::new();
 
 impl FlightRecorder {
@@ -161,7 +172,7 @@ impl FlightRecorder {
     pub fn new(config: FrConfig) -> Arc<FlightRecorder> {
         Arc::new(FlightRecorder {
             enabled: AtomicBool::new(config.buffer_size > 0),
-            ring: RingLock::new(Ring::new(config.buffer_size)),
+            rings: RingSet::new(config.buffer_size),
             groups: Mutex::default(),
             rank: AtomicI64::new(-1),
             dump_prefix: Mutex::new(config.dump_prefix.clone()),
@@ -300,23 +311,28 @@ impl FlightRecorder {
         }
     }
 
+    /// The `pg_id`s of the entries the rings hold.
     fn pg_ids_in_ring(&self) -> BTreeSet<u64> {
-        let ring = self.ring.lock();
-        ring.pg_ids()
+        self.rings.rings().iter().flat_map(|r| r.pg_ids()).collect()
     }
 
-    /// Writes a new entry with `fill` (see [`Ring::push_with`]) after the completion `status`
-    /// handed off, if any; returns its record id.
-    pub(crate) fn push(&self, status: &GroupStatus, fill: impl FnOnce(&mut Entry)) -> u64 {
-        let mut ring = self.ring.lock();
-        ring.complete(status.done.take());
-        ring.push_with(fill)
-    }
-
-    pub(crate) fn update(&self, id: u64, f: impl FnOnce(&mut Entry)) {
-        if let Some(e) = self.ring.lock().get_mut(id) {
-            f(e);
+    /// The last `buffer_size` entries of all rings, oldest first, numbered by `record_id`:
+    /// the entry's index among all ops this process recorded (as PyTorch numbers them).
+    /// Entries of different threads are ordered by creation time, then by ring.
+    fn entries(&self) -> Vec<Entry> {
+        let mut total = 0;
+        let mut all = Vec::new();
+        for (i, ring) in self.rings.rings().into_iter().enumerate() {
+            let (count, entries) = ring.snapshot();
+            total += count;
+            all.extend(entries.into_iter().map(|e| (i, e)));
         }
+        all.sort_by_key(|(i, e)| (e.head.created_ms, *i, e.local_id));
+        let kept = all.split_off(all.len().saturating_sub(self.config.buffer_size));
+        let first = total - kept.len() as u64;
+        (kept.into_iter().zip(first..))
+            .map(|((_, e), record_id)| Entry { record_id, ..e })
+            .collect()
     }
 
     /// This process's global rank as the registered groups tell it (the oldest live group's;
@@ -327,12 +343,8 @@ impl FlightRecorder {
 
     /// Everything recorded so far (mirrors `_dump_fr_trace`'s dictionary).
     pub fn dump(&self) -> Dump {
-        let statuses: Vec<&GroupStatus> = lock(&self.groups).status.values().copied().collect();
-        let entries = {
-            let mut ring = self.ring.lock();
-            statuses.iter().for_each(|s| ring.complete(s.done.take()));
-            ring.snapshot()
-        };
+        let entries = self.entries();
+        let offset = clock::Offset::now();
         let g = lock(&self.groups);
         let pg_status = g
             .status
@@ -354,9 +366,8 @@ impl FlightRecorder {
             entries: entries
                 .iter()
                 .filter_map(|e| {
-                    let pg = e.pg_id as u64;
-                    let started = g.status.get(&pg).and_then(|s| s.started_at(e.record_id));
-                    Some(DumpEntry::from_entry(e, g.info.get(&pg)?, started))
+                    let info = g.info.get(&(e.head.pg_id as u64))?;
+                    Some(DumpEntry::from_entry(e, info, offset))
                 })
                 .collect(),
         }
@@ -365,7 +376,7 @@ impl FlightRecorder {
     /// Forgets every recorded op, and the groups no longer registered (live groups stay).
     /// Mirrors `_reset_fr_trace`.
     pub fn reset(&self) {
-        self.ring.lock().clear();
+        self.rings.rings().iter().for_each(|r| r.forget());
         lock(&self.groups).prune(&BTreeSet::new());
     }
 

@@ -1,120 +1,264 @@
-//! The ring of the last `capacity` entries: entry `id` lives in slot `id % capacity` until
-//! entry `id + capacity` overwrites it.
+//! A thread's ring of its last `capacity` entries: entry `id` (counted per ring) lives in
+//! slot `id % capacity` until entry `id + capacity` overwrites it. Only the owning thread
+//! writes entries ([`Ring::push`]); starts and ends come from any thread; dumps read it
+//! whole from any thread (see `slot`).
 
-use super::entry::Entry;
+use super::entry::{Entry, Head};
+use super::shapes::Packing;
+use super::slot::{lap_tag, Slot};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Mutex;
 
 #[derive(Debug)]
 pub(crate) struct Ring {
-    entries: Vec<Entry>,
-    capacity: usize,
-    next_id: u64,
+    slots: Box<[Slot]>,
+    /// The next entry's id (stored by the owner after the entry is whole).
+    next: AtomicU64,
+    /// The next entry's lap (wrapping) << 32 | slot index (`next` = lap × capacity + index),
+    /// kept by the owner so that recording divides nothing (a 64-bit division costs more than the
+    /// rest of a slot's write).
+    cursor: AtomicU64,
+    /// Entries below this id are forgotten ([`Ring::forget`]).
+    floor: AtomicU64,
+    /// `next` when the current recorder adopted the ring: entries counted before belong to
+    /// a recorder that is gone.
+    base: AtomicU64,
+    /// The thread registry index of the owner (see `entry::current_thread`).
+    thread: AtomicU32,
+    /// What does not fit a slot: long shape lists and errors, by entry id (rare; a lock).
+    aside: Mutex<Aside>,
+}
+
+#[derive(Debug, Default)]
+struct Aside {
+    shapes: BTreeMap<u64, Vec<u64>>,
+    errors: BTreeMap<u64, String>,
+}
+
+impl Aside {
+    /// Drops what belongs to entries the ring no longer holds (below `oldest`).
+    fn prune(&mut self, oldest: u64) {
+        self.shapes = self.shapes.split_off(&oldest);
+        self.errors = self.errors.split_off(&oldest);
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Ring {
-    /// Reserves the whole ring up front when the allocator allows (untouched pages cost
-    /// nothing), so that filling the first lap never moves the entries: growing a 256 KiB
-    /// vector while ops run was most of the recorder's cost in a process's first 2000 ops.
-    pub fn new(capacity: usize) -> Ring {
-        let mut entries = Vec::new();
-        // A refused reservation (an absurd `TORCH_FR_BUFFER_SIZE`) leaves the vector to grow.
-        let _ = entries.try_reserve_exact(capacity);
-        Ring {
-            entries,
-            capacity,
-            next_id: 0,
+    /// A ring of `capacity` (> 0) slots, never freed (traces refer to it without a count; see
+    /// `rings` for how rings are reused), or `None` when the memory cannot be had (an absurd
+    /// `TORCH_FR_BUFFER_SIZE`: the thread then records nothing).
+    pub fn leak(capacity: usize) -> Option<&'static Ring> {
+        let ring = Ring {
+            slots: zeroed_slots(capacity)?,
+            next: AtomicU64::new(0),
+            cursor: AtomicU64::new(0),
+            floor: AtomicU64::new(0),
+            base: AtomicU64::new(0),
+            thread: AtomicU32::new(u32::MAX),
+            aside: Mutex::default(),
+        };
+        Some(Box::leak(Box::new(ring)))
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Hands the ring to thread `thread`; `fresh`: for a new recorder (its old entries are
+    /// forgotten and no longer counted).
+    pub fn adopt(&self, thread: u32, fresh: bool) {
+        self.thread.store(thread, Ordering::Relaxed);
+        if fresh {
+            let next = self.next.load(Ordering::Relaxed);
+            self.base.store(next, Ordering::Relaxed);
+            self.floor.store(next, Ordering::Relaxed);
+            *lock(&self.aside) = Aside::default();
         }
     }
 
-    /// Writes the next entry with `fill` in its slot (overwriting the oldest entry when full;
-    /// `fill` sets every field but `record_id`) and returns its record id. Filling in place
-    /// spares building the 128-byte entry aside and moving it in.
-    pub fn push_with(&mut self, fill: impl FnOnce(&mut Entry)) -> u64 {
-        let id = self.next_id;
-        self.next_id += 1;
-        let slot = (id % self.capacity.max(1) as u64) as usize;
-        if self.entries.len() < self.capacity {
-            self.entries.push(Entry::default());
+    /// Writes the next entry (by the owning thread only; `head.thread` is replaced by the
+    /// owner's); returns where it lies. Inlined into the recording call, so that the entry's
+    /// fields go straight from the caller's registers to the slot: copying them through the
+    /// stack stalled on store forwarding, a third of the cost.
+    #[inline(always)]
+    pub fn push(&'static self, head: &Head, shapes: &Packing<'_>) -> Place {
+        use Ordering::Relaxed;
+        let id = self.next.load(Relaxed);
+        let cursor = self.cursor.load(Relaxed);
+        let (index, lap) = (cursor as u32, (cursor >> 32) as u32);
+        let slot = &self.slots[index as usize];
+        if !slot.write(id, head, self.thread.load(Relaxed), lap_tag(lap), shapes) {
+            let mut aside = lock(&self.aside);
+            aside.prune((id + 1).saturating_sub(self.slots.len() as u64));
+            aside.shapes.insert(id, shapes.words());
+        }
+        let following = if index as usize + 1 == self.slots.len() {
+            ((lap.wrapping_add(1) as u64) << 32, 0)
         } else {
-            self.prefetch((slot + 1) % self.capacity);
+            (cursor + 1, index as usize + 1)
+        };
+        self.cursor.store(following.0, Relaxed);
+        prefetch(&self.slots[following.1]);
+        self.next.store(id + 1, Ordering::Release);
+        Place {
+            ring: self,
+            id,
+            index,
+            lap,
         }
-        let e = &mut self.entries[slot];
-        e.record_id = id;
-        fill(e);
-        id
     }
 
-    /// Asks the CPU to bring slot `slot` (both its cache lines) into the cache now, while the
-    /// op just recorded runs: the next `push` overwrites it, and the slot, last written one
-    /// lap ago, is usually out of the cache by then. Measured (`perf annotate`, 1 KiB
-    /// all-reduce): without this, most of `record`'s time was that miss, taken when the old
-    /// entry is dropped.
-    fn prefetch(&self, slot: usize) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            let p = self.entries[slot..].as_ptr().cast::<i8>();
-            // SAFETY: a prefetch is a hint that never faults and changes no memory; `p` and
-            // `p + 64` lie inside the slot `&self.entries[slot]` (an `Entry` is 128 bytes,
-            // 64-aligned). (Rust ≥ 1.87 calls the intrinsic safe; 1.82 needs the block.)
-            #[allow(unused_unsafe)]
-            unsafe {
-                _mm_prefetch::<_MM_HINT_T0>(p);
-                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64));
-            }
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = slot;
+    fn slot(&self, id: u64) -> &Slot {
+        &self.slots[(id % self.slots.len() as u64) as usize]
     }
 
-    /// The entry with record id `id`, unless it was overwritten since.
-    pub fn get_mut(&mut self, id: u64) -> Option<&mut Entry> {
-        if self.capacity == 0 {
+    fn tag(&self, id: u64) -> u64 {
+        lap_tag((id / self.slots.len() as u64) as u32)
+    }
+
+    /// The entries held (oldest first), and how many entries the current recorder's owners
+    /// wrote into this ring in all (forgotten ones included). Entries being written at this
+    /// moment are left out.
+    pub fn snapshot(&self) -> (u64, Vec<Entry>) {
+        let next = self.next.load(Ordering::Acquire);
+        let cap = self.slots.len() as u64;
+        let oldest = next
+            .saturating_sub(cap)
+            .max(self.floor.load(Ordering::Relaxed));
+        let aside = lock(&self.aside);
+        let entries = (oldest..next)
+            .filter_map(|id| {
+                let r = self.slot(id).read().filter(|r| r.id == id)?;
+                let (started_ms, ended) = self.slot(id).times(self.tag(id));
+                let failed = ended.is_some_and(|e| e.1);
+                Some(Entry {
+                    record_id: 0,
+                    local_id: id,
+                    head: r.head,
+                    started_ms: started_ms.or(ended.filter(|e| !e.1).map(|e| e.0)),
+                    completed_ms: ended.filter(|e| !e.1).map(|e| e.0),
+                    retired: ended.is_some(),
+                    error: failed.then(|| aside.errors.get(&id).cloned()).flatten(),
+                    shapes: r
+                        .shapes
+                        .or_else(|| aside.shapes.get(&id).cloned())
+                        .unwrap_or_default(),
+                })
+            })
+            .collect();
+        (next - self.base.load(Ordering::Relaxed), entries)
+    }
+
+    /// The `pg_id`s of the entries held.
+    pub fn pg_ids(&self) -> BTreeSet<u64> {
+        let (_, entries) = self.snapshot();
+        entries.iter().map(|e| e.head.pg_id as u64).collect()
+    }
+
+    /// Forgets every entry held (ids keep counting).
+    pub fn forget(&self) {
+        self.floor
+            .store(self.next.load(Ordering::Acquire), Ordering::Relaxed);
+    }
+}
+
+/// Where an entry lies: its ring, id, slot index and lap (what a start or end needs to find
+/// it again without dividing; 24 bytes, so that a trace moves cheaply).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Place {
+    ring: &'static Ring,
+    id: u64,
+    index: u32,
+    /// The lap, wrapping (only its low bits make the tag).
+    lap: u32,
+}
+
+impl Place {
+    #[inline]
+    pub fn slot(&self) -> &'static Slot {
+        &self.ring.slots[self.index as usize]
+    }
+
+    /// The entry's id in its ring.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The tag of the entry's lap in its time words.
+    pub fn tag(&self) -> u64 {
+        lap_tag(self.lap)
+    }
+
+    /// The entry started at `ms` (monotonic milliseconds).
+    #[inline]
+    pub fn mark_started(&self, ms: u64) {
+        self.slot().mark_started(self.id(), self.tag(), ms);
+    }
+
+    /// The entry ended at `ms`: completed (`error` `None`) or failed with `error`.
+    #[inline]
+    pub fn mark_ended(&self, ms: u64, error: Option<&str>) {
+        if let Some(e) = error {
+            self.keep_error(e);
+        }
+        self.slot()
+            .mark_ended(self.id(), self.tag(), ms, error.is_some());
+    }
+
+    #[cold]
+    fn keep_error(&self, error: &str) {
+        let ring = self.ring;
+        let mut aside = lock(&ring.aside);
+        let oldest = ring.next.load(Ordering::Acquire);
+        aside.prune(oldest.saturating_sub(ring.slots.len() as u64));
+        aside.errors.insert(self.id(), error.to_string());
+    }
+}
+
+/// Asks the CPU to bring `slot` (both its cache lines) into the cache now, while the op just
+/// recorded runs: the next `push` overwrites it, and the slot, last written one lap ago, is
+/// usually out of the cache by then.
+fn prefetch(slot: &Slot) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        let p = (slot as *const Slot).cast::<i8>();
+        // SAFETY: a prefetch is a hint that never faults and changes no memory; `p` and
+        // `p + 64` lie inside one slot (a `Slot` is 128 bytes, 64-aligned). (Rust ≥ 1.87
+        // calls the intrinsic safe; 1.82 needs the block.)
+        #[allow(unused_unsafe)]
+        unsafe {
+            _mm_prefetch::<_MM_HINT_T0>(p);
+            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64));
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = slot;
+}
+
+/// `capacity` zeroed slots. Zeroed memory from the allocator is typically fresh pages that
+/// cost nothing until written, as PyTorch's reserved ring costs nothing until filled.
+fn zeroed_slots(capacity: usize) -> Option<Box<[Slot]>> {
+    let layout = std::alloc::Layout::array::<Slot>(capacity).ok()?;
+    if layout.size() == 0 {
+        return None;
+    }
+    // SAFETY: `layout` has a non-zero size. An all-zero `Slot` is a valid one (it holds only
+    // atomic integers, for which zero is valid), so `capacity` zeroed `Slot`s are initialised;
+    // the box frees them with the same layout (`Layout::array::<Slot>(capacity)`) that
+    // `Box<[Slot]>` computes for a slice of that length.
+    unsafe {
+        let p = std::alloc::alloc_zeroed(layout).cast::<Slot>();
+        if p.is_null() {
             return None;
         }
-        let slot = (id % self.capacity as u64) as usize;
-        self.entries.get_mut(slot).filter(|e| e.record_id == id)
-    }
-
-    /// Copies of the entries, oldest first.
-    /// Writes a completion handed off by [`super::handoff::Handoff`]: `(record_id,
-    /// started_ns, completed_ns)`, `started_ns` 0 when the slot already holds the start.
-    /// Nothing when the entry was overwritten meanwhile.
-    pub fn complete(&mut self, done: Option<(u64, u64, u64)>) {
-        let Some((id, started, completed)) = done else {
-            return;
-        };
-        if let Some(e) = self.get_mut(id) {
-            e.retired = true;
-            if started != 0 {
-                e.time_started_ns = started;
-            }
-            if e.time_started_ns == 0 {
-                e.time_started_ns = completed;
-            }
-            e.time_completed_ns = completed;
-        }
-    }
-
-    pub fn snapshot(&self) -> Vec<Entry> {
-        let split = if self.entries.len() < self.capacity {
-            0
-        } else {
-            (self.next_id % self.capacity.max(1) as u64) as usize
-        };
-        let (new, old) = self.entries.split_at(split);
-        old.iter().chain(new).cloned().collect()
-    }
-
-    /// The `pg_id`s of the entries kept.
-    pub fn pg_ids(&self) -> std::collections::BTreeSet<u64> {
-        self.entries.iter().map(|e| e.pg_id as u64).collect()
-    }
-
-    /// Forgets every entry (record ids keep counting).
-    pub fn clear(&mut self) {
-        self.entries.clear();
-        // Keep `id % capacity` slot arithmetic valid: the next id starts a fresh lap.
-        let cap = self.capacity.max(1) as u64;
-        self.next_id = self.next_id.div_ceil(cap) * cap;
+        Some(Box::from_raw(std::ptr::slice_from_raw_parts_mut(
+            p, capacity,
+        )))
     }
 }

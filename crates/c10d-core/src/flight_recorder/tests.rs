@@ -428,8 +428,8 @@ fn work_completer_reports_start_completion_and_drop() {
 }
 
 #[test]
-fn entries_fit_two_cache_lines_and_shapes_round_trip() {
-    assert!(std::mem::size_of::<entry::Entry>() <= 128);
+fn slots_fit_two_cache_lines_and_shapes_round_trip() {
+    assert_eq!(std::mem::size_of::<slot::Slot>(), 128);
     let a = Tensor::zeros(DType::F32, &[4, 2]);
     let b = Tensor::zeros(DType::I64, &[3]);
     let c = Tensor::zeros(DType::BF16, &[]);
@@ -440,7 +440,7 @@ fn entries_fit_two_cache_lines_and_shapes_round_trip() {
         (std::slice::from_ref(&c), &[]),
     ];
     for (ins, outs) in cases {
-        let list = |ts: &[Tensor]| -> entry::Listed {
+        let list = |ts: &[Tensor]| -> shapes::Listed {
             ts.iter()
                 .map(|t| {
                     let s = t.shape().iter().map(|&d| d as i64).collect();
@@ -448,52 +448,169 @@ fn entries_fit_two_cache_lines_and_shapes_round_trip() {
                 })
                 .unzip()
         };
-        let decoded = entry::Shapes::of(ins, outs).decode();
+        let packing = shapes::Packing::of(ins, outs);
+        let decoded = shapes::decode(&packing.words());
         assert_eq!(decoded, (list(ins), list(outs)));
     }
 }
 
 #[test]
-fn completions_handed_off_reach_the_ring_at_the_next_record_or_dump() {
+fn shapes_too_long_for_a_slot_are_kept_beside_it() {
     let fr = recorder(4, "/nonexistent/x_");
-    let g = fr.register_group("gloo", "0", "default_pg", &[], 0, 2);
-    let t = [Tensor::from_vec(vec![0f32; 4])];
-    let states = |fr: &FlightRecorder| -> Vec<String> {
-        fr.dump().entries.iter().map(|e| e.state.clone()).collect()
+    let g = fr.register_group("gloo", "0", "d", &[], 0, 2);
+    let ins = [Tensor::zeros(DType::F32, &[2, 3, 4])];
+    let outs: Vec<Tensor> = (0..4)
+        .map(|_| Tensor::zeros(DType::F32, &[2, 3, 4]))
+        .collect();
+    let rec = OpRecord {
+        op: OpType::Allgather,
+        inputs: &ins,
+        outputs: &outs,
+        ..all_reduce(1, &ins)
     };
-    // Two successes in a row: the first waits in the hand-off, the second (hand-off busy)
-    // goes through the ring's lock; a dump sees both completed.
-    let (a, b) = (
-        g.record(&all_reduce(1, &t)).unwrap(),
-        g.record(&all_reduce(2, &t)).unwrap(),
-    );
-    a.started();
-    a.finished(Ok(()));
-    assert_eq!(
-        g.core.status.done.take().map(|d| d.0),
-        Some(0),
-        "op 1 was handed off"
-    );
-    g.core.status.done.offer(0, 0, 7);
-    b.started();
-    b.finished(Ok(()));
-    assert_eq!(states(&fr), ["completed", "completed"]);
-    let e0 = &fr.dump().entries[0];
-    assert_eq!(e0.time_discovered_completed_ns, Some(7));
-    // The next record folds the waiting completion in; a failure is never handed off.
-    let c = g.record(&all_reduce(3, &t)).unwrap();
-    c.finished(Ok(()));
-    g.record(&all_reduce(4, &t)).unwrap();
-    assert!(
-        g.core.status.done.take().is_none(),
-        "record took the hand-off"
-    );
-    assert_eq!(
-        states(&fr),
-        ["completed", "completed", "completed", "scheduled"]
-    );
-    // An overwritten entry's hand-off changes nothing.
-    g.core.status.done.offer(0, 0, 9);
-    g.record(&all_reduce(5, &t)).unwrap();
-    assert_eq!(seqs(&fr), [2, 3, 4, 5]);
+    for seq in 1..=6 {
+        g.record(&OpRecord {
+            collective_seq_id: seq,
+            ..rec
+        })
+        .unwrap()
+        .finished(Ok(()));
+    }
+    let d = fr.dump();
+    assert_eq!(d.entries.len(), 4);
+    for e in &d.entries {
+        assert_eq!(e.output_sizes, vec![vec![2, 3, 4]; 4]);
+        assert_eq!(e.input_sizes, vec![vec![2, 3, 4]]);
+    }
+}
+
+#[test]
+fn timeouts_too_long_for_the_entry_are_capped() {
+    let fr = recorder(4, "/nonexistent/x_");
+    let g = fr.register_group("gloo", "0", "d", &[], 0, 2);
+    let t = [Tensor::from_vec(vec![0f32; 1])];
+    for (timeout, ms) in [
+        (Duration::MAX, u32::MAX as u64 - 1),
+        (Duration::from_millis(1500), 1500),
+    ] {
+        g.record(&OpRecord {
+            timeout,
+            ..all_reduce(1, &t)
+        });
+        assert_eq!(fr.dump().entries.last().unwrap().timeout_ms, ms);
+    }
+}
+
+#[test]
+fn a_late_mark_from_an_earlier_lap_is_ignored() {
+    let ring = ring::Ring::leak(2).unwrap();
+    let t = [Tensor::from_vec(vec![0f32; 4])];
+    let head = entry::Head {
+        created_ms: 5,
+        collective_seq_id: 1,
+        op_id: 1,
+        p2p_seq_id: 0,
+        pg_id: 0,
+        timeout_ms: 10,
+        peer: entry::NO_PEER,
+        op: OpType::Allreduce,
+        thread: 0,
+    };
+    let packing = || shapes::Packing::of(&t, &t);
+    let old = ring.push(&head, &packing());
+    ring.push(&head, &packing());
+    let new = ring.push(&head, &packing());
+    assert_eq!((old.id(), new.id()), (0, 2));
+    assert!(std::ptr::eq(old.slot(), new.slot()));
+    // The worst interleaving: the old op's end passes the "still mine" check, then the slot
+    // is overwritten, then the end is stored. The tag of its lap makes readers ignore it.
+    assert!(ring.snapshot().1.iter().all(|e| !e.retired));
+    assert_ne!(old.tag(), new.tag());
+    new.mark_ended(9, None);
+    let e = ring
+        .snapshot()
+        .1
+        .into_iter()
+        .find(|e| e.local_id == new.id())
+        .unwrap();
+    assert_eq!((e.retired, e.completed_ms), (true, Some(9)));
+    // A late end for an overwritten entry is not written at all.
+    old.mark_ended(7, Some("late"));
+    let e = ring
+        .snapshot()
+        .1
+        .into_iter()
+        .find(|e| e.local_id == new.id())
+        .unwrap();
+    assert_eq!((e.completed_ms, e.error), (Some(9), None));
+    // Even one that passed the "still mine" check just before the overwrite (a thread
+    // preempted in between) is never taken for the new entry's: the new entry loses its end
+    // mark (shown not completed), it does not show the old one's.
+    old.slot().store_ended(old.tag(), 7, true);
+    let e = ring
+        .snapshot()
+        .1
+        .into_iter()
+        .find(|e| e.local_id == new.id())
+        .unwrap();
+    assert_eq!((e.retired, e.completed_ms, e.error), (false, None, None));
+}
+
+#[test]
+fn threads_record_into_rings_of_their_own_merged_in_time_order() {
+    let fr = recorder(64, "/nonexistent/x_");
+    let g = Arc::new(fr.register_group("gloo", "0", "d", &[], 0, 2));
+    let t = [Tensor::from_vec(vec![0f32; 4])];
+    let threads: Vec<_> = (0..4u64)
+        .map(|k| {
+            let g = g.clone();
+            let t = t.clone();
+            std::thread::spawn(move || {
+                for i in 0..10 {
+                    let tr = g.record(&all_reduce(k * 100 + i, &t)).unwrap();
+                    tr.started();
+                    tr.finished(Ok(()));
+                }
+            })
+        })
+        .collect();
+    threads.into_iter().for_each(|h| h.join().unwrap());
+    let d = fr.dump();
+    assert_eq!(d.entries.len(), 40);
+    let ids: Vec<u64> = d.entries.iter().map(|e| e.record_id).collect();
+    assert_eq!(ids, (0..40).collect::<Vec<_>>());
+    assert!(d.entries.iter().all(|e| e.state == "completed"));
+    assert!(d
+        .entries
+        .windows(2)
+        .all(|w| w[0].time_created_ns <= w[1].time_created_ns));
+    for k in 0..4u64 {
+        let mine: Vec<u64> = (d.entries.iter())
+            .map(|e| e.collective_seq_id)
+            .filter(|s| s / 100 == k)
+            .collect();
+        assert_eq!(
+            mine,
+            (0..10).map(|i| k * 100 + i).collect::<Vec<_>>(),
+            "a thread's own order"
+        );
+    }
+    // The rings of ended threads are reused, not multiplied: eight threads in all, at most
+    // four at once, leave at most four rings.
+    (0..4)
+        .map(|_| {
+            let g = g.clone();
+            let t = t.clone();
+            std::thread::spawn(move || {
+                g.record(&all_reduce(1000, &t));
+            })
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .for_each(|h| h.join().unwrap());
+    assert!(fr.rings.rings().len() <= 4);
+    // Their entries are numbered on.
+    let d = fr.dump();
+    assert_eq!(d.entries.len(), 44);
+    assert_eq!(d.entries.last().unwrap().record_id, 43);
 }
