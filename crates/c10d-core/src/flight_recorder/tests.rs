@@ -614,3 +614,51 @@ fn threads_record_into_rings_of_their_own_merged_in_time_order() {
     assert_eq!(d.entries.len(), 44);
     assert_eq!(d.entries.last().unwrap().record_id, 43);
 }
+
+#[test]
+fn dumps_read_whole_entries_while_threads_record() {
+    // Each entry's fields agree with each other (op_id == collective_seq_id, p2p_seq_id names
+    // the thread, the shape follows the sequence number); a torn read (a slot read while being
+    // rewritten, mixing two entries) would break that.
+    let fr = recorder(16, "/nonexistent/x_");
+    let g = Arc::new(fr.register_group("gloo", "0", "d", &[], 0, 2));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writers: Vec<_> = (1..=3u64)
+        .map(|k| {
+            let (g, stop) = (g.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let ts: Vec<[Tensor; 1]> = (1..=5)
+                    .map(|d| [Tensor::zeros(DType::F32, &[k as usize, d])])
+                    .collect();
+                let mut i = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    i += 1;
+                    let seq = k * 1_000_000_000 + i;
+                    let rec = OpRecord {
+                        op_id: seq,
+                        p2p_seq_id: k,
+                        ..all_reduce(seq, &ts[(seq % 5) as usize])
+                    };
+                    if let Some(tr) = g.record(&rec) {
+                        tr.started();
+                        tr.finished(Ok(()));
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut seen = 0;
+    for _ in 0..300 {
+        for e in fr.dump().entries {
+            let k = e.p2p_seq_id;
+            assert_eq!(e.op_id, e.collective_seq_id, "{e:?}");
+            assert_eq!(e.collective_seq_id / 1_000_000_000, k, "{e:?}");
+            let d = (e.collective_seq_id % 5 + 1) as i64;
+            assert_eq!(e.input_sizes, vec![vec![k as i64, d]], "{e:?}");
+            seen += 1;
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    writers.into_iter().for_each(|h| h.join().unwrap());
+    assert!(seen > 0);
+}
