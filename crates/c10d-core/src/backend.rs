@@ -241,6 +241,90 @@ pub trait Backend: Send + Sync + 'static {
     fn shutdown(&self) {}
 }
 
+/// Implements, inside an `impl Backend for Wrapper` block, the named [`Backend`] methods by
+/// calling the same method of the wrapped backend in field `$inner` (an `Arc<dyn Backend>` or
+/// any type with those methods). For backends that wrap another one and change only some ops
+/// (c10d-core's `Staged`, c10d-world's DETAIL wrapper):
+///
+/// ```ignore
+/// impl Backend for Wrapper {
+///     c10d_core::delegate_backend!(inner: name, rank, size, device_type, timeout);
+///     fn set_timeout(&self, t: Duration) { /* ... */ }
+///     // ...
+/// }
+/// ```
+///
+/// Methods it can delegate: `name`, `rank`, `size`, `device_type`, `timeout`, `set_timeout`,
+/// `sequence_number`, `set_sequence_number`, `is_initialized`, `barrier`,
+/// `monitored_barrier`, `supports_coalescing`, `start_coalescing`, `end_coalescing`,
+/// `supports_splitting`, `abort`, `shutdown` (those whose arguments and result need no
+/// translation).
+#[macro_export]
+macro_rules! delegate_backend {
+    ($inner:ident: $($method:ident),+ $(,)?) => {
+        $($crate::delegate_backend!(@one $inner $method);)+
+    };
+    (@one $i:ident name) => {
+        fn name(&self) -> &str { self.$i.name() }
+    };
+    (@one $i:ident rank) => {
+        fn rank(&self) -> usize { self.$i.rank() }
+    };
+    (@one $i:ident size) => {
+        fn size(&self) -> usize { self.$i.size() }
+    };
+    (@one $i:ident device_type) => {
+        fn device_type(&self) -> $crate::DeviceType { self.$i.device_type() }
+    };
+    (@one $i:ident timeout) => {
+        fn timeout(&self) -> ::std::time::Duration { self.$i.timeout() }
+    };
+    (@one $i:ident set_timeout) => {
+        fn set_timeout(&self, timeout: ::std::time::Duration) { self.$i.set_timeout(timeout) }
+    };
+    (@one $i:ident sequence_number) => {
+        fn sequence_number(&self) -> u64 { self.$i.sequence_number() }
+    };
+    (@one $i:ident set_sequence_number) => {
+        fn set_sequence_number(&self, seq: u64) { self.$i.set_sequence_number(seq) }
+    };
+    (@one $i:ident is_initialized) => {
+        fn is_initialized(&self) -> bool { self.$i.is_initialized() }
+    };
+    (@one $i:ident barrier) => {
+        fn barrier(&self, opts: &$crate::BarrierOptions) -> $crate::Result<$crate::Work> {
+            self.$i.barrier(opts)
+        }
+    };
+    (@one $i:ident monitored_barrier) => {
+        fn monitored_barrier(
+            &self,
+            opts: &$crate::BarrierOptions,
+            wait_all_ranks: bool,
+        ) -> $crate::Result<()> {
+            self.$i.monitored_barrier(opts, wait_all_ranks)
+        }
+    };
+    (@one $i:ident supports_coalescing) => {
+        fn supports_coalescing(&self) -> bool { self.$i.supports_coalescing() }
+    };
+    (@one $i:ident start_coalescing) => {
+        fn start_coalescing(&self) -> $crate::Result<()> { self.$i.start_coalescing() }
+    };
+    (@one $i:ident end_coalescing) => {
+        fn end_coalescing(&self) -> $crate::Result<$crate::Work> { self.$i.end_coalescing() }
+    };
+    (@one $i:ident supports_splitting) => {
+        fn supports_splitting(&self) -> bool { self.$i.supports_splitting() }
+    };
+    (@one $i:ident abort) => {
+        fn abort(&self) { self.$i.abort() }
+    };
+    (@one $i:ident shutdown) => {
+        fn shutdown(&self) { self.$i.shutdown() }
+    };
+}
+
 /// Error text for a missing backend, as PyTorch's `ProcessGroup::getBackend`.
 pub(crate) fn no_backend_error(device: DeviceType) -> DistError {
     DistError::invalid(format!(

@@ -13,13 +13,11 @@
 //! `Work::wait` returns.
 
 use crate::backend::Backend;
-use crate::device::DeviceType;
 use crate::error::Result;
 use crate::options::*;
 use crate::tensor::Tensor;
 use crate::work::Work;
 use std::sync::Arc;
-use std::time::Duration;
 
 /// A CPU backend that also takes device tensors, staged through host memory.
 pub struct Staged {
@@ -133,33 +131,25 @@ fn one(t: &Tensor) -> Vec<Tensor> {
 }
 
 impl Backend for Staged {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn rank(&self) -> usize {
-        self.inner.rank()
-    }
-    fn size(&self) -> usize {
-        self.inner.size()
-    }
-    fn device_type(&self) -> DeviceType {
-        self.inner.device_type()
-    }
-    fn timeout(&self) -> Duration {
-        self.inner.timeout()
-    }
-    fn set_timeout(&self, timeout: Duration) {
-        self.inner.set_timeout(timeout)
-    }
-    fn sequence_number(&self) -> u64 {
-        self.inner.sequence_number()
-    }
-    fn set_sequence_number(&self, seq: u64) {
-        self.inner.set_sequence_number(seq)
-    }
-    fn is_initialized(&self) -> bool {
-        self.inner.is_initialized()
-    }
+    crate::delegate_backend!(
+        inner: name,
+        rank,
+        size,
+        device_type,
+        timeout,
+        set_timeout,
+        sequence_number,
+        set_sequence_number,
+        is_initialized,
+        barrier,
+        monitored_barrier,
+        supports_coalescing,
+        start_coalescing,
+        end_coalescing,
+        supports_splitting,
+        abort,
+        shutdown,
+    );
     fn broadcast(&self, tensors: &[Tensor], opts: &BroadcastOptions) -> Result<Work> {
         self.run(tensors, &[], |o, _| self.inner.broadcast(o, opts))
     }
@@ -289,12 +279,6 @@ impl Backend for Staged {
     ) -> Result<Work> {
         self.run(outputs, inputs, |o, i| self.inner.all_to_all(o, i, opts))
     }
-    fn barrier(&self, opts: &BarrierOptions) -> Result<Work> {
-        self.inner.barrier(opts)
-    }
-    fn monitored_barrier(&self, opts: &BarrierOptions, wait_all_ranks: bool) -> Result<()> {
-        self.inner.monitored_barrier(opts, wait_all_ranks)
-    }
     fn send(&self, tensors: &[Tensor], dst: usize, tag: i64) -> Result<Work> {
         self.run(&[], tensors, |_, i| self.inner.send(i, dst, tag))
     }
@@ -303,18 +287,6 @@ impl Backend for Staged {
     }
     fn recv_anysource(&self, tensors: &[Tensor], tag: i64) -> Result<Work> {
         self.run(tensors, &[], |o, _| self.inner.recv_anysource(o, tag))
-    }
-    fn supports_coalescing(&self) -> bool {
-        self.inner.supports_coalescing()
-    }
-    fn start_coalescing(&self) -> Result<()> {
-        self.inner.start_coalescing()
-    }
-    fn end_coalescing(&self) -> Result<Work> {
-        self.inner.end_coalescing()
-    }
-    fn supports_splitting(&self) -> bool {
-        self.inner.supports_splitting()
     }
     fn split(&self, ranks: &[usize], opts: &BackendOptions) -> Result<Option<Arc<dyn Backend>>> {
         Ok(self
@@ -332,21 +304,17 @@ impl Backend for Staged {
             .shrink(ranks_to_exclude, opts)?
             .map(|child| Arc::new(Staged::new(child)) as Arc<dyn Backend>))
     }
-    fn abort(&self) {
-        self.inner.abort()
-    }
-    fn shutdown(&self) {
-        self.inner.shutdown()
-    }
 }
 
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
     use crate::device::Device;
+    use crate::device::DeviceType;
     use crate::tensor::DeviceStorage;
     use std::any::Any;
     use std::sync::Mutex;
+    use std::time::Duration;
 
     /// "Device" memory kept in a host buffer: exercises every device path without a GPU.
     pub(crate) struct FakeDevice(pub Mutex<Vec<u8>>);
@@ -448,14 +416,14 @@ pub(crate) mod tests {
         let b = Staged::new(Arc::new(Doubler));
         let dev = fake_cuda(&[1.0, 2.0]);
         let w = b
-            .all_reduce(&[dev.clone()], &AllreduceOptions::default())
+            .all_reduce(std::slice::from_ref(&dev), &AllreduceOptions::default())
             .unwrap();
         w.wait().unwrap();
         assert_eq!(dev.to_vec::<f32>().unwrap(), vec![2.0, 4.0]);
         assert_eq!(w.result().len(), 1);
         // CPU tensors pass straight through (the inner work itself).
         let cpu = Tensor::from_vec(vec![5.0f32]);
-        b.all_reduce(&[cpu.clone()], &AllreduceOptions::default())
+        b.all_reduce(std::slice::from_ref(&cpu), &AllreduceOptions::default())
             .unwrap()
             .wait()
             .unwrap();

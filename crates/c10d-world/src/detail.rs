@@ -289,33 +289,24 @@ fn same_size(ts: &[Tensor]) -> bool {
 }
 
 impl Backend for DetailWrapper {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn rank(&self) -> usize {
-        self.inner.rank()
-    }
-    fn size(&self) -> usize {
-        self.inner.size()
-    }
-    fn device_type(&self) -> DeviceType {
-        self.inner.device_type()
-    }
-    fn timeout(&self) -> Duration {
-        self.inner.timeout()
-    }
+    c10d_core::delegate_backend!(
+        inner: name,
+        rank,
+        size,
+        device_type,
+        timeout,
+        sequence_number,
+        set_sequence_number,
+        is_initialized,
+        monitored_barrier,
+        supports_coalescing,
+        start_coalescing,
+        end_coalescing,
+        supports_splitting,
+    );
     fn set_timeout(&self, timeout: Duration) {
         self.inner.set_timeout(timeout);
         self.helper.set_timeout(timeout);
-    }
-    fn sequence_number(&self) -> u64 {
-        self.inner.sequence_number()
-    }
-    fn set_sequence_number(&self, seq: u64) {
-        self.inner.set_sequence_number(seq)
-    }
-    fn is_initialized(&self) -> bool {
-        self.inner.is_initialized()
     }
     fn broadcast(&self, tensors: &[Tensor], opts: &BroadcastOptions) -> Result<Work> {
         self.run_collective_checks(OpType::Broadcast, &tensors.iter().collect::<Vec<_>>())?;
@@ -457,9 +448,6 @@ impl Backend for DetailWrapper {
         self.run_collective_checks(OpType::Barrier, &[])?;
         self.inner.barrier(opts)
     }
-    fn monitored_barrier(&self, opts: &BarrierOptions, wait_all_ranks: bool) -> Result<()> {
-        self.inner.monitored_barrier(opts, wait_all_ranks)
-    }
     fn send(&self, tensors: &[Tensor], dst: usize, tag: i64) -> Result<Work> {
         self.inner.send(tensors, dst, tag)
     }
@@ -468,18 +456,6 @@ impl Backend for DetailWrapper {
     }
     fn recv_anysource(&self, tensors: &[Tensor], tag: i64) -> Result<Work> {
         self.inner.recv_anysource(tensors, tag)
-    }
-    fn supports_coalescing(&self) -> bool {
-        self.inner.supports_coalescing()
-    }
-    fn start_coalescing(&self) -> Result<()> {
-        self.inner.start_coalescing()
-    }
-    fn end_coalescing(&self) -> Result<Work> {
-        self.inner.end_coalescing()
-    }
-    fn supports_splitting(&self) -> bool {
-        self.inner.supports_splitting()
     }
     fn split(&self, ranks: &[usize], opts: &BackendOptions) -> Result<Option<Arc<dyn Backend>>> {
         self.inner.split(ranks, opts)
