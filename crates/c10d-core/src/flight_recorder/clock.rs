@@ -8,10 +8,15 @@
 //! epoch is measured at the dump, so a wall-clock step between an op and the dump moves its
 //! times by the step.
 
-/// Milliseconds of `CLOCK_MONOTONIC_COARSE` (time since boot).
+/// Milliseconds of `CLOCK_MONOTONIC_COARSE` (time since boot; `CLOCK_MONOTONIC` where there
+/// is no coarse clock).
 #[inline]
 pub(crate) fn now_ms() -> u64 {
-    read(libc::CLOCK_MONOTONIC_COARSE) / 1_000_000
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    let clock = libc::CLOCK_MONOTONIC_COARSE;
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    let clock = libc::CLOCK_MONOTONIC;
+    read(clock) / 1_000_000
 }
 
 /// Nanoseconds since the Unix epoch of the monotonic millisecond `ms` (PyTorch's

@@ -1,6 +1,5 @@
 //! The flight recorder (PyTorch's `FlightRecorder`, `torch/csrc/distributed/c10d/FlightRecorder.hpp`):
-//! a per-process ring of the last N collectives and point-to-point ops of every group and
-//! backend, written to a file when an op times out or fails, when the program asks
+//! the last N collectives and point-to-point ops of every group and backend of the process, written to a file when an op times out or fails, when the program asks
 //! ([`FlightRecorder::dump_to_file`]) or on a signal, so that a hang can be explained after
 //! the fact (`c10d-fr-trace` in c10d-world, or PyTorch's own analyzer).
 //!
@@ -23,7 +22,8 @@
 //! op's shapes need more than seven words (one in-place tensor of up to five dimensions fits;
 //! lists of outputs do not) or it fails. The start and end are one word each, written into
 //! the slot by whichever thread runs or completes the op, tagged with the slot's lap so that
-//! an op that outlives a lap of its ring cannot mark the entry that replaced it. Timestamps
+//! an op that outlives a lap of its ring cannot mark the entry that replaced it (at worst, when
+//! it ends at the very instant its old slot is rewritten, it erases that entry's mark). Timestamps
 //! are whole milliseconds of the coarse monotonic clock (the kernel's tick, 1–4 ms; `clock`):
 //! a fine clock read costs more than the rest of the recording. A dump merges the rings by
 //! creation time and keeps the newest N. The `flight_recorder` benchmark of c10d-gloo
@@ -316,23 +316,10 @@ impl FlightRecorder {
         self.rings.rings().iter().flat_map(|r| r.pg_ids()).collect()
     }
 
-    /// The last `buffer_size` entries of all rings, oldest first, numbered by `record_id`:
-    /// the entry's index among all ops this process recorded (as PyTorch numbers them).
-    /// Entries of different threads are ordered by creation time, then by ring.
+    /// The last `buffer_size` entries of all rings (see [`merge`]).
     fn entries(&self) -> Vec<Entry> {
-        let mut total = 0;
-        let mut all = Vec::new();
-        for (i, ring) in self.rings.rings().into_iter().enumerate() {
-            let (count, entries) = ring.snapshot();
-            total += count;
-            all.extend(entries.into_iter().map(|e| (i, e)));
-        }
-        all.sort_by_key(|(i, e)| (e.head.created_ms, *i, e.local_id));
-        let kept = all.split_off(all.len().saturating_sub(self.config.buffer_size));
-        let first = total - kept.len() as u64;
-        (kept.into_iter().zip(first..))
-            .map(|((_, e), record_id)| Entry { record_id, ..e })
-            .collect()
+        let snaps = self.rings.rings().iter().map(|r| r.snapshot()).collect();
+        merge(snaps, self.config.buffer_size)
     }
 
     /// This process's global rank as the registered groups tell it (the oldest live group's;
@@ -408,6 +395,30 @@ impl FlightRecorder {
         self.dump().write(&path)?;
         Ok(path)
     }
+}
+
+/// The last `n` entries of the rings' snapshots, oldest first, numbered by `record_id`: the
+/// entry's index among all ops the process recorded (as PyTorch numbers them). Entries of
+/// different threads are ordered by creation time, then by ring. Entries older than a
+/// truncated ring's first are left out: that ring's own entries of that time are gone, so what
+/// is kept is every op since the cut, and numbered exactly.
+fn merge(snaps: Vec<ring::Snapshot>, n: usize) -> Vec<Entry> {
+    let total: u64 = snaps.iter().map(|s| s.count).sum();
+    let key = |i: usize, e: &Entry| (e.head.created_ms, i, e.local_id);
+    let cut = (snaps.iter().enumerate())
+        .filter(|(_, s)| s.truncated)
+        .filter_map(|(i, s)| s.entries.first().map(|e| key(i, e)))
+        .max();
+    let mut all: Vec<(usize, Entry)> = (snaps.into_iter().enumerate())
+        .flat_map(|(i, s)| s.entries.into_iter().map(move |e| (i, e)))
+        .filter(|(i, e)| cut.is_none_or(|c| key(*i, e) >= c))
+        .collect();
+    all.sort_by_key(|(i, e)| key(*i, e));
+    let kept = all.split_off(all.len().saturating_sub(n));
+    let first = total - kept.len() as u64;
+    (kept.into_iter().zip(first..))
+        .map(|((_, e), record_id)| Entry { record_id, ..e })
+        .collect()
 }
 
 #[cfg(test)]

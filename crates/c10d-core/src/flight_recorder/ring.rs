@@ -121,43 +121,56 @@ impl Ring {
         lap_tag((id / self.slots.len() as u64) as u32)
     }
 
-    /// The entries held (oldest first), and how many entries the current recorder's owners
-    /// wrote into this ring in all (forgotten ones included). Entries being written at this
-    /// moment are left out.
-    pub fn snapshot(&self) -> (u64, Vec<Entry>) {
+    /// What a dump reads of this ring (see [`Snapshot`]).
+    pub fn snapshot(&self) -> Snapshot {
         let next = self.next.load(Ordering::Acquire);
         let cap = self.slots.len() as u64;
-        let oldest = next
-            .saturating_sub(cap)
-            .max(self.floor.load(Ordering::Relaxed));
+        let floor = self.floor.load(Ordering::Relaxed);
+        let oldest = next.saturating_sub(cap).max(floor);
         let aside = lock(&self.aside);
-        let entries = (oldest..next)
-            .filter_map(|id| {
-                let r = self.slot(id).read().filter(|r| r.id == id)?;
-                let (started_ms, ended) = self.slot(id).times(self.tag(id));
-                let failed = ended.is_some_and(|e| e.1);
-                Some(Entry {
-                    record_id: 0,
-                    local_id: id,
-                    head: r.head,
-                    started_ms: started_ms.or(ended.filter(|e| !e.1).map(|e| e.0)),
-                    completed_ms: ended.filter(|e| !e.1).map(|e| e.0),
-                    retired: ended.is_some(),
-                    error: failed.then(|| aside.errors.get(&id).cloned()).flatten(),
-                    shapes: r
-                        .shapes
-                        .or_else(|| aside.shapes.get(&id).cloned())
-                        .unwrap_or_default(),
-                })
-            })
+        // Newest first, stopping at the first entry that is no longer (or not yet) whole.
+        let mut entries: Vec<Entry> = (oldest..next)
+            .rev()
+            .map_while(|id| self.entry(id, &aside))
             .collect();
-        (next - self.base.load(Ordering::Relaxed), entries)
+        entries.reverse();
+        let first = entries.first().map_or(next, |e| e.local_id);
+        Snapshot {
+            count: next - self.base.load(Ordering::Relaxed),
+            truncated: first > floor,
+            entries,
+        }
     }
 
-    /// The `pg_id`s of the entries held.
+    /// Entry `id`, if its slot holds it whole.
+    fn entry(&self, id: u64, aside: &Aside) -> Option<Entry> {
+        let r = self.slot(id).read().filter(|r| r.id == id)?;
+        let (started_ms, ended) = self.slot(id).times(self.tag(id));
+        let completed_ms = ended.filter(|e| !e.1).map(|e| e.0);
+        let failed = ended.is_some_and(|e| e.1);
+        Some(Entry {
+            record_id: 0,
+            local_id: id,
+            head: r.head,
+            started_ms: started_ms.or(completed_ms),
+            completed_ms,
+            retired: ended.is_some(),
+            error: failed.then(|| aside.errors.get(&id).cloned()).flatten(),
+            shapes: (r.shapes)
+                .or_else(|| aside.shapes.get(&id).cloned())
+                .unwrap_or_default(),
+        })
+    }
+
+    /// The `pg_id`s of the entries held (read slot by slot, without copying entries).
     pub fn pg_ids(&self) -> BTreeSet<u64> {
-        let (_, entries) = self.snapshot();
-        entries.iter().map(|e| e.head.pg_id as u64).collect()
+        let next = self.next.load(Ordering::Acquire);
+        let oldest =
+            (next.saturating_sub(self.slots.len() as u64)).max(self.floor.load(Ordering::Relaxed));
+        (oldest..next)
+            .filter_map(|id| self.slot(id).pg_id())
+            .map(u64::from)
+            .collect()
     }
 
     /// Forgets every entry held (ids keep counting).
@@ -165,6 +178,20 @@ impl Ring {
         self.floor
             .store(self.next.load(Ordering::Acquire), Ordering::Relaxed);
     }
+}
+
+/// What a dump reads of one ring.
+pub(crate) struct Snapshot {
+    /// Entries the current recorder's owners wrote into the ring in all (forgotten ones
+    /// included).
+    pub count: u64,
+    /// The newest entries, oldest first, without a gap: reading stops at the first entry that
+    /// is not whole (being written, or overwritten while the ring was read).
+    pub entries: Vec<Entry>,
+    /// Older entries than `entries` were written and are not forgotten: the ring overwrote
+    /// them (or moved on while read), so other rings' entries older than this ring's first
+    /// cannot be placed among this ring's.
+    pub truncated: bool,
 }
 
 /// Where an entry lies: its ring, id, slot index and lap (what a start or end needs to find

@@ -7,7 +7,8 @@
 //! lists, and the recorder's next new recording thread adopts one (entries kept, ids counting
 //! on). The rings of a recorder that is gone go to a process-wide free list, from which a new
 //! recorder's thread adopts one of the right capacity (its old entries forgotten). So a
-//! process holds at most as many rings as threads ever recorded at once, per capacity.
+//! process holds about one ring per thread that records at once and per recorder (a thread
+//! gives up the ring of a recorder that is gone when it next looks up a ring, or ends).
 
 use super::entry::current_thread;
 use super::ring::Ring;
@@ -47,6 +48,8 @@ struct Owner(RefCell<Vec<Owned>>);
 
 impl Drop for Owner {
     fn drop(&mut self) {
+        // A record from a later thread-local destructor must not reach a ring given back.
+        let _ = LAST.try_with(|l| l.set((0, None)));
         for o in self.0.get_mut().drain(..) {
             give_back(o);
         }

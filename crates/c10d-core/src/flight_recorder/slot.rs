@@ -66,8 +66,8 @@ fn whole(id: u64) -> u64 {
 }
 
 impl Slot {
-    /// Writes entry `id` of lap tag `tag` of thread `thread` (by the ring's owner only: two writers at once would garble the
-    /// entry, which readers then skip). Returns false when the shapes did not fit the slot
+    /// Writes entry `id` of lap tag `tag` of thread `thread`, by the ring's owner only (`rings`
+    /// gives each ring one owning thread). Returns false when the shapes did not fit the slot
     /// (the caller keeps `shapes.words()` beside the ring).
     #[inline(always)]
     pub fn write(&self, id: u64, h: &Head, thread: u32, tag: u64, shapes: &Packing<'_>) -> bool {
@@ -77,8 +77,11 @@ impl Slot {
         self.created_ms.store(h.created_ms, Relaxed);
         self.collective_seq_id.store(h.collective_seq_id, Relaxed);
         self.op_id.store(h.op_id, Relaxed);
-        // The start and end words of the entry before are left: their tag is another lap's.
+        // A late mark of the entry before carries another lap's tag; zeroing also keeps a
+        // word never marked since from matching when the 22-bit tag wraps.
         let _ = tag;
+        self.started.store(0, Relaxed);
+        self.ended.store(0, Relaxed);
         self.p2p_seq_id.store(h.p2p_seq_id, Relaxed);
         self.pg_id.store(h.pg_id, Relaxed);
         self.timeout_ms.store(h.timeout_ms, Relaxed);
@@ -149,6 +152,12 @@ impl Slot {
             head,
             shapes,
         })
+    }
+
+    /// The `pg_id` of the entry the slot holds whole, if any (one field: no torn read).
+    pub fn pg_id(&self) -> Option<u32> {
+        let seq = self.seq.load(Ordering::Acquire);
+        (seq != 0 && seq & 1 == 0).then(|| self.pg_id.load(Ordering::Relaxed))
     }
 
     /// Whether the slot holds entry `id` now (a start or end for an overwritten entry is not

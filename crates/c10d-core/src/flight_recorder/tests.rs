@@ -524,12 +524,12 @@ fn a_late_mark_from_an_earlier_lap_is_ignored() {
     assert!(std::ptr::eq(old.slot(), new.slot()));
     // The worst interleaving: the old op's end passes the "still mine" check, then the slot
     // is overwritten, then the end is stored. The tag of its lap makes readers ignore it.
-    assert!(ring.snapshot().1.iter().all(|e| !e.retired));
+    assert!(ring.snapshot().entries.iter().all(|e| !e.retired));
     assert_ne!(old.tag(), new.tag());
     new.mark_ended(9, None);
     let e = ring
         .snapshot()
-        .1
+        .entries
         .into_iter()
         .find(|e| e.local_id == new.id())
         .unwrap();
@@ -538,7 +538,7 @@ fn a_late_mark_from_an_earlier_lap_is_ignored() {
     old.mark_ended(7, Some("late"));
     let e = ring
         .snapshot()
-        .1
+        .entries
         .into_iter()
         .find(|e| e.local_id == new.id())
         .unwrap();
@@ -549,7 +549,7 @@ fn a_late_mark_from_an_earlier_lap_is_ignored() {
     old.slot().store_ended(old.tag(), 7, true);
     let e = ring
         .snapshot()
-        .1
+        .entries
         .into_iter()
         .find(|e| e.local_id == new.id())
         .unwrap();
@@ -613,6 +613,55 @@ fn threads_record_into_rings_of_their_own_merged_in_time_order() {
     let d = fr.dump();
     assert_eq!(d.entries.len(), 44);
     assert_eq!(d.entries.last().unwrap().record_id, 43);
+}
+
+#[test]
+fn a_merge_keeps_no_entry_older_than_what_a_ring_lost() {
+    // Ring 0 holds 2 ops at ms 1; ring 1 wrote 10 ops but only its 2 newest (ms 2) could be
+    // read (it moved on while read): ops of ring 1 older than those are gone, so ring 0's
+    // cannot be placed among them and are left out; the 2 kept are the 11th and 12th ops.
+    let entry = |ms: u64, local_id: u64| entry::Entry {
+        record_id: 0,
+        local_id,
+        head: entry::Head {
+            created_ms: ms,
+            collective_seq_id: local_id,
+            op_id: local_id,
+            p2p_seq_id: 0,
+            pg_id: 0,
+            timeout_ms: 0,
+            peer: entry::NO_PEER,
+            op: OpType::Allreduce,
+            thread: 0,
+        },
+        started_ms: None,
+        completed_ms: None,
+        retired: false,
+        error: None,
+        shapes: Vec::new(),
+    };
+    let snaps = || {
+        vec![
+            ring::Snapshot {
+                count: 2,
+                entries: vec![entry(1, 0), entry(1, 1)],
+                truncated: false,
+            },
+            ring::Snapshot {
+                count: 10,
+                entries: vec![entry(2, 8), entry(2, 9)],
+                truncated: true,
+            },
+        ]
+    };
+    let ids = |v: Vec<entry::Entry>| -> Vec<(u64, u64)> {
+        v.iter().map(|e| (e.record_id, e.local_id)).collect()
+    };
+    assert_eq!(ids(merge(snaps(), 4)), [(10, 8), (11, 9)]);
+    // Not truncated: every entry is placed, numbered up to the 12th op.
+    let mut whole = snaps();
+    whole[1].truncated = false;
+    assert_eq!(ids(merge(whole, 4)), [(8, 0), (9, 1), (10, 8), (11, 9)]);
 }
 
 #[test]
