@@ -505,55 +505,46 @@ fn timeouts_too_long_for_the_entry_are_capped() {
 fn a_late_mark_from_an_earlier_lap_is_ignored() {
     let ring = ring::Ring::leak(2).unwrap();
     let t = [Tensor::from_vec(vec![0f32; 4])];
-    let head = entry::Head {
-        created_ms: 5,
-        collective_seq_id: 1,
-        op_id: 1,
+    let packing = || shapes::Packing::of(&t, &t);
+    let old = ring.push(&head(5, 1), &packing());
+    ring.push(&head(5, 2), &packing());
+    let new = ring.push(&head(5, 3), &packing());
+    assert_eq!((old.id(), new.id()), (0, 2));
+    assert!(std::ptr::eq(old.slot(), new.slot()));
+    assert_ne!(old.tag(), new.tag());
+    let entry = |id| {
+        let entries = ring.snapshot().entries;
+        entries.into_iter().find(|e| e.local_id == id).unwrap()
+    };
+    assert!(!entry(new.id()).retired);
+    new.mark_ended(9, None);
+    let e = entry(new.id());
+    assert_eq!((e.retired, e.completed_ms), (true, Some(9)));
+    // A late end for an overwritten entry is not written at all.
+    old.mark_ended(7, Some("late"));
+    let e = entry(new.id());
+    assert_eq!((e.completed_ms, e.error), (Some(9), None));
+    // Even one that passed the "still mine" check just before the overwrite (a thread
+    // preempted in between) is never taken for the new entry's: the new entry loses its end
+    // mark (shown not completed), it does not show the old one's.
+    old.slot().store_ended(old.tag(), 7, true);
+    let e = entry(new.id());
+    assert_eq!((e.retired, e.completed_ms, e.error), (false, None, None));
+}
+
+/// The fixed fields of an all-reduce entry created at `ms` with sequence number `seq`.
+fn head(ms: u64, seq: u64) -> entry::Head {
+    entry::Head {
+        created_ms: ms,
+        collective_seq_id: seq,
+        op_id: seq,
         p2p_seq_id: 0,
         pg_id: 0,
         timeout_ms: 10,
         peer: entry::NO_PEER,
         op: OpType::Allreduce,
         thread: 0,
-    };
-    let packing = || shapes::Packing::of(&t, &t);
-    let old = ring.push(&head, &packing());
-    ring.push(&head, &packing());
-    let new = ring.push(&head, &packing());
-    assert_eq!((old.id(), new.id()), (0, 2));
-    assert!(std::ptr::eq(old.slot(), new.slot()));
-    // The worst interleaving: the old op's end passes the "still mine" check, then the slot
-    // is overwritten, then the end is stored. The tag of its lap makes readers ignore it.
-    assert!(ring.snapshot().entries.iter().all(|e| !e.retired));
-    assert_ne!(old.tag(), new.tag());
-    new.mark_ended(9, None);
-    let e = ring
-        .snapshot()
-        .entries
-        .into_iter()
-        .find(|e| e.local_id == new.id())
-        .unwrap();
-    assert_eq!((e.retired, e.completed_ms), (true, Some(9)));
-    // A late end for an overwritten entry is not written at all.
-    old.mark_ended(7, Some("late"));
-    let e = ring
-        .snapshot()
-        .entries
-        .into_iter()
-        .find(|e| e.local_id == new.id())
-        .unwrap();
-    assert_eq!((e.completed_ms, e.error), (Some(9), None));
-    // Even one that passed the "still mine" check just before the overwrite (a thread
-    // preempted in between) is never taken for the new entry's: the new entry loses its end
-    // mark (shown not completed), it does not show the old one's.
-    old.slot().store_ended(old.tag(), 7, true);
-    let e = ring
-        .snapshot()
-        .entries
-        .into_iter()
-        .find(|e| e.local_id == new.id())
-        .unwrap();
-    assert_eq!((e.retired, e.completed_ms, e.error), (false, None, None));
+    }
 }
 
 #[test]
@@ -623,17 +614,7 @@ fn a_merge_keeps_no_entry_older_than_what_a_ring_lost() {
     let entry = |ms: u64, local_id: u64| entry::Entry {
         record_id: 0,
         local_id,
-        head: entry::Head {
-            created_ms: ms,
-            collective_seq_id: local_id,
-            op_id: local_id,
-            p2p_seq_id: 0,
-            pg_id: 0,
-            timeout_ms: 0,
-            peer: entry::NO_PEER,
-            op: OpType::Allreduce,
-            thread: 0,
-        },
+        head: head(ms, local_id),
         started_ms: None,
         completed_ms: None,
         retired: false,
