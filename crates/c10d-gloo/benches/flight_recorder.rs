@@ -7,12 +7,15 @@
 //! Run: `cargo bench -p c10d-gloo --bench flight_recorder`. The bench re-runs itself as the two
 //! ranks of each round (a fresh TcpStore and group per round). Inside a round both ranks run
 //! blocks of ops (a few ms each) and switch recording off and on between blocks at the same op
-//! ([`FlightRecorder::set_enabled`]), so an "off" block and the "on" block after it ran in
-//! the same processes, on the same cores and shared-memory segment: the ratio of such a pair
-//! is free of the spread between processes (the placement of two processes on two cores moves
-//! a 1 KiB all-reduce by ±10 %, more than what is measured here). It prints the median and
-//! best per-op time of each mode, and the median and quartiles of the pair ratios. Recording
-//! costs nothing measurable when 1.0 lies between the quartiles (the verdict line says which).
+//! ([`FlightRecorder::set_enabled`]), three blocks at a time: off, off again, on. So an "off"
+//! block and the blocks after it ran in the same processes, on the same cores and
+//! shared-memory segment: their ratio is free of the spread between processes (the placement
+//! of two processes on two cores moves a 1 KiB all-reduce by ±10 %, more than what is
+//! measured here). The second "off" block is the control: its ratio to the first shows what
+//! two blocks differ by when nothing changes (an A/A test; its median should be 1.0). It
+//! prints the median and best per-op time of each mode, and the median and quartiles of the
+//! on/off and control ratios. Recording costs nothing measurable when 1.0 lies between the
+//! quartiles of the on/off ratios (the verdict line says which).
 //! Ranks are processes, as in a real job: ranks as threads of one process would share one
 //! recorder, which real ranks never do.
 //!
@@ -27,7 +30,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const ROUNDS: usize = 4;
-/// Off/on block pairs per round.
+/// (off, off, on) block triples per round.
 const PAIRS: usize = 24;
 /// More than one lap of the default 2000-entry ring, so the timed ops are the steady state.
 const WARMUP: usize = 3000;
@@ -35,7 +38,9 @@ const RANK: &str = "C10D_FR_BENCH_RANK";
 const BLOCK_ENV: &str = "C10D_FR_BENCH_BLOCK";
 const PORT: &str = "C10D_FR_BENCH_PORT";
 
-/// One rank of a round: prints, per block pair, the per-op µs off and on.
+/// One rank of a round: prints, per round of three blocks, the per-op µs of a block with
+/// recording off, of a second one off (the A/A control: what two blocks differ by when
+/// nothing changes) and of one on.
 fn rank_main(rank: usize, port: u16, block: usize) {
     let o = TcpStoreOptions {
         timeout: Duration::from_secs(60),
@@ -64,9 +69,10 @@ fn rank_main(rank: usize, port: u16, block: usize) {
     for _ in 0..PAIRS {
         recorder.set_enabled(false);
         let off = run(block);
+        let control = run(block);
         recorder.set_enabled(true);
         let on = run(block);
-        println!("{off} {on}");
+        println!("{off} {control} {on}");
     }
 }
 
@@ -91,8 +97,9 @@ const TRANSPORTS: [Transport; 2] = [
     },
 ];
 
-/// One round: two rank processes recording into a 2000-entry ring; rank 0's (off, on) pairs.
-fn round(exe: &std::path::Path, transport: &Transport) -> Vec<(f64, f64)> {
+/// One round: two rank processes recording into a 2000-entry ring; rank 0's (off, control,
+/// on) block times.
+fn round(exe: &std::path::Path, transport: &Transport) -> Vec<[f64; 3]> {
     let srv = TcpStoreServer::bind(ServerOptions {
         host: Some("127.0.0.1".into()),
         ..Default::default()
@@ -115,11 +122,11 @@ fn round(exe: &std::path::Path, transport: &Transport) -> Vec<(f64, f64)> {
         .into_iter()
         .map(|k| String::from_utf8(k.wait_with_output().unwrap().stdout).unwrap())
         .collect();
-    let pair = |l: &str| {
+    let triple = |l: &str| {
         let v: Vec<f64> = l.split(' ').map(|x| x.parse().unwrap()).collect();
-        (v[0], v[1])
+        [v[0], v[1], v[2]]
     };
-    outs[0].lines().map(pair).collect()
+    outs[0].lines().map(triple).collect()
 }
 
 /// The value at fraction `q` of the sorted `v` (0.5: the median).
@@ -129,31 +136,38 @@ fn quantile(v: &[f64], q: f64) -> f64 {
     v[((v.len() - 1) as f64 * q).round() as usize]
 }
 
+/// Median and quartiles of `v`, as text.
+fn spread(v: &[f64]) -> String {
+    let q = |f| quantile(v, f);
+    format!(
+        "median {:.4}, quartiles {:.4}..{:.4}",
+        q(0.5),
+        q(0.25),
+        q(0.75)
+    )
+}
+
 /// Prints the off/on comparison of `transport`.
 fn compare(exe: &std::path::Path, transport: &Transport) {
-    let pairs: Vec<(f64, f64)> = (0..ROUNDS).flat_map(|_| round(exe, transport)).collect();
-    let off: Vec<f64> = pairs.iter().map(|p| p.0).collect();
-    let on: Vec<f64> = pairs.iter().map(|p| p.1).collect();
-    let ratios: Vec<f64> = pairs.iter().map(|(f, n)| n / f).collect();
+    let rows: Vec<[f64; 3]> = (0..ROUNDS).flat_map(|_| round(exe, transport)).collect();
+    let col = |i: usize| -> Vec<f64> { rows.iter().map(|r| r[i]).collect() };
+    let ratio = |i: usize| -> Vec<f64> { rows.iter().map(|r| r[i] / r[0]).collect() };
     println!(
-        "# {}: 2 rank processes, 1 KiB all_reduce, {ROUNDS} rounds × {PAIRS} pairs of {}-op blocks, recording off then on",
+        "# {}: 2 rank processes, 1 KiB all_reduce, {ROUNDS} rounds × {PAIRS} × (off, off, on) blocks of {} ops",
         transport.name, transport.block
     );
     println!("{:<14} {:>10} {:>9}", "recording", "median µs", "best µs");
-    for (name, v) in [("off", &off), ("on (2000)", &on)] {
-        let best = quantile(v, 0.0);
-        println!("{name:<14} {:>10.3} {best:>9.3}", quantile(v, 0.5));
+    for (name, v) in [("off", col(0)), ("on (2000)", col(2))] {
+        let best = quantile(&v, 0.0);
+        println!("{name:<14} {:>10.3} {best:>9.3}", quantile(&v, 0.5));
     }
-    let (lo, mid, hi) = (
-        quantile(&ratios, 0.25),
-        quantile(&ratios, 0.5),
-        quantile(&ratios, 0.75),
-    );
-    println!("ratio on/off of the pairs: median {mid:.4}, quartiles {lo:.4}..{hi:.4}");
-    let verdict = if lo <= 1.0 && 1.0 <= hi {
-        "not measurable: 1.0 lies between the quartiles of the pair ratios"
+    let (on, control) = (ratio(2), ratio(1));
+    println!("ratio on/off:         {}", spread(&on));
+    println!("ratio off/off (A/A):  {}", spread(&control));
+    let verdict = if quantile(&on, 0.25) <= 1.0 && 1.0 <= quantile(&on, 0.75) {
+        "not measurable: 1.0 lies between the quartiles of the on/off ratios"
     } else {
-        "measurable: the quartiles of the pair ratios exclude 1.0"
+        "measurable: the quartiles of the on/off ratios exclude 1.0"
     };
     println!("recording cost over {}: {verdict}", transport.name);
 }
