@@ -116,6 +116,10 @@ struct State {
     source_rank: Option<usize>,
     outputs: Vec<Tensor>,
     wakers: Vec<Waker>,
+    /// Threads blocked on the condition variable: completion signals it only when there are
+    /// some (a signal is a system call even with nobody waiting, one per op on the fast path
+    /// where the caller's own thread completes the op).
+    sleepers: u32,
     abort: Option<Box<dyn FnOnce() + Send>>,
     wait_hook: Option<WaitHook>,
 }
@@ -178,6 +182,7 @@ impl Work {
                 source_rank: None,
                 outputs: Vec::new(),
                 wakers: Vec::new(),
+                sleepers: 0,
                 abort: None,
                 wait_hook: None,
             }),
@@ -223,7 +228,9 @@ impl Work {
             if let Status::Done(r) = &st.status {
                 return r.clone();
             }
+            st.sleepers += 1;
             st = self.0.cv.wait(st).unwrap_or_else(|e| e.into_inner());
+            st.sleepers -= 1;
         }
     }
 
@@ -254,12 +261,11 @@ impl Work {
                     timeout.as_millis()
                 )));
             }
-            st = self
-                .0
-                .cv
-                .wait_timeout(st, deadline - now)
+            st.sleepers += 1;
+            st = (self.0.cv.wait_timeout(st, deadline - now))
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
+            st.sleepers -= 1;
         }
     }
 
@@ -395,7 +401,7 @@ impl WorkCompleter {
         if let Some(t) = trace {
             t.finished(result.as_ref().map(|_| ()));
         }
-        let wakers = {
+        let (wakers, sleepers) = {
             let mut st = lock(i);
             if matches!(st.status, Status::Done(_)) {
                 return;
@@ -403,9 +409,13 @@ impl WorkCompleter {
             st.status = Status::Done(result);
             st.abort = None;
             st.wait_hook = None;
-            std::mem::take(&mut st.wakers)
+            (std::mem::take(&mut st.wakers), st.sleepers)
         };
-        i.cv.notify_all();
+        // A waiter counts itself and checks the status under the lock before it blocks, so
+        // with none counted here none can miss the completion.
+        if sleepers > 0 {
+            i.cv.notify_all();
+        }
         wakers.into_iter().for_each(Waker::wake);
     }
 }
@@ -461,6 +471,36 @@ mod tests {
         assert_eq!(t.join().unwrap().unwrap_err().to_string(), "boom");
         assert!(w.is_completed() && !w.is_success());
         assert_eq!(w.exception().unwrap().to_string(), "boom");
+    }
+
+    #[test]
+    fn completion_wakes_threads_blocked_in_wait() {
+        // Both waiters are counted as sleeping before the op completes: the completion must
+        // signal them (it skips the signal only when nobody sleeps).
+        let (w, c) = Work::new(OpType::Allreduce, 4);
+        let (tx, rx) = std::sync::mpsc::channel();
+        for timed in [false, true] {
+            let (w, tx) = (w.clone(), tx.clone());
+            std::thread::spawn(move || {
+                let r = if timed {
+                    w.wait_timeout(Duration::from_secs(600))
+                } else {
+                    w.wait()
+                };
+                tx.send(r.is_ok()).unwrap();
+            });
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while lock(&w.0).sleepers < 2 {
+            assert!(Instant::now() < deadline, "the waiters never blocked");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        c.complete(Ok(()));
+        for _ in 0..2 {
+            let woken = rx.recv_timeout(Duration::from_secs(20));
+            assert_eq!(woken, Ok(true), "a waiter was not woken");
+        }
+        assert_eq!(lock(&w.0).sleepers, 0);
     }
 
     #[test]
