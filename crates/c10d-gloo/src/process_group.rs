@@ -199,8 +199,10 @@ impl ProcessGroupGloo {
     }
 
     /// Queues a collective: leases its tensors, numbers it, records it in the flight recorder
-    /// and hands it to the engine (driven here for a blocking call that finds the engine
-    /// free). The returned `Work` completes when the body ran on this rank.
+    /// and hands it to the engine. A blocking call that finds the engine free runs it on the
+    /// calling thread: at once when nothing is queued before it (recording it at its first
+    /// wait for peers, see `Comm::before_wait`), else after the ops queued before it. The
+    /// returned `Work` completes when the body ran on this rank.
     ///
     /// # Errors
     /// A tensor already leased by a running op ("… is in use …").
@@ -221,15 +223,16 @@ impl ProcessGroupGloo {
         })?;
         let timeout = self.op_timeout(timeout);
         let mut q = lock(&self.shared.queue);
-        let seq = q.seq;
+        let (seq, coll_seq) = (q.seq, q.coll_seq);
         q.seq += 1;
-        let coll_seq = q.coll_seq;
         q.coll_seq += 1;
+        let ids = RecordIds::of(&q);
+        let mut record = || self.record(ids, op, None, (inputs, outputs), timeout);
         let (work, mut completer) = Work::new(op, seq);
-        completer.set_trace(self.record(&q, op, None, (inputs, outputs), timeout));
         completer.set_outputs(result);
         if let Some(e) = q.stop.clone() {
             drop(q);
+            completer.set_trace(record());
             drop(leases);
             completer.complete(Err(e.map_message(|m| {
                 format!("{op} (seq {seq}) on rank {} failed: {m}", self.id.rank)
@@ -243,30 +246,50 @@ impl ProcessGroupGloo {
             dtype,
             total,
         };
-        q.subs.push_back(Submission::Coll(CollOp {
+        let mut coll = CollOp {
             info,
             timeout,
             leases,
             body,
             completer,
-        }));
+        };
+        if blocking && q.subs.is_empty() {
+            // `try_lock` under the queue's lock: never waits, so the lock order of the engine
+            // (engine, then queue) cannot deadlock with it.
+            if let Ok(mut eng) = self.engine.try_lock() {
+                if eng.nothing_queued() {
+                    drop(q);
+                    eng.guarded(|e| e.run_now(coll, &mut record));
+                    self.after_driving(eng);
+                    return Ok(work);
+                }
+            }
+        }
+        coll.completer.set_trace(record());
+        q.subs.push_back(Submission::Coll(coll));
         drop(q);
         if blocking {
-            // A blocking call: run it on this thread when the engine is free (no thread hop).
+            // Run it on this thread, after the ops queued before it, when the engine is free.
             if let Ok(mut eng) = self.engine.try_lock() {
                 eng.guarded(|e| e.drive_until(|| work.is_completed()));
-                let more = eng.has_pending_io() || eng.is_stopping();
-                drop(eng);
-                let mut q = lock(&self.shared.queue);
-                if more || !q.subs.is_empty() {
-                    q.kick = true;
-                    self.shared.cv.notify_one();
-                }
+                self.after_driving(eng);
                 return Ok(work);
             }
         }
         self.notify();
         Ok(work)
+    }
+
+    /// After driving the engine on a caller's thread: wakes the worker when work is left
+    /// (queued ops, pending sends or receives, a stop).
+    fn after_driving(&self, eng: std::sync::MutexGuard<'_, Engine>) {
+        let more = eng.has_pending_io() || eng.is_stopping();
+        drop(eng);
+        let mut q = lock(&self.shared.queue);
+        if more || !q.subs.is_empty() {
+            q.kick = true;
+            self.shared.cv.notify_one();
+        }
     }
 
     pub(crate) fn submit_p2p(
@@ -311,7 +334,7 @@ impl ProcessGroupGloo {
         let seq = q.seq;
         q.seq += 1;
         let (work, mut completer) = Work::new(op, seq);
-        completer.set_trace(self.record(&q, op, peer, (tensors, tensors), timeout));
+        completer.set_trace(self.record(RecordIds::of(&q), op, peer, (tensors, tensors), timeout));
         completer.set_outputs(tensors.to_vec());
         if let Some(e) = q.stop.clone() {
             drop(q);
@@ -335,12 +358,12 @@ impl ProcessGroupGloo {
         Ok(work)
     }
 
-    /// Records a just-numbered op in the flight recorder (`q` holds the counters including
-    /// it). In-place ops are recorded with the same tensors as input and output, as PyTorch
-    /// does: a side left empty by the lease split takes the other one.
+    /// Records a numbered op in the flight recorder. In-place ops are recorded with the same
+    /// tensors as input and output, as PyTorch does: a side left empty by the lease split takes
+    /// the other one.
     pub(crate) fn record(
         &self,
-        q: &Queue,
+        ids: RecordIds,
         op: OpType,
         peer: Option<usize>,
         (inputs, outputs): (&[Tensor], &[Tensor]),
@@ -348,9 +371,9 @@ impl ProcessGroupGloo {
     ) -> Option<Trace> {
         self.fr.record(&OpRecord {
             op,
-            collective_seq_id: q.coll_seq,
-            p2p_seq_id: q.seq - q.coll_seq,
-            op_id: q.seq,
+            collective_seq_id: ids.collective_seq_id,
+            p2p_seq_id: ids.p2p_seq_id,
+            op_id: ids.op_id,
             peer,
             inputs: if inputs.is_empty() { outputs } else { inputs },
             outputs: if outputs.is_empty() { inputs } else { outputs },
@@ -404,5 +427,24 @@ impl ProcessGroupGloo {
 impl Drop for ProcessGroupGloo {
     fn drop(&mut self) {
         self.shut_down();
+    }
+}
+
+/// PyTorch's numbers of an op in the flight recorder (1-based, per group).
+#[derive(Clone, Copy)]
+pub(crate) struct RecordIds {
+    op_id: u64,
+    collective_seq_id: u64,
+    p2p_seq_id: u64,
+}
+
+impl RecordIds {
+    /// The numbers of the op just counted in `q`.
+    fn of(q: &Queue) -> RecordIds {
+        RecordIds {
+            op_id: q.seq,
+            collective_seq_id: q.coll_seq,
+            p2p_seq_id: q.seq - q.coll_seq,
+        }
     }
 }
