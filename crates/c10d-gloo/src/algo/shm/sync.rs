@@ -142,9 +142,6 @@ pub(super) fn wait_all(comm: &mut Comm<'_>, seg: &Segment, k: u32) -> Result<()>
 
 /// Waits until peer `p`'s `seq` reached `k` (see the module docs for the checks).
 pub(super) fn wait_for(comm: &mut Comm<'_>, seg: &Segment, p: usize, k: u32) -> Result<()> {
-    if !reached(seg.line(p).seq.load(Ordering::Acquire), k) {
-        comm.before_wait();
-    }
     let r = comm.rank();
     let deadline = comm.deadline();
     let limit = seg.spins;
