@@ -387,45 +387,34 @@ impl Backend for ProcessGroupGloo {
         let input = &inputs[0];
         let dtype = input.dtype();
         let total = input.nbytes() as u64;
-        if r == root {
+        // The root gathers into its list; the others send only.
+        let gathered: &[Tensor] = if r == root {
             check_root_list(OP, outputs, n, "output")?;
             let refs: Vec<&Tensor> = outputs[0].iter().chain(inputs).collect();
             check_cpu(OP, &refs)?;
             check_same(OP, &outputs[0].iter().collect::<Vec<_>>(), input)?;
-            let body: CollBody = Box::new(move |comm, ins, mut outs| {
-                algo::exchange::gather(comm, ins[0], &mut outs, root)
-            });
-            self.submit(Launch {
-                op: OpType::Gather,
-                dtype,
-                total,
-                timeout: opts.timeout,
-                inputs,
-                outputs: &outputs[0],
-                result: outputs[0].clone(),
-                body,
-                blocking: !opts.async_op,
-            })
+            &outputs[0]
         } else {
             if !outputs.is_empty() {
                 return Err(inval(OP, "requires empty output on non-root"));
             }
             check_cpu(OP, &[input])?;
-            let body: CollBody = Box::new(move |comm, ins, mut outs| {
-                algo::exchange::gather(comm, ins[0], &mut outs, root)
-            });
-            self.submit(Launch {
-                op: OpType::Gather,
-                dtype,
-                total,
-                timeout: opts.timeout,
-                inputs,
-                outputs: &[],
-                result: Vec::new(),
-                body,
-                blocking: !opts.async_op,
-            })
-        }
+            &[]
+        };
+        let body: CollBody = Box::new(move |comm, ins, mut outs| {
+            algo::exchange::gather(comm, ins[0], &mut outs, root)
+        });
+        self.submit(Launch {
+            op: OpType::Gather,
+            dtype,
+            total,
+            timeout: opts.timeout,
+            inputs,
+            outputs: gathered,
+            result: gathered.to_vec(),
+            body,
+            blocking: !opts.async_op,
+        })
     }
 
     fn scatter(
@@ -442,45 +431,33 @@ impl Backend for ProcessGroupGloo {
         }
         let out = &outputs[0];
         let (dtype, total) = (out.dtype(), out.nbytes() as u64);
-        if r == root {
+        // The root scatters from its list; the others receive only.
+        let scattered: &[Tensor] = if r == root {
             check_root_list(OP, inputs, n, "input")?;
             let refs: Vec<&Tensor> = inputs[0].iter().chain(outputs).collect();
             check_cpu(OP, &refs)?;
             check_same(OP, &inputs[0].iter().collect::<Vec<_>>(), out)?;
-            let body: CollBody = Box::new(move |comm, ins, mut outs| {
-                algo::exchange::scatter(comm, &ins, outs[0], root)
-            });
-            self.submit(Launch {
-                op: OpType::Scatter,
-                dtype,
-                total,
-                timeout: opts.timeout,
-                inputs: &inputs[0],
-                outputs,
-                result: outputs.to_vec(),
-                body,
-                blocking: !opts.async_op,
-            })
+            &inputs[0]
         } else {
             if !inputs.is_empty() {
                 return Err(inval(OP, "requires empty input on non-root"));
             }
             check_cpu(OP, &[out])?;
-            let body: CollBody = Box::new(move |comm, ins, mut outs| {
-                algo::exchange::scatter(comm, &ins, outs[0], root)
-            });
-            self.submit(Launch {
-                op: OpType::Scatter,
-                dtype,
-                total,
-                timeout: opts.timeout,
-                inputs: &[],
-                outputs,
-                result: outputs.to_vec(),
-                body,
-                blocking: !opts.async_op,
-            })
-        }
+            &[]
+        };
+        let body: CollBody =
+            Box::new(move |comm, ins, mut outs| algo::exchange::scatter(comm, &ins, outs[0], root));
+        self.submit(Launch {
+            op: OpType::Scatter,
+            dtype,
+            total,
+            timeout: opts.timeout,
+            inputs: scattered,
+            outputs,
+            result: outputs.to_vec(),
+            body,
+            blocking: !opts.async_op,
+        })
     }
 
     fn reduce_scatter(
