@@ -7,7 +7,7 @@
 use super::conn::{Owner, Peer, Rx, TxData};
 use super::{CollOp, Engine, OpInfo};
 use crate::wire::{Header, Kind};
-use c10d_core::DistError;
+use c10d_core::{DType, DistError};
 use std::collections::{HashSet, VecDeque};
 
 /// The collectives: queued, running, and what is posted for or arrived ahead of them.
@@ -289,20 +289,11 @@ impl Engine {
         peer: usize,
         h: &Header,
     ) -> DistError {
-        let me = format!(
-            "{} (seq {}, {}, {} bytes)",
-            info.op,
-            info.seq,
-            info.dtype.torch_name(),
-            info.total
-        );
-        let them = format!(
-            "{} (seq {}, {}, {} bytes)",
-            h.op,
-            h.seq,
-            h.dtype.torch_name(),
-            h.total
-        );
+        let describe = |op, seq, dtype: DType, total| {
+            format!("{op} (seq {seq}, {}, {total} bytes)", dtype.torch_name())
+        };
+        let me = describe(info.op, info.seq, info.dtype, info.total);
+        let them = describe(h.op, h.seq, h.dtype, h.total);
         let detail = if me == them {
             format!(
                 " (frame step {} of {} bytes where step {step} of {len} bytes was expected: the ranks chose different algorithms or sizes)",
