@@ -92,7 +92,7 @@ impl Ring {
         let cursor = self.cursor.load(Relaxed);
         let (index, lap) = (cursor as u32, (cursor >> 32) as u32);
         let slot = &self.slots[index as usize];
-        if !slot.write(id, head, self.thread.load(Relaxed), lap_tag(lap), shapes) {
+        if !slot.write(id, head, self.thread.load(Relaxed), shapes) {
             let mut aside = lock(&self.aside);
             aside.prune((id + 1).saturating_sub(self.slots.len() as u64));
             aside.shapes.insert(id, shapes.words());

@@ -66,11 +66,11 @@ fn whole(id: u64) -> u64 {
 }
 
 impl Slot {
-    /// Writes entry `id` of lap tag `tag` of thread `thread`, by the ring's owner only (`rings`
+    /// Writes entry `id` of thread `thread`, by the ring's owner only (`rings`
     /// gives each ring one owning thread). Returns false when the shapes did not fit the slot
     /// (the caller keeps `shapes.words()` beside the ring).
     #[inline(always)]
-    pub fn write(&self, id: u64, h: &Head, thread: u32, tag: u64, shapes: &Packing<'_>) -> bool {
+    pub fn write(&self, id: u64, h: &Head, thread: u32, shapes: &Packing<'_>) -> bool {
         use Ordering::Relaxed;
         self.seq.store(whole(id) | 1, Relaxed);
         fence(Ordering::Release);
@@ -79,7 +79,6 @@ impl Slot {
         self.op_id.store(h.op_id, Relaxed);
         // A late mark of the entry before carries another lap's tag; zeroing also keeps a
         // word never marked since from matching when the 22-bit tag wraps.
-        let _ = tag;
         self.started.store(0, Relaxed);
         self.ended.store(0, Relaxed);
         self.p2p_seq_id.store(h.p2p_seq_id, Relaxed);
