@@ -200,9 +200,9 @@ impl ProcessGroupGloo {
 
     /// Queues a collective: leases its tensors, numbers it, records it in the flight recorder
     /// and hands it to the engine. A blocking call that finds the engine free runs it on the
-    /// calling thread: at once when nothing is queued before it (without the queue's round
-    /// trip), else after the ops queued before it. The returned `Work` completes when the body
-    /// ran on this rank.
+    /// calling thread: at once when nothing is queued before it (recording it at its first
+    /// wait for peers, see `Comm::before_wait`), else after the ops queued before it. The
+    /// returned `Work` completes when the body ran on this rank.
     ///
     /// # Errors
     /// A tensor already leased by a running op ("… is in use …").
@@ -227,7 +227,7 @@ impl ProcessGroupGloo {
         q.seq += 1;
         q.coll_seq += 1;
         let ids = RecordIds::of(&q);
-        let record = || self.record(ids, op, None, (inputs, outputs), timeout);
+        let mut record = || self.record(ids, op, None, (inputs, outputs), timeout);
         let (work, mut completer) = Work::new(op, seq);
         completer.set_outputs(result);
         if let Some(e) = q.stop.clone() {
@@ -259,8 +259,7 @@ impl ProcessGroupGloo {
             if let Ok(mut eng) = self.engine.try_lock() {
                 if eng.nothing_queued() {
                     drop(q);
-                    coll.completer.set_trace(record());
-                    eng.guarded(|e| e.run_now(coll));
+                    eng.guarded(|e| e.run_now(coll, &mut record));
                     self.after_driving(eng);
                     return Ok(work);
                 }

@@ -153,3 +153,79 @@ fn a_timed_out_op_is_retired_with_its_error_and_dumped() {
     drop((p0, p1, pgs));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A blocking collective that finds the engine free runs at once on the caller's thread and is
+/// recorded at its first wait for a peer, not at submission: it must still be in a dump taken
+/// while it hangs, and an op that never waits (in a group of one) must be recorded when it
+/// ends.
+#[test]
+fn blocking_ops_run_at_once_are_recorded_before_they_can_hang() {
+    let pgs = make_world(2, named("fr-blocking"));
+    let blocking = |timeout: Option<Duration>| AllreduceOptions {
+        async_op: false,
+        timeout,
+        ..Default::default()
+    };
+    run_on(pgs.clone(), move |_, pg| {
+        let t = Tensor::from_vec(vec![1f32; 256]);
+        let w = pg.all_reduce(std::slice::from_ref(&t), &blocking(None));
+        w.unwrap().wait().unwrap();
+        let b = BroadcastOptions {
+            async_op: false,
+            ..Default::default()
+        };
+        pg.broadcast(&[t], &b).unwrap().wait().unwrap();
+    });
+    // Rank 1 never joins: rank 0's third op hangs until its timeout.
+    let p0 = pgs[0].clone();
+    let hung = std::thread::spawn(move || {
+        let t = Tensor::from_vec(vec![1f32; 256]);
+        let opts = blocking(Some(Duration::from_secs(3)));
+        p0.all_reduce(&[t], &opts).unwrap().wait().unwrap_err()
+    });
+    let third = |pg: &ProcessGroupGloo| {
+        entries_of(pg)
+            .into_iter()
+            .find(|e| e.collective_seq_id == 3)
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    let seen = loop {
+        match third(&pgs[0]) {
+            Some(e) => break e,
+            None if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10))
+            }
+            None => panic!("the hanging op is not in the dump"),
+        }
+    };
+    assert_eq!((seen.state.as_str(), seen.retired), ("started", false));
+    let err = hung.join().unwrap();
+    assert!(err.to_string().contains("Timed out"), "{err}");
+    let es = entries_of(&pgs[0]);
+    let ops: Vec<(&str, &str)> = es
+        .iter()
+        .map(|e| (e.profiling_name.as_str(), e.state.as_str()))
+        .collect();
+    assert_eq!(
+        ops,
+        [
+            ("gloo:all_reduce", "completed"),
+            ("gloo:broadcast", "completed"),
+            ("gloo:all_reduce", "started"),
+        ]
+    );
+    assert!(es[2].retired && es[2].error.is_some());
+    assert_eq!(entries_of(&pgs[1]).len(), 2);
+    let alone = make_world(1, named("fr-alone")).remove(0);
+    for _ in 0..10 {
+        let t = Tensor::from_vec(vec![1f32; 4]);
+        alone
+            .all_reduce(&[t], &blocking(None))
+            .unwrap()
+            .wait()
+            .unwrap();
+    }
+    let es = entries_of(&alone);
+    assert_eq!(es.len(), 10);
+    assert!(es.iter().all(|e| e.state == "completed"), "{es:?}");
+}

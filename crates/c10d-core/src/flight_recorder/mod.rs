@@ -78,6 +78,11 @@
 //!   and then ends at the very instant its old slot is rewritten may leave the new entry
 //!   without its start or end mark (it is never given the old op's); PyTorch's gloo records no start or completion at all
 //!   (its entries stay "scheduled").
+//! - c10d-gloo records a blocking collective that the caller's thread runs at once when the op
+//!   first waits for a peer (or ends, if it never waits): a few hundred nanoseconds after it
+//!   was submitted over shared memory, after its sends were posted over sockets. The entry is
+//!   then written while a peer's data travels, at no cost to the op. A dump always shows an op
+//!   that hangs, but one taken in that moment may not show the op yet.
 //! - Sends and receives are recorded with their peers (PyTorch's gloo does not record them);
 //!   `monitored_barrier` is recorded as `"barrier"`, `all_to_all_single` as `"all_to_all"`.
 //! - The dump is written at the first failure of a run of failures of a group (not for every

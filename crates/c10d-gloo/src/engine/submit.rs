@@ -2,7 +2,7 @@
 //! the drive loops (the worker's, and a blocking caller's inline one), running one collective
 //! (`run_coll`: its body gets a `Comm`), and the last act of a stopping engine (`finish`).
 
-use super::comm::Comm;
+use super::comm::{Comm, RecordHook};
 use super::conn::{control_header, Owner, TxData};
 use super::faults::{op_failed, panic_text};
 use super::Engine;
@@ -291,18 +291,24 @@ impl Engine {
         }
     }
 
+    pub(super) fn run_coll(&mut self, op: CollOp) {
+        self.run_coll_with(op, None);
+    }
+
     /// Whether a collective submitted now would run next (nothing queued in the engine).
     pub(crate) fn nothing_queued(&self) -> bool {
         self.colls.pending.is_empty()
     }
 
     /// Runs `op`, submitted by the calling thread, which holds the engine and found nothing
-    /// queued before it, at once (without the queue's round trip). Ops submitted by other
-    /// threads since were numbered after it and run after it. A stop seen first fails it, as
-    /// it fails every queued op.
-    pub(crate) fn run_now(&mut self, op: CollOp) {
+    /// queued before it, at once; `record` records it in the flight recorder at its first
+    /// wait for peers (see [`Comm::before_wait`]). Ops submitted by other threads since were
+    /// numbered after it and run after it. A stop seen first fails it (recorded), as it
+    /// fails every queued op.
+    pub(crate) fn run_now(&mut self, mut op: CollOp, record: RecordHook<'_>) {
         self.drain();
         if self.stop.requested {
+            op.completer.set_trace(record());
             let stop = lock(&self.shared.queue).stop.clone();
             let err = (self.faults.failed.clone().or(stop))
                 .unwrap_or_else(|| DistError::backend("the group was shut down"));
@@ -310,17 +316,23 @@ impl Engine {
             self.fail_pending_colls(&err);
             return;
         }
-        self.run_coll(op);
+        self.run_coll_with(op, Some(record));
     }
 
-    pub(super) fn run_coll(&mut self, op: CollOp) {
+    fn run_coll_with(&mut self, op: CollOp, mut record: Option<RecordHook<'_>>) {
         let CollOp {
             info,
             timeout,
             mut leases,
             body,
-            completer,
+            mut completer,
         } = op;
+        if self.net.connector.is_some() {
+            // Connecting (the group's first op) can block: record the op before.
+            if let Some(r) = record.take() {
+                completer.set_trace(r());
+            }
+        }
         self.colls.seq = info.coll_seq;
         let res = if let Some(e) = self.faults.failed.clone() {
             Err(op_failed(&info, &self.id, &e))
@@ -330,7 +342,9 @@ impl Engine {
         } else {
             completer.mark_started();
             self.colls.cur = Some(info);
-            let mut comm = Comm::new(self, info, timeout);
+            // The hook outlives the engine's borrow; the `Comm` keeps it for that borrow only.
+            let hook = record.take().map(|r| r as RecordHook<'_>);
+            let mut comm = Comm::new(self, info, timeout, hook);
             // A bug in an algorithm must not kill the engine (every later op would hang):
             // the panic becomes this op's error and fails the group, whose state is suspect.
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -339,6 +353,9 @@ impl Engine {
                     Err(e) => Err(e),
                 }
             }));
+            if let Some(t) = comm.take_trace() {
+                completer.set_trace(Some(t));
+            }
             drop(comm);
             self.colls.cur = None;
             match r {
@@ -356,6 +373,10 @@ impl Engine {
                 }
             }
         };
+        if let Some(r) = record {
+            // Failed before it ran.
+            completer.set_trace(r());
+        }
         self.colls.seq = info.coll_seq + 1;
         drop(leases);
         completer.complete(res);

@@ -143,6 +143,14 @@ pub(super) fn wait_all(comm: &mut Comm<'_>, seg: &Segment, k: u32) -> Result<()>
 /// Waits until peer `p`'s `seq` reached `k` (see the module docs for the checks).
 pub(super) fn wait_for(comm: &mut Comm<'_>, seg: &Segment, p: usize, k: u32) -> Result<()> {
     let r = comm.rank();
+    // The first load goes out before the op's flight-recorder entry is written, so that the
+    // entry is written while the peer's line travels here (a cross-core transfer, longer than
+    // the write): recording then adds nothing to the op, even on a rank whose peer is there.
+    let first = seg.line(p).seq.load(Ordering::Acquire);
+    comm.before_wait();
+    if reached(first, k) {
+        return Ok(());
+    }
     let deadline = comm.deadline();
     let limit = seg.spins;
     let line = seg.line(p);
