@@ -84,9 +84,11 @@
 //! 1. `ProcessGroupGloo::all_reduce` (`ops.rs`) checks the arguments and builds the op's body,
 //!    a closure that asks the table for an algorithm and runs it (e.g. `algo::allreduce::ring`)
 //!    on a `Comm` (`algo::dispatch`).
-//! 2. `submit` (`process_group.rs`) leases the tensors, numbers the op, records it in the flight recorder and
-//!    queues it; a blocking call that finds the engine free drives it on the caller's thread,
-//!    otherwise the group's worker thread does (`engine/mod.rs`, "who drives it").
+//! 2. `submit` (`process_group.rs`) leases the tensors, numbers the op, records it in the
+//!    flight recorder and queues it; a blocking call that finds the engine free drives it on
+//!    the caller's thread, otherwise the group's worker thread does (`engine/mod.rs`, "who
+//!    drives it"). A blocking call that also finds nothing queued runs the op at once, without
+//!    the queue, and records it at its first wait for a peer (`Comm::record_pending`).
 //! 3. The engine runs queued collectives in issue order (`Engine::run_coll` in
 //!    `engine/submit.rs`): connects first under lazy init, gives the body a `Comm` with the
 //!    op's deadline, and completes the op's `Work` with the body's result.

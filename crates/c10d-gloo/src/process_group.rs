@@ -5,13 +5,14 @@
 use crate::algo::dispatch::Algo;
 use crate::checks::{at, check_cpu, inval};
 use crate::engine::{
-    lock, worker_loop, CollBody, CollOp, Connector, Engine, Ident, OpInfo, P2pOp, Queue, Shared,
-    Submission, WAKER,
+    lock, worker_loop, CollBody, CollOp, Connector, Engine, Ident, OpInfo, P2pOp, Queue,
+    RecordHook, Shared, Submission, WAKER,
 };
 use crate::GlooOptions;
-use c10d_core::flight_recorder::{GroupRecorder, OpRecord, Trace};
+use c10d_core::flight_recorder::{hold_failure_dumps, GroupRecorder, OpRecord, Stamp, Trace};
 use c10d_core::*;
 use c10d_store::Store;
+use std::cell::Cell;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -200,9 +201,9 @@ impl ProcessGroupGloo {
 
     /// Queues a collective: leases its tensors, numbers it, records it in the flight recorder
     /// and hands it to the engine. A blocking call that finds the engine free runs it on the
-    /// calling thread: at once when nothing is queued before it (recording it at its first
-    /// wait for peers, see `Comm::before_wait`), else after the ops queued before it. The
-    /// returned `Work` completes when the body ran on this rank.
+    /// calling thread: at once when nothing is queued before it (see
+    /// [`ProcessGroupGloo::run_at_once`]), else after the ops queued before it. The returned
+    /// `Work` completes when the body ran on this rank.
     ///
     /// # Errors
     /// A tensor already leased by a running op ("… is in use …").
@@ -227,12 +228,12 @@ impl ProcessGroupGloo {
         q.seq += 1;
         q.coll_seq += 1;
         let ids = RecordIds::of(&q);
-        let mut record = || self.record(ids, op, None, (inputs, outputs), timeout);
+        let record = |created| self.record(ids, op, None, (inputs, outputs), timeout, created);
         let (work, mut completer) = Work::new(op, seq);
         completer.set_outputs(result);
         if let Some(e) = q.stop.clone() {
             drop(q);
-            completer.set_trace(record());
+            completer.set_trace(record(None));
             drop(leases);
             completer.complete(Err(e.map_message(|m| {
                 format!("{op} (seq {seq}) on rank {} failed: {m}", self.id.rank)
@@ -256,16 +257,16 @@ impl ProcessGroupGloo {
         if blocking && q.subs.is_empty() {
             // `try_lock` under the queue's lock: never waits, so the lock order of the engine
             // (engine, then queue) cannot deadlock with it.
-            if let Ok(mut eng) = self.engine.try_lock() {
+            if let Ok(eng) = self.engine.try_lock() {
                 if eng.nothing_queued() {
                     drop(q);
-                    eng.guarded(|e| e.run_now(coll, &mut record));
-                    self.after_driving(eng);
+                    let created = self.fr.stamp();
+                    self.run_at_once(eng, coll, &|| record(created), &work);
                     return Ok(work);
                 }
             }
         }
-        coll.completer.set_trace(record());
+        coll.completer.set_trace(record(None));
         q.subs.push_back(Submission::Coll(coll));
         drop(q);
         if blocking {
@@ -278,6 +279,36 @@ impl ProcessGroupGloo {
         }
         self.notify();
         Ok(work)
+    }
+
+    /// Runs `coll` (its `Work` is `work`) on the calling thread, which holds the engine and found
+    /// nothing queued. The op is recorded in the flight recorder only at its first wait for a
+    /// peer (see `Comm::record_pending`), where writing the entry costs the op nothing; its
+    /// creation time is still its submission's. Meanwhile the failure dumps of this thread
+    /// are held back ([`hold_failure_dumps`]), so that a failure of the group noticed before
+    /// that wait dumps with the op in it. An engine panic before the op was recorded records
+    /// it failed.
+    fn run_at_once(
+        &self,
+        mut eng: std::sync::MutexGuard<'_, Engine>,
+        coll: CollOp,
+        record: RecordHook<'_>,
+        work: &Work,
+    ) {
+        let recorded = Cell::new(false);
+        let record_once = || {
+            recorded.set(true);
+            record()
+        };
+        let hold = hold_failure_dumps();
+        let ran = eng.guarded(|e| e.run_now(coll, &record_once));
+        self.after_driving(eng);
+        if ran.is_none() && !recorded.get() {
+            if let (Some(t), Some(e)) = (record(), work.exception()) {
+                t.finished(Err(&e));
+            }
+        }
+        drop(hold);
     }
 
     /// After driving the engine on a caller's thread: wakes the worker when work is left
@@ -334,7 +365,8 @@ impl ProcessGroupGloo {
         let seq = q.seq;
         q.seq += 1;
         let (work, mut completer) = Work::new(op, seq);
-        completer.set_trace(self.record(RecordIds::of(&q), op, peer, (tensors, tensors), timeout));
+        let ids = RecordIds::of(&q);
+        completer.set_trace(self.record(ids, op, peer, (tensors, tensors), timeout, None));
         completer.set_outputs(tensors.to_vec());
         if let Some(e) = q.stop.clone() {
             drop(q);
@@ -358,7 +390,8 @@ impl ProcessGroupGloo {
         Ok(work)
     }
 
-    /// Records a numbered op in the flight recorder. In-place ops are recorded with the same
+    /// Records a numbered op in the flight recorder, submitted at `created` (`None`: now; see
+    /// [`GroupRecorder::record_at`]). In-place ops are recorded with the same
     /// tensors as input and output, as PyTorch does: a side left empty by the lease split takes
     /// the other one.
     pub(crate) fn record(
@@ -368,8 +401,9 @@ impl ProcessGroupGloo {
         peer: Option<usize>,
         (inputs, outputs): (&[Tensor], &[Tensor]),
         timeout: Duration,
+        created: Option<Stamp>,
     ) -> Option<Trace> {
-        self.fr.record(&OpRecord {
+        let op = OpRecord {
             op,
             collective_seq_id: ids.collective_seq_id,
             p2p_seq_id: ids.p2p_seq_id,
@@ -378,7 +412,8 @@ impl ProcessGroupGloo {
             inputs: if inputs.is_empty() { outputs } else { inputs },
             outputs: if outputs.is_empty() { inputs } else { outputs },
             timeout,
-        })
+        };
+        self.fr.record_at(&op, created)
     }
 
     /// Wakes the worker wherever it sleeps: on the condvar (idle) or in epoll (driving).

@@ -2,6 +2,7 @@
 
 use super::clock::now_ms;
 use super::entry::{is_p2p, GroupInfo, Head, NO_PEER};
+use super::hold::defer_dump;
 use super::ring::Place;
 use super::shapes::Packing;
 use super::FlightRecorder;
@@ -44,6 +45,19 @@ pub(crate) struct GroupStatus {
     pub last_enqueued: AtomicI64,
     pub last_started: AtomicI64,
     pub last_completed: AtomicI64,
+}
+
+impl GroupStatus {
+    /// Collective `seq` was recorded. Ops recorded late (see [`GroupRecorder::record_at`]) can
+    /// be recorded after later ones: the value only grows (a load and a store, no atomic
+    /// read-modify-write: two threads recording into one group at the same instant may leave
+    /// the smaller of their two, until the group's next op).
+    #[inline]
+    fn enqueued(&self, seq: i64) {
+        if seq > self.last_enqueued.load(Ordering::Relaxed) {
+            self.last_enqueued.store(seq, Ordering::Relaxed);
+        }
+    }
 }
 
 impl Default for GroupStatus {
@@ -91,12 +105,22 @@ impl GroupCore {
         }
     }
 
-    /// An op of this group failed; writes the dump at the first failure of a run.
-    fn failed(&self) {
+    /// An op of this group failed; writes the dump at the first failure of a run (when the
+    /// thread holds dumps, once the hold ends: see `hold`).
+    fn failed(&'static self) {
         // A swap, so that of two ops failing at once on two threads only one sees the run's
         // first failure.
         let first_failure = !self.failing.swap(true, Ordering::Relaxed);
-        if !first_failure || self.shutting_down.load(Ordering::Relaxed) {
+        if !first_failure || self.shutting_down.load(Ordering::Relaxed) || defer_dump(self) {
+            return;
+        }
+        self.write_dump();
+    }
+
+    /// Writes the recorder's dump, when the recorder still exists and dumps on failure (and
+    /// the group is not going away on purpose).
+    pub(super) fn write_dump(&self) {
+        if self.shutting_down.load(Ordering::Relaxed) {
             return;
         }
         let Some(fr) = self.recorder.upgrade() else {
@@ -112,7 +136,8 @@ impl GroupCore {
 
 /// One process group's handle on a [`FlightRecorder`], made by
 /// [`FlightRecorder::register_group`]. Backends call [`GroupRecorder::record`] when an op is
-/// submitted and keep the returned [`Trace`] with the op (see `WorkCompleter::set_trace`).
+/// submitted (or [`GroupRecorder::record_at`] later, with the time it was submitted) and keep
+/// the returned [`Trace`] with the op (see `WorkCompleter::set_trace`).
 #[derive(Debug)]
 pub struct GroupRecorder {
     pub(crate) recorder: Arc<FlightRecorder>,
@@ -152,16 +177,33 @@ impl GroupRecorder {
         self.info.pg_id
     }
 
-    /// Records a newly submitted op in state "scheduled" into the calling thread's ring.
-    /// `None` while recording is off (or, exceptionally, when the thread is ending or its
+    /// Records a newly submitted op in state "scheduled" into the calling thread's ring, created
+    /// now. `None` while recording is off (or, exceptionally, when the thread is ending or its
     /// ring cannot be allocated).
     pub fn record(&self, op: &OpRecord<'_>) -> Option<Trace> {
+        self.record_at(op, None)
+    }
+
+    /// The time now as an op's creation time ([`GroupRecorder::record_at`]); `None` while
+    /// recording is off (the clock is not read).
+    #[inline]
+    pub fn stamp(&self) -> Option<Stamp> {
+        self.recorder.is_enabled().then(|| Stamp(now_ms()))
+    }
+
+    /// As [`GroupRecorder::record`], for an op submitted at `created` (`None`: now). A backend
+    /// that records an op later than it was submitted (c10d-gloo records a collective it runs
+    /// at once at its first wait for a peer) passes the stamp taken at submission, so that the
+    /// entry's creation time and its order among other threads' entries are the submission's.
+    /// The thread must record nothing else between the stamp and this call (a thread's entries
+    /// are merged in the order it recorded them).
+    pub fn record_at(&self, op: &OpRecord<'_>, created: Option<Stamp>) -> Option<Trace> {
         if !self.recorder.is_enabled() {
             return None;
         }
         let ring = self.recorder.rings.mine()?;
         let head = Head {
-            created_ms: now_ms(),
+            created_ms: created.map_or_else(now_ms, |s| s.0),
             collective_seq_id: op.collective_seq_id,
             op_id: op.op_id,
             p2p_seq_id: saturate(op.p2p_seq_id),
@@ -176,7 +218,7 @@ impl GroupRecorder {
             P2P
         } else {
             let seq = op.collective_seq_id as i64;
-            self.core.status.last_enqueued.store(seq, Ordering::Relaxed);
+            self.core.status.enqueued(seq);
             seq
         };
         Some(Trace {
@@ -251,6 +293,11 @@ impl Trace {
         self.group.failed();
     }
 }
+
+/// When an op was submitted, for an entry recorded later ([`GroupRecorder::stamp`]): the
+/// recorder's clock (coarse monotonic milliseconds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp(u64);
 
 /// `d` in whole milliseconds as a u32, capped as [`saturate`] caps (`Duration::as_millis`
 /// computes in 128 bits).

@@ -27,9 +27,10 @@
 //! are whole milliseconds of the coarse monotonic clock (the kernel's tick, 1–4 ms; `clock`):
 //! a fine clock read costs more than the rest of the recording. A dump merges the rings by
 //! creation time and keeps the newest N. The `flight_recorder` benchmark of c10d-gloo
-//! measures it on a 1 KiB all-reduce: about 20 ns per op (record 13, start 3, finish 5),
-//! 1–2 % of a 1.3 µs shared-memory all-reduce between two processes, and within the noise of
-//! the socket path.
+//! measures it on a 1 KiB all-reduce: about 21–26 ns per op (record 14–16, start 3–5, finish
+//! 5–7). c10d-gloo hides it on the fast path (the op's entry is written while it waits for a
+//! peer's data, see below), so recording costs no measurable time on a 1.2 µs shared-memory
+//! all-reduce between two processes, nor on the socket path.
 //!
 //! # Environment (read once, when the first group registers)
 //!
@@ -79,10 +80,13 @@
 //!   without its start or end mark (it is never given the old op's); PyTorch's gloo records no start or completion at all
 //!   (its entries stay "scheduled").
 //! - c10d-gloo records a blocking collective that the caller's thread runs at once when the op
-//!   first waits for a peer (or ends, if it never waits): a few hundred nanoseconds after it
-//!   was submitted over shared memory, after its sends were posted over sockets. The entry is
-//!   then written while a peer's data travels, at no cost to the op. A dump always shows an op
-//!   that hangs, but one taken in that moment may not show the op yet.
+//!   first waits for a peer (or ends, if it never waits), after its local preparation (a
+//!   list of tensors is packed first) and, over sockets, after its sends were posted: the
+//!   entry is then written while a peer's data travels, at no cost to the op. It keeps its
+//!   submission time ([`GroupRecorder::record_at`]), and failures reported meanwhile on that
+//!   thread dump once it is recorded ([`hold_failure_dumps`]). A dump requested from another
+//!   thread (a signal, the program) in that moment may not show the op yet; its start time
+//!   is its first wait's.
 //! - Sends and receives are recorded with their peers (PyTorch's gloo does not record them);
 //!   `monitored_barrier` is recorded as `"barrier"`, `all_to_all_single` as `"all_to_all"`.
 //! - The dump is written at the first failure of a run of failures of a group (not for every
@@ -97,6 +101,7 @@ mod config;
 mod dump;
 mod entry;
 mod group;
+mod hold;
 mod ring;
 mod rings;
 mod shapes;
@@ -108,7 +113,8 @@ pub use config::{
     DUMP_ON_TIMEOUT_ENV, DUMP_SIGNAL_ENV,
 };
 pub use dump::{Dump, DumpEntry, PgConfig, PgStatus, DUMP_VERSION};
-pub use group::{GroupRecorder, OpRecord, Trace};
+pub use group::{GroupRecorder, OpRecord, Stamp, Trace};
+pub use hold::{hold_failure_dumps, DumpHold};
 
 use crate::error::{DistError, Result};
 use entry::{Entry, GroupInfo};

@@ -344,6 +344,60 @@ fn the_first_failure_of_a_run_dumps_and_shutdown_does_not() {
 }
 
 #[test]
+fn a_held_failure_dumps_when_the_hold_ends_with_the_op_recorded_meanwhile() {
+    let (dir, prefix) = temp_prefix("hold");
+    let fr = recorder(8, &prefix);
+    let g = fr.register_group("gloo", "0", "held", &[], 0, 2);
+    let path = PathBuf::from(format!("{prefix}0"));
+    let t = [Tensor::from_vec(vec![0f32; 1])];
+    let pending = g.record(&all_reduce(1, &t)).unwrap();
+    let hold = hold_failure_dumps();
+    // Another op of the group fails while this thread runs op 2, not recorded yet.
+    pending.finished(Err(&DistError::backend("peer gone")));
+    assert!(!path.exists(), "held back");
+    // A failure reported on another thread meanwhile is not held.
+    let other = fr.register_group("gloo", "1", "other", &[], 0, 2);
+    let late = other.record(&all_reduce(1, &t)).unwrap();
+    std::thread::spawn(move || late.finished(Err(&DistError::backend("x"))))
+        .join()
+        .unwrap();
+    assert!(path.exists(), "another thread's failure dumps at once");
+    std::fs::remove_file(&path).unwrap();
+    let op2 = g.record(&all_reduce(2, &t)).unwrap();
+    op2.finished(Err(&DistError::backend("peer gone")));
+    assert!(!path.exists());
+    drop(hold);
+    let dumped = Dump::read(&path).unwrap();
+    let held: Vec<u64> = (dumped.entries.iter())
+        .filter(|e| e.process_group.1 == "held")
+        .map(|e| e.collective_seq_id)
+        .collect();
+    assert_eq!(held, [1, 2], "the dump has the op recorded during the hold");
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn an_op_recorded_late_keeps_its_submission_time_and_status_never_goes_back() {
+    let fr = recorder(8, "/nonexistent-dir-for-c10d-tests/x_");
+    let g = fr.register_group("gloo", "0", "late", &[], 0, 2);
+    let t = [Tensor::from_vec(vec![0f32; 1])];
+    let submitted = g.stamp().unwrap();
+    std::thread::sleep(Duration::from_millis(40));
+    g.record_at(&all_reduce(2, &t), Some(submitted)).unwrap();
+    g.record(&all_reduce(1, &t)).unwrap();
+    let d = fr.dump();
+    let created = |seq| {
+        let e = d.entries.iter().find(|e| e.collective_seq_id == seq);
+        e.unwrap().time_created_ns
+    };
+    assert!(created(1) >= created(2) + 30_000_000, "{:?}", d.entries);
+    let status = d.pg_status[&g.pg_id().to_string()];
+    assert_eq!(status.last_enqueued_collective, 2, "not back to 1");
+    fr.set_enabled(false);
+    assert_eq!(g.stamp(), None);
+}
+
+#[test]
 fn dump_on_failure_can_be_turned_off() {
     let (dir, prefix) = temp_prefix("off");
     let fr = FlightRecorder::new(FrConfig {

@@ -59,7 +59,7 @@ pub(crate) struct Comm<'e> {
     timeout: Duration,
     outstanding: Vec<u64>,
     /// The op's flight-recorder entry, when it is to be written at the op's first wait (see
-    /// [`Comm::before_wait`]), and the trace it gave.
+    /// [`Comm::record_pending`]), and the trace it gave.
     record: Option<RecordHook<'e>>,
     trace: Option<Trace>,
 }
@@ -67,12 +67,13 @@ pub(crate) struct Comm<'e> {
 /// Records an op in the flight recorder and returns its trace (`None` while recording is
 /// off). Given to a collective the calling thread runs at once (see
 /// `ProcessGroupGloo::submit`), so that the entry is written while the op waits for its peers
-/// (see [`Comm::before_wait`]).
-pub(crate) type RecordHook<'h> = &'h mut dyn FnMut() -> Option<Trace>;
+/// (see [`Comm::record_pending`]).
+pub(crate) type RecordHook<'h> = &'h dyn Fn() -> Option<Trace>;
 
 impl<'e> Comm<'e> {
     /// The view of `eng` for the collective `info`, whose deadline is `timeout` from now;
-    /// `record` records the op at its first wait (`None`: it was recorded when submitted).
+    /// `record` records the op at its first wait (`None`: it is recorded already, or not at all
+    /// while recording is off).
     pub(super) fn new(
         eng: &'e mut Engine,
         info: OpInfo,
@@ -96,9 +97,9 @@ impl Comm<'_> {
     /// for: the first call records the op (when it was not recorded at submission) and marks
     /// it started. Writing the entry (about 20 ns) then overlaps the transfer of the peer's
     /// cache line to this core, which the wait sits out anyway, instead of adding to the op's
-    /// time; and the entry exists before the op can hang. [`Comm::take_trace`] calls it too,
-    /// for ops that never wait.
-    pub(crate) fn before_wait(&mut self) {
+    /// time; and the entry exists before the op can hang. [`Comm::recorded_trace`] calls it
+    /// too, for ops that never wait.
+    pub(crate) fn record_pending(&mut self) {
         if let Some(record) = self.record.take() {
             self.trace = record();
             if let Some(t) = &self.trace {
@@ -107,10 +108,10 @@ impl Comm<'_> {
         }
     }
 
-    /// The trace of an op recorded by [`Comm::before_wait`], recording it now if it never
-    /// waited; `None` when it was recorded at submission (or recording is off).
-    pub(super) fn take_trace(&mut self) -> Option<Trace> {
-        self.before_wait();
+    /// The trace of an op recorded by [`Comm::record_pending`], recording it now if it never
+    /// waited; `None` when it was recorded before it ran (or recording is off).
+    pub(super) fn recorded_trace(&mut self) -> Option<Trace> {
+        self.record_pending();
         self.trace.take()
     }
 }
@@ -395,7 +396,7 @@ impl Comm<'_> {
     /// # Errors
     /// The group's failure, or the timeout text; either way every outstanding post is detached.
     pub(super) fn wait(&mut self, ids: &[u64]) -> Result<()> {
-        self.before_wait();
+        self.record_pending();
         match self
             .eng
             .wait_ids(ids, self.deadline, liveness::window(self.timeout))
@@ -413,7 +414,7 @@ impl Comm<'_> {
     /// # Errors
     /// As [`Comm::wait`].
     pub(crate) fn wait_all(&mut self) -> Result<()> {
-        self.before_wait();
+        self.record_pending();
         let ids = std::mem::take(&mut self.outstanding);
         match self
             .eng
@@ -434,7 +435,7 @@ impl Comm<'_> {
         ids: &[u64],
         deadline: Instant,
     ) -> std::result::Result<(), (Vec<usize>, Option<DistError>)> {
-        self.before_wait();
+        self.record_pending();
         match self.eng.wait_ids(ids, deadline, Duration::ZERO) {
             Ok(()) => {
                 self.outstanding.retain(|i| !ids.contains(i));

@@ -77,9 +77,10 @@
 //!
 //! # How a collective flows through the engine
 //!
-//! 1. `ProcessGroupGloo::submit` (`lib.rs`) pushes a [`Submission`] on the [`Queue`] and either
-//!    drives the engine inline (`Engine::drive_until`) or wakes the worker ([`worker_loop`],
-//!    `Engine::drive_until_idle`); both live in `submit.rs`.
+//! 1. `ProcessGroupGloo::submit` (`process_group.rs`) pushes a [`Submission`] on the [`Queue`]
+//!    and either drives the engine inline (`Engine::drive_until`) or wakes the worker
+//!    ([`worker_loop`], `Engine::drive_until_idle`); both live in `submit.rs`. A blocking call
+//!    that finds the engine free and nothing queued skips the queue: `Engine::run_now`.
 //! 2. The driver `drain`s the queue: collectives wait in `Colls::pending`, point-to-point ops
 //!    start at once (`p2p.rs`).
 //! 3. `run_coll` takes the next collective: it connects first under lazy init (`setup.rs`),
@@ -107,7 +108,7 @@ mod posts;
 mod setup;
 mod submit;
 
-pub(crate) use comm::Comm;
+pub(crate) use comm::{Comm, RecordHook};
 pub(crate) use faults::blaming;
 pub(crate) use posts::{Buf, Posts};
 pub(crate) use setup::Connector;

@@ -291,20 +291,16 @@ impl Engine {
         }
     }
 
-    pub(super) fn run_coll(&mut self, op: CollOp) {
-        self.run_coll_with(op, None);
-    }
-
     /// Whether a collective submitted now would run next (nothing queued in the engine).
     pub(crate) fn nothing_queued(&self) -> bool {
         self.colls.pending.is_empty()
     }
 
     /// Runs `op`, submitted by the calling thread, which holds the engine and found nothing
-    /// queued before it, at once; `record` records it in the flight recorder at its first
-    /// wait for peers (see [`Comm::before_wait`]). Ops submitted by other threads since were
-    /// numbered after it and run after it. A stop seen first fails it (recorded), as it
-    /// fails every queued op.
+    /// queued before it, at once; `record` records it in the flight recorder (see
+    /// [`Engine::run_coll_with`] for when). Ops submitted by other threads since were numbered
+    /// after it and run after it. A stop seen first fails it (recorded), as it fails every
+    /// queued op.
     pub(crate) fn run_now(&mut self, mut op: CollOp, record: RecordHook<'_>) {
         self.drain();
         if self.stop.requested {
@@ -319,6 +315,14 @@ impl Engine {
         self.run_coll_with(op, Some(record));
     }
 
+    /// Runs a queued collective (recorded when it was submitted).
+    pub(super) fn run_coll(&mut self, op: CollOp) {
+        self.run_coll_with(op, None);
+    }
+
+    /// Runs `op`; `record`, when given, records it in the flight recorder: at its first wait
+    /// for a peer when its body runs (see [`Comm::record_pending`]), else at once (it fails
+    /// because the group failed, or connecting, which can block, comes first).
     fn run_coll_with(&mut self, op: CollOp, mut record: Option<RecordHook<'_>>) {
         let CollOp {
             info,
@@ -327,8 +331,7 @@ impl Engine {
             body,
             mut completer,
         } = op;
-        if self.net.connector.is_some() {
-            // Connecting (the group's first op) can block: record the op before.
+        if self.faults.failed.is_some() || self.net.connector.is_some() {
             if let Some(r) = record.take() {
                 completer.set_trace(r());
             }
@@ -342,9 +345,7 @@ impl Engine {
         } else {
             completer.mark_started();
             self.colls.cur = Some(info);
-            // The hook outlives the engine's borrow; the `Comm` keeps it for that borrow only.
-            let hook = record.take().map(|r| r as RecordHook<'_>);
-            let mut comm = Comm::new(self, info, timeout, hook);
+            let mut comm = Comm::new(self, info, timeout, record);
             // A bug in an algorithm must not kill the engine (every later op would hang):
             // the panic becomes this op's error and fails the group, whose state is suspect.
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -353,7 +354,7 @@ impl Engine {
                     Err(e) => Err(e),
                 }
             }));
-            if let Some(t) = comm.take_trace() {
+            if let Some(t) = comm.recorded_trace() {
                 completer.set_trace(Some(t));
             }
             drop(comm);
@@ -373,10 +374,6 @@ impl Engine {
                 }
             }
         };
-        if let Some(r) = record {
-            // Failed before it ran.
-            completer.set_trace(r());
-        }
         self.colls.seq = info.coll_seq + 1;
         drop(leases);
         completer.complete(res);

@@ -145,9 +145,10 @@ pub(super) fn wait_for(comm: &mut Comm<'_>, seg: &Segment, p: usize, k: u32) -> 
     let r = comm.rank();
     // The first load goes out before the op's flight-recorder entry is written, so that the
     // entry is written while the peer's line travels here (a cross-core transfer, longer than
-    // the write): recording then adds nothing to the op, even on a rank whose peer is there.
+    // the write): recording then adds nothing to the op, even on the rank that arrives last
+    // (its peer's line is ready, but still in the peer's cache).
     let first = seg.line(p).seq.load(Ordering::Acquire);
-    comm.before_wait();
+    comm.record_pending();
     if reached(first, k) {
         return Ok(());
     }

@@ -1,0 +1,79 @@
+//! Holding back failure dumps on one thread while it runs an op it has not recorded yet.
+//!
+//! A backend may record an op late: c10d-gloo records a collective it runs at once on the
+//! caller's thread at the op's first wait for a peer, where writing the entry costs the op
+//! nothing. If the group fails before that wait (another op of the group fails first, say a
+//! receive posted earlier whose peer died), the dump that failure writes would miss the op
+//! that was running. While a [`DumpHold`] lives, failures reported on its thread note the
+//! dump instead of writing it, and dropping the hold writes it: by then the op is recorded.
+//!
+//! Thread-bound on purpose: a backend reports its ops' ends on the thread that drives it, the
+//! one that holds; a plain thread-local flag costs a few nanoseconds and no atomic operation.
+//! A failure reported on another thread meanwhile dumps at once, as without a hold.
+
+use super::group::GroupCore;
+use std::cell::{Cell, RefCell};
+use std::marker::PhantomData;
+
+thread_local! {
+    /// How many holds the thread has open.
+    static HOLDS: Cell<u32> = const { Cell::new(0) };
+    /// The groups whose failure wanted a dump while the thread held (each dumps once).
+    static WANTED: RefCell<Vec<&'static GroupCore>> = const { RefCell::new(Vec::new()) };
+}
+
+/// While alive, failures reported on this thread write their flight-recorder dump when it is
+/// dropped instead of at once ([`hold_failure_dumps`]). Not `Send`: it belongs to its thread.
+#[derive(Debug)]
+#[must_use = "the hold ends when the guard is dropped"]
+pub struct DumpHold {
+    /// False when the hold could not be counted (thread-local teardown): it then holds nothing.
+    counted: bool,
+    _thread_bound: PhantomData<*const ()>,
+}
+
+/// Holds back the dumps that failures reported on the calling thread would write, until the
+/// returned guard is dropped; then each group that wanted one writes it (as
+/// [`super::FlightRecorder::dump_to_file`] does, errors printed to stderr). Holds nest.
+///
+/// The waiters of an op whose failure wanted the dump may see its error before the file
+/// exists (for as long as the hold lasts: the rest of the op the holder runs).
+pub fn hold_failure_dumps() -> DumpHold {
+    DumpHold {
+        counted: HOLDS.try_with(|h| h.set(h.get() + 1)).is_ok(),
+        _thread_bound: PhantomData,
+    }
+}
+
+impl Drop for DumpHold {
+    fn drop(&mut self) {
+        if !self.counted {
+            return;
+        }
+        let open = HOLDS.try_with(|h| {
+            h.set(h.get() - 1);
+            h.get()
+        });
+        if open == Ok(0) {
+            // Taken out first: a dump must not find the list borrowed.
+            let wanted = WANTED
+                .try_with(|w| std::mem::take(&mut *w.borrow_mut()))
+                .unwrap_or_default();
+            wanted.into_iter().for_each(GroupCore::write_dump);
+        }
+    }
+}
+
+/// Whether the calling thread holds dumps; if so, notes that `core` wants one (once).
+/// Returns false during thread-local teardown (the dump is then written at once).
+pub(super) fn defer_dump(core: &'static GroupCore) -> bool {
+    let held = HOLDS.try_with(|h| h.get() > 0).unwrap_or(false);
+    held && WANTED
+        .try_with(|w| {
+            let mut w = w.borrow_mut();
+            if !w.iter().any(|c| std::ptr::eq(*c, core)) {
+                w.push(core);
+            }
+        })
+        .is_ok()
+}
