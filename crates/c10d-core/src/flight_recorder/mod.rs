@@ -27,8 +27,8 @@
 //! are whole milliseconds of the coarse monotonic clock (the kernel's tick, 1–4 ms; `clock`):
 //! a fine clock read costs more than the rest of the recording. A dump merges the rings by
 //! creation time and keeps the newest N. The `flight_recorder` benchmark of c10d-gloo
-//! measures it on a 1 KiB all-reduce: about 21–26 ns per op (record 14–16, start 3–5, finish
-//! 5–7). c10d-gloo hides it on the fast path (the op's entry is written while it waits for a
+//! measures it on a 1 KiB all-reduce: about 21–26 ns per op (record 13–16, start 3–5, finish
+//! 4–7). c10d-gloo hides it on the fast path (the op's entry is written while it waits for a
 //! peer's data, see below), so recording costs no measurable time on a 1.2 µs shared-memory
 //! all-reduce between two processes, nor on the socket path.
 //!
