@@ -390,7 +390,8 @@ impl WorkCompleter {
     }
 
     /// Completes the work, waking every waiter and future. The flight recorder hears of it
-    /// first (so a dump it writes on failure exists when a waiter sees the error).
+    /// first (so a dump it writes on failure exists when a waiter sees the error, unless the
+    /// completing thread holds dumps back: see `flight_recorder::hold_failure_dumps`).
     pub fn complete(mut self, result: Result<()>) {
         if let Some(i) = self.inner.take() {
             Self::finish(&i, self.trace.take(), result);

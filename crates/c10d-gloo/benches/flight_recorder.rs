@@ -1,6 +1,6 @@
 //! What the flight recorder costs: a 1 KiB all-reduce between 2 rank processes (blocking calls,
 //! as `dist.all_reduce(t)` makes them) with recording off and on (PyTorch's default, 2000
-//! entries), over shared memory (about 1.3 µs an op) and over sockets
+//! entries), over shared memory (about 1.2 µs an op) and over sockets
 //! (`C10D_GLOO_SHM=0 C10D_GLOO_CMA=0`), plus the recorder's own cost per op in a loop, part by
 //! part (the check of a recorder that is off, record, start, finish).
 //!

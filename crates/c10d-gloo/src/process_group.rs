@@ -5,8 +5,8 @@
 use crate::algo::dispatch::Algo;
 use crate::checks::{at, check_cpu, inval};
 use crate::engine::{
-    lock, worker_loop, CollBody, CollOp, Connector, Engine, Ident, OpInfo, P2pOp, Queue,
-    RecordHook, Shared, Submission, WAKER,
+    lock, worker_loop, CollBody, CollOp, Connector, Engine, Ident, OpInfo, P2pOp, Queue, Shared,
+    Submission, WAKER,
 };
 use crate::GlooOptions;
 use c10d_core::flight_recorder::{hold_failure_dumps, GroupRecorder, OpRecord, Stamp, Trace};
@@ -259,9 +259,11 @@ impl ProcessGroupGloo {
             // (engine, then queue) cannot deadlock with it.
             if let Ok(eng) = self.engine.try_lock() {
                 if eng.nothing_queued() {
-                    drop(q);
+                    // Stamped under the queue's lock, as queued ops are recorded: entries keep
+                    // the order of their numbers.
                     let created = self.fr.stamp();
-                    self.run_at_once(eng, coll, &|| record(created), &work);
+                    drop(q);
+                    self.run_at_once(eng, coll, (&record, created), &work);
                     return Ok(work);
                 }
             }
@@ -282,33 +284,36 @@ impl ProcessGroupGloo {
     }
 
     /// Runs `coll` (its `Work` is `work`) on the calling thread, which holds the engine and found
-    /// nothing queued. The op is recorded in the flight recorder only at its first wait for a
-    /// peer (see `Comm::record_pending`), where writing the entry costs the op nothing; its
-    /// creation time is still its submission's. Meanwhile the failure dumps of this thread
-    /// are held back ([`hold_failure_dumps`]), so that a failure of the group noticed before
-    /// that wait dumps with the op in it. An engine panic before the op was recorded records
-    /// it failed.
+    /// nothing queued. The op is recorded in the flight recorder (`record(created)`, `created`
+    /// stamped at submission) only at its first wait for a peer (see `Comm::record_pending`),
+    /// where writing the entry costs the op nothing. Until then the failure dumps of this
+    /// thread are held back ([`hold_failure_dumps`]), so that a failure of the group noticed
+    /// before that wait dumps with the op in it. An engine panic before the op was recorded
+    /// records it failed.
     fn run_at_once(
         &self,
         mut eng: std::sync::MutexGuard<'_, Engine>,
         coll: CollOp,
-        record: RecordHook<'_>,
+        (record, created): (&dyn Fn(Option<Stamp>) -> Option<Trace>, Option<Stamp>),
         work: &Work,
     ) {
+        let hold = Cell::new(created.map(|_| hold_failure_dumps()));
         let recorded = Cell::new(false);
         let record_once = || {
             recorded.set(true);
-            record()
+            let trace = record(created);
+            // Failures noticed meanwhile may dump now: the op is in the recorder.
+            drop(hold.take());
+            trace
         };
-        let hold = hold_failure_dumps();
         let ran = eng.guarded(|e| e.run_now(coll, &record_once));
-        self.after_driving(eng);
         if ran.is_none() && !recorded.get() {
-            if let (Some(t), Some(e)) = (record(), work.exception()) {
+            if let (Some(t), Some(e)) = (record(created), work.exception()) {
                 t.finished(Err(&e));
             }
         }
-        drop(hold);
+        drop(hold.take());
+        self.after_driving(eng);
     }
 
     /// After driving the engine on a caller's thread: wakes the worker when work is left

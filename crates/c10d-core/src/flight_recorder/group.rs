@@ -117,12 +117,8 @@ impl GroupCore {
         self.write_dump();
     }
 
-    /// Writes the recorder's dump, when the recorder still exists and dumps on failure (and
-    /// the group is not going away on purpose).
+    /// Writes the recorder's dump, when the recorder still exists and dumps on failure.
     pub(super) fn write_dump(&self) {
-        if self.shutting_down.load(Ordering::Relaxed) {
-            return;
-        }
         let Some(fr) = self.recorder.upgrade() else {
             return;
         };
@@ -194,7 +190,8 @@ impl GroupRecorder {
     /// As [`GroupRecorder::record`], for an op submitted at `created` (`None`: now). A backend
     /// that records an op later than it was submitted (c10d-gloo records a collective it runs
     /// at once at its first wait for a peer) passes the stamp taken at submission, so that the
-    /// entry's creation time and its order among other threads' entries are the submission's.
+    /// entry's creation time is the submission's, and so is its order among other threads'
+    /// entries, to the millisecond (entries of one millisecond are ordered by thread).
     /// The thread must record nothing else between the stamp and this call (a thread's entries
     /// are merged in the order it recorded them).
     pub fn record_at(&self, op: &OpRecord<'_>, created: Option<Stamp>) -> Option<Trace> {

@@ -16,7 +16,7 @@ use std::cell::{Cell, RefCell};
 use std::marker::PhantomData;
 
 thread_local! {
-    /// How many holds the thread has open.
+    /// How many holds the thread has open (a const `Cell`: usable until the thread is gone).
     static HOLDS: Cell<u32> = const { Cell::new(0) };
     /// The groups whose failure wanted a dump while the thread held (each dumps once).
     static WANTED: RefCell<Vec<&'static GroupCore>> = const { RefCell::new(Vec::new()) };
@@ -24,11 +24,11 @@ thread_local! {
 
 /// While alive, failures reported on this thread write their flight-recorder dump when it is
 /// dropped instead of at once ([`hold_failure_dumps`]). Not `Send`: it belongs to its thread.
+/// Forgetting one (`mem::forget`) leaves the thread holding for good: its failures then
+/// never dump.
 #[derive(Debug)]
 #[must_use = "the hold ends when the guard is dropped"]
 pub struct DumpHold {
-    /// False when the hold could not be counted (thread-local teardown): it then holds nothing.
-    counted: bool,
     _thread_bound: PhantomData<*const ()>,
 }
 
@@ -36,44 +36,47 @@ pub struct DumpHold {
 /// returned guard is dropped; then each group that wanted one writes it (as
 /// [`super::FlightRecorder::dump_to_file`] does, errors printed to stderr). Holds nest.
 ///
-/// The waiters of an op whose failure wanted the dump may see its error before the file
-/// exists (for as long as the hold lasts: the rest of the op the holder runs).
+/// For a backend that records an op late: it holds from the op's submission until the op is
+/// recorded, so that a failure noticed in between dumps with the op in it. The waiters of
+/// the op whose failure wanted the dump may see its error before the file exists (for as
+/// long as the hold lasts), where without a hold the file exists first.
 pub fn hold_failure_dumps() -> DumpHold {
+    HOLDS.with(|h| h.set(h.get() + 1));
     DumpHold {
-        counted: HOLDS.try_with(|h| h.set(h.get() + 1)).is_ok(),
         _thread_bound: PhantomData,
     }
 }
 
 impl Drop for DumpHold {
     fn drop(&mut self) {
-        if !self.counted {
-            return;
-        }
-        let open = HOLDS.try_with(|h| {
+        let open = HOLDS.with(|h| {
             h.set(h.get() - 1);
             h.get()
         });
-        if open == Ok(0) {
-            // Taken out first: a dump must not find the list borrowed.
-            let wanted = WANTED
-                .try_with(|w| std::mem::take(&mut *w.borrow_mut()))
-                .unwrap_or_default();
-            wanted.into_iter().for_each(GroupCore::write_dump);
+        if open > 0 {
+            return;
         }
+        // Taken out first: a dump must not find the list borrowed. (In thread-local teardown
+        // the list may be gone, and its notes with it.)
+        let wanted = WANTED.try_with(|w| std::mem::take(&mut *w.borrow_mut()));
+        wanted
+            .unwrap_or_default()
+            .into_iter()
+            .for_each(GroupCore::write_dump);
     }
 }
 
 /// Whether the calling thread holds dumps; if so, notes that `core` wants one (once).
-/// Returns false during thread-local teardown (the dump is then written at once).
+/// Returns false when the note cannot be kept (thread-local teardown): the dump is then
+/// written at once.
 pub(super) fn defer_dump(core: &'static GroupCore) -> bool {
-    let held = HOLDS.try_with(|h| h.get() > 0).unwrap_or(false);
-    held && WANTED
-        .try_with(|w| {
-            let mut w = w.borrow_mut();
-            if !w.iter().any(|c| std::ptr::eq(*c, core)) {
-                w.push(core);
-            }
-        })
-        .is_ok()
+    HOLDS.with(|h| h.get() > 0)
+        && WANTED
+            .try_with(|w| {
+                let mut w = w.borrow_mut();
+                if !w.iter().any(|c| std::ptr::eq(*c, core)) {
+                    w.push(core);
+                }
+            })
+            .is_ok()
 }

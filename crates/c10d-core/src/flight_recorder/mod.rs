@@ -83,10 +83,12 @@
 //!   first waits for a peer (or ends, if it never waits), after its local preparation (a
 //!   list of tensors is packed first) and, over sockets, after its sends were posted: the
 //!   entry is then written while a peer's data travels, at no cost to the op. It keeps its
-//!   submission time ([`GroupRecorder::record_at`]), and failures reported meanwhile on that
-//!   thread dump once it is recorded ([`hold_failure_dumps`]). A dump requested from another
-//!   thread (a signal, the program) in that moment may not show the op yet; its start time
-//!   is its first wait's.
+//!   submission time ([`GroupRecorder::record_at`]); its start time is its first wait's. A
+//!   failure of the group noticed on that thread in between (another op of the group
+//!   failing in that moment) writes its dump once the op is recorded
+//!   ([`hold_failure_dumps`]), so the failed op's waiters may see its error just before the
+//!   file exists. A dump requested from outside in that moment (a signal, the program) may
+//!   not show the op yet.
 //! - Sends and receives are recorded with their peers (PyTorch's gloo does not record them);
 //!   `monitored_barrier` is recorded as `"barrier"`, `all_to_all_single` as `"all_to_all"`.
 //! - The dump is written at the first failure of a run of failures of a group (not for every

@@ -108,7 +108,7 @@ mod posts;
 mod setup;
 mod submit;
 
-pub(crate) use comm::{Comm, RecordHook};
+pub(crate) use comm::Comm;
 pub(crate) use faults::blaming;
 pub(crate) use posts::{Buf, Posts};
 pub(crate) use setup::Connector;
