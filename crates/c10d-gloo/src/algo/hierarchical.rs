@@ -211,9 +211,8 @@ fn read_reduce_in_host(
         let l = PIECE.min(seg.end - off);
         for (j, peer) in peers.iter().enumerate().filter(|(j, _)| *j != i) {
             let tmp = &mut scratch.bytes()[..l];
-            if let Err(e) = peer.read(0, off, tmp) {
-                return Err(cma::read_error(comm, locals[j], e));
-            }
+            peer.read(0, off, tmp)
+                .map_err(|e| cma::read_error(comm, locals[j], e))?;
             reduce_into(op, dtype, &mut buf[off..off + l], tmp)?;
         }
         off += l;
@@ -232,9 +231,8 @@ fn read_gather_in_host(
 ) -> Result<()> {
     for (j, peer) in peers.iter().enumerate().filter(|(j, _)| *j != i) {
         let seg = segs[j].clone();
-        if let Err(e) = peer.read(0, seg.start, &mut buf[seg]) {
-            return Err(cma::read_error(comm, locals[j], e));
-        }
+        peer.read(0, seg.start, &mut buf[seg])
+            .map_err(|e| cma::read_error(comm, locals[j], e))?;
     }
     Ok(())
 }

@@ -140,11 +140,10 @@ impl<'e, 'b> Posts<'_, 'e, 'b> {
     /// Posts an empty frame to `peer` (a signal: "ready", "done").
     pub(crate) fn signal(&mut self, peer: usize, step: u32) -> u64 {
         // SAFETY: zero bytes: nothing is read.
-        let id = unsafe {
+        unsafe {
             self.comm
                 .post_send(peer, step, std::ptr::NonNull::dangling().as_ptr(), 0)
-        };
-        id
+        }
     }
 
     /// Like [`Posts::wait`] with its own `deadline`, but a time-out returns the peers whose
@@ -162,11 +161,10 @@ impl<'e, 'b> Posts<'_, 'e, 'b> {
     /// Posts the receive of an empty frame from `peer`.
     pub(crate) fn await_signal(&mut self, peer: usize, step: u32) -> u64 {
         // SAFETY: zero bytes: nothing is written.
-        let id = unsafe {
+        unsafe {
             self.comm
                 .post_recv(peer, step, std::ptr::NonNull::dangling().as_ptr(), 0)
-        };
-        id
+        }
     }
 
     /// Waits until the posts `ids` completed.

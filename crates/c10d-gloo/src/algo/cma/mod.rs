@@ -164,9 +164,7 @@ pub(crate) fn all_reduce(
             if p == r {
                 continue;
             }
-            if let Err(e) = pb.read(0, off, tmp) {
-                return Err(read_error(comm, p, e));
-            }
+            pb.read(0, off, tmp).map_err(|e| read_error(comm, p, e))?;
             reduce_into(op, dtype, &mut buf[off..off + l], tmp)?;
         }
         off += l;
@@ -178,9 +176,8 @@ pub(crate) fn all_reduce(
             continue;
         }
         let seg = part(count, n, p, es);
-        if let Err(e) = pb.read(0, seg.start, &mut buf[seg]) {
-            return Err(read_error(comm, p, e));
-        }
+        pb.read(0, seg.start, &mut buf[seg])
+            .map_err(|e| read_error(comm, p, e))?;
     }
     all_to_all(comm, &everyone(comm), STEP_DONE, &[], 0)?;
     Ok(())
@@ -233,9 +230,7 @@ pub(crate) fn all_gather(
         if len != o.len() as u64 {
             return Err(size_error(comm, p, "input", len, o.len()));
         }
-        if let Err(e) = peers[p].read(i, 0, o) {
-            return Err(read_error(comm, p, e));
-        }
+        peers[p].read(i, 0, o).map_err(|e| read_error(comm, p, e))?;
     }
     all_to_all(comm, &everyone(comm), STEP_DONE, &[], 0)?;
     Ok(())
@@ -273,9 +268,7 @@ pub(crate) fn reduce_scatter(
                 &blocks[r][off..off + l]
             } else {
                 let tmp = &mut scratch.bytes()[..l];
-                if let Err(e) = pb.read(r, off, tmp) {
-                    return Err(read_error(comm, p, e));
-                }
+                pb.read(r, off, tmp).map_err(|e| read_error(comm, p, e))?;
                 tmp
             };
             if p == 0 {
