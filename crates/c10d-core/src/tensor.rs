@@ -147,9 +147,7 @@ struct StorageGuard {
 impl StorageGuard {
     fn acquire(storage: &Arc<Storage>, write: bool) -> Result<Self> {
         if write && !storage.writable {
-            return Err(DistError::invalid(
-                "tensor views memory borrowed as `&[T]` (read-only); it cannot be written or be a collective's output",
-            ));
+            return Err(read_only_error());
         }
         let ok = if write {
             storage.try_write()
@@ -171,10 +169,41 @@ impl StorageGuard {
     }
 }
 
+impl StorageGuard {
+    /// A read guard becomes a write guard when its holder is the storage's only reader.
+    fn upgrade(&mut self) -> Result<()> {
+        if !self.storage.writable {
+            return Err(read_only_error());
+        }
+        let sole_reader = self
+            .storage
+            .borrow
+            .compare_exchange(1, -1, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok();
+        if !sole_reader {
+            return Err(busy_error(true));
+        }
+        self.write = true;
+        Ok(())
+    }
+
+    /// Undoes [`StorageGuard::upgrade`].
+    fn downgrade(&mut self) {
+        self.storage.borrow.store(1, Ordering::Release);
+        self.write = false;
+    }
+}
+
 impl Drop for StorageGuard {
     fn drop(&mut self) {
         self.storage.release(self.write);
     }
+}
+
+fn read_only_error() -> DistError {
+    DistError::invalid(
+        "tensor views memory borrowed as `&[T]` (read-only); it cannot be written or be a collective's output",
+    )
 }
 
 fn busy_error(write: bool) -> DistError {
@@ -800,72 +829,112 @@ impl TensorLeases {
     /// collective, when two outputs overlap, or when tensors mix host and device memory in a way
     /// the caller did not expect (device tensors are leased but expose no host slices).
     pub fn acquire(inputs: &[Tensor], outputs: &[Tensor]) -> Result<TensorLeases> {
-        let mut guards: Vec<StorageGuard> = Vec::new();
-        // Outputs: one write guard per distinct storage; views of one storage must not overlap.
-        for (i, t) in outputs.iter().enumerate() {
-            for u in &outputs[..i] {
-                if u.shares_storage_with(t)
-                    && ranges_overlap(&u.byte_range(), &t.byte_range())
-                    && t.nbytes() > 0
-                {
-                    return Err(DistError::invalid(format!(
-                        "output tensors {i} and another output overlap in memory; each output must be a distinct buffer"
-                    )));
-                }
-            }
-            if !guards.iter().any(|g| Arc::ptr_eq(&g.storage, &t.storage)) {
-                guards.push(StorageGuard::acquire(&t.storage, true)?);
-            }
-        }
-        let mut ins = Vec::with_capacity(inputs.len());
-        for t in inputs {
-            if let Some(base) = t.storage.host_ptr() {
-                // SAFETY: offset is within the allocation (tensor invariant).
-                let ptr = unsafe { base.add(t.offset) };
-                if guards
-                    .iter()
-                    .any(|g| g.write && Arc::ptr_eq(&g.storage, &t.storage))
-                {
-                    // We hold the write lease on this storage, so reading it here is exclusive.
-                    let overlaps = outputs.iter().any(|o| {
-                        o.shares_storage_with(t) && ranges_overlap(&o.byte_range(), &t.byte_range())
-                    });
-                    if overlaps {
-                        // SAFETY: exclusive write lease held by us; range within allocation.
-                        let snap = unsafe { std::slice::from_raw_parts(ptr, t.nbytes()) }.to_vec();
-                        ins.push((t.clone(), InputSrc::Snapshot(snap)));
-                    } else {
-                        ins.push((t.clone(), InputSrc::Borrowed(ptr, t.nbytes())));
-                    }
-                } else {
-                    if !guards.iter().any(|g| Arc::ptr_eq(&g.storage, &t.storage)) {
-                        guards.push(StorageGuard::acquire(&t.storage, false)?);
-                    }
-                    ins.push((t.clone(), InputSrc::Borrowed(ptr, t.nbytes())));
-                }
-            } else {
-                if !guards.iter().any(|g| Arc::ptr_eq(&g.storage, &t.storage)) {
-                    guards.push(StorageGuard::acquire(&t.storage, false)?);
-                }
-                ins.push((t.clone(), InputSrc::Device));
+        let mut leases = TensorLeases {
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+            _guards: Vec::new(),
+        };
+        leases.extend(inputs, outputs)?;
+        Ok(leases)
+    }
+
+    /// Adds one more operation's tensors to these leases, for a block of operations that run
+    /// as one (a coalesced block: `batch_isend_irecv` may receive into two disjoint `narrow()`
+    /// halves of one buffer). A storage leased here already is not leased again; one leased
+    /// here for reading only and now written is upgraded when nobody else reads it. On an
+    /// error nothing is added.
+    ///
+    /// # Errors
+    /// As [`TensorLeases::acquire`], the outputs checked against every output leased so far.
+    pub fn extend(&mut self, inputs: &[Tensor], outputs: &[Tensor]) -> Result<()> {
+        self.check_outputs_disjoint(outputs)?;
+        let (fresh, upgrades) = self.new_guards(inputs, outputs)?;
+        for (n, &k) in upgrades.iter().enumerate() {
+            if let Err(e) = self._guards[k].upgrade() {
+                upgrades[..n].iter().for_each(|&j| self._guards[j].downgrade());
+                return Err(e);
             }
         }
-        let outs = outputs
+        self._guards.extend(fresh);
+        self.snapshot_inputs_under(outputs);
+        let all_outputs: Vec<Tensor> = self
+            .outputs
             .iter()
-            .map(|t| {
-                // SAFETY: offset within the allocation (tensor invariant).
-                let p = t
-                    .storage
-                    .host_ptr()
-                    .map(|b| (unsafe { b.add(t.offset) }, t.nbytes()));
-                (t.clone(), p)
-            })
+            .map(|(t, _)| t.clone())
+            .chain(outputs.iter().cloned())
             .collect();
-        Ok(TensorLeases {
-            inputs: ins,
-            outputs: outs,
-            _guards: guards,
-        })
+        for t in inputs {
+            self.inputs.push((t.clone(), input_src(t, &all_outputs)));
+        }
+        for t in outputs {
+            // SAFETY: offset within the allocation (tensor invariant).
+            let p = t
+                .storage
+                .host_ptr()
+                .map(|b| (unsafe { b.add(t.offset) }, t.nbytes()));
+            self.outputs.push((t.clone(), p));
+        }
+        Ok(())
+    }
+
+    /// Outputs must not overlap each other or an output leased so far.
+    fn check_outputs_disjoint(&self, outputs: &[Tensor]) -> Result<()> {
+        for (i, t) in outputs.iter().enumerate() {
+            let mut earlier = self.outputs.iter().map(|(u, _)| u).chain(&outputs[..i]);
+            let overlaps = earlier.any(|u| {
+                u.shares_storage_with(t) && ranges_overlap(&u.byte_range(), &t.byte_range())
+            });
+            if overlaps && t.nbytes() > 0 {
+                return Err(DistError::invalid(format!(
+                    "output tensors {i} and another output overlap in memory; each output must be a distinct buffer"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The guards an operation needs beyond those held: one write guard per output storage and
+    /// one read guard per other input storage (taken now), and the indices of held read
+    /// guards that must become write guards.
+    fn new_guards(
+        &self,
+        inputs: &[Tensor],
+        outputs: &[Tensor],
+    ) -> Result<(Vec<StorageGuard>, Vec<usize>)> {
+        let mut fresh: Vec<StorageGuard> = Vec::new();
+        let mut upgrades = Vec::new();
+        let wanted = outputs.iter().map(|t| (t, true));
+        for (t, write) in wanted.chain(inputs.iter().map(|t| (t, false))) {
+            let same = |g: &StorageGuard| Arc::ptr_eq(&g.storage, &t.storage);
+            match self._guards.iter().position(same) {
+                Some(k) if write && !self._guards[k].write && !upgrades.contains(&k) => {
+                    upgrades.push(k)
+                }
+                Some(_) => {}
+                None if fresh.iter().any(same) => {}
+                None => fresh.push(StorageGuard::acquire(&t.storage, write)?),
+            }
+        }
+        Ok((fresh, upgrades))
+    }
+
+    /// Host inputs leased earlier that new `outputs` overlap are copied now, before anything
+    /// writes the outputs.
+    fn snapshot_inputs_under(&mut self, outputs: &[Tensor]) {
+        for (t, src) in &mut self.inputs {
+            let InputSrc::Borrowed(p, n) = *src else {
+                continue;
+            };
+            let hit = outputs
+                .iter()
+                .any(|o| o.shares_storage_with(t) && ranges_overlap(&o.byte_range(), &t.byte_range()));
+            if hit {
+                // SAFETY: the read (or own write) lease held here keeps the bytes valid, and
+                // nothing writes them before this call returns.
+                let snap = unsafe { std::slice::from_raw_parts(p, n) }.to_vec();
+                *src = InputSrc::Snapshot(snap);
+            }
+        }
     }
 
     /// The leased input tensors.
@@ -913,6 +982,28 @@ impl TensorLeases {
 /// Read-only input views and writable output views, as returned by [`TensorLeases::host_slices`].
 pub type HostSlices<'a> = (Vec<&'a [u8]>, Vec<&'a mut [u8]>);
 
+/// Where an operation reads input `t` from: host memory that an output of the same lease set
+/// overlaps is copied now (the lease set holds the write lease on it); other host memory is
+/// read in place; device memory through the tensor's pointer.
+fn input_src(t: &Tensor, outputs: &[Tensor]) -> InputSrc {
+    let Some(base) = t.storage.host_ptr() else {
+        return InputSrc::Device;
+    };
+    // SAFETY: offset is within the allocation (tensor invariant).
+    let ptr = unsafe { base.add(t.offset) };
+    let overlaps = outputs
+        .iter()
+        .any(|o| o.shares_storage_with(t) && ranges_overlap(&o.byte_range(), &t.byte_range()));
+    if overlaps {
+        // SAFETY: the write lease on this storage is held by the caller's lease set, so no one
+        // else writes it; the range lies within the allocation.
+        let snap = unsafe { std::slice::from_raw_parts(ptr, t.nbytes()) }.to_vec();
+        InputSrc::Snapshot(snap)
+    } else {
+        InputSrc::Borrowed(ptr, t.nbytes())
+    }
+}
+
 fn ranges_overlap(a: &std::ops::Range<usize>, b: &std::ops::Range<usize>) -> bool {
     !a.is_empty() && !b.is_empty() && a.start < b.end && b.start < a.end
 }
@@ -920,6 +1011,54 @@ fn ranges_overlap(a: &std::ops::Range<usize>, b: &std::ops::Range<usize>) -> boo
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn extended_leases_take_disjoint_halves_of_one_buffer() {
+        let buf = Tensor::from_vec(vec![0f32; 8]);
+        let (lo, hi) = (buf.narrow(0, 4).unwrap(), buf.narrow(4, 4).unwrap());
+        let mut l = TensorLeases::acquire(&[], std::slice::from_ref(&lo)).unwrap();
+        l.extend(&[], std::slice::from_ref(&hi)).unwrap();
+        assert_eq!(l.output_tensors().count(), 2);
+        // Overlapping a leased output is refused, and the buffer stays leased to `l` only.
+        let mid = buf.narrow(2, 4).unwrap();
+        assert!(l.extend(&[], std::slice::from_ref(&mid)).is_err());
+        assert!(TensorLeases::acquire(&[buf.clone()], &[]).is_err());
+        drop(l);
+        assert!(TensorLeases::acquire(&[], &[buf]).is_ok());
+    }
+
+    #[test]
+    fn extended_leases_upgrade_a_sole_read_and_add_nothing_on_error() {
+        let (a, b) = (Tensor::from_vec(vec![1u8; 4]), Tensor::from_vec(vec![2u8; 4]));
+        let mut l = TensorLeases::acquire(std::slice::from_ref(&a), &[]).unwrap();
+        // `b` is busy elsewhere: extending with (a written, b read) fails and leaves `a` read.
+        let other = TensorLeases::acquire(&[], std::slice::from_ref(&b)).unwrap();
+        assert!(l.extend(std::slice::from_ref(&b), std::slice::from_ref(&a)).is_err());
+        assert!(TensorLeases::acquire(std::slice::from_ref(&a), &[]).is_ok());
+        drop(other);
+        // Sole reader: the read lease becomes the write lease.
+        l.extend(&[], std::slice::from_ref(&a)).unwrap();
+        assert!(TensorLeases::acquire(std::slice::from_ref(&a), &[]).is_err());
+        drop(l);
+        // Another reader: no upgrade.
+        let mut l = TensorLeases::acquire(std::slice::from_ref(&a), &[]).unwrap();
+        let reader = TensorLeases::acquire(std::slice::from_ref(&a), &[]).unwrap();
+        assert!(l.extend(&[], std::slice::from_ref(&a)).is_err());
+        drop((l, reader));
+        assert!(TensorLeases::acquire(&[], &[a]).is_ok());
+    }
+
+    #[test]
+    fn an_input_leased_earlier_is_copied_before_a_new_output_overlaps_it() {
+        let buf = Tensor::from_vec(vec![1f32, 2.0, 3.0, 4.0]);
+        let mut l = TensorLeases::acquire(std::slice::from_ref(&buf), &[]).unwrap();
+        l.extend(&[], std::slice::from_ref(&buf)).unwrap();
+        {
+            let (ins, mut outs) = l.host_slices().unwrap();
+            outs[0].fill(0);
+            assert_eq!(bytemuck::cast_slice::<u8, f32>(ins[0]), &[1.0, 2.0, 3.0, 4.0]);
+        }
+    }
 
     #[test]
     fn zero_copy_round_trip() {
