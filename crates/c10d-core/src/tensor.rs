@@ -851,7 +851,9 @@ impl TensorLeases {
         let (fresh, upgrades) = self.new_guards(inputs, outputs)?;
         for (n, &k) in upgrades.iter().enumerate() {
             if let Err(e) = self._guards[k].upgrade() {
-                upgrades[..n].iter().for_each(|&j| self._guards[j].downgrade());
+                upgrades[..n]
+                    .iter()
+                    .for_each(|&j| self._guards[j].downgrade());
                 return Err(e);
             }
         }
@@ -925,9 +927,9 @@ impl TensorLeases {
             let InputSrc::Borrowed(p, n) = *src else {
                 continue;
             };
-            let hit = outputs
-                .iter()
-                .any(|o| o.shares_storage_with(t) && ranges_overlap(&o.byte_range(), &t.byte_range()));
+            let hit = outputs.iter().any(|o| {
+                o.shares_storage_with(t) && ranges_overlap(&o.byte_range(), &t.byte_range())
+            });
             if hit {
                 // SAFETY: the read (or own write) lease held here keeps the bytes valid, and
                 // nothing writes them before this call returns.
@@ -1022,18 +1024,23 @@ mod tests {
         // Overlapping a leased output is refused, and the buffer stays leased to `l` only.
         let mid = buf.narrow(2, 4).unwrap();
         assert!(l.extend(&[], std::slice::from_ref(&mid)).is_err());
-        assert!(TensorLeases::acquire(&[buf.clone()], &[]).is_err());
+        assert!(TensorLeases::acquire(std::slice::from_ref(&buf), &[]).is_err());
         drop(l);
         assert!(TensorLeases::acquire(&[], &[buf]).is_ok());
     }
 
     #[test]
     fn extended_leases_upgrade_a_sole_read_and_add_nothing_on_error() {
-        let (a, b) = (Tensor::from_vec(vec![1u8; 4]), Tensor::from_vec(vec![2u8; 4]));
+        let (a, b) = (
+            Tensor::from_vec(vec![1u8; 4]),
+            Tensor::from_vec(vec![2u8; 4]),
+        );
         let mut l = TensorLeases::acquire(std::slice::from_ref(&a), &[]).unwrap();
         // `b` is busy elsewhere: extending with (a written, b read) fails and leaves `a` read.
         let other = TensorLeases::acquire(&[], std::slice::from_ref(&b)).unwrap();
-        assert!(l.extend(std::slice::from_ref(&b), std::slice::from_ref(&a)).is_err());
+        assert!(l
+            .extend(std::slice::from_ref(&b), std::slice::from_ref(&a))
+            .is_err());
         assert!(TensorLeases::acquire(std::slice::from_ref(&a), &[]).is_ok());
         drop(other);
         // Sole reader: the read lease becomes the write lease.
@@ -1056,7 +1063,10 @@ mod tests {
         {
             let (ins, mut outs) = l.host_slices().unwrap();
             outs[0].fill(0);
-            assert_eq!(bytemuck::cast_slice::<u8, f32>(ins[0]), &[1.0, 2.0, 3.0, 4.0]);
+            assert_eq!(
+                bytemuck::cast_slice::<u8, f32>(ins[0]),
+                &[1.0, 2.0, 3.0, 4.0]
+            );
         }
     }
 

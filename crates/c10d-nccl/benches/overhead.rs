@@ -75,18 +75,15 @@ fn bare(iters: usize, t: &Tensor, sync_each: bool) -> f64 {
         let l = comm.lock().unwrap();
         // SAFETY: `t` is live device memory of `n` f32; the communicator is locked; the stream
         // is ours on the same device.
-        let rc = unsafe {
-            (lib.all_reduce)(
-                p,
-                p,
-                n,
-                sys::ncclFloat32,
-                sys::ncclSum,
-                l.raw(),
-                s.cu_stream() as _,
-            )
+        let args = c10d_nccl::result::Launch {
+            comm: l.raw(),
+            stream: s.cu_stream() as _,
+            dtype: sys::ncclFloat32,
+            count: n,
         };
-        assert_eq!(rc, sys::ncclSuccess);
+        // SAFETY: `t` is live device memory of `n` f32; the communicator is locked; the stream
+        // is ours on the same device.
+        unsafe { c10d_nccl::result::all_reduce(lib, p, p, sys::ncclSum, args) }.unwrap();
         drop(l);
         ev.record(&s).unwrap();
         caller.wait(&ev).unwrap();

@@ -1,16 +1,19 @@
 //! Every collective of [`Backend`] on CUDA tensors, as PyTorch's `ProcessGroupNCCL` runs it:
-//! each op is a few NCCL calls inside one NCCL group (see [`ProcessGroupNccl::launch`]). List
-//! forms that NCCL has no call for go through a flat scratch buffer (all_gather,
-//! reduce_scatter) or through send/recv pairs (gather, scatter, all_to_all).
+//! each op is a few NCCL calls inside one NCCL group (see [`ProcessGroupNccl::launch`]), each
+//! through the checked calls of [`crate::result`]. List forms that NCCL has no call for: the
+//! list all_gather is one `ncclBroadcast` per rank straight into the output list (no buffer,
+//! as PyTorch's uneven all_gather), reduce_scatter goes through a flat temporary buffer from
+//! the stream-ordered allocator (refused during CUDA graph capture), gather, scatter and
+//! all_to_all through send/recv pairs; barrier all-reduces the communicator's own byte.
 
 use crate::process_group::{Enqueue, Op, ProcessGroupNccl};
 use c10d_core::checks::At;
 use c10d_core::{
     AllToAllOptions, AllgatherOptions, AllreduceCoalescedOptions, AllreduceOptions, Backend,
-    BackendOptions, BarrierOptions, BroadcastOptions, DType, DeviceType, GatherOptions, OpType,
+    BackendOptions, BarrierOptions, BroadcastOptions, DeviceType, GatherOptions, OpType,
     ReduceOptions, ReduceScatterOptions, Result, ScatterOptions, Tensor, Work,
 };
-use std::ffi::{c_int, c_void};
+use std::ffi::c_void;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -31,33 +34,43 @@ impl Enqueue<'_> {
         Ok((t.numel() * ty.per_element, ty.dtype))
     }
 
-    fn all_reduce(&mut self, t: &Tensor, op: c10d_core::ReduceOp) -> Result<()> {
+    /// The launch arguments for all of `t`.
+    fn whole(&self, t: &Tensor) -> Result<crate::result::Launch> {
         let (n, ty) = self.count(t)?;
+        Ok(self.args(n, ty))
+    }
+
+    fn all_reduce(&mut self, t: &Tensor, op: c10d_core::ReduceOp) -> Result<()> {
         let red = self.reduction(op, t.dtype())?;
         // SAFETY: in-place on `t`'s device memory, kept alive by the op until its end event;
         // the communicator is live and locked; the stream belongs to its device.
-        let rc =
-            unsafe { (self.lib.all_reduce)(ptr(t), ptr(t), n, ty, red, self.comm, self.stream) };
-        self.call("ncclAllReduce", rc)
+        Ok(unsafe { crate::result::all_reduce(self.lib, ptr(t), ptr(t), red, self.whole(t)?) }?)
+    }
+
+    fn broadcast(&self, src: &Tensor, dst: &Tensor, root: usize) -> Result<()> {
+        // SAFETY: as in `all_reduce`; `src` and `dst` hold as many elements (checked by the
+        // caller); `root` < size was checked by the caller.
+        Ok(unsafe {
+            crate::result::broadcast(self.lib, ptr(src), ptr(dst), root, self.whole(dst)?)
+        }?)
     }
 
     fn send(&self, t: &Tensor, peer: usize) -> Result<()> {
-        let (n, ty) = self.count(t)?;
         // SAFETY: as in `all_reduce`; `peer` < size was checked by the caller.
-        let rc = unsafe { (self.lib.send)(ptr(t), n, ty, peer as c_int, self.comm, self.stream) };
-        self.call("ncclSend", rc)
+        Ok(unsafe { crate::result::send(self.lib, ptr(t), peer, self.whole(t)?) }?)
     }
 
     fn recv(&self, t: &Tensor, peer: usize) -> Result<()> {
-        let (n, ty) = self.count(t)?;
         // SAFETY: as in `send`, writing `t`.
-        let rc = unsafe { (self.lib.recv)(ptr(t), n, ty, peer as c_int, self.comm, self.stream) };
-        self.call("ncclRecv", rc)
+        Ok(unsafe { crate::result::recv(self.lib, ptr(t), peer, self.whole(t)?) }?)
     }
 
-    /// Queues `dst ← src` after the op's NCCL calls (results of the group's kernels).
-    fn copy_after(&mut self, dst: &Tensor, src: Tensor) {
-        self.after.push((dst.clone(), src));
+    /// Every rank's `input` into `outs[rank]`: one `ncclBroadcast` per rank in the op's group.
+    fn gather_list(&self, outs: &[Tensor], input: &Tensor, me: usize) -> Result<()> {
+        outs.iter().enumerate().try_for_each(|(r, o)| {
+            let src = if r == me { input } else { o };
+            self.broadcast(src, o, r)
+        })
     }
 
     /// Device-to-device copy on the NCCL stream now, before the group's kernels (inputs).
@@ -153,22 +166,7 @@ impl Backend for ProcessGroupNccl {
         let t = tensors[0].clone();
         self.launch(
             self.op(OpType::Broadcast, tensors, tensors, opts.timeout),
-            |e| {
-                let (n, ty) = e.count(&t)?;
-                // SAFETY: in-place on `t` (kept alive by the op); live, locked communicator.
-                let rc = unsafe {
-                    (e.lib.broadcast)(
-                        ptr(&t),
-                        ptr(&t),
-                        n,
-                        ty,
-                        opts.root_rank as c_int,
-                        e.comm,
-                        e.stream,
-                    )
-                };
-                e.call("ncclBroadcast", rc)
-            },
+            |e| e.broadcast(&t, &t, opts.root_rank),
         )
     }
 
@@ -203,22 +201,12 @@ impl Backend for ProcessGroupNccl {
         self.launch(
             self.op(OpType::Reduce, tensors, tensors, opts.timeout),
             |e| {
-                let (n, ty) = e.count(&t)?;
                 let red = e.reduction(opts.reduce_op, t.dtype())?;
+                let l = e.whole(&t)?;
                 // SAFETY: in-place on `t` (kept alive by the op); live, locked communicator.
-                let rc = unsafe {
-                    (e.lib.reduce)(
-                        ptr(&t),
-                        ptr(&t),
-                        n,
-                        ty,
-                        red,
-                        opts.root_rank as c_int,
-                        e.comm,
-                        e.stream,
-                    )
-                };
-                e.call("ncclReduce", rc)
+                Ok(unsafe {
+                    crate::result::reduce(e.lib, ptr(&t), ptr(&t), red, opts.root_rank, l)
+                }?)
             },
         )
     }
@@ -235,16 +223,10 @@ impl Backend for ProcessGroupNccl {
         let input = inputs[0].clone();
         let outs = outputs[0].clone();
         at(OP).same(&outs.iter().collect::<Vec<_>>(), &input)?;
+        let me = self.rank;
         self.launch(
             self.op(OpType::Allgather, inputs, &outputs[0], opts.timeout),
-            |e| {
-                let flat = e.scratch(input.dtype(), input.numel() * outs.len())?;
-                gather_into(e, &flat, &input)?;
-                for (i, o) in outs.iter().enumerate() {
-                    e.copy_after(o, flat.flat_slice(i * input.numel(), input.numel())?);
-                }
-                Ok(())
-            },
+            |e| e.gather_list(&outs, &input, me),
         )
     }
 
@@ -289,17 +271,13 @@ impl Backend for ProcessGroupNccl {
                 );
             }
         }
+        let me = self.rank;
         self.launch(
             self.op(OpType::AllgatherCoalesced, inputs, &all_out, opts.timeout),
             |e| {
-                for (outs, input) in &flats {
-                    let flat = e.scratch(input.dtype(), input.numel() * outs.len())?;
-                    gather_into(e, &flat, input)?;
-                    for (k, o) in outs.iter().enumerate() {
-                        e.copy_after(o, flat.flat_slice(k * input.numel(), input.numel())?);
-                    }
-                }
-                Ok(())
+                flats
+                    .iter()
+                    .try_for_each(|(outs, input)| e.gather_list(outs, input, me))
             },
         )
     }
@@ -390,7 +368,7 @@ impl Backend for ProcessGroupNccl {
             self.op(OpType::ReduceScatter, &ins, outputs, opts.timeout),
             |e| {
                 let n = output.numel();
-                let flat = e.scratch(output.dtype(), n * ins.len())?;
+                let flat = e.scratch(OP, output.dtype(), n * ins.len())?;
                 for (k, i) in ins.iter().enumerate() {
                     e.copy(&flat.flat_slice(k * n, n)?, i)?;
                 }
@@ -497,11 +475,14 @@ impl Backend for ProcessGroupNccl {
             (None, Some(&i)) => c10d_core::Device::Cuda(i),
             (None, None) => self.default_device()?,
         };
-        let t = crate::memory::zeros(DType::U8, &[1], device)?;
-        let ts = [t.clone()];
-        let mut op = self.op(OpType::Barrier, &ts, &ts, opts.timeout);
+        let t = self.device_comm(device)?.barrier_byte.clone();
+        // No leases on the group's own byte: concurrent barriers of one group may share it.
+        let mut op = self.op(OpType::Barrier, &[], &[], opts.timeout);
         op.host_blocking = true;
-        self.launch(op, |e| e.all_reduce(&t, c10d_core::ReduceOp::Sum))
+        self.launch(op, |e| {
+            e.keep.push(t.clone());
+            e.all_reduce(&t, c10d_core::ReduceOp::Sum)
+        })
     }
 
     fn send(&self, tensors: &[Tensor], dst: usize, _tag: i64) -> Result<Work> {
@@ -581,17 +562,16 @@ impl Backend for ProcessGroupNccl {
         self.abort_all("abort() was called");
     }
     fn shutdown(&self) {
-        self.abort_all("the group was shut down");
+        self.shutdown_all();
     }
 }
 
 /// `output` = the concatenation of every rank's `input` (ncclAllGather).
 fn gather_into(e: &mut Enqueue<'_>, output: &Tensor, input: &Tensor) -> Result<()> {
-    let (n, ty) = e.count(input)?;
+    let l = e.whole(input)?;
     // SAFETY: `output` holds size × `input` elements (checked by the caller); both alive for
     // the op; live, locked communicator.
-    let rc = unsafe { (e.lib.all_gather)(ptr(input), ptr(output), n, ty, e.comm, e.stream) };
-    e.call("ncclAllGather", rc)
+    Ok(unsafe { crate::result::all_gather(e.lib, ptr(input), ptr(output), l) }?)
 }
 
 /// `output` = this rank's block of the reduction of every rank's `input` (ncclReduceScatter).
@@ -601,13 +581,11 @@ fn scatter_from(
     input: &Tensor,
     op: c10d_core::ReduceOp,
 ) -> Result<()> {
-    let (n, ty) = e.count(output)?;
     let red = e.reduction(op, output.dtype())?;
+    let l = e.whole(output)?;
     // SAFETY: `input` holds size × `output` elements (checked by the caller); both alive for
     // the op; live, locked communicator.
-    let rc =
-        unsafe { (e.lib.reduce_scatter)(ptr(input), ptr(output), n, ty, red, e.comm, e.stream) };
-    e.call("ncclReduceScatter", rc)
+    Ok(unsafe { crate::result::reduce_scatter(e.lib, ptr(input), ptr(output), red, l) }?)
 }
 
 /// Which side of a `*_tensor_coalesced` pair is the flat one (`size` × the other).

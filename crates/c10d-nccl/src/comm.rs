@@ -1,6 +1,9 @@
 //! The NCCL communicator: one `ncclComm_t` of one group on one device, made from a unique id
-//! shared through the store, by `ncclCommSplit` of a parent, or by `ncclCommShrink`; aborted
-//! with `ncclCommAbort` (from any thread) and freed the same way when dropped.
+//! shared through the store, by `ncclCommSplit` of a parent, or by `ncclCommShrink`. It ends in
+//! one of two ways, as PyTorch's `NCCLComm` does: [`Communicator::shutdown`] (an orderly end:
+//! `ncclCommFinalize`, wait until it has flushed, `ncclCommDestroy`; also what dropping it does)
+//! or [`Communicator::abort`] (`ncclCommAbort`, from any thread: for `abort()`, errors and
+//! timeouts, and the fallback when an orderly end fails or runs past its deadline).
 //!
 //! Communicators are made non-blocking (`config.blocking = 0`) unless the options ask
 //! otherwise, so that every NCCL call, the initialisation included, returns at once and
@@ -10,7 +13,7 @@
 
 use crate::library::NcclLibrary;
 use crate::options::NcclConfig;
-use crate::result::{check, error_string, last_error, result_name};
+use crate::result::{self, error_string, last_error, result_name, NcclError, Progress};
 use crate::sys;
 use c10d_core::{Device, DistError, Result};
 use std::ffi::c_int;
@@ -19,8 +22,12 @@ use std::time::{Duration, Instant};
 
 struct Handle {
     comm: sys::ncclComm_t,
+    /// The handle was freed (aborted or destroyed): `comm` is null.
     aborted: bool,
 }
+
+/// How long dropping a live communicator waits for `ncclCommFinalize` before aborting it.
+pub const DROP_FINALIZE_LIMIT: Duration = Duration::from_secs(10);
 
 /// An NCCL communicator (`NCCLComm` in PyTorch).
 pub struct Communicator {
@@ -77,25 +84,36 @@ impl Communicator {
         config: &NcclConfig,
         deadline: Instant,
     ) -> Result<Communicator> {
+        let c = Communicator::start_init(lib, id, size, rank, device, config)?;
+        c.after_call("ncclCommInitRankConfig", Ok(Progress::InProgress), deadline)?;
+        Ok(c)
+    }
+
+    /// Starts `ncclCommInitRankConfig` and returns at once: a non-blocking communicator may
+    /// still be joining its peers, which [`Communicator::wait_ready`] waits for, and which
+    /// [`Communicator::abort`] from another thread interrupts (PyTorch's `abort()` during
+    /// initialisation).
+    ///
+    /// # Errors
+    /// NCCL's error (nothing is left to free).
+    pub fn start_init(
+        lib: &'static NcclLibrary,
+        id: sys::ncclUniqueId,
+        size: usize,
+        rank: usize,
+        device: Device,
+        config: &NcclConfig,
+    ) -> Result<Communicator> {
         let mut raw_config = effective(config).to_raw();
-        let mut comm: sys::ncclComm_t = std::ptr::null_mut();
-        let rc = match lib.comm_init_rank_config() {
-            // SAFETY: `comm` is writable; `raw_config` lives across the call; `id` came from
-            // ncclGetUniqueId of rank 0 (through the store).
-            Ok(f) => unsafe {
-                f(
-                    &mut comm,
-                    size as c_int,
-                    id,
-                    rank as c_int,
-                    raw_config.as_mut_ptr(),
-                )
-            },
-            // SAFETY: as above, without a config (NCCL < 2.14, which is always blocking).
-            Err(_) => unsafe { (lib.comm_init_rank)(&mut comm, size as c_int, id, rank as c_int) },
-        };
+        // SAFETY: `raw_config` lives across the call; the caller bound the device's context.
+        let (comm, started) =
+            unsafe { result::comm_init_rank(lib, size, id, rank, raw_config.as_mut_ptr()) };
         let c = Communicator::wrap(lib, comm, rank, size, device, config);
-        c.after_call("ncclCommInitRankConfig", rc, deadline)?;
+        if let Err(e) = started {
+            let e = c.call_error("ncclCommInitRankConfig", e.code);
+            c.abort();
+            return Err(e);
+        }
         Ok(c)
     }
 
@@ -120,24 +138,22 @@ impl Communicator {
         }
     }
 
-    /// The checks after an NCCL call on this communicator: its return code, then (non-blocking)
+    /// The checks after an NCCL call on this communicator: its result, then (non-blocking)
     /// polling until it is ready. A failure or timeout aborts the communicator.
     fn after_call(
         &self,
         call: &'static str,
-        rc: sys::ncclResult_t,
+        started: std::result::Result<Progress, NcclError>,
         deadline: Instant,
     ) -> Result<()> {
-        if rc != sys::ncclSuccess && rc != sys::ncclInProgress {
-            let e = self.call_error(call, rc);
+        let ready = match started {
+            Err(e) => Err(self.call_error(call, e.code)),
+            Ok(_) => self.wait_ready(call, deadline),
+        };
+        if ready.is_err() {
             self.abort();
-            return Err(e);
         }
-        if let Err(e) = self.wait_ready(call, deadline) {
-            self.abort();
-            return Err(e);
-        }
-        Ok(())
+        ready
     }
 
     /// Polls a non-blocking communicator until its last call finished (`ncclCommGetAsyncError`
@@ -194,11 +210,8 @@ impl Communicator {
     /// An aborted communicator; the query's own failure.
     fn async_state(&self) -> Result<sys::ncclResult_t> {
         let l = self.lock()?;
-        let mut state: sys::ncclResult_t = sys::ncclSuccess;
-        // SAFETY: the handle is live and locked; `state` is writable.
-        let rc = unsafe { (self.lib.comm_get_async_error)(l.raw(), &mut state) };
-        check(self.lib, "ncclCommGetAsyncError", rc)?;
-        Ok(state)
+        // SAFETY: the handle is live and locked.
+        Ok(unsafe { result::comm_get_async_error(self.lib, l.raw()) }?)
     }
 
     /// The asynchronous error NCCL reports for this communicator, if any (the watchdog's
@@ -235,17 +248,18 @@ impl Communicator {
         ))
     }
 
-    /// Checks an NCCL call made under [`Communicator::lock`] and waits until it is done.
+    /// Checks an NCCL call made under [`Communicator::lock`] (its checked result from
+    /// [`crate::result`]) and waits until it is done.
     ///
     /// # Errors
     /// As [`Communicator::wait_ready`]; the call's own error.
     pub fn finish_call(
         &self,
         call: &'static str,
-        rc: sys::ncclResult_t,
+        started: std::result::Result<Progress, NcclError>,
         deadline: Instant,
     ) -> Result<()> {
-        self.after_call(call, rc, deadline)
+        self.after_call(call, started, deadline)
     }
 
     /// `ncclCommAbort`: stops every NCCL kernel of this communicator and frees it. Safe from any
@@ -257,11 +271,41 @@ impl Communicator {
         }
         h.aborted = true;
         // SAFETY: the handle is live, locked, and never used again (aborted is set).
-        let rc = unsafe { (self.lib.comm_abort)(h.comm) };
+        let r = unsafe { result::comm_abort(self.lib, h.comm) };
         h.comm = std::ptr::null_mut();
-        if rc != sys::ncclSuccess {
-            log::warn!("c10d-nccl: ncclCommAbort returned {}", result_name(rc));
+        if let Err(e) = r {
+            log::warn!("c10d-nccl: ncclCommAbort returned {}", result_name(e.code));
         }
+    }
+
+    /// The orderly end of a communicator (PyTorch's `shutdown()`): `ncclCommFinalize` flushes
+    /// its queued operations, this waits until that is done (or `deadline`), then
+    /// `ncclCommDestroy` frees it. Where that cannot be bounded (a blocking communicator, an
+    /// NCCL without `ncclCommFinalize`) or fails or runs past `deadline`, the communicator is
+    /// aborted instead. Idempotent; later uses fail with [`Communicator::aborted_error`].
+    ///
+    /// # Errors
+    /// Why the orderly end failed (the communicator is aborted all the same).
+    pub fn shutdown(&self, deadline: Instant) -> Result<()> {
+        if !self.nonblocking || self.lib.comm_finalize().is_err() {
+            self.abort();
+            return Ok(());
+        }
+        let started = {
+            let Ok(l) = self.lock() else { return Ok(()) };
+            // SAFETY: the handle is live and locked.
+            unsafe { result::comm_finalize(self.lib, l.raw()) }?
+        };
+        self.after_call("ncclCommFinalize", started, deadline)?;
+        let mut h = self.handle.lock().unwrap_or_else(|e| e.into_inner());
+        if h.aborted {
+            return Ok(());
+        }
+        h.aborted = true;
+        // SAFETY: the handle is live, finalized, locked, and never used again.
+        let r = unsafe { result::comm_destroy(self.lib, h.comm) };
+        h.comm = std::ptr::null_mut();
+        r.map_err(DistError::from)
     }
 
     /// True once aborted.
@@ -285,24 +329,22 @@ impl Communicator {
         config: &NcclConfig,
         deadline: Instant,
     ) -> Result<Option<(Communicator, usize, usize)>> {
-        let f = self.lib.comm_split()?;
         let mut raw_config = effective(config).to_raw();
-        let mut child: sys::ncclComm_t = std::ptr::null_mut();
         let color = color.map_or(sys::NCCL_SPLIT_NOCOLOR, |c| c as c_int);
-        let rc = {
+        let (child, started) = {
             let l = self.lock()?;
-            // SAFETY: parent live and locked; out-pointer and config valid across the call.
+            // SAFETY: parent live and locked; the config is valid across the call.
             unsafe {
-                f(
+                result::comm_split(
+                    self.lib,
                     l.raw(),
                     color,
                     key as c_int,
-                    &mut child,
                     raw_config.as_mut_ptr(),
                 )
-            }
+            }?
         };
-        self.finish_call("ncclCommSplit", rc, deadline)?;
+        self.finish_call("ncclCommSplit", started, deadline)?;
         self.child(child, config, "ncclCommSplit", deadline)
     }
 
@@ -319,30 +361,21 @@ impl Communicator {
         config: &NcclConfig,
         deadline: Instant,
     ) -> Result<Option<(Communicator, usize, usize)>> {
-        let f = self.lib.comm_shrink()?;
         let mut raw_config = effective(config).to_raw();
         let mut excl: Vec<c_int> = exclude.iter().map(|&r| r as c_int).collect();
-        let mut child: sys::ncclComm_t = std::ptr::null_mut();
         let flags = if abort_first {
             sys::NCCL_SHRINK_ABORT
         } else {
             sys::NCCL_SHRINK_DEFAULT
         };
-        let rc = {
+        let (child, started) = {
             let l = self.lock()?;
             // SAFETY: parent live and locked; the exclusion list and config outlive the call.
             unsafe {
-                f(
-                    l.raw(),
-                    excl.as_mut_ptr(),
-                    excl.len() as c_int,
-                    &mut child,
-                    raw_config.as_mut_ptr(),
-                    flags,
-                )
-            }
+                result::comm_shrink(self.lib, l.raw(), &mut excl, raw_config.as_mut_ptr(), flags)
+            }?
         };
-        self.finish_call("ncclCommShrink", rc, deadline)?;
+        self.finish_call("ncclCommShrink", started, deadline)?;
         self.child(child, config, "ncclCommShrink", deadline)
     }
 
@@ -366,16 +399,8 @@ impl Communicator {
 
     fn rank_and_size(&self) -> Result<(usize, usize)> {
         let l = self.lock()?;
-        let (mut rank, mut size): (c_int, c_int) = (0, 0);
-        // SAFETY: live, locked handle; writable ints.
-        check(self.lib, "ncclCommUserRank", unsafe {
-            (self.lib.comm_user_rank)(l.raw(), &mut rank)
-        })?;
-        // SAFETY: as above.
-        check(self.lib, "ncclCommCount", unsafe {
-            (self.lib.comm_count)(l.raw(), &mut size)
-        })?;
-        Ok((rank as usize, size as usize))
+        // SAFETY: live, locked handle.
+        Ok(unsafe { result::comm_rank_and_size(self.lib, l.raw()) }?)
     }
 
     /// This rank in the communicator.
@@ -397,10 +422,13 @@ impl Communicator {
 }
 
 impl Drop for Communicator {
-    /// Frees the communicator with `ncclCommAbort`, which never waits for peers (PyTorch's
-    /// shutdown does the same).
+    /// Ends a communicator still live in order ([`Communicator::shutdown`], waiting at most
+    /// [`DROP_FINALIZE_LIMIT`], then aborting). It is dropped once no op holds it any more: every
+    /// op it ran has finished or been failed, and an op whose kernels may still run keeps it.
     fn drop(&mut self) {
-        self.abort();
+        if let Err(e) = self.shutdown(Instant::now() + DROP_FINALIZE_LIMIT) {
+            log::warn!("c10d-nccl: the orderly end of {self:?} failed, aborted instead: {e}");
+        }
     }
 }
 

@@ -11,25 +11,28 @@
 //!   both; the new name wins when both are set, and using the old one logs a deprecation
 //!   warning. A set but invalid alias is an error even when the new name is also set.
 //!
-//! The variables (only those the backend uses):
+//! The variables the backend reads (none is parsed and then ignored):
 //! - `TORCH_NCCL_BLOCKING_WAIT` (alias `NCCL_BLOCKING_WAIT`), default false: `Work::wait`
 //!   blocks the host until the op finishes or times out, then raises; no watchdog thread.
 //! - `TORCH_NCCL_ASYNC_ERROR_HANDLING` (alias `NCCL_ASYNC_ERROR_HANDLING`), default 3: what the
 //!   watchdog does on a timeout or NCCL error, see [`ErrorHandlingMode`]. Values other than
 //!   0–3 are rejected here (PyTorch casts them unchecked into its enum).
-//! - `TORCH_NCCL_DESYNC_DEBUG` (alias `NCCL_DESYNC_DEBUG`), default false: report which rank is
-//!   behind on a timeout; without blocking wait it turns mode 0 into 3, as PyTorch does.
-//! - `TORCH_NCCL_DUMP_ON_TIMEOUT`, default false: dump debug info (flight recorder) on a
-//!   timeout or error.
 //! - `TORCH_NCCL_HIGH_PRIORITY`, default false: use high-priority NCCL streams for every group.
-//! - `TORCH_NCCL_PROPAGATE_ERROR`, default false: publish an error through the store so peers
-//!   fail with "remote error" instead of timing out.
-//! - `TORCH_NCCL_ENABLE_MONITORING`, default true: run the heartbeat monitor of the watchdog.
-//! - `TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC`, default 480 (8 min): how long the watchdog may go
-//!   without a heartbeat before the monitor kills the process.
-//! - `TORCH_NCCL_NAN_CHECK`, default false: check send buffers for NaN before each op.
-//! - `TORCH_NCCL_ENABLE_TIMING` (alias `NCCL_ENABLE_TIMING`), default false: record start events
-//!   to time every op.
+//! - `TORCH_NCCL_ENABLE_MONITORING`, default true: the heartbeat monitor ends the process when
+//!   the watchdog thread makes no progress for the heartbeat timeout ([`crate::heartbeat`]);
+//!   false: it only logs that it would have.
+//! - `TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC`, default 480 (8 min): that timeout; at least 1.
+//!
+//! `TORCH_NCCL_DUMP_ON_TIMEOUT` (dump the flight recorder on a timeout or error) is read by
+//! c10d-core's flight recorder, with `TORCH_FR_DUMP_ON_TIMEOUT`, for every backend.
+//!
+//! Refused when set to true, with an error naming the variable and what to use instead
+//! (their values are still checked as PyTorch checks them): `TORCH_NCCL_DESYNC_DEBUG` (alias
+//! `NCCL_DESYNC_DEBUG`: the desync report; the flight recorder and `c10d-fr-trace` answer the
+//! same question), `TORCH_NCCL_PROPAGATE_ERROR` (peers fail by their own timeout instead),
+//! `TORCH_NCCL_NAN_CHECK` (needs a device kernel, which this crate does not build) and
+//! `TORCH_NCCL_ENABLE_TIMING` (alias `NCCL_ENABLE_TIMING`: flight-recorder durations are host
+//! time from submission to the watchdog seeing the end).
 
 use c10d_core::{DistError, Result};
 
@@ -42,8 +45,6 @@ pub const ASYNC_ERROR_HANDLING: &[&str] = &[
 ];
 /// `TORCH_NCCL_DESYNC_DEBUG` and its old name.
 pub const DESYNC_DEBUG: &[&str] = &["TORCH_NCCL_DESYNC_DEBUG", "NCCL_DESYNC_DEBUG"];
-/// `TORCH_NCCL_DUMP_ON_TIMEOUT`.
-pub const DUMP_ON_TIMEOUT: &[&str] = &["TORCH_NCCL_DUMP_ON_TIMEOUT"];
 /// `TORCH_NCCL_HIGH_PRIORITY`.
 pub const HIGH_PRIORITY: &[&str] = &["TORCH_NCCL_HIGH_PRIORITY"];
 /// `TORCH_NCCL_PROPAGATE_ERROR`.
@@ -119,24 +120,14 @@ impl ErrorHandlingMode {
 pub struct NcclEnv {
     /// `TORCH_NCCL_BLOCKING_WAIT`.
     pub blocking_wait: bool,
-    /// `TORCH_NCCL_ASYNC_ERROR_HANDLING` (after the desync-debug adjustment).
+    /// `TORCH_NCCL_ASYNC_ERROR_HANDLING`.
     pub async_error_handling: ErrorHandlingMode,
-    /// `TORCH_NCCL_DESYNC_DEBUG`.
-    pub desync_debug: bool,
-    /// `TORCH_NCCL_DUMP_ON_TIMEOUT`.
-    pub dump_on_timeout: bool,
     /// `TORCH_NCCL_HIGH_PRIORITY`.
     pub high_priority: bool,
-    /// `TORCH_NCCL_PROPAGATE_ERROR`.
-    pub propagate_error: bool,
     /// `TORCH_NCCL_ENABLE_MONITORING`.
     pub enable_monitoring: bool,
-    /// `TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC`.
+    /// `TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC` (at least 1).
     pub heartbeat_timeout_sec: i32,
-    /// `TORCH_NCCL_NAN_CHECK`.
-    pub nan_check: bool,
-    /// `TORCH_NCCL_ENABLE_TIMING`.
-    pub enable_timing: bool,
 }
 
 impl Default for NcclEnv {
@@ -145,14 +136,9 @@ impl Default for NcclEnv {
         NcclEnv {
             blocking_wait: false,
             async_error_handling: ErrorHandlingMode::SkipCleanUp,
-            desync_debug: false,
-            dump_on_timeout: false,
             high_priority: false,
-            propagate_error: false,
             enable_monitoring: true,
             heartbeat_timeout_sec: DEFAULT_HEARTBEAT_TIMEOUT_SEC,
-            nan_check: false,
-            enable_timing: false,
         }
     }
 }
@@ -181,6 +167,42 @@ fn read<T>(
         value = parse(&raw).ok_or_else(|| invalid(name))?;
     }
     Ok(value)
+}
+
+/// The variables c10d-nccl refuses when true, and what to use instead.
+const UNSUPPORTED: &[(&[&str], &str)] = &[
+    (
+        DESYNC_DEBUG,
+        "its desync report is not implemented; the flight recorder (TORCH_NCCL_TRACE_BUFFER_SIZE, dumped on a timeout) and c10d-fr-trace show which rank is behind",
+    ),
+    (
+        PROPAGATE_ERROR,
+        "errors are not published through the store; peers fail by their own timeout",
+    ),
+    (
+        NAN_CHECK,
+        "it needs a device kernel, which c10d-nccl does not build",
+    ),
+    (
+        ENABLE_TIMING,
+        "ops are not timed on the device; flight-recorder durations are host time",
+    ),
+];
+
+/// Checks the refused variables: a bad value is PyTorch's error, a true one is refused.
+fn refuse_unsupported(lookup: &dyn Fn(&str) -> Option<String>) -> Result<()> {
+    for (names, why) in UNSUPPORTED {
+        if read(names, lookup, false, parse_bool)? {
+            let name = names
+                .iter()
+                .find(|n| lookup(n).is_some())
+                .unwrap_or(&names[0]);
+            return Err(DistError::unsupported(format!(
+                "{name}=1 is not supported by c10d-nccl: {why}"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// PyTorch's boolean spelling (`getCvarBool`).
@@ -224,37 +246,33 @@ impl NcclEnv {
     /// first bad value (PyTorch raises `RuntimeError` with the same text).
     pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<NcclEnv> {
         let d = NcclEnv::default();
-        let blocking_wait = read(BLOCKING_WAIT, lookup, d.blocking_wait, parse_bool)?;
-        let mut async_error_handling = read(
-            ASYNC_ERROR_HANDLING,
+        refuse_unsupported(lookup)?;
+        let heartbeat_timeout_sec = read(
+            HEARTBEAT_TIMEOUT_SEC,
             lookup,
-            d.async_error_handling,
-            |raw| parse_stoi(raw).and_then(ErrorHandlingMode::from_code),
+            d.heartbeat_timeout_sec,
+            |raw| parse_stoi(raw).filter(|&s| s >= 1),
         )?;
-        let desync_debug = read(DESYNC_DEBUG, lookup, d.desync_debug, parse_bool)?;
-        if !blocking_wait && desync_debug && async_error_handling == ErrorHandlingMode::NoHandling {
-            log::info!(
-                "TORCH_NCCL_DESYNC_DEBUG and TORCH_NCCL_ASYNC_ERROR_HANDLING must both be enabled. Enabling TORCH_NCCL_ASYNC_ERROR_HANDLING."
-            );
-            async_error_handling = ErrorHandlingMode::SkipCleanUp;
-        }
         Ok(NcclEnv {
-            blocking_wait,
-            async_error_handling,
-            desync_debug,
-            dump_on_timeout: read(DUMP_ON_TIMEOUT, lookup, d.dump_on_timeout, parse_bool)?,
-            high_priority: read(HIGH_PRIORITY, lookup, d.high_priority, parse_bool)?,
-            propagate_error: read(PROPAGATE_ERROR, lookup, d.propagate_error, parse_bool)?,
-            enable_monitoring: read(ENABLE_MONITORING, lookup, d.enable_monitoring, parse_bool)?,
-            heartbeat_timeout_sec: read(
-                HEARTBEAT_TIMEOUT_SEC,
+            blocking_wait: read(BLOCKING_WAIT, lookup, d.blocking_wait, parse_bool)?,
+            async_error_handling: read(
+                ASYNC_ERROR_HANDLING,
                 lookup,
-                d.heartbeat_timeout_sec,
-                parse_stoi,
+                d.async_error_handling,
+                |raw| parse_stoi(raw).and_then(ErrorHandlingMode::from_code),
             )?,
-            nan_check: read(NAN_CHECK, lookup, d.nan_check, parse_bool)?,
-            enable_timing: read(ENABLE_TIMING, lookup, d.enable_timing, parse_bool)?,
+            high_priority: read(HIGH_PRIORITY, lookup, d.high_priority, parse_bool)?,
+            enable_monitoring: read(ENABLE_MONITORING, lookup, d.enable_monitoring, parse_bool)?,
+            heartbeat_timeout_sec,
         })
+    }
+
+    /// The heartbeat monitor's settings.
+    pub fn heartbeat(&self) -> crate::heartbeat::HeartbeatConfig {
+        crate::heartbeat::HeartbeatConfig {
+            timeout: std::time::Duration::from_secs(self.heartbeat_timeout_sec.max(1) as u64),
+            terminate: self.enable_monitoring,
+        }
     }
 
     /// Parses the process environment.
@@ -386,50 +404,50 @@ mod tests {
     }
 
     #[test]
-    fn desync_debug_enables_error_handling_unless_blocking() {
-        let e = parse(&[
-            ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "0"),
-            ("TORCH_NCCL_DESYNC_DEBUG", "1"),
-        ])
-        .unwrap();
-        assert_eq!(e.async_error_handling, ErrorHandlingMode::SkipCleanUp);
-        let e = parse(&[
-            ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "0"),
-            ("TORCH_NCCL_DESYNC_DEBUG", "1"),
-            ("TORCH_NCCL_BLOCKING_WAIT", "1"),
-        ])
-        .unwrap();
-        assert_eq!(e.async_error_handling, ErrorHandlingMode::NoHandling);
+    fn unsupported_variables_are_refused_when_true_and_checked_always() {
+        for name in [
+            "TORCH_NCCL_DESYNC_DEBUG",
+            "NCCL_DESYNC_DEBUG",
+            "TORCH_NCCL_PROPAGATE_ERROR",
+            "TORCH_NCCL_NAN_CHECK",
+            "TORCH_NCCL_ENABLE_TIMING",
+            "NCCL_ENABLE_TIMING",
+        ] {
+            let e = parse(&[(name, "1")]).unwrap_err();
+            assert_eq!(e.kind(), c10d_core::ErrorKind::Unsupported, "{name}");
+            assert!(
+                e.message()
+                    .starts_with(&format!("{name}=1 is not supported by c10d-nccl: ")),
+                "{e}"
+            );
+            assert_eq!(parse(&[(name, "0")]).unwrap(), NcclEnv::default(), "{name}");
+            let e = parse(&[(name, "maybe")]).unwrap_err();
+            assert_eq!(e.kind(), c10d_core::ErrorKind::InvalidArgument, "{name}");
+        }
     }
 
     #[test]
     fn other_flags_and_heartbeat() {
         let e = parse(&[
-            ("TORCH_NCCL_DUMP_ON_TIMEOUT", "1"),
             ("TORCH_NCCL_HIGH_PRIORITY", "true"),
-            ("TORCH_NCCL_PROPAGATE_ERROR", "y"),
             ("TORCH_NCCL_ENABLE_MONITORING", "0"),
             ("TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC", "30"),
-            ("TORCH_NCCL_NAN_CHECK", "1"),
-            ("NCCL_ENABLE_TIMING", "1"),
         ])
         .unwrap();
-        assert!(
-            e.dump_on_timeout
-                && e.high_priority
-                && e.propagate_error
-                && e.nan_check
-                && e.enable_timing
-        );
+        assert!(e.high_priority);
         assert!(!e.enable_monitoring);
         assert_eq!(e.heartbeat_timeout_sec, 30);
-        let e = parse(&[("TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC", "soon")]).unwrap_err();
-        assert_eq!(
-            e.message(),
-            "Invalid value for environment variable: TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC"
-        );
-        let e = parse(&[("TORCH_NCCL_NAN_CHECK", "maybe")]).unwrap_err();
-        assert!(e.message().ends_with("TORCH_NCCL_NAN_CHECK"));
+        let h = e.heartbeat();
+        assert_eq!(h.timeout, std::time::Duration::from_secs(30));
+        assert!(!h.terminate);
+        assert!(NcclEnv::default().heartbeat().terminate);
+        for bad in ["soon", "0", "-5"] {
+            let e = parse(&[("TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC", bad)]).unwrap_err();
+            assert_eq!(
+                e.message(),
+                "Invalid value for environment variable: TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC"
+            );
+        }
     }
 
     #[test]

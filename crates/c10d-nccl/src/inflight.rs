@@ -29,20 +29,30 @@ pub(crate) struct InFlight {
 }
 
 impl InFlight {
-    /// Completes the work and releases what it held.
-    pub fn finish(mut self, result: Result<()>) {
+    /// Completes the work of an op that finished and releases what it held.
+    pub fn finish(mut self) {
+        self.complete(Ok(()));
         self.leases.lock().unwrap_or_else(|e| e.into_inner()).take();
-        let completed = result.is_ok();
+        drop(self.keep);
+        if let Ok(end) = Arc::try_unwrap(self.end) {
+            self.pool.give(end);
+        }
+    }
+
+    /// Completes the work (its waiters hear `result` now) and keeps the op's memory and leases:
+    /// for an op that failed while its kernels may still run, they go when dropped, once
+    /// [`InFlight::kernels_done`].
+    pub fn complete(&mut self, result: Result<()>) {
         if let Some(c) = self.completer.take() {
             // Also drops the wait hook and its handle on `end`.
             c.complete(result);
         }
-        drop(self.keep);
-        if completed {
-            if let Ok(end) = Arc::try_unwrap(self.end) {
-                self.pool.give(end);
-            }
-        }
+    }
+
+    /// True once no kernel of the op can touch its memory: its end event fired (or cannot be
+    /// queried any more: the context is gone), or its communicator was aborted.
+    pub fn kernels_done(&self) -> bool {
+        self.comm.is_aborted() || self.end.try_is_complete().unwrap_or(true)
     }
 }
 

@@ -74,12 +74,16 @@
 #![warn(missing_docs)]
 
 pub mod availability;
+mod bootstrap;
+pub mod capture;
+mod coalescing;
 mod collectives;
 pub mod comm;
 pub mod cuda;
 pub mod device;
 pub mod env;
 mod events;
+pub mod heartbeat;
 mod inflight;
 pub mod library;
 pub mod loader;

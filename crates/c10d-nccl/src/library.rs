@@ -92,49 +92,49 @@ pub struct NcclLibrary {
     location: String,
     version: Version,
     /// `ncclGetVersion`.
-    pub get_version: sys::ncclGetVersion_t,
+    pub(crate) get_version: sys::ncclGetVersion_t,
     /// `ncclGetUniqueId`.
-    pub get_unique_id: sys::ncclGetUniqueId_t,
+    pub(crate) get_unique_id: sys::ncclGetUniqueId_t,
     /// `ncclCommInitRank`.
-    pub comm_init_rank: sys::ncclCommInitRank_t,
+    pub(crate) comm_init_rank: sys::ncclCommInitRank_t,
     /// `ncclCommDestroy`.
-    pub comm_destroy: sys::ncclCommDestroy_t,
+    pub(crate) comm_destroy: sys::ncclCommDestroy_t,
     /// `ncclCommAbort`.
-    pub comm_abort: sys::ncclCommDestroy_t,
+    pub(crate) comm_abort: sys::ncclCommDestroy_t,
     /// `ncclCommGetAsyncError`.
-    pub comm_get_async_error: sys::ncclCommGetAsyncError_t,
+    pub(crate) comm_get_async_error: sys::ncclCommGetAsyncError_t,
     /// `ncclCommCount`.
-    pub comm_count: sys::ncclCommQueryInt_t,
+    pub(crate) comm_count: sys::ncclCommQueryInt_t,
     /// `ncclCommCuDevice`.
-    pub comm_cu_device: sys::ncclCommQueryInt_t,
+    pub(crate) comm_cu_device: sys::ncclCommQueryInt_t,
     /// `ncclCommUserRank`.
-    pub comm_user_rank: sys::ncclCommQueryInt_t,
+    pub(crate) comm_user_rank: sys::ncclCommQueryInt_t,
     /// `ncclGroupStart`.
-    pub group_start: sys::ncclGroup_t,
+    pub(crate) group_start: sys::ncclGroup_t,
     /// `ncclGroupEnd`.
-    pub group_end: sys::ncclGroup_t,
+    pub(crate) group_end: sys::ncclGroup_t,
     /// `ncclAllReduce`.
-    pub all_reduce: sys::ncclAllReduce_t,
+    pub(crate) all_reduce: sys::ncclAllReduce_t,
     /// `ncclBroadcast`.
-    pub broadcast: sys::ncclBroadcast_t,
+    pub(crate) broadcast: sys::ncclBroadcast_t,
     /// `ncclReduce`.
-    pub reduce: sys::ncclReduce_t,
+    pub(crate) reduce: sys::ncclReduce_t,
     /// `ncclAllGather`.
-    pub all_gather: sys::ncclAllGather_t,
+    pub(crate) all_gather: sys::ncclAllGather_t,
     /// `ncclReduceScatter`.
-    pub reduce_scatter: sys::ncclReduceScatter_t,
+    pub(crate) reduce_scatter: sys::ncclReduceScatter_t,
     /// `ncclSend`.
-    pub send: sys::ncclSend_t,
+    pub(crate) send: sys::ncclSend_t,
     /// `ncclRecv`.
-    pub recv: sys::ncclRecv_t,
+    pub(crate) recv: sys::ncclRecv_t,
     /// `ncclRedOpCreatePreMulSum`.
-    pub red_op_create_pre_mul_sum: sys::ncclRedOpCreatePreMulSum_t,
+    pub(crate) red_op_create_pre_mul_sum: sys::ncclRedOpCreatePreMulSum_t,
     /// `ncclRedOpDestroy`.
-    pub red_op_destroy: sys::ncclRedOpDestroy_t,
+    pub(crate) red_op_destroy: sys::ncclRedOpDestroy_t,
     /// `ncclGetErrorString`.
-    pub get_error_string: sys::ncclGetErrorString_t,
+    pub(crate) get_error_string: sys::ncclGetErrorString_t,
     /// `ncclGetLastError`.
-    pub get_last_error: sys::ncclGetLastError_t,
+    pub(crate) get_last_error: sys::ncclGetLastError_t,
     comm_init_rank_config: OnceLock<Result<sys::ncclCommInitRankConfig_t, MissingFunction>>,
     comm_finalize: OnceLock<Result<sys::ncclCommFinalize_t, MissingFunction>>,
     comm_split: OnceLock<Result<sys::ncclCommSplit_t, MissingFunction>>,

@@ -1,5 +1,8 @@
 //! Device memory behind CUDA tensors: [`CudaMemory`] is a [`DeviceStorage`] over one
-//! `cuMemAlloc` block, and [`zeros`] / [`from_cpu`] / [`empty`] make `Device::Cuda(i)` tensors
+//! `cuMemAlloc` block (or, for an op's temporary buffers, one block of the stream-ordered
+//! allocator: `cuMemAllocAsync` on the NCCL stream, `cuMemFreeAsync` on it when dropped, so
+//! neither the op path nor the watchdog ever waits for the device to allocate or free), and
+//! [`zeros`] / [`from_cpu`] / [`empty`] make `Device::Cuda(i)` tensors
 //! (`torch.zeros(..., device="cuda:i")`, `tensor.to("cuda:i")`). Views (`narrow`, `reshape`,
 //! `chunk`) and the lease rules are c10d-core's; a CUDA tensor reads back with
 //! [`c10d_core::Tensor::to_cpu`] / `to_vec`.
@@ -10,7 +13,7 @@
 use crate::device::{self, driver_error};
 use crate::stream;
 use c10d_core::{DType, Device, DeviceStorage, Result, Tensor};
-use cudarc::driver::{result, sys, CudaContext};
+use cudarc::driver::{result, sys, CudaContext, CudaStream};
 use std::any::Any;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -22,6 +25,9 @@ pub struct CudaMemory {
     ptr: sys::CUdeviceptr,
     nbytes: usize,
     last_stream: AtomicU64,
+    /// Where the block came from: `None` for `cuMemAlloc`, else the stream whose
+    /// stream-ordered allocation it is (freed there).
+    ordered_on: Option<Arc<CudaStream>>,
 }
 
 impl std::fmt::Debug for CudaMemory {
@@ -50,6 +56,40 @@ impl CudaMemory {
             ptr,
             nbytes,
             last_stream: AtomicU64::new(0),
+            ordered_on: None,
+        })
+    }
+
+    /// `nbytes` from the stream-ordered allocator on `stream` (`cuMemAllocAsync`): usable by
+    /// work queued on `stream` from now on, and freed on `stream` (`cuMemFreeAsync`, after the
+    /// work queued there before the drop) when dropped. Whoever uses it elsewhere must order
+    /// that use against `stream`.
+    ///
+    /// # Errors
+    /// As [`device::context`]; the driver's error (out of memory included).
+    pub fn alloc_on_stream(
+        device: Device,
+        nbytes: usize,
+        stream: &Arc<CudaStream>,
+    ) -> Result<CudaMemory> {
+        let ctx = device::context(device)?;
+        let ptr = if nbytes == 0 {
+            0
+        } else {
+            ctx.bind_to_thread()
+                .map_err(|e| driver_error("cuCtxSetCurrent", e))?;
+            // SAFETY: a live stream of this device's context, bound to this thread; non-zero
+            // size; the memory is only used by work ordered after this point on `stream`.
+            unsafe { result::malloc_async(stream.cu_stream(), nbytes) }
+                .map_err(|e| driver_error("cuMemAllocAsync", e))?
+        };
+        Ok(CudaMemory {
+            ctx,
+            device,
+            ptr,
+            nbytes,
+            last_stream: AtomicU64::new(0),
+            ordered_on: Some(stream.clone()),
         })
     }
 
@@ -85,11 +125,18 @@ impl Drop for CudaMemory {
             return;
         }
         let _ = self.ctx.bind_to_thread();
-        // SAFETY: `ptr` came from cuMemAlloc in this context and is freed once, here; every
-        // collective using it holds a tensor (and so this storage) until its end event fired.
-        if let Err(e) = unsafe { result::free_sync(self.ptr) } {
+        let freed = match &self.ordered_on {
+            // SAFETY: `ptr` came from cuMemAlloc in this context and is freed once, here; every
+            // collective using it holds a tensor (and so this storage) until its end event
+            // fired or its communicator was aborted.
+            None => unsafe { result::free_sync(self.ptr) },
+            // SAFETY: `ptr` came from cuMemAllocAsync on `s` and is freed once, on `s`, after
+            // every use queued there (an op's temporary buffer is only used on `s`).
+            Some(s) => unsafe { result::free_async(self.ptr, s.cu_stream()) },
+        };
+        if let Err(e) = freed {
             log::warn!(
-                "c10d-nccl: cuMemFree of {} bytes failed: {e:?}",
+                "c10d-nccl: freeing {} bytes of device memory failed: {e:?}",
                 self.nbytes
             );
         }
@@ -169,6 +216,21 @@ pub fn empty(dtype: DType, shape: &[usize], device: Device) -> Result<Tensor> {
     let n: usize = shape.iter().product();
     let mem = CudaMemory::alloc(device, n * dtype.size())?;
     Tensor::from_device_storage(Arc::new(mem), dtype, shape)
+}
+
+/// An uninitialised CUDA tensor from the stream-ordered allocator on `stream` (see
+/// [`CudaMemory::alloc_on_stream`]): an op's temporary buffer.
+///
+/// # Errors
+/// As [`CudaMemory::alloc_on_stream`].
+pub(crate) fn empty_on_stream(
+    dtype: DType,
+    numel: usize,
+    device: Device,
+    stream: &Arc<CudaStream>,
+) -> Result<Tensor> {
+    let mem = CudaMemory::alloc_on_stream(device, numel * dtype.size(), stream)?;
+    Tensor::from_device_storage(Arc::new(mem), dtype, &[numel])
 }
 
 /// A CUDA tensor of zeros (`torch.zeros(shape, dtype=dtype, device=device)`).

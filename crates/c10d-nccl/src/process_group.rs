@@ -19,7 +19,7 @@ use crate::inflight::{stream_wait_hook, InFlight, LeaseSlot};
 use crate::library::NcclLibrary;
 use crate::mapping::{nccl_reduction, nccl_type, NcclReduction, NcclType};
 use crate::options::NcclOptions;
-use crate::result::{check, get_unique_id};
+use crate::result::{self, Launch};
 use crate::stream;
 use crate::sys;
 use crate::watchdog::{GroupLabel, Watchdog, WorkRecord};
@@ -31,7 +31,7 @@ use c10d_core::{
 use c10d_store::Store;
 use cudarc::driver::{CudaContext, CudaEvent, CudaStream};
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -45,6 +45,8 @@ pub(crate) struct DeviceComm {
     sync_event: Mutex<CudaEvent>,
     /// End events of ops.
     events: Arc<EventPool>,
+    /// The byte `barrier` all-reduces, allocated with the communicator (not on the op path).
+    pub barrier_byte: Tensor,
 }
 
 /// What an op is, for its `Work`, the checks and the watchdog.
@@ -59,37 +61,36 @@ pub(crate) struct Op<'a> {
     pub peer: Option<usize>,
 }
 
-/// What an op's body enqueues with: the locked communicator, the NCCL stream, and the
-/// temporary device buffers it must keep alive until the op has finished.
+/// What an op's body enqueues with: the locked communicator, the NCCL stream, and where the
+/// device memory it uses beyond its tensors goes.
 pub(crate) struct Enqueue<'a> {
     pub lib: &'static NcclLibrary,
     pub comm: sys::ncclComm_t,
     pub stream: sys::cudaStream_t,
     pub device: Device,
-    pub scratch: &'a mut Vec<Tensor>,
-    /// Device copies (dst, src) that must follow the NCCL calls: NCCL launches a group's
-    /// kernels at `ncclGroupEnd`, so copies of their results are queued after it.
-    pub after: &'a mut Vec<(Tensor, Tensor)>,
-    premul_ops: &'a mut Vec<sys::ncclRedOp_t>,
+    nccl_stream: &'a Arc<CudaStream>,
+    /// The caller's stream is capturing a CUDA graph: allocate nothing.
+    capturing: bool,
+    /// Temporary buffers from the stream-ordered allocator on the NCCL stream, dropped (freed
+    /// there, after the op's kernels) once the op's calls are enqueued.
+    pub temps: &'a mut Vec<Tensor>,
+    /// Device memory the kernels use that must live until the op has finished.
+    pub keep: &'a mut Vec<Tensor>,
+    /// PREMUL_SUM reductions created for the op, destroyed after its group ends.
+    pub premul_ops: &'a mut Vec<sys::ncclRedOp_t>,
 }
 
 /// What an enqueued op hands to [`ProcessGroupNccl::finish_launch`].
-struct Pending {
-    leases: Vec<TensorLeases>,
-    keep: Vec<Tensor>,
-    outputs: Vec<Tensor>,
-    host_blocking: bool,
-    trace: Option<Trace>,
-}
-
-/// An open coalesced block (`start_coalescing` … `end_coalescing`).
-struct Coalesced {
-    dc: Option<Arc<DeviceComm>>,
-    after: Vec<(Tensor, Tensor)>,
-    leases: Vec<TensorLeases>,
-    keep: Vec<Tensor>,
-    numel_in: i64,
-    numel_out: i64,
+pub(crate) struct Pending {
+    pub leases: Vec<TensorLeases>,
+    pub keep: Vec<Tensor>,
+    pub outputs: Vec<Tensor>,
+    pub host_blocking: bool,
+    pub trace: Option<Trace>,
+    /// The caller's declared stream (see [`crate::stream`]), if any.
+    pub caller: Option<Arc<CudaStream>>,
+    /// Issued while the caller's stream was capturing a CUDA graph.
+    pub capturing: bool,
 }
 
 static NEXT_LOCAL_ID: AtomicUsize = AtomicUsize::new(0);
@@ -98,7 +99,7 @@ static NEXT_LOCAL_ID: AtomicUsize = AtomicUsize::new(0);
 pub struct ProcessGroupNccl {
     pub(crate) rank: usize,
     pub(crate) size: usize,
-    store: Arc<dyn Store>,
+    pub(crate) store: Arc<dyn Store>,
     pub(crate) options: NcclOptions,
     pub(crate) env: NcclEnv,
     pub(crate) lib: &'static NcclLibrary,
@@ -108,10 +109,14 @@ pub struct ProcessGroupNccl {
     p2p_seq: AtomicU64,
     fr: Arc<GroupRecorder>,
     dc: Mutex<Option<Arc<DeviceComm>>>,
-    watchdog: WatchdogThread,
-    coalescing: Mutex<Option<Coalesced>>,
+    /// The communicator being made, so that `abort()` can interrupt its initialisation.
+    pub(crate) creating: Mutex<Option<Arc<Communicator>>>,
+    /// Set by `abort()` / `shutdown()`: no communicator is made any more.
+    pub(crate) ended: AtomicBool,
+    pub(crate) watchdog: WatchdogThread,
+    pub(crate) coalescing: Mutex<Option<crate::coalescing::Coalesced>>,
     split_count: AtomicU64,
-    uid_count: AtomicU64,
+    pub(crate) uid_count: AtomicU64,
 }
 
 impl std::fmt::Debug for ProcessGroupNccl {
@@ -163,6 +168,7 @@ impl ProcessGroupNccl {
             rank,
         };
         let dog = Watchdog::new(label, env.async_error_handling);
+        let heartbeat = env.heartbeat();
         let fr = FlightRecorder::global()?.register_group(
             "nccl",
             &options.group_name,
@@ -184,7 +190,9 @@ impl ProcessGroupNccl {
             p2p_seq: AtomicU64::new(0),
             fr,
             dc: Mutex::new(None),
-            watchdog: WatchdogThread::start(dog),
+            creating: Mutex::new(None),
+            ended: AtomicBool::new(false),
+            watchdog: WatchdogThread::start(dog, heartbeat),
             coalescing: Mutex::new(None),
             split_count: AtomicU64::new(0),
             uid_count: AtomicU64::new(0),
@@ -242,7 +250,7 @@ impl ProcessGroupNccl {
     }
 
     /// The group's communicator on `device`, made now if it has none (a collective over the
-    /// group: rank 0's unique id goes through the store).
+    /// group: rank 0's unique id goes through the store; see [`crate::bootstrap`]).
     pub(crate) fn device_comm(&self, device: Device) -> Result<Arc<DeviceComm>> {
         let mut slot = self.dc.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(dc) = slot.as_ref() {
@@ -255,28 +263,20 @@ impl ProcessGroupNccl {
             return Ok(dc.clone());
         }
         let ctx = device::context(device)?;
-        let id = self.exchange_unique_id()?;
-        let deadline = Instant::now() + self.default_timeout();
-        let comm = Communicator::init(
-            self.lib,
-            id,
-            self.size,
-            self.rank,
-            device,
-            &self.options.config,
-            deadline,
-        )?;
+        ctx.bind_to_thread()
+            .map_err(|e| driver_error("cuCtxSetCurrent", e))?;
+        let comm = self.make_communicator(device)?;
         let dc = Arc::new(self.wrap_comm(ctx, comm)?);
         *slot = Some(dc.clone());
         Ok(dc)
     }
 
-    /// A [`DeviceComm`] around a new communicator: its NCCL stream (high priority on request)
-    /// and its sync event.
+    /// A [`DeviceComm`] around a new communicator: its NCCL stream (high priority on request),
+    /// its sync event and barrier byte.
     pub(crate) fn wrap_comm(
         &self,
         ctx: Arc<CudaContext>,
-        comm: Communicator,
+        comm: Arc<Communicator>,
     ) -> Result<DeviceComm> {
         let stream = if self.options.is_high_priority_stream {
             let (_, greatest) = cudarc::driver::result::stream::get_priority_range()
@@ -289,40 +289,16 @@ impl ProcessGroupNccl {
         let sync_event = ctx
             .new_event(None)
             .map_err(|e| driver_error("cuEventCreate", e))?;
+        let device = comm.device();
         Ok(DeviceComm {
-            device: comm.device(),
+            device,
             ctx: ctx.clone(),
-            comm: Arc::new(comm),
+            comm,
             stream,
             sync_event: Mutex::new(sync_event),
             events: Arc::new(EventPool::new(ctx.clone())),
+            barrier_byte: crate::memory::zeros(DType::U8, &[1], device)?,
         })
-    }
-
-    /// Rank 0 makes an `ncclUniqueId` and publishes it under a key that counts the group's
-    /// communicators; the others read it (bounded by the store's timeout).
-    fn exchange_unique_id(&self) -> Result<sys::ncclUniqueId> {
-        let n = self.uid_count.fetch_add(1, Ordering::Relaxed);
-        let key = format!("nccl_unique_id_{n}");
-        let mut id = sys::ncclUniqueId::default();
-        if self.rank == 0 {
-            id = get_unique_id(self.lib)?;
-            let bytes: Vec<u8> = id.internal.iter().map(|&c| c as u8).collect();
-            self.store.set(&key, &bytes)?;
-        } else {
-            let bytes = self.store.get(&key)?;
-            if bytes.len() != sys::NCCL_UNIQUE_ID_BYTES {
-                return Err(DistError::backend(format!(
-                    "ProcessGroupNCCL: the unique id under store key {key:?} has {} bytes, expected {}",
-                    bytes.len(),
-                    sys::NCCL_UNIQUE_ID_BYTES
-                )));
-            }
-            for (d, s) in id.internal.iter_mut().zip(bytes) {
-                *d = s as std::ffi::c_char;
-            }
-        }
-        Ok(id)
     }
 
     /// The one device of every tensor of an op.
@@ -374,50 +350,45 @@ impl ProcessGroupNccl {
         body: impl FnOnce(&mut Enqueue<'_>) -> Result<()>,
     ) -> Result<Work> {
         let device = self.device_of(&op)?;
-        let leases = TensorLeases::acquire(op.inputs, op.outputs)?;
         let dc = self.device_comm(device)?;
         dc.ctx
             .bind_to_thread()
             .map_err(|e| driver_error("cuCtxSetCurrent", e))?;
-        self.order_after_caller(&dc)?;
-        let mut scratch = Vec::new();
-        let numel_in: usize = op.inputs.iter().map(Tensor::numel).sum();
-        let numel_out: usize = op.outputs.iter().map(Tensor::numel).sum();
+        let caller = self.order_after_caller(&dc)?;
+        let capturing = match &caller {
+            Some(s) => crate::capture::is_capturing(s)?,
+            None => false,
+        };
         let mut co = self.coalescing.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(c) = co.as_mut() {
-            self.enqueue_calls(&dc, false, &mut scratch, &mut c.after, body)?;
-            c.dc.get_or_insert_with(|| dc.clone());
-            c.leases.push(leases);
-            c.keep
-                .extend(op.inputs.iter().chain(op.outputs).cloned().chain(scratch));
-            c.numel_in += numel_in as i64;
-            c.numel_out += numel_out as i64;
-            // The coalesced block's own Work comes from `end_coalescing`.
-            return Ok(Work::completed(
-                op.kind,
-                self.sequence(),
-                Ok(()),
-                Vec::new(),
-            ));
+        if let Some(block) = co.as_mut() {
+            let r = self.launch_in_block(block, &dc, &op, (caller, capturing), body);
+            if let Err(e) = &r {
+                block.failed.get_or_insert_with(|| e.clone());
+            }
+            return r;
         }
         drop(co);
-        let mut after = Vec::new();
-        self.enqueue_calls(&dc, true, &mut scratch, &mut after, body)?;
-        copy_after(&dc, &after)?;
+        let leases = TensorLeases::acquire(op.inputs, op.outputs)?;
+        let mut keep: Vec<Tensor> = op.inputs.iter().chain(op.outputs).cloned().collect();
+        let mut temps = Vec::new();
+        let mut premul = Vec::new();
+        let calls = Calls {
+            grouped: true,
+            capturing,
+            keep: &mut keep,
+            temps: &mut temps,
+            premul: &mut premul,
+        };
+        self.enqueue_calls(&dc, calls, body)?;
+        // Freed on the NCCL stream, after the kernels just queued there.
+        drop(temps);
         let timeout = op.timeout.unwrap_or_else(|| self.default_timeout());
         let (seq, trace) = self.number(op.kind, op.peer, op.inputs, op.outputs, timeout);
-        let keep = op
-            .inputs
-            .iter()
-            .chain(op.outputs)
-            .cloned()
-            .chain(scratch)
-            .collect();
         let record = WorkRecord {
             seq,
             op: op.kind,
-            numel_in: numel_in as i64,
-            numel_out: numel_out as i64,
+            numel_in: op.inputs.iter().map(Tensor::numel).sum::<usize>() as i64,
+            numel_out: op.outputs.iter().map(Tensor::numel).sum::<usize>() as i64,
             timeout,
             start: Instant::now(),
         };
@@ -427,70 +398,71 @@ impl ProcessGroupNccl {
             outputs: op.outputs.to_vec(),
             host_blocking: op.host_blocking,
             trace,
+            caller,
+            capturing,
         };
         self.finish_launch(&dc, record, pending)
     }
 
-    /// The NCCL stream waits for what the caller queued on its current stream.
-    fn order_after_caller(&self, dc: &DeviceComm) -> Result<()> {
-        let caller = stream::current_stream(dc.device)?;
+    /// Orders the NCCL stream after the caller's work, by the rule of [`crate::stream`]: after
+    /// the thread's declared stream (returned), else after everything queued on the device.
+    fn order_after_caller(&self, dc: &DeviceComm) -> Result<Option<Arc<CudaStream>>> {
+        let Some(caller) = stream::declared_stream(dc.device)? else {
+            warn_device_sync_once();
+            dc.ctx
+                .synchronize()
+                .map_err(|e| driver_error("cuCtxSynchronize", e))?;
+            return Ok(None);
+        };
         let ev = dc.sync_event.lock().unwrap_or_else(|e| e.into_inner());
         ev.record(&caller)
             .map_err(|e| driver_error("cuEventRecord", e))?;
         dc.stream
             .wait(&ev)
-            .map_err(|e| driver_error("cuStreamWaitEvent", e))
+            .map_err(|e| driver_error("cuStreamWaitEvent", e))?;
+        Ok(Some(caller))
     }
 
-    /// Runs `body` under the communicator's lock, inside its own NCCL group when `grouped`.
-    fn enqueue_calls(
+    /// Runs `body` under the communicator's lock, inside its own NCCL group when
+    /// `calls.grouped` (else inside the open coalesced block's group, which destroys the
+    /// PREMUL_SUM reductions when it ends).
+    pub(crate) fn enqueue_calls(
         &self,
         dc: &DeviceComm,
-        grouped: bool,
-        scratch: &mut Vec<Tensor>,
-        after: &mut Vec<(Tensor, Tensor)>,
+        calls: Calls<'_>,
         body: impl FnOnce(&mut Enqueue<'_>) -> Result<()>,
     ) -> Result<()> {
         let deadline = Instant::now() + self.default_timeout();
-        let mut premul_ops = Vec::new();
-        let rc = {
+        let started = {
             let locked = dc.comm.lock()?;
             let mut e = Enqueue {
                 lib: self.lib,
                 comm: locked.raw(),
                 stream: dc.stream.cu_stream() as sys::cudaStream_t,
                 device: dc.device,
-                scratch,
-                after,
-                premul_ops: &mut premul_ops,
+                nccl_stream: &dc.stream,
+                capturing: calls.capturing,
+                temps: calls.temps,
+                keep: calls.keep,
+                premul_ops: calls.premul,
             };
-            if grouped {
-                // SAFETY: ncclGroupStart only touches NCCL's thread-local group state.
-                check(self.lib, "ncclGroupStart", unsafe {
-                    (self.lib.group_start)()
-                })?;
+            if !calls.grouped {
+                return body(&mut e);
             }
+            result::group_start(self.lib)?;
             let r = body(&mut e);
-            let end = if grouped {
-                // SAFETY: closes the group opened above (also after a failed body, which
-                // NCCL then discards with the error of the failed call).
-                unsafe { (self.lib.group_end)() }
-            } else {
-                sys::ncclSuccess
-            };
-            for op in premul_ops.drain(..) {
-                // SAFETY: `op` was created on this live, locked communicator.
-                unsafe { (self.lib.red_op_destroy)(op, locked.raw()) };
-            }
+            // Also after a failed body: NCCL then discards the group with that call's error.
+            let end = result::group_end(self.lib);
+            destroy_premul(self.lib, locked.raw(), e.premul_ops);
             r?;
             end
         };
-        dc.comm.finish_call("ncclGroupEnd", rc, deadline)
+        dc.comm.finish_call("ncclGroupEnd", started, deadline)
     }
 
     /// Numbers an op and records it in the flight recorder ("scheduled"): PyTorch's
     /// `op_id`, `collective_seq_id` and `p2p_seq_id`.
-    fn number(
+    pub(crate) fn number(
         &self,
         op: OpType,
         peer: Option<usize>,
@@ -524,32 +496,35 @@ impl ProcessGroupNccl {
         (seq, trace)
     }
 
-    /// Records the end event and hands the op to the watchdog; returns its `Work`.
-    fn finish_launch(&self, dc: &Arc<DeviceComm>, record: WorkRecord, p: Pending) -> Result<Work> {
-        let Pending {
-            leases,
-            keep,
-            outputs,
-            host_blocking,
-            trace,
-        } = p;
+    /// Records the end event and hands the op to the watchdog; returns its `Work`. A captured
+    /// op instead joins the caller's stream to the NCCL stream at once and completes (see
+    /// [`crate::capture`]).
+    pub(crate) fn finish_launch(
+        &self,
+        dc: &Arc<DeviceComm>,
+        record: WorkRecord,
+        p: Pending,
+    ) -> Result<Work> {
         let end = Arc::new(dc.events.take()?);
         end.record(&dc.stream)
             .map_err(|e| driver_error("cuEventRecord", e))?;
+        if p.capturing {
+            return self.finish_captured(dc, record, p, end);
+        }
         let (work, mut completer) = Work::new(record.op, record.seq);
-        completer.set_trace(trace);
+        completer.set_trace(p.trace);
         completer.mark_started();
-        completer.set_outputs(outputs);
-        let slot: LeaseSlot = Arc::new(Mutex::new(Some(leases)));
-        let blocking = host_blocking || self.env.blocking_wait;
+        completer.set_outputs(p.outputs);
+        let slot: LeaseSlot = Arc::new(Mutex::new(Some(p.leases)));
+        let blocking = p.host_blocking || self.env.blocking_wait;
         completer.set_wait_hook(stream_wait_hook(
             dc.device,
             end.clone(),
             slot.clone(),
             blocking,
         ));
-        let comm = dc.comm.clone();
-        completer.set_abort_hook(Box::new(move || comm.abort()));
+        let ended = self.ended_hook();
+        completer.set_abort_hook(Box::new(ended));
         self.watchdog.enqueue(
             record,
             InFlight {
@@ -558,84 +533,86 @@ impl ProcessGroupNccl {
                 comm: dc.comm.clone(),
                 completer: Some(completer),
                 leases: slot,
-                keep,
+                keep: p.keep,
             },
         );
         Ok(work)
     }
 
-    /// `start_coalescing`: later ops join one NCCL group until [`Self::end_block`].
-    pub(crate) fn start_block(&self) -> Result<()> {
-        let mut co = self.coalescing.lock().unwrap_or_else(|e| e.into_inner());
-        if co.is_some() {
-            return Err(DistError::invalid(
-                "ProcessGroupNCCL: start_coalescing called while already coalescing",
-            ));
-        }
-        // SAFETY: opens NCCL's thread-local group; closed by `end_block`.
-        check(self.lib, "ncclGroupStart", unsafe {
-            (self.lib.group_start)()
+    /// A captured op: the caller's stream waits for the NCCL stream (the capture needs the
+    /// join before it ends), and the `Work` is complete at once; nothing goes to the watchdog.
+    fn finish_captured(
+        &self,
+        dc: &Arc<DeviceComm>,
+        record: WorkRecord,
+        p: Pending,
+        end: Arc<CudaEvent>,
+    ) -> Result<Work> {
+        let caller = p.caller.ok_or_else(|| {
+            DistError::backend("ProcessGroupNCCL: a captured op without the capturing stream")
         })?;
-        *co = Some(Coalesced {
-            dc: None,
-            after: Vec::new(),
-            leases: Vec::new(),
-            keep: Vec::new(),
-            numel_in: 0,
-            numel_out: 0,
-        });
-        Ok(())
+        caller
+            .wait(&end)
+            .map_err(|e| driver_error("cuStreamWaitEvent", e))?;
+        if let Ok(end) = Arc::try_unwrap(end) {
+            dc.events.give(end);
+        }
+        Ok(Work::completed(record.op, record.seq, Ok(()), p.outputs))
     }
 
-    /// `end_coalescing`: closes the group; one `Work` for every op of the block.
-    pub(crate) fn end_block(&self) -> Result<Work> {
-        let c = self
-            .coalescing
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-            .ok_or_else(|| {
-                DistError::invalid("ProcessGroupNCCL: end_coalescing without start_coalescing")
-            })?;
-        // SAFETY: closes the group `start_block` opened on this thread.
-        let rc = unsafe { (self.lib.group_end)() };
-        let timeout = self.default_timeout();
-        let (seq, trace) = self.number(OpType::Coalesced, None, &[], &[], timeout);
-        let Some(dc) = c.dc else {
-            check(self.lib, "ncclGroupEnd", rc)?;
-            return Ok(Work::completed(OpType::Coalesced, seq, Ok(()), Vec::new()));
-        };
-        dc.comm
-            .finish_call("ncclGroupEnd", rc, Instant::now() + self.default_timeout())?;
-        copy_after(&dc, &c.after)?;
-        let record = WorkRecord {
-            seq,
-            op: OpType::Coalesced,
-            numel_in: c.numel_in,
-            numel_out: c.numel_out,
-            timeout,
-            start: Instant::now(),
-        };
-        let pending = Pending {
-            leases: c.leases,
-            keep: c.keep,
-            outputs: Vec::new(),
-            host_blocking: false,
-            trace,
-        };
-        self.finish_launch(&dc, record, pending)
+    /// What `Work::abort` does: abort this group's communicator (from any thread), as
+    /// `abort()` does.
+    fn ended_hook(&self) -> impl Fn() + Send + 'static {
+        let watchdog = self.watchdog.handle();
+        move || watchdog.abort_everything("Work::abort() was called")
     }
 
-    /// Aborts the communicator and fails every in-flight op (`ProcessGroupNCCL::abort`).
+    /// Aborts the communicator (the one being made included) and fails every in-flight op
+    /// (`ProcessGroupNCCL::abort`). The ops' memory is released after the abort, when no
+    /// kernel can use it any more.
     pub(crate) fn abort_all(&self, why: &str) {
         // Ops failed on purpose are no reason for a flight-recorder dump.
         self.fr.set_shutting_down();
+        self.ended.store(true, Ordering::Release);
+        if let Some(c) = self
+            .creating
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+        {
+            c.abort();
+        }
+        self.watchdog.abort_everything(why);
         if let Some(dc) = self.current() {
-            // Waiters hear first: the abort itself may wait for the device.
-            let msg = format!("{}: {why}", dc.comm.aborted_error().message());
-            self.watchdog.fail_all(&msg);
             dc.comm.abort();
         }
+    }
+
+    /// The orderly end of the group (PyTorch's `shutdown()`): the communicator flushes its
+    /// queued operations (`ncclCommFinalize`, waited for up to the group's timeout) and is
+    /// destroyed; what cannot finish by then is aborted. Ops still in flight after that fail.
+    pub(crate) fn shutdown_all(&self) {
+        self.fr.set_shutting_down();
+        self.ended.store(true, Ordering::Release);
+        if let Some(c) = self
+            .creating
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+        {
+            c.abort();
+        }
+        if let Some(dc) = self.current() {
+            let deadline = Instant::now() + self.default_timeout();
+            if let Err(e) = dc.comm.shutdown(deadline) {
+                log::warn!(
+                    "c10d-nccl: shutdown of rank {} fell back to abort: {e}",
+                    self.rank
+                );
+            }
+        }
+        self.watchdog
+            .abort_everything("the group was shut down while the op was in flight");
     }
 
     /// A new group made from this one's communicator by `ncclCommSplit`.
@@ -704,31 +681,49 @@ impl ProcessGroupNccl {
     ) -> Result<ProcessGroupNccl> {
         let child =
             ProcessGroupNccl::with_env(self.store.clone(), rank, size, options, self.env.clone())?;
-        let wrapped = child.wrap_comm(dc.ctx.clone(), comm)?;
+        let wrapped = child.wrap_comm(dc.ctx.clone(), Arc::new(comm))?;
         *child.dc.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(wrapped));
         Ok(child)
     }
 }
 
-/// The copies an op queued to follow its NCCL calls, on the NCCL stream.
-fn copy_after(dc: &DeviceComm, after: &[(Tensor, Tensor)]) -> Result<()> {
-    for (dst, src) in after {
-        // SAFETY: live CUDA tensors of equal byte size (checked when queued), kept alive by the
-        // op until its end event; the NCCL stream belongs to their device.
-        unsafe { crate::memory::copy_async(dst, src, dc.stream.cu_stream())? };
+/// Where one op's calls put what outlives them (see [`Enqueue`]).
+pub(crate) struct Calls<'a> {
+    /// In a group of their own (else inside the open coalesced block's group).
+    pub grouped: bool,
+    pub capturing: bool,
+    pub keep: &'a mut Vec<Tensor>,
+    pub temps: &'a mut Vec<Tensor>,
+    pub premul: &'a mut Vec<sys::ncclRedOp_t>,
+}
+
+/// Destroys the PREMUL_SUM reductions of calls whose group has ended.
+pub(crate) fn destroy_premul(
+    lib: &'static NcclLibrary,
+    comm: sys::ncclComm_t,
+    ops: &mut Vec<sys::ncclRedOp_t>,
+) {
+    for op in ops.drain(..) {
+        // SAFETY: `op` was created on `comm`, which the caller holds live and locked; the
+        // group of the calls that used it has ended.
+        if let Err(e) = unsafe { result::red_op_destroy(lib, op, comm) } {
+            log::warn!("c10d-nccl: {e}");
+        }
     }
-    Ok(())
+}
+
+/// Says once per process that a thread without a declared stream pays a device
+/// synchronisation per collective (see [`crate::stream`]).
+fn warn_device_sync_once() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        log::warn!(
+            "c10d-nccl: this thread declared no CUDA stream, so each collective first waits for all work on the device (safe, slower); declare the stream your kernels run on with c10d_nccl::stream::set_current_stream (torch.cuda.set_stream)"
+        )
+    });
 }
 
 impl Enqueue<'_> {
-    /// Checks one NCCL call's result.
-    ///
-    /// # Errors
-    /// NCCL's error naming `call`.
-    pub fn call(&self, call: &'static str, rc: sys::ncclResult_t) -> Result<()> {
-        check(self.lib, call, rc).map_err(DistError::from)
-    }
-
     /// NCCL's type for `dtype`.
     ///
     /// # Errors
@@ -760,30 +755,44 @@ impl Enqueue<'_> {
     fn premul_sum(&mut self, factor: f64, dtype: DType) -> Result<sys::ncclRedOp_t> {
         let mut scalar = scalar_bytes(factor, dtype)?;
         let ty = self.nccl_type(dtype)?;
-        let mut op: sys::ncclRedOp_t = 0;
         // SAFETY: live, locked communicator; `scalar` holds one element of `dtype`, read before
         // the call returns (host-immediate residence).
-        let rc = unsafe {
-            (self.lib.red_op_create_pre_mul_sum)(
-                &mut op,
+        let op = unsafe {
+            result::red_op_create_pre_mul_sum(
+                self.lib,
                 scalar.as_mut_ptr().cast::<c_void>(),
                 ty.dtype,
-                sys::ncclScalarHostImmediate,
                 self.comm,
             )
-        };
-        self.call("ncclRedOpCreatePreMulSum", rc)?;
+        }?;
         self.premul_ops.push(op);
         Ok(op)
     }
 
-    /// A scratch CUDA tensor on the group's device, kept alive until the op finished.
+    /// The launch arguments for `count` NCCL elements of `dtype` on this communicator.
+    pub fn args(&self, count: usize, dtype: sys::ncclDataType_t) -> Launch {
+        Launch {
+            comm: self.comm,
+            stream: self.stream,
+            dtype,
+            count,
+        }
+    }
+
+    /// A temporary CUDA tensor on the group's device from the stream-ordered allocator on the
+    /// NCCL stream; freed there after the op's kernels.
     ///
     /// # Errors
-    /// Out of device memory.
-    pub fn scratch(&mut self, dtype: DType, numel: usize) -> Result<Tensor> {
-        let t = crate::memory::empty(dtype, &[numel], self.device)?;
-        self.scratch.push(t.clone());
+    /// While the caller's stream is capturing a CUDA graph (nothing is allocated then); out of
+    /// device memory.
+    pub fn scratch(&mut self, op: &str, dtype: DType, numel: usize) -> Result<Tensor> {
+        if self.capturing {
+            return Err(DistError::invalid(format!(
+                "ProcessGroupNCCL::{op}: this form needs a temporary device buffer, which is not allocated during CUDA graph capture; use the flat-tensor form"
+            )));
+        }
+        let t = crate::memory::empty_on_stream(dtype, numel, self.device, self.nccl_stream)?;
+        self.temps.push(t.clone());
         Ok(t)
     }
 }

@@ -1,6 +1,26 @@
-//! The caller's current stream per device and thread, as `torch.cuda.current_stream()`: the
-//! legacy default stream unless the thread set another. Collectives order themselves after the
-//! work queued on it, and [`c10d_core::Work::wait`] makes it wait for the collective.
+//! The caller's stream per device and thread, as `torch.cuda.current_stream()`, and the one
+//! rule by which a collective is ordered against the caller's work.
+//!
+//! # The ordering rule
+//! - **A thread that declared its stream** ([`set_current_stream`], or [`use_stream`] for a
+//!   scope, as `torch.cuda.set_stream` / `with torch.cuda.stream(s)`): every collective on that
+//!   device is ordered after the work queued on that stream when the collective is called (an
+//!   event recorded there, waited on by the NCCL stream; the host does not wait), and
+//!   `Work::wait` makes that stream wait for the collective. This is the fast path; a program
+//!   whose kernels run on its own stream (cudarc's non-blocking streams, candle's device
+//!   stream) declares it once per thread.
+//! - **A thread that declared nothing** gets the safe default: before the collective the host
+//!   waits for all work queued on the device (`cuCtxSynchronize`), so data produced on any
+//!   stream is complete, and `Work::wait` blocks the host until the collective has finished, so
+//!   work queued afterwards on any stream sees its result. (PyTorch instead orders after the
+//!   current stream, which in PyTorch every kernel also uses; c10d-nccl cannot know which
+//!   stream a Rust program's kernels ran on, so it does not guess.) The device
+//!   synchronisation is bounded by the watchdog: a collective that never finishes is timed
+//!   out and its communicator aborted (or the process ended), which ends the wait; with
+//!   `TORCH_NCCL_ASYNC_ERROR_HANDLING=0` nothing is aborted and the wait is not bounded.
+//!
+//! Host copies of [`crate::memory`] tensors run on [`current_stream`] (the legacy default
+//! stream when nothing was declared) and return when the bytes have arrived.
 
 use crate::device;
 use c10d_core::{Device, Result};
@@ -15,16 +35,16 @@ thread_local! {
     static DEFAULT: RefCell<HashMap<u32, Arc<CudaStream>>> = RefCell::new(HashMap::new());
 }
 
-/// The calling thread's current stream on `device` (the legacy default stream unless
-/// [`set_current_stream`] chose another).
+/// The calling thread's current stream on `device`: the declared one, else the legacy default
+/// stream.
 ///
 /// # Errors
 /// As [`device::context`].
 pub fn current_stream(device: Device) -> Result<Arc<CudaStream>> {
-    let i = device::ordinal(device)?;
-    if let Some(s) = CURRENT.with(|c| c.borrow().get(&i).cloned()) {
+    if let Some(s) = declared_stream(device)? {
         return Ok(s);
     }
+    let i = device::ordinal(device)?;
     if let Some(s) = DEFAULT.with(|c| c.borrow().get(&i).cloned()) {
         return Ok(s);
     }
@@ -33,11 +53,21 @@ pub fn current_stream(device: Device) -> Result<Arc<CudaStream>> {
     Ok(s)
 }
 
-/// Makes `stream` the calling thread's current stream on its device (`torch.cuda.set_stream`);
-/// `None` goes back to the legacy default stream.
+/// The stream the calling thread declared for `device` ([`set_current_stream`] /
+/// [`use_stream`]), if any: what collectives are ordered after (see the module docs).
 ///
 /// # Errors
-/// As [`device::context`].
+/// A device that is not a CUDA device.
+pub fn declared_stream(device: Device) -> Result<Option<Arc<CudaStream>>> {
+    let i = device::ordinal(device)?;
+    Ok(CURRENT.with(|c| c.borrow().get(&i).cloned()))
+}
+
+/// Makes `stream` the calling thread's current stream on `device` (`torch.cuda.set_stream`);
+/// `None` goes back to the safe default (nothing declared).
+///
+/// # Errors
+/// A device that is not a CUDA device.
 pub fn set_current_stream(device: Device, stream: Option<Arc<CudaStream>>) -> Result<()> {
     let i = device::ordinal(device)?;
     CURRENT.with(|c| match stream {
@@ -45,4 +75,29 @@ pub fn set_current_stream(device: Device, stream: Option<Arc<CudaStream>>) -> Re
         None => c.borrow_mut().remove(&i),
     });
     Ok(())
+}
+
+/// Declares `stream` as the calling thread's stream on `device` until the guard is dropped,
+/// which restores what was declared before (`with torch.cuda.stream(s):`).
+///
+/// # Errors
+/// A device that is not a CUDA device.
+pub fn use_stream(device: Device, stream: Arc<CudaStream>) -> Result<StreamGuard> {
+    let before = declared_stream(device)?;
+    set_current_stream(device, Some(stream))?;
+    Ok(StreamGuard { device, before })
+}
+
+/// Restores the thread's previously declared stream when dropped ([`use_stream`]).
+#[must_use = "the stream is declared only while the guard lives"]
+pub struct StreamGuard {
+    device: Device,
+    before: Option<Arc<CudaStream>>,
+}
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        // The device was a CUDA device when the guard was made.
+        let _ = set_current_stream(self.device, self.before.take());
+    }
 }

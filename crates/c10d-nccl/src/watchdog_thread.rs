@@ -1,20 +1,35 @@
 //! The thread that drives a group's [`Watchdog`]: it polls every in-flight op (about every
 //! 100 µs while ops are in flight, parked otherwise), completes their `Work`s, and on a timeout
 //! or an NCCL error does what `TORCH_NCCL_ASYNC_ERROR_HANDLING` says: abort the communicators
-//! (so nothing stays stuck on the device) and/or end the process.
+//! (so nothing stays stuck on the device) and/or end the process. Each turn of its loop is a
+//! heartbeat for the group's [`crate::heartbeat`] monitor; it queries events in the thread-local
+//! capture mode ([`crate::capture`]).
 //!
-//! Dropping the group's handle fails what is still in flight, stops the thread and waits (up to
-//! [`JOIN_LIMIT`]) until it has left NCCL and CUDA: a process that exits right after dropping its
-//! groups must not tear the libraries down under an abort still running here.
+//! **Memory outlives the kernels.** A failed op's `Work` fails at once, but its tensors and
+//! leases stay with the op until no kernel can touch them: its end event fired or its
+//! communicator was aborted. Ops failed without an abort (mode 0) wait in a retiring list that
+//! every turn sweeps. An explicit abort ([`WatchdogHandle::abort_everything`]) fails the works,
+//! aborts the communicators, and only then releases the memory.
+//!
+//! Dropping the group's handle fails what is still in flight, aborts the communicators of ops
+//! whose kernels may still run (as PyTorch's destructor aborts a group not shut down), releases
+//! their memory, stops the thread and waits (up to [`JOIN_LIMIT`]) until it has left NCCL and
+//! CUDA: a process that exits right after dropping its groups must not tear the libraries down
+//! under an abort still running here.
 
 use crate::comm::Communicator;
+use crate::heartbeat::HeartbeatConfig;
 use crate::inflight::InFlight;
 use crate::watchdog::{PollReport, Watchdog, WorkRecord};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 /// How often in-flight ops are polled.
 const POLL: Duration = Duration::from_micros(100);
+
+/// How often failed ops whose kernels may still run are looked at when nothing is in flight.
+const RETIRE_POLL: Duration = Duration::from_millis(10);
 
 /// How long dropping a group waits for its watchdog thread to finish (an `ncclCommAbort` it
 /// runs can take a while).
@@ -25,8 +40,12 @@ struct Shared {
     wake: Condvar,
     /// The communicators to abort on a failure (the group's, its coalesced ones included).
     comms: Mutex<Vec<Weak<Communicator>>>,
+    /// Failed ops whose kernels may still run: their memory goes once they are done.
+    retiring: Mutex<Vec<InFlight>>,
+    /// Bumped on every turn of the loop (the heartbeat monitor watches it).
+    beat: Arc<AtomicU64>,
     /// Set when the group goes away: the thread leaves at its next turn.
-    stop: std::sync::atomic::AtomicBool,
+    stop: AtomicBool,
 }
 
 /// The handle a process group keeps; dropping it stops the thread (see the module docs).
@@ -36,25 +55,32 @@ pub(crate) struct WatchdogThread {
     gone: Mutex<std::sync::mpsc::Receiver<()>>,
 }
 
+/// A handle that does not keep the watchdog alive (for `Work::abort`).
+#[derive(Clone)]
+pub(crate) struct WatchdogHandle(Weak<Shared>);
+
 impl WatchdogThread {
-    /// Starts the thread for `dog`.
-    pub fn start(dog: Watchdog<InFlight>) -> WatchdogThread {
+    /// Starts the thread for `dog`, and its heartbeat monitor.
+    pub fn start(dog: Watchdog<InFlight>, heartbeat: HeartbeatConfig) -> WatchdogThread {
+        let group = dog.label().group_name.clone();
         let shared = Arc::new(Shared {
             dog: Mutex::new(dog),
             wake: Condvar::new(),
             comms: Mutex::new(Vec::new()),
-            stop: std::sync::atomic::AtomicBool::new(false),
+            retiring: Mutex::new(Vec::new()),
+            beat: Arc::new(AtomicU64::new(0)),
+            stop: AtomicBool::new(false),
         });
         let weak = Arc::downgrade(&shared);
-        let name = format!("c10d-nccl-watchdog-{}", shared.lock().label().group_name);
         let (alive, gone) = std::sync::mpsc::channel::<()>();
         std::thread::Builder::new()
-            .name(name)
+            .name(format!("c10d-nccl-watchdog-{group}"))
             .spawn(move || {
                 run(weak);
                 drop(alive);
             })
             .expect("spawning the NCCL watchdog thread");
+        crate::heartbeat::spawn_monitor(heartbeat, Arc::downgrade(&shared.beat), group);
         WatchdogThread {
             shared,
             gone: Mutex::new(gone),
@@ -65,7 +91,7 @@ impl WatchdogThread {
     pub fn enqueue(&self, record: WorkRecord, op: InFlight) {
         let comm = Arc::downgrade(&op.comm);
         {
-            let mut comms = self.shared.comms.lock().unwrap_or_else(|e| e.into_inner());
+            let mut comms = lock(&self.shared.comms);
             if !comms.iter().any(|c| c.ptr_eq(&comm)) {
                 comms.retain(|c| c.strong_count() > 0);
                 comms.push(comm);
@@ -75,56 +101,130 @@ impl WatchdogThread {
         self.shared.wake.notify_one();
     }
 
-    /// Fails every in-flight op now with `error` (after an explicit abort).
-    pub fn fail_all(&self, error: &str) {
-        let drained: Vec<_> = {
-            let mut dog = self.shared.lock();
-            let mut out = Vec::new();
-            dog.drain(|r, op| out.push((r, op)));
-            out
-        };
-        for (_, op) in drained {
-            op.finish(Err(c10d_core::DistError::backend(error.to_string())));
+    /// A handle for `Work::abort`.
+    pub fn handle(&self) -> WatchdogHandle {
+        WatchdogHandle(Arc::downgrade(&self.shared))
+    }
+
+    /// Fails every in-flight op with `error`, aborts the communicators, then releases the ops'
+    /// memory (`abort()`).
+    pub fn abort_everything(&self, error: &str) {
+        self.shared.abort_everything(error);
+    }
+}
+
+impl WatchdogHandle {
+    /// As [`WatchdogThread::abort_everything`]; nothing once the group is gone.
+    pub fn abort_everything(&self, error: &str) {
+        if let Some(s) = self.0.upgrade() {
+            s.abort_everything(error);
         }
     }
 }
 
 impl Drop for WatchdogThread {
     fn drop(&mut self) {
-        self.fail_all("the process group was destroyed while the op was in flight");
         self.shared
-            .stop
-            .store(true, std::sync::atomic::Ordering::Release);
+            .fail_and_release("the process group was destroyed while the op was in flight");
+        self.shared.stop.store(true, Ordering::Release);
         self.shared.wake.notify_all();
-        let gone = self.gone.lock().unwrap_or_else(|e| e.into_inner());
+        let gone = lock(&self.gone);
         if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = gone.recv_timeout(JOIN_LIMIT) {
             log::warn!("c10d-nccl: a watchdog thread was still busy {JOIN_LIMIT:?} after its group was dropped");
         }
     }
 }
 
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 impl Shared {
     fn lock(&self) -> std::sync::MutexGuard<'_, Watchdog<InFlight>> {
-        self.dog.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.dog)
+    }
+
+    /// Every in-flight op, its work failed with `error`; the retiring ones too.
+    fn fail_in_flight(&self, error: &str) -> Vec<InFlight> {
+        let mut out = Vec::new();
+        self.lock().drain(|_, op| out.push(op));
+        for op in &mut out {
+            op.complete(Err(c10d_core::DistError::backend(error.to_string())));
+        }
+        out.append(&mut lock(&self.retiring));
+        out
+    }
+
+    fn abort_everything(&self, error: &str) {
+        let ops = self.fail_in_flight(error);
+        self.abort_comms();
+        drop(ops);
+    }
+
+    /// Fails what is in flight; ops whose kernels may still run have their communicator
+    /// aborted before their memory goes.
+    fn fail_and_release(&self, error: &str) {
+        let ops = self.fail_in_flight(error);
+        for op in ops.iter().filter(|op| !op.kernels_done()) {
+            op.comm.abort();
+        }
+        drop(ops);
+    }
+
+    fn abort_comms(&self) {
+        let comms = lock(&self.comms).clone();
+        comms
+            .iter()
+            .filter_map(Weak::upgrade)
+            .for_each(|c| c.abort());
+    }
+
+    /// Releases the retiring ops whose kernels are done; true while some remain.
+    fn sweep_retiring(&self) -> bool {
+        let mut r = lock(&self.retiring);
+        let done: Vec<InFlight> = {
+            let (done, running) = r.drain(..).partition(|op| op.kernels_done());
+            *r = running;
+            done
+        };
+        let remaining = !r.is_empty();
+        drop(r);
+        drop(done);
+        remaining
     }
 }
 
 fn run(weak: Weak<Shared>) {
+    let mut relaxed = false;
     loop {
         let Some(shared) = weak.upgrade() else { return };
-        if shared.stop.load(std::sync::atomic::Ordering::Acquire) {
+        if shared.stop.load(Ordering::Acquire) {
             return;
         }
+        shared.beat.fetch_add(1, Ordering::Relaxed);
+        let retiring = shared.sweep_retiring();
         let report = {
             let mut dog = shared.lock();
             if dog.in_flight() == 0 {
                 // Parked until an op arrives; the timeout lets the thread see its group go.
+                let park = if retiring {
+                    RETIRE_POLL
+                } else {
+                    Duration::from_millis(50)
+                };
                 let (d, _) = shared
                     .wake
-                    .wait_timeout(dog, Duration::from_millis(50))
+                    .wait_timeout(dog, park)
                     .unwrap_or_else(|e| e.into_inner());
                 drop(d);
                 continue;
+            }
+            if !relaxed {
+                // Ops in flight: CUDA is there. Event queries must not disturb a capture.
+                relaxed = true;
+                if let Err(e) = crate::capture::relax_capture_mode_for_this_thread() {
+                    log::warn!("c10d-nccl: {e}");
+                }
             }
             dog.poll(Instant::now())
         };
@@ -136,39 +236,32 @@ fn run(weak: Weak<Shared>) {
 
 fn handle(shared: &Shared, report: PollReport<InFlight>) {
     for f in report.completed {
-        f.probe.finish(Ok(()));
+        f.probe.finish();
     }
-    // Waiters hear of the failure before the abort, which may wait for the device.
-    let mut failed_comms = Vec::new();
-    for f in report.timed_out.into_iter().chain(report.failed) {
+    // Waiters hear of the failure before the abort, which may wait for the device; the ops'
+    // memory stays until their kernels are done.
+    let mut failed = Vec::new();
+    for mut f in report.timed_out.into_iter().chain(report.failed) {
         let e = f
             .error
             .unwrap_or_else(|| c10d_core::DistError::backend("failed"));
-        failed_comms.push(f.probe.comm.clone());
-        f.probe.finish(Err(e));
+        f.probe.complete(Err(e));
+        failed.push(f.probe);
     }
-    let Some(response) = report.response else {
-        return;
-    };
-    let reason = report.first_error.clone().unwrap_or_default();
-    log::error!("{reason}");
-    if response.abort_communicators {
-        let comms = shared
-            .comms
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        comms
-            .iter()
-            .filter_map(Weak::upgrade)
-            .for_each(|c| c.abort());
-        failed_comms.iter().for_each(|c| c.abort());
+    if let Some(response) = report.response {
+        let reason = report.first_error.clone().unwrap_or_default();
+        log::error!("{reason}");
+        if response.abort_communicators {
+            shared.abort_comms();
+            failed.iter().for_each(|op| op.comm.abort());
+        }
+        if response.tear_down_process {
+            eprintln!(
+                "{reason}\nTo avoid data inconsistency, we are taking the entire process down (TORCH_NCCL_ASYNC_ERROR_HANDLING={}).",
+                shared.lock().mode().code()
+            );
+            std::process::abort();
+        }
     }
-    if response.tear_down_process {
-        eprintln!(
-            "{reason}\nTo avoid data inconsistency, we are taking the entire process down (TORCH_NCCL_ASYNC_ERROR_HANDLING={}).",
-            shared.lock().mode().code()
-        );
-        std::process::abort();
-    }
+    lock(&shared.retiring).extend(failed);
 }

@@ -447,7 +447,8 @@ impl World {
     }
 
     /// `batch_isend_irecv(p2p_op_list)`: launches every op and returns their works (backends
-    /// with coalescing get one start/end window around them).
+    /// with coalescing get one start/end window around them, always closed: an op that fails
+    /// inside it fails the call after the window was ended, so later ops run normally).
     ///
     /// # Errors
     /// "Invalid ``p2p_op_list``. ..." for an empty list; "All ops need to use the same group.";
@@ -462,28 +463,32 @@ impl World {
         let Some(pg) = self.op_group(first.group.as_ref(), "batch_isend_irecv")? else {
             return Ok(Vec::new());
         };
-        let coalesce = pg
+        let coalescing = pg
             .default_backend()
-            .map(|b| b.supports_coalescing())
-            .unwrap_or(false);
-        if coalesce {
-            pg.default_backend()?.start_coalescing()?;
-        }
+            .ok()
+            .filter(|b| b.supports_coalescing());
+        let Some(backend) = coalescing else {
+            return self.launch_p2p(p2p_op_list);
+        };
+        backend.start_coalescing()?;
+        // The block ends whatever happened inside it (PyTorch's leaves it open on an error,
+        // after which every op of the group would be swallowed by the block).
+        let launched = self.launch_p2p(p2p_op_list);
+        let ended = backend.end_coalescing();
+        launched?;
+        Ok(vec![ended?])
+    }
+
+    /// Issues each op of a `batch_isend_irecv` list; their works in order.
+    fn launch_p2p(&self, p2p_op_list: &[P2POp]) -> Result<Vec<Work>> {
         let mut works = Vec::new();
         for p in p2p_op_list {
+            let (g, peer) = (p.group.as_ref(), p.peer);
             let w = match p.op {
-                P2PKind::Isend => {
-                    self.isend_pair(&p.tensor, p.peer, p.group.as_ref(), p.tag, p.group_peer)?
-                }
-                P2PKind::Irecv => {
-                    self.irecv_pair(&p.tensor, p.peer, p.group.as_ref(), p.tag, p.group_peer)?
-                }
+                P2PKind::Isend => self.isend_pair(&p.tensor, peer, g, p.tag, p.group_peer)?,
+                P2PKind::Irecv => self.irecv_pair(&p.tensor, peer, g, p.tag, p.group_peer)?,
             };
             works.extend(w);
-        }
-        if coalesce {
-            let w = pg.default_backend()?.end_coalescing()?;
-            return Ok(vec![w]);
         }
         Ok(works)
     }

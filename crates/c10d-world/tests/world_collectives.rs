@@ -689,3 +689,135 @@ fn detail_checks_split_groups_too() {
     let e = out[0].as_ref().unwrap();
     assert!(e.contains("Tensor Tensor shapes: 2vs 5"), "{e}");
 }
+
+/// The ops a [`Coalescer`] deferred while its block is open.
+type Deferred = Vec<Box<dyn FnOnce() -> c10d_core::Result<c10d_core::Work> + Send>>;
+
+/// A backend that coalesces as NCCL does: while a block is open, its ops are only queued and
+/// run when the block ends (a block left open swallows every later op).
+struct Coalescer {
+    inner: std::sync::Arc<dyn c10d_core::Backend>,
+    block: std::sync::Mutex<Option<Deferred>>,
+}
+
+impl Coalescer {
+    fn run_or_defer(
+        &self,
+        op: c10d_core::OpType,
+        f: impl FnOnce() -> c10d_core::Result<c10d_core::Work> + Send + 'static,
+    ) -> c10d_core::Result<c10d_core::Work> {
+        let mut block = self.block.lock().unwrap();
+        match block.as_mut() {
+            Some(q) => {
+                q.push(Box::new(f));
+                Ok(c10d_core::Work::completed(op, 0, Ok(()), Vec::new()))
+            }
+            None => f(),
+        }
+    }
+}
+
+impl c10d_core::Backend for Coalescer {
+    c10d_core::delegate_backend!(inner: rank, size, device_type, timeout, set_timeout);
+    fn name(&self) -> &str {
+        "coalescer"
+    }
+    fn all_reduce(
+        &self,
+        tensors: &[Tensor],
+        opts: &c10d_core::AllreduceOptions,
+    ) -> c10d_core::Result<c10d_core::Work> {
+        let (b, t, o) = (self.inner.clone(), tensors.to_vec(), opts.clone());
+        self.run_or_defer(c10d_core::OpType::Allreduce, move || b.all_reduce(&t, &o))
+    }
+    fn send(&self, t: &[Tensor], dst: usize, tag: i64) -> c10d_core::Result<c10d_core::Work> {
+        let (b, t) = (self.inner.clone(), t.to_vec());
+        self.run_or_defer(c10d_core::OpType::Send, move || b.send(&t, dst, tag))
+    }
+    fn recv(&self, t: &[Tensor], src: usize, tag: i64) -> c10d_core::Result<c10d_core::Work> {
+        let (b, t) = (self.inner.clone(), t.to_vec());
+        self.run_or_defer(c10d_core::OpType::Recv, move || b.recv(&t, src, tag))
+    }
+    fn barrier(&self, opts: &c10d_core::BarrierOptions) -> c10d_core::Result<c10d_core::Work> {
+        self.inner.barrier(opts)
+    }
+    fn supports_coalescing(&self) -> bool {
+        true
+    }
+    fn start_coalescing(&self) -> c10d_core::Result<()> {
+        let mut block = self.block.lock().unwrap();
+        if block.is_some() {
+            return Err(c10d_core::DistError::invalid("already coalescing"));
+        }
+        *block = Some(Vec::new());
+        Ok(())
+    }
+    fn end_coalescing(&self) -> c10d_core::Result<c10d_core::Work> {
+        let ops = self.block.lock().unwrap().take().expect("a block is open");
+        for op in ops {
+            op()?.wait()?;
+        }
+        Ok(c10d_core::Work::completed(
+            c10d_core::OpType::Coalesced,
+            0,
+            Ok(()),
+            Vec::new(),
+        ))
+    }
+}
+
+#[test]
+fn a_failed_batch_isend_irecv_ends_its_coalescing_block() {
+    use std::sync::Arc;
+    let inner = c10d_world::store_backend::StoreBackend::creator("inner");
+    c10d_world::register_backend(
+        "coalescer",
+        Arc::new(move |a: &c10d_world::BackendCreateArgs| {
+            let b = inner(a)?.expect("store backend");
+            let c: Arc<dyn c10d_core::Backend> = Arc::new(Coalescer {
+                inner: b,
+                block: std::sync::Mutex::new(None),
+            });
+            Ok(Some(c))
+        }),
+        Some(&[c10d_core::DeviceType::Cpu]),
+        false,
+    );
+    let out = run(2, |w, r| {
+        let opts = GroupOptions {
+            backend: Some("coalescer".into()),
+            ..Default::default()
+        };
+        let g = w.new_group(None, opts).unwrap();
+        let p2p = |kind: &str, t: &Tensor, peer: usize, tag: i64| {
+            let mut op = P2POp::new(kind, t.clone(), Some(peer), None, tag, None).unwrap();
+            op.group = Some(g.clone());
+            op
+        };
+        let (mine, theirs) = (
+            Tensor::from_vec(vec![r as i64 + 1]),
+            Tensor::zeros(DType::I64, &[1]),
+        );
+        // The second op names a peer outside the group: the call fails after the first op
+        // was queued in the block, which is launched when the block ends (as NCCL's group).
+        let bad = [p2p("isend", &mine, 1 - r, 0), p2p("irecv", &theirs, 7, 0)];
+        assert!(w.batch_isend_irecv(&bad).is_err());
+        w.recv(&theirs).src(1 - r).group(&g).run().unwrap();
+        // A later op really runs (it would be swallowed by a block left open).
+        let t = Tensor::from_vec(vec![r as i64 + 1]);
+        w.all_reduce(&t).group(&g).run().unwrap();
+        // And a later batch works.
+        let (buf, got) = (
+            Tensor::from_vec(vec![10 * (r as i64 + 1)]),
+            Tensor::zeros(DType::I64, &[1]),
+        );
+        let ring = [p2p("isend", &buf, 1 - r, 5), p2p("irecv", &got, 1 - r, 5)];
+        for wk in w.batch_isend_irecv(&ring).unwrap() {
+            wk.wait().unwrap();
+        }
+        let vals = |t: &Tensor| t.to_vec::<i64>().unwrap();
+        (vals(&theirs), vals(&t), vals(&got))
+    });
+    assert_eq!(out[0], (vec![2], vec![3], vec![20]));
+    assert_eq!(out[1], (vec![1], vec![3], vec![10]));
+}

@@ -1,0 +1,160 @@
+//! Coalesced blocks (`start_coalescing` … `end_coalescing`, what `batch_isend_irecv` and
+//! `_coalescing_manager` use): the ops of a block run in one NCCL group and complete as one
+//! `Work`.
+//!
+//! - The NCCL group opens at the block's first op, after that op's communicator exists: a
+//!   communicator made inside an open group would only be created when the group ends (and
+//!   [`crate::result::with_groups_closed`] covers one made by another group's op).
+//! - The block's tensors are leased as one set ([`TensorLeases::extend`]), so two receives into
+//!   disjoint `narrow()` halves of one buffer are legal; overlapping outputs are refused.
+//! - An op that fails inside the block fails at once and is remembered: `end_coalescing`
+//!   still closes the group (launching the ops that were queued, which the peers expect, and
+//!   which the watchdog then bounds) and returns that first error. The block is always over
+//!   after `end_coalescing`, whatever happened in it.
+//! - Temporary buffers and PREMUL_SUM reductions of the block's ops live until its group ended.
+
+use crate::process_group::ProcessGroupNccl;
+use crate::process_group::{destroy_premul, Calls, DeviceComm, Enqueue, Op, Pending};
+use crate::result;
+use crate::sys;
+use crate::watchdog::WorkRecord;
+use c10d_core::{DistError, OpType, Result, Tensor, TensorLeases, Work};
+use cudarc::driver::CudaStream;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// An open coalesced block.
+pub(crate) struct Coalesced {
+    dc: Option<Arc<DeviceComm>>,
+    group_open: bool,
+    leases: TensorLeases,
+    keep: Vec<Tensor>,
+    temps: Vec<Tensor>,
+    premul: Vec<sys::ncclRedOp_t>,
+    caller: Option<Arc<CudaStream>>,
+    capturing: bool,
+    numel_in: i64,
+    numel_out: i64,
+    /// The first error of an op of the block, returned by `end_coalescing`.
+    pub failed: Option<DistError>,
+}
+
+impl ProcessGroupNccl {
+    /// `start_coalescing`: later ops join one NCCL group until [`Self::end_block`].
+    ///
+    /// # Errors
+    /// A block already open.
+    pub(crate) fn start_block(&self) -> Result<()> {
+        let mut co = self.coalescing.lock().unwrap_or_else(|e| e.into_inner());
+        if co.is_some() {
+            return Err(DistError::invalid(
+                "ProcessGroupNCCL: start_coalescing called while already coalescing",
+            ));
+        }
+        *co = Some(Coalesced {
+            dc: None,
+            group_open: false,
+            leases: TensorLeases::acquire(&[], &[])?,
+            keep: Vec::new(),
+            temps: Vec::new(),
+            premul: Vec::new(),
+            caller: None,
+            capturing: false,
+            numel_in: 0,
+            numel_out: 0,
+            failed: None,
+        });
+        Ok(())
+    }
+
+    /// Queues one op of the open block `c`; its `Work` is a completed placeholder (the block's
+    /// own comes from `end_coalescing`).
+    pub(crate) fn launch_in_block(
+        &self,
+        c: &mut Coalesced,
+        dc: &Arc<DeviceComm>,
+        op: &Op<'_>,
+        (caller, capturing): (Option<Arc<CudaStream>>, bool),
+        body: impl FnOnce(&mut Enqueue<'_>) -> Result<()>,
+    ) -> Result<Work> {
+        c.leases.extend(op.inputs, op.outputs)?;
+        if !c.group_open {
+            result::group_start(self.lib)?;
+            c.group_open = true;
+        }
+        c.dc.get_or_insert_with(|| dc.clone());
+        c.caller = c.caller.take().or(caller);
+        c.capturing |= capturing;
+        c.keep.extend(op.inputs.iter().chain(op.outputs).cloned());
+        c.numel_in += op.inputs.iter().map(Tensor::numel).sum::<usize>() as i64;
+        c.numel_out += op.outputs.iter().map(Tensor::numel).sum::<usize>() as i64;
+        let calls = Calls {
+            grouped: false,
+            capturing,
+            keep: &mut c.keep,
+            temps: &mut c.temps,
+            premul: &mut c.premul,
+        };
+        self.enqueue_calls(dc, calls, body)?;
+        Ok(Work::completed(
+            op.kind,
+            self.sequence(),
+            Ok(()),
+            Vec::new(),
+        ))
+    }
+
+    /// `end_coalescing`: closes the block's group; one `Work` for every op of the block.
+    ///
+    /// # Errors
+    /// No open block; the first error of an op of the block (its other ops were launched and
+    /// are watched); NCCL's error at the group's end.
+    pub(crate) fn end_block(&self) -> Result<Work> {
+        let mut c = self
+            .coalescing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .ok_or_else(|| {
+                DistError::invalid("ProcessGroupNCCL: end_coalescing without start_coalescing")
+            })?;
+        let ended = c.group_open.then(|| result::group_end(self.lib));
+        let timeout = self.default_timeout();
+        let (seq, trace) = self.number(OpType::Coalesced, None, &[], &[], timeout);
+        let (Some(dc), Some(ended)) = (c.dc.clone(), ended) else {
+            return match c.failed {
+                Some(e) => Err(e),
+                None => Ok(Work::completed(OpType::Coalesced, seq, Ok(()), Vec::new())),
+            };
+        };
+        if let Ok(l) = dc.comm.lock() {
+            destroy_premul(self.lib, l.raw(), &mut c.premul);
+        }
+        dc.comm
+            .finish_call("ncclGroupEnd", ended, Instant::now() + timeout)?;
+        // Freed on the NCCL stream, after the block's kernels.
+        drop(std::mem::take(&mut c.temps));
+        let record = WorkRecord {
+            seq,
+            op: OpType::Coalesced,
+            numel_in: c.numel_in,
+            numel_out: c.numel_out,
+            timeout,
+            start: Instant::now(),
+        };
+        let pending = Pending {
+            leases: vec![c.leases],
+            keep: c.keep,
+            outputs: Vec::new(),
+            host_blocking: false,
+            trace,
+            caller: c.caller,
+            capturing: c.capturing,
+        };
+        let work = self.finish_launch(&dc, record, pending)?;
+        match c.failed {
+            Some(e) => Err(e),
+            None => Ok(work),
+        }
+    }
+}
