@@ -16,7 +16,8 @@
 //!   pass), then prints a short `c10d-bench` table.
 //! - `cargo xtask bench`: the benchmarks with their baselines (store server, reduction kernels,
 //!   collectives vs PyTorch's Gloo, and "c10drs" vs "gloo" inside torch.distributed).
-//! - `cargo xtask test-multigpu [--bundle DIR]`: the GPU suites (see `test_multigpu`); prints
+//! - `cargo xtask test-multigpu [--bundle DIR] [--list]`: the GPU suites (see `test_multigpu`;
+//!   `--list` prints every case, no GPU needed); prints
 //!   "skipped: no GPU" and succeeds where no GPU exists. `cargo xtask gpu-bundle` builds them
 //!   (and the NCCL overhead benchmark) for a GPU machine without a Rust toolchain.
 //! - `cargo xtask chaos --trials N [--seed S] [--timeout SECS]`: the fault-injection harness
@@ -51,7 +52,7 @@ fn main() {
         Some("chaos") => chaos::chaos(rest, build_bench),
         _ => {
             eprintln!(
-                "usage: cargo xtask <test [--no-interop] | interop | python [pytest args] | pytorch-suite [unittest args] | wheel | demo | bench | test-multigpu [--bundle DIR] | gpu-bundle [DIR] | chaos --trials N [--seed S]>"
+                "usage: cargo xtask <test [--no-interop] | interop | python [pytest args] | pytorch-suite [unittest args] | wheel | demo | bench | test-multigpu [--bundle DIR] [--list] | gpu-bundle [DIR] | chaos --trials N [--seed S]>"
             );
             exit(2);
         }
@@ -388,15 +389,18 @@ fn has_gpu() -> bool {
 /// binaries `cargo xtask gpu-bundle` put in DIR (for a GPU machine without a Rust toolchain).
 /// Prints `N passed, M failed` over both; `skipped: no GPU` without a GPU.
 fn test_multigpu(args: &[String]) -> Res {
-    if !has_gpu() {
-        println!("skipped: no GPU");
-        return Ok(());
-    }
     let bundle = args
         .iter()
         .position(|a| a == "--bundle")
         .and_then(|i| args.get(i + 1))
         .map(PathBuf::from);
+    if args.iter().any(|a| a == "--list") {
+        return list_gpu_cases(bundle.as_deref());
+    }
+    if !has_gpu() {
+        println!("skipped: no GPU");
+        return Ok(());
+    }
     let (binaries, bench) = match &bundle {
         Some(dir) => (
             vec![dir.join("gpu"), dir.join("gpu_world")],
@@ -443,6 +447,26 @@ fn test_multigpu(args: &[String]) -> Res {
     println!("{passed} passed, {failed} failed");
     if failed > 0 {
         return Err(format!("{failed} GPU test(s) failed"));
+    }
+    Ok(())
+}
+
+/// `cargo xtask test-multigpu --list`: every case of the GPU suites (no GPU needed), and the
+/// c10d-bench checks.
+fn list_gpu_cases(bundle: Option<&Path>) -> Res {
+    let binaries = match bundle {
+        Some(dir) => vec![dir.join("gpu"), dir.join("gpu_world")],
+        None => build_gpu_tests(false)?,
+    };
+    for bin in binaries {
+        let out = Command::new(&bin)
+            .arg("--list")
+            .output()
+            .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
+        print!("{}", String::from_utf8_lossy(&out.stdout));
+    }
+    for op in chaos::BENCH_OPS {
+        println!("c10d-bench {op} --backend nccl (2 ranks, 1 KiB … 1 MiB, result checked)");
     }
     Ok(())
 }

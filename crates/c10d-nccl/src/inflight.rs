@@ -71,10 +71,11 @@ impl WorkProbe for InFlight {
     }
 }
 
-/// `WorkNCCL::wait` without blocking wait: the caller's current stream on `device` waits for
-/// `end`, the leases are given back, and the host returns at once. With `blocking` (or a
-/// timeout passed to `wait_timeout`) the hook steps aside and the host blocks until the
-/// watchdog completes the work.
+/// `WorkNCCL::wait` without blocking wait: the stream the waiting thread declared on `device`
+/// ([`crate::stream`]) waits for `end`, the leases are given back, and the host returns at
+/// once. With `blocking` (or a timeout passed to `wait_timeout`), or when the waiting thread
+/// declared no stream (the safe default: its later work may run on any stream), the hook
+/// steps aside and the host blocks until the watchdog completes the work.
 pub(crate) fn stream_wait_hook(
     device: Device,
     end: Arc<CudaEvent>,
@@ -85,10 +86,14 @@ pub(crate) fn stream_wait_hook(
         if blocking || timeout.is_some() {
             return None;
         }
-        let waited = stream::current_stream(device).and_then(|s| {
-            s.wait(&end)
-                .map_err(|e| driver_error("cuStreamWaitEvent", e))
-        });
+        let declared = match stream::declared_stream(device) {
+            Ok(Some(s)) => s,
+            Ok(None) => return None,
+            Err(e) => return Some(Err(e)),
+        };
+        let waited = declared
+            .wait(&end)
+            .map_err(|e| driver_error("cuStreamWaitEvent", e));
         if waited.is_ok() {
             leases.lock().unwrap_or_else(|e| e.into_inner()).take();
         }

@@ -333,14 +333,25 @@ impl ProcessGroupNccl {
         }
     }
 
-    /// The device of a group that has seen no tensor: the bound one, else `rank % devices`
-    /// (PyTorch's guess for barrier).
-    pub(crate) fn default_device(&self) -> Result<Device> {
+    /// The device of a group that has seen no tensor: the bound one, else `cuda:LOCAL_RANK`
+    /// (set by `c10drun` / torchrun), else the process's global rank modulo the device count
+    /// (PyTorch's guess). The global rank, not the group rank: a subgroup of ranks 2 and 3 on
+    /// one node must not guess devices 0 and 1.
+    ///
+    /// # Errors
+    /// None today (kept fallible for callers that bind the result).
+    pub fn default_device(&self) -> Result<Device> {
         if let Some(d) = self.bound_device() {
             return Ok(d);
         }
         let n = crate::cuda::cuda_device_count().max(1);
-        Ok(Device::Cuda((self.rank % n) as u32))
+        let local = std::env::var("LOCAL_RANK")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .filter(|&l| l < n);
+        let global = self.options.global_ranks.get(self.rank).copied();
+        let guess = local.unwrap_or_else(|| global.unwrap_or(self.rank) % n);
+        Ok(Device::Cuda(guess as u32))
     }
 
     /// Enqueues one op: see the module docs. `body` makes the NCCL calls.

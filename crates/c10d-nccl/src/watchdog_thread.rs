@@ -202,6 +202,15 @@ fn run(weak: Weak<Shared>) {
             return;
         }
         shared.beat.fetch_add(1, Ordering::Relaxed);
+        let busy = shared.lock().in_flight() > 0 || !lock(&shared.retiring).is_empty();
+        if busy && !relaxed {
+            // Ops exist: CUDA is there. This thread's event queries must not disturb another
+            // thread's CUDA graph capture.
+            relaxed = true;
+            if let Err(e) = crate::capture::relax_capture_mode_for_this_thread() {
+                log::warn!("c10d-nccl: {e}");
+            }
+        }
         let retiring = shared.sweep_retiring();
         let report = {
             let mut dog = shared.lock();
@@ -218,13 +227,6 @@ fn run(weak: Weak<Shared>) {
                     .unwrap_or_else(|e| e.into_inner());
                 drop(d);
                 continue;
-            }
-            if !relaxed {
-                // Ops in flight: CUDA is there. Event queries must not disturb a capture.
-                relaxed = true;
-                if let Err(e) = crate::capture::relax_capture_mode_for_this_thread() {
-                    log::warn!("c10d-nccl: {e}");
-                }
             }
             dog.poll(Instant::now())
         };

@@ -2,23 +2,47 @@
 //! `skipped: no GPU` and succeeds (fails instead when `C10D_REQUIRE_GPU=1`).
 //!
 //! The parent starts a TCP store on 127.0.0.1 (port 0) and runs the cases at every world size
-//! from 1 to `C10D_GPU_WORLD_SIZES` (default: 1, 2 and 4), one process per rank. Several ranks
-//! share one GPU: each gets its own `NCCL_HOSTID`, so NCCL treats them as separate hosts and
-//! joins them through its socket transport over `lo` (it refuses two ranks on one device of one
-//! host). Every rank runs every case and reports `ok`/`FAILED` per case; the parent prints one
-//! line per case and world size, then `N passed, M failed`, and exits non-zero on a failure.
+//! of `C10D_GPU_WORLD_SIZES` (default: 1, 2 and 4), one process per rank. With at least as
+//! many GPUs as ranks, rank r runs on `cuda:r` (`LOCAL_RANK=r`), so NCCL's intra-node
+//! transports (P2P/NVLink, SHM) are exercised; with fewer, ranks share GPUs (`cuda:r % GPUs`)
+//! and each gets its own `NCCL_HOSTID`, so NCCL treats them as separate hosts and joins them
+//! through its socket transport over `lo` (it refuses two ranks on one device of one host).
+//! Ranks run with `NCCL_DEBUG=INFO`; the parent reads their channel lines and prints, per
+//! world size, which transports NCCL used. Every rank runs every case and reports
+//! `ok`/`FAILED` per case; the parent prints one line per case and world size, then
+//! `N passed, M failed`, and exits non-zero on a failure. `--list` prints every case.
 
 mod gpu {
     pub mod cases;
+    pub mod more;
     pub mod values;
 }
 
 use c10d_store::{ServerOptions, TcpStoreServer};
+use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+/// The checks the parent runs itself (the others run in every rank at every world size).
+const PARENT_CASES: [&str; 6] = [
+    "value_checks_reject_nan_and_offsets",
+    "nccl_version_vs_pytorch",
+    "watchdog_timeout_mode_0_fails_the_work_only",
+    "watchdog_timeout_mode_1_aborts_and_tears_down",
+    "watchdog_timeout_mode_2_aborts_the_communicator",
+    "watchdog_timeout_mode_3_tears_the_process_down",
+];
+
 fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        PARENT_CASES.iter().for_each(|c| println!("{c}"));
+        for (name, _) in gpu::cases::cases() {
+            println!("{name} (every world size)");
+        }
+        return;
+    }
     if let Ok(rank) = std::env::var("C10D_GPU_RANK") {
         std::process::exit(gpu::cases::worker(rank.parse().expect("rank")));
     }
@@ -74,15 +98,22 @@ fn main() {
     } else {
         (0, 0)
     };
-    match teardown() {
+    let mut verdict = |name: &str, r: Result<String, String>| match r {
         Ok(line) => {
             passed += 1;
-            println!("watchdog_tears_the_process_down ok: {line}");
+            println!("{name} ok: {line}");
         }
         Err(e) => {
             failed += 1;
-            println!("watchdog_tears_the_process_down FAILED: {e}");
+            println!("{name} FAILED: {e}");
         }
+    };
+    verdict(
+        PARENT_CASES[0],
+        gpu::values::self_check().map(|()| "NaN and a shift by one element fail the check".into()),
+    );
+    for (mode, name) in PARENT_CASES[2..].iter().enumerate() {
+        verdict(name, teardown(mode as i32));
     }
     for w in sizes {
         let (p, f) = run_world(w);
@@ -93,28 +124,46 @@ fn main() {
     std::process::exit(if failed == 0 { 0 } else { 1 });
 }
 
-/// PyTorch's default `TORCH_NCCL_ASYNC_ERROR_HANDLING` (3): a one-rank job whose op can never
-/// finish is ended by its watchdog with SIGABRT and the timeout message on stderr.
-fn teardown() -> Result<String, String> {
+/// `TORCH_NCCL_ASYNC_ERROR_HANDLING=mode` on a one-rank job whose op can never finish
+/// (1 s timeout): modes 1 and 3 (3 is PyTorch's default) end the process with SIGABRT and the
+/// timeout message on stderr; modes 0 and 2 fail the work and keep the process, 2 aborting the
+/// communicator and 0 not. Says how long it took.
+fn teardown(mode: i32) -> Result<String, String> {
     use std::os::unix::process::ExitStatusExt;
+    let start = Instant::now();
     let out = Command::new(std::env::current_exe().expect("current exe"))
         .env("C10D_GPU_TEARDOWN", "1")
-        .env_remove("TORCH_NCCL_ASYNC_ERROR_HANDLING")
+        .env("TORCH_NCCL_ASYNC_ERROR_HANDLING", mode.to_string())
         .output()
         .map_err(|e| e.to_string())?;
-    let err = String::from_utf8_lossy(&out.stderr);
-    let aborted = out.status.signal() == Some(6);
-    if aborted
-        && err.contains("Watchdog caught collective operation timeout")
-        && err.contains("taking the entire process down")
-    {
-        Ok(format!("child ended by SIGABRT ({})", out.status))
+    let took = start.elapsed();
+    let (stdout, err) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    let tears_down = mode == 1 || mode == 3;
+    let ok = if tears_down {
+        out.status.signal() == Some(6)
+            && err.contains("Watchdog caught collective operation timeout")
+            && err.contains("taking the entire process down")
+    } else {
+        out.status.success()
+    };
+    if ok {
+        Ok(format!(
+            "child {} after {:.1} s (1 s op timeout){}",
+            out.status,
+            took.as_secs_f64(),
+            stdout
+                .lines()
+                .last()
+                .map(|l| format!(": {l}"))
+                .unwrap_or_default()
+        ))
     } else {
         Err(format!(
-            "child {}: stdout {:?} stderr {:?}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            err
+            "child {}: stdout {stdout:?} stderr {err:?}",
+            out.status
         ))
     }
 }
@@ -185,18 +234,41 @@ fn run_world(w: usize) -> (usize, usize) {
     .expect("store server");
     let exe = std::env::current_exe().expect("current exe");
     let start = Instant::now();
-    let children: Vec<_> = (0..w)
+    let gpus = c10d_nccl::cuda_device_count().max(1);
+    let own_devices = gpus >= w;
+    println!(
+        "world {w}: {}",
+        if own_devices {
+            "each rank on its own GPU (cuda:LOCAL_RANK)".to_string()
+        } else {
+            format!("{w} ranks on {gpus} GPU(s), one NCCL_HOSTID per rank")
+        }
+    );
+    let transports = Arc::new(Mutex::new(BTreeSet::new()));
+    let mut children: Vec<_> = (0..w)
         .map(|r| {
-            Command::new(&exe)
-                .env("C10D_GPU_RANK", r.to_string())
+            let mut cmd = Command::new(&exe);
+            cmd.env("C10D_GPU_RANK", r.to_string())
                 .env("C10D_GPU_WORLD", w.to_string())
                 .env("C10D_GPU_STORE_PORT", server.port().to_string())
-                .env("NCCL_HOSTID", format!("c10d-rank-{r}"))
-                .env("NCCL_SOCKET_IFNAME", "lo")
+                .env("C10D_GPU_DEVICE", (r % gpus).to_string())
+                .env("LOCAL_RANK", r.to_string())
+                .env("NCCL_DEBUG", "INFO")
                 .stdout(Stdio::piped())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .expect("spawn rank")
+                .stderr(Stdio::piped());
+            if !own_devices {
+                cmd.env("NCCL_HOSTID", format!("c10d-rank-{r}"))
+                    .env("NCCL_SOCKET_IFNAME", "lo");
+            }
+            cmd.spawn().expect("spawn rank")
+        })
+        .collect();
+    let readers: Vec<_> = children
+        .iter_mut()
+        .map(|c| {
+            let err = c.stderr.take().expect("piped");
+            let seen = transports.clone();
+            std::thread::spawn(move || read_nccl_stderr(err, &seen))
         })
         .collect();
     let mut results: std::collections::BTreeMap<String, Vec<String>> = Default::default();
@@ -265,6 +337,49 @@ fn run_world(w: usize) -> (usize, usize) {
             );
         }
     }
+    readers.into_iter().for_each(|h| drop(h.join()));
+    let used: Vec<String> = lock(&transports).iter().cloned().collect();
+    println!(
+        "world {w}: NCCL transports used: {}",
+        if used.is_empty() {
+            "none reported (one rank, or NCCL_DEBUG lines missing)".into()
+        } else {
+            used.join(", ")
+        }
+    );
     println!("world {w}: done in {:.1} s", start.elapsed().as_secs_f64());
     (p, f)
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Passes a rank's stderr through, except NCCL's INFO lines, whose channel connections
+/// (`... via P2P/CUMEM/read`, `via SHM/direct/direct`, `via NET/Socket/0`) name the transport:
+/// those are collected (first two parts of the name) into `seen`.
+fn read_nccl_stderr(err: std::process::ChildStderr, seen: &Mutex<BTreeSet<String>>) {
+    let verbose = std::env::var_os("C10D_GPU_VERBOSE").is_some();
+    for line in BufReader::new(err)
+        .lines()
+        .map_while(std::result::Result::ok)
+    {
+        if !line.contains("NCCL INFO") {
+            eprintln!("{line}");
+            continue;
+        }
+        if verbose {
+            eprintln!("{line}");
+        }
+        if let Some(rest) = line.split(" via ").nth(1) {
+            let name: Vec<&str> = rest
+                .split_whitespace()
+                .next()
+                .unwrap_or("")
+                .split('/')
+                .take(2)
+                .collect();
+            lock(seen).insert(name.join("/"));
+        }
+    }
 }

@@ -7,8 +7,11 @@
 //! listed for `cuda`) and `"nccl"` (CUDA), served by `c10d-nccl`'s `ProcessGroupNccl`, which loads
 //! NCCL and finds GPUs at run time. Where either is missing, `"nccl"` is unavailable and creating
 //! it fails with `c10d-nccl`'s error: PyTorch's "ProcessGroupNCCL is only supported with GPUs, no
-//! GPUs found!" without a GPU, the places searched without a loadable NCCL. A group with a
-//! `device_id` makes its NCCL communicator at creation (eager init).
+//! GPUs found!" without a GPU, the places searched without a loadable NCCL. PyTorch 2.15's NCCL
+//! names are all built in: `"nccl"` and `"nccl2"` make the communicator at group creation
+//! (eager, on `device_id` or the rank's default device) unless `TORCH_DIST_USE_NCCL2=0`, which
+//! makes `"nccl"` lazy like `"nccl-legacy"` and `"nccl-lazy"` (at the first op, or at creation
+//! with a `device_id`); see `NCCL_NAMES` for the departures.
 //!
 //! Backend strings follow PyTorch's `BackendConfig` rules:
 //! - `"gloo"` → `cpu:gloo,cuda:gloo`; `"nccl"` → `cuda:nccl`; a registered name → its devices;
@@ -102,10 +105,43 @@ struct Plugin {
     probe: Option<fn() -> bool>,
 }
 
-/// The built-in `"nccl"` creator: a [`c10d_nccl::ProcessGroupNccl`] with the user's
-/// `pg_options` (a [`c10d_nccl::NcclOptions`]) or the defaults, bound to `device_id` when the
-/// group has one (eager init). Never a panic: without a GPU or NCCL, c10d-nccl's reason.
-fn create_nccl(a: &BackendCreateArgs) -> Result<Option<Arc<dyn Backend>>> {
+/// When a built-in NCCL backend makes its communicator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum NcclInit {
+    /// At group creation, on `device_id` or else the rank's default device (PyTorch 2.15's
+    /// `"nccl"` / `"nccl2"`).
+    Eager,
+    /// On `device_id` at group creation, else at the first op (`"nccl-legacy"`, `"nccl-lazy"`,
+    /// and `"nccl"` under `TORCH_DIST_USE_NCCL2=0`).
+    Lazy,
+}
+
+/// The built-in NCCL backend names and how each initialises (PyTorch 2.15: `"nccl"` builds
+/// the eager `ProcessGroupNCCL2` unless `TORCH_DIST_USE_NCCL2=0`, `"nccl-legacy"` the old lazy
+/// `ProcessGroupNCCL`, `"nccl-lazy"` one whose point-to-point communicators are made lazily).
+/// All of them are c10d-nccl's `ProcessGroupNccl`; departures: `"nccl-lazy"` runs
+/// point-to-point ops on the group's communicator (no communicator per pair), and
+/// `TORCH_DIST_USE_NCCL2` is read at each group's creation (PyTorch reads it once).
+const NCCL_NAMES: [(&str, fn() -> NcclInit); 4] = [
+    ("nccl", nccl_default_init),
+    ("nccl2", || NcclInit::Eager),
+    ("nccl-legacy", || NcclInit::Lazy),
+    ("nccl-lazy", || NcclInit::Lazy),
+];
+
+/// `"nccl"`'s init: eager unless `TORCH_DIST_USE_NCCL2=0`.
+fn nccl_default_init() -> NcclInit {
+    match std::env::var("TORCH_DIST_USE_NCCL2").as_deref() {
+        Ok("0") => NcclInit::Lazy,
+        _ => NcclInit::Eager,
+    }
+}
+
+/// A built-in NCCL creator: a [`c10d_nccl::ProcessGroupNccl`] with the user's `pg_options` (a
+/// [`c10d_nccl::NcclOptions`]) or the defaults, bound to `device_id` when the group has one,
+/// or to the rank's default device when `init` is eager. Never a panic: without a GPU or NCCL,
+/// c10d-nccl's reason.
+fn create_nccl(a: &BackendCreateArgs, init: NcclInit) -> Result<Option<Arc<dyn Backend>>> {
     let bopts = a.backend_options("nccl");
     let options = match a
         .pg_options
@@ -129,10 +165,23 @@ fn create_nccl(a: &BackendCreateArgs) -> Result<Option<Arc<dyn Backend>>> {
                 format!("{m}\nBackend nccl is not available in this process; use backend \"gloo\"")
             })
         })?;
-    if let Some(d @ c10d_core::Device::Cuda(_)) = a.device_id {
-        pg.bind(d)?;
+    match (a.device_id, init) {
+        (Some(d @ c10d_core::Device::Cuda(_)), _) => pg.bind(d)?,
+        (_, NcclInit::Eager) => pg.bind(pg.default_device()?)?,
+        (_, NcclInit::Lazy) => {}
     }
     Ok(Some(Arc::new(pg)))
+}
+
+/// The registry entry of a built-in NCCL name.
+fn nccl_plugin(init: fn() -> NcclInit) -> Plugin {
+    Plugin {
+        creator: Arc::new(move |a: &BackendCreateArgs| create_nccl(a, init())),
+        extended_api: true,
+        // Usable where c10d-nccl finds NCCL and a GPU.
+        available: true,
+        probe: Some(c10d_nccl::is_nccl_available),
+    }
 }
 
 struct Registry {
@@ -157,22 +206,14 @@ fn registry() -> &'static RwLock<Registry> {
                 probe: None,
             },
         );
-        plugins.insert(
-            "nccl".to_string(),
-            Plugin {
-                creator: Arc::new(create_nccl),
-                extended_api: true,
-                // Usable where c10d-nccl finds NCCL and a GPU.
-                available: true,
-                probe: Some(c10d_nccl::is_nccl_available),
-            },
-        );
+        let mut capability = vec![("gloo".into(), vec![DeviceType::Cpu, DeviceType::Cuda])];
+        for (name, init) in NCCL_NAMES {
+            plugins.insert(name.to_string(), nccl_plugin(init));
+            capability.push((name.to_string(), vec![DeviceType::Cuda]));
+        }
         RwLock::new(Registry {
             plugins,
-            capability: vec![
-                ("gloo".into(), vec![DeviceType::Cpu, DeviceType::Cuda]),
-                ("nccl".into(), vec![DeviceType::Cuda]),
-            ],
+            capability,
             default_device_backend: vec![
                 (DeviceType::Cpu, "gloo".into()),
                 (DeviceType::Cuda, "nccl".into()),

@@ -1,6 +1,7 @@
 //! The NCCL backend through the world layer, on a GPU (`cargo xtask test-multigpu`;
-//! `harness = false`): two processes share the GPU (each with its own `NCCL_HOSTID`), make a
-//! `"cpu:gloo,cuda:nccl"` world bound to `cuda:0`, and run collectives on CUDA and CPU tensors
+//! `harness = false`): two processes, each on its own GPU when there are two (`cuda:rank`),
+//! else sharing one (each with its own `NCCL_HOSTID`), make a `"cpu:gloo,cuda:nccl"` world
+//! bound to their device, and run collectives on CUDA and CPU tensors
 //! in one group, a `new_group`, a `split_group` (made by `ncclCommSplit`), a barrier, CUDA
 //! tensors through `"gloo"`, and `shrink_group` (`ncclCommShrink`). Prints
 //! `skipped: no GPU` without a GPU (fails instead when `C10D_REQUIRE_GPU=1`), else one line per
@@ -14,9 +15,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 const WORLD: usize = 2;
-const DEV: Device = Device::Cuda(0);
+/// This rank's device (`C10D_GPU_DEVICE`, set by the parent).
+fn dev() -> Device {
+    let i = std::env::var("C10D_GPU_DEVICE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    Device::Cuda(i)
+}
 
 fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        println!("world_layer_cpu_gloo_cuda_nccl (2 ranks: groups, split_group, shrink_group, gloo on CUDA tensors)");
+        return;
+    }
     if let Ok(r) = std::env::var("C10D_GPU_WORLD_RANK") {
         let rank: usize = r.parse().unwrap();
         match std::panic::catch_unwind(|| rank_main(rank)) {
@@ -46,15 +58,19 @@ fn main() {
     })
     .expect("store server");
     let exe = std::env::current_exe().unwrap();
+    let gpus = c10d_nccl::cuda_device_count();
     let mut kids: Vec<_> = (0..WORLD)
         .map(|r| {
-            Command::new(&exe)
-                .env("C10D_GPU_WORLD_RANK", r.to_string())
+            let mut cmd = Command::new(&exe);
+            cmd.env("C10D_GPU_WORLD_RANK", r.to_string())
                 .env("C10D_GPU_STORE_PORT", server.port().to_string())
-                .env("NCCL_HOSTID", format!("c10d-world-rank-{r}"))
-                .env("NCCL_SOCKET_IFNAME", "lo")
-                .spawn()
-                .unwrap()
+                .env("C10D_GPU_DEVICE", (r % gpus).to_string())
+                .env("LOCAL_RANK", r.to_string());
+            if gpus < WORLD {
+                cmd.env("NCCL_HOSTID", format!("c10d-world-rank-{r}"))
+                    .env("NCCL_SOCKET_IFNAME", "lo");
+            }
+            cmd.spawn().unwrap()
         })
         .collect();
     let failed = kids
@@ -67,7 +83,7 @@ fn main() {
 }
 
 fn cuda(v: Vec<f32>) -> Result<Tensor, String> {
-    c10d_nccl::memory::from_cpu(&Tensor::from_vec(v), DEV).map_err(|e| e.to_string())
+    c10d_nccl::memory::from_cpu(&Tensor::from_vec(v), dev()).map_err(|e| e.to_string())
 }
 
 fn expect(what: &str, got: Vec<f32>, want: Vec<f32>) -> Result<(), String> {
@@ -94,7 +110,7 @@ fn rank_main(rank: usize) -> Result<(), String> {
         store: Some(store.clone()),
         world_size: Some(WORLD),
         rank: Some(rank),
-        device_id: Some(DEV),
+        device_id: Some(dev()),
         timeout: Some(Duration::from_secs(60)),
         ..Default::default()
     })
@@ -139,7 +155,7 @@ fn rank_main(rank: usize) -> Result<(), String> {
         s.to_vec().map_err(e)?,
         vec![5.0; 2],
     )?;
-    let out = c10d_nccl::memory::zeros(DType::F32, &[WORLD * 2], DEV).map_err(e)?;
+    let out = c10d_nccl::memory::zeros(DType::F32, &[WORLD * 2], dev()).map_err(e)?;
     let mine = cuda(vec![rank as f32; 2])?;
     w.all_gather_into_tensor(&out, &mine).run().map_err(e)?;
     expect(
@@ -215,7 +231,7 @@ fn gloo_world(rank: usize, store: Arc<dyn Store>) -> Result<(), String> {
         b.to_vec().map_err(e)?,
         vec![1.0; 2],
     )?;
-    let out = c10d_nccl::memory::zeros(DType::F32, &[WORLD * 2], DEV).map_err(e)?;
+    let out = c10d_nccl::memory::zeros(DType::F32, &[WORLD * 2], dev()).map_err(e)?;
     let mine = cuda(vec![rank as f32 + 1.0; 2])?;
     w.all_gather_into_tensor(&out, &mine)
         .start()

@@ -9,25 +9,36 @@ use cudarc::driver::sys as cusys;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-type R = Result<(), String>;
+pub type R = Result<(), String>;
 
-const DEV: Device = Device::Cuda(0);
+/// This rank's device: `cuda:C10D_GPU_DEVICE` (the parent gives each rank its own GPU when
+/// there are enough, else `rank % GPUs` with a distinct `NCCL_HOSTID` per rank).
+pub fn dev() -> Device {
+    static D: std::sync::OnceLock<Device> = std::sync::OnceLock::new();
+    *D.get_or_init(|| {
+        let i = std::env::var("C10D_GPU_DEVICE")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        Device::Cuda(i)
+    })
+}
 
-struct Ctx {
-    rank: usize,
-    world: usize,
+pub struct Ctx {
+    pub rank: usize,
+    pub world: usize,
     store: Arc<dyn Store>,
-    pg: ProcessGroupNccl,
+    pub pg: ProcessGroupNccl,
     groups: std::cell::Cell<usize>,
 }
 
-fn e2s(e: DistError) -> String {
+pub fn e2s(e: DistError) -> String {
     e.to_string()
 }
 
 impl Ctx {
     /// A fresh group of every rank, on its own store prefix.
-    fn group(&self, timeout: Duration, env: NcclEnv) -> Result<ProcessGroupNccl, String> {
+    pub fn group(&self, timeout: Duration, env: NcclEnv) -> Result<ProcessGroupNccl, String> {
         let n = self.groups.get();
         self.groups.set(n + 1);
         let store: Arc<dyn Store> =
@@ -41,16 +52,16 @@ impl Ctx {
         ProcessGroupNccl::with_env(store, self.rank, self.world, opts, env).map_err(e2s)
     }
 
-    fn cuda(&self, dtype: DType, v: &[f64]) -> Result<Tensor, String> {
-        memory::from_cpu(&host(dtype, v), DEV).map_err(e2s)
+    pub fn cuda(&self, dtype: DType, v: &[f64]) -> Result<Tensor, String> {
+        memory::from_cpu(&host(dtype, v), dev()).map_err(e2s)
     }
 
-    fn zeros(&self, dtype: DType, n: usize) -> Result<Tensor, String> {
-        memory::zeros(dtype, &[n], DEV).map_err(e2s)
+    pub fn zeros(&self, dtype: DType, n: usize) -> Result<Tensor, String> {
+        memory::zeros(dtype, &[n], dev()).map_err(e2s)
     }
 }
 
-fn wait(w: Result<Work>) -> R {
+pub fn wait(w: Result<Work>) -> R {
     w.map_err(e2s)?.wait().map_err(e2s)
 }
 
@@ -112,8 +123,15 @@ pub fn worker(rank: usize) -> i32 {
 
 type Case = fn(&Ctx) -> R;
 
-fn cases() -> Vec<(String, Case)> {
+use super::more;
+
+/// Every case a rank runs, in order (`--list` prints them).
+pub fn cases() -> Vec<(String, Case)> {
     let mut v: Vec<(String, Case)> = vec![
+        (
+            "memory_on_this_rank_device".into(),
+            more::memory_on_this_rank_device,
+        ),
         ("eager_init".into(), eager_init),
         ("all_reduce_every_dtype_and_op".into(), all_reduce_all),
         ("band_refused".into(), band_refused),
@@ -132,6 +150,27 @@ fn cases() -> Vec<(String, Case)> {
         ("all_to_all_list".into(), all_to_all_list),
         ("send_recv".into(), send_recv),
         ("coalesced_block".into(), coalesced_block),
+        (
+            "recv_into_two_halves_of_one_buffer".into(),
+            more::recv_into_halves,
+        ),
+        (
+            "lazy_communicator_in_a_coalesced_block".into(),
+            more::lazy_communicator_in_a_block,
+        ),
+        (
+            "big_and_odd_all_gather_reduce_scatter".into(),
+            more::big_gather_and_scatter,
+        ),
+        ("big_and_odd_all_to_all".into(), more::big_all_to_all),
+        (
+            "ordered_after_a_late_producer".into(),
+            more::ordered_after_a_late_producer,
+        ),
+        (
+            "cuda_graph_capture_replayed_three_times".into(),
+            more::graph_capture,
+        ),
         ("empty_tensors".into(), empty_tensors),
         ("barrier".into(), barrier),
         ("wait_orders_current_stream".into(), wait_orders_stream),
@@ -143,6 +182,15 @@ fn cases() -> Vec<(String, Case)> {
         ("blocking_wait".into(), blocking_wait),
         ("abort_from_another_thread".into(), abort_from_thread),
         ("watchdog_timeout".into(), watchdog_timeout),
+        ("desynchronised_live_peer".into(), more::desynchronised_peer),
+        (
+            "teardown_with_work_in_flight".into(),
+            more::teardown_with_work_in_flight,
+        ),
+        (
+            "abort_during_communicator_init".into(),
+            more::abort_during_init,
+        ),
         // Last: the highest rank leaves the job.
         ("dead_peer_is_an_nccl_error".into(), dead_peer),
     ];
@@ -153,8 +201,8 @@ fn cases() -> Vec<(String, Case)> {
 }
 
 fn eager_init(c: &Ctx) -> R {
-    c.pg.bind(DEV).map_err(e2s)?;
-    if !c.pg.is_initialized() || c.pg.bound_device() != Some(DEV) {
+    c.pg.bind(dev()).map_err(e2s)?;
+    if !c.pg.is_initialized() || c.pg.bound_device() != Some(dev()) {
         return Err("not initialised after bind".into());
     }
     Ok(())
@@ -211,7 +259,7 @@ fn complex(c: &Ctx) -> R {
             im: 1.0,
         })
         .collect();
-    let t = memory::from_cpu(&Tensor::from_vec(v), DEV).map_err(e2s)?;
+    let t = memory::from_cpu(&Tensor::from_vec(v), dev()).map_err(e2s)?;
     wait(c.pg.all_reduce(std::slice::from_ref(&t), &AllreduceOptions::default()))?;
     let got = t.to_vec::<c10d_core::c32>().map_err(e2s)?;
     let w = c.world as f32;
@@ -666,7 +714,7 @@ fn flight_recorder(c: &Ctx) -> R {
 }
 
 fn split(c: &Ctx) -> R {
-    c.pg.bind(DEV).map_err(e2s)?;
+    c.pg.bind(dev()).map_err(e2s)?;
     let evens: Vec<usize> = (0..c.world).step_by(2).collect();
     let before = c.pg.comm_split_count();
     let bopts = BackendOptions {
@@ -707,7 +755,7 @@ fn shrink(c: &Ctx) -> R {
     if c.world < 2 {
         // NCCL refuses an empty exclusion list; check that the refusal is a clean error.
         let g = c.group(Duration::from_secs(60), NcclEnv::default())?;
-        g.bind(DEV).map_err(e2s)?;
+        g.bind(dev()).map_err(e2s)?;
         return match g.shrink(&[], false, NcclOptions::default()) {
             Err(e) if e.message().contains("ncclCommShrink") => Ok(()),
             other => Err(format!(
@@ -717,7 +765,7 @@ fn shrink(c: &Ctx) -> R {
         };
     }
     let g = c.group(Duration::from_secs(60), NcclEnv::default())?;
-    g.bind(DEV).map_err(e2s)?;
+    g.bind(dev()).map_err(e2s)?;
     let exclude = vec![c.world - 1];
     let opts = NcclOptions {
         group_name: "shrunk".into(),
@@ -764,15 +812,15 @@ fn blocking_wait(c: &Ctx) -> R {
 
 /// A user stream held by `cuStreamWaitValue32` on a flag nobody sets: ops queued after it can
 /// never finish until [`Stuck::release`].
-struct Stuck {
+pub struct Stuck {
     flag: Tensor,
     stream: Arc<cudarc::driver::CudaStream>,
 }
 
 impl Stuck {
-    fn new() -> Result<Stuck, String> {
-        let ctx = c10d_nccl::device::context(DEV).map_err(e2s)?;
-        let flag = memory::zeros(DType::I32, &[1], DEV).map_err(e2s)?;
+    pub fn new() -> Result<Stuck, String> {
+        let ctx = c10d_nccl::device::context(dev()).map_err(e2s)?;
+        let flag = memory::zeros(DType::I32, &[1], dev()).map_err(e2s)?;
         let stream = ctx.new_stream().map_err(|e| format!("{e:?}"))?;
         // SAFETY: the flag is live device memory of this context; the stream is ours.
         let rc = unsafe {
@@ -786,13 +834,13 @@ impl Stuck {
         if rc != cusys::CUresult::CUDA_SUCCESS {
             return Err(format!("cuStreamWaitValue32: {rc:?}"));
         }
-        stream::set_current_stream(DEV, Some(stream.clone())).map_err(e2s)?;
+        stream::set_current_stream(dev(), Some(stream.clone())).map_err(e2s)?;
         Ok(Stuck { flag, stream })
     }
 
-    fn release(self) -> R {
-        stream::set_current_stream(DEV, None).map_err(e2s)?;
-        let ctx = c10d_nccl::device::context(DEV).map_err(e2s)?;
+    pub fn release(self) -> R {
+        stream::set_current_stream(dev(), None).map_err(e2s)?;
+        let ctx = c10d_nccl::device::context(dev()).map_err(e2s)?;
         let s = ctx.new_stream().map_err(|e| format!("{e:?}"))?;
         // SAFETY: as in `new`; writing the flag releases the waiting stream.
         let rc = unsafe {
@@ -807,7 +855,7 @@ impl Stuck {
 
 fn abort_from_thread(c: &Ctx) -> R {
     let g = Arc::new(c.group(Duration::from_secs(600), NcclEnv::default())?);
-    g.bind(DEV).map_err(e2s)?;
+    g.bind(dev()).map_err(e2s)?;
     let t = c.cuda(DType::F32, &[1.0])?;
     let stuck = Stuck::new()?;
     let w = g
@@ -844,7 +892,7 @@ fn watchdog_timeout(c: &Ctx) -> R {
         ..NcclEnv::default()
     };
     let g = c.group(Duration::from_secs(60), env)?;
-    g.bind(DEV).map_err(e2s)?;
+    g.bind(dev()).map_err(e2s)?;
     let t = c.cuda(DType::F32, &[1.0; 8])?;
     let stuck = Stuck::new()?;
     let o = AllreduceOptions {
@@ -886,7 +934,7 @@ fn dead_peer(c: &Ctx) -> R {
         ..NcclEnv::default()
     };
     let g = c.group(Duration::from_secs(600), env)?;
-    g.bind(DEV).map_err(e2s)?;
+    g.bind(dev()).map_err(e2s)?;
     let t = c.cuda(DType::F32, &[1.0; 1024])?;
     wait(g.all_reduce(std::slice::from_ref(&t), &AllreduceOptions::default()))?;
     g.barrier(&BarrierOptions::default())
@@ -919,24 +967,51 @@ fn dead_peer(c: &Ctx) -> R {
     }
 }
 
-/// The child of the parent's teardown check: a one-rank group with the default error handling,
-/// an op stuck behind a stream that never runs, a 1 s timeout. The watchdog must end the
-/// process; returning from here is a failure.
+/// The child of the parent's watchdog-timeout checks: a one-rank group with the
+/// `TORCH_NCCL_ASYNC_ERROR_HANDLING` mode of its environment, an op stuck behind a stream that
+/// never runs, a 1 s timeout. Modes 1 and 3 must end the process (returning from the wait is
+/// then a failure); modes 0 and 2 must fail the work and keep the process, mode 2 aborting the
+/// communicator and mode 0 leaving it alone. Prints what happened and how long it took.
 pub fn teardown_child() -> ! {
     let store: Arc<dyn Store> = Arc::new(c10d_store::HashStore::new());
     let env = NcclEnv::from_process_env().expect("env");
+    let mode = env.async_error_handling;
     let opts = NcclOptions {
         timeout: Duration::from_secs(1),
         ..NcclOptions::default()
     };
     let pg = ProcessGroupNccl::with_env(store, 0, 1, opts, env).expect("group");
-    pg.bind(DEV).expect("bind");
-    let t = memory::zeros(DType::F32, &[4], DEV).expect("tensor");
-    let _stuck = Stuck::new().expect("stuck stream");
+    pg.bind(dev()).expect("bind");
+    let t = memory::zeros(DType::F32, &[4], dev()).expect("tensor");
+    let stuck = Stuck::new().expect("stuck stream");
+    let start = Instant::now();
     let w = pg
-        .all_reduce(&[t], &AllreduceOptions::default())
+        .all_reduce(std::slice::from_ref(&t), &AllreduceOptions::default())
         .expect("all_reduce");
     let r = w.wait_timeout(Duration::from_secs(30));
-    println!("the process was not torn down: {r:?}");
-    std::process::exit(3);
+    let took = start.elapsed();
+    if mode.should_tear_down() {
+        println!("the process was not torn down after {took:?}: {r:?}");
+        std::process::exit(3);
+    }
+    let after = pg.all_reduce(std::slice::from_ref(&t), &AllreduceOptions::default());
+    let aborted = matches!(&after, Err(e) if e.message().contains("aborted"));
+    stuck.release().expect("release");
+    match r {
+        Err(e)
+            if e.message()
+                .contains("Watchdog caught collective operation timeout") =>
+        {
+            println!(
+                "timed out after {} ms; communicator aborted: {aborted}",
+                took.as_millis()
+            );
+            let want_abort = mode.should_clean_up();
+            std::process::exit(if aborted == want_abort { 0 } else { 4 });
+        }
+        other => {
+            println!("expected a timeout, got {other:?} after {took:?}");
+            std::process::exit(5);
+        }
+    }
 }

@@ -157,9 +157,32 @@ pub fn check(what: &str, got: &[f64], want: &[f64], dtype: DType) -> Result<(), 
         _ => 0.0,
     };
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        if (g - w).abs() > tol * w.abs().max(1.0) {
+        // Written so that a NaN (never `<=` anything) fails.
+        let close = (g - w).abs() <= tol * w.abs().max(1.0);
+        if !close {
             return Err(format!("{what}: element {i} is {g}, expected {w}"));
         }
     }
     Ok(())
+}
+
+/// Rank `r`'s element `i` for the large cases: different for every rank and, within 251,
+/// every element (`r * 7 + i % 251`), so that an offset or a permutation shows; exact in
+/// `f32` for sums over up to 8 ranks.
+pub fn distinct(r: usize, i: usize) -> f64 {
+    (r * 7 + i % 251) as f64
+}
+
+/// The suite checks its own checker (a case of the parent): a NaN and an off-by-one offset
+/// must fail [`check`], equal values must pass.
+pub fn self_check() -> Result<(), String> {
+    if check("nan", &[f64::NAN], &[1.0], DType::F32).is_ok() {
+        return Err("a NaN passed the value check".into());
+    }
+    let want: Vec<f64> = (0..300).map(|i| distinct(1, i)).collect();
+    let shifted: Vec<f64> = (1..301).map(|i| distinct(1, i)).collect();
+    if check("offset", &shifted, &want, DType::F32).is_ok() {
+        return Err("values shifted by one element passed the value check".into());
+    }
+    check("same", &want, &want, DType::F32)
 }
