@@ -1,23 +1,31 @@
-//! Per-op host overhead of a world-size-1 `all_reduce` of 1 KiB … 64 MiB (f32, cuda:0):
-//! c10d-nccl against a bare `ncclAllReduce` on the same kind of communicator and stream, and
-//! against PyTorch's ProcessGroupNCCL (`torch_overhead.py`, run by the interpreter in
-//! `C10D_TORCH_PYTHON`, else `/opt/torch/.venv/bin/python`, else `python3`), in the same run.
+//! Per-op host overhead of `all_reduce` (f32, 1 KiB … 64 MiB) at world sizes 1, 2 and 4
+//! (`C10D_BENCH_WORLD_SIZES`), one process per rank, each rank on its own GPU when there are
+//! enough (`cuda:rank`), else sharing GPUs with one `NCCL_HOSTID` per rank. Three contenders
+//! in the same run, on the same devices:
+//! - `bare`: a loop of `ncclAllReduce` on a communicator of its own and a stream of its own,
+//!   ordered after the caller's stream by one event (what any correct wrapper must do at least);
+//! - `ours`: `ProcessGroupNccl::all_reduce` + `Work::wait` with the caller's stream declared
+//!   (`c10d_nccl::stream::use_stream`), i.e. the fast path of the ordering rule;
+//! - `torch`: PyTorch's `dist.all_reduce` on `"nccl"` (`torch_overhead.py`, run by the
+//!   interpreter in `C10D_TORCH_PYTHON`, else `/opt/torch/.venv/bin/python`, else `python3`),
+//!   rendezvousing through the same TCP store (ours, which speaks PyTorch's protocol).
 //!
-//! Two figures per size, in µs per op: `host` is the time of the call and its `Work::wait`
-//! (which only makes the caller's stream wait), with no host synchronisation in the loop;
-//! `e2e` adds a device synchronisation after every op. Without a GPU it prints
-//! `skipped: no GPU`.
+//! Two figures per size, in µs per op, from rank 0: `host` is the time of the call and its
+//! wait (which only makes the caller's stream wait), with no host synchronisation in the loop,
+//! so it is the enqueue cost (at world size > 1 it can include back-pressure from NCCL's
+//! queue); `e2e` adds a device synchronisation after every op (the op's latency on the device
+//! plus the host overhead). `ours-bare` is the host figure's difference: the target is under
+//! 2 µs at every size. Without a GPU it prints `skipped: no GPU`.
 //!
-//! `cargo bench -p c10d-nccl --bench overhead [-- ITERS]` (default 2000 iterations per size).
+//! `cargo bench -p c10d-nccl --bench overhead [-- ITERS]` (default 1000 iterations per size).
 
 use c10d_core::{AllreduceOptions, Backend, DType, Device, Tensor};
 use c10d_nccl::{memory, stream, sys, NcclOptions, ProcessGroupNccl};
-use c10d_store::HashStore;
-use std::process::Command;
+use c10d_store::{PrefixStore, ServerOptions, Store, TcpStore, TcpStoreOptions, TcpStoreServer};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-const DEV: Device = Device::Cuda(0);
 const SIZES: [usize; 9] = [
     1 << 10,
     4 << 10,
@@ -30,13 +38,18 @@ const SIZES: [usize; 9] = [
     64 << 20,
 ];
 
-fn sync() {
-    stream::current_stream(DEV).unwrap().synchronize().unwrap();
+/// One rank's figures for one size (µs per op).
+#[derive(Default, Clone, Copy)]
+struct Row {
+    bare_host: f64,
+    ours_host: f64,
+    bare_e2e: f64,
+    ours_e2e: f64,
 }
 
-/// µs per call of `f` over `iters` calls, after a warm-up; with `sync_each`, a device sync
-/// follows every call.
-fn per_op(iters: usize, sync_each: bool, mut f: impl FnMut()) -> f64 {
+/// µs per call of `f` over `iters` calls after a warm-up; with `sync_each`, `sync` follows
+/// every call. `sync` also ends the warm-up and the loop.
+fn per_op(iters: usize, sync_each: bool, sync: &dyn Fn(), mut f: impl FnMut()) -> f64 {
     for _ in 0..20 {
         f();
     }
@@ -53,28 +66,55 @@ fn per_op(iters: usize, sync_each: bool, mut f: impl FnMut()) -> f64 {
     us
 }
 
-/// A bare `ncclAllReduce` on a world-size-1 communicator of our own, on a stream of our own.
-fn bare(iters: usize, t: &Tensor, sync_each: bool) -> f64 {
+/// What a rank needs: its rank, the world size, its device and the job's store.
+struct Rank {
+    rank: usize,
+    world: usize,
+    dev: Device,
+    store: Arc<dyn Store>,
+}
+
+/// A bare `ncclAllReduce` loop on a communicator of its own (unique id through the store).
+fn bare(
+    r: &Rank,
+    iters: usize,
+    t: &Tensor,
+    sync_each: bool,
+    caller: &Arc<cudarc::driver::CudaStream>,
+) -> f64 {
     let lib = c10d_nccl::nccl_library().unwrap();
-    let ctx = c10d_nccl::device::context(DEV).unwrap();
-    let id = c10d_nccl::result::get_unique_id(lib).unwrap();
+    let ctx = c10d_nccl::device::context(r.dev).unwrap();
+    let key = format!("bare/{}/{sync_each}", t.numel());
+    let id = if r.rank == 0 {
+        let id = c10d_nccl::result::get_unique_id(lib).unwrap();
+        let bytes: Vec<u8> = id.internal.iter().map(|&c| c as u8).collect();
+        r.store.set(&key, &bytes).unwrap();
+        id
+    } else {
+        let bytes = r.store.get(&key).unwrap();
+        let mut id = sys::ncclUniqueId::default();
+        id.internal
+            .iter_mut()
+            .zip(bytes)
+            .for_each(|(d, s)| *d = s as _);
+        id
+    };
     let cfg = c10d_nccl::NcclConfig {
         blocking: 1,
         ..Default::default()
     };
-    let deadline = Instant::now() + std::time::Duration::from_secs(60);
-    let comm = c10d_nccl::comm::Communicator::init(lib, id, 1, 0, DEV, &cfg, deadline).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let comm = c10d_nccl::comm::Communicator::init(lib, id, r.world, r.rank, r.dev, &cfg, deadline)
+        .unwrap();
     let s = ctx.new_stream().unwrap();
-    let caller = stream::current_stream(DEV).unwrap();
     let ev = ctx.new_event(None).unwrap();
     let p = t.device_ptr().unwrap() as *mut std::ffi::c_void;
     let n = t.numel();
-    let us = per_op(iters, sync_each, || {
-        ev.record(&caller).unwrap();
+    let sync = || caller.synchronize().unwrap();
+    per_op(iters, sync_each, &sync, || {
+        ev.record(caller).unwrap();
         s.wait(&ev).unwrap();
         let l = comm.lock().unwrap();
-        // SAFETY: `t` is live device memory of `n` f32; the communicator is locked; the stream
-        // is ours on the same device.
         let args = c10d_nccl::result::Launch {
             comm: l.raw(),
             stream: s.cu_stream() as _,
@@ -87,110 +127,239 @@ fn bare(iters: usize, t: &Tensor, sync_each: bool) -> f64 {
         drop(l);
         ev.record(&s).unwrap();
         caller.wait(&ev).unwrap();
-    });
-    s.synchronize().unwrap();
-    us
+    })
 }
 
-fn torch(iters: usize) -> Vec<(usize, f64, f64)> {
-    let python = std::env::var("C10D_TORCH_PYTHON").ok().unwrap_or_else(|| {
-        let venv = "/opt/torch/.venv/bin/python";
-        if std::path::Path::new(venv).exists() {
-            venv.into()
-        } else {
-            "python3".into()
-        }
-    });
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/torch_overhead.py");
-    let script = if std::path::Path::new(script).exists() {
-        script.to_string()
-    } else {
-        "crates/c10d-nccl/benches/torch_overhead.py".into()
-    };
-    let mut cmd = Command::new(&python);
-    cmd.arg(&script).arg(iters.to_string());
-    SIZES.iter().for_each(|s| {
-        cmd.arg(s.to_string());
-    });
-    let out = match cmd.output() {
-        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).into_owned(),
-        Ok(o) => {
-            eprintln!(
-                "PyTorch baseline failed: {}",
-                String::from_utf8_lossy(&o.stderr)
-            );
-            return Vec::new();
-        }
-        Err(e) => {
-            eprintln!("PyTorch baseline not run ({python}): {e}");
-            return Vec::new();
-        }
-    };
-    out.lines()
-        .filter_map(|l| {
-            if l.starts_with("torch-version") {
-                println!("{l}");
-            }
-            let f: Vec<&str> = l.split_whitespace().collect();
-            if f.len() != 4 || f[0] != "torch" {
-                return None;
-            }
-            Some((f[1].parse().ok()?, f[2].parse().ok()?, f[3].parse().ok()?))
-        })
-        .collect()
-}
-
-fn main() {
-    if c10d_nccl::cuda_device_count() == 0 {
-        println!("skipped: no GPU");
-        return;
-    }
-    let iters: usize = std::env::args()
-        .skip(1)
-        .find_map(|a| a.parse().ok())
-        .unwrap_or(2000);
-    println!(
-        "NCCL {} ({}), {iters} iterations per size",
-        c10d_nccl::nccl_version().unwrap(),
-        c10d_nccl::nccl_library().unwrap().location()
+/// One rank of the Rust side: every size, ours and bare; rank 0 prints `row` lines.
+fn rank_main(iters: usize) {
+    let var = |k: &str| std::env::var(k).unwrap();
+    let (rank, world): (usize, usize) = (
+        var("RANK").parse().unwrap(),
+        var("WORLD_SIZE").parse().unwrap(),
     );
-    let pg =
-        ProcessGroupNccl::new(Arc::new(HashStore::new()), 0, 1, NcclOptions::default()).unwrap();
-    pg.bind(DEV).unwrap();
-    let mut rows = Vec::new();
+    let port: u16 = var("MASTER_PORT").parse().unwrap();
+    let dev = Device::Cuda(var("C10D_BENCH_DEVICE").parse().unwrap());
+    let opts = TcpStoreOptions {
+        timeout: Duration::from_secs(120),
+        ..Default::default()
+    };
+    let store: Arc<dyn Store> = Arc::new(TcpStore::new("127.0.0.1", port, opts).unwrap());
+    let r = Rank {
+        rank,
+        world,
+        dev,
+        store: store.clone(),
+    };
+    let pg = ProcessGroupNccl::new(
+        Arc::new(PrefixStore::new("ours/", store)),
+        rank,
+        world,
+        NcclOptions::default(),
+    )
+    .unwrap();
+    pg.bind(dev).unwrap();
+    let caller = c10d_nccl::device::context(dev)
+        .unwrap()
+        .new_stream()
+        .unwrap();
+    let _declared = stream::use_stream(dev, caller.clone()).unwrap();
     for &bytes in &SIZES {
-        let t = memory::zeros(DType::F32, &[bytes / 4], DEV).unwrap();
+        let t = memory::zeros(DType::F32, &[bytes / 4], dev).unwrap();
         let o = AllreduceOptions::default();
-        let run = |sync_each| {
-            per_op(iters, sync_each, || {
+        let sync = || caller.synchronize().unwrap();
+        let ours = |sync_each| {
+            per_op(iters, sync_each, &sync, || {
                 pg.all_reduce(std::slice::from_ref(&t), &o)
                     .unwrap()
                     .wait()
                     .unwrap()
             })
         };
-        let (ours_host, ours_e2e) = (run(false), run(true));
-        let (bare_host, bare_e2e) = (bare(iters, &t, false), bare(iters, &t, true));
-        rows.push((bytes, bare_host, ours_host, bare_e2e, ours_e2e));
+        let row = Row {
+            ours_host: ours(false),
+            ours_e2e: ours(true),
+            bare_host: bare(&r, iters, &t, false, &caller),
+            bare_e2e: bare(&r, iters, &t, true, &caller),
+        };
+        if rank == 0 {
+            println!(
+                "row {bytes} {} {} {} {}",
+                row.bare_host, row.ours_host, row.bare_e2e, row.ours_e2e
+            );
+        }
     }
-    let torch = torch(iters);
+}
+
+/// Where the PyTorch side's script is (from the crate, or from the repository root).
+fn torch_script() -> String {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/torch_overhead.py");
+    if std::path::Path::new(script).exists() {
+        return script.into();
+    }
+    "crates/c10d-nccl/benches/torch_overhead.py".into()
+}
+
+fn torch_python() -> String {
+    std::env::var("C10D_TORCH_PYTHON").unwrap_or_else(|_| {
+        let venv = "/opt/torch/.venv/bin/python";
+        if std::path::Path::new(venv).exists() {
+            venv.into()
+        } else {
+            "python3".into()
+        }
+    })
+}
+
+/// Runs `world` ranks of `program` (the Rust side, or PyTorch's) against one store; returns
+/// rank 0's stdout.
+fn run_ranks(world: usize, program: &[String]) -> Result<String, String> {
+    let server = TcpStoreServer::bind(ServerOptions {
+        host: Some("127.0.0.1".into()),
+        ..ServerOptions::default()
+    })
+    .map_err(|e| e.to_string())?;
+    let gpus = c10d_nccl::cuda_device_count().max(1);
+    let kids: Vec<_> = (0..world)
+        .map(|r| {
+            let mut cmd = Command::new(&program[0]);
+            cmd.args(&program[1..])
+                .env("RANK", r.to_string())
+                .env("LOCAL_RANK", r.to_string())
+                .env("WORLD_SIZE", world.to_string())
+                .env("MASTER_ADDR", "127.0.0.1")
+                .env("MASTER_PORT", server.port().to_string())
+                .env("C10D_BENCH_DEVICE", (r % gpus).to_string())
+                .stdout(if r == 0 {
+                    Stdio::piped()
+                } else {
+                    Stdio::null()
+                });
+            if gpus < world {
+                cmd.env("NCCL_HOSTID", format!("c10d-bench-{r}"))
+                    .env("NCCL_SOCKET_IFNAME", "lo");
+            }
+            cmd.spawn().map_err(|e| format!("{}: {e}", program[0]))
+        })
+        .collect::<Result<_, _>>()?;
+    let mut out = String::new();
+    for (r, k) in kids.into_iter().enumerate() {
+        let o = k.wait_with_output().map_err(|e| e.to_string())?;
+        if r == 0 {
+            out = String::from_utf8_lossy(&o.stdout).into_owned();
+        }
+        if !o.status.success() {
+            return Err(format!(
+                "rank {r} of {} exited with {}",
+                program[0], o.status
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// Lines `<tag> <bytes> <figures...>` of `out` as (bytes, figures).
+fn parse(out: &str, tag: &str) -> Vec<(usize, Vec<f64>)> {
+    out.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.first() == Some(&tag)).then_some(())?;
+            let nums = f[2..]
+                .iter()
+                .map(|x| x.parse().ok())
+                .collect::<Option<Vec<f64>>>()?;
+            Some((f.get(1)?.parse().ok()?, nums))
+        })
+        .collect()
+}
+
+fn report(world: usize, ours: &[(usize, Vec<f64>)], torch: &[(usize, Vec<f64>)]) {
     println!(
-        "{:>9} | {:>9} {:>9} {:>9} {:>8} {:>10} | {:>9} {:>9} {:>9}",
+        "world size {world}: µs per all_reduce, rank 0 (host = call + wait, no sync; e2e = with a device sync after each op)"
+    );
+    println!(
+        "{:>9} | {:>9} {:>9} {:>10} {:>9} | {:>9} {:>9} {:>9}",
         "bytes",
         "bare host",
         "ours host",
         "torch host",
         "ours-bare",
-        "torch/ours",
         "bare e2e",
         "ours e2e",
         "torch e2e"
     );
-    for (bytes, bh, oh, be, oe) in rows {
+    let mut worst: f64 = f64::MIN;
+    for (bytes, v) in ours {
         let (th, te) = torch
             .iter()
-            .find(|r| r.0 == bytes)
-            .map_or((f64::NAN, f64::NAN), |r| (r.1, r.2));
-        println!("{bytes:>9} | {bh:>9.2} {oh:>9.2} {th:>10.2} {:>8.2} {:>10.2} | {be:>9.2} {oe:>9.2} {te:>9.2}", oh - bh, th / oh);
+            .find(|r| r.0 == *bytes)
+            .map_or((f64::NAN, f64::NAN), |r| (r.1[0], r.1[1]));
+        worst = worst.max(v[1] - v[0]);
+        println!(
+            "{bytes:>9} | {:>9.2} {:>9.2} {th:>10.2} {:>9.2} | {:>9.2} {:>9.2} {te:>9.2}",
+            v[0],
+            v[1],
+            v[1] - v[0],
+            v[2],
+            v[3]
+        );
+    }
+    println!(
+        "world size {world}: largest ours-bare host difference {worst:.2} µs ({} the 2 µs target)",
+        if worst <= 2.0 { "within" } else { "OVER" }
+    );
+}
+
+fn main() {
+    let iters: usize = std::env::args()
+        .skip(1)
+        .find_map(|a| a.parse().ok())
+        .unwrap_or(1000);
+    if std::env::var_os("RANK").is_some() {
+        rank_main(iters);
+        return;
+    }
+    if c10d_nccl::cuda_device_count() == 0 {
+        println!("skipped: no GPU");
+        return;
+    }
+    let gpus = c10d_nccl::cuda_device_count();
+    println!(
+        "NCCL {} ({}), {gpus} GPU(s), {iters} iterations per size",
+        c10d_nccl::nccl_version().unwrap(),
+        c10d_nccl::nccl_library().unwrap().location()
+    );
+    let sizes: Vec<usize> = std::env::var("C10D_BENCH_WORLD_SIZES")
+        .unwrap_or_else(|_| "1,2,4".into())
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect();
+    let exe = std::env::current_exe()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    let size_args: Vec<String> = SIZES.iter().map(usize::to_string).collect();
+    for world in sizes {
+        let ours = match run_ranks(world, &[exe.clone(), iters.to_string()]) {
+            Ok(out) => parse(&out, "row"),
+            Err(e) => {
+                println!("world size {world}: FAILED: {e}");
+                continue;
+            }
+        };
+        let mut py = vec![torch_python(), torch_script(), iters.to_string()];
+        py.extend(size_args.iter().cloned());
+        let torch = match run_ranks(world, &py) {
+            Ok(out) => {
+                out.lines()
+                    .filter(|l| l.starts_with("torch-version"))
+                    .for_each(|l| println!("{l}"));
+                parse(&out, "torch")
+            }
+            Err(e) => {
+                println!("world size {world}: PyTorch baseline not run: {e}");
+                Vec::new()
+            }
+        };
+        report(world, &ours, &torch);
     }
 }

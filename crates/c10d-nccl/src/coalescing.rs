@@ -15,7 +15,6 @@
 
 use crate::process_group::ProcessGroupNccl;
 use crate::process_group::{destroy_premul, Calls, DeviceComm, Enqueue, Op, Pending};
-use crate::result;
 use crate::sys;
 use crate::watchdog::WorkRecord;
 use c10d_core::{DistError, OpType, Result, Tensor, TensorLeases, Work};
@@ -37,6 +36,13 @@ pub(crate) struct Coalesced {
     numel_out: i64,
     /// The first error of an op of the block, returned by `end_coalescing`.
     pub failed: Option<DistError>,
+}
+
+impl Coalesced {
+    /// Whether the block's NCCL group is open on its thread.
+    pub fn group_open(&self) -> bool {
+        self.group_open
+    }
 }
 
 impl ProcessGroupNccl {
@@ -79,7 +85,7 @@ impl ProcessGroupNccl {
     ) -> Result<Work> {
         c.leases.extend(op.inputs, op.outputs)?;
         if !c.group_open {
-            result::group_start(self.lib)?;
+            dc.comm.open_block()?;
             c.group_open = true;
         }
         c.dc.get_or_insert_with(|| dc.clone());
@@ -118,20 +124,31 @@ impl ProcessGroupNccl {
             .ok_or_else(|| {
                 DistError::invalid("ProcessGroupNCCL: end_coalescing without start_coalescing")
             })?;
-        let ended = c.group_open.then(|| result::group_end(self.lib));
         let timeout = self.default_timeout();
         let (seq, trace) = self.number(OpType::Coalesced, None, &[], &[], timeout);
-        let (Some(dc), Some(ended)) = (c.dc.clone(), ended) else {
-            return match c.failed {
-                Some(e) => Err(e),
-                None => Ok(Work::completed(OpType::Coalesced, seq, Ok(()), Vec::new())),
-            };
+        let dc = match (c.dc.clone(), c.group_open) {
+            (Some(dc), true) => dc,
+            _ => {
+                return match c.failed {
+                    Some(e) => Err(e),
+                    None => Ok(Work::completed(OpType::Coalesced, seq, Ok(()), Vec::new())),
+                }
+            }
         };
+        let ended = dc.comm.close_block();
+        if let Err(e) = dc
+            .comm
+            .finish_call("ncclGroupEnd", ended, Instant::now() + timeout)
+        {
+            // The communicator is aborted; work of the block may still sit on the NCCL stream
+            // (behind the caller's stream): its memory is never given back rather than freed
+            // under it.
+            std::mem::forget((c.keep, c.leases, c.temps));
+            return Err(c.failed.unwrap_or(e));
+        }
         if let Ok(l) = dc.comm.lock() {
             destroy_premul(self.lib, l.raw(), &mut c.premul);
         }
-        dc.comm
-            .finish_call("ncclGroupEnd", ended, Instant::now() + timeout)?;
         // Freed on the NCCL stream, after the block's kernels.
         drop(std::mem::take(&mut c.temps));
         let record = WorkRecord {

@@ -24,6 +24,12 @@ struct Handle {
     comm: sys::ncclComm_t,
     /// The handle was freed (aborted or destroyed): `comm` is null.
     aborted: bool,
+    /// Freed in order by [`Communicator::shutdown`] (its ops had finished).
+    destroyed: bool,
+    /// Coalesced blocks whose NCCL group holds this communicator ([`Communicator::open_block`]).
+    open_blocks: usize,
+    /// An abort asked for while a block was open: done when the last block closes.
+    abort_pending: bool,
 }
 
 /// How long dropping a live communicator waits for `ncclCommFinalize` before aborting it.
@@ -130,6 +136,9 @@ impl Communicator {
             handle: Mutex::new(Handle {
                 comm,
                 aborted: comm.is_null(),
+                destroyed: false,
+                open_blocks: 0,
+                abort_pending: false,
             }),
             rank,
             size,
@@ -215,16 +224,32 @@ impl Communicator {
     }
 
     /// The asynchronous error NCCL reports for this communicator, if any (the watchdog's
-    /// question); an aborted communicator reports that it was aborted.
+    /// question); an aborted communicator reports that it was aborted, one shut down in order
+    /// reports nothing. Never waits: while another thread holds the communicator (a blocking
+    /// communicator inside a long call), the answer is `None` for now.
     pub fn async_error(&self) -> Option<String> {
-        match self.async_state() {
+        let h = match self.handle.try_lock() {
+            Ok(h) => h,
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+        };
+        if h.destroyed {
+            return None;
+        }
+        if h.aborted || h.abort_pending {
+            return Some(self.aborted_error().message().to_string());
+        }
+        // SAFETY: the handle is live and locked.
+        let state = unsafe { result::comm_get_async_error(self.lib, h.comm) };
+        drop(h);
+        match state {
             Ok(sys::ncclSuccess) | Ok(sys::ncclInProgress) => None,
             Ok(code) => Some(
                 self.call_error("ncclCommGetAsyncError", code)
                     .message()
                     .to_string(),
             ),
-            Err(e) => Some(e.message().to_string()),
+            Err(e) => Some(e.to_string()),
         }
     }
 
@@ -234,7 +259,7 @@ impl Communicator {
     /// "NCCL communicator was aborted on rank R" once [`Communicator::abort`] ran.
     pub fn lock(&self) -> Result<Locked<'_>> {
         let guard = self.handle.lock().unwrap_or_else(|e| e.into_inner());
-        if guard.aborted {
+        if guard.aborted || guard.abort_pending {
             return Err(self.aborted_error());
         }
         Ok(Locked { guard })
@@ -264,8 +289,21 @@ impl Communicator {
 
     /// `ncclCommAbort`: stops every NCCL kernel of this communicator and frees it. Safe from any
     /// thread, idempotent; later uses fail with [`Communicator::aborted_error`].
+    ///
+    /// While a coalesced block's NCCL group holds the communicator ([`Communicator::open_block`])
+    /// the abort is only marked (every later use fails at once) and done when the block closes:
+    /// freeing a communicator an open group still holds would make the group's end use freed
+    /// memory.
     pub fn abort(&self) {
         let mut h = self.handle.lock().unwrap_or_else(|e| e.into_inner());
+        if h.open_blocks > 0 {
+            h.abort_pending = true;
+            return;
+        }
+        self.abort_locked(&mut h);
+    }
+
+    fn abort_locked(&self, h: &mut Handle) {
         if h.aborted {
             return;
         }
@@ -276,6 +314,36 @@ impl Communicator {
         if let Err(e) = r {
             log::warn!("c10d-nccl: ncclCommAbort returned {}", result_name(e.code));
         }
+    }
+
+    /// Opens the calling thread's NCCL group for a coalesced block on this communicator (see
+    /// [`Communicator::abort`]); [`Communicator::close_block`] closes it.
+    ///
+    /// # Errors
+    /// An aborted communicator; NCCL's error.
+    pub fn open_block(&self) -> Result<()> {
+        let mut h = self.handle.lock().unwrap_or_else(|e| e.into_inner());
+        if h.aborted || h.abort_pending {
+            return Err(self.aborted_error());
+        }
+        result::group_start(self.lib)?;
+        h.open_blocks += 1;
+        Ok(())
+    }
+
+    /// Closes the NCCL group [`Communicator::open_block`] opened (launching its operations),
+    /// then does an abort asked for meanwhile.
+    ///
+    /// # Errors
+    /// NCCL's error at the group's end.
+    pub fn close_block(&self) -> std::result::Result<Progress, NcclError> {
+        let mut h = self.handle.lock().unwrap_or_else(|e| e.into_inner());
+        let ended = result::group_end(self.lib);
+        h.open_blocks = h.open_blocks.saturating_sub(1);
+        if h.abort_pending && h.open_blocks == 0 {
+            self.abort_locked(&mut h);
+        }
+        ended
     }
 
     /// The orderly end of a communicator (PyTorch's `shutdown()`): `ncclCommFinalize` flushes
@@ -302,18 +370,17 @@ impl Communicator {
             return Ok(());
         }
         h.aborted = true;
+        h.destroyed = true;
         // SAFETY: the handle is live, finalized, locked, and never used again.
         let r = unsafe { result::comm_destroy(self.lib, h.comm) };
         h.comm = std::ptr::null_mut();
         r.map_err(DistError::from)
     }
 
-    /// True once aborted.
+    /// True once aborted (or shut down, or an abort is pending).
     pub fn is_aborted(&self) -> bool {
-        self.handle
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .aborted
+        let h = self.handle.lock().unwrap_or_else(|e| e.into_inner());
+        h.aborted || h.abort_pending
     }
 
     /// `ncclCommSplit`: this rank joins the child of ranks with the same `color`, ordered by
@@ -391,7 +458,11 @@ impl Communicator {
             return Ok(None);
         }
         let mut c = Communicator::wrap(self.lib, child, 0, 0, self.device, config);
-        c.wait_ready(call, deadline)?;
+        if let Err(e) = c.wait_ready(call, deadline) {
+            // Half made: abort it (dropping it would try an orderly end).
+            c.abort();
+            return Err(e);
+        }
         (c.rank, c.size) = c.rank_and_size()?;
         let (rank, size) = (c.rank, c.size);
         Ok(Some((c, rank, size)))

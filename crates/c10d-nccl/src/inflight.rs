@@ -49,10 +49,11 @@ impl InFlight {
         }
     }
 
-    /// True once no kernel of the op can touch its memory: its end event fired (or cannot be
-    /// queried any more: the context is gone), or its communicator was aborted.
+    /// True once no work of the op can touch its memory: its end event fired (after an abort
+    /// it fires once NCCL's kernels have left, and after any copy queued on the NCCL stream),
+    /// or it cannot be queried any more (the context is gone).
     pub fn kernels_done(&self) -> bool {
-        self.comm.is_aborted() || self.end.try_is_complete().unwrap_or(true)
+        self.end.try_is_complete().unwrap_or(true)
     }
 }
 

@@ -1,7 +1,14 @@
-//! Device memory behind CUDA tensors: [`CudaMemory`] is a [`DeviceStorage`] over one
-//! `cuMemAlloc` block (or, for an op's temporary buffers, one block of the stream-ordered
-//! allocator: `cuMemAllocAsync` on the NCCL stream, `cuMemFreeAsync` on it when dropped, so
-//! neither the op path nor the watchdog ever waits for the device to allocate or free), and
+//! Device memory behind CUDA tensors: [`CudaMemory`] is a [`DeviceStorage`] over one block of
+//! CUDA's stream-ordered allocator, so that dropping a tensor never synchronises the device
+//! (`cuMemFree` may: a watchdog thread releasing a timed-out op's tensors must not wait for the
+//! device it is watching). A tensor's block comes from `cuMemAllocAsync` on a per-device
+//! memory stream (waited for, so it is usable from any stream at once) and goes back with
+//! `cuMemFreeAsync` there; an op's temporary buffers are allocated and freed on the NCCL
+//! stream itself ([`CudaMemory::alloc_on_stream`]). Where the device has no stream-ordered
+//! allocator, `cuMemAlloc` / `cuMemFree` are used. As with PyTorch's caching allocator, a
+//! tensor must not be dropped while work the caller queued on its own streams still uses it
+//! (c10d-nccl's own ops hold their tensors until their end event).
+//!
 //! [`zeros`] / [`from_cpu`] / [`empty`] make `Device::Cuda(i)` tensors
 //! (`torch.zeros(..., device="cuda:i")`, `tensor.to("cuda:i")`). Views (`narrow`, `reshape`,
 //! `chunk`) and the lease rules are c10d-core's; a CUDA tensor reads back with
@@ -16,7 +23,7 @@ use c10d_core::{DType, Device, DeviceStorage, Result, Tensor};
 use cudarc::driver::{result, sys, CudaContext, CudaStream};
 use std::any::Any;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// One block of device memory, freed when the last tensor over it is dropped.
 pub struct CudaMemory {
@@ -37,12 +44,23 @@ impl std::fmt::Debug for CudaMemory {
 }
 
 impl CudaMemory {
-    /// `nbytes` of uninitialised memory on `device` (no allocation for 0 bytes).
+    /// `nbytes` of uninitialised memory on `device` (no allocation for 0 bytes), from the
+    /// stream-ordered allocator where the device has one (see the module docs).
     ///
     /// # Errors
-    /// As [`device::context`]; "CUDA error in cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY" and other
-    /// driver errors.
+    /// As [`device::context`]; "CUDA error in cuMemAllocAsync: CUDA_ERROR_OUT_OF_MEMORY" and
+    /// other driver errors.
     pub fn alloc(device: Device, nbytes: usize) -> Result<CudaMemory> {
+        if nbytes > 0 {
+            if let Some(stream) = memory_stream(device)? {
+                let m = CudaMemory::alloc_on_stream(device, nbytes, &stream)?;
+                // Usable from every stream once the allocation itself has completed.
+                stream
+                    .synchronize()
+                    .map_err(|e| driver_error("cuStreamSynchronize", e))?;
+                return Ok(m);
+            }
+        }
         let ctx = device::context(device)?;
         let ptr = if nbytes == 0 {
             0
@@ -185,6 +203,32 @@ impl DeviceStorage for CudaMemory {
     fn as_any(&self) -> &dyn Any {
         self
     }
+}
+
+/// The per-device stream tensors are allocated and freed on, or `None` where the device has
+/// no stream-ordered allocator (`CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED` is 0).
+fn memory_stream(device: Device) -> Result<Option<Arc<CudaStream>>> {
+    static STREAMS: Mutex<Vec<(u32, Option<Arc<CudaStream>>)>> = Mutex::new(Vec::new());
+    let i = device::ordinal(device)?;
+    let mut streams = STREAMS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, s)) = streams.iter().find(|(d, _)| *d == i) {
+        return Ok(s.clone());
+    }
+    let ctx = device::context(device)?;
+    let attr = sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED;
+    let pools = ctx
+        .attribute(attr)
+        .map_err(|e| driver_error("cuDeviceGetAttribute", e))?;
+    let s = if pools != 0 {
+        Some(
+            ctx.new_stream()
+                .map_err(|e| driver_error("cuStreamCreate", e))?,
+        )
+    } else {
+        None
+    };
+    streams.push((i, s.clone()));
+    Ok(s)
 }
 
 /// Queues `dst ← src` (two CUDA tensors of one device and byte size) on `stream`; nothing for

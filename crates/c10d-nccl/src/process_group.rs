@@ -361,15 +361,22 @@ impl ProcessGroupNccl {
         body: impl FnOnce(&mut Enqueue<'_>) -> Result<()>,
     ) -> Result<Work> {
         let device = self.device_of(&op)?;
+        self.refuse_foreign_group(&op)?;
+        let capturing = match stream::declared_stream(device)? {
+            Some(s) => crate::capture::is_capturing(&s)?,
+            None => false,
+        };
+        if capturing && self.current().is_none() {
+            return Err(DistError::invalid(format!(
+                "ProcessGroupNCCL::{}: the group has no communicator yet, and one cannot be made during CUDA graph capture; run an op (or bind the group) before capturing, as PyTorch requires a warm-up",
+                op.kind
+            )));
+        }
         let dc = self.device_comm(device)?;
         dc.ctx
             .bind_to_thread()
             .map_err(|e| driver_error("cuCtxSetCurrent", e))?;
         let caller = self.order_after_caller(&dc)?;
-        let capturing = match &caller {
-            Some(s) => crate::capture::is_capturing(s)?,
-            None => false,
-        };
         let mut co = self.coalescing.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(block) = co.as_mut() {
             let r = self.launch_in_block(block, &dc, &op, (caller, capturing), body);
@@ -390,7 +397,9 @@ impl ProcessGroupNccl {
             temps: &mut temps,
             premul: &mut premul,
         };
-        self.enqueue_calls(&dc, calls, body)?;
+        // A body that failed after queuing some calls: those were launched and are watched
+        // like any op (their memory must outlive them); the error is returned afterwards.
+        let body_error = self.enqueue_calls(&dc, calls, body)?;
         // Freed on the NCCL stream, after the kernels just queued there.
         drop(temps);
         let timeout = op.timeout.unwrap_or_else(|| self.default_timeout());
@@ -412,7 +421,31 @@ impl ProcessGroupNccl {
             caller,
             capturing,
         };
-        self.finish_launch(&dc, record, pending)
+        let work = self.finish_launch(&dc, record, pending)?;
+        match body_error {
+            Some(e) => Err(e),
+            None => Ok(work),
+        }
+    }
+
+    /// Refuses an op issued while an NCCL group this group does not own is open on the thread
+    /// (another group's coalesced block, or a user's `ncclGroupStart`): its calls would only
+    /// launch when that group ends, after this op's `Work` had been recorded as enqueued.
+    fn refuse_foreign_group(&self, op: &Op<'_>) -> Result<()> {
+        let own = self
+            .coalescing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .is_some_and(|c| c.group_open());
+        let open = result::open_groups();
+        if open > usize::from(own) {
+            return Err(DistError::invalid(format!(
+                "ProcessGroupNCCL::{} on group {:?}: an NCCL group that this group did not open is open on this thread (another group's coalescing block?); end it first",
+                op.kind, self.options.group_name
+            )));
+        }
+        Ok(())
     }
 
     /// Orders the NCCL stream after the caller's work, by the rule of [`crate::stream`]: after
@@ -435,16 +468,22 @@ impl ProcessGroupNccl {
     }
 
     /// Runs `body` under the communicator's lock, inside its own NCCL group when
-    /// `calls.grouped` (else inside the open coalesced block's group, which destroys the
-    /// PREMUL_SUM reductions when it ends).
+    /// `calls.grouped` (else inside the open coalesced block's group, which then owns the
+    /// PREMUL_SUM reductions). Grouped: once the group ended and the communicator is ready, the
+    /// reductions are destroyed, and a body that failed after queuing calls gives its error as
+    /// `Ok(Some(e))` (the queued calls were launched; the caller must watch them).
+    ///
+    /// # Errors
+    /// Nothing was launched: the communicator is unusable, NCCL refused the group, or (not
+    /// grouped) the body failed.
     pub(crate) fn enqueue_calls(
         &self,
         dc: &DeviceComm,
         calls: Calls<'_>,
         body: impl FnOnce(&mut Enqueue<'_>) -> Result<()>,
-    ) -> Result<()> {
+    ) -> Result<Option<DistError>> {
         let deadline = Instant::now() + self.default_timeout();
-        let started = {
+        let (ended, body_result) = {
             let locked = dc.comm.lock()?;
             let mut e = Enqueue {
                 lib: self.lib,
@@ -458,17 +497,28 @@ impl ProcessGroupNccl {
                 premul_ops: calls.premul,
             };
             if !calls.grouped {
-                return body(&mut e);
+                return body(&mut e).map(|()| None);
             }
             result::group_start(self.lib)?;
             let r = body(&mut e);
-            // Also after a failed body: NCCL then discards the group with that call's error.
-            let end = result::group_end(self.lib);
-            destroy_premul(self.lib, locked.raw(), e.premul_ops);
-            r?;
-            end
+            // Also after a failed body: a failed NCCL call makes NCCL discard the group (the
+            // end reports that error); a failure of ours launches what was queued.
+            (result::group_end(self.lib), r)
         };
-        dc.comm.finish_call("ncclGroupEnd", started, deadline)
+        let launched = dc.comm.finish_call("ncclGroupEnd", ended, deadline);
+        if let Ok(l) = dc.comm.lock() {
+            destroy_premul(self.lib, l.raw(), calls.premul);
+        }
+        match (launched, body_result) {
+            (Err(e), Err(first)) => Err(if first.message().contains("NCCL error") {
+                first
+            } else {
+                e
+            }),
+            (Err(e), Ok(())) => Err(e),
+            (Ok(()), Err(first)) => Ok(Some(first)),
+            (Ok(()), Ok(())) => Ok(None),
+        }
     }
 
     /// Numbers an op and records it in the flight recorder ("scheduled"): PyTorch's
@@ -516,9 +566,16 @@ impl ProcessGroupNccl {
         record: WorkRecord,
         p: Pending,
     ) -> Result<Work> {
-        let end = Arc::new(dc.events.take()?);
-        end.record(&dc.stream)
-            .map_err(|e| driver_error("cuEventRecord", e))?;
+        let end = match self.end_event(dc) {
+            Ok(end) => end,
+            Err(e) => {
+                // The op's kernels are queued but cannot be watched: stop them, and never give
+                // their memory back (some of their work may still sit on the NCCL stream).
+                dc.comm.abort();
+                std::mem::forget((p.keep, p.leases));
+                return Err(e);
+            }
+        };
         if p.capturing {
             return self.finish_captured(dc, record, p, end);
         }
@@ -548,6 +605,14 @@ impl ProcessGroupNccl {
             },
         );
         Ok(work)
+    }
+
+    /// An end event recorded on the NCCL stream after the op's work.
+    fn end_event(&self, dc: &DeviceComm) -> Result<Arc<CudaEvent>> {
+        let end = dc.events.take()?;
+        end.record(&dc.stream)
+            .map_err(|e| driver_error("cuEventRecord", e))?;
+        Ok(Arc::new(end))
     }
 
     /// A captured op: the caller's stream waits for the NCCL stream (the capture needs the
@@ -582,8 +647,10 @@ impl ProcessGroupNccl {
     /// (`ProcessGroupNCCL::abort`). The ops' memory is released after the abort, when no
     /// kernel can use it any more.
     pub(crate) fn abort_all(&self, why: &str) {
-        // Ops failed on purpose are no reason for a flight-recorder dump.
+        // Ops failed on purpose are no reason for a flight-recorder dump, nor for the
+        // watchdog's response.
         self.fr.set_shutting_down();
+        self.watchdog.set_ending();
         self.ended.store(true, Ordering::Release);
         if let Some(c) = self
             .creating
@@ -604,6 +671,7 @@ impl ProcessGroupNccl {
     /// destroyed; what cannot finish by then is aborted. Ops still in flight after that fail.
     pub(crate) fn shutdown_all(&self) {
         self.fr.set_shutting_down();
+        self.watchdog.set_ending();
         self.ended.store(true, Ordering::Release);
         if let Some(c) = self
             .creating

@@ -172,6 +172,8 @@ pub struct Watchdog<W> {
     label: GroupLabel,
     mode: ErrorHandlingMode,
     works: VecDeque<(WorkRecord, W)>,
+    /// Set by [`Watchdog::set_ending`].
+    ending: bool,
 }
 
 impl<W: WorkProbe> Watchdog<W> {
@@ -181,7 +183,15 @@ impl<W: WorkProbe> Watchdog<W> {
             label,
             mode,
             works: VecDeque::new(),
+            ending: false,
         }
+    }
+
+    /// The group is being shut down or aborted on purpose: from now on a failure still fails
+    /// its work but calls for no response (no abort of the communicators, no end of the
+    /// process), so an orderly `shutdown()` cannot end the process through its own abort.
+    pub fn set_ending(&mut self) {
+        self.ending = true;
     }
 
     /// The group label.
@@ -261,6 +271,8 @@ impl<W: WorkProbe> Watchdog<W> {
         let mut report = PollReport::empty();
         let mut keep = VecDeque::with_capacity(self.works.len());
         while let Some((record, mut probe)) = self.works.pop_front() {
+            // An error wins over completion: an aborted kernel also ends, and its end event
+            // fires, but its results are not to be trusted.
             if let Some(error) = probe.async_error() {
                 let msg = self.error_message(&record, &error);
                 report.first_error.get_or_insert_with(|| msg.clone());
@@ -296,6 +308,10 @@ impl<W: WorkProbe> Watchdog<W> {
             }
         }
         self.works = keep;
+        if self.ending {
+            // Failures of a group being shut down or aborted on purpose call for nothing.
+            return report;
+        }
         if let Some(reason) = report.first_error.clone() {
             let response = Response::for_mode(self.mode);
             report.response = Some(response);
@@ -538,5 +554,24 @@ mod tests {
         assert_eq!(seen, vec![(1, 1), (2, 2), (3, 3)]);
         assert_eq!(w.in_flight(), 0);
         assert!(w.poll(t0 + Duration::from_secs(5)).timed_out.is_empty());
+    }
+
+    #[test]
+    fn an_ending_group_fails_works_without_a_response() {
+        let mut dog = Watchdog::new(label(), ErrorHandlingMode::SkipCleanUp);
+        let (done, failing) = (Fake::new(1), Fake::new(2));
+        done.done.set(true);
+        done.error.set(Some("comm destroyed after the op finished"));
+        failing.error.set(Some("comm aborted"));
+        let t0 = Instant::now();
+        dog.enqueue(record(1, t0, 60_000), done);
+        dog.enqueue(record(2, t0, 60_000), failing);
+        dog.set_ending();
+        let r = dog.poll(Instant::now());
+        assert_eq!(r.failed.len(), 2, "an error wins over completion");
+        assert!(
+            r.response.is_none(),
+            "no teardown for a group ending on purpose"
+        );
     }
 }

@@ -5,17 +5,19 @@
 //! heartbeat for the group's [`crate::heartbeat`] monitor; it queries events in the thread-local
 //! capture mode ([`crate::capture`]).
 //!
-//! **Memory outlives the kernels.** A failed op's `Work` fails at once, but its tensors and
-//! leases stay with the op until no kernel can touch them: its end event fired or its
-//! communicator was aborted. Ops failed without an abort (mode 0) wait in a retiring list that
-//! every turn sweeps. An explicit abort ([`WatchdogHandle::abort_everything`]) fails the works,
-//! aborts the communicators, and only then releases the memory.
+//! **Memory outlives the device work.** A failed op's `Work` fails at once, but its tensors and
+//! leases stay with the op until its end event has fired (after an abort, NCCL's kernels leave
+//! and the event fires; copies queued on the NCCL stream are not cancelled by an abort, so the
+//! event, not the abort, is what says the memory is free). Failed ops wait in a retiring list
+//! that every turn of the loop sweeps. An explicit abort ([`WatchdogHandle::abort_everything`])
+//! fails the works, aborts the communicators and retires the ops.
 //!
 //! Dropping the group's handle fails what is still in flight, aborts the communicators of ops
-//! whose kernels may still run (as PyTorch's destructor aborts a group not shut down), releases
-//! their memory, stops the thread and waits (up to [`JOIN_LIMIT`]) until it has left NCCL and
-//! CUDA: a process that exits right after dropping its groups must not tear the libraries down
-//! under an abort still running here.
+//! still on the device (as PyTorch's destructor aborts a group not shut down), waits up to
+//! [`RETIRE_LIMIT`] for their end events and then gives up their memory (leaked, with a
+//! warning: never freed under work that may still run), stops the thread and waits (up to
+//! [`JOIN_LIMIT`]) until it has left NCCL and CUDA: a process that exits right after dropping
+//! its groups must not tear the libraries down under an abort still running here.
 
 use crate::comm::Communicator;
 use crate::heartbeat::HeartbeatConfig;
@@ -30,6 +32,10 @@ const POLL: Duration = Duration::from_micros(100);
 
 /// How often failed ops whose kernels may still run are looked at when nothing is in flight.
 const RETIRE_POLL: Duration = Duration::from_millis(10);
+
+/// How long dropping a group waits for the end events of aborted ops before leaking their
+/// memory.
+pub(crate) const RETIRE_LIMIT: Duration = Duration::from_secs(2);
 
 /// How long dropping a group waits for its watchdog thread to finish (an `ncclCommAbort` it
 /// runs can take a while).
@@ -106,10 +112,16 @@ impl WatchdogThread {
         WatchdogHandle(Arc::downgrade(&self.shared))
     }
 
-    /// Fails every in-flight op with `error`, aborts the communicators, then releases the ops'
-    /// memory (`abort()`).
+    /// Fails every in-flight op with `error`, aborts the communicators, and retires the ops
+    /// (their memory goes when their end events fire) (`abort()`).
     pub fn abort_everything(&self, error: &str) {
         self.shared.abort_everything(error);
+    }
+
+    /// The group is ending on purpose: failures from now on call for no response (see
+    /// [`Watchdog::set_ending`]).
+    pub fn set_ending(&self) {
+        self.shared.lock().set_ending();
     }
 }
 
@@ -156,19 +168,35 @@ impl Shared {
     }
 
     fn abort_everything(&self, error: &str) {
+        self.lock().set_ending();
         let ops = self.fail_in_flight(error);
         self.abort_comms();
-        drop(ops);
+        lock(&self.retiring).extend(ops);
     }
 
-    /// Fails what is in flight; ops whose kernels may still run have their communicator
-    /// aborted before their memory goes.
+    /// Fails what is in flight; ops still on the device have their communicator aborted, get
+    /// [`RETIRE_LIMIT`] to leave it, and are leaked if they have not.
     fn fail_and_release(&self, error: &str) {
-        let ops = self.fail_in_flight(error);
+        self.lock().set_ending();
+        let mut ops = self.fail_in_flight(error);
         for op in ops.iter().filter(|op| !op.kernels_done()) {
             op.comm.abort();
         }
-        drop(ops);
+        let deadline = Instant::now() + RETIRE_LIMIT;
+        loop {
+            ops.retain(|op| !op.kernels_done());
+            if ops.is_empty() || Instant::now() >= deadline {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        if !ops.is_empty() {
+            log::warn!(
+                "c10d-nccl: {} op(s) of a dropped group were still on the device {RETIRE_LIMIT:?} after the abort; their device memory is leaked rather than freed under them",
+                ops.len()
+            );
+            ops.into_iter().for_each(std::mem::forget);
+        }
     }
 
     fn abort_comms(&self) {

@@ -122,12 +122,15 @@ enum NcclInit {
 /// All of them are c10d-nccl's `ProcessGroupNccl`; departures: `"nccl-lazy"` runs
 /// point-to-point ops on the group's communicator (no communicator per pair), and
 /// `TORCH_DIST_USE_NCCL2` is read at each group's creation (PyTorch reads it once).
-const NCCL_NAMES: [(&str, fn() -> NcclInit); 4] = [
+const NCCL_NAMES: [(&str, InitRule); 4] = [
     ("nccl", nccl_default_init),
     ("nccl2", || NcclInit::Eager),
     ("nccl-legacy", || NcclInit::Lazy),
     ("nccl-lazy", || NcclInit::Lazy),
 ];
+
+/// How a name decides its [`NcclInit`] when a group is made.
+type InitRule = fn() -> NcclInit;
 
 /// `"nccl"`'s init: eager unless `TORCH_DIST_USE_NCCL2=0`.
 fn nccl_default_init() -> NcclInit {
@@ -508,6 +511,14 @@ mod tests {
         );
         let e = BackendConfig::parse("cpu:gloo,cpu:nccl").unwrap_err();
         assert!(e.to_string().contains("Duplicate device type cpu"), "{e}");
+        // PyTorch 2.15's NCCL names are built in (CUDA only).
+        for name in ["nccl2", "nccl-legacy", "nccl-lazy"] {
+            assert_eq!(
+                BackendConfig::parse(name).unwrap().to_string(),
+                format!("cuda:{name}")
+            );
+        }
+        assert_eq!(nccl_default_init(), NcclInit::Eager);
         let e = BackendConfig::parse("bogus").unwrap_err();
         assert!(e.to_string().contains("Unknown backend"), "{e}");
         assert_eq!(e.kind(), c10d_core::ErrorKind::InvalidArgument);

@@ -708,6 +708,14 @@ fn run_rank(args: &Args) -> Result<bool> {
         timeout: Some(timeout),
         ..Default::default()
     })?;
+    if let Some(d) = bench_device(args) {
+        // Ops are queued on a stream of our own, as nccl-tests does: declared, so each op is
+        // ordered after it (not after the whole device; see c10d_nccl::stream).
+        let s = c10d_nccl::device::context(d)?
+            .new_stream()
+            .map_err(|e| DistError::backend(format!("cuStreamCreate: {e:?}")))?;
+        c10d_nccl::stream::set_current_stream(d, Some(s))?;
+    }
     let rank = dist::get_rank(None)? as usize;
     let n = dist::get_world_size(None)? as usize;
     let lead = rank == 0;
