@@ -377,6 +377,15 @@ impl Communicator {
         r.map_err(DistError::from)
     }
 
+    /// True once [`Communicator::shutdown`] ended it in order (every op it had queued was
+    /// flushed), false while live or once aborted.
+    pub fn was_shut_down(&self) -> bool {
+        self.handle
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .destroyed
+    }
+
     /// True once aborted (or shut down, or an abort is pending).
     pub fn is_aborted(&self) -> bool {
         let h = self.handle.lock().unwrap_or_else(|e| e.into_inner());

@@ -4,7 +4,7 @@
 //! CUDA or NCCL call, e.g. an `ncclCommAbort` that never returns), the monitor logs it, writes
 //! the flight recorder's dump (when `TORCH_NCCL_DUMP_ON_TIMEOUT` / `TORCH_FR_DUMP_ON_TIMEOUT`
 //! is on) and ends the process with `SIGABRT`; with `TORCH_NCCL_ENABLE_MONITORING=0` it only
-//! logs that it would have. [`Heartbeat`] is the rule, pure and tested; [`spawn_monitor`] the
+//! logs that it would have. [`Heartbeat`] is the rule, pure and tested; `spawn_monitor` the
 //! thread.
 
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -37,24 +37,28 @@
 //! | [`process_group`] | [`ProcessGroupNccl`]: the unique id through the store, the NCCL stream, how an op reaches the device (`launch`), coalescing, sequence numbers, the flight recorder |
 //! | `collectives` | the `Backend` methods: each op as NCCL calls in one group |
 //! | `inflight`, `events` | one enqueued op as the watchdog sees it, and `Work::wait`'s stream wait; a pool of end events |
-//! | [`watchdog`], `watchdog_thread` | the watchdog's rules as pure logic (timeouts, async errors, `TORCH_NCCL_ASYNC_ERROR_HANDLING`), and the thread that applies them |
-//! | [`env`], [`options`], [`mapping`], [`availability`] | `TORCH_NCCL_*` with PyTorch's parsing, `ProcessGroupNCCL.Options` / `NCCLConfig`, dtypes and reductions (PyTorch's refusals), [`is_nccl_available`] |
+//! | [`watchdog`], `watchdog_thread`, [`heartbeat`] | the watchdog's rules as pure logic (timeouts, async errors, `TORCH_NCCL_ASYNC_ERROR_HANDLING`), the thread that applies them and keeps failed ops' memory until their end event, and the heartbeat monitor |
+//! | `bootstrap`, `coalescing`, [`capture`] | the unique id through the store and an abortable communicator creation; coalesced blocks; CUDA graph capture |
+//! | [`env`](mod@env), [`options`], [`mapping`], [`availability`] | `TORCH_NCCL_*` with PyTorch's parsing, `ProcessGroupNCCL.Options` / `NCCLConfig`, dtypes and reductions (PyTorch's refusals), [`is_nccl_available`] |
 //!
 //! # How an op flows
 //! 1. The `Backend` method checks its arguments (c10d-core's shared checks, PyTorch's texts)
 //!    and calls `launch` with a body of NCCL calls.
-//! 2. `launch` requires CUDA tensors of one device ("Tensors must be CUDA and dense"), leases
-//!    them, and makes the communicator if the group has none yet: rank 0's `ncclUniqueId` goes
-//!    through the group's store, every rank calls `ncclCommInitRankConfig`.
-//! 3. The NCCL stream waits on an event recorded on the caller's current stream; the body runs
-//!    between `ncclGroupStart` and `ncclGroupEnd`; copies of results (list all_gather) follow;
-//!    an end event is recorded.
+//! 2. `launch` requires CUDA tensors of one device ("Tensors must be CUDA and dense"), refuses
+//!    an NCCL group it does not own open on the thread, makes the communicator if the group has
+//!    none yet (rank 0's `ncclUniqueId` goes through the group's store, every rank calls
+//!    `ncclCommInitRankConfig`; `abort()` interrupts it), and leases the tensors.
+//! 3. The NCCL stream is ordered after the caller by [`stream`]'s rule (its declared stream, else
+//!    the whole device); the body runs between `ncclGroupStart` and `ncclGroupEnd` (or inside
+//!    the open coalesced block's group); an end event is recorded.
 //! 4. The `Work` goes to the group's watchdog thread, which completes it when the end event
 //!    fires, or fails it on its timeout or an NCCL error, and then aborts the communicator and/or
 //!    ends the process as `TORCH_NCCL_ASYNC_ERROR_HANDLING` says (default 3: end the process,
-//!    as PyTorch). `Work::wait` makes the caller's current stream wait on the end event and
-//!    gives the tensors back; it blocks the host only with `TORCH_NCCL_BLOCKING_WAIT=1`, a
-//!    `wait_timeout`, or for `barrier`.
+//!    as PyTorch); a failed op's memory stays until its end event fired. `Work::wait` makes the
+//!    caller's declared stream wait on the end event and gives the tensors back; it blocks the
+//!    host with `TORCH_NCCL_BLOCKING_WAIT=1`, a `wait_timeout`, for `barrier`, or when the
+//!    waiting thread declared no stream. A captured op (CUDA graph) joins the caller's stream at
+//!    once and is not watched.
 //!
 //! # Departures from PyTorch
 //! - Communicators are made non-blocking unless `NcclConfig::blocking` says otherwise, so that
@@ -63,8 +67,24 @@
 //! - A tensor stays leased from the op until its `Work::wait` (or completion): passing it to a
 //!   second op before waiting on the first is refused (PyTorch queues it on the stream). Wait
 //!   on each op (cheap: a stream wait) to queue ops back to back.
-//! - One device per process group; `barrier` runs a 1-byte all_reduce on the bound device (or
-//!   `rank % devices`), as PyTorch does.
+//! - Ordering without a declared stream is after the whole device (and `wait` blocks the host),
+//!   not after the legacy default stream: see [`stream`].
+//! - One device per process group; `barrier` runs a 1-byte all_reduce (of a byte allocated with
+//!   the communicator) on the bound device, else `cuda:LOCAL_RANK`, else the global rank
+//!   modulo the device count.
+//! - The list `all_gather` is one `ncclBroadcast` per rank into the output list (no flat buffer
+//!   and copies); the list `reduce_scatter` goes through a flat buffer and is refused during
+//!   CUDA graph capture (use `reduce_scatter_tensor`).
+//! - `shutdown()` of a blocking communicator (or with an NCCL older than 2.14) aborts it: a
+//!   blocking `ncclCommFinalize` cannot be bounded.
+//! - An op whose end event never fires after its group was dropped (its work stuck behind the
+//!   caller's stream) leaks its device memory with a warning rather than freeing it under work
+//!   that may still run.
+//! - `TORCH_NCCL_DESYNC_DEBUG`, `TORCH_NCCL_PROPAGATE_ERROR`, `TORCH_NCCL_NAN_CHECK` and
+//!   `TORCH_NCCL_ENABLE_TIMING` set to true are refused ([`mod@env`]).
+//! - `start_coalescing` and `end_coalescing` must run on one thread (NCCL's group is the
+//!   thread's); an op that fails inside a block makes `end_coalescing` return that error after
+//!   launching the block's other ops, and the block is over either way.
 //! - `PREMUL_SUM` takes a host scalar (not a device tensor); complex tensors reduce with SUM and
 //!   AVG only; fp8 has no c10d dtype yet.
 //! - `send`/`recv` run on the group's communicator (PyTorch makes a 2-rank communicator per

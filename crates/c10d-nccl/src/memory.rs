@@ -68,14 +68,7 @@ impl CudaMemory {
             // SAFETY: the device's context is bound to this thread; the size is non-zero.
             unsafe { result::malloc_sync(nbytes) }.map_err(|e| driver_error("cuMemAlloc", e))?
         };
-        Ok(CudaMemory {
-            ctx,
-            device,
-            ptr,
-            nbytes,
-            last_stream: AtomicU64::new(0),
-            ordered_on: None,
-        })
+        Ok(CudaMemory::block(ctx, device, ptr, nbytes, None))
     }
 
     /// `nbytes` from the stream-ordered allocator on `stream` (`cuMemAllocAsync`): usable by
@@ -101,14 +94,30 @@ impl CudaMemory {
             unsafe { result::malloc_async(stream.cu_stream(), nbytes) }
                 .map_err(|e| driver_error("cuMemAllocAsync", e))?
         };
-        Ok(CudaMemory {
+        Ok(CudaMemory::block(
+            ctx,
+            device,
+            ptr,
+            nbytes,
+            Some(stream.clone()),
+        ))
+    }
+
+    fn block(
+        ctx: Arc<CudaContext>,
+        device: Device,
+        ptr: sys::CUdeviceptr,
+        nbytes: usize,
+        ordered_on: Option<Arc<CudaStream>>,
+    ) -> CudaMemory {
+        CudaMemory {
             ctx,
             device,
             ptr,
             nbytes,
             last_stream: AtomicU64::new(0),
-            ordered_on: Some(stream.clone()),
-        })
+            ordered_on,
+        }
     }
 
     fn check_range(&self, offset: usize, len: usize) -> Result<()> {

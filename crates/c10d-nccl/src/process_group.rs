@@ -1,15 +1,19 @@
 //! `ProcessGroupNCCL` in Rust: one group's communicator on one device, its NCCL stream, its
-//! sequence numbers and its watchdog. The collectives themselves are in [`crate::collectives`];
-//! this file owns how any of them reaches the device ([`ProcessGroupNccl::launch`]):
+//! sequence numbers and its watchdog. The collectives themselves are in `collectives.rs`,
+//! coalesced blocks in `coalescing.rs`, communicator creation in `bootstrap.rs`; this file owns
+//! how any op reaches the device (`ProcessGroupNccl::launch`):
 //!
-//! 1. check that every tensor is a CUDA tensor of the group's device, take the leases;
-//! 2. make the communicator if this is the first op (unique id through the store), or use the
-//!    one made eagerly by [`ProcessGroupNccl::bind`] / split;
-//! 3. the NCCL stream waits on an event recorded on the caller's current stream;
+//! 1. check that every tensor is a CUDA tensor of one device, and that no NCCL group this group
+//!    does not own is open on the thread;
+//! 2. make the communicator if this is the first op (unique id through the store, abortable),
+//!    or use the one made eagerly by [`ProcessGroupNccl::bind`] / split / shrink;
+//! 3. order the NCCL stream after the caller ([`crate::stream`]'s rule) and take the leases;
 //! 4. the op's NCCL calls run between `ncclGroupStart` / `ncclGroupEnd` (inside one group for
 //!    the whole of a coalesced block), then an end event is recorded on the NCCL stream;
 //! 5. the `Work` completes when the watchdog sees the end event; `Work::wait` only makes the
-//!    caller's stream wait on it (host-blocking with `TORCH_NCCL_BLOCKING_WAIT=1`).
+//!    caller's declared stream wait on it (host-blocking with `TORCH_NCCL_BLOCKING_WAIT=1` or
+//!    when the thread declared no stream). A captured op (CUDA graph) joins the caller's stream
+//!    at once instead and is not watched.
 
 use crate::comm::Communicator;
 use crate::device::{self, driver_error};
@@ -354,8 +358,24 @@ impl ProcessGroupNccl {
         Ok(Device::Cuda(guess as u32))
     }
 
-    /// Enqueues one op: see the module docs. `body` makes the NCCL calls.
+    /// Enqueues one op: see the module docs. `body` makes the NCCL calls. Inside a coalesced
+    /// block, a failure is also remembered for `end_coalescing`.
     pub(crate) fn launch(
+        &self,
+        op: Op<'_>,
+        body: impl FnOnce(&mut Enqueue<'_>) -> Result<()>,
+    ) -> Result<Work> {
+        let r = self.launch_op(op, body);
+        if let Err(e) = &r {
+            let mut co = self.coalescing.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(block) = co.as_mut() {
+                block.failed.get_or_insert_with(|| e.clone());
+            }
+        }
+        r
+    }
+
+    fn launch_op(
         &self,
         op: Op<'_>,
         body: impl FnOnce(&mut Enqueue<'_>) -> Result<()>,
@@ -379,11 +399,7 @@ impl ProcessGroupNccl {
         let caller = self.order_after_caller(&dc)?;
         let mut co = self.coalescing.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(block) = co.as_mut() {
-            let r = self.launch_in_block(block, &dc, &op, (caller, capturing), body);
-            if let Err(e) = &r {
-                block.failed.get_or_insert_with(|| e.clone());
-            }
-            return r;
+            return self.launch_in_block(block, &dc, &op, (caller, capturing), body);
         }
         drop(co);
         let leases = TensorLeases::acquire(op.inputs, op.outputs)?;
@@ -643,23 +659,28 @@ impl ProcessGroupNccl {
         move || watchdog.abort_everything("Work::abort() was called")
     }
 
+    /// What ending the group on purpose starts with: its failures are no reason for a
+    /// flight-recorder dump nor for the watchdog's response, no communicator is made any more,
+    /// and the one being made is aborted.
+    fn begin_ending(&self) {
+        self.fr.set_shutting_down();
+        self.watchdog.set_ending();
+        self.ended.store(true, Ordering::Release);
+        let creating = self
+            .creating
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if let Some(c) = creating {
+            c.abort();
+        }
+    }
+
     /// Aborts the communicator (the one being made included) and fails every in-flight op
     /// (`ProcessGroupNCCL::abort`). The ops' memory is released after the abort, when no
     /// kernel can use it any more.
     pub(crate) fn abort_all(&self, why: &str) {
-        // Ops failed on purpose are no reason for a flight-recorder dump, nor for the
-        // watchdog's response.
-        self.fr.set_shutting_down();
-        self.watchdog.set_ending();
-        self.ended.store(true, Ordering::Release);
-        if let Some(c) = self
-            .creating
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-        {
-            c.abort();
-        }
+        self.begin_ending();
         self.watchdog.abort_everything(why);
         if let Some(dc) = self.current() {
             dc.comm.abort();
@@ -670,17 +691,7 @@ impl ProcessGroupNccl {
     /// queued operations (`ncclCommFinalize`, waited for up to the group's timeout) and is
     /// destroyed; what cannot finish by then is aborted. Ops still in flight after that fail.
     pub(crate) fn shutdown_all(&self) {
-        self.fr.set_shutting_down();
-        self.watchdog.set_ending();
-        self.ended.store(true, Ordering::Release);
-        if let Some(c) = self
-            .creating
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-        {
-            c.abort();
-        }
+        self.begin_ending();
         if let Some(dc) = self.current() {
             let deadline = Instant::now() + self.default_timeout();
             if let Err(e) = dc.comm.shutdown(deadline) {
@@ -691,7 +702,7 @@ impl ProcessGroupNccl {
             }
         }
         self.watchdog
-            .abort_everything("the group was shut down while the op was in flight");
+            .finish_everything("the group was shut down while the op was in flight");
     }
 
     /// A new group made from this one's communicator by `ncclCommSplit`.

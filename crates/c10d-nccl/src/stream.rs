@@ -17,7 +17,9 @@
 //!   stream a Rust program's kernels ran on, so it does not guess.) The device
 //!   synchronisation is bounded by the watchdog: a collective that never finishes is timed
 //!   out and its communicator aborted (or the process ended), which ends the wait; with
-//!   `TORCH_NCCL_ASYNC_ERROR_HANDLING=0` nothing is aborted and the wait is not bounded.
+//!   `TORCH_NCCL_ASYNC_ERROR_HANDLING=0` nothing is aborted and the wait is not bounded. Such a
+//!   thread must not run collectives while another thread captures a CUDA graph in the global
+//!   capture mode: the device synchronisation would invalidate that capture.
 //!
 //! Host copies of [`crate::memory`] tensors run on [`current_stream`] (the legacy default
 //! stream when nothing was declared) and return when the bytes have arrived.

@@ -118,6 +118,21 @@ impl WatchdogThread {
         self.shared.abort_everything(error);
     }
 
+    /// After a shutdown: ops whose communicator was ended in order and whose end event fired
+    /// complete normally (their results are whole); the others fail with `error` and retire.
+    pub fn finish_everything(&self, error: &str) {
+        let mut ops = Vec::new();
+        self.shared.lock().drain(|_, op| ops.push(op));
+        let whole = |op: &InFlight| op.comm.was_shut_down() && op.kernels_done();
+        let (done, failed): (Vec<InFlight>, Vec<InFlight>) = ops.into_iter().partition(whole);
+        done.into_iter().for_each(InFlight::finish);
+        let mut failed = failed;
+        for op in &mut failed {
+            op.complete(Err(c10d_core::DistError::backend(error.to_string())));
+        }
+        lock(&self.shared.retiring).extend(failed);
+    }
+
     /// The group is ending on purpose: failures from now on call for no response (see
     /// [`Watchdog::set_ending`]).
     pub fn set_ending(&self) {
