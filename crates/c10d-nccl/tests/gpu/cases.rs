@@ -171,6 +171,10 @@ pub fn cases() -> Vec<(String, Case)> {
             "cuda_graph_capture_replayed_three_times".into(),
             more::graph_capture,
         ),
+        (
+            "no_device_sync_while_a_stream_is_stuck".into(),
+            more::no_device_sync_while_a_stream_is_stuck,
+        ),
         ("empty_tensors".into(), empty_tensors),
         ("barrier".into(), barrier),
         ("wait_orders_current_stream".into(), wait_orders_stream),

@@ -398,3 +398,54 @@ pub fn memory_on_this_rank_device(c: &Ctx) -> R {
     }
     check("upload", &read(&t), &values(c.rank, 8, 0), DType::F32)
 }
+
+/// No device-wide synchronisation on the op path or the watchdog thread: while a user stream
+/// of the device is stuck (waiting on a flag), a thread with its own declared stream runs ops
+/// that need a temporary buffer (list reduce_scatter), the list all_gather, barrier, and drops
+/// their tensors. A `cuMemAlloc`/`cuMemFree` or context synchronisation anywhere on that path
+/// would wait for the stuck stream forever; each op must finish within its bound instead.
+pub fn no_device_sync_while_a_stream_is_stuck(c: &Ctx) -> R {
+    let ctx = c10d_nccl::device::context(dev()).map_err(e2s)?;
+    let own = ctx.new_stream().map_err(|e| format!("{e:?}"))?;
+    let stuck = super::cases::Stuck::new()?;
+    let guard = stream::use_stream(dev(), own).map_err(e2s)?;
+    let r = (|| -> R {
+        let n = 4099;
+        let ins: Vec<Tensor> = (0..c.world)
+            .map(|k| c.cuda(DType::F32, &values(c.rank, n, k * n)))
+            .collect::<Result<_, _>>()?;
+        let out = c.zeros(DType::F32, n)?;
+        let within = |w: Result<Work>| w.and_then(|w| w.wait_timeout(Duration::from_secs(60)));
+        within(c.pg.reduce_scatter(
+            std::slice::from_ref(&out),
+            &[ins],
+            &ReduceScatterOptions::default(),
+        ))
+        .map_err(e2s)?;
+        let want: Vec<f64> = (0..n)
+            .map(|i| (0..c.world).map(|r| distinct(r, c.rank * n + i)).sum())
+            .collect();
+        check(
+            "reduce_scatter list beside a stuck stream",
+            &read(&out),
+            &want,
+            DType::F32,
+        )?;
+        let outs: Vec<Tensor> = (0..c.world)
+            .map(|_| c.zeros(DType::F32, 5))
+            .collect::<Result<_, _>>()?;
+        let mine = c.cuda(DType::F32, &values(c.rank, 5, 0))?;
+        within(c.pg.all_gather(
+            std::slice::from_ref(&outs),
+            std::slice::from_ref(&mine),
+            &AllgatherOptions::default(),
+        ))
+        .map_err(e2s)?;
+        within(c.pg.barrier(&BarrierOptions::default())).map_err(e2s)?;
+        drop((outs, mine, out));
+        Ok(())
+    })();
+    drop(guard);
+    stuck.release()?;
+    r
+}
