@@ -126,6 +126,60 @@ mod tests {
         assert_eq!(h.observe(7, last + 38 * s), None);
     }
 
+    const CHILD: &str = "C10D_HEARTBEAT_CHILD";
+    const NAME: &str = "heartbeat::tests::the_monitor_thread_ends_a_stuck_process_and_spares_a_live_one";
+
+    /// In a child process: a monitor (300 ms timeout) over a heartbeat that is `stuck` or kept
+    /// moving by a thread; exits 0 after 3 s unless the monitor ended it first.
+    fn child(stuck: bool) -> ! {
+        let fr = c10d_core::FlightRecorder::global().expect("recorder");
+        let _group = fr.register_group("nccl", "hb", "heartbeat test", &[], 0, 1);
+        let beat = std::sync::Arc::new(AtomicU64::new(0));
+        let config = HeartbeatConfig {
+            timeout: Duration::from_millis(300),
+            terminate: true,
+        };
+        spawn_monitor(config, std::sync::Arc::downgrade(&beat), "hb".into());
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < deadline {
+            if !stuck {
+                beat.fetch_add(1, Ordering::Relaxed);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::process::exit(0);
+    }
+
+    #[test]
+    fn the_monitor_thread_ends_a_stuck_process_and_spares_a_live_one() {
+        use std::os::unix::process::ExitStatusExt;
+        if let Ok(mode) = std::env::var(CHILD) {
+            child(mode == "stuck");
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let prefix = dir.path().join("fr_").to_string_lossy().into_owned();
+        let run = |mode: &str| {
+            let start = Instant::now();
+            let out = std::process::Command::new(std::env::current_exe().expect("exe"))
+                .args(["--exact", NAME, "--nocapture", "--test-threads=1"])
+                .env(CHILD, mode)
+                .env("TORCH_FR_DUMP_TEMP_FILE", &prefix)
+                .env("TORCH_FR_DUMP_ON_TIMEOUT", "1")
+                .output()
+                .expect("child");
+            (out, start.elapsed())
+        };
+        let (out, took) = run("stuck");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.signal(), Some(6), "{:?}: {err}", out.status);
+        assert!(err.contains("the watchdog got stuck for"), "{err}");
+        assert!(err.contains("Terminating the process"), "{err}");
+        assert!(took < Duration::from_secs(3), "ended after {took:?}");
+        assert!(dir.path().join("fr_0").exists(), "no flight-recorder dump was written");
+        let (out, _) = run("alive");
+        assert!(out.status.success(), "a moving heartbeat was ended: {:?}", out.status);
+    }
+
     #[test]
     fn the_message_names_the_group_and_the_time() {
         let m = stuck_message("g0", Duration::from_secs(480));
