@@ -2,10 +2,11 @@
 //! `dist.all_reduce`): an op issued while the caller's stream is capturing is recorded into the
 //! graph and nothing else happens on the host, so it can be replayed any number of times.
 //! - [`is_capturing`] asks the caller's stream (`cuStreamIsCapturing`);
-//! - a captured op allocates nothing (list forms that would need a flat buffer are refused),
-//!   takes no event from the pool, and is not handed to the watchdog (there is nothing to
-//!   watch until the graph is launched); its `Work::wait` joins the caller's stream to the
-//!   NCCL stream, which the capture needs before it ends;
+//! - a captured op allocates nothing (list forms that would need a flat buffer are refused,
+//!   and no communicator is made during a capture) and is not handed to the watchdog (there is
+//!   nothing to watch until the graph is launched): the caller's stream joins the NCCL stream
+//!   at once (the capture needs the join before it ends), the end event goes back to the pool,
+//!   and its `Work` is complete (the flight recorder shows it completed);
 //! - the watchdog thread queries events in the thread-local capture mode
 //!   ([`relax_capture_mode_for_this_thread`]), so its `cuEventQuery` on other ops does not
 //!   invalidate another thread's capture (a query during a global-mode capture fails it, and

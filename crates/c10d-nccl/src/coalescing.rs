@@ -80,10 +80,11 @@ impl ProcessGroupNccl {
         c: &mut Coalesced,
         dc: &Arc<DeviceComm>,
         op: &Op<'_>,
-        (caller, capturing): (Option<Arc<CudaStream>>, bool),
+        capturing: bool,
         body: impl FnOnce(&mut Enqueue<'_>) -> Result<()>,
     ) -> Result<Work> {
         c.leases.extend(op.inputs, op.outputs)?;
+        let caller = self.order_after_caller(dc)?;
         if !c.group_open {
             dc.comm.open_block()?;
             c.group_open = true;

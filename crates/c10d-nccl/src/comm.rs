@@ -195,6 +195,11 @@ impl Communicator {
 
     fn call_error(&self, call: &'static str, code: sys::ncclResult_t) -> DistError {
         let h = self.handle.lock().unwrap_or_else(|e| e.into_inner());
+        self.describe(call, code, &h)
+    }
+
+    /// The error of `call` returning `code`, with NCCL's last error of the (locked) handle.
+    fn describe(&self, call: &'static str, code: sys::ncclResult_t, h: &Handle) -> DistError {
         let last = if h.aborted {
             None
         } else {
@@ -241,11 +246,11 @@ impl Communicator {
         }
         // SAFETY: the handle is live and locked.
         let state = unsafe { result::comm_get_async_error(self.lib, h.comm) };
-        drop(h);
         match state {
             Ok(sys::ncclSuccess) | Ok(sys::ncclInProgress) => None,
+            // Described under the lock already held: never wait for it twice.
             Ok(code) => Some(
-                self.call_error("ncclCommGetAsyncError", code)
+                self.describe("ncclCommGetAsyncError", code, &h)
                     .message()
                     .to_string(),
             ),
@@ -358,6 +363,14 @@ impl Communicator {
         if !self.nonblocking || self.lib.comm_finalize().is_err() {
             self.abort();
             return Ok(());
+        }
+        {
+            let mut h = self.handle.lock().unwrap_or_else(|e| e.into_inner());
+            if h.open_blocks > 0 {
+                // A coalesced block's NCCL group holds it: not now; abort when the block ends.
+                h.abort_pending = true;
+                return Ok(());
+            }
         }
         let started = {
             let Ok(l) = self.lock() else { return Ok(()) };

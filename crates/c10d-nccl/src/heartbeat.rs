@@ -127,7 +127,8 @@ mod tests {
     }
 
     const CHILD: &str = "C10D_HEARTBEAT_CHILD";
-    const NAME: &str = "heartbeat::tests::the_monitor_thread_ends_a_stuck_process_and_spares_a_live_one";
+    const NAME: &str =
+        "heartbeat::tests::the_monitor_thread_ends_a_stuck_process_and_spares_a_live_one";
 
     /// In a child process: a monitor (300 ms timeout) over a heartbeat that is `stuck` or kept
     /// moving by a thread; exits 0 after 3 s unless the monitor ended it first.
@@ -175,9 +176,16 @@ mod tests {
         assert!(err.contains("the watchdog got stuck for"), "{err}");
         assert!(err.contains("Terminating the process"), "{err}");
         assert!(took < Duration::from_secs(3), "ended after {took:?}");
-        assert!(dir.path().join("fr_0").exists(), "no flight-recorder dump was written");
+        assert!(
+            dir.path().join("fr_0").exists(),
+            "no flight-recorder dump was written"
+        );
         let (out, _) = run("alive");
-        assert!(out.status.success(), "a moving heartbeat was ended: {:?}", out.status);
+        assert!(
+            out.status.success(),
+            "a moving heartbeat was ended: {:?}",
+            out.status
+        );
     }
 
     #[test]

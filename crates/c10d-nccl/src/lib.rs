@@ -110,6 +110,7 @@ pub mod loader;
 pub mod mapping;
 pub mod memory;
 pub mod options;
+mod pool;
 pub mod process_group;
 pub mod python;
 pub mod result;

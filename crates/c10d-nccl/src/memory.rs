@@ -1,11 +1,11 @@
 //! Device memory behind CUDA tensors: [`CudaMemory`] is a [`DeviceStorage`] over one block of
 //! CUDA's stream-ordered allocator, so that dropping a tensor never synchronises the device
 //! (`cuMemFree` may: a watchdog thread releasing a timed-out op's tensors must not wait for the
-//! device it is watching). A tensor's block comes from `cuMemAllocAsync` on a per-device
-//! memory stream (waited for, so it is usable from any stream at once) and goes back with
-//! `cuMemFreeAsync` there; an op's temporary buffers are allocated and freed on the NCCL
-//! stream itself ([`CudaMemory::alloc_on_stream`]). Where the device has no stream-ordered
-//! allocator, `cuMemAlloc` / `cuMemFree` are used. As with PyTorch's caching allocator, a
+//! device it is watching). A tensor's block comes from c10d-nccl's pool ([`crate::pool`]) on a
+//! per-device memory stream (waited for, so it is usable from any stream at once) and goes
+//! back with `cuMemFreeAsync` there; an op's temporary buffers are allocated and freed on the
+//! NCCL stream itself ([`CudaMemory::alloc_on_stream`]). Where the device has no
+//! stream-ordered allocator, `cuMemAlloc` / `cuMemFree` are used. As with PyTorch's caching allocator, a
 //! tensor must not be dropped while work the caller queued on its own streams still uses it
 //! (c10d-nccl's own ops hold their tensors until their end event).
 //!
@@ -18,12 +18,13 @@
 //! the bytes have arrived, so they are ordered after the collectives whose `Work` was waited on.
 
 use crate::device::{self, driver_error};
+use crate::pool::DevicePool;
 use crate::stream;
 use c10d_core::{DType, Device, DeviceStorage, Result, Tensor};
 use cudarc::driver::{result, sys, CudaContext, CudaStream};
 use std::any::Any;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// One block of device memory, freed when the last tensor over it is dropped.
 pub struct CudaMemory {
@@ -51,30 +52,38 @@ impl CudaMemory {
     /// As [`device::context`]; "CUDA error in cuMemAllocAsync: CUDA_ERROR_OUT_OF_MEMORY" and
     /// other driver errors.
     pub fn alloc(device: Device, nbytes: usize) -> Result<CudaMemory> {
-        if nbytes > 0 {
-            if let Some(stream) = memory_stream(device)? {
-                let m = CudaMemory::alloc_on_stream(device, nbytes, &stream)?;
-                // Usable from every stream once the allocation itself has completed.
-                stream
-                    .synchronize()
-                    .map_err(|e| driver_error("cuStreamSynchronize", e))?;
-                return Ok(m);
-            }
-        }
+        let pool = match DevicePool::of(device)? {
+            Some(pool) if nbytes > 0 => pool,
+            _ => return CudaMemory::alloc_sync(device, nbytes),
+        };
+        let m = CudaMemory::alloc_on_stream(device, nbytes, &pool.stream)?;
+        // Usable from every stream once the allocation itself has completed.
+        pool.stream
+            .synchronize()
+            .map_err(|e| driver_error("cuStreamSynchronize", e))?;
+        Ok(m)
+    }
+
+    /// `nbytes` from `cuMemAlloc` (freed with `cuMemFree`): devices without a stream-ordered
+    /// allocator, and empty tensors (no allocation).
+    fn alloc_sync(device: Device, nbytes: usize) -> Result<CudaMemory> {
         let ctx = device::context(device)?;
         let ptr = if nbytes == 0 {
             0
         } else {
+            ctx.bind_to_thread()
+                .map_err(|e| driver_error("cuCtxSetCurrent", e))?;
             // SAFETY: the device's context is bound to this thread; the size is non-zero.
             unsafe { result::malloc_sync(nbytes) }.map_err(|e| driver_error("cuMemAlloc", e))?
         };
         Ok(CudaMemory::block(ctx, device, ptr, nbytes, None))
     }
 
-    /// `nbytes` from the stream-ordered allocator on `stream` (`cuMemAllocAsync`): usable by
-    /// work queued on `stream` from now on, and freed on `stream` (`cuMemFreeAsync`, after the
-    /// work queued there before the drop) when dropped. Whoever uses it elsewhere must order
-    /// that use against `stream`.
+    /// `nbytes` from c10d-nccl's stream-ordered pool on `stream` ([`crate::pool`]; `cuMemAlloc`
+    /// where the device has no stream-ordered allocator): usable by work queued on
+    /// `stream` from now on, and freed on `stream` (`cuMemFreeAsync`, after the work queued
+    /// there before the drop) when dropped. Whoever uses it elsewhere must order that use
+    /// against `stream`.
     ///
     /// # Errors
     /// As [`device::context`]; the driver's error (out of memory included).
@@ -83,17 +92,17 @@ impl CudaMemory {
         nbytes: usize,
         stream: &Arc<CudaStream>,
     ) -> Result<CudaMemory> {
-        let ctx = device::context(device)?;
-        let ptr = if nbytes == 0 {
-            0
-        } else {
-            ctx.bind_to_thread()
-                .map_err(|e| driver_error("cuCtxSetCurrent", e))?;
-            // SAFETY: a live stream of this device's context, bound to this thread; non-zero
-            // size; the memory is only used by work ordered after this point on `stream`.
-            unsafe { result::malloc_async(stream.cu_stream(), nbytes) }
-                .map_err(|e| driver_error("cuMemAllocAsync", e))?
+        let pool = match DevicePool::of(device)? {
+            Some(pool) if nbytes > 0 => pool,
+            _ => return CudaMemory::alloc_sync(device, nbytes),
         };
+        let ctx = device::context(device)?;
+        ctx.bind_to_thread()
+            .map_err(|e| driver_error("cuCtxSetCurrent", e))?;
+        // SAFETY: a live stream of this device's context, bound to this thread; non-zero size;
+        // the memory is only used by work ordered after this point on `stream`, and freed once
+        // in `drop`, on `stream`.
+        let ptr = unsafe { pool.alloc(nbytes, stream)? };
         Ok(CudaMemory::block(
             ctx,
             device,
@@ -212,32 +221,6 @@ impl DeviceStorage for CudaMemory {
     fn as_any(&self) -> &dyn Any {
         self
     }
-}
-
-/// The per-device stream tensors are allocated and freed on, or `None` where the device has
-/// no stream-ordered allocator (`CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED` is 0).
-fn memory_stream(device: Device) -> Result<Option<Arc<CudaStream>>> {
-    static STREAMS: Mutex<Vec<(u32, Option<Arc<CudaStream>>)>> = Mutex::new(Vec::new());
-    let i = device::ordinal(device)?;
-    let mut streams = STREAMS.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((_, s)) = streams.iter().find(|(d, _)| *d == i) {
-        return Ok(s.clone());
-    }
-    let ctx = device::context(device)?;
-    let attr = sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED;
-    let pools = ctx
-        .attribute(attr)
-        .map_err(|e| driver_error("cuDeviceGetAttribute", e))?;
-    let s = if pools != 0 {
-        Some(
-            ctx.new_stream()
-                .map_err(|e| driver_error("cuStreamCreate", e))?,
-        )
-    } else {
-        None
-    };
-    streams.push((i, s.clone()));
-    Ok(s)
 }
 
 /// Queues `dst ← src` (two CUDA tensors of one device and byte size) on `stream`; nothing for

@@ -396,13 +396,14 @@ impl ProcessGroupNccl {
         dc.ctx
             .bind_to_thread()
             .map_err(|e| driver_error("cuCtxSetCurrent", e))?;
-        let caller = self.order_after_caller(&dc)?;
         let mut co = self.coalescing.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(block) = co.as_mut() {
-            return self.launch_in_block(block, &dc, &op, (caller, capturing), body);
+            return self.launch_in_block(block, &dc, &op, capturing, body);
         }
         drop(co);
+        // Host-side refusals first: a refused op never waits for the device.
         let leases = TensorLeases::acquire(op.inputs, op.outputs)?;
+        let caller = self.order_after_caller(&dc)?;
         let mut keep: Vec<Tensor> = op.inputs.iter().chain(op.outputs).cloned().collect();
         let mut temps = Vec::new();
         let mut premul = Vec::new();
@@ -466,7 +467,7 @@ impl ProcessGroupNccl {
 
     /// Orders the NCCL stream after the caller's work, by the rule of [`crate::stream`]: after
     /// the thread's declared stream (returned), else after everything queued on the device.
-    fn order_after_caller(&self, dc: &DeviceComm) -> Result<Option<Arc<CudaStream>>> {
+    pub(crate) fn order_after_caller(&self, dc: &DeviceComm) -> Result<Option<Arc<CudaStream>>> {
         let Some(caller) = stream::declared_stream(dc.device)? else {
             warn_device_sync_once();
             dc.ctx
@@ -521,17 +522,22 @@ impl ProcessGroupNccl {
             // end reports that error); a failure of ours launches what was queued.
             (result::group_end(self.lib), r)
         };
-        let launched = dc.comm.finish_call("ncclGroupEnd", ended, deadline);
+        // NCCL refused the group: nothing of it was launched.
+        let refused = ended.is_err();
+        let ready = dc.comm.finish_call("ncclGroupEnd", ended, deadline);
         if let Ok(l) = dc.comm.lock() {
             destroy_premul(self.lib, l.raw(), calls.premul);
         }
-        match (launched, body_result) {
-            (Err(e), Err(first)) => Err(if first.message().contains("NCCL error") {
+        match (ready, body_result) {
+            (Err(e), Err(first)) if refused => Err(if first.message().contains("NCCL error") {
                 first
             } else {
                 e
             }),
-            (Err(e), Ok(())) => Err(e),
+            (Err(e), Ok(())) if refused => Err(e),
+            // Launched, then failed (the communicator is aborted by now): watched all the same,
+            // so that its memory outlives whatever of it still runs.
+            (Err(e), body) => Ok(Some(body.err().unwrap_or(e))),
             (Ok(()), Err(first)) => Ok(Some(first)),
             (Ok(()), Ok(())) => Ok(None),
         }
@@ -649,14 +655,25 @@ impl ProcessGroupNccl {
         if let Ok(end) = Arc::try_unwrap(end) {
             dc.events.give(end);
         }
-        Ok(Work::completed(record.op, record.seq, Ok(()), p.outputs))
+        let (work, mut completer) = Work::new(record.op, record.seq);
+        completer.set_trace(p.trace);
+        completer.mark_started();
+        completer.set_outputs(p.outputs);
+        // Recorded into the graph: as far as this process can tell, done (the flight recorder
+        // marks it completed).
+        completer.complete(Ok(()));
+        Ok(work)
     }
 
     /// What `Work::abort` does: abort this group's communicator (from any thread), as
     /// `abort()` does.
     fn ended_hook(&self) -> impl Fn() + Send + 'static {
         let watchdog = self.watchdog.handle();
-        move || watchdog.abort_everything("Work::abort() was called")
+        let msg = format!(
+            "NCCL communicator was aborted on rank {} (group {:?}): Work::abort() was called",
+            self.rank, self.options.group_name
+        );
+        move || watchdog.abort_everything(&msg)
     }
 
     /// What ending the group on purpose starts with: its failures are no reason for a
@@ -681,7 +698,11 @@ impl ProcessGroupNccl {
     /// kernel can use it any more.
     pub(crate) fn abort_all(&self, why: &str) {
         self.begin_ending();
-        self.watchdog.abort_everything(why);
+        let msg = format!(
+            "NCCL communicator was aborted on rank {} (group {:?}): {why}",
+            self.rank, self.options.group_name
+        );
+        self.watchdog.abort_everything(&msg);
         if let Some(dc) = self.current() {
             dc.comm.abort();
         }

@@ -162,6 +162,29 @@ impl Drop for WatchdogThread {
     }
 }
 
+impl Drop for Shared {
+    /// Whatever the thread still held when the group went (a poll report's failed ops, ops of
+    /// a thread that outlived [`JOIN_LIMIT`]): released if done, else leaked, never freed under
+    /// work that may still run.
+    fn drop(&mut self) {
+        let mut ops = std::mem::take(&mut *lock(&self.retiring));
+        self.dog
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(|_, op| ops.push(op));
+        let (done, running): (Vec<InFlight>, Vec<InFlight>) =
+            ops.into_iter().partition(InFlight::kernels_done);
+        drop(done);
+        if !running.is_empty() {
+            log::warn!(
+                "c10d-nccl: {} op(s) were still on the device when their group's watchdog ended; their device memory is leaked",
+                running.len()
+            );
+            running.into_iter().for_each(std::mem::forget);
+        }
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }

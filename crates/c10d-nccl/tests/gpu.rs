@@ -254,6 +254,8 @@ fn run_world(w: usize) -> (usize, usize) {
                 .env("C10D_GPU_DEVICE", (r % gpus).to_string())
                 .env("LOCAL_RANK", r.to_string())
                 .env("NCCL_DEBUG", "INFO")
+                // NCCL prints to stdout by default, where the case verdicts go.
+                .env("NCCL_DEBUG_FILE", "/dev/stderr")
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped());
             if !own_devices {
@@ -275,8 +277,13 @@ fn run_world(w: usize) -> (usize, usize) {
     let mut order = Vec::new();
     let deadline = Instant::now() + world_limit();
     let pids: Vec<u32> = children.iter().map(|c| c.id()).collect();
-    std::thread::spawn(move || {
+    let finished = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let over = finished.clone();
+    let killer = std::thread::spawn(move || {
         while Instant::now() < deadline {
+            if over.load(std::sync::atomic::Ordering::Acquire) {
+                return;
+            }
             std::thread::sleep(std::time::Duration::from_millis(200));
         }
         for p in pids {
@@ -284,13 +291,23 @@ fn run_world(w: usize) -> (usize, usize) {
             let _ = Command::new("kill").args(["-9", &p.to_string()]).status();
         }
     });
-    for mut c in children {
-        let out = c.stdout.take().expect("piped");
-        for line in BufReader::new(out)
-            .lines()
-            .map_while(std::result::Result::ok)
-        {
-            let verbose = std::env::var_os("C10D_GPU_VERBOSE").is_some();
+    // Every rank's stdout is read at once (one thread each): a rank blocked on a full pipe
+    // would stall the collectives of the others.
+    let outputs: Vec<_> = children
+        .iter_mut()
+        .map(|c| {
+            let out = c.stdout.take().expect("piped");
+            std::thread::spawn(move || {
+                BufReader::new(out)
+                    .lines()
+                    .map_while(std::result::Result::ok)
+                    .collect::<Vec<String>>()
+            })
+        })
+        .collect();
+    let verbose = std::env::var_os("C10D_GPU_VERBOSE").is_some();
+    for (c, lines) in children.iter_mut().zip(outputs) {
+        for line in lines.join().unwrap_or_default() {
             if verbose {
                 println!("  [{w}] {line}");
             }
@@ -318,6 +335,8 @@ fn run_world(w: usize) -> (usize, usize) {
             }
         }
     }
+    finished.store(true, std::sync::atomic::Ordering::Release);
+    let _ = killer.join();
     let (mut p, mut f) = (0, 0);
     for name in order {
         let verdicts = &results[&name];

@@ -196,7 +196,7 @@ pub fn cases() -> Vec<(String, Case)> {
             more::abort_during_init,
         ),
         // Last: the highest rank leaves the job.
-        ("dead_peer_is_an_nccl_error".into(), dead_peer),
+        ("dead_peer_fails_the_survivors".into(), dead_peer),
     ];
     if let Ok(only) = std::env::var("C10D_GPU_CASES") {
         v.retain(|(n, _)| only.split(',').any(|o| n.contains(o)));
@@ -645,14 +645,17 @@ fn wait_orders_stream(c: &Ctx) -> R {
     Ok(())
 }
 
+/// A tensor held by an in-flight op (kept in flight behind a stuck stream, so the check cannot
+/// race the op's completion) is refused by a second op, without waiting for the device.
 fn busy_tensor_refused(c: &Ctx) -> R {
     let t = c.cuda(DType::F32, &vec![1.0; 1 << 20])?;
+    let stuck = Stuck::new()?;
     let w1 =
-        c.pg.all_reduce(std::slice::from_ref(&t), &AllreduceOptions::default())
-            .map_err(e2s)?;
+        c.pg.all_reduce(std::slice::from_ref(&t), &AllreduceOptions::default());
     let second =
         c.pg.all_reduce(std::slice::from_ref(&t), &AllreduceOptions::default());
-    w1.wait().map_err(e2s)?;
+    stuck.release()?;
+    w1.map_err(e2s)?.wait().map_err(e2s)?;
     match second {
         Err(e) if e.message().contains("in use") => Ok(()),
         Ok(w) => {
@@ -926,9 +929,9 @@ fn watchdog_timeout(c: &Ctx) -> R {
     }
 }
 
-/// The last rank leaves before an all_reduce: the others' op fails with NCCL's error (at launch,
-/// or through the watchdog's "caught an NCCL error"), well before its 10-minute timeout, and the
-/// group is aborted.
+/// The last rank leaves before an all_reduce: the others' op fails, with NCCL's error (at launch,
+/// or through the watchdog's "caught an NCCL error") or by the op's 10 s timeout where NCCL does
+/// not notice the peer (P2P/SHM on one node), and the group is aborted.
 fn dead_peer(c: &Ctx) -> R {
     if c.world < 2 {
         return Ok(());
@@ -946,18 +949,28 @@ fn dead_peer(c: &Ctx) -> R {
         .wait()
         .map_err(e2s)?;
     if c.rank == c.world - 1 {
-        println!("case dead_peer_is_an_nccl_error ok (leaving)");
+        println!("case dead_peer_fails_the_survivors ok (leaving)");
         std::process::exit(0);
     }
     std::thread::sleep(Duration::from_millis(500));
     let start = Instant::now();
     // NCCL may already know the peer is gone when the op is enqueued (the launch fails), or
     // find out while it runs (the watchdog fails the work): either way an NCCL error, at once.
+    // Over sockets (ranks sharing GPUs) NCCL sees the peer's connection close; over P2P/SHM
+    // on one node it may not notice, and the kernel spins until the watchdog's timeout.
+    let o = AllreduceOptions {
+        timeout: Some(Duration::from_secs(10)),
+        ..Default::default()
+    };
     let r = g
-        .all_reduce(&[t], &AllreduceOptions::default())
-        .and_then(|w| w.wait_timeout(Duration::from_secs(120)));
+        .all_reduce(&[t], &o)
+        .and_then(|w| w.wait_timeout(Duration::from_secs(60)));
     let first = match r {
-        Err(e) if e.message().contains("NCCL error") => {
+        Err(e)
+            if e.message().contains("NCCL error")
+                || e.message()
+                    .contains("Watchdog caught collective operation timeout") =>
+        {
             e.message().lines().next().unwrap_or("").to_string()
         }
         other => return Err(format!("after {:?}: {other:?}", start.elapsed())),
@@ -981,7 +994,7 @@ pub fn teardown_child() -> ! {
     let env = NcclEnv::from_process_env().expect("env");
     let mode = env.async_error_handling;
     let opts = NcclOptions {
-        timeout: Duration::from_secs(1),
+        timeout: Duration::from_secs(60),
         ..NcclOptions::default()
     };
     let pg = ProcessGroupNccl::with_env(store, 0, 1, opts, env).expect("group");
@@ -989,8 +1002,12 @@ pub fn teardown_child() -> ! {
     let t = memory::zeros(DType::F32, &[4], dev()).expect("tensor");
     let stuck = Stuck::new().expect("stuck stream");
     let start = Instant::now();
+    let one_second = AllreduceOptions {
+        timeout: Some(Duration::from_secs(1)),
+        ..Default::default()
+    };
     let w = pg
-        .all_reduce(std::slice::from_ref(&t), &AllreduceOptions::default())
+        .all_reduce(std::slice::from_ref(&t), &one_second)
         .expect("all_reduce");
     let r = w.wait_timeout(Duration::from_secs(30));
     let took = start.elapsed();
@@ -998,7 +1015,9 @@ pub fn teardown_child() -> ! {
         println!("the process was not torn down after {took:?}: {r:?}");
         std::process::exit(3);
     }
-    let after = pg.all_reduce(std::slice::from_ref(&t), &AllreduceOptions::default());
+    // A fresh tensor: the timed-out op keeps its own until its end event fires.
+    let fresh = memory::zeros(DType::F32, &[4], dev()).expect("tensor");
+    let after = pg.all_reduce(std::slice::from_ref(&fresh), &one_second);
     let aborted = matches!(&after, Err(e) if e.message().contains("aborted"));
     stuck.release().expect("release");
     match r {

@@ -4,7 +4,7 @@
 //! work in flight, abort during communicator creation).
 
 use super::cases::{dev, e2s, wait, Ctx, R};
-use super::values::{check, distinct, host, read};
+use super::values::{check, distinct, host, read, read_when_released};
 use c10d_core::*;
 use c10d_nccl::{memory, stream, ErrorHandlingMode, NcclEnv};
 use cudarc::driver::{result as cures, sys as cusys, CudaStream};
@@ -224,7 +224,7 @@ pub fn desynchronised_peer(c: &Ctx) -> R {
     if took > Duration::from_secs(10) {
         return Err(format!("the error took {took:?}: {e}"));
     }
-    read(&t);
+    read_when_released(&t)?;
     println!(
         "rank {}: {} after {took:?}: {}",
         c.rank,
@@ -269,7 +269,7 @@ pub fn teardown_with_work_in_flight(c: &Ctx) -> R {
     if took > Duration::from_secs(12) {
         return Err(format!("dropping the group took {took:?}"));
     }
-    read(&t);
+    read_when_released(&t)?;
     let x = c.cuda(DType::F32, &[1.0; 16])?;
     wait(c.pg.all_reduce(std::slice::from_ref(&x), &AllreduceOptions::default()))?;
     check(

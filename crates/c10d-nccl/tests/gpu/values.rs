@@ -34,6 +34,23 @@ pub fn host(dtype: DType, v: &[f64]) -> Tensor {
     }
 }
 
+/// The values of a tensor that a failed op may still hold (its lease goes when the op's end
+/// event has fired, shortly after an abort): retried for up to 10 s.
+pub fn read_when_released(t: &Tensor) -> Result<Vec<f64>, String> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match t.to_cpu() {
+            Ok(_) => return Ok(read(t)),
+            Err(e) if std::time::Instant::now() >= deadline => {
+                return Err(format!(
+                    "the tensor of a failed op was never given back: {e}"
+                ))
+            }
+            Err(_) => std::thread::sleep(std::time::Duration::from_millis(20)),
+        }
+    }
+}
+
 /// The values of a (CPU or CUDA) tensor as `f64`s.
 pub fn read(t: &Tensor) -> Vec<f64> {
     let t = t.to_cpu().expect("to_cpu");
