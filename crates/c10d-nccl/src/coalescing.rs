@@ -15,6 +15,7 @@
 
 use crate::process_group::ProcessGroupNccl;
 use crate::process_group::{destroy_premul, Calls, DeviceComm, Enqueue, Op, Pending};
+use crate::result;
 use crate::sys;
 use crate::watchdog::WorkRecord;
 use c10d_core::{DistError, OpType, Result, Tensor, TensorLeases, Work};
@@ -80,11 +81,10 @@ impl ProcessGroupNccl {
         c: &mut Coalesced,
         dc: &Arc<DeviceComm>,
         op: &Op<'_>,
-        capturing: bool,
+        (caller, capturing): (Option<Arc<CudaStream>>, bool),
         body: impl FnOnce(&mut Enqueue<'_>) -> Result<()>,
     ) -> Result<Work> {
         c.leases.extend(op.inputs, op.outputs)?;
-        let caller = self.order_after_caller(dc)?;
         if !c.group_open {
             dc.comm.open_block()?;
             c.group_open = true;
@@ -109,6 +109,48 @@ impl ProcessGroupNccl {
             Ok(()),
             Vec::new(),
         ))
+    }
+
+    /// A block still open when the group is aborted or shut down: its NCCL group is ended here
+    /// when this thread has one open (launching what was queued, on a communicator about to be
+    /// aborted), and its memory is retired; a block another thread holds open is left to that
+    /// thread, its communicator aborted when its group ends, its memory never given back.
+    pub(crate) fn abandon_block(&self, mut c: Coalesced, why: &str) {
+        let Some(dc) = c.dc.clone() else {
+            return;
+        };
+        if c.group_open && result::open_groups() == 0 {
+            log::warn!("c10d-nccl: group {:?} ended while another thread's coalesced block was open; end blocks before abort() or shutdown()", self.options.group_name);
+            dc.comm.abort();
+            std::mem::forget((c.keep, c.leases));
+            return;
+        }
+        if c.group_open {
+            if let Err(e) = dc.comm.close_block() {
+                log::warn!("c10d-nccl: ending an abandoned coalesced block: {e}");
+            }
+        }
+        drop(std::mem::take(&mut c.temps));
+        let timeout = self.default_timeout();
+        let (seq, trace) = self.number(OpType::Coalesced, None, &[], &[], timeout);
+        let record = WorkRecord {
+            seq,
+            op: OpType::Coalesced,
+            numel_in: c.numel_in,
+            numel_out: c.numel_out,
+            timeout,
+            start: Instant::now(),
+        };
+        let pending = Pending {
+            leases: vec![c.leases],
+            keep: c.keep,
+            outputs: Vec::new(),
+            host_blocking: false,
+            trace,
+            caller: c.caller,
+            capturing: c.capturing,
+        };
+        self.retire(&dc, record, pending, DistError::backend(why.to_string()));
     }
 
     /// `end_coalescing`: closes the block's group; one `Work` for every op of the block.
@@ -137,20 +179,15 @@ impl ProcessGroupNccl {
             }
         };
         let ended = dc.comm.close_block();
-        if let Err(e) = dc
+        let ready = dc
             .comm
-            .finish_call("ncclGroupEnd", ended, Instant::now() + timeout)
-        {
-            // The communicator is aborted; work of the block may still sit on the NCCL stream
-            // (behind the caller's stream): its memory is never given back rather than freed
-            // under it.
-            std::mem::forget((c.keep, c.leases, c.temps));
-            return Err(c.failed.unwrap_or(e));
+            .finish_call("ncclGroupEnd", ended, Instant::now() + timeout);
+        if ready.is_ok() {
+            if let Ok(l) = dc.comm.lock() {
+                destroy_premul(self.lib, l.raw(), &mut c.premul);
+            }
         }
-        if let Ok(l) = dc.comm.lock() {
-            destroy_premul(self.lib, l.raw(), &mut c.premul);
-        }
-        // Freed on the NCCL stream, after the block's kernels.
+        // Freed on the NCCL stream, after whatever of the block runs there.
         drop(std::mem::take(&mut c.temps));
         let record = WorkRecord {
             seq,
@@ -169,6 +206,10 @@ impl ProcessGroupNccl {
             caller: c.caller,
             capturing: c.capturing,
         };
+        if let Err(e) = ready {
+            // The communicator is aborted; work of the block may still sit on the NCCL stream.
+            return Err(self.retire(&dc, record, pending, c.failed.unwrap_or(e)));
+        }
         let work = self.finish_launch(&dc, record, pending)?;
         match c.failed {
             Some(e) => Err(e),

@@ -74,7 +74,9 @@ impl Enqueue<'_> {
     }
 
     /// Device-to-device copy on the NCCL stream now, before the group's kernels (inputs).
-    fn copy(&self, dst: &Tensor, src: &Tensor) -> Result<()> {
+    fn copy(&mut self, dst: &Tensor, src: &Tensor) -> Result<()> {
+        // Queued at once, whatever becomes of the group: the op's memory must outlive it.
+        self.copied = true;
         // SAFETY: both are kept alive by the op until its end event; the stream is the NCCL
         // stream of their device.
         unsafe { crate::memory::copy_async(dst, src, self.stream as cudarc::driver::sys::CUstream) }

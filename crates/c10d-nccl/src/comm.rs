@@ -364,22 +364,17 @@ impl Communicator {
             self.abort();
             return Ok(());
         }
-        {
+        let started = {
             let mut h = self.handle.lock().unwrap_or_else(|e| e.into_inner());
-            if h.open_blocks > 0 {
-                // A coalesced block's NCCL group holds it: not now; abort when the block ends.
-                h.abort_pending = true;
+            if h.aborted || h.abort_pending || self.defer_to_open_block(&mut h) {
                 return Ok(());
             }
-        }
-        let started = {
-            let Ok(l) = self.lock() else { return Ok(()) };
             // SAFETY: the handle is live and locked.
-            unsafe { result::comm_finalize(self.lib, l.raw()) }?
+            unsafe { result::comm_finalize(self.lib, h.comm) }?
         };
         self.after_call("ncclCommFinalize", started, deadline)?;
         let mut h = self.handle.lock().unwrap_or_else(|e| e.into_inner());
-        if h.aborted {
+        if h.aborted || self.defer_to_open_block(&mut h) {
             return Ok(());
         }
         h.aborted = true;
@@ -388,6 +383,16 @@ impl Communicator {
         let r = unsafe { result::comm_destroy(self.lib, h.comm) };
         h.comm = std::ptr::null_mut();
         r.map_err(DistError::from)
+    }
+
+    /// A coalesced block's NCCL group holds the communicator: it cannot be freed now; it is
+    /// aborted when the block closes ([`Communicator::close_block`]). True when so deferred.
+    fn defer_to_open_block(&self, h: &mut Handle) -> bool {
+        if h.open_blocks == 0 {
+            return false;
+        }
+        h.abort_pending = true;
+        true
     }
 
     /// True once [`Communicator::shutdown`] ended it in order (every op it had queued was

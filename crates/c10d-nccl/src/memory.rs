@@ -49,8 +49,8 @@ impl CudaMemory {
     /// stream-ordered allocator where the device has one (see the module docs).
     ///
     /// # Errors
-    /// As [`device::context`]; "CUDA error in cuMemAllocAsync: CUDA_ERROR_OUT_OF_MEMORY" and
-    /// other driver errors.
+    /// As [`device::context`]; "CUDA error in cuMemAllocFromPoolAsync: CUDA_ERROR_OUT_OF_MEMORY"
+    /// and other driver errors.
     pub fn alloc(device: Device, nbytes: usize) -> Result<CudaMemory> {
         let pool = match DevicePool::of(device)? {
             Some(pool) if nbytes > 0 => pool,

@@ -8,7 +8,8 @@
 //!   behind a temporary buffer freed on an NCCL stream whose collective hangs.
 //! - `CU_MEMPOOL_ATTR_RELEASE_THRESHOLD = u64::MAX`: freed blocks stay cached for reuse (as
 //!   PyTorch's caching allocator keeps them) instead of going back to the driver at every
-//!   synchronisation.
+//!   synchronisation; an allocation that finds the device full trims the pool and tries once
+//!   more.
 
 use crate::device::{self, driver_error};
 use c10d_core::{Device, DistError, Result};
@@ -81,9 +82,20 @@ impl DevicePool {
     /// The driver's error (out of memory included).
     pub unsafe fn alloc(&self, nbytes: usize, stream: &CudaStream) -> Result<sys::CUdeviceptr> {
         let mut ptr: sys::CUdeviceptr = 0;
-        // SAFETY: per the caller's contract; `ptr` is writable; the pool is live.
-        unsafe { sys::cuMemAllocFromPoolAsync(&mut ptr, nbytes, self.pool.0, stream.cu_stream()) }
-            .result()
+        let mut attempt = || {
+            // SAFETY: per the caller's contract; `ptr` is writable; the pool is live.
+            unsafe {
+                sys::cuMemAllocFromPoolAsync(&mut ptr, nbytes, self.pool.0, stream.cu_stream())
+            }
+        };
+        let mut rc = attempt();
+        if rc == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+            // The pool keeps what was freed: give it back to the driver and try once more.
+            // SAFETY: a live pool; trimming only releases unused blocks.
+            let _ = unsafe { sys::cuMemPoolTrimTo(self.pool.0, 0) };
+            rc = attempt();
+        }
+        rc.result()
             .map_err(|e| driver_error("cuMemAllocFromPoolAsync", e))?;
         Ok(ptr)
     }
@@ -114,14 +126,17 @@ fn new_pool(ordinal: u32) -> Result<PoolHandle> {
             (&mut keep_all as *mut u64).cast::<c_void>(),
         ),
     ];
-    for (attr, value) in attrs {
-        // SAFETY: a live pool; `value` points to the attribute's type (int, cuuint64_t).
-        unsafe { sys::cuMemPoolSetAttribute(pool, attr, value) }
-            .result()
-            .map_err(|e| driver_error("cuMemPoolSetAttribute", e))?;
-    }
     if pool.is_null() {
         return Err(DistError::backend("cuMemPoolCreate returned no pool"));
+    }
+    for (attr, value) in attrs {
+        // SAFETY: a live pool; `value` points to the attribute's type (int, cuuint64_t).
+        let set = unsafe { sys::cuMemPoolSetAttribute(pool, attr, value) }.result();
+        if let Err(e) = set {
+            // SAFETY: the pool was made above and nothing was allocated from it.
+            let _ = unsafe { sys::cuMemPoolDestroy(pool) };
+            return Err(driver_error("cuMemPoolSetAttribute", e));
+        }
     }
     Ok(PoolHandle(pool))
 }

@@ -82,6 +82,20 @@ pub(crate) struct Enqueue<'a> {
     pub keep: &'a mut Vec<Tensor>,
     /// PREMUL_SUM reductions created for the op, destroyed after its group ends.
     pub premul_ops: &'a mut Vec<sys::ncclRedOp_t>,
+    /// Device work (a copy) was queued on the NCCL stream before the group ended.
+    pub copied: bool,
+}
+
+/// What became of an op's calls ([`ProcessGroupNccl::enqueue_calls`]).
+pub(crate) enum Enqueued {
+    /// Launched whole.
+    Done,
+    /// Launched, but the body failed after queuing some calls; the communicator is fine: the
+    /// op is watched as usual, and the error returned.
+    BodyFailed(DistError),
+    /// Work of the op may be on the device, but the communicator failed (and was aborted): the
+    /// op is retired (its memory goes when its end event fires) and the error returned.
+    Broken(DistError),
 }
 
 /// What an enqueued op hands to [`ProcessGroupNccl::finish_launch`].
@@ -121,6 +135,25 @@ pub struct ProcessGroupNccl {
     pub(crate) coalescing: Mutex<Option<crate::coalescing::Coalesced>>,
     split_count: AtomicU64,
     pub(crate) uid_count: AtomicU64,
+}
+
+impl Drop for ProcessGroupNccl {
+    /// A coalesced block left open is ended (see `abandon_block`); the rest goes with the
+    /// fields (the watchdog fails what is in flight, aborting communicators whose ops are
+    /// still on the device; a live communicator ends in order).
+    fn drop(&mut self) {
+        let block = self
+            .coalescing
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(block) = block {
+            self.abandon_block(
+                block,
+                "the process group was destroyed during a coalesced block",
+            );
+        }
+    }
 }
 
 impl std::fmt::Debug for ProcessGroupNccl {
@@ -396,9 +429,21 @@ impl ProcessGroupNccl {
         dc.ctx
             .bind_to_thread()
             .map_err(|e| driver_error("cuCtxSetCurrent", e))?;
+        // In a block, ordered before the block's lock is taken (a device synchronisation must
+        // not hold up other threads' use of the group).
+        let in_block = self.coalescing_open();
+        let early = if in_block {
+            Some(self.order_after_caller(&dc)?)
+        } else {
+            None
+        };
         let mut co = self.coalescing.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(block) = co.as_mut() {
-            return self.launch_in_block(block, &dc, &op, capturing, body);
+            let caller = match early {
+                Some(c) => c,
+                None => self.order_after_caller(&dc)?,
+            };
+            return self.launch_in_block(block, &dc, &op, (caller, capturing), body);
         }
         drop(co);
         // Host-side refusals first: a refused op never waits for the device.
@@ -414,9 +459,7 @@ impl ProcessGroupNccl {
             temps: &mut temps,
             premul: &mut premul,
         };
-        // A body that failed after queuing some calls: those were launched and are watched
-        // like any op (their memory must outlive them); the error is returned afterwards.
-        let body_error = self.enqueue_calls(&dc, calls, body)?;
+        let enqueued = self.enqueue_calls(&dc, calls, body)?;
         // Freed on the NCCL stream, after the kernels just queued there.
         drop(temps);
         let timeout = op.timeout.unwrap_or_else(|| self.default_timeout());
@@ -438,11 +481,49 @@ impl ProcessGroupNccl {
             caller,
             capturing,
         };
-        let work = self.finish_launch(&dc, record, pending)?;
-        match body_error {
-            Some(e) => Err(e),
-            None => Ok(work),
+        match enqueued {
+            Enqueued::Done => self.finish_launch(&dc, record, pending),
+            Enqueued::BodyFailed(e) => self.finish_launch(&dc, record, pending).and(Err(e)),
+            Enqueued::Broken(e) => Err(self.retire(&dc, record, pending, e)),
         }
+    }
+
+    /// An op whose work may be on the device but whose communicator failed: its `Work` fails
+    /// now (the flight recorder says why), and its memory is retired with an end event, to be
+    /// released once that fires. Nothing is polled, so this is no new failure for the watchdog
+    /// to answer. Returns `error`.
+    pub(crate) fn retire(
+        &self,
+        dc: &DeviceComm,
+        record: WorkRecord,
+        p: Pending,
+        error: DistError,
+    ) -> DistError {
+        let (work, mut completer) = Work::new(record.op, record.seq);
+        completer.set_trace(p.trace);
+        completer.complete(Err(error.clone()));
+        drop(work);
+        match self.end_event(dc) {
+            Ok(end) => self.watchdog.retire(InFlight {
+                end,
+                pool: dc.events.clone(),
+                comm: dc.comm.clone(),
+                completer: None,
+                leases: Arc::new(Mutex::new(Some(p.leases))),
+                keep: p.keep,
+            }),
+            // Nothing can say when the work is done: never given back.
+            Err(_) => std::mem::forget((p.keep, p.leases)),
+        }
+        error
+    }
+
+    /// Whether a coalesced block is open on this group.
+    fn coalescing_open(&self) -> bool {
+        self.coalescing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
     }
 
     /// Refuses an op issued while an NCCL group this group does not own is open on the thread
@@ -498,9 +579,9 @@ impl ProcessGroupNccl {
         dc: &DeviceComm,
         calls: Calls<'_>,
         body: impl FnOnce(&mut Enqueue<'_>) -> Result<()>,
-    ) -> Result<Option<DistError>> {
+    ) -> Result<Enqueued> {
         let deadline = Instant::now() + self.default_timeout();
-        let (ended, body_result) = {
+        let (ended, body_result, copied) = {
             let locked = dc.comm.lock()?;
             let mut e = Enqueue {
                 lib: self.lib,
@@ -512,35 +593,37 @@ impl ProcessGroupNccl {
                 temps: calls.temps,
                 keep: calls.keep,
                 premul_ops: calls.premul,
+                copied: false,
             };
             if !calls.grouped {
-                return body(&mut e).map(|()| None);
+                // The open block holds the op's memory and ends (or retires) it.
+                return body(&mut e).map(|()| Enqueued::Done);
             }
             result::group_start(self.lib)?;
             let r = body(&mut e);
             // Also after a failed body: a failed NCCL call makes NCCL discard the group (the
             // end reports that error); a failure of ours launches what was queued.
-            (result::group_end(self.lib), r)
+            let copied = e.copied;
+            (result::group_end(self.lib), r, copied)
         };
-        // NCCL refused the group: nothing of it was launched.
+        // NCCL refused the group: none of its calls were launched.
         let refused = ended.is_err();
         let ready = dc.comm.finish_call("ncclGroupEnd", ended, deadline);
         if let Ok(l) = dc.comm.lock() {
             destroy_premul(self.lib, l.raw(), calls.premul);
         }
-        match (ready, body_result) {
-            (Err(e), Err(first)) if refused => Err(if first.message().contains("NCCL error") {
-                first
-            } else {
-                e
-            }),
-            (Err(e), Ok(())) if refused => Err(e),
-            // Launched, then failed (the communicator is aborted by now): watched all the same,
-            // so that its memory outlives whatever of it still runs.
-            (Err(e), body) => Ok(Some(body.err().unwrap_or(e))),
-            (Ok(()), Err(first)) => Ok(Some(first)),
-            (Ok(()), Ok(())) => Ok(None),
-        }
+        Ok(match (ready, body_result) {
+            (Ok(()), Ok(())) => Enqueued::Done,
+            (Ok(()), Err(first)) => Enqueued::BodyFailed(first),
+            (Err(e), body) => {
+                let nccl_first = body.err().filter(|f| f.message().contains("NCCL error"));
+                let e = nccl_first.unwrap_or(e);
+                if refused && !copied {
+                    return Err(e);
+                }
+                Enqueued::Broken(e)
+            }
+        })
     }
 
     /// Numbers an op and records it in the flight recorder ("scheduled"): PyTorch's
@@ -690,6 +773,18 @@ impl ProcessGroupNccl {
             .clone();
         if let Some(c) = creating {
             c.abort();
+        }
+        let block = self
+            .coalescing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(block) = block {
+            let why = format!(
+                "ProcessGroupNCCL (group {:?}, rank {}): the group ended during a coalesced block",
+                self.options.group_name, self.rank
+            );
+            self.abandon_block(block, &why);
         }
     }
 

@@ -44,6 +44,9 @@ pub(crate) const JOIN_LIMIT: Duration = Duration::from_secs(10);
 struct Shared {
     dog: Mutex<Watchdog<InFlight>>,
     wake: Condvar,
+    /// The thread sleeps on `wake` (read and written under `dog`'s lock): only then does an
+    /// enqueue pay for the wake-up (a futex system call on every op otherwise).
+    parked: AtomicBool,
     /// The communicators to abort on a failure (the group's, its coalesced ones included).
     comms: Mutex<Vec<Weak<Communicator>>>,
     /// Failed ops whose kernels may still run: their memory goes once they are done.
@@ -72,6 +75,7 @@ impl WatchdogThread {
         let shared = Arc::new(Shared {
             dog: Mutex::new(dog),
             wake: Condvar::new(),
+            parked: AtomicBool::new(false),
             comms: Mutex::new(Vec::new()),
             retiring: Mutex::new(Vec::new()),
             beat: Arc::new(AtomicU64::new(0)),
@@ -103,8 +107,19 @@ impl WatchdogThread {
                 comms.push(comm);
             }
         }
-        self.shared.lock().enqueue(record, op);
-        self.shared.wake.notify_one();
+        let parked = {
+            let mut dog = self.shared.lock();
+            dog.enqueue(record, op);
+            self.shared.parked.load(Ordering::Relaxed)
+        };
+        if parked {
+            self.shared.wake.notify_one();
+        }
+    }
+
+    /// Takes an op whose work already failed: its memory goes when its end event fires.
+    pub fn retire(&self, op: InFlight) {
+        lock(&self.shared.retiring).push(op);
     }
 
     /// A handle for `Work::abort`.
@@ -287,10 +302,12 @@ fn run(weak: Weak<Shared>) {
                 } else {
                     Duration::from_millis(50)
                 };
+                shared.parked.store(true, Ordering::Relaxed);
                 let (d, _) = shared
                     .wake
                     .wait_timeout(dog, park)
                     .unwrap_or_else(|e| e.into_inner());
+                shared.parked.store(false, Ordering::Relaxed);
                 drop(d);
                 continue;
             }

@@ -131,11 +131,14 @@ fn main() {
 fn teardown(mode: i32) -> Result<String, String> {
     use std::os::unix::process::ExitStatusExt;
     let start = Instant::now();
-    let out = Command::new(std::env::current_exe().expect("current exe"))
+    let child = Command::new(std::env::current_exe().expect("current exe"))
         .env("C10D_GPU_TEARDOWN", "1")
         .env("TORCH_NCCL_ASYNC_ERROR_HANDLING", mode.to_string())
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .map_err(|e| e.to_string())?;
+    let out = output_within(child, std::time::Duration::from_secs(120))?;
     let took = start.elapsed();
     let (stdout, err) = (
         String::from_utf8_lossy(&out.stdout),
@@ -166,6 +169,33 @@ fn teardown(mode: i32) -> Result<String, String> {
             out.status
         ))
     }
+}
+
+/// The child's output, or an error once it has run for `limit` (it is killed then).
+fn output_within(
+    child: std::process::Child,
+    limit: std::time::Duration,
+) -> Result<std::process::Output, String> {
+    let pid = child.id();
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let seen = done.clone();
+    let guard = std::thread::spawn(move || {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if seen.load(std::sync::atomic::Ordering::Acquire) {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+        true
+    });
+    let out = child.wait_with_output().map_err(|e| e.to_string());
+    done.store(true, std::sync::atomic::Ordering::Release);
+    if guard.join().unwrap_or(false) {
+        return Err(format!("the child ran past {limit:?} and was killed"));
+    }
+    out
 }
 
 /// Where PyTorch with CUDA is installed (`C10D_TORCH_PYTHON`, else `/opt/torch/.venv`): the

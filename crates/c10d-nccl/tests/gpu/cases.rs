@@ -1000,6 +1000,8 @@ pub fn teardown_child() -> ! {
     let pg = ProcessGroupNccl::with_env(store, 0, 1, opts, env).expect("group");
     pg.bind(dev()).expect("bind");
     let t = memory::zeros(DType::F32, &[4], dev()).expect("tensor");
+    // Made before the stream is stuck: its upload runs on the thread's current stream.
+    let fresh = memory::zeros(DType::F32, &[4], dev()).expect("tensor");
     let stuck = Stuck::new().expect("stuck stream");
     let start = Instant::now();
     let one_second = AllreduceOptions {
@@ -1016,7 +1018,6 @@ pub fn teardown_child() -> ! {
         std::process::exit(3);
     }
     // A fresh tensor: the timed-out op keeps its own until its end event fires.
-    let fresh = memory::zeros(DType::F32, &[4], dev()).expect("tensor");
     let after = pg.all_reduce(std::slice::from_ref(&fresh), &one_second);
     let aborted = matches!(&after, Err(e) if e.message().contains("aborted"));
     stuck.release().expect("release");
