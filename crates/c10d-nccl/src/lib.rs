@@ -31,7 +31,7 @@
 //! | [`result`] | checked calls: `ncclResult_t` → errors with NCCL's own text |
 //! | [`loader`], [`python`], [`version`] | where NCCL is found (`C10D_NCCL_LIBRARY`, the system's `libnccl.so.2`, PyTorch's `nvidia-nccl-cu12/cu13` wheel), once per process |
 //! | [`cuda`], [`device`] | GPU count (never panicking without a driver); one primary context per device |
-//! | [`memory`] | CUDA tensors: [`memory::CudaMemory`] (a `DeviceStorage` over `cuMemAlloc`), `zeros` / `empty` / `from_cpu` |
+//! | [`memory`], `pool` | CUDA tensors: [`memory::CudaMemory`] (a `DeviceStorage` over a block of c10d-nccl's stream-ordered pool), `zeros` / `empty` / `from_cpu` |
 //! | [`stream`] | the caller's current stream per device and thread (`torch.cuda.current_stream`) |
 //! | [`comm`] | [`comm::Communicator`]: init from a unique id, split, shrink, abort (from any thread), async-error query; non-blocking calls polled against deadlines |
 //! | [`process_group`] | [`ProcessGroupNccl`]: the unique id through the store, the NCCL stream, how an op reaches the device (`launch`), coalescing, sequence numbers, the flight recorder |
