@@ -7,10 +7,12 @@
 //! its creation and reopened, as PyTorch does.
 
 use crate::comm::Communicator;
-use crate::process_group::ProcessGroupNccl;
+use crate::device::driver_error;
+use crate::process_group::{Calls, DeviceComm, Enqueued, ProcessGroupNccl};
 use crate::result;
 use crate::sys;
-use c10d_core::{Device, DistError, Result};
+use crate::unique_id::IdBytes;
+use c10d_core::{DType, Device, DistError, ReduceOp, Result};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -75,31 +77,76 @@ impl ProcessGroupNccl {
         Ok(comm)
     }
 
-    /// Rank 0 makes an `ncclUniqueId` and publishes it under a key that counts the group's
-    /// communicators; the others poll the store for it until `deadline`.
+    /// Rank 0 makes an `ncclUniqueId` and publishes it under the key of the group's scheme
+    /// ([`crate::unique_id`]); the others poll the store for it until `deadline`.
     fn exchange_unique_id(&self, deadline: Instant) -> Result<sys::ncclUniqueId> {
-        let n = self.uid_count.fetch_add(1, Ordering::Relaxed);
-        let key = format!("nccl_unique_id_{n}");
+        let scheme = self.options.unique_id_exchange;
+        let key = scheme.key(self.uid_count.fetch_add(1, Ordering::Relaxed));
         if self.rank == 0 {
             let id = result::get_unique_id(self.lib)?;
-            let bytes: Vec<u8> = id.internal.iter().map(|&c| c as u8).collect();
-            self.store.set(&key, &bytes)?;
+            let bytes: IdBytes = std::array::from_fn(|i| id.internal[i] as u8);
+            self.store.set(&key, &scheme.encode(&bytes))?;
             return Ok(id);
         }
         self.await_key(&key, deadline)?;
-        let bytes = self.store.get(&key)?;
-        if bytes.len() != sys::NCCL_UNIQUE_ID_BYTES {
-            return Err(self.ended_error(&format!(
-                "the unique id under store key {key:?} has {} bytes, expected {}",
-                bytes.len(),
-                sys::NCCL_UNIQUE_ID_BYTES
-            )));
-        }
+        let bytes = scheme.decode(&key, &self.store.get(&key)?)?;
         let mut id = sys::ncclUniqueId::default();
         for (d, s) in id.internal.iter_mut().zip(bytes) {
             *d = s as std::ffi::c_char;
         }
         Ok(id)
+    }
+
+    /// The warm-up a scheme asks for after the communicator is made (vLLM's: an all_reduce of
+    /// one float32 zero that every member joins), waited for until the group's timeout.
+    ///
+    /// # Errors
+    /// The all_reduce's error; a member that did not join in time (the communicator is then
+    /// aborted).
+    pub(crate) fn warm_up(&self, dc: &DeviceComm) -> Result<()> {
+        if !self.options.unique_id_exchange.warm_up() {
+            return Ok(());
+        }
+        let deadline = Instant::now() + self.default_timeout();
+        let t = crate::memory::zeros(DType::F32, &[1], dc.device)?;
+        let (mut keep, mut temps, mut premul) = (vec![t.clone()], Vec::new(), Vec::new());
+        let calls = Calls {
+            grouped: true,
+            capturing: false,
+            keep: &mut keep,
+            temps: &mut temps,
+            premul: &mut premul,
+        };
+        match self.enqueue_calls(dc, calls, |e| e.all_reduce(&t, ReduceOp::Sum))? {
+            Enqueued::Done => {}
+            Enqueued::BodyFailed(e) | Enqueued::Broken(e) => {
+                std::mem::forget(keep);
+                return Err(e);
+            }
+        }
+        let end = dc
+            .ctx
+            .new_event(None)
+            .map_err(|e| driver_error("cuEventCreate", e))?;
+        end.record(&dc.stream)
+            .map_err(|e| driver_error("cuEventRecord", e))?;
+        while !end
+            .try_is_complete()
+            .map_err(|e| driver_error("cuEventQuery", e))?
+        {
+            if Instant::now() >= deadline {
+                dc.comm.abort();
+                // Whatever still runs of it may touch the buffer: never given back.
+                std::mem::forget(keep);
+                return Err(self.ended_error(&format!(
+                    "the warm-up all_reduce after making the communicator ({:?}) did not finish within {:?}: a member did not join it",
+                    self.options.unique_id_exchange,
+                    self.default_timeout()
+                )));
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        Ok(())
     }
 
     /// Polls the store until `key` exists, failing at `deadline` or as soon as the group is

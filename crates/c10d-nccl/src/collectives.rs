@@ -40,7 +40,7 @@ impl Enqueue<'_> {
         Ok(self.args(n, ty))
     }
 
-    fn all_reduce(&mut self, t: &Tensor, op: c10d_core::ReduceOp) -> Result<()> {
+    pub(crate) fn all_reduce(&mut self, t: &Tensor, op: c10d_core::ReduceOp) -> Result<()> {
         let red = self.reduction(op, t.dtype())?;
         // SAFETY: in-place on `t`'s device memory, kept alive by the op until its end event;
         // the communicator is live and locked; the stream belongs to its device.

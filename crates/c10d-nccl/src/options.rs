@@ -108,6 +108,9 @@ pub struct NcclOptions {
     pub group_desc: String,
     /// Global ranks of the members in group-rank order (empty for the default group).
     pub global_ranks: Vec<usize>,
+    /// How rank 0's `ncclUniqueId` reaches the others through the store (c10d-rs's own by
+    /// default; PyTorch's legacy and vLLM's schemes let their processes join the group).
+    pub unique_id_exchange: crate::unique_id::UniqueIdExchange,
 }
 
 impl Default for NcclOptions {
@@ -119,6 +122,7 @@ impl Default for NcclOptions {
             group_name: String::new(),
             group_desc: String::new(),
             global_ranks: Vec::new(),
+            unique_id_exchange: crate::unique_id::UniqueIdExchange::default(),
         }
     }
 }

@@ -305,6 +305,8 @@ impl ProcessGroupNccl {
         let comm = self.make_communicator(device)?;
         let dc = Arc::new(self.wrap_comm(ctx, comm)?);
         *slot = Some(dc.clone());
+        drop(slot);
+        self.warm_up(&dc)?;
         Ok(dc)
     }
 

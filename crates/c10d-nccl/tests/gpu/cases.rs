@@ -39,17 +39,31 @@ pub fn e2s(e: DistError) -> String {
 impl Ctx {
     /// A fresh group of every rank, on its own store prefix.
     pub fn group(&self, timeout: Duration, env: NcclEnv) -> Result<ProcessGroupNccl, String> {
+        let opts = NcclOptions {
+            timeout,
+            ..NcclOptions::default()
+        };
+        self.group_with(opts, env).map(|(g, _)| g)
+    }
+
+    /// A fresh group of every rank with `opts` (named here), on its own store prefix, which is
+    /// returned too.
+    pub fn group_with(
+        &self,
+        opts: NcclOptions,
+        env: NcclEnv,
+    ) -> Result<(ProcessGroupNccl, Arc<dyn Store>), String> {
         let n = self.groups.get();
         self.groups.set(n + 1);
         let store: Arc<dyn Store> =
             Arc::new(PrefixStore::new(&format!("g{n}/"), self.store.clone()));
         let opts = NcclOptions {
-            timeout,
             group_name: format!("g{n}"),
             group_desc: format!("case group {n}"),
-            ..NcclOptions::default()
+            ..opts
         };
-        ProcessGroupNccl::with_env(store, self.rank, self.world, opts, env).map_err(e2s)
+        let g = ProcessGroupNccl::with_env(store.clone(), self.rank, self.world, opts, env);
+        Ok((g.map_err(e2s)?, store))
     }
 
     pub fn cuda(&self, dtype: DType, v: &[f64]) -> Result<Tensor, String> {
@@ -174,6 +188,10 @@ pub fn cases() -> Vec<(String, Case)> {
         (
             "no_device_sync_while_a_stream_is_stuck".into(),
             more::no_device_sync_while_a_stream_is_stuck,
+        ),
+        (
+            "unique_id_schemes_torch_legacy_and_vllm".into(),
+            more::unique_id_schemes,
         ),
         ("empty_tensors".into(), empty_tensors),
         ("barrier".into(), barrier),

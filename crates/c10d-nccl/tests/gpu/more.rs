@@ -449,3 +449,39 @@ pub fn no_device_sync_while_a_stream_is_stuck(c: &Ctx) -> R {
     stuck.release()?;
     r
 }
+
+/// Groups made with PyTorch's legacy and vLLM's unique-id schemes: the id is under the
+/// scheme's key in the group's store, encoded as the scheme says (vLLM's: a pickle of its
+/// ctypes class, decoded without loading it), vLLM's warm-up all_reduce is joined, and a
+/// collective on the group gives the right values.
+pub fn unique_id_schemes(c: &Ctx) -> R {
+    use c10d_nccl::unique_id::UniqueIdExchange;
+    for scheme in [
+        UniqueIdExchange::TorchLegacy,
+        UniqueIdExchange::Vllm { first: 0 },
+    ] {
+        let opts = c10d_nccl::NcclOptions {
+            timeout: Duration::from_secs(60),
+            unique_id_exchange: scheme,
+            ..Default::default()
+        };
+        let (g, store) = c.group_with(opts, NcclEnv::default())?;
+        g.bind(dev()).map_err(e2s)?;
+        let key = scheme.key(0);
+        let value = store.get(&key).map_err(e2s)?;
+        scheme.decode(&key, &value).map_err(e2s)?;
+        let n = 333;
+        let t = c.cuda(DType::F32, &values(c.rank, n, 0))?;
+        wait(g.all_reduce(std::slice::from_ref(&t), &AllreduceOptions::default()))?;
+        let want: Vec<f64> = (0..n)
+            .map(|i| (0..c.world).map(|r| distinct(r, i)).sum())
+            .collect();
+        check(
+            &format!("all_reduce on a {scheme:?} group"),
+            &read(&t),
+            &want,
+            DType::F32,
+        )?;
+    }
+    Ok(())
+}
