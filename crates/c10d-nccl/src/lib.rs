@@ -38,7 +38,8 @@
 //! | `collectives` | the `Backend` methods: each op as NCCL calls in one group |
 //! | `inflight`, `events` | one enqueued op as the watchdog sees it, and `Work::wait`'s stream wait; a pool of end events |
 //! | [`watchdog`], `watchdog_thread`, [`heartbeat`] | the watchdog's rules as pure logic (timeouts, async errors, `TORCH_NCCL_ASYNC_ERROR_HANDLING`), the thread that applies them and keeps failed ops' memory until their end event, and the heartbeat monitor |
-//! | `bootstrap`, `coalescing`, [`capture`] | the unique id through the store and an abortable communicator creation; coalesced blocks; CUDA graph capture |
+//! | `bootstrap`, [`unique_id`], [`pickled_id`] | the unique id through the store (PyTorch's legacy, vLLM's or c10d-rs's key scheme; vLLM's pickle parsed, never loaded) and an abortable communicator creation |
+//! | `coalescing`, [`capture`] | coalesced blocks; CUDA graph capture |
 //! | [`env`](mod@env), [`options`], [`mapping`], [`availability`] | `TORCH_NCCL_*` with PyTorch's parsing, `ProcessGroupNCCL.Options` / `NCCLConfig`, dtypes and reductions (PyTorch's refusals), [`is_nccl_available`] |
 //!
 //! # How an op flows
