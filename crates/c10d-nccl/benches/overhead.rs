@@ -17,7 +17,9 @@
 //! plus the host overhead). `ours-bare` is the host figure's difference: the target is under
 //! 2 µs at every size. Without a GPU it prints `skipped: no GPU`.
 //!
-//! `cargo bench -p c10d-nccl --bench overhead [-- ITERS]` (default 1000 iterations per size).
+//! `cargo bench -p c10d-nccl --bench overhead [-- ITERS]` (default 1000 iterations per size,
+//! fewer for large sizes: 256 MiB of traffic per loop, at least 10). Every world size is bounded
+//! by `C10D_BENCH_LIMIT_S` (default 600 s); a rank that fails ends the others.
 
 use c10d_core::{AllreduceOptions, Backend, DType, Device, Tensor};
 use c10d_nccl::{memory, stream, sys, NcclOptions, ProcessGroupNccl};
@@ -74,24 +76,24 @@ struct Rank {
     store: Arc<dyn Store>,
 }
 
-/// A bare `ncclAllReduce` loop on a communicator of its own (unique id through the store).
-fn bare(
-    r: &Rank,
-    iters: usize,
-    t: &Tensor,
-    sync_each: bool,
-    caller: &Arc<cudarc::driver::CudaStream>,
-) -> f64 {
+/// Iterations for a size: `iters`, fewer for large sizes (256 MiB of traffic per loop, at
+/// least 10), so that world sizes over sockets finish in minutes.
+fn iters_for(bytes: usize, iters: usize) -> usize {
+    ((256usize << 20) / bytes).clamp(10, iters.max(10))
+}
+
+/// A blocking communicator of its own for the bare loop (unique id through the store), as
+/// PyTorch's communicators are blocking.
+fn bare_comm(r: &Rank) -> c10d_nccl::comm::Communicator {
     let lib = c10d_nccl::nccl_library().unwrap();
-    let ctx = c10d_nccl::device::context(r.dev).unwrap();
-    let key = format!("bare/{}/{sync_each}", t.numel());
+    let key = "bare/id";
     let id = if r.rank == 0 {
         let id = c10d_nccl::result::get_unique_id(lib).unwrap();
         let bytes: Vec<u8> = id.internal.iter().map(|&c| c as u8).collect();
-        r.store.set(&key, &bytes).unwrap();
+        r.store.set(key, &bytes).unwrap();
         id
     } else {
-        let bytes = r.store.get(&key).unwrap();
+        let bytes = r.store.get(key).unwrap();
         let mut id = sys::ncclUniqueId::default();
         id.internal
             .iter_mut()
@@ -104,8 +106,21 @@ fn bare(
         ..Default::default()
     };
     let deadline = Instant::now() + Duration::from_secs(120);
-    let comm = c10d_nccl::comm::Communicator::init(lib, id, r.world, r.rank, r.dev, &cfg, deadline)
-        .unwrap();
+    c10d_nccl::comm::Communicator::init(lib, id, r.world, r.rank, r.dev, &cfg, deadline).unwrap()
+}
+
+/// A bare `ncclAllReduce` loop on `comm` and a stream of its own, ordered after the caller's
+/// stream by one event each way.
+fn bare(
+    comm: &c10d_nccl::comm::Communicator,
+    r: &Rank,
+    iters: usize,
+    t: &Tensor,
+    sync_each: bool,
+    caller: &Arc<cudarc::driver::CudaStream>,
+) -> f64 {
+    let lib = comm.library();
+    let ctx = c10d_nccl::device::context(r.dev).unwrap();
     let s = ctx.new_stream().unwrap();
     let ev = ctx.new_event(None).unwrap();
     let p = t.device_ptr().unwrap() as *mut std::ffi::c_void;
@@ -163,7 +178,9 @@ fn rank_main(iters: usize) {
         .new_stream()
         .unwrap();
     let _declared = stream::use_stream(dev, caller.clone()).unwrap();
+    let comm = bare_comm(&r);
     for &bytes in &SIZES {
+        let iters = iters_for(bytes, iters);
         let t = memory::zeros(DType::F32, &[bytes / 4], dev).unwrap();
         let o = AllreduceOptions::default();
         let sync = || caller.synchronize().unwrap();
@@ -178,8 +195,8 @@ fn rank_main(iters: usize) {
         let row = Row {
             ours_host: ours(false),
             ours_e2e: ours(true),
-            bare_host: bare(&r, iters, &t, false, &caller),
-            bare_e2e: bare(&r, iters, &t, true, &caller),
+            bare_host: bare(&comm, &r, iters, &t, false, &caller),
+            bare_e2e: bare(&comm, &r, iters, &t, true, &caller),
         };
         if rank == 0 {
             println!(
@@ -241,20 +258,50 @@ fn run_ranks(world: usize, program: &[String]) -> Result<String, String> {
             cmd.spawn().map_err(|e| format!("{}: {e}", program[0]))
         })
         .collect::<Result<_, _>>()?;
+    // Every rank is ended after the time limit (`C10D_BENCH_LIMIT_S`, default 600 s), or at
+    // once when another failed.
+    let limit = std::env::var("C10D_BENCH_LIMIT_S")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(600);
+    let pids: Vec<u32> = kids.iter().map(|k| k.id()).collect();
+    let kill_all = move || {
+        for p in &pids {
+            let _ = Command::new("kill").args(["-9", &p.to_string()]).status();
+        }
+    };
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let killer = {
+        let kill_all = kill_all.clone();
+        std::thread::spawn(move || {
+            if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                rx.recv_timeout(Duration::from_secs(limit))
+            {
+                kill_all();
+            }
+        })
+    };
     let mut out = String::new();
+    let mut failure = None;
     for (r, k) in kids.into_iter().enumerate() {
         let o = k.wait_with_output().map_err(|e| e.to_string())?;
         if r == 0 {
             out = String::from_utf8_lossy(&o.stdout).into_owned();
         }
-        if !o.status.success() {
-            return Err(format!(
+        if !o.status.success() && failure.is_none() {
+            failure = Some(format!(
                 "rank {r} of {} exited with {}",
                 program[0], o.status
             ));
+            kill_all();
         }
     }
-    Ok(out)
+    drop(tx);
+    let _ = killer.join();
+    match failure {
+        Some(f) => Err(f),
+        None => Ok(out),
+    }
 }
 
 /// Lines `<tag> <bytes> <figures...>` of `out` as (bytes, figures).

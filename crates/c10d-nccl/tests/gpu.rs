@@ -87,7 +87,10 @@ fn main() {
     );
     let check = Command::new(std::env::current_exe().expect("current exe"))
         .env("C10D_GPU_NCCL_CHECK", "1")
-        .output()
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| e.to_string())
+        .and_then(|c| output_within(c, std::time::Duration::from_secs(120)))
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
         .unwrap_or_else(|e| format!("FAILED: {e}"));
     println!("nccl_version_vs_pytorch {check}");
@@ -138,7 +141,7 @@ fn teardown(mode: i32) -> Result<String, String> {
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| e.to_string())?;
-    let out = output_within(child, std::time::Duration::from_secs(120))?;
+    let out = output_within(child, std::time::Duration::from_secs(30))?;
     let took = start.elapsed();
     let (stdout, err) = (
         String::from_utf8_lossy(&out.stdout),
@@ -245,12 +248,12 @@ fn pytorch_nccl() -> Option<Result<String, String>> {
     )))
 }
 
-/// How long one world size may run (`C10D_GPU_WORLD_LIMIT_S`, default 300 s).
+/// How long one world size may run (`C10D_GPU_WORLD_LIMIT_S`, default 180 s).
 fn world_limit() -> std::time::Duration {
     let s = std::env::var("C10D_GPU_WORLD_LIMIT_S")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(300);
+        .unwrap_or(180);
     std::time::Duration::from_secs(s)
 }
 
@@ -336,8 +339,19 @@ fn run_world(w: usize) -> (usize, usize) {
         })
         .collect();
     let verbose = std::env::var_os("C10D_GPU_VERBOSE").is_some();
-    for (c, lines) in children.iter_mut().zip(outputs) {
-        for line in lines.join().unwrap_or_default() {
+    for (rank, (c, lines)) in children.iter_mut().zip(outputs).enumerate() {
+        let lines = lines.join().unwrap_or_default();
+        // The case a rank had started but not finished when it ended (killed at the limit).
+        let started = lines.iter().rev().find_map(|l| l.strip_prefix("start "));
+        let finished_it = |name: &str| {
+            lines
+                .iter()
+                .any(|l| l.starts_with(&format!("case {name} ")))
+        };
+        if let Some(name) = started.filter(|n| !finished_it(n)) {
+            println!("  world {w} rank {rank}: ended inside case {name}");
+        }
+        for line in lines.iter().cloned() {
             if verbose {
                 println!("  [{w}] {line}");
             }
@@ -368,6 +382,13 @@ fn run_world(w: usize) -> (usize, usize) {
     finished.store(true, std::sync::atomic::Ordering::Release);
     let _ = killer.join();
     let (mut p, mut f) = (0, 0);
+    // Cases no rank reported (a rank died or was killed before them) fail too.
+    for (name, _) in gpu::cases::cases() {
+        if !results.contains_key(&name) {
+            results.insert(name.clone(), vec!["FAILED: not reached".into()]);
+            order.push(name);
+        }
+    }
     for name in order {
         let verdicts = &results[&name];
         let bad: Vec<_> = verdicts.iter().filter(|v| !v.starts_with("ok")).collect();

@@ -73,11 +73,29 @@ fn main() {
             cmd.spawn().unwrap()
         })
         .collect();
+    // Bounded: ranks still running after 120 s are killed (and count as failed).
+    let pids: Vec<u32> = kids.iter().map(|k| k.id()).collect();
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let seen = done.clone();
+    let killer = std::thread::spawn(move || {
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        while std::time::Instant::now() < deadline {
+            if seen.load(std::sync::atomic::Ordering::Acquire) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        for p in pids {
+            let _ = Command::new("kill").args(["-9", &p.to_string()]).status();
+        }
+    });
     let failed = kids
         .iter_mut()
         .map(|k| k.wait().unwrap())
         .filter(|s| !s.success())
         .count();
+    done.store(true, std::sync::atomic::Ordering::Release);
+    let _ = killer.join();
     println!("{} passed, {} failed", WORLD - failed, failed);
     std::process::exit(if failed == 0 { 0 } else { 1 });
 }

@@ -66,6 +66,21 @@ impl Ctx {
         Ok((g.map_err(e2s)?, store))
     }
 
+    /// Every rank says whether it is `ok` to go on with step `tag`; true when all are (the
+    /// ranks then take the same branch, so none waits in a collective the others skip).
+    pub fn agree(&self, tag: &str, ok: bool) -> Result<bool, String> {
+        let n = self.groups.get();
+        let key = |r: usize| format!("agree/{n}/{tag}/{r}");
+        self.store
+            .set(&key(self.rank), if ok { b"1" } else { b"0" })
+            .map_err(e2s)?;
+        let mut all = true;
+        for r in 0..self.world {
+            all &= self.store.get(&key(r)).map_err(e2s)? == b"1";
+        }
+        Ok(all)
+    }
+
     pub fn cuda(&self, dtype: DType, v: &[f64]) -> Result<Tensor, String> {
         memory::from_cpu(&host(dtype, v), dev()).map_err(e2s)
     }
@@ -100,12 +115,21 @@ pub fn worker(rank: usize) -> i32 {
         rank,
         world,
         store: store.clone(),
+        // A case that fails on one rank may leave the others waiting in an op of the main
+        // group: it times out after 60 s and its communicator is aborted (later cases then
+        // fail at once) instead of ending the process.
         pg: match ProcessGroupNccl::with_env(
             Arc::new(PrefixStore::new("main/", store.clone())),
             rank,
             world,
-            NcclOptions::default(),
-            NcclEnv::default(),
+            NcclOptions {
+                timeout: Duration::from_secs(60),
+                ..NcclOptions::default()
+            },
+            NcclEnv {
+                async_error_handling: c10d_nccl::ErrorHandlingMode::CleanUpOnly,
+                ..NcclEnv::default()
+            },
         ) {
             Ok(pg) => pg,
             Err(e) => {
@@ -202,8 +226,6 @@ pub fn cases() -> Vec<(String, Case)> {
         ("split".into(), split),
         ("shrink".into(), shrink),
         ("blocking_wait".into(), blocking_wait),
-        ("abort_from_another_thread".into(), abort_from_thread),
-        ("watchdog_timeout".into(), watchdog_timeout),
         ("desynchronised_live_peer".into(), more::desynchronised_peer),
         (
             "teardown_with_work_in_flight".into(),
@@ -213,6 +235,10 @@ pub fn cases() -> Vec<(String, Case)> {
             "abort_during_communicator_init".into(),
             more::abort_during_init,
         ),
+        // These release a stream behind an op whose communicator was aborted: last but one, so
+        // that a fault there cannot spoil the other cases.
+        ("abort_from_another_thread".into(), abort_from_thread),
+        ("watchdog_timeout".into(), watchdog_timeout),
         // Last: the highest rank leaves the job.
         ("dead_peer_fails_the_survivors".into(), dead_peer),
     ];
@@ -381,9 +407,10 @@ fn reduce(c: &Ctx) -> R {
     Ok(())
 }
 
-/// Rank r's block for gathers: r*100 + i.
+/// Rank `r`'s block of `n` (< 40) values: `r*40 + i`, distinct across ranks and exact in bf16
+/// up to world size 6.
 fn block(r: usize, n: usize) -> Vec<f64> {
-    (0..n).map(|i| (r * 100 + i) as f64).collect()
+    (0..n).map(|i| (r * 40 + i) as f64).collect()
 }
 
 fn gathered(w: usize, n: usize) -> Vec<f64> {
@@ -840,6 +867,7 @@ fn blocking_wait(c: &Ctx) -> R {
 pub struct Stuck {
     flag: Tensor,
     stream: Arc<cudarc::driver::CudaStream>,
+    released: bool,
 }
 
 impl Stuck {
@@ -860,21 +888,43 @@ impl Stuck {
             return Err(format!("cuStreamWaitValue32: {rc:?}"));
         }
         stream::set_current_stream(dev(), Some(stream.clone())).map_err(e2s)?;
-        Ok(Stuck { flag, stream })
+        Ok(Stuck {
+            flag,
+            stream,
+            released: false,
+        })
     }
 
-    pub fn release(self) -> R {
-        stream::set_current_stream(dev(), None).map_err(e2s)?;
+    /// Writes the flag (first: whatever else fails, the stream goes on), then forgets the
+    /// stream as the thread's current one and waits for it. Once.
+    fn unstick(&mut self) -> R {
+        if std::mem::replace(&mut self.released, true) {
+            return Ok(());
+        }
         let ctx = c10d_nccl::device::context(dev()).map_err(e2s)?;
         let s = ctx.new_stream().map_err(|e| format!("{e:?}"))?;
         // SAFETY: as in `new`; writing the flag releases the waiting stream.
         let rc = unsafe {
             cusys::cuStreamWriteValue32_v2(s.cu_stream(), self.flag.device_ptr().unwrap(), 1, 0)
         };
+        let reset = stream::set_current_stream(dev(), None).map_err(e2s);
         if rc != cusys::CUresult::CUDA_SUCCESS {
             return Err(format!("cuStreamWriteValue32: {rc:?}"));
         }
+        reset?;
         self.stream.synchronize().map_err(|e| format!("{e:?}"))
+    }
+
+    pub fn release(mut self) -> R {
+        self.unstick()
+    }
+}
+
+impl Drop for Stuck {
+    /// An early return or a panic between `new` and `release` must not leave the rank's
+    /// current stream stuck (every later op of the rank would hang, and the others with it).
+    fn drop(&mut self) {
+        let _ = self.unstick();
     }
 }
 
@@ -1029,7 +1079,7 @@ pub fn teardown_child() -> ! {
     let w = pg
         .all_reduce(std::slice::from_ref(&t), &one_second)
         .expect("all_reduce");
-    let r = w.wait_timeout(Duration::from_secs(30));
+    let r = w.wait_timeout(Duration::from_secs(20));
     let took = start.elapsed();
     if mode.should_tear_down() {
         println!("the process was not torn down after {took:?}: {r:?}");

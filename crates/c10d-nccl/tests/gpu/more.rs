@@ -160,32 +160,48 @@ pub fn graph_capture(c: &Ctx) -> R {
     let waited = captured.and_then(|w| w.wait());
     let graph = s.end_capture(cusys::CUgraphInstantiate_flags(0));
     drop(guard);
-    waited.map_err(|e| format!("captured all_reduce: {e}"))?;
-    let graph = graph
-        .map_err(|e| format!("end_capture: {e:?}"))?
-        .ok_or("the capture recorded nothing")?;
-    check(
+    let graph = match (waited, graph) {
+        (Ok(()), Ok(Some(g))) => Ok(g),
+        (Err(e), _) => Err(format!("captured all_reduce: {e}")),
+        (_, Err(e)) => Err(format!("end_capture: {e:?}")),
+        (_, Ok(None)) => Err("the capture recorded nothing".to_string()),
+    };
+    let untouched = check(
         "before any replay",
         &read(&t),
         &values(c.rank, n, 0),
         DType::F32,
-    )?;
+    );
+    // Replays are collectives: every rank replays, or none does.
+    if !c.agree("graph-capture", graph.is_ok())? {
+        return graph.and(Err("another rank's capture failed".into()));
+    }
+    let graph = graph?;
     let sum: Vec<f64> = (0..n)
         .map(|i| (0..c.world).map(|r| distinct(r, i)).sum())
         .collect();
+    let replayed = ctx.new_event(None).map_err(|e| format!("{e:?}"))?;
+    let mut first_error = untouched.err();
     for k in 0..3 {
         graph.launch().map_err(|e| format!("replay {k}: {e:?}"))?;
-        s.synchronize().map_err(|e| format!("{e:?}"))?;
+        // Replays are not watched: waited for here, with a deadline.
+        replayed.record(&s).map_err(|e| format!("{e:?}"))?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !replayed.try_is_complete().map_err(|e| format!("{e:?}"))? {
+            if Instant::now() > deadline {
+                c.pg.abort();
+                return Err(format!("replay {} did not finish within 30 s", k + 1));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
         let scale = (c.world as f64).powi(k);
         let want: Vec<f64> = sum.iter().map(|x| x * scale).collect();
-        check(
-            &format!("after replay {}", k + 1),
-            &read(&t),
-            &want,
-            DType::F32,
-        )?;
+        let what = format!("after replay {}", k + 1);
+        if let Err(e) = check(&what, &read(&t), &want, DType::F32) {
+            first_error.get_or_insert(e);
+        }
     }
-    Ok(())
+    first_error.map_or(Ok(()), Err)
 }
 
 /// A desynchronised but live peer: the last rank skips an all_reduce the others run, so their
@@ -260,18 +276,21 @@ pub fn teardown_with_work_in_flight(c: &Ctx) -> R {
     let start = Instant::now();
     drop(g);
     let took = start.elapsed();
-    if let Some(w) = w {
-        match w.wait_timeout(Duration::from_secs(10)) {
-            Err(e) if e.message().contains("destroyed") => {}
-            other => return Err(format!("the dropped group's work: {other:?}")),
-        }
-    }
+    let dropped = match w.map(|w| w.wait_timeout(Duration::from_secs(10))) {
+        None => Ok(()),
+        Some(Err(e)) if e.message().contains("destroyed") => Ok(()),
+        Some(other) => Err(format!("the dropped group's work: {other:?}")),
+    };
+    let released = read_when_released(&t).map(|_| ());
+    // Every rank runs the main group's op, whatever happened above (a rank that skipped it
+    // would leave the others waiting).
+    let x = c.cuda(DType::F32, &[1.0; 16])?;
+    wait(c.pg.all_reduce(std::slice::from_ref(&x), &AllreduceOptions::default()))?;
+    dropped?;
+    released?;
     if took > Duration::from_secs(12) {
         return Err(format!("dropping the group took {took:?}"));
     }
-    read_when_released(&t)?;
-    let x = c.cuda(DType::F32, &[1.0; 16])?;
-    wait(c.pg.all_reduce(std::slice::from_ref(&x), &AllreduceOptions::default()))?;
     check(
         "main group after the teardown",
         &read(&x),
@@ -409,19 +428,35 @@ pub fn no_device_sync_while_a_stream_is_stuck(c: &Ctx) -> R {
     let own = ctx.new_stream().map_err(|e| format!("{e:?}"))?;
     let stuck = super::cases::Stuck::new()?;
     let guard = stream::use_stream(dev(), own).map_err(e2s)?;
+    // Every rank issues every collective (errors are reported after all of them).
+    let within = |w: Result<Work>| {
+        w.and_then(|w| w.wait_timeout(Duration::from_secs(60)))
+            .map_err(e2s)
+    };
+    let n = 4099;
+    let ins: Vec<Tensor> = (0..c.world)
+        .map(|k| c.cuda(DType::F32, &values(c.rank, n, k * n)))
+        .collect::<Result<_, _>>()?;
+    let out = c.zeros(DType::F32, n)?;
+    let scattered = within(c.pg.reduce_scatter(
+        std::slice::from_ref(&out),
+        &[ins],
+        &ReduceScatterOptions::default(),
+    ));
+    let outs: Vec<Tensor> = (0..c.world)
+        .map(|_| c.zeros(DType::F32, 5))
+        .collect::<Result<_, _>>()?;
+    let mine = c.cuda(DType::F32, &values(c.rank, 5, 0))?;
+    let gathered = within(c.pg.all_gather(
+        std::slice::from_ref(&outs),
+        std::slice::from_ref(&mine),
+        &AllgatherOptions::default(),
+    ));
+    let barrier = within(c.pg.barrier(&BarrierOptions::default()));
     let r = (|| -> R {
-        let n = 4099;
-        let ins: Vec<Tensor> = (0..c.world)
-            .map(|k| c.cuda(DType::F32, &values(c.rank, n, k * n)))
-            .collect::<Result<_, _>>()?;
-        let out = c.zeros(DType::F32, n)?;
-        let within = |w: Result<Work>| w.and_then(|w| w.wait_timeout(Duration::from_secs(60)));
-        within(c.pg.reduce_scatter(
-            std::slice::from_ref(&out),
-            &[ins],
-            &ReduceScatterOptions::default(),
-        ))
-        .map_err(e2s)?;
+        scattered?;
+        gathered?;
+        barrier?;
         let want: Vec<f64> = (0..n)
             .map(|i| (0..c.world).map(|r| distinct(r, c.rank * n + i)).sum())
             .collect();
@@ -431,20 +466,16 @@ pub fn no_device_sync_while_a_stream_is_stuck(c: &Ctx) -> R {
             &want,
             DType::F32,
         )?;
-        let outs: Vec<Tensor> = (0..c.world)
-            .map(|_| c.zeros(DType::F32, 5))
-            .collect::<Result<_, _>>()?;
-        let mine = c.cuda(DType::F32, &values(c.rank, 5, 0))?;
-        within(c.pg.all_gather(
-            std::slice::from_ref(&outs),
-            std::slice::from_ref(&mine),
-            &AllgatherOptions::default(),
-        ))
-        .map_err(e2s)?;
-        within(c.pg.barrier(&BarrierOptions::default())).map_err(e2s)?;
-        drop((outs, mine, out));
-        Ok(())
+        let got: Vec<f64> = outs.iter().flat_map(read).collect();
+        let all: Vec<f64> = (0..c.world).flat_map(|r| values(r, 5, 0)).collect();
+        check(
+            "all_gather list beside a stuck stream",
+            &got,
+            &all,
+            DType::F32,
+        )
     })();
+    drop((outs, mine, out));
     drop(guard);
     stuck.release()?;
     r
