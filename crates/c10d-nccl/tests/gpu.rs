@@ -351,7 +351,7 @@ fn run_world(w: usize) -> (usize, usize) {
         if let Some(name) = started.filter(|n| !finished_it(n)) {
             println!("  world {w} rank {rank}: ended inside case {name}");
         }
-        for line in lines.iter().cloned() {
+        for line in &lines {
             if verbose {
                 println!("  [{w}] {line}");
             }
