@@ -18,10 +18,11 @@ use crate::process_group::{destroy_premul, Calls, DeviceComm, Enqueue, Op, Pendi
 use crate::result;
 use crate::sys;
 use crate::watchdog::WorkRecord;
+use c10d_core::flight_recorder::Trace;
 use c10d_core::{DistError, OpType, Result, Tensor, TensorLeases, Work};
 use cudarc::driver::CudaStream;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// An open coalesced block.
 pub(crate) struct Coalesced {
@@ -43,6 +44,34 @@ impl Coalesced {
     /// Whether the block's NCCL group is open on its thread.
     pub fn group_open(&self) -> bool {
         self.group_open
+    }
+
+    /// The block as one op numbered `seq`: its record, what its `Work` (or its retirement)
+    /// holds, and the first error of its ops.
+    fn into_pending(
+        self,
+        seq: u64,
+        trace: Option<Trace>,
+        timeout: Duration,
+    ) -> (WorkRecord, Pending, Option<DistError>) {
+        let record = WorkRecord {
+            seq,
+            op: OpType::Coalesced,
+            numel_in: self.numel_in,
+            numel_out: self.numel_out,
+            timeout,
+            start: Instant::now(),
+        };
+        let pending = Pending {
+            leases: vec![self.leases],
+            keep: self.keep,
+            outputs: Vec::new(),
+            host_blocking: false,
+            trace,
+            caller: self.caller,
+            capturing: self.capturing,
+        };
+        (record, pending, self.failed)
     }
 }
 
@@ -133,23 +162,7 @@ impl ProcessGroupNccl {
         drop(std::mem::take(&mut c.temps));
         let timeout = self.default_timeout();
         let (seq, trace) = self.number(OpType::Coalesced, None, &[], &[], timeout);
-        let record = WorkRecord {
-            seq,
-            op: OpType::Coalesced,
-            numel_in: c.numel_in,
-            numel_out: c.numel_out,
-            timeout,
-            start: Instant::now(),
-        };
-        let pending = Pending {
-            leases: vec![c.leases],
-            keep: c.keep,
-            outputs: Vec::new(),
-            host_blocking: false,
-            trace,
-            caller: c.caller,
-            capturing: c.capturing,
-        };
+        let (record, pending, _) = c.into_pending(seq, trace, timeout);
         self.retire(&dc, record, pending, DistError::backend(why.to_string()));
     }
 
@@ -189,29 +202,13 @@ impl ProcessGroupNccl {
         }
         // Freed on the NCCL stream, after whatever of the block runs there.
         drop(std::mem::take(&mut c.temps));
-        let record = WorkRecord {
-            seq,
-            op: OpType::Coalesced,
-            numel_in: c.numel_in,
-            numel_out: c.numel_out,
-            timeout,
-            start: Instant::now(),
-        };
-        let pending = Pending {
-            leases: vec![c.leases],
-            keep: c.keep,
-            outputs: Vec::new(),
-            host_blocking: false,
-            trace,
-            caller: c.caller,
-            capturing: c.capturing,
-        };
+        let (record, pending, failed) = c.into_pending(seq, trace, timeout);
         if let Err(e) = ready {
             // The communicator is aborted; work of the block may still sit on the NCCL stream.
-            return Err(self.retire(&dc, record, pending, c.failed.unwrap_or(e)));
+            return Err(self.retire(&dc, record, pending, failed.unwrap_or(e)));
         }
         let work = self.finish_launch(&dc, record, pending)?;
-        match c.failed {
+        match failed {
             Some(e) => Err(e),
             None => Ok(work),
         }

@@ -87,6 +87,7 @@ pub(crate) struct Enqueue<'a> {
 }
 
 /// What became of an op's calls ([`ProcessGroupNccl::enqueue_calls`]).
+#[derive(Debug)]
 pub(crate) enum Enqueued {
     /// Launched whole.
     Done,
@@ -614,18 +615,7 @@ impl ProcessGroupNccl {
         if let Ok(l) = dc.comm.lock() {
             destroy_premul(self.lib, l.raw(), calls.premul);
         }
-        Ok(match (ready, body_result) {
-            (Ok(()), Ok(())) => Enqueued::Done,
-            (Ok(()), Err(first)) => Enqueued::BodyFailed(first),
-            (Err(e), body) => {
-                let nccl_first = body.err().filter(|f| f.message().contains("NCCL error"));
-                let e = nccl_first.unwrap_or(e);
-                if refused && !copied {
-                    return Err(e);
-                }
-                Enqueued::Broken(e)
-            }
-        })
+        enqueue_outcome(refused, copied, ready, body_result)
     }
 
     /// Numbers an op and records it in the flight recorder ("scheduled"): PyTorch's
@@ -895,6 +885,32 @@ impl ProcessGroupNccl {
     }
 }
 
+/// What became of a grouped op, from whether NCCL refused its group (`refused`: nothing of it
+/// launched), whether device work was queued before the group ended anyway (`copied`), the
+/// communicator's readiness after the group (`ready`) and the body's own result: the rule that
+/// decides whether the op's memory may go now (`Err`), must be watched (`Done`, `BodyFailed`)
+/// or retired until its end event fires (`Broken`). An NCCL error of the body is preferred to
+/// the group's (it names the call).
+fn enqueue_outcome(
+    refused: bool,
+    copied: bool,
+    ready: Result<()>,
+    body: Result<()>,
+) -> Result<Enqueued> {
+    Ok(match (ready, body) {
+        (Ok(()), Ok(())) => Enqueued::Done,
+        (Ok(()), Err(first)) => Enqueued::BodyFailed(first),
+        (Err(e), body) => {
+            let nccl_first = body.err().filter(|f| f.message().contains("NCCL error"));
+            let e = nccl_first.unwrap_or(e);
+            if refused && !copied {
+                return Err(e);
+            }
+            Enqueued::Broken(e)
+        }
+    })
+}
+
 /// Where one op's calls put what outlives them (see [`Enqueue`]).
 pub(crate) struct Calls<'a> {
     /// In a group of their own (else inside the open coalesced block's group).
@@ -1018,4 +1034,36 @@ fn scalar_bytes(factor: f64, dtype: DType) -> Result<Vec<u8>> {
             )))
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(m: &str) -> Result<()> {
+        Err(DistError::backend(m))
+    }
+
+    #[test]
+    fn what_happens_to_an_ops_memory_after_its_group() {
+        // Launched and ready: watched.
+        assert!(matches!(
+            enqueue_outcome(false, false, Ok(()), Ok(())),
+            Ok(Enqueued::Done)
+        ));
+        // Our check failed after some calls were queued; the group launched them: watched,
+        // then the error.
+        let r = enqueue_outcome(false, false, Ok(()), err("dtype"));
+        assert!(matches!(r, Ok(Enqueued::BodyFailed(e)) if e.message() == "dtype"));
+        // NCCL refused the group and nothing else was queued: the memory may go now.
+        let r = enqueue_outcome(true, false, err("group"), err("NCCL error in: ncclSend"));
+        assert!(matches!(r, Err(e) if e.message().starts_with("NCCL error in: ncclSend")));
+        // Refused, but a copy was already queued on the NCCL stream: retired.
+        let r = enqueue_outcome(true, true, err("group"), Ok(()));
+        assert!(matches!(r, Ok(Enqueued::Broken(e)) if e.message() == "group"));
+        // Launched, then the communicator failed (a timeout, an abort): retired, never freed
+        // under the kernels.
+        let r = enqueue_outcome(false, false, err("deadline"), Ok(()));
+        assert!(matches!(r, Ok(Enqueued::Broken(e)) if e.message() == "deadline"));
+    }
 }
