@@ -222,7 +222,7 @@ impl CompileGroups<'_> {
         Ok(t.to_vec::<i64>()?[0] == 1)
     }
 
-    /// All-gathers an object (bincode, see c10d-world's object collectives) on the compile-sync
+    /// All-gathers an object (pickled, see c10d-world's object collectives) on the compile-sync
     /// group: the building block for agreeing on anything else (autotuning choices, ...).
     /// Without that group, `vec![obj]`.
     ///

@@ -56,7 +56,8 @@
 //! - The compile-sync group is gated by the compiler-collectives switch (PyTorch creates it on
 //!   demand for the partitioner/cache).
 //! - Compiler-collective states are exchanged with c10d-world's `all_gather_object`, which
-//!   serialises with `bincode` (PyTorch pickles), so they do not interoperate with Python ranks.
+//!   pickles plain data; Dynamo pickles its own classes, which a Rust rank refuses to load, so
+//!   these exchanges do not interoperate with Python ranks.
 //!   [`FrameState`] is a plain Rust model of Dynamo's `FrameStateSizeEntry` (ints, tensor sizes,
 //!   dynamic dims, dynamic rank; an int on one rank and a tensor on another → fully dynamic), and
 //!   ranks that compile different frames or frames with different inputs get an error naming

@@ -95,8 +95,9 @@
 //! - `monitored_barrier` without a timeout uses the group's timeout (PyTorch: 30 min always).
 //! - [`shrink_group`] works on every backend, gloo included, by creating a new backend for the
 //!   survivors (PyTorch needs `ncclCommShrink`); see [`shrink`] for the other differences.
-//! - Object collectives serialise with `bincode` (PyTorch pickles), so they do not interoperate
-//!   with Python ranks; everything else in the store layout (the `default_pg` prefix of
+//! - Object collectives pickle, as PyTorch does, but read pickles without running code: a
+//!   Python rank's object must be plain data (classes and functions are refused; see
+//!   [`objects`]). The store layout (the `default_pg` prefix of
 //!   rendezvous stores, `"<name>/"` group prefixes, `"<device>/"` backend prefixes, barrier keys,
 //!   SHA-1 group names) is PyTorch's and is checked against torch in `tests/interop_world.rs`.
 //! - "undefined"/no backend means `cpu:gloo` (PyTorch adds `cuda:nccl` when CUDA is built in);

@@ -1,9 +1,13 @@
 //! Object collectives (`all_gather_object`, `gather_object`, `broadcast_object_list`,
 //! `scatter_object_list`, `send_object_list`, `recv_object_list`) over `serde`.
 //!
-//! Objects are encoded with `bincode` 1 (PyTorch pickles; a Rust peer cannot read pickles, so
-//! these do not interoperate with Python ranks). The wire pattern follows PyTorch so that the
-//! same collectives run: `all_gather_object` = one all-gather of the sizes (int64) + one
+//! Objects are pickled, as PyTorch pickles them (`serde-pickle`: written with protocol 3,
+//! read up to protocol 5), so a PyTorch rank and a Rust rank of one group exchange objects:
+//! a Python `list` of `tuple`s arrives as a `Vec` of Rust tuples, a `dict` as a map or a struct,
+//! `str` as `String`, `bytes` as `serde_bytes::ByteBuf`. Reading never runs code: a pickle that
+//! names a class or a function (anything but the few builtins `serde-pickle` knows) is refused
+//! with an error, so a Python rank must send plain data. The wire pattern follows PyTorch so
+//! that the same collectives run: `all_gather_object` = one all-gather of the sizes (int64) + one
 //! all-gather of the payloads padded to the largest (uint8); `gather_object` = all-gather of
 //! sizes + gather; `broadcast_object_list` = broadcast of the sizes + broadcast of the
 //! concatenated payloads; `scatter_object_list` = broadcast of the largest size + scatter of
@@ -19,14 +23,27 @@ use c10d_core::{DType, DistError, ProcessGroup, Result, Tensor};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-fn encode<T: Serialize>(obj: &T) -> Result<Vec<u8>> {
-    bincode::serialize(obj)
+/// The pickle of `obj` (protocol 3, which every Python 3 reads): what the object collectives
+/// send, and what a Python peer's `pickle.loads` reads.
+///
+/// # Errors
+/// [`DistError::InvalidArgument`] when `serde-pickle` cannot represent `obj`.
+pub fn encode<T: Serialize>(obj: &T) -> Result<Vec<u8>> {
+    serde_pickle::to_vec(obj, serde_pickle::SerOptions::new())
         .map_err(|e| DistError::invalid(format!("object collective: cannot serialize object: {e}")))
 }
 
-fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
-    bincode::deserialize(bytes).map_err(|e| {
-        DistError::invalid(format!("object collective: cannot deserialize object: {e}"))
+/// `T` from a pickle (protocols 0 to 5, e.g. a Python peer's `pickle.dumps`), never running
+/// code: classes and functions other than `serde-pickle`'s few known builtins are refused.
+///
+/// # Errors
+/// [`DistError::InvalidArgument`] for a pickle that names a class or function, a malformed
+/// pickle, or data that does not fit `T`.
+pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
+    serde_pickle::from_slice(bytes, serde_pickle::DeOptions::new()).map_err(|e| {
+        DistError::invalid(format!(
+            "object collective: cannot read the object (a pickle of plain data is expected; classes and functions are refused): {e}"
+        ))
     })
 }
 
