@@ -119,6 +119,7 @@ pub mod shrink;
 #[cfg(feature = "test-support")]
 #[doc(hidden)]
 pub mod store_backend;
+pub mod weight_sync;
 pub mod world;
 
 pub use buffer::{Buffer, BufferMut, SharedBuffer};
