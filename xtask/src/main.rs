@@ -284,11 +284,21 @@ fn pytorch_suite(extra: &[String]) -> Res {
 /// Builds and installs the `c10d_rs` wheel, then runs its pytest suite with `extra` arguments.
 fn python_tests(extra: &[String]) -> Res {
     let py = install_wheel()?;
-    // The launcher test runs c10drun; build it once here rather than from inside pytest.
+    // The launcher test runs c10drun, the weight-sync test the Rust receiver: build them once
+    // here rather than from inside pytest.
     run(cargo().args(["build", "-p", "c10d-world", "--bin", "c10drun"]))?;
+    run(cargo().args([
+        "build",
+        "-p",
+        "c10d-world",
+        "--example",
+        "weight_sync_receiver",
+    ]))?;
     let target = env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
     let c10drun = std::fs::canonicalize(format!("{target}/debug/c10drun"))
         .map_err(|e| format!("c10drun not built: {e}"))?;
+    let receiver = std::fs::canonicalize(format!("{target}/debug/examples/weight_sync_receiver"))
+        .map_err(|e| format!("weight_sync_receiver not built: {e}"))?;
     run(Command::new(&py)
         .args([
             "-m",
@@ -299,7 +309,8 @@ fn python_tests(extra: &[String]) -> Res {
             "crates/c10d-python/tests",
         ])
         .args(extra)
-        .env("C10D_C10DRUN", c10drun))
+        .env("C10D_C10DRUN", c10drun)
+        .env("C10D_WEIGHT_SYNC_RECEIVER", receiver))
 }
 
 fn demo(args: &[String]) -> Res {

@@ -1,0 +1,103 @@
+"""Weight sync across languages: a PyTorch trainer on "c10drs" (rank 0) broadcasts a small
+model's state_dict to two Rust receivers on "gloo" (the example ``weight_sync_receiver``), one
+tensor at a time and packed; the Rust side ends with bit-identical tensors. The manifest goes
+through ``broadcast_object_list`` (pickled on both sides)."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+RECEIVER = os.environ.get("C10D_WEIGHT_SYNC_RECEIVER")
+WORLD = 3
+
+
+def _state_dict():
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(33, 64), nn.ReLU(), nn.Linear(64, 8))
+    model[2].to(torch.bfloat16)
+    sd = dict(model.state_dict())
+    sd["step"] = torch.tensor([42], dtype=torch.int64)
+    return sd
+
+
+def _trainer(port: int, packed, out: str) -> None:
+    from datetime import timedelta
+
+    import c10d_rs  # noqa: F401  (registers "c10drs")
+    import torch
+    import torch.distributed as dist
+
+    store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=60))
+    dist.init_process_group("c10drs", store=store, rank=0, world_size=WORLD)
+    sd = _state_dict()
+    manifest = [(k, list(v.shape), str(v.dtype)) for k, v in sd.items()]
+    dist.broadcast_object_list([manifest], src=0)
+    tensors = [v.contiguous() for v in sd.values()]
+    if packed is None:
+        for t in tensors:
+            dist.broadcast(t, src=0)
+    else:
+        # The packing rule of c10d_world::weight_sync::pack_plan (vLLM's packed mode).
+        buf, total = [], 0
+        for t in tensors:
+            buf.append(t.view(-1).view(torch.uint8))
+            total += t.numel() * t.element_size()
+            if total >= packed:
+                dist.broadcast(torch.cat(buf), src=0)
+                buf, total = [], 0
+        if buf:
+            dist.broadcast(torch.cat(buf), src=0)
+    for k, t in sd.items():
+        Path(out, f"{k}.bin").write_bytes(t.contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    dist.destroy_process_group()
+    os._exit(0)
+
+
+@pytest.mark.skipif(RECEIVER is None, reason="C10D_WEIGHT_SYNC_RECEIVER not set (cargo xtask python sets it)")
+@pytest.mark.parametrize("packed", [None, 4096])
+def test_pytorch_trainer_to_rust_receivers(packed):
+    import torch.distributed as dist
+
+    store = dist.TCPStore("127.0.0.1", 0, world_size=None, is_master=True, wait_for_workers=False)
+    with tempfile.TemporaryDirectory() as tmp:
+        dirs = [os.path.join(tmp, f"rank{r}") for r in range(WORLD)]
+        for d in dirs:
+            os.makedirs(d)
+        env = dict(os.environ, WORLD_SIZE=str(WORLD), C10D_STORE_PORT=str(store.port))
+        if packed is not None:
+            env["C10D_PACKED"] = str(packed)
+        receivers = [
+            subprocess.Popen([RECEIVER], env=dict(env, RANK=str(r), C10D_OUT=dirs[r]),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for r in (1, 2)
+        ]
+        trainer = mp.get_context("spawn").Process(target=_trainer, args=(store.port, packed, dirs[0]))
+        trainer.start()
+        try:
+            outs = [p.communicate(timeout=120) for p in receivers]
+            trainer.join(timeout=120)
+        finally:
+            for p in receivers:
+                if p.poll() is None:
+                    p.kill()
+            if trainer.is_alive():
+                trainer.kill()
+        for p, (out, err) in zip(receivers, outs):
+            assert p.returncode == 0, f"receiver failed ({p.returncode}): {out}\n{err}"
+            assert "received 5 tensors" in out, out
+        assert trainer.exitcode == 0
+        names = sorted(os.listdir(dirs[0]))
+        assert len(names) == 5
+        for d in dirs[1:]:
+            assert sorted(os.listdir(d)) == names
+            for n in names:
+                assert Path(d, n).read_bytes() == Path(dirs[0], n).read_bytes(), n

@@ -1,0 +1,65 @@
+//! An inference worker's side of weight sync: join the trainer's group (rank 0, e.g. a
+//! PyTorch process on `"c10drs"`), receive one weight update (`c10d_world::weight_sync`), write
+//! each tensor's bytes to `<out>/<name>.bin`, and print what arrived and how fast.
+//!
+//! ```sh
+//! RANK=1 WORLD_SIZE=3 C10D_STORE_PORT=29500 C10D_OUT=/tmp/w1 \
+//!   cargo run -p c10d-world --example weight_sync_receiver
+//! ```
+//!
+//! The store is the trainer's TCPStore on 127.0.0.1 (a client, used as given: the trainer
+//! passes its store to `init_process_group` too). `C10D_PACKED=<bytes>` receives packed
+//! buffers of that size (the trainer must pack the same way); `C10D_TIMEOUT_S` bounds every
+//! step (default 60 s).
+
+use c10d_store::{Store, TcpStore, TcpStoreOptions};
+use c10d_world::weight_sync::ReceiveOptions;
+use c10d_world::{InitOptions, World};
+use std::sync::Arc;
+use std::time::Duration;
+
+fn var<T: std::str::FromStr>(name: &str) -> Option<T> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
+fn main() -> c10d_core::Result<()> {
+    let need = |name: &str| {
+        var::<usize>(name)
+            .ok_or_else(|| c10d_core::DistError::invalid(format!("{name} is not set")))
+    };
+    let (rank, world_size, port) = (need("RANK")?, need("WORLD_SIZE")?, need("C10D_STORE_PORT")?);
+    let out = std::path::PathBuf::from(std::env::var("C10D_OUT").unwrap_or_else(|_| ".".into()));
+    let timeout = Duration::from_secs(var("C10D_TIMEOUT_S").unwrap_or(60));
+    let opts = TcpStoreOptions {
+        timeout,
+        ..Default::default()
+    };
+    let store: Arc<dyn Store> = Arc::new(TcpStore::new("127.0.0.1", port as u16, opts)?);
+    let w = World::new();
+    w.init_process_group(InitOptions {
+        backend: Some("gloo".into()),
+        store: Some(store),
+        rank: Some(rank),
+        world_size: Some(world_size),
+        timeout: Some(timeout),
+        ..Default::default()
+    })?;
+    let opts = ReceiveOptions {
+        packed_buffer_bytes: var("C10D_PACKED"),
+        ..Default::default()
+    };
+    let got = w.receive_weights(&opts)?;
+    std::fs::create_dir_all(&out)?;
+    for (spec, t) in &got.tensors {
+        let bytes = t.read_bytes(|b| b.to_vec())?;
+        std::fs::write(out.join(format!("{}.bin", spec.name)), bytes)?;
+    }
+    println!(
+        "rank {rank}: received {} tensors, {} bytes in {:.3} s ({:.3} GB/s)",
+        got.tensors.len(),
+        got.bytes,
+        got.seconds,
+        got.gb_per_s()
+    );
+    w.destroy_process_group(None)
+}
