@@ -373,7 +373,21 @@ fn bench(_args: &[String]) -> Res {
         .arg("crates/c10d-world/benches/compare.sh")
         .env("C10D_TORCH_PYTHON", &py))?;
     let py = install_wheel()?;
-    run(Command::new(&py).arg("crates/c10d-python/benches/torch_backends.py"))
+    run(Command::new(&py).arg("crates/c10d-python/benches/torch_backends.py"))?;
+    run(cargo().args([
+        "build",
+        "--release",
+        "-p",
+        "c10d-world",
+        "--example",
+        "weight_sync_receiver",
+    ]))?;
+    let target = env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
+    run(Command::new(&py).args([
+        "crates/c10d-python/benches/weight_sync.py",
+        "--receiver",
+        &format!("{target}/release/examples/weight_sync_receiver"),
+    ]))
 }
 
 /// Builds `c10d-bench` (debug, as the tests use it) and returns its path.

@@ -144,14 +144,7 @@ impl World {
     /// A tensor that is not a CPU tensor; the collectives' errors.
     pub fn send_weights(&self, tensors: &[(String, Tensor)], opts: &ReceiveOptions) -> Result<()> {
         let src = opts.src.unwrap_or(Rank::Global(0));
-        let specs: Vec<TensorSpec> = tensors
-            .iter()
-            .map(|(name, t)| TensorSpec {
-                name: name.clone(),
-                shape: t.shape().to_vec(),
-                dtype: t.dtype(),
-            })
-            .collect();
+        let specs: Vec<TensorSpec> = tensors.iter().map(|(n, t)| spec_of(n, t)).collect();
         let entries: Vec<ManifestEntry> = specs
             .iter()
             .map(|s| {
@@ -167,10 +160,7 @@ impl World {
             .run()?;
         let Some(size) = opts.packed_buffer_bytes else {
             for (_, t) in tensors {
-                self.broadcast(t, src)
-                    .group(opts.group.as_ref())
-                    .within(opts.timeout)
-                    .run()?;
+                self.bcast(t, src, opts)?;
             }
             return Ok(());
         };
@@ -179,21 +169,42 @@ impl World {
             for i in idx {
                 tensors[i].1.read_bytes(|b| buf.extend_from_slice(b))?;
             }
-            let buf = Tensor::from_vec(buf);
-            self.broadcast(&buf, src)
-                .group(opts.group.as_ref())
-                .within(opts.timeout)
-                .run()?;
+            self.bcast(&Tensor::from_vec(buf), src, opts)?;
         }
         Ok(())
     }
 
-    /// Receives one weight update (see the module docs): the manifest, then every tensor.
+    /// Receives one weight update (see the module docs): the manifest, then every tensor,
+    /// into new tensors.
     ///
     /// # Errors
     /// A manifest that does not decode or differs from [`ReceiveOptions::expected`]; the
     /// collectives' errors (a timeout names the step).
     pub fn receive_weights(&self, opts: &ReceiveOptions) -> Result<Received> {
+        self.receive(opts, None)
+    }
+
+    /// Receives one weight update into tensors the receiver already holds (an inference
+    /// server's own parameters, or the previous update's tensors): the manifest must match
+    /// them (names, shapes, dtypes, in order), and the data lands in them (directly, or from
+    /// the packed buffers), with no tensor allocated.
+    ///
+    /// # Errors
+    /// As [`World::receive_weights`]; a manifest that differs from `targets`.
+    pub fn receive_weights_into(
+        &self,
+        targets: &[(String, Tensor)],
+        opts: &ReceiveOptions,
+    ) -> Result<Received> {
+        let opts = ReceiveOptions {
+            expected: Some(targets.iter().map(|(n, t)| spec_of(n, t)).collect()),
+            ..opts.clone()
+        };
+        let into: Vec<Tensor> = targets.iter().map(|(_, t)| t.clone()).collect();
+        self.receive(&opts, Some(&into))
+    }
+
+    fn receive(&self, opts: &ReceiveOptions, into: Option<&[Tensor]>) -> Result<Received> {
         let src = opts.src.unwrap_or(Rank::Global(0));
         let mut manifest: [Vec<ManifestEntry>; 1] = [Vec::new()];
         self.broadcast_object_list(&mut manifest)
@@ -210,8 +221,13 @@ impl World {
         }
         let start = Instant::now();
         let tensors = match opts.packed_buffer_bytes {
-            None => self.receive_each(&specs, src, opts)?,
-            Some(size) => self.receive_packed(&specs, size, src, opts)?,
+            None => (0..specs.len())
+                .map(|i| {
+                    let t = target(&specs, into, i);
+                    self.bcast(&t, src, opts).map(|()| t)
+                })
+                .collect::<Result<Vec<_>>>()?,
+            Some(size) => self.receive_packed(&specs, into, size, src, opts)?,
         };
         let bytes = specs.iter().map(TensorSpec::nbytes).sum();
         Ok(Received {
@@ -221,28 +237,18 @@ impl World {
         })
     }
 
-    fn receive_each(
-        &self,
-        specs: &[TensorSpec],
-        src: Rank,
-        o: &ReceiveOptions,
-    ) -> Result<Vec<Tensor>> {
-        specs
-            .iter()
-            .map(|s| {
-                let t = Tensor::zeros(s.dtype, &s.shape);
-                self.broadcast(&t, src)
-                    .group(o.group.as_ref())
-                    .within(o.timeout)
-                    .run()?;
-                Ok(t)
-            })
-            .collect()
+    /// One blocking broadcast of the update's group and bound.
+    fn bcast(&self, t: &Tensor, src: Rank, o: &ReceiveOptions) -> Result<()> {
+        self.broadcast(t, src)
+            .group(o.group.as_ref())
+            .within(o.timeout)
+            .run()
     }
 
     fn receive_packed(
         &self,
         specs: &[TensorSpec],
+        into: Option<&[Tensor]>,
         size: usize,
         src: Rank,
         o: &ReceiveOptions,
@@ -252,7 +258,7 @@ impl World {
         let mut flight: VecDeque<(Work, Tensor, Vec<usize>)> = VecDeque::new();
         for (idx, bytes) in pack_plan(specs, size) {
             if flight.len() == depth {
-                unpack(flight.pop_front(), specs, &mut out)?;
+                unpack(flight.pop_front(), specs, into, &mut out)?;
             }
             let buf = Tensor::zeros(DType::U8, &[bytes]);
             let w = self
@@ -263,9 +269,26 @@ impl World {
             flight.push_back((w, buf, idx));
         }
         while !flight.is_empty() {
-            unpack(flight.pop_front(), specs, &mut out)?;
+            unpack(flight.pop_front(), specs, into, &mut out)?;
         }
         Ok(out.into_iter().flatten().collect())
+    }
+}
+
+/// The spec of a tensor the caller holds.
+fn spec_of(name: &str, t: &Tensor) -> TensorSpec {
+    TensorSpec {
+        name: name.to_string(),
+        shape: t.shape().to_vec(),
+        dtype: t.dtype(),
+    }
+}
+
+/// Where manifest entry `i` lands: the receiver's own tensor, or a new one.
+fn target(specs: &[TensorSpec], into: Option<&[Tensor]>, i: usize) -> Tensor {
+    match into {
+        Some(ts) => ts[i].clone(),
+        None => Tensor::zeros(specs[i].dtype, &specs[i].shape),
     }
 }
 
@@ -273,6 +296,7 @@ impl World {
 fn unpack(
     done: Option<(Work, Tensor, Vec<usize>)>,
     specs: &[TensorSpec],
+    into: Option<&[Tensor]>,
     out: &mut [Option<Tensor>],
 ) -> Result<()> {
     let Some((work, buf, idx)) = done else {
@@ -282,9 +306,8 @@ fn unpack(
     buf.read_bytes(|bytes| -> Result<()> {
         let mut at = 0;
         for i in idx {
-            let s = &specs[i];
-            let n = s.nbytes();
-            let t = Tensor::zeros(s.dtype, &s.shape);
+            let n = specs[i].nbytes();
+            let t = target(specs, into, i);
             t.write_bytes(|b| b.copy_from_slice(&bytes[at..at + n]))?;
             at += n;
             out[i] = Some(t);

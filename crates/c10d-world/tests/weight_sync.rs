@@ -51,6 +51,7 @@ fn receivers_get_the_senders_tensors_bit_for_bit() {
             };
             if r == 0 {
                 w.send_weights(&model(), &opts).unwrap();
+                w.send_weights(&model(), &opts).unwrap();
                 continue;
             }
             let rec = w.receive_weights(&opts).unwrap();
@@ -61,12 +62,22 @@ fn receivers_get_the_senders_tensors_bit_for_bit() {
                     .map(|(_, t)| bytes(t))
                     .collect::<Vec<_>>(),
             );
+            // The next update lands in the tensors this one made.
+            let mine: Vec<(String, Tensor)> = rec
+                .tensors
+                .iter()
+                .map(|(s, t)| (s.name.clone(), t.clone()))
+                .collect();
+            mine.iter()
+                .for_each(|(_, t)| t.write_bytes(|b| b.fill(0)).unwrap());
+            w.receive_weights_into(&mine, &opts).unwrap();
+            got.push(mine.iter().map(|(_, t)| bytes(t)).collect::<Vec<_>>());
         }
         got
     });
     let want: Vec<Vec<u8>> = model().iter().map(|(_, t)| bytes(t)).collect();
     for rank in &out[1..] {
-        assert_eq!(rank.len(), 2);
+        assert_eq!(rank.len(), 4);
         assert!(rank.iter().all(|mode| *mode == want));
     }
 }
