@@ -116,6 +116,7 @@ pub mod objects;
 pub mod ops;
 pub mod panic_hook;
 pub mod shrink;
+pub mod standalone;
 #[cfg(feature = "test-support")]
 #[doc(hidden)]
 pub mod store_backend;
