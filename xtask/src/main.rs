@@ -287,18 +287,10 @@ fn python_tests(extra: &[String]) -> Res {
     // The launcher test runs c10drun, the weight-sync test the Rust receiver: build them once
     // here rather than from inside pytest.
     run(cargo().args(["build", "-p", "c10d-world", "--bin", "c10drun"]))?;
-    run(cargo().args([
-        "build",
-        "-p",
-        "c10d-world",
-        "--example",
-        "weight_sync_receiver",
-    ]))?;
     let target = env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
     let c10drun = std::fs::canonicalize(format!("{target}/debug/c10drun"))
         .map_err(|e| format!("c10drun not built: {e}"))?;
-    let receiver = std::fs::canonicalize(format!("{target}/debug/examples/weight_sync_receiver"))
-        .map_err(|e| format!("weight_sync_receiver not built: {e}"))?;
+    let receiver = build_weight_sync_receiver(false)?;
     run(Command::new(&py)
         .args([
             "-m",
@@ -374,20 +366,30 @@ fn bench(_args: &[String]) -> Res {
         .env("C10D_TORCH_PYTHON", &py))?;
     let py = install_wheel()?;
     run(Command::new(&py).arg("crates/c10d-python/benches/torch_backends.py"))?;
-    run(cargo().args([
+    let receiver = build_weight_sync_receiver(true)?;
+    run(Command::new(&py)
+        .args(["crates/c10d-python/benches/weight_sync.py", "--receiver"])
+        .arg(receiver))
+}
+
+/// Builds the example `weight_sync_receiver` (release for benchmarks) and returns its path.
+fn build_weight_sync_receiver(release: bool) -> Result<PathBuf, String> {
+    let mut cmd = cargo();
+    cmd.args([
         "build",
-        "--release",
         "-p",
         "c10d-world",
         "--example",
         "weight_sync_receiver",
-    ]))?;
+    ]);
+    if release {
+        cmd.arg("--release");
+    }
+    run(&mut cmd)?;
     let target = env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
-    run(Command::new(&py).args([
-        "crates/c10d-python/benches/weight_sync.py",
-        "--receiver",
-        &format!("{target}/release/examples/weight_sync_receiver"),
-    ]))
+    let profile = if release { "release" } else { "debug" };
+    std::fs::canonicalize(format!("{target}/{profile}/examples/weight_sync_receiver"))
+        .map_err(|e| format!("weight_sync_receiver not built: {e}"))
 }
 
 /// Builds `c10d-bench` (debug, as the tests use it) and returns its path.
