@@ -8,13 +8,13 @@
 //! for this object with protocol 3, 4 or 5:
 //!
 //! ```text
-//! [PROTO n] [FRAME len] GLOBAL("_ctypes", "_unpickle") GLOBAL(<module>, "ncclUniqueId")
+//! PROTO n [FRAME len] GLOBAL("_ctypes", "_unpickle") GLOBAL(<module>, "ncclUniqueId")
 //! EMPTY_DICT BYTES(128) TUPLE2 TUPLE2 REDUCE STOP        (memo puts allowed anywhere)
 //! ```
 //!
 //! where GLOBAL is `GLOBAL` (protocol 3) or two strings and `STACK_GLOBAL` (4 and 5), and BYTES
-//! is `SHORT_BINBYTES` or `BINBYTES`; anything else is refused with the offending opcode and
-//! its offset. [`encode`] writes what CPython's `pickle.dumps(id, protocol=4)` writes for
+//! is `SHORT_BINBYTES` or `BINBYTES`; anything else (and anything over 1 KiB) is refused with
+//! the offending opcode and its offset. [`encode`] writes what CPython's `pickle.dumps(id, protocol=4)` writes for
 //! vLLM's class (byte for byte), so vLLM's workers load it as their own.
 
 use c10d_core::{DistError, Result};
@@ -27,6 +27,9 @@ const CLASS: &str = "ncclUniqueId";
 
 /// Bytes of an `ncclUniqueId`.
 pub const ID_BYTES: usize = 128;
+
+/// The longest pickle read (CPython's is about 250 bytes): nothing larger is walked.
+const MAX_PICKLE: usize = 1024;
 
 mod op {
     pub const PROTO: u8 = 0x80;
@@ -95,6 +98,8 @@ enum Item {
     Dict,
     Bytes(Vec<u8>),
     Tuple(Vec<Item>),
+    /// What `_ctypes._unpickle(ncclUniqueId, ({}, bytes))` makes: the only accepted result.
+    Id(Vec<u8>),
 }
 
 /// The 128 id bytes of a pickled vLLM `ncclUniqueId` (see the module docs).
@@ -103,21 +108,30 @@ enum Item {
 /// [`DistError::InvalidArgument`] naming the first opcode (and its offset) that is not part of
 /// the accepted shape, a truncated pickle, or a well-formed pickle of something else.
 pub fn decode(pickle: &[u8]) -> Result<[u8; ID_BYTES]> {
+    if pickle.len() > MAX_PICKLE {
+        return Err(refused(format!(
+            "{} bytes (at most {MAX_PICKLE})",
+            pickle.len()
+        )));
+    }
     let mut r = Reader { b: pickle, at: 0 };
+    let (proto, version) = (r.byte()?, r.byte()?);
+    if proto != op::PROTO {
+        return Err(refused("no PROTO opcode at its start".into()));
+    }
+    if !(3..=5).contains(&version) {
+        return Err(refused(format!(
+            "pickle protocol {version} (3 to 5 are read)"
+        )));
+    }
+    if r.b.get(2) == Some(&op::FRAME) {
+        r.take(9)?;
+    }
     let mut stack: Vec<Item> = Vec::new();
     loop {
         let at = r.at;
         let code = r.byte()?;
         match code {
-            op::PROTO => {
-                let v = r.byte()?;
-                if !(3..=5).contains(&v) {
-                    return Err(refused(format!("pickle protocol {v} (3 to 5 are read)")));
-                }
-            }
-            op::FRAME => {
-                r.take(8)?;
-            }
             op::MEMOIZE => {}
             op::BINPUT => {
                 r.take(1)?;
@@ -163,6 +177,9 @@ pub fn decode(pickle: &[u8]) -> Result<[u8; ID_BYTES]> {
                 stack.push(Item::Tuple(vec![a, b]));
             }
             op::REDUCE => check_call(&mut stack)?,
+            op::PROTO | op::FRAME => {
+                return Err(refused(format!("opcode 0x{code:02x} at byte {at}")));
+            }
             op::STOP => return finish(stack, r.at, pickle.len()),
             other => {
                 return Err(refused(format!("opcode 0x{other:02x} at byte {at}")));
@@ -195,7 +212,7 @@ fn check_call(stack: &mut Vec<Item>) -> Result<()> {
     let [Item::Dict, Item::Bytes(bytes)] = state.as_slice() else {
         return Err(refused("a ctypes state other than ({}, bytes)".into()));
     };
-    stack.push(Item::Bytes(bytes.clone()));
+    stack.push(Item::Id(bytes.clone()));
     Ok(())
 }
 
@@ -204,7 +221,7 @@ fn finish(mut stack: Vec<Item>, end: usize, len: usize) -> Result<[u8; ID_BYTES]
         return Err(refused(format!("{} bytes after STOP", len - end)));
     }
     match (stack.pop(), stack.is_empty()) {
-        (Some(Item::Bytes(b)), true) => b.try_into().map_err(|b: Vec<u8>| {
+        (Some(Item::Id(b)), true) => b.try_into().map_err(|b: Vec<u8>| {
             refused(format!("an id of {} bytes (expected {ID_BYTES})", b.len()))
         }),
         _ => Err(refused("a pickle that is not one ncclUniqueId".into())),
@@ -315,5 +332,22 @@ mod tests {
         let e = decode(&[op::PROTO, 2, op::STOP]).unwrap_err();
         assert!(e.message().contains("protocol 2"), "{e}");
         assert!(decode(b"").is_err());
+        // Bare bytes, no PROTO, a second PROTO, a huge nest: refused, never a panic.
+        let mut bare = vec![op::PROTO, 4, op::SHORT_BINBYTES, 128];
+        bare.extend_from_slice(&id());
+        bare.push(op::STOP);
+        assert!(decode(&bare)
+            .unwrap_err()
+            .message()
+            .contains("not one ncclUniqueId"));
+        assert!(decode(&encode(&id())[2..]).is_err());
+        let mut twice = vec![op::PROTO, 4, op::PROTO, 4];
+        twice.extend_from_slice(&encode(&id())[2..]);
+        assert!(decode(&twice).is_err());
+        let mut nest = vec![op::PROTO, 4];
+        for _ in 0..100_000 {
+            nest.extend([op::EMPTY_DICT, op::EMPTY_DICT, op::TUPLE2]);
+        }
+        assert!(decode(&nest).unwrap_err().message().contains("at most"));
     }
 }

@@ -46,7 +46,9 @@ impl UniqueIdExchange {
         match self {
             UniqueIdExchange::C10dRs => format!("nccl_unique_id_{n}"),
             UniqueIdExchange::TorchLegacy => n.to_string(),
-            UniqueIdExchange::Vllm { first } => format!("broadcast_from/0/{}", first + n),
+            UniqueIdExchange::Vllm { first } => {
+                format!("broadcast_from/0/{}", first.saturating_add(n))
+            }
         }
     }
 

@@ -48,11 +48,11 @@ def _send(tensors, packed):
         for t in tensors:
             dist.broadcast(t, src=0)
         return
-    buf, total = [], 0  # c10d_world::weight_sync::pack_plan's rule
+    buf, total = [], 0  # c10d_world::weight_sync::pack_plan's rule (vLLM's: close on `>`)
     for t in tensors:
         buf.append(t.view(torch.uint8))
         total += t.numel() * t.element_size()
-        if total >= packed:
+        if total > packed:
             dist.broadcast(torch.cat(buf), src=0)
             buf, total = [], 0
     if buf:
@@ -72,6 +72,19 @@ def _trainer(backend, port, gib, packed):
     os._exit(0)
 
 
+def _plan(sizes, packed):
+    """Buffer sizes of the packing rule (as `_send` packs)."""
+    plan, total = [], 0
+    for n in sizes:
+        total += n
+        if total > packed:
+            plan.append(total)
+            total = 0
+    if total:
+        plan.append(total)
+    return plan
+
+
 def _torch_receiver(port, rank, packed, q):
     _init("gloo", port, rank)
     held = None
@@ -84,15 +97,17 @@ def _torch_receiver(port, rank, packed, q):
         if packed is None:
             for t in held:
                 dist.broadcast(t, src=0)
-        else:  # one buffer per `packed` bytes, cut into the held tensors
-            total = sum(t.numel() * 4 for t in held)
-            buf = torch.empty(min(total, packed), dtype=torch.uint8)
-            dist.broadcast(buf, src=0)
-            at = 0
-            for t in held:
-                n = t.numel() * 4
-                t.view(torch.uint8).copy_(buf[at:at + n])
-                at += n
+        else:  # the trainer's buffers, cut into the held tensors
+            sizes = [t.numel() * 4 for t in held]
+            views = iter(t.view(torch.uint8) for t in held)
+            for b in _plan(sizes, packed):
+                buf = torch.empty(b, dtype=torch.uint8)
+                dist.broadcast(buf, src=0)
+                at = 0
+                while at < b:
+                    v = next(views)
+                    v.copy_(buf[at:at + v.numel()])
+                    at += v.numel()
         rate = sum(t.numel() * 4 for t in held) / (time.perf_counter() - start) / 1e9
     q.put(rate)
     dist.destroy_process_group()

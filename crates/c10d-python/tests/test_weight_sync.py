@@ -51,7 +51,7 @@ def _trainer(port: int, packed, out: str) -> None:
         for t in tensors:
             buf.append(t.view(-1).view(torch.uint8))
             total += t.numel() * t.element_size()
-            if total >= packed:
+            if total > packed:
                 dist.broadcast(torch.cat(buf), src=0)
                 buf, total = [], 0
         if buf:

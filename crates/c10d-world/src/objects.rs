@@ -4,10 +4,12 @@
 //! Objects are pickled, as PyTorch pickles them (`serde-pickle`: written with protocol 3,
 //! read up to protocol 5), so a PyTorch rank and a Rust rank of one group exchange objects:
 //! a Python `list` of `tuple`s arrives as a `Vec` of Rust tuples, a `dict` as a map or a struct,
-//! `str` as `String`, `bytes` as `serde_bytes::ByteBuf`. Reading never runs code: a pickle that
-//! names a class or a function (anything but the few builtins `serde-pickle` knows) is refused
-//! with an error, so a Python rank must send plain data. The wire pattern follows PyTorch so
-//! that the same collectives run: `all_gather_object` = one all-gather of the sizes (int64) + one
+//! `str` as `String`, `bytes` as `serde_bytes::ByteBuf`. Reading never runs code: a call of a
+//! callable the reader does not know (a `__reduce__` naming `os.system`, a class from a
+//! module) is refused with an error, and a plain instance arrives as its attribute dict, so a
+//! Python rank should send plain data. Limits of `serde-pickle` (c10d-rs's reader): integers
+//! fit in `i64`, strings and bytes under 4 GiB; a memoised value referenced many times is
+//! copied each time. The wire pattern follows PyTorch so that the same collectives run: `all_gather_object` = one all-gather of the sizes (int64) + one
 //! all-gather of the payloads padded to the largest (uint8); `gather_object` = all-gather of
 //! sizes + gather; `broadcast_object_list` = broadcast of the sizes + broadcast of the
 //! concatenated payloads; `scatter_object_list` = broadcast of the largest size + scatter of
@@ -34,7 +36,7 @@ pub fn encode<T: Serialize>(obj: &T) -> Result<Vec<u8>> {
 }
 
 /// `T` from a pickle (protocols 0 to 5, e.g. a Python peer's `pickle.dumps`), never running
-/// code: classes and functions other than `serde-pickle`'s few known builtins are refused.
+/// code: calls of callables other than `serde-pickle`'s few known builtins are refused.
 ///
 /// # Errors
 /// [`DistError::InvalidArgument`] for a pickle that names a class or function, a malformed
@@ -42,7 +44,7 @@ pub fn encode<T: Serialize>(obj: &T) -> Result<Vec<u8>> {
 pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
     serde_pickle::from_slice(bytes, serde_pickle::DeOptions::new()).map_err(|e| {
         DistError::invalid(format!(
-            "object collective: cannot read the object (a pickle of plain data is expected; classes and functions are refused): {e}"
+            "object collective: cannot read the object (a pickle of plain data is expected; calls of unknown callables are refused): {e}"
         ))
     })
 }

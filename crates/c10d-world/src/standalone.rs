@@ -4,7 +4,14 @@
 //! the TCP store (it listens first: [`StandaloneGroup::listen`]), every rank joins it
 //! ([`StoreHost::join`], [`StandaloneGroup::join`]). Several such groups live side by side with
 //! the default world and with each other (each is a [`World`] of its own, on its own store
-//! prefix `"<group name>/"`, so groups may share one store).
+//! prefix `"<group name>/"`, as PyTorch's `_new_process_group_helper` prefixes a group, so
+//! groups may share one store). The members are c10d-rs processes: a Python peer would have to
+//! build the same store prefix chain (the RL stacks' copies use `PrefixStore(group_name)`
+//! without the slash, and vLLM's `StatelessProcessGroup` its own store protocol).
+//!
+//! Teardown is ordered: every rank says it left (a counter in the store), and rank 0 keeps the
+//! store up until all have (bounded by the timeout), since a backend may still reach the store
+//! while it connects.
 //!
 //! Every blocking step is bounded by the group's timeout, and its error names the group, the
 //! rank, the step (connecting to the store, initialising the group, a collective), the address,
@@ -89,6 +96,10 @@ impl StoreHost {
 pub struct StandaloneGroup {
     world: World,
     opts: StandaloneOptions,
+    /// The group's (prefixed) store.
+    store: Arc<dyn Store>,
+    /// Set once torn down.
+    left: bool,
     /// Rank 0's store server, kept as long as the group.
     server: Option<TcpStoreServer>,
 }
@@ -143,7 +154,7 @@ impl StandaloneGroup {
         world
             .init_process_group(InitOptions {
                 backend: Some(opts.backend.clone()),
-                store: Some(store),
+                store: Some(store.clone()),
                 rank: Some(opts.rank),
                 world_size: Some(opts.world_size),
                 timeout: Some(timeout),
@@ -153,6 +164,8 @@ impl StandaloneGroup {
         Ok(StandaloneGroup {
             world,
             opts,
+            store,
+            left: false,
             server: None,
         })
     }
@@ -226,15 +239,38 @@ impl StandaloneGroup {
     ///
     /// # Errors
     /// The backend's teardown error.
-    pub fn destroy(self) -> Result<()> {
-        self.world.destroy_process_group(None)
+    pub fn destroy(mut self) -> Result<()> {
+        self.leave()
+    }
+
+    /// Tears the group down, says so in the store, and (rank 0) waits until every rank has,
+    /// up to the timeout, before the store may go.
+    fn leave(&mut self) -> Result<()> {
+        if std::mem::replace(&mut self.left, true) {
+            return Ok(());
+        }
+        let torn = self.world.destroy_process_group(None);
+        const LEFT: &str = "standalone_left";
+        let start = Instant::now();
+        let mut count = self.store.add(LEFT, 1);
+        if self.opts.rank == 0 {
+            let deadline = start + self.opts.timeout();
+            while matches!(count, Ok(n) if (n as usize) < self.opts.world_size)
+                && Instant::now() < deadline
+            {
+                std::thread::sleep(Duration::from_millis(5));
+                count = self.store.add(LEFT, 0);
+            }
+        }
+        torn.and(count.map(|_| ()))
+            .map_err(|e| step_error(&self.opts, "leaving the group", start, e))
     }
 }
 
 impl Drop for StandaloneGroup {
     fn drop(&mut self) {
-        // Already torn down by `destroy`, or torn down now; the server (rank 0) goes after.
-        let _ = self.world.destroy_process_group(None);
+        // Nothing if `destroy` ran; the server (rank 0) goes after, with the fields.
+        let _ = self.leave();
     }
 }
 

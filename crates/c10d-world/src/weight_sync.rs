@@ -14,8 +14,11 @@
 //!    flight.
 //!
 //! [`pack_plan`] is the packing rule, which the trainer must follow too. Every step is bounded
-//! by the group's timeout (or [`ReceiveOptions::timeout`]); a manifest that differs from the
-//! expected one fails before any tensor is received, naming the first difference.
+//! by the group's timeout (or [`ReceiveOptions::timeout`]). A manifest that differs from the
+//! expected one fails before any tensor is received, naming the first difference; the protocol
+//! has no reply, so the trainer then waits in its first data broadcast until its own timeout.
+//! Once data flows, a receiver that fails to store a tensor still takes part in every
+//! remaining broadcast (so the group stays in step) and returns the first error at the end.
 
 use crate::call::Rank;
 use crate::world::{GroupMember, World};
@@ -53,6 +56,10 @@ impl TensorSpec {
             .collect::<Result<Vec<usize>>>()?;
         let dtype = DType::parse(dtype.trim_start_matches("torch."))
             .map_err(|e| bad(e.message().to_string()))?;
+        let elems = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+        if elems.and_then(|n| n.checked_mul(dtype.size())).is_none() {
+            return Err(bad(format!("shape {shape:?} overflows the address space")));
+        }
         Ok(TensorSpec {
             name: name.clone(),
             shape,
@@ -98,8 +105,9 @@ impl Received {
 }
 
 /// Packed mode's buffers: for each, the manifest indices it carries and its size in bytes.
-/// A buffer takes tensors in order until its running total reaches `buffer_bytes` (one tensor
-/// larger than that gets a buffer of its own); the trainer must pack the same way.
+/// A buffer takes tensors in order and closes once its running total exceeds `buffer_bytes`
+/// (strictly, as vLLM's `packed_broadcast_producer` does: a total equal to it stays open); the
+/// last buffer holds what is left. The trainer must pack the same way.
 pub fn pack_plan(specs: &[TensorSpec], buffer_bytes: usize) -> Vec<(Vec<usize>, usize)> {
     let mut plan: Vec<(Vec<usize>, usize)> = Vec::new();
     let mut open: Option<(Vec<usize>, usize)> = None;
@@ -107,7 +115,7 @@ pub fn pack_plan(specs: &[TensorSpec], buffer_bytes: usize) -> Vec<(Vec<usize>, 
         let (idx, bytes) = open.get_or_insert_with(|| (Vec::new(), 0));
         idx.push(i);
         *bytes += s.nbytes();
-        if *bytes >= buffer_bytes {
+        if *bytes > buffer_bytes {
             plan.extend(open.take());
         }
     }
@@ -187,15 +195,22 @@ impl World {
     /// Receives one weight update into tensors the receiver already holds (an inference
     /// server's own parameters, or the previous update's tensors): the manifest must match
     /// them (names, shapes, dtypes, in order), and the data lands in them (directly, or from
-    /// the packed buffers), with no tensor allocated.
+    /// the packed buffers, which are allocated per update).
     ///
     /// # Errors
-    /// As [`World::receive_weights`]; a manifest that differs from `targets`.
+    /// A target that is not a writable CPU tensor free to be written (checked before the
+    /// manifest is received); as [`World::receive_weights`]; a manifest that differs from
+    /// `targets`.
     pub fn receive_weights_into(
         &self,
         targets: &[(String, Tensor)],
         opts: &ReceiveOptions,
     ) -> Result<Received> {
+        for (name, t) in targets {
+            t.write_bytes(|_| ()).map_err(|e| {
+                e.map_message(|m| format!("weight sync: target {name:?} cannot be written: {m}"))
+            })?;
+        }
         let opts = ReceiveOptions {
             expected: Some(targets.iter().map(|(n, t)| spec_of(n, t)).collect()),
             ..opts.clone()
@@ -256,22 +271,39 @@ impl World {
         let depth = o.in_flight.unwrap_or(2).max(1);
         let mut out: Vec<Option<Tensor>> = vec![None; specs.len()];
         let mut flight: VecDeque<(Work, Tensor, Vec<usize>)> = VecDeque::new();
+        // The first failure; every buffer is still posted and waited for, so the receiver
+        // leaves the protocol where the trainer does.
+        let mut first: Option<DistError> = None;
+        let settle = |done, out: &mut [Option<Tensor>], first: &mut Option<DistError>| {
+            if let Err(e) = unpack(done, specs, into, out) {
+                first.get_or_insert(e);
+            }
+        };
         for (idx, bytes) in pack_plan(specs, size) {
             if flight.len() == depth {
-                unpack(flight.pop_front(), specs, into, &mut out)?;
+                settle(flight.pop_front(), &mut out, &mut first);
             }
             let buf = Tensor::zeros(DType::U8, &[bytes]);
-            let w = self
+            let started = self
                 .broadcast(&buf, src)
                 .group(o.group.as_ref())
                 .within(o.timeout)
-                .start()?;
-            flight.push_back((w, buf, idx));
+                .start();
+            match started {
+                Ok(w) => flight.push_back((w, buf, idx)),
+                Err(e) => {
+                    first.get_or_insert(e);
+                    break;
+                }
+            }
         }
         while !flight.is_empty() {
-            unpack(flight.pop_front(), specs, into, &mut out)?;
+            settle(flight.pop_front(), &mut out, &mut first);
         }
-        Ok(out.into_iter().flatten().collect())
+        match first {
+            Some(e) => Err(e),
+            None => Ok(out.into_iter().flatten().collect()),
+        }
     }
 }
 
@@ -334,6 +366,11 @@ mod tests {
         // 40-byte tensors into 64-byte buffers: a+b (80), c alone (400), d (4).
         let plan = pack_plan(&specs, 64);
         assert_eq!(plan, vec![(vec![0, 1], 80), (vec![2], 400), (vec![3], 4)]);
+        // A running total equal to the size keeps the buffer open (vLLM closes on `>`).
+        assert_eq!(
+            pack_plan(&specs, 80),
+            vec![(vec![0, 1, 2], 480), (vec![3], 4)]
+        );
         assert_eq!(pack_plan(&specs, 1 << 30), vec![(vec![0, 1, 2, 3], 484)]);
         assert!(pack_plan(&[], 64).is_empty());
     }

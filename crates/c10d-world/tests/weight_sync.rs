@@ -43,7 +43,9 @@ fn bytes(t: &Tensor) -> Vec<u8> {
 fn receivers_get_the_senders_tensors_bit_for_bit() {
     let out = run(3, |w, r| {
         let mut got = Vec::new();
-        for packed in [None, Some(1000)] {
+        // Unpacked; packed in two buffers; packed one tensor a buffer (three buffers, more than
+        // the two in flight).
+        for packed in [None, Some(1000), Some(100)] {
             let opts = ReceiveOptions {
                 packed_buffer_bytes: packed,
                 expected: Some(specs()),
@@ -77,7 +79,7 @@ fn receivers_get_the_senders_tensors_bit_for_bit() {
     });
     let want: Vec<Vec<u8>> = model().iter().map(|(_, t)| bytes(t)).collect();
     for rank in &out[1..] {
-        assert_eq!(rank.len(), 4);
+        assert_eq!(rank.len(), 6);
         assert!(rank.iter().all(|mode| *mode == want));
     }
 }
