@@ -143,17 +143,7 @@ impl Drop for ProcessGroupNccl {
     /// fields (the watchdog fails what is in flight, aborting communicators whose ops are
     /// still on the device; a live communicator ends in order).
     fn drop(&mut self) {
-        let block = self
-            .coalescing
-            .get_mut()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        if let Some(block) = block {
-            self.abandon_block(
-                block,
-                "the process group was destroyed during a coalesced block",
-            );
-        }
+        self.abandon_open_block("was destroyed");
     }
 }
 
@@ -417,9 +407,10 @@ impl ProcessGroupNccl {
         body: impl FnOnce(&mut Enqueue<'_>) -> Result<()>,
     ) -> Result<Work> {
         let device = self.device_of(&op)?;
-        self.refuse_foreign_group(&op)?;
-        let capturing = match stream::declared_stream(device)? {
-            Some(s) => crate::capture::is_capturing(&s)?,
+        let in_block = self.check_thread_groups(&op)?;
+        let declared = stream::declared_stream(device)?;
+        let capturing = match &declared {
+            Some(s) => crate::capture::is_capturing(s)?,
             None => false,
         };
         if capturing && self.current().is_none() {
@@ -432,26 +423,19 @@ impl ProcessGroupNccl {
         dc.ctx
             .bind_to_thread()
             .map_err(|e| driver_error("cuCtxSetCurrent", e))?;
-        // In a block, ordered before the block's lock is taken (a device synchronisation must
-        // not hold up other threads' use of the group).
-        let in_block = self.coalescing_open();
-        let early = if in_block {
-            Some(self.order_after_caller(&dc)?)
-        } else {
-            None
-        };
-        let mut co = self.coalescing.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(block) = co.as_mut() {
-            let caller = match early {
-                Some(c) => c,
-                None => self.order_after_caller(&dc)?,
-            };
+        if in_block {
+            // Ordered before the block's lock is taken (a device synchronisation must not hold
+            // up other threads' use of the group).
+            let caller = self.order_after_caller(&dc, declared)?;
+            let mut co = self.coalescing.lock().unwrap_or_else(|e| e.into_inner());
+            let block = co.as_mut().ok_or_else(|| {
+                DistError::invalid("ProcessGroupNCCL: the coalescing block ended while an op of it was being issued")
+            })?;
             return self.launch_in_block(block, &dc, &op, (caller, capturing), body);
         }
-        drop(co);
         // Host-side refusals first: a refused op never waits for the device.
         let leases = TensorLeases::acquire(op.inputs, op.outputs)?;
-        let caller = self.order_after_caller(&dc)?;
+        let caller = self.order_after_caller(&dc, declared)?;
         let mut keep: Vec<Tensor> = op.inputs.iter().chain(op.outputs).cloned().collect();
         let mut temps = Vec::new();
         let mut premul = Vec::new();
@@ -521,24 +505,20 @@ impl ProcessGroupNccl {
         error
     }
 
-    /// Whether a coalesced block is open on this group.
-    fn coalescing_open(&self) -> bool {
-        self.coalescing
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_some()
-    }
-
     /// Refuses an op issued while an NCCL group this group does not own is open on the thread
     /// (another group's coalesced block, or a user's `ncclGroupStart`): its calls would only
     /// launch when that group ends, after this op's `Work` had been recorded as enqueued.
-    fn refuse_foreign_group(&self, op: &Op<'_>) -> Result<()> {
-        let own = self
+    /// Returns whether this group has a coalesced block open (one look at the block).
+    fn check_thread_groups(&self, op: &Op<'_>) -> Result<bool> {
+        let (in_block, own) = match self
             .coalescing
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .as_ref()
-            .is_some_and(|c| c.group_open());
+        {
+            Some(c) => (true, c.group_open()),
+            None => (false, false),
+        };
         let open = result::open_groups();
         if open > usize::from(own) {
             return Err(DistError::invalid(format!(
@@ -546,13 +526,17 @@ impl ProcessGroupNccl {
                 op.kind, self.options.group_name
             )));
         }
-        Ok(())
+        Ok(in_block)
     }
 
     /// Orders the NCCL stream after the caller's work, by the rule of [`crate::stream`]: after
-    /// the thread's declared stream (returned), else after everything queued on the device.
-    pub(crate) fn order_after_caller(&self, dc: &DeviceComm) -> Result<Option<Arc<CudaStream>>> {
-        let Some(caller) = stream::declared_stream(dc.device)? else {
+    /// the thread's `declared` stream (returned), else after everything queued on the device.
+    fn order_after_caller(
+        &self,
+        dc: &DeviceComm,
+        declared: Option<Arc<CudaStream>>,
+    ) -> Result<Option<Arc<CudaStream>>> {
+        let Some(caller) = declared else {
             warn_device_sync_once();
             dc.ctx
                 .synchronize()
@@ -766,6 +750,11 @@ impl ProcessGroupNccl {
         if let Some(c) = creating {
             c.abort();
         }
+        self.abandon_open_block("ended");
+    }
+
+    /// Ends a coalesced block left open when the group `what` (see `abandon_block`).
+    fn abandon_open_block(&self, what: &str) {
         let block = self
             .coalescing
             .lock()
@@ -773,7 +762,7 @@ impl ProcessGroupNccl {
             .take();
         if let Some(block) = block {
             let why = format!(
-                "ProcessGroupNCCL (group {:?}, rank {}): the group ended during a coalesced block",
+                "ProcessGroupNCCL (group {:?}, rank {}): the group {what} during a coalesced block",
                 self.options.group_name, self.rank
             );
             self.abandon_block(block, &why);

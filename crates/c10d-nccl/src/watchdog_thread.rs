@@ -136,15 +136,11 @@ impl WatchdogThread {
     /// After a shutdown: ops whose communicator was ended in order and whose end event fired
     /// complete normally (their results are whole); the others fail with `error` and retire.
     pub fn finish_everything(&self, error: &str) {
-        let mut ops = Vec::new();
-        self.shared.lock().drain(|_, op| ops.push(op));
         let whole = |op: &InFlight| op.comm.was_shut_down() && op.kernels_done();
-        let (done, failed): (Vec<InFlight>, Vec<InFlight>) = ops.into_iter().partition(whole);
+        let (done, mut failed): (Vec<InFlight>, Vec<InFlight>) =
+            self.shared.drain().into_iter().partition(whole);
         done.into_iter().for_each(InFlight::finish);
-        let mut failed = failed;
-        for op in &mut failed {
-            op.complete(Err(c10d_core::DistError::backend(error.to_string())));
-        }
+        fail(&mut failed, error);
         lock(&self.shared.retiring).extend(failed);
     }
 
@@ -182,21 +178,36 @@ impl Drop for Shared {
     /// a thread that outlived [`JOIN_LIMIT`]): released if done, else leaked, never freed under
     /// work that may still run.
     fn drop(&mut self) {
-        let mut ops = std::mem::take(&mut *lock(&self.retiring));
-        self.dog
-            .get_mut()
-            .unwrap_or_else(|e| e.into_inner())
-            .drain(|_, op| ops.push(op));
-        let (done, running): (Vec<InFlight>, Vec<InFlight>) =
-            ops.into_iter().partition(InFlight::kernels_done);
-        drop(done);
-        if !running.is_empty() {
-            log::warn!(
-                "c10d-nccl: {} op(s) were still on the device when their group's watchdog ended; their device memory is leaked",
-                running.len()
-            );
-            running.into_iter().for_each(std::mem::forget);
+        let mut ops = self.drain();
+        ops.append(&mut lock(&self.retiring));
+        release_or_leak(ops, Duration::ZERO, "when their group's watchdog ended");
+    }
+}
+
+/// Fails the works of `ops` with `error` (their memory stays with them).
+fn fail(ops: &mut [InFlight], error: &str) {
+    for op in ops {
+        op.complete(Err(c10d_core::DistError::backend(error.to_string())));
+    }
+}
+
+/// Releases the ops whose end event has fired, waiting up to `wait` for the others; those still
+/// on the device then are leaked, with a warning, never freed under work that may still run.
+fn release_or_leak(mut ops: Vec<InFlight>, wait: Duration, what: &str) {
+    let deadline = Instant::now() + wait;
+    loop {
+        ops.retain(|op| !op.kernels_done());
+        if ops.is_empty() || Instant::now() >= deadline {
+            break;
         }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    if !ops.is_empty() {
+        log::warn!(
+            "c10d-nccl: {} op(s) {what} were still on the device after {wait:?}; their device memory is leaked rather than freed under them",
+            ops.len()
+        );
+        ops.into_iter().for_each(std::mem::forget);
     }
 }
 
@@ -210,19 +221,17 @@ impl Shared {
     }
 
     /// Every in-flight op, its work failed with `error`; the retiring ones too.
-    fn fail_in_flight(&self, error: &str) -> Vec<InFlight> {
+    /// Every in-flight op, taken from the watchdog.
+    fn drain(&self) -> Vec<InFlight> {
         let mut out = Vec::new();
         self.lock().drain(|_, op| out.push(op));
-        for op in &mut out {
-            op.complete(Err(c10d_core::DistError::backend(error.to_string())));
-        }
-        out.append(&mut lock(&self.retiring));
         out
     }
 
     fn abort_everything(&self, error: &str) {
         self.lock().set_ending();
-        let ops = self.fail_in_flight(error);
+        let mut ops = self.drain();
+        fail(&mut ops, error);
         self.abort_comms();
         lock(&self.retiring).extend(ops);
     }
@@ -231,25 +240,13 @@ impl Shared {
     /// [`RETIRE_LIMIT`] to leave it, and are leaked if they have not.
     fn fail_and_release(&self, error: &str) {
         self.lock().set_ending();
-        let mut ops = self.fail_in_flight(error);
+        let mut ops = self.drain();
+        fail(&mut ops, error);
+        ops.append(&mut lock(&self.retiring));
         for op in ops.iter().filter(|op| !op.kernels_done()) {
             op.comm.abort();
         }
-        let deadline = Instant::now() + RETIRE_LIMIT;
-        loop {
-            ops.retain(|op| !op.kernels_done());
-            if ops.is_empty() || Instant::now() >= deadline {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        if !ops.is_empty() {
-            log::warn!(
-                "c10d-nccl: {} op(s) of a dropped group were still on the device {RETIRE_LIMIT:?} after the abort; their device memory is leaked rather than freed under them",
-                ops.len()
-            );
-            ops.into_iter().for_each(std::mem::forget);
-        }
+        release_or_leak(ops, RETIRE_LIMIT, "of a dropped group, after the abort");
     }
 
     fn abort_comms(&self) {

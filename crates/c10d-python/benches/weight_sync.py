@@ -26,6 +26,7 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+from c10d_rs.weight_sync import pack_plan
 
 MIB = 1 << 20
 WORLD = 3
@@ -43,46 +44,18 @@ def _init(backend: str, port: int, rank: int) -> None:
     dist.init_process_group(backend, store=store, rank=rank, world_size=WORLD)
 
 
-def _send(tensors, packed):
-    if packed is None:
-        for t in tensors:
-            dist.broadcast(t, src=0)
-        return
-    buf, total = [], 0  # c10d_world::weight_sync::pack_plan's rule (vLLM's: close on `>`)
-    for t in tensors:
-        buf.append(t.view(torch.uint8))
-        total += t.numel() * t.element_size()
-        if total > packed:
-            dist.broadcast(torch.cat(buf), src=0)
-            buf, total = [], 0
-    if buf:
-        dist.broadcast(torch.cat(buf), src=0)
-
-
 UPDATES = 2
 
 
 def _trainer(backend, port, gib, packed):
     _init(backend, port, 0)
+    from c10d_rs.weight_sync import send_weights
+
     sd = _tensors(gib)
     for _ in range(UPDATES):
-        dist.broadcast_object_list([[(k, list(v.shape), str(v.dtype)) for k, v in sd.items()]], src=0)
-        _send(list(sd.values()), packed)
+        send_weights(sd.items(), packed_buffer_bytes=packed)
     dist.destroy_process_group()
     os._exit(0)
-
-
-def _plan(sizes, packed):
-    """Buffer sizes of the packing rule (as `_send` packs)."""
-    plan, total = [], 0
-    for n in sizes:
-        total += n
-        if total > packed:
-            plan.append(total)
-            total = 0
-    if total:
-        plan.append(total)
-    return plan
 
 
 def _torch_receiver(port, rank, packed, q):
@@ -98,16 +71,12 @@ def _torch_receiver(port, rank, packed, q):
             for t in held:
                 dist.broadcast(t, src=0)
         else:  # the trainer's buffers, cut into the held tensors
-            sizes = [t.numel() * 4 for t in held]
-            views = iter(t.view(torch.uint8) for t in held)
-            for b in _plan(sizes, packed):
-                buf = torch.empty(b, dtype=torch.uint8)
+            views = [t.view(torch.uint8) for t in held]
+            for idx in pack_plan([v.numel() for v in views], packed):
+                buf = torch.empty(sum(views[i].numel() for i in idx), dtype=torch.uint8)
                 dist.broadcast(buf, src=0)
-                at = 0
-                while at < b:
-                    v = next(views)
-                    v.copy_(buf[at:at + v.numel()])
-                    at += v.numel()
+                for v, part in zip((views[i] for i in idx), buf.split([views[i].numel() for i in idx])):
+                    v.copy_(part)
         rate = sum(t.numel() * 4 for t in held) / (time.perf_counter() - start) / 1e9
     q.put(rate)
     dist.destroy_process_group()

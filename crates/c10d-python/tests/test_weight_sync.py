@@ -32,30 +32,14 @@ def _state_dict():
 def _trainer(port: int, packed, out: str) -> None:
     from datetime import timedelta
 
-    import c10d_rs  # noqa: F401  (registers "c10drs")
     import torch
     import torch.distributed as dist
+    from c10d_rs.weight_sync import send_weights  # also registers "c10drs"
 
     store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=60))
     dist.init_process_group("c10drs", store=store, rank=0, world_size=WORLD)
     sd = _state_dict()
-    manifest = [(k, list(v.shape), str(v.dtype)) for k, v in sd.items()]
-    dist.broadcast_object_list([manifest], src=0)
-    tensors = [v.contiguous() for v in sd.values()]
-    if packed is None:
-        for t in tensors:
-            dist.broadcast(t, src=0)
-    else:
-        # The packing rule of c10d_world::weight_sync::pack_plan (vLLM's packed mode).
-        buf, total = [], 0
-        for t in tensors:
-            buf.append(t.view(-1).view(torch.uint8))
-            total += t.numel() * t.element_size()
-            if total > packed:
-                dist.broadcast(torch.cat(buf), src=0)
-                buf, total = [], 0
-        if buf:
-            dist.broadcast(torch.cat(buf), src=0)
+    send_weights(sd.items(), packed_buffer_bytes=packed)
     for k, t in sd.items():
         Path(out, f"{k}.bin").write_bytes(t.contiguous().view(-1).view(torch.uint8).numpy().tobytes())
     dist.destroy_process_group()

@@ -13,7 +13,8 @@
 //!    mode), each buffer one broadcast, with up to [`ReceiveOptions::in_flight`] buffers in
 //!    flight.
 //!
-//! [`pack_plan`] is the packing rule, which the trainer must follow too. Every step is bounded
+//! [`pack_plan`] is the packing rule, which the trainer must follow too (a PyTorch trainer
+//! sends with `c10d_rs.weight_sync.send_weights`, the Python side of the same rule). Every step is bounded
 //! by the group's timeout (or [`ReceiveOptions::timeout`]). A manifest that differs from the
 //! expected one fails before any tensor is received, naming the first difference; the protocol
 //! has no reply, so the trainer then waits in its first data broadcast until its own timeout.

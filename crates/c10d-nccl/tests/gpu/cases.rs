@@ -32,6 +32,14 @@ pub struct Ctx {
     groups: std::cell::Cell<usize>,
 }
 
+/// `TORCH_NCCL_ASYNC_ERROR_HANDLING=2`: abort the communicators, keep the process.
+fn cleanup_env() -> NcclEnv {
+    NcclEnv {
+        async_error_handling: c10d_nccl::ErrorHandlingMode::CleanUpOnly,
+        ..NcclEnv::default()
+    }
+}
+
 pub fn e2s(e: DistError) -> String {
     e.to_string()
 }
@@ -44,6 +52,14 @@ impl Ctx {
             ..NcclOptions::default()
         };
         self.group_with(opts, env).map(|(g, _)| g)
+    }
+
+    /// A fresh group of every rank bound to this rank's device, whose watchdog aborts its
+    /// communicator on a timeout or error and keeps the process (mode 2).
+    pub fn cleanup_group(&self, timeout: Duration) -> Result<ProcessGroupNccl, String> {
+        let g = self.group(timeout, cleanup_env())?;
+        g.bind(dev()).map_err(e2s)?;
+        Ok(g)
     }
 
     /// A fresh group of every rank with `opts` (named here), on its own store prefix, which is
@@ -126,10 +142,7 @@ pub fn worker(rank: usize) -> i32 {
                 timeout: Duration::from_secs(60),
                 ..NcclOptions::default()
             },
-            NcclEnv {
-                async_error_handling: c10d_nccl::ErrorHandlingMode::CleanUpOnly,
-                ..NcclEnv::default()
-            },
+            cleanup_env(),
         ) {
             Ok(pg) => pg,
             Err(e) => {
@@ -962,12 +975,7 @@ fn abort_from_thread(c: &Ctx) -> R {
 }
 
 fn watchdog_timeout(c: &Ctx) -> R {
-    let env = NcclEnv {
-        async_error_handling: c10d_nccl::ErrorHandlingMode::CleanUpOnly,
-        ..NcclEnv::default()
-    };
-    let g = c.group(Duration::from_secs(60), env)?;
-    g.bind(dev()).map_err(e2s)?;
+    let g = c.cleanup_group(Duration::from_secs(60))?;
     let t = c.cuda(DType::F32, &[1.0; 8])?;
     let stuck = Stuck::new()?;
     let o = AllreduceOptions {
@@ -1004,12 +1012,7 @@ fn dead_peer(c: &Ctx) -> R {
     if c.world < 2 {
         return Ok(());
     }
-    let env = NcclEnv {
-        async_error_handling: c10d_nccl::ErrorHandlingMode::CleanUpOnly,
-        ..NcclEnv::default()
-    };
-    let g = c.group(Duration::from_secs(600), env)?;
-    g.bind(dev()).map_err(e2s)?;
+    let g = c.cleanup_group(Duration::from_secs(600))?;
     let t = c.cuda(DType::F32, &[1.0; 1024])?;
     wait(g.all_reduce(std::slice::from_ref(&t), &AllreduceOptions::default()))?;
     g.barrier(&BarrierOptions::default())

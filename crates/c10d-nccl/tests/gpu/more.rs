@@ -6,7 +6,7 @@
 use super::cases::{dev, e2s, wait, Ctx, R};
 use super::values::{check, distinct, host, read, read_when_released};
 use c10d_core::*;
-use c10d_nccl::{memory, stream, ErrorHandlingMode, NcclEnv};
+use c10d_nccl::{memory, stream, NcclEnv};
 use cudarc::driver::{result as cures, sys as cusys, CudaStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -212,12 +212,7 @@ pub fn desynchronised_peer(c: &Ctx) -> R {
     if c.world < 2 {
         return Ok(());
     }
-    let env = NcclEnv {
-        async_error_handling: ErrorHandlingMode::CleanUpOnly,
-        ..NcclEnv::default()
-    };
-    let g = c.group(Duration::from_secs(60), env)?;
-    g.bind(dev()).map_err(e2s)?;
+    let g = c.cleanup_group(Duration::from_secs(60))?;
     let t = c.cuda(DType::F32, &values(c.rank, 1 << 20, 0))?;
     wait(g.all_reduce(std::slice::from_ref(&t), &AllreduceOptions::default()))?;
     let o = AllreduceOptions {
@@ -257,12 +252,7 @@ pub fn teardown_with_work_in_flight(c: &Ctx) -> R {
     if c.world < 2 {
         return Ok(());
     }
-    let env = NcclEnv {
-        async_error_handling: ErrorHandlingMode::CleanUpOnly,
-        ..NcclEnv::default()
-    };
-    let g = c.group(Duration::from_secs(600), env)?;
-    g.bind(dev()).map_err(e2s)?;
+    let g = c.cleanup_group(Duration::from_secs(600))?;
     let t = c.cuda(DType::F32, &[1.0; 1 << 16])?;
     let w = if c.rank == c.world - 1 {
         None
