@@ -295,6 +295,11 @@ pub fn is_nccl_available() -> bool {
     is_backend_available("nccl")
 }
 
+/// `torch.cuda.is_available()`: a CUDA driver loads and sees at least one device (cached).
+pub fn cuda_available() -> bool {
+    c10d_nccl::cuda_device_count() > 0
+}
+
 /// The default backend of a device type (`get_default_backend_for_device("cpu")` → `"gloo"`;
 /// `"cuda:1"` reads as `cuda`).
 ///

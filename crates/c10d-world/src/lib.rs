@@ -110,6 +110,7 @@ pub mod collectives;
 pub mod config;
 pub mod ddp;
 pub mod detail;
+pub mod device_mesh;
 pub mod flight_recorder;
 mod gloo;
 pub mod objects;
@@ -131,6 +132,9 @@ pub use config::{
     is_nccl_available, register_backend, BackendConfig, BackendCreateArgs, BackendCreator,
 };
 pub use detail::{CollectiveFingerPrint, DetailWrapper};
+pub use device_mesh::{
+    init_device_mesh, BackendOverride, DeviceMesh, MeshArray, MeshDim, MeshOptions,
+};
 use objects::*;
 use ops::*;
 pub use world::{

@@ -97,6 +97,8 @@ struct Settings {
     debug_level: Option<DebugLevel>,
     init_barrier: Option<bool>,
     detail_helper_backend: Option<String>,
+    /// Meshes whose arguments were checked across ranks (kept across re-initialisation).
+    mesh_checks: usize,
 }
 
 /// The state of one `torch.distributed` "process": default group, groups, names, tags.
@@ -176,6 +178,13 @@ impl World {
         self.settings().init_barrier.unwrap_or_else(|| {
             std::env::var("TORCH_DIST_INIT_BARRIER").is_ok_and(|v| v.trim() == "1")
         })
+    }
+
+    /// The number of this mesh argument check (0, 1, …); see `device_mesh::agree`.
+    pub(crate) fn next_mesh_check(&self) -> usize {
+        let mut s = self.settings();
+        s.mesh_checks += 1;
+        s.mesh_checks - 1
     }
 
     /// The backend used for DETAIL mode's helper group (default "gloo", as PyTorch's
