@@ -67,6 +67,7 @@ fn line(w: &World, world: usize, rank: usize, case: &str, m: &DeviceMesh<'_>) ->
         .unwrap()
         .iter()
         .map(|g| {
+            let g = g.group().unwrap();
             let ranks = w.get_process_group_ranks(Some(g)).unwrap();
             format!("{ranks:?}:{}:{}", g.group_name(), g.group_desc())
         })

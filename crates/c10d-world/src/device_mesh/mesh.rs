@@ -3,7 +3,7 @@
 
 use super::layout::{unravel, Layout};
 use super::options::{py_tuple, MeshArray, MeshDim};
-use crate::World;
+use crate::{GroupMember, World};
 use c10d_core::{DistError, ProcessGroup, Result};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -117,7 +117,8 @@ impl<'w> DeviceMesh<'w> {
         Some(unravel(i, mesh.shape()))
     }
 
-    /// This rank's group along `dim` (`get_group(mesh_dim)`); on a root mesh a flattened
+    /// This rank's group along `dim` (`get_group(mesh_dim)`), as a [`GroupMember`] that every
+    /// collective takes (`.group(&g)`), always [`GroupMember::Group`]; on a root mesh a flattened
     /// dimension's name also works.
     ///
     /// # Errors
@@ -125,8 +126,12 @@ impl<'w> DeviceMesh<'w> {
     /// dimensions are: mesh_dim_names=(..)"; "No `mesh_dim_names` found." for a name on an
     /// unnamed mesh; "mesh dimension {i} is out of range for a {n}-D mesh"; "rank {r} is not part
     /// of the DeviceMesh .." outside the mesh.
-    pub fn get_group<'a>(&self, dim: impl Into<MeshDim<'a>>) -> Result<ProcessGroup> {
-        let dim = dim.into();
+    pub fn get_group<'a>(&self, dim: impl Into<MeshDim<'a>>) -> Result<GroupMember> {
+        self.process_group(dim.into()).map(GroupMember::Group)
+    }
+
+    /// This rank's [`ProcessGroup`] along `dim`.
+    fn process_group(&self, dim: MeshDim<'_>) -> Result<ProcessGroup> {
         if let MeshDim::Name(n) = dim {
             if let Some(f) = self.flattened(n) {
                 return f.group.ok_or_else(|| self.not_member());
@@ -142,7 +147,7 @@ impl<'w> DeviceMesh<'w> {
     /// "Found the DeviceMesh have {n} dimensions Optional kwarg `mesh_dim` needs to be specified
     /// when device_mesh.ndim > 1. ..." on a mesh of several dimensions; as
     /// [`DeviceMesh::get_group`].
-    pub fn group(&self) -> Result<ProcessGroup> {
+    pub fn group(&self) -> Result<GroupMember> {
         if self.ndim() != 1 {
             return Err(DistError::invalid(format!(
                 "Found the DeviceMesh have {} dimensions Optional kwarg `mesh_dim` needs to be specified when device_mesh.ndim > 1. If you want to get the list of all the ProcessGroups in the DeviceMesh,please use `get_all_groups()` instead.",
@@ -156,7 +161,7 @@ impl<'w> DeviceMesh<'w> {
     ///
     /// # Errors
     /// As [`DeviceMesh::get_group`].
-    pub fn get_all_groups(&self) -> Result<Vec<ProcessGroup>> {
+    pub fn get_all_groups(&self) -> Result<Vec<GroupMember>> {
         (0..self.ndim()).map(|d| self.get_group(d)).collect()
     }
 
@@ -165,7 +170,7 @@ impl<'w> DeviceMesh<'w> {
     /// # Errors
     /// As [`DeviceMesh::get_group`].
     pub fn get_local_rank<'a>(&self, dim: impl Into<MeshDim<'a>>) -> Result<usize> {
-        Ok(self.get_group(dim)?.rank())
+        Ok(self.process_group(dim.into())?.rank())
     }
 
     /// [`DeviceMesh::get_local_rank`] of a 1-D mesh (`get_local_rank()`).
@@ -173,7 +178,8 @@ impl<'w> DeviceMesh<'w> {
     /// # Errors
     /// As [`DeviceMesh::group`].
     pub fn local_rank(&self) -> Result<usize> {
-        Ok(self.group()?.rank())
+        self.group()?;
+        self.get_local_rank(0)
     }
 
     /// The names of this rank's groups, one per dimension (`_dim_group_names`).
