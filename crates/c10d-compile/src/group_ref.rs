@@ -1,9 +1,10 @@
 //! How a functional collective names its group (`RANK_TYPES` + tag in
 //! `torch.distributed._functional_collectives`): a registered group name, a group handle, a
-//! [`GroupMember`], or a rank list (or list of equal-size rank lists) plus a tag.
+//! [`GroupMember`], a [`DeviceMesh`] (1-D) or a mesh and one of its dimensions, or a rank list
+//! (or list of equal-size rank lists) plus a tag.
 
 use c10d_core::{DistError, ProcessGroup, Result};
-use c10d_world::{GroupMember, World};
+use c10d_world::{DeviceMesh, GroupMember, MeshDim, World};
 
 /// A group argument of a functional collective.
 #[derive(Clone, Debug)]
@@ -15,6 +16,9 @@ pub enum GroupRef<'a> {
     Group(&'a ProcessGroup),
     /// What group creation returned (the non-member sentinel is refused).
     Member(&'a GroupMember),
+    /// A mesh and, for a mesh of several dimensions, the dimension (PyTorch's `DeviceMesh` and
+    /// `(DeviceMesh, int)`; a name works too): this rank's group along it.
+    Mesh(&'a DeviceMesh<'a>, Option<MeshDim<'a>>),
     /// Ranks + tag (deprecated in PyTorch, which warns): one rank list, or several lists of equal
     /// size of which this rank's is used (`_expand_group`). The group is found by tag and ranks
     /// or created with that tag (`_find_or_create_pg_by_ranks_and_tag`). As in PyTorch, creation
@@ -49,7 +53,9 @@ impl<'a> GroupRef<'a> {
     /// The group this argument names in `world`.
     ///
     /// # Errors
-    /// "Could not resolve the process group registered under the name X"; "group sizes must be
+    /// "Could not resolve the process group registered under the name X"; "Only 1D mesh is
+    /// supported, pass in (DeviceMesh, int) together if mesh > 1D"; the mesh's group errors
+    /// (unknown dimension, rank outside the mesh); "group sizes must be
     /// identical" for rank lists of different sizes; "this rank is not a member of the group
     /// (GroupMember.NON_GROUP_MEMBER)"; "rankset doesn't include the current node"; group
     /// creation errors.
@@ -58,6 +64,10 @@ impl<'a> GroupRef<'a> {
             GroupRef::Name(n) => world.resolve_process_group(n),
             GroupRef::Group(g) => Ok((*g).clone()),
             GroupRef::Member(m) => (*m).clone().into_group(),
+            GroupRef::Mesh(mesh, None) if mesh.ndim() != 1 => Err(DistError::invalid(
+                "Only 1D mesh is supported, pass in (DeviceMesh, int) together if mesh > 1D",
+            )),
+            GroupRef::Mesh(mesh, dim) => mesh.get_group(dim.unwrap_or(MeshDim::Index(0)))?.into_group(),
             GroupRef::Ranks { ranks, tag } => {
                 let (flat, group_size) = expand_group(ranks)?;
                 log::warn!(
@@ -103,6 +113,27 @@ impl<'a> From<&'a String> for GroupRef<'a> {
 impl<'a> From<&'a ProcessGroup> for GroupRef<'a> {
     fn from(g: &'a ProcessGroup) -> Self {
         GroupRef::Group(g)
+    }
+}
+
+impl<'a> From<&'a DeviceMesh<'a>> for GroupRef<'a> {
+    /// A 1-D mesh (`group=mesh`).
+    fn from(m: &'a DeviceMesh<'a>) -> Self {
+        GroupRef::Mesh(m, None)
+    }
+}
+
+impl<'a> From<(&'a DeviceMesh<'a>, usize)> for GroupRef<'a> {
+    /// A mesh dimension by index (`group=(mesh, dim)`).
+    fn from((m, d): (&'a DeviceMesh<'a>, usize)) -> Self {
+        GroupRef::Mesh(m, Some(MeshDim::Index(d)))
+    }
+}
+
+impl<'a> From<(&'a DeviceMesh<'a>, &'a str)> for GroupRef<'a> {
+    /// A mesh dimension by name.
+    fn from((m, d): (&'a DeviceMesh<'a>, &'a str)) -> Self {
+        GroupRef::Mesh(m, Some(MeshDim::Name(d)))
     }
 }
 

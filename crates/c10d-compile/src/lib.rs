@@ -68,7 +68,8 @@
 //!   thread (PyTorch: per rank). Plain c10d-world collectives enter the registry through
 //!   [`registry::track_async_work`] (c10d-world does not know this crate).
 //! - No autograd: the `_c10d_functional_autograd` and legacy `c10d_functional` namespaces, fake
-//!   and meta tensors, and `DeviceMesh` group arguments are not provided. Tensors are always
+//!   and meta tensors are not provided. A [`c10d_world::DeviceMesh`] is a group argument as in
+//!   PyTorch (`GroupRef::Mesh`: a 1-D mesh, or a mesh and a dimension). Tensors are always
 //!   contiguous, so "output is contiguous for a transposed input" holds trivially.
 //! - `batch_p2p_ops([])` returns one empty f32 tensor (PyTorch: an undefined tensor); each p2p op
 //!   of a batch gets its own work (PyTorch coalesces them into one).
