@@ -364,6 +364,9 @@ fn bench(_args: &[String]) -> Res {
     run(Command::new("bash")
         .arg("crates/c10d-world/benches/compare.sh")
         .env("C10D_TORCH_PYTHON", &py))?;
+    run(cargo()
+        .args(["bench", "-p", "c10d-world", "--bench", "device_mesh"])
+        .env("C10D_TORCH_PYTHON", &py))?;
     let py = install_wheel()?;
     run(Command::new(&py).arg("crates/c10d-python/benches/torch_backends.py"))?;
     let receiver = build_weight_sync_receiver(true)?;

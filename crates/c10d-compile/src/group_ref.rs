@@ -67,7 +67,9 @@ impl<'a> GroupRef<'a> {
             GroupRef::Mesh(mesh, None) if mesh.ndim() != 1 => Err(DistError::invalid(
                 "Only 1D mesh is supported, pass in (DeviceMesh, int) together if mesh > 1D",
             )),
-            GroupRef::Mesh(mesh, dim) => mesh.get_group(dim.unwrap_or(MeshDim::Index(0)))?.into_group(),
+            GroupRef::Mesh(mesh, dim) => mesh
+                .get_group(dim.unwrap_or(MeshDim::Index(0)))?
+                .into_group(),
             GroupRef::Ranks { ranks, tag } => {
                 let (flat, group_size) = expand_group(ranks)?;
                 log::warn!(

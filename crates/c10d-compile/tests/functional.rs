@@ -90,12 +90,20 @@ fn device_mesh_groups_as_pytorch_accepts_them() {
     run(4, "gloo", |w, r| {
         let f = Funcol::new(w);
         let t = filled(r, &[2]);
-        let mesh = w.init_device_mesh("cpu", &[2, 2], Some(&["dp", "tp"])).unwrap();
+        let mesh = w
+            .init_device_mesh("cpu", &[2, 2], Some(&["dp", "tp"]))
+            .unwrap();
         // (mesh, dim): dp pairs ranks {0, 2} and {1, 3}; tp pairs {0, 1} and {2, 3}
         let dp = f.all_reduce(&t, "sum", (&mesh, 0)).unwrap();
-        assert_eq!(dp.to_vec::<f32>().unwrap(), vec![(2 * (r % 2) + 2) as f32; 2]);
+        assert_eq!(
+            dp.to_vec::<f32>().unwrap(),
+            vec![(2 * (r % 2) + 2) as f32; 2]
+        );
         let tp = f.all_reduce(&t, "sum", (&mesh, "tp")).unwrap();
-        assert_eq!(tp.to_vec::<f32>().unwrap(), vec![(4 * (r / 2) + 1) as f32; 2]);
+        assert_eq!(
+            tp.to_vec::<f32>().unwrap(),
+            vec![(4 * (r / 2) + 1) as f32; 2]
+        );
         let e = f.all_reduce(&t, "sum", &mesh).unwrap_err().to_string();
         assert_eq!(
             e,

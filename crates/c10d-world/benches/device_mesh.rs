@@ -10,7 +10,8 @@
 //! A figure is the slowest rank's median over `REPS` meshes of the wall time of one
 //! `init_device_mesh` call, all ranks starting together after a barrier; it includes the
 //! argument check (unless said otherwise) and the creation of every group with its gloo
-//! connections; not the world's own initialisation.
+//! connections and shared-memory segment (also shown without the segment, `C10D_GLOO_SHM=0`);
+//! not the world's own initialisation.
 //!
 //! Run: `cargo bench -p c10d-world --bench device_mesh`
 
@@ -146,7 +147,10 @@ fn processes(n: usize, cmd: impl Fn(usize) -> Command) -> Vec<f64> {
             let out = k.wait_with_output().expect("rank output");
             assert!(out.status.success(), "a rank failed");
             let text = String::from_utf8_lossy(&out.stdout).to_string();
-            let line = text.lines().find(|l| l.starts_with("TIMES ")).expect("TIMES line");
+            let line = text
+                .lines()
+                .find(|l| l.starts_with("TIMES "))
+                .expect("TIMES line");
             line[6..].split(' ').map(|x| x.parse().unwrap()).collect()
         })
         .collect();
@@ -161,8 +165,12 @@ fn main() {
         return;
     }
     println!("init_device_mesh, 8 ranks as threads, gloo, TcpStore (slowest rank's median of {REPS}, ms)");
-    let cases: [(&'static [usize], bool); 4] =
-        [(&[8], true), (&[2, 4], true), (&[2, 2, 2], true), (&[2, 2, 2], false)];
+    let cases: [(&'static [usize], bool); 4] = [
+        (&[8], true),
+        (&[2, 4], true),
+        (&[2, 2, 2], true),
+        (&[2, 2, 2], false),
+    ];
     let t = threads(8, &cases);
     for ((shape, check), ms) in cases.iter().zip(&t) {
         let note = if *check { "" } else { " (argument check off)" };
@@ -175,23 +183,38 @@ fn main() {
         c.env(CHILD, "1");
         c
     });
-    let torch = std::env::var("C10D_TORCH_PYTHON").ok().filter(|p| !p.is_empty()).map(|py| {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/torch_device_mesh.py");
-        processes(4, |_| {
-            let mut c = Command::new(&py);
-            c.arg(script).env("REPS", REPS.to_string());
-            c
-        })
+    // the same without the groups' shared-memory segments (whose pages every new gloo group
+    // reserves when it connects)
+    let no_shm = processes(4, |_| {
+        let mut c = Command::new(&exe);
+        c.env(CHILD, "1").env("C10D_GLOO_SHM", "0");
+        c
     });
+    let torch = std::env::var("C10D_TORCH_PYTHON")
+        .ok()
+        .filter(|p| !p.is_empty())
+        .map(|py| {
+            let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/torch_device_mesh.py");
+            processes(4, |_| {
+                let mut c = Command::new(&py);
+                c.arg(script).env("REPS", REPS.to_string());
+                c
+            })
+        });
     for (i, shape) in PROC_SHAPES.iter().enumerate() {
         match &torch {
             Some(t) => println!(
-                "  shape {shape:?}: c10d-rs {:.2} ms, PyTorch {:.2} ms (PyTorch / c10d-rs = {:.2}x)",
+                "  shape {shape:?}: c10d-rs {:.2} ms, PyTorch {:.2} ms (PyTorch / c10d-rs = {:.2}x); C10D_GLOO_SHM=0: {:.2} ms ({:.2}x)",
                 ours[i],
                 t[i],
-                t[i] / ours[i]
+                t[i] / ours[i],
+                no_shm[i],
+                t[i] / no_shm[i]
             ),
-            None => println!("  shape {shape:?}: c10d-rs {:.2} ms (no PyTorch baseline: set C10D_TORCH_PYTHON)", ours[i]),
+            None => println!(
+                "  shape {shape:?}: c10d-rs {:.2} ms, C10D_GLOO_SHM=0: {:.2} ms (no PyTorch baseline: set C10D_TORCH_PYTHON)",
+                ours[i], no_shm[i]
+            ),
         }
     }
 }

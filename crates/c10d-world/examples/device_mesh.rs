@@ -34,7 +34,9 @@ fn values(seed: u64, n: usize) -> Vec<f64> {
     let mut s = seed;
     (0..n)
         .map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             (s >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
         })
         .collect()
@@ -84,14 +86,24 @@ impl Shard {
 
     /// Forward and backward on `b` samples; `sum_tp` sums the partial outputs over the tensor
     /// parallel ranks. Returns the loss (mean over the samples of ½‖y − t‖²) and the gradients.
-    fn step(&self, x: &[f64], t: &[f64], b: usize, sum_tp: impl Fn(&mut [f64]) -> Result<()>)
-        -> Result<(f64, Vec<f64>, Vec<f64>)> {
+    fn step(
+        &self,
+        x: &[f64],
+        t: &[f64],
+        b: usize,
+        sum_tp: impl Fn(&mut [f64]) -> Result<()>,
+    ) -> Result<(f64, Vec<f64>, Vec<f64>)> {
         let pre = matmul_t(x, &self.w1, b, D, self.hs);
         let h: Vec<f64> = pre.iter().map(|&v| v.max(0.0)).collect();
         let mut y = matmul_t(&h, &self.w2, b, self.hs, O);
         sum_tp(&mut y)?;
         let dy: Vec<f64> = y.iter().zip(t).map(|(y, t)| (y - t) / b as f64).collect();
-        let loss = y.iter().zip(t).map(|(y, t)| 0.5 * (y - t) * (y - t)).sum::<f64>() / b as f64;
+        let loss = y
+            .iter()
+            .zip(t)
+            .map(|(y, t)| 0.5 * (y - t) * (y - t))
+            .sum::<f64>()
+            / b as f64;
         let g2 = t_matmul(&dy, &h, b, O, self.hs);
         let w2t = transpose(&self.w2, O, self.hs);
         let dh: Vec<f64> = matmul_t(&dy, &w2t, b, O, self.hs)
@@ -110,7 +122,9 @@ impl Shard {
 }
 
 fn transpose(a: &[f64], n: usize, m: usize) -> Vec<f64> {
-    (0..m).flat_map(|j| (0..n).map(move |i| a[i * m + j])).collect()
+    (0..m)
+        .flat_map(|j| (0..n).map(move |i| a[i * m + j]))
+        .collect()
 }
 
 /// The full model and data.
@@ -143,17 +157,29 @@ fn train(mesh: &DeviceMesh<'_>) -> Result<(Vec<f64>, Vec<f64>, Vec<f64>)> {
     let (i, j) = (mesh.get_local_rank("dp")?, mesh.get_local_rank("tp")?);
     let (w1, w2, x, t) = model_and_data();
     let b = BATCH / mesh.size_of("dp")?;
-    let (x, t) = (&x[i * b * D..(i + 1) * b * D], &t[i * b * O..(i + 1) * b * O]);
+    let (x, t) = (
+        &x[i * b * D..(i + 1) * b * D],
+        &t[i * b * O..(i + 1) * b * O],
+    );
     let mut s = Shard::of(&w1, &w2, j, mesh.size_of("tp")?);
     let mut losses = Vec::new();
     for _ in 0..STEPS {
         let sum_tp = |y: &mut [f64]| dist::all_reduce(y).group(&tp).run();
         let (loss, mut g1, mut g2) = s.step(x, t, b, sum_tp)?;
-        dist::all_reduce(&mut g1).op(ReduceOp::Avg).group(&dp).run()?;
-        dist::all_reduce(&mut g2).op(ReduceOp::Avg).group(&dp).run()?;
+        dist::all_reduce(&mut g1)
+            .op(ReduceOp::Avg)
+            .group(&dp)
+            .run()?;
+        dist::all_reduce(&mut g2)
+            .op(ReduceOp::Avg)
+            .group(&dp)
+            .run()?;
         s.apply(&g1, &g2);
         let mut l = [loss];
-        dist::all_reduce(&mut l[..]).op(ReduceOp::Avg).group(&dp).run()?;
+        dist::all_reduce(&mut l[..])
+            .op(ReduceOp::Avg)
+            .group(&dp)
+            .run()?;
         losses.push(l[0]);
     }
     let (full1, full2) = gather(&s, &tp, mesh.size_of("tp")?)?;
@@ -163,9 +189,13 @@ fn train(mesh: &DeviceMesh<'_>) -> Result<(Vec<f64>, Vec<f64>, Vec<f64>)> {
 /// The full W1 and W2 from the tensor-parallel shards (all_gather along "tp").
 fn gather(s: &Shard, tp: &GroupMember, parts: usize) -> Result<(Vec<f64>, Vec<f64>)> {
     let mut w1 = vec![0.0; H * D];
-    dist::all_gather_into_tensor(&mut w1, &s.w1[..]).group(tp).run()?;
+    dist::all_gather_into_tensor(&mut w1, &s.w1[..])
+        .group(tp)
+        .run()?;
     let mut cols = vec![0.0; O * H];
-    dist::all_gather_into_tensor(&mut cols, &s.w2[..]).group(tp).run()?;
+    dist::all_gather_into_tensor(&mut cols, &s.w2[..])
+        .group(tp)
+        .run()?;
     // cols holds each shard's O × hs block in turn; put the columns back in place
     let hs = H / parts;
     let w2 = (0..O)
@@ -176,7 +206,10 @@ fn gather(s: &Shard, tp: &GroupMember, parts: usize) -> Result<(Vec<f64>, Vec<f6
 }
 
 fn max_diff(a: &[f64], b: &[f64]) -> f64 {
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f64::max)
 }
 
 fn run() -> Result<bool> {
@@ -184,18 +217,29 @@ fn run() -> Result<bool> {
         backend: Some("gloo".into()),
         ..Default::default()
     })?;
-    let (rank, world) = (dist::get_rank(None)? as usize, dist::get_world_size(None)? as usize);
+    let (rank, world) = (
+        dist::get_rank(None)? as usize,
+        dist::get_world_size(None)? as usize,
+    );
     if world % 2 != 0 || BATCH % (world / 2) != 0 {
-        eprintln!("device_mesh needs an even world size dividing {}, got {world}", 2 * BATCH);
+        eprintln!(
+            "device_mesh needs an even world size dividing {}, got {world}",
+            2 * BATCH
+        );
         return Ok(false);
     }
     let mesh = dist::init_device_mesh("cpu", &[world / 2, 2], Some(&["dp", "tp"]))?;
     let c = mesh.get_coordinate().unwrap_or_default();
-    let (dp, tp) = (ranks(&mesh.get_group("dp")?)?, ranks(&mesh.get_group("tp")?)?);
+    let (dp, tp) = (
+        ranks(&mesh.get_group("dp")?)?,
+        ranks(&mesh.get_group("tp")?)?,
+    );
     println!("rank {rank}: coordinate {c:?}, dp group {dp:?}, tp group {tp:?}");
     let (losses, w1, w2) = train(&mesh)?;
     let (ref_losses, ref1, ref2) = reference()?;
-    let diff = max_diff(&w1, &ref1).max(max_diff(&w2, &ref2)).max(max_diff(&losses, &ref_losses));
+    let diff = max_diff(&w1, &ref1)
+        .max(max_diff(&w2, &ref2))
+        .max(max_diff(&losses, &ref_losses));
     let ok = diff <= 1e-9;
     if rank == 0 {
         println!("losses: {losses:.6?}");

@@ -63,7 +63,8 @@
 //! builder; [`ops`] one argument type per collective with PyTorch's Python-layer checks;
 //! [`collectives`] what ops share (group resolution, roots, dtype checks, coalescing,
 //! `batch_isend_irecv`); [`buffer`] the memory a collective accepts; [`config`] backend strings
-//! and the backend registry; `gloo` the built-in creator; [`detail`] DETAIL mode; [`shrink`],
+//! and the backend registry; `gloo` the built-in creator; [`detail`] DETAIL mode;
+//! [`device_mesh`] n-dimensional grids of groups (`init_device_mesh`); [`shrink`],
 //! [`objects`], [`ddp`] as named; the binaries `c10drun` and `c10d-bench` under `src/bin/`.
 //!
 //! `dist::all_reduce(&t).run()`: the free function calls [`World::all_reduce`] on

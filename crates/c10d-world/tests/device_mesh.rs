@@ -50,7 +50,11 @@ fn check_mesh(w: &World, rank: usize, shape: &[usize], names: &[&str]) {
     for (d, name) in names.iter().enumerate() {
         let g = m.get_group(*name).unwrap();
         let want = line(rank, shape, d);
-        assert_eq!(ranks_of(w, &g), want, "rank {rank} mesh {shape:?} dim {name}");
+        assert_eq!(
+            ranks_of(w, &g),
+            want,
+            "rank {rank} mesh {shape:?} dim {name}"
+        );
         assert_eq!(m.get_local_rank(d).unwrap(), coord(rank, shape)[d]);
         assert_eq!(m.size_of(d).unwrap(), shape[d]);
         if want.len() < shape.iter().product() {
@@ -59,74 +63,109 @@ fn check_mesh(w: &World, rank: usize, shape: &[usize], names: &[&str]) {
         let t = Tensor::from_vec(vec![(rank + 1) as i64; 3]);
         w.all_reduce(&t).group(&g).run().unwrap();
         let sum: usize = want.iter().map(|r| r + 1).sum();
-        assert_eq!(t.to_vec::<i64>().unwrap(), vec![sum as i64; 3], "dim {name}");
+        assert_eq!(
+            t.to_vec::<i64>().unwrap(),
+            vec![sum as i64; 3],
+            "dim {name}"
+        );
     }
 }
 
 #[test]
 fn meshes_on_8_thread_ranks_match_the_grid_and_reduce_along_each_dimension() {
-    run_gloo(8, |_| {}, |w, r| {
-        check_mesh(w, r, &[8], &["a"]);
-        check_mesh(w, r, &[2, 4], &["dp", "tp"]);
-        check_mesh(w, r, &[4, 2], &["dp", "tp"]);
-        check_mesh(w, r, &[2, 2, 2], &["pp", "dp", "tp"]);
-    });
+    run_gloo(
+        8,
+        |_| {},
+        |w, r| {
+            check_mesh(w, r, &[8], &["a"]);
+            check_mesh(w, r, &[2, 4], &["dp", "tp"]);
+            check_mesh(w, r, &[4, 2], &["dp", "tp"]);
+            check_mesh(w, r, &[2, 2, 2], &["pp", "dp", "tp"]);
+        },
+    );
 }
 
 #[test]
 fn meshes_on_4_thread_ranks_match_the_grid_and_reduce_along_each_dimension() {
-    run_gloo(4, |_| {}, |w, r| {
-        check_mesh(w, r, &[4], &["a"]);
-        check_mesh(w, r, &[2, 2], &["dp", "tp"]);
-        check_mesh(w, r, &[1, 4], &["dp", "tp"]);
-        check_mesh(w, r, &[2, 1, 2], &["pp", "dp", "tp"]);
-    });
+    run_gloo(
+        4,
+        |_| {},
+        |w, r| {
+            check_mesh(w, r, &[4], &["a"]);
+            check_mesh(w, r, &[2, 2], &["dp", "tp"]);
+            check_mesh(w, r, &[1, 4], &["dp", "tp"]);
+            check_mesh(w, r, &[2, 1, 2], &["pp", "dp", "tp"]);
+        },
+    );
 }
 
 #[test]
 fn slicing_flattening_and_unflattening_reuse_or_make_the_right_groups() {
-    run_gloo(8, |_| {}, |w, r| {
-        let m = w
-            .init_device_mesh("cpu", &[2, 2, 2], Some(&["dp", "cp", "tp"]))
-            .unwrap();
-        let shape = [2, 2, 2];
-        // a slice shares the root's groups: no group is created
-        let before = w.group_count();
-        let dp_tp = m.slice(&["dp", "tp"]).unwrap();
-        assert_eq!(w.group_count(), before);
-        assert!(dp_tp.get_group("tp").unwrap() == m.get_group("tp").unwrap());
-        let c = coord(r, &shape);
-        assert_eq!(dp_tp.get_coordinate(), Some(vec![c[0], c[2]]));
-        assert_eq!(dp_tp.mesh().unwrap().shape(), &[2, 2]);
-        assert!(m.slice(&["dp", "cp", "tp"]).unwrap().get_group(0).unwrap() == m.get_group(0).unwrap());
-        // flatten dp × cp: the ranks sharing tp's coordinate
-        let flat = m.slice(&["dp", "cp"]).unwrap().flatten(None).unwrap();
-        let g = flat.group().unwrap();
-        let want: Vec<usize> = (0..8).filter(|x| x % 2 == r % 2).collect();
-        assert_eq!(ranks_of(w, &g), want);
-        let t = Tensor::from_vec(vec![r as f32]);
-        w.all_reduce(&t).group(&g).run().unwrap();
-        assert_eq!(t.to_vec::<f32>().unwrap()[0], want.iter().sum::<usize>() as f32);
-        // the root finds it by name; flattening again makes nothing
-        assert!(m.get_group("dp_cp").unwrap() == g);
-        assert!(m.slice(&["dp_cp"]).unwrap().group().unwrap() == g);
-        let n = w.group_count();
-        let again = m.slice(&["dp", "cp"]).unwrap().flatten(Some("dp_cp")).unwrap();
-        assert!(again.group().unwrap() == g);
-        assert_eq!(w.group_count(), n);
-        // a different layout under a used name is refused
-        let e = m.slice(&["cp", "tp"]).unwrap().flatten(Some("dp_cp")).unwrap_err();
-        assert!(e.to_string().contains("has been created before"), "{e}");
-        // unflatten a world-sized 1-D mesh into the same grid
-        let world = w.init_device_mesh("cpu", &[8], Some(&["world"])).unwrap();
-        let u = world.unflatten("world", &[2, 2, 2], &["x", "y", "z"]).unwrap();
-        for d in 0..3 {
-            assert_eq!(ranks_of(w, &u.get_group(d).unwrap()), line(r, &shape, d));
-        }
-        let t = Tensor::from_vec(vec![1i32]);
-        w.all_reduce(&t).group(&u.get_group("y").unwrap()).run().unwrap();
-        assert_eq!(t.to_vec::<i32>().unwrap(), vec![2]);
-    });
+    run_gloo(
+        8,
+        |_| {},
+        |w, r| {
+            let m = w
+                .init_device_mesh("cpu", &[2, 2, 2], Some(&["dp", "cp", "tp"]))
+                .unwrap();
+            let shape = [2, 2, 2];
+            // a slice shares the root's groups: no group is created
+            let before = w.group_count();
+            let dp_tp = m.slice(&["dp", "tp"]).unwrap();
+            assert_eq!(w.group_count(), before);
+            assert!(dp_tp.get_group("tp").unwrap() == m.get_group("tp").unwrap());
+            let c = coord(r, &shape);
+            assert_eq!(dp_tp.get_coordinate(), Some(vec![c[0], c[2]]));
+            assert_eq!(dp_tp.mesh().unwrap().shape(), &[2, 2]);
+            assert!(
+                m.slice(&["dp", "cp", "tp"]).unwrap().get_group(0).unwrap()
+                    == m.get_group(0).unwrap()
+            );
+            // flatten dp × cp: the ranks sharing tp's coordinate
+            let flat = m.slice(&["dp", "cp"]).unwrap().flatten(None).unwrap();
+            let g = flat.group().unwrap();
+            let want: Vec<usize> = (0..8).filter(|x| x % 2 == r % 2).collect();
+            assert_eq!(ranks_of(w, &g), want);
+            let t = Tensor::from_vec(vec![r as f32]);
+            w.all_reduce(&t).group(&g).run().unwrap();
+            assert_eq!(
+                t.to_vec::<f32>().unwrap()[0],
+                want.iter().sum::<usize>() as f32
+            );
+            // the root finds it by name; flattening again makes nothing
+            assert!(m.get_group("dp_cp").unwrap() == g);
+            assert!(m.slice(&["dp_cp"]).unwrap().group().unwrap() == g);
+            let n = w.group_count();
+            let again = m
+                .slice(&["dp", "cp"])
+                .unwrap()
+                .flatten(Some("dp_cp"))
+                .unwrap();
+            assert!(again.group().unwrap() == g);
+            assert_eq!(w.group_count(), n);
+            // a different layout under a used name is refused
+            let e = m
+                .slice(&["cp", "tp"])
+                .unwrap()
+                .flatten(Some("dp_cp"))
+                .unwrap_err();
+            assert!(e.to_string().contains("has been created before"), "{e}");
+            // unflatten a world-sized 1-D mesh into the same grid
+            let world = w.init_device_mesh("cpu", &[8], Some(&["world"])).unwrap();
+            let u = world
+                .unflatten("world", &[2, 2, 2], &["x", "y", "z"])
+                .unwrap();
+            for d in 0..3 {
+                assert_eq!(ranks_of(w, &u.get_group(d).unwrap()), line(r, &shape, d));
+            }
+            let t = Tensor::from_vec(vec![1i32]);
+            w.all_reduce(&t)
+                .group(&u.get_group("y").unwrap())
+                .run()
+                .unwrap();
+            assert_eq!(t.to_vec::<i32>().unwrap(), vec![2]);
+        },
+    );
 }
 
 #[test]
@@ -141,12 +180,18 @@ fn a_mesh_smaller_than_the_world_leaves_the_other_ranks_outside() {
             _ => {
                 assert_eq!(m.get_coordinate(), None);
                 let e = m.get_group("a").unwrap_err().to_string();
-                assert!(e.contains(&format!("rank {r} is not part of the DeviceMesh")), "{e}");
+                assert!(
+                    e.contains(&format!("rank {r} is not part of the DeviceMesh")),
+                    "{e}"
+                );
             }
         }
         w.group_count()
     });
-    assert!(out.iter().all(|&c| c == out[0]), "every rank made the same groups");
+    assert!(
+        out.iter().all(|&c| c == out[0]),
+        "every rank made the same groups"
+    );
 }
 
 #[test]
@@ -175,7 +220,10 @@ fn explicit_layouts_and_meshes_over_existing_groups() {
         let row = arr.ranks()[pos / 2 * 2..pos / 2 * 2 + 2].to_vec();
         assert_eq!(ranks_of(w, &kept.get_group("c").unwrap()), row);
         // a mesh over groups that exist
-        let rows = w.new_subgroups(Some(2), None, Default::default()).unwrap().0;
+        let rows = w
+            .new_subgroups(Some(2), None, Default::default())
+            .unwrap()
+            .0;
         let cols = w
             .new_subgroups_by_enumeration(&[vec![0, 2], vec![1, 3]], Default::default())
             .unwrap()
@@ -184,17 +232,34 @@ fn explicit_layouts_and_meshes_over_existing_groups() {
             .into_group()
             .unwrap();
         let grid = MeshArray::from_rows(&[vec![0, 1], vec![2, 3]]).unwrap();
-        let fg = DeviceMesh::from_group(w, &[cols.clone(), rows.clone()], "cpu", Some(grid.clone()), Some(&["dp", "tp"]))
-            .unwrap();
+        let fg = DeviceMesh::from_group(
+            w,
+            &[cols.clone(), rows.clone()],
+            "cpu",
+            Some(grid.clone()),
+            Some(&["dp", "tp"]),
+        )
+        .unwrap();
         assert!(fg.get_group("tp").unwrap().group().unwrap().ptr_eq(&rows));
         assert_eq!(fg.get_coordinate(), Some(coord(r, &[2, 2])));
         // groups in the wrong dimensions are refused (PyTorch would accept them silently)
-        let e = DeviceMesh::from_group(w, &[rows.clone(), cols.clone()], "cpu", Some(grid), Some(&["dp", "tp"]))
-            .unwrap_err()
-            .to_string();
+        let e = DeviceMesh::from_group(
+            w,
+            &[rows.clone(), cols.clone()],
+            "cpu",
+            Some(grid),
+            Some(&["dp", "tp"]),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("from_group: group"), "{e}");
-        let one = DeviceMesh::from_group(w, &[rows.clone()], "cpu", None, Some(&["tp"])).unwrap();
-        assert_eq!(one.mesh().unwrap().ranks(), ranks_of(w, &GroupMember::Group(rows.clone())));
+        let one =
+            DeviceMesh::from_group(w, std::slice::from_ref(&rows), "cpu", None, Some(&["tp"]))
+                .unwrap();
+        assert_eq!(
+            one.mesh().unwrap().ranks(),
+            ranks_of(w, &GroupMember::Group(rows.clone()))
+        );
     });
 }
 
@@ -216,8 +281,14 @@ fn pytorchs_error_texts() {
             err(w.init_device_mesh("cpu", &[3, 2], None)),
             "Mesh should not be bigger than default world size 4, but found 6 ranks!"
         );
-        let m = w.init_device_mesh("cpu", &[2, 2], Some(&["dp", "tp"])).unwrap();
-        assert!(m.group().unwrap_err().to_string().starts_with("Found the DeviceMesh have 2 dimensions"));
+        let m = w
+            .init_device_mesh("cpu", &[2, 2], Some(&["dp", "tp"]))
+            .unwrap();
+        assert!(m
+            .group()
+            .unwrap_err()
+            .to_string()
+            .starts_with("Found the DeviceMesh have 2 dimensions"));
         assert_eq!(
             m.get_group("pp").unwrap_err().to_string(),
             "Mesh dimension 'pp' does not exist. Available mesh dimensions are: mesh_dim_names=('dp', 'tp')"
@@ -234,7 +305,9 @@ fn pytorchs_error_texts() {
             err(m.slice(&["dp", "dp"])),
             "Slicing overlapping dim_names ('dp', 'dp') is not allowed."
         );
-        assert!(err(m.flatten(Some("dp"))).starts_with("dp already exists for submesh of the DeviceMesh((dp=2, tp=2), 'cpu', stride=(2, 1))."));
+        assert!(err(m.flatten(Some("dp"))).starts_with(
+            "dp already exists for submesh of the DeviceMesh((dp=2, tp=2), 'cpu', stride=(2, 1))."
+        ));
         assert_eq!(
             err(m.unflatten(2, &[2], &["x"])),
             "dim 2 specified in `_unflatten` is out of range 2"
@@ -248,8 +321,14 @@ fn pytorchs_error_texts() {
             "mesh_dim_names must have same length as mesh_sizes in _unflatten!"
         );
         let unnamed = w.init_device_mesh("cpu", &[4], None).unwrap();
-        assert_eq!(err(unnamed.slice(&["a"])), "Cannot slice a DeviceMesh without mesh_dim_names!");
-        assert_eq!(err(unnamed.flatten(None)), "Cannot flatten a DeviceMesh without mesh_dim_names!");
+        assert_eq!(
+            err(unnamed.slice(&["a"])),
+            "Cannot slice a DeviceMesh without mesh_dim_names!"
+        );
+        assert_eq!(
+            err(unnamed.flatten(None)),
+            "Cannot flatten a DeviceMesh without mesh_dim_names!"
+        );
         assert_eq!(format!("{unnamed}"), "DeviceMesh((4,), 'cpu', stride=(1,))");
         let bad_key = MeshOptions {
             backend_override: vec![("pp".into(), BackendOverride::backend("store"))],
@@ -276,11 +355,23 @@ fn pytorchs_error_texts() {
         );
         let g = w.world_group().unwrap();
         assert_eq!(
-            err(DeviceMesh::from_group(w, &[g.clone(), g.clone()], "cpu", None, None)),
+            err(DeviceMesh::from_group(
+                w,
+                &[g.clone(), g.clone()],
+                "cpu",
+                None,
+                None
+            )),
             "Must pass mesh if passing multiple ProcessGroups"
         );
         assert_eq!(
-            err(DeviceMesh::from_group(w, &[g.clone()], "cpu", Some(MeshArray::from(vec![3, 2, 1, 0])), None)),
+            err(DeviceMesh::from_group(
+                w,
+                std::slice::from_ref(&g),
+                "cpu",
+                Some(MeshArray::from(vec![3, 2, 1, 0])),
+                None
+            )),
             "Invalid mesh [3, 2, 1, 0] for ProcessGroup with ranks [0, 1, 2, 3]"
         );
     });
@@ -294,8 +385,14 @@ fn per_dimension_backends() {
             ..MeshOptions::named(&["dp", "tp"])
         };
         let m = w.init_device_mesh_with("cpu", &[2, 2], opts).unwrap();
-        assert_eq!(w.get_backend(Some(&m.get_group("tp").unwrap())).unwrap(), "storex");
-        assert_eq!(w.get_backend(Some(&m.get_group("dp").unwrap())).unwrap(), "store");
+        assert_eq!(
+            w.get_backend(Some(&m.get_group("tp").unwrap())).unwrap(),
+            "storex"
+        );
+        assert_eq!(
+            w.get_backend(Some(&m.get_group("dp").unwrap())).unwrap(),
+            "store"
+        );
         // a world-sized dimension with an override gets a group of its own
         let opts = MeshOptions {
             backend_override: vec![("0".into(), BackendOverride::backend("storex"))],
@@ -323,18 +420,26 @@ fn a_world_bound_to_a_device_splits_once_per_dimension() {
                 })
                 .unwrap();
                 let c = w.group_count();
-                let m = w.init_device_mesh("cuda", &[2, 2], Some(&["dp", "tp"])).unwrap();
+                let m = w
+                    .init_device_mesh("cuda", &[2, 2], Some(&["dp", "tp"]))
+                    .unwrap();
                 // split_group names: sha1 of the first group's ranks or this rank's, and the counter
                 let dp = m.get_group("dp").unwrap();
                 let tp = m.get_group("tp").unwrap();
                 let col: Vec<usize> = vec![r % 2, r % 2 + 2];
                 let row: Vec<usize> = vec![r / 2 * 2, r / 2 * 2 + 1];
                 assert_eq!(dp.group().unwrap().group_name(), hash_ranks_to_str(&col, c));
-                assert_eq!(tp.group().unwrap().group_name(), hash_ranks_to_str(&row, c + 1));
+                assert_eq!(
+                    tp.group().unwrap().group_name(),
+                    hash_ranks_to_str(&row, c + 1)
+                );
                 assert_eq!(w.get_process_group_ranks(dp.group()).unwrap(), col);
                 let t = Tensor::from_vec(vec![r as i64]);
                 w.all_reduce(&t).group(&tp).run().unwrap();
-                assert_eq!(t.to_vec::<i64>().unwrap(), vec![row.iter().sum::<usize>() as i64]);
+                assert_eq!(
+                    t.to_vec::<i64>().unwrap(),
+                    vec![row.iter().sum::<usize>() as i64]
+                );
                 w.destroy_process_group(None).unwrap();
             })
         })
@@ -348,11 +453,15 @@ fn a_world_bound_to_a_device_splits_once_per_dimension() {
 fn ranks_that_disagree_fail_together_naming_the_rank_and_argument() {
     let out = run(4, |w, r| {
         let shape: &[usize] = if r == 2 { &[4, 1] } else { &[2, 2] };
-        let e = w.init_device_mesh("cpu", shape, Some(&["dp", "tp"])).unwrap_err();
+        let e = w
+            .init_device_mesh("cpu", shape, Some(&["dp", "tp"]))
+            .unwrap_err();
         let names: &[&str] = if r == 3 { &["x", "y"] } else { &["dp", "tp"] };
         let e2 = w.init_device_mesh("cpu", &[2, 2], Some(names)).unwrap_err();
         // the keys of a check are gone once it is over, and a good call works afterwards
-        let m = w.init_device_mesh("cpu", &[2, 2], Some(&["dp", "tp"])).unwrap();
+        let m = w
+            .init_device_mesh("cpu", &[2, 2], Some(&["dp", "tp"]))
+            .unwrap();
         (e.to_string(), e2.to_string(), m.get_coordinate())
     });
     for (r, (e, e2, c)) in out.iter().enumerate() {
@@ -383,13 +492,20 @@ fn a_rank_that_never_comes_fails_the_check_within_the_store_timeout() {
                     return String::new();
                 }
                 let t = std::time::Instant::now();
-                let e = w.init_device_mesh("cpu", &[2], None).unwrap_err().to_string();
+                let e = w
+                    .init_device_mesh("cpu", &[2], None)
+                    .unwrap_err()
+                    .to_string();
                 assert!(t.elapsed() < Duration::from_secs(10));
                 e
             })
         })
         .collect();
     let msgs: Vec<String> = hs.into_iter().map(|h| h.join().unwrap()).collect();
-    assert!(msgs[0].contains("init_device_mesh: rank 0 waited"), "{}", msgs[0]);
+    assert!(
+        msgs[0].contains("init_device_mesh: rank 0 waited"),
+        "{}",
+        msgs[0]
+    );
     assert!(msgs[0].contains("ranks [1]"), "{}", msgs[0]);
 }

@@ -44,7 +44,11 @@ fn check(rank: usize, shape: &[usize]) {
         let t = Tensor::from_vec(vec![(rank * rank) as i64; 5]);
         dist::all_reduce(&t).group(&g).run().unwrap();
         let sum: usize = want.iter().map(|r| r * r).sum();
-        assert_eq!(t.to_vec::<i64>().unwrap(), vec![sum as i64; 5], "{m} dim {d}");
+        assert_eq!(
+            t.to_vec::<i64>().unwrap(),
+            vec![sum as i64; 5],
+            "{m} dim {d}"
+        );
     }
 }
 
@@ -58,7 +62,10 @@ fn child_main() {
     for s in shapes {
         check(rank, s);
     }
-    assert!(dist::is_initialized(), "init_device_mesh initialised the world");
+    assert!(
+        dist::is_initialized(),
+        "init_device_mesh initialised the world"
+    );
     println!("MESHOK rank={rank}");
     // c10d-gloo can fail a peer's last op when a rank shuts down right after it (see world_gloo.rs)
     let ds = dist::World::global().default_store().unwrap();
@@ -89,9 +96,18 @@ fn run_job(world: usize) {
     for (r, mut k) in kids.into_iter().enumerate() {
         let _ = k.kill();
         let o = k.wait_with_output().unwrap();
-        let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
-        assert!(o.status.success(), "{world} ranks: rank {r} failed: {out}\n{err}");
-        assert!(out.contains(&format!("MESHOK rank={r}")), "rank {r}: {out}\n{err}");
+        let (out, err) = (
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr),
+        );
+        assert!(
+            o.status.success(),
+            "{world} ranks: rank {r} failed: {out}\n{err}"
+        );
+        assert!(
+            out.contains(&format!("MESHOK rank={r}")),
+            "rank {r}: {out}\n{err}"
+        );
     }
 }
 

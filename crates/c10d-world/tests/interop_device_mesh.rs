@@ -97,13 +97,29 @@ fn rust_lines(world: usize) -> Vec<String> {
             let m = w
                 .init_device_mesh("cpu", &[2, 2, 2], Some(&["dp", "cp", "tp"]))
                 .unwrap();
-            out.push(line(w, world, rank, "slice_dp_tp", &m.slice(&["dp", "tp"]).unwrap()));
+            out.push(line(
+                w,
+                world,
+                rank,
+                "slice_dp_tp",
+                &m.slice(&["dp", "tp"]).unwrap(),
+            ));
             out.push(line(w, world, rank, "slice_cp", &m.slice(&["cp"]).unwrap()));
             let f = m.slice(&["dp", "cp"]).unwrap().flatten(None).unwrap();
             out.push(line(w, world, rank, "flatten_dp_cp", &f));
-            let f2 = m.slice(&["cp", "tp"]).unwrap().flatten(Some("cptp")).unwrap();
+            let f2 = m
+                .slice(&["cp", "tp"])
+                .unwrap()
+                .flatten(Some("cptp"))
+                .unwrap();
             out.push(line(w, world, rank, "flatten_cptp", &f2));
-            out.push(line(w, world, rank, "root_dp_cp", &m.slice(&["dp_cp"]).unwrap()));
+            out.push(line(
+                w,
+                world,
+                rank,
+                "root_dp_cp",
+                &m.slice(&["dp_cp"]).unwrap(),
+            ));
             let wm = w.init_device_mesh("cpu", &[8], Some(&["world"])).unwrap();
             let u = wm.unflatten(0, &[2, 2, 2], &["x", "y", "z"]).unwrap();
             out.push(line(w, world, rank, "unflatten", &u));

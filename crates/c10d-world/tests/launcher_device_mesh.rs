@@ -16,13 +16,23 @@ fn example() -> PathBuf {
     if !bin.exists() {
         let target_dir = profile_dir.parent().unwrap();
         let mut cmd = Command::new(env!("CARGO"));
-        cmd.args(["build", "-p", "c10d-world", "--example", "device_mesh", "--manifest-path"])
-            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"))
-            .env("CARGO_TARGET_DIR", target_dir);
+        cmd.args([
+            "build",
+            "-p",
+            "c10d-world",
+            "--example",
+            "device_mesh",
+            "--manifest-path",
+        ])
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"))
+        .env("CARGO_TARGET_DIR", target_dir);
         if profile_dir.file_name().is_some_and(|n| n == "release") {
             cmd.arg("--release");
         }
-        assert!(cmd.status().expect("cargo").success(), "building the example failed");
+        assert!(
+            cmd.status().expect("cargo").success(),
+            "building the example failed"
+        );
     }
     bin
 }
@@ -31,7 +41,13 @@ fn example() -> PathBuf {
 fn two_by_two_data_and_tensor_parallel_step_under_c10drun() {
     let bin = example();
     let out = run_c10drun(
-        &["--nproc-per-node", "4", "--master-port", "0", bin.to_str().unwrap()],
+        &[
+            "--nproc-per-node",
+            "4",
+            "--master-port",
+            "0",
+            bin.to_str().unwrap(),
+        ],
         Duration::from_secs(120),
     );
     assert_eq!(out.code, Some(0), "{out}");
@@ -42,7 +58,10 @@ fn two_by_two_data_and_tensor_parallel_step_under_c10drun() {
         "rank 3: coordinate [1, 1], dp group [1, 3], tp group [2, 3]",
     ];
     for (r, want) in expected.iter().enumerate() {
-        assert!(out.stdout.contains(&format!("[rank {r}]: {want}\n")), "{out}");
+        assert!(
+            out.stdout.contains(&format!("[rank {r}]: {want}\n")),
+            "{out}"
+        );
     }
     let check = out
         .stdout_line_with("[rank 0]: check: DeviceMesh((dp=2, tp=2), 'cpu', stride=(2, 1))")

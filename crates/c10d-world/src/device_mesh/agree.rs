@@ -19,7 +19,10 @@ pub(crate) struct MeshArgs(Vec<(&'static str, String)>);
 
 impl MeshArgs {
     pub(crate) fn new(device_type: &str, mesh: &MeshArray, opts: &MeshOptions) -> MeshArgs {
-        let names = opts.mesh_dim_names.as_deref().map_or("None".into(), py_tuple);
+        let names = opts
+            .mesh_dim_names
+            .as_deref()
+            .map_or("None".into(), py_tuple);
         let overrides: Vec<String> = opts
             .backend_override
             .iter()

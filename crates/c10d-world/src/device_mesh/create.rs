@@ -69,7 +69,11 @@ impl DeviceMesh<'static> {
     ///
     /// # Errors
     /// As [`DeviceMesh::new_in`].
-    pub fn new(device_type: &str, mesh: MeshArray, opts: MeshOptions) -> Result<DeviceMesh<'static>> {
+    pub fn new(
+        device_type: &str,
+        mesh: MeshArray,
+        opts: MeshOptions,
+    ) -> Result<DeviceMesh<'static>> {
         DeviceMesh::new_in(World::global(), device_type, mesh, opts)
     }
 }
@@ -137,11 +141,12 @@ fn from_group_mesh(
         return Ok(MeshArray::from(ranks));
     }
     if groups.is_empty() {
-        return Err(DistError::invalid("Expects at least one ProcessGroup to be passed"));
+        return Err(DistError::invalid(
+            "Expects at least one ProcessGroup to be passed",
+        ));
     }
-    let mesh = mesh.ok_or_else(|| {
-        DistError::invalid("Must pass mesh if passing multiple ProcessGroups")
-    })?;
+    let mesh =
+        mesh.ok_or_else(|| DistError::invalid("Must pass mesh if passing multiple ProcessGroups"))?;
     if names.is_none() {
         return Err(DistError::invalid(
             "Must pass mesh_dim_names if passing multiple ProcessGroups",
@@ -337,7 +342,10 @@ pub(crate) fn normalize_overrides(
     }
     if !left.is_empty() {
         let keys: Vec<String> = left.iter().map(|(k, _)| k.clone()).collect();
-        let names = names.as_deref().map(py_tuple).unwrap_or_else(|| "()".into());
+        let names = names
+            .as_deref()
+            .map(py_tuple)
+            .unwrap_or_else(|| "()".into());
         return Err(DistError::invalid(format!(
             "Found invalid keys in backend_override: got {keys:?}, expected integers in range [0, {ndim}) or one of {names}"
         )));

@@ -172,7 +172,11 @@ impl<'w> DeviceMesh<'w> {
     }
 
     fn root_flattened(&self, name: &str) -> Option<Flattened> {
-        let flat = self.root.flattened.lock().unwrap_or_else(|e| e.into_inner());
+        let flat = self
+            .root
+            .flattened
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         flat.get(name).cloned()
     }
 
@@ -191,7 +195,11 @@ impl<'w> DeviceMesh<'w> {
             axis,
             group: groups.into_iter().next(),
         };
-        let mut flat = self.root.flattened.lock().unwrap_or_else(|e| e.into_inner());
+        let mut flat = self
+            .root
+            .flattened
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         Ok(flat.entry(name.to_string()).or_insert(f).clone())
     }
 

@@ -34,7 +34,13 @@ pub(crate) fn init_dim_groups(
             .as_ref()
             .map_or_else(|| format!("dim_{d}"), |n| n[d].clone());
         let rows = layout.groups_along(d, rank_map)?;
-        mine.push(init_one(world, &rows, &name, &overrides[d], preserve_rank_order)?);
+        mine.push(init_one(
+            world,
+            &rows,
+            &name,
+            &overrides[d],
+            preserve_rank_order,
+        )?);
     }
     let found: Vec<ProcessGroup> = mine.iter().flatten().cloned().collect();
     if !found.is_empty() && found.len() != mine.len() {

@@ -247,9 +247,15 @@ mod tests {
     #[test]
     fn groups_follow_pytorch_remap_order() {
         // Expected rows printed by PyTorch 2.15's _MeshLayout.remap_to_tensor.
-        assert_eq!(groups(&[2, 4], 0), vec![vec![0, 4], vec![1, 5], vec![2, 6], vec![3, 7]]);
+        assert_eq!(
+            groups(&[2, 4], 0),
+            vec![vec![0, 4], vec![1, 5], vec![2, 6], vec![3, 7]]
+        );
         assert_eq!(groups(&[2, 4], 1), vec![vec![0, 1, 2, 3], vec![4, 5, 6, 7]]);
-        assert_eq!(groups(&[2, 2, 2], 1), vec![vec![0, 2], vec![1, 3], vec![4, 6], vec![5, 7]]);
+        assert_eq!(
+            groups(&[2, 2, 2], 1),
+            vec![vec![0, 2], vec![1, 3], vec![4, 6], vec![5, 7]]
+        );
         assert_eq!(
             groups(&[3, 2, 2], 0),
             vec![vec![0, 4, 8], vec![1, 5, 9], vec![2, 6, 10], vec![3, 7, 11]]
@@ -264,7 +270,10 @@ mod tests {
         assert!(dp_cp.is_sorted() && dp_cp.is_orthogonal());
         let flat = Layout::from_axes(vec![dp_cp.collapse()]);
         let map: Vec<usize> = (0..8).collect();
-        assert_eq!(flat.blocks(&map).unwrap(), vec![vec![0, 2, 4, 6], vec![1, 3, 5, 7]]);
+        assert_eq!(
+            flat.blocks(&map).unwrap(),
+            vec![vec![0, 2, 4, 6], vec![1, 3, 5, 7]]
+        );
         let back = flat.axes[0].split(&[2, 2]).unwrap();
         assert_eq!(back, vec![root.axes[0].clone(), root.axes[1].clone()]);
         let reversed = Layout::from_axes(vec![root.axes[1].clone(), root.axes[0].clone()]);
@@ -282,7 +291,10 @@ mod tests {
     #[test]
     fn coalesce_and_unravel() {
         assert_eq!(Axis::new(vec![(2, 4), (4, 1)]).modes(), &[(8, 1)]);
-        assert_eq!(Axis::new(vec![(1, 9), (2, 4), (2, 1)]).modes(), &[(2, 4), (2, 1)]);
+        assert_eq!(
+            Axis::new(vec![(1, 9), (2, 4), (2, 1)]).modes(),
+            &[(2, 4), (2, 1)]
+        );
         assert_eq!(unravel(5, &[2, 3]), vec![1, 2]);
         assert_eq!(Layout::row_major(&[2, 3]).offsets(), vec![0, 1, 2, 3, 4, 5]);
     }

@@ -184,7 +184,10 @@ impl<'w> DeviceMesh<'w> {
 
     /// The names of this rank's groups, one per dimension (`_dim_group_names`).
     pub fn dim_group_names(&self) -> Vec<String> {
-        self.groups.iter().map(|g| g.group_name().to_string()).collect()
+        self.groups
+            .iter()
+            .map(|g| g.group_name().to_string())
+            .collect()
     }
 
     /// Aborts every group of the mesh and of its flattened dimensions (`abort()`), so that
@@ -198,7 +201,11 @@ impl<'w> DeviceMesh<'w> {
                 "abort() is not supported on a submesh. Call abort() on the root mesh instead.",
             ));
         }
-        let flat = self.root.flattened.lock().unwrap_or_else(|e| e.into_inner());
+        let flat = self
+            .root
+            .flattened
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         let flat_groups = flat.values().filter_map(|f| f.group.clone());
         for g in self.groups.iter().cloned().chain(flat_groups) {
             g.abort();
@@ -237,7 +244,11 @@ impl<'w> DeviceMesh<'w> {
         if !self.is_root {
             return None;
         }
-        let flat = self.root.flattened.lock().unwrap_or_else(|e| e.into_inner());
+        let flat = self
+            .root
+            .flattened
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         flat.get(name).cloned()
     }
 
@@ -254,7 +265,11 @@ impl std::fmt::Display for DeviceMesh<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let shape = self.shape();
         let dims: Vec<String> = match &self.dim_names {
-            Some(n) => n.iter().zip(&shape).map(|(n, s)| format!("{n}={s}")).collect(),
+            Some(n) => n
+                .iter()
+                .zip(&shape)
+                .map(|(n, s)| format!("{n}={s}"))
+                .collect(),
             None => shape.iter().map(|s| s.to_string()).collect(),
         };
         let strides: Vec<String> = self.layout.axes().iter().map(stride_text).collect();
@@ -267,7 +282,11 @@ impl std::fmt::Display for DeviceMesh<'_> {
             1 => format!("({},)", strides[0]),
             _ => format!("({})", strides.join(", ")),
         };
-        write!(f, "DeviceMesh({dims}, '{}', stride={strides})", self.device_type)
+        write!(
+            f,
+            "DeviceMesh({dims}, '{}', stride={strides})",
+            self.device_type
+        )
     }
 }
 

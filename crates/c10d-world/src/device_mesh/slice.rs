@@ -59,7 +59,11 @@ impl<'w> DeviceMesh<'w> {
     fn invalid_names(&self, wanted: &[String]) -> DistError {
         let mut valid: Vec<String> = self.dim_names.clone().unwrap_or_default();
         if self.is_root {
-            let flat = self.root.flattened.lock().unwrap_or_else(|e| e.into_inner());
+            let flat = self
+                .root
+                .flattened
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
             let mut extra: Vec<String> = flat.keys().cloned().collect();
             extra.sort();
             valid.extend(extra);
