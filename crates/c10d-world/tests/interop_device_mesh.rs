@@ -160,3 +160,150 @@ fn meshes_match_pytorch_layouts_names_and_descriptions() {
         assert_eq!(o, t, "Rust (left) and PyTorch (right) differ");
     }
 }
+
+const MIXED_PY: &str = r#"
+import os, sys, datetime
+os.environ["TORCH_DIST_INIT_BARRIER"] = "1"
+os.environ["TORCH_GLOO_LAZY_INIT"] = "1"
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+port, rank = int(sys.argv[1]), int(sys.argv[2])
+t = datetime.timedelta(seconds=60)
+store = dist.TCPStore("127.0.0.1", port, world_size=4, is_master=False, timeout=t, wait_for_workers=False)
+dist.init_process_group("gloo", store=store, rank=rank, world_size=4, timeout=t)
+m = init_device_mesh("cpu", (2, 1, 2), mesh_dim_names=("dp", "pp", "tp"))
+f = m["pp", "tp"]._flatten("pt")
+names = [m.get_group(d).group_name for d in ("dp", "pp", "tp")] + [f.get_group().group_name]
+print("NAMES", " ".join(names), flush=True)
+store.set(f"py_done_{rank}", b"1")
+dist.destroy_process_group()
+"#;
+
+/// One job of two PyTorch ranks (2, 3) and two Rust ranks (0, 1) over one TcpStore, with
+/// `TORCH_DIST_INIT_BARRIER=1`: every `new_group` of the mesh (2 × 1 × 2, then "pp" × "tp"
+/// flattened) ends in a store-based barrier keyed by the group's name, so the mesh only
+/// completes when both languages create the same groups under the same names in the same order.
+/// Group timeouts are 60 s, so a disagreement fails instead of waiting 30 minutes. Gloo connects lazily on both sides (no
+/// collective runs), since PyTorch's Gloo and ours do not share a wire format.
+#[test]
+fn pytorch_and_rust_ranks_build_one_mesh_together() {
+    use c10d_store::{ServerOptions, Store, TcpStore, TcpStoreOptions, TcpStoreServer};
+    use c10d_world::{BackendOverride, InitOptions, PgOptions};
+    use std::sync::Arc;
+    use std::time::Duration;
+    let py = match std::env::var("C10D_TORCH_PYTHON") {
+        Ok(p) if !p.is_empty() => p,
+        _ => {
+            println!("skipped: C10D_TORCH_PYTHON not set");
+            return;
+        }
+    };
+    let srv = TcpStoreServer::bind(ServerOptions {
+        host: Some("127.0.0.1".into()),
+        ..Default::default()
+    })
+    .unwrap();
+    let port = srv.port();
+    let kids: Vec<_> = [2, 3]
+        .iter()
+        .map(|r| {
+            Command::new(&py)
+                .args(["-c", MIXED_PY, &port.to_string(), &r.to_string()])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let lazy = PgOptions {
+        timeout: None,
+        backend_specific: Some(Arc::new(c10d_gloo::GlooOptions {
+            lazy_init: true,
+            ..Default::default()
+        })),
+    };
+    let ranks: Vec<_> = (0..2)
+        .map(|r| {
+            let lazy = lazy.clone();
+            std::thread::spawn(move || -> c10d_core::Result<Vec<String>> {
+                let opts = TcpStoreOptions {
+                    timeout: Duration::from_secs(60),
+                    wait_for_workers: false,
+                    ..Default::default()
+                };
+                let store: Arc<dyn Store> = Arc::new(TcpStore::new("127.0.0.1", port, opts)?);
+                let w = World::new();
+                w.set_init_barrier(true);
+                w.init_process_group(InitOptions {
+                    backend: Some("gloo".into()),
+                    store: Some(store.clone()),
+                    world_size: Some(4),
+                    rank: Some(r),
+                    timeout: Some(Duration::from_secs(60)),
+                    pg_options: Some(lazy.clone()),
+                    ..Default::default()
+                })?;
+                let ov = BackendOverride {
+                    backend: None,
+                    pg_options: Some(PgOptions {
+                        timeout: Some(Duration::from_secs(60)),
+                        ..lazy.clone()
+                    }),
+                };
+                let dims = ["dp", "pp", "tp"];
+                let opts = MeshOptions {
+                    backend_override: dims.iter().map(|d| (d.to_string(), ov.clone())).collect(),
+                    check_arguments: false, // PyTorch ranks do not take part in the check
+                    ..MeshOptions::named(&dims)
+                };
+                let m = w.init_device_mesh_with("cpu", &[2, 1, 2], opts)?;
+                let f = m.slice(&["pp", "tp"])?.flatten_with(Some("pt"), ov)?;
+                let mut names = vec![];
+                let groups = [
+                    m.get_group("dp")?,
+                    m.get_group("pp")?,
+                    m.get_group("tp")?,
+                    f.group()?,
+                ];
+                for g in groups {
+                    names.push(g.into_group()?.group_name().to_string());
+                }
+                store.wait_timeout(&["py_done_2", "py_done_3"], Duration::from_secs(60))?;
+                w.destroy_process_group(None)?;
+                Ok(names)
+            })
+        })
+        .collect();
+    let ours: Vec<Vec<String>> = ranks
+        .into_iter()
+        .map(|h| h.join().unwrap().expect("Rust rank"))
+        .collect();
+    for (i, mut k) in kids.into_iter().enumerate() {
+        let start = std::time::Instant::now();
+        while k.try_wait().unwrap().is_none() && start.elapsed() < Duration::from_secs(60) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = k.kill();
+        let out = k.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "PyTorch rank {}: {text}\n{}",
+            i + 2,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let line = text.lines().find(|l| l.starts_with("NAMES ")).unwrap();
+        let theirs: Vec<&str> = line[6..].split(' ').collect();
+        // rank 2 = coordinate (1, 0): its dp column is rank 0's, its tp row is not
+        assert_eq!(
+            theirs[0],
+            ours[i][0],
+            "dp group of rank {} vs rank {i}",
+            i + 2
+        );
+        assert_ne!(theirs[2], ours[i][2], "tp rows differ");
+        assert_ne!(theirs[3], ours[i][3], "flattened rows differ");
+    }
+    assert_eq!(ours[0][2], ours[1][2], "ranks 0 and 1 share a tp row");
+    assert_eq!(ours[0][3], ours[1][3], "and a flattened row");
+}
