@@ -1,7 +1,10 @@
 //! `cargo xtask …`: orchestration for c10d-rs developers and CI.
 //!
-//! - `cargo xtask test [--no-interop]`: the whole test suite: every workspace test, then the
-//!   interop tests against real PyTorch (provisioning it first; see `interop`).
+//! - `cargo xtask test [--no-interop] [--no-lint]`: the whole test suite: `lint`, every
+//!   workspace test, then the interop tests against real PyTorch (provisioning it first; see
+//!   `interop`).
+//! - `cargo xtask lint`: clippy and rustdoc with warnings as errors, and `cargo deny check
+//!   licenses bans sources` (cargo-deny installed first where missing).
 //! - `cargo xtask interop`: provisions PyTorch 2.15 (CPU use) into a cached virtualenv
 //!   (`$C10D_TORCH_VENV`, default `~/.cache/c10d-rs/torch-venv`) and runs every
 //!   `crates/*/tests/interop*.rs` test binary with `C10D_TORCH_PYTHON` pointing at it.
@@ -41,6 +44,7 @@ fn main() {
     let rest = &args.get(1..).unwrap_or(&[]).to_vec();
     let result = match args.first().map(String::as_str) {
         Some("test") => test(rest),
+        Some("lint") => lint(),
         Some("interop") => interop(),
         Some("python") => python_tests(rest),
         Some("pytorch-suite") => pytorch_suite(rest),
@@ -52,7 +56,7 @@ fn main() {
         Some("chaos") => chaos::chaos(rest, build_bench),
         _ => {
             eprintln!(
-                "usage: cargo xtask <test [--no-interop] | interop | python [pytest args] | pytorch-suite [unittest args] | wheel | demo | bench | test-multigpu [--bundle DIR] [--list] | gpu-bundle [DIR] | chaos --trials N [--seed S]>"
+                "usage: cargo xtask <test [--no-interop] [--no-lint] | lint | interop | python [pytest args] | pytorch-suite [unittest args] | wheel | demo | bench | test-multigpu [--bundle DIR] [--list] | gpu-bundle [DIR] | chaos --trials N [--seed S]>"
             );
             exit(2);
         }
@@ -97,6 +101,9 @@ fn cargo() -> Command {
 }
 
 fn test(args: &[String]) -> Res {
+    if !args.iter().any(|a| a == "--no-lint") {
+        lint()?;
+    }
     // Unit, integration and doc tests of every crate (benches are not run here: they live in
     // `cargo xtask bench`). Examples are built, so they cannot rot. Fault tests fail ops on
     // purpose: their flight-recorder dumps go under target/, not to ~/.cache/torch.
@@ -113,6 +120,39 @@ fn test(args: &[String]) -> Res {
     }
     interop()?;
     python_tests(&[])
+}
+
+/// The cargo-deny release `lint` installs where none is found.
+const CARGO_DENY_VERSION: &str = "0.20.2";
+
+/// Clippy and rustdoc with warnings as errors, then cargo-deny's license, ban and source checks
+/// (`deny.toml`; advisories are checked by hand, see `docs/dependencies.md`).
+fn lint() -> Res {
+    run(cargo().args([
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
+    run(cargo()
+        .args(["doc", "--workspace", "--no-deps"])
+        .env("RUSTDOCFLAGS", "-D warnings"))?;
+    let have_deny = cargo()
+        .args(["deny", "--version"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have_deny {
+        run(cargo().args([
+            "install",
+            "cargo-deny",
+            "--locked",
+            "--version",
+            CARGO_DENY_VERSION,
+        ]))?;
+    }
+    run(cargo().args(["deny", "check", "licenses", "bans", "sources"]))
 }
 
 fn venv_dir() -> PathBuf {
@@ -286,7 +326,7 @@ fn python_tests(extra: &[String]) -> Res {
     let py = install_wheel()?;
     // The launcher test runs c10drun, the weight-sync test the Rust receiver: build them once
     // here rather than from inside pytest.
-    run(cargo().args(["build", "-p", "c10d-world", "--bin", "c10drun"]))?;
+    run(cargo().args(["build", "-p", "c10d-run", "--bin", "c10drun"]))?;
     let target = env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
     let c10drun = std::fs::canonicalize(format!("{target}/debug/c10drun"))
         .map_err(|e| format!("c10drun not built: {e}"))?;
@@ -317,6 +357,10 @@ fn demo(args: &[String]) -> Res {
         "--release",
         "-p",
         "c10d-world",
+        "-p",
+        "c10d-run",
+        "-p",
+        "c10d-tools",
         "--bins",
         "--examples",
     ]))?;
@@ -355,7 +399,7 @@ fn bench(_args: &[String]) -> Res {
         "run",
         "--release",
         "-p",
-        "c10d-store",
+        "c10d-tools",
         "--bin",
         "c10d-store-bench",
         "--",
@@ -397,7 +441,7 @@ fn build_weight_sync_receiver(release: bool) -> Result<PathBuf, String> {
 
 /// Builds `c10d-bench` (debug, as the tests use it) and returns its path.
 fn build_bench() -> Result<PathBuf, String> {
-    run(cargo().args(["build", "-p", "c10d-world", "--bin", "c10d-bench"]))?;
+    run(cargo().args(["build", "-p", "c10d-tools", "--bin", "c10d-bench"]))?;
     let target = env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
     std::fs::canonicalize(format!("{target}/debug/c10d-bench"))
         .map_err(|e| format!("c10d-bench not built: {e}"))
@@ -441,7 +485,7 @@ fn test_multigpu(args: &[String]) -> Res {
                 "build",
                 "--release",
                 "-p",
-                "c10d-world",
+                "c10d-tools",
                 "--bin",
                 "c10d-bench",
             ]))?;
@@ -527,11 +571,7 @@ fn bench_every_op(bench: &Path) -> (usize, usize) {
             Ok(o) if o.status.success() => {
                 passed += 1;
                 let text = String::from_utf8_lossy(&o.stdout);
-                let last_row = text
-                    .lines()
-                    .filter(|l| !l.starts_with('#'))
-                    .last()
-                    .unwrap_or("");
+                let last_row = text.lines().rfind(|l| !l.starts_with('#')).unwrap_or("");
                 println!("c10d-bench {op} --backend nccl ok: {}", last_row.trim());
             }
             Ok(o) => {
@@ -636,7 +676,7 @@ fn gpu_bundle(args: &[String]) -> Res {
         "--release",
         "--message-format=json",
         "-p",
-        "c10d-world",
+        "c10d-tools",
         "--bin",
         "c10d-bench",
     ]);

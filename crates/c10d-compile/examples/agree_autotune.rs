@@ -8,7 +8,7 @@
 //! decision is identical on every rank.
 //!
 //! ```text
-//! cargo build -p c10d-world --bin c10drun && cargo build -p c10d-compile --example agree_autotune
+//! cargo build -p c10d-run --bin c10drun && cargo build -p c10d-compile --example agree_autotune
 //! target/debug/c10drun --nproc-per-node 4 target/debug/examples/agree_autotune
 //! ```
 //!

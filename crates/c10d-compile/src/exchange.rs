@@ -74,7 +74,7 @@ impl DigestReport {
     ///
     /// # Errors
     /// [`DistError::InvalidArgument`] "compile sync: compiled artifacts differ across ranks:
-    /// ranks [..] differ from rank 0 (rank 0: <hex>, rank r: <hex>, ...)".
+    /// ranks \[..\] differ from rank 0 (rank 0: `<hex>`, rank r: `<hex>`, ...)".
     pub fn ensure_identical(&self) -> Result<Sha256Digest> {
         let diff = self.differing_ranks();
         if diff.is_empty() {
@@ -115,7 +115,7 @@ impl CompileGroups<'_> {
     ///
     /// # Errors
     /// [`DistError::InvalidArgument`] naming the ranks that disagree: "compiler collective: ranks
-    /// disagree on the frame being compiled: ranks [0, 2]: \"f\"; ranks [1]: \"g\"", or "compiler
+    /// disagree on the frame being compiled: ranks \[0, 2\]: \"f\"; ranks \[1\]: \"g\"", or "compiler
     /// collective: ranks disagree on the inputs of frame \"f\": ranks [..]: [..]; ..."; group
     /// creation and communication errors.
     pub fn compiler_collective(&self, local: &FrameState) -> Result<FrameState> {

@@ -37,7 +37,7 @@ fn agree_autotune_under_c10drun_with_4_ranks() {
     let profile = profile_dir();
     let c10drun = built(
         &profile.join("c10drun"),
-        &["-p", "c10d-world", "--bin", "c10drun"],
+        &["-p", "c10d-run", "--bin", "c10drun"],
     );
     let example = built(
         &profile.join("examples").join("agree_autotune"),

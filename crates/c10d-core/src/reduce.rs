@@ -704,8 +704,8 @@ mod tests {
     fn bf16_rounding_is_nearest_even() {
         for x in [
             1.0f32,
-            1.00390625,
-            1.01171875,
+            1.003_906_3,
+            1.011_718_8,
             -3.5e-3,
             65504.0,
             f32::INFINITY,

@@ -144,7 +144,7 @@ fn all_reduce_every_dtype_and_op() {
                         for len in [0usize, 1, 5, 37, 300] {
                             let t = contribution(dtype, op, r, len);
                             pg.all_reduce(
-                                &[t.clone()],
+                                std::slice::from_ref(&t),
                                 &AllreduceOptions {
                                     reduce_op: op,
                                     ..Default::default()
@@ -177,7 +177,7 @@ fn all_reduce_pytorch_patterns_and_multi_tensor() {
             let check = |op: ReduceOp, want: f32| {
                 let t = Tensor::full((r + 1) as f32, &[4]);
                 pg.all_reduce(
-                    &[t.clone()],
+                    std::slice::from_ref(&t),
                     &AllreduceOptions {
                         reduce_op: op,
                         ..Default::default()
@@ -207,7 +207,7 @@ fn all_reduce_pytorch_patterns_and_multi_tensor() {
             // Bitwise on int32: r | (1 << i).
             let t = Tensor::from_vec((0..5).map(|i| (r as i32) | (1 << i)).collect::<Vec<i32>>());
             pg.all_reduce(
-                &[t.clone()],
+                std::slice::from_ref(&t),
                 &AllreduceOptions {
                     reduce_op: ReduceOp::Band,
                     ..Default::default()
@@ -231,7 +231,7 @@ fn all_reduce_pytorch_patterns_and_multi_tensor() {
                 };
                 2
             ]);
-            pg.all_reduce(&[c.clone()], &AllreduceOptions::default())
+            pg.all_reduce(std::slice::from_ref(&c), &AllreduceOptions::default())
                 .unwrap()
                 .wait()
                 .unwrap();
@@ -280,7 +280,7 @@ fn all_reduce_coalesced_and_large_ring() {
                             .map(|i| ((i % 13) + r) as f32)
                             .collect::<Vec<f32>>(),
                     );
-                    pg.all_reduce(&[t.clone()], &AllreduceOptions::default())
+                    pg.all_reduce(std::slice::from_ref(&t), &AllreduceOptions::default())
                         .unwrap()
                         .wait()
                         .unwrap();
@@ -353,7 +353,7 @@ fn reduce_every_root_and_op() {
                             let t = contribution(dtype, op, r, 9);
                             let before = bytes(&t);
                             pg.reduce(
-                                &[t.clone()],
+                                std::slice::from_ref(&t),
                                 &ReduceOptions {
                                     reduce_op: op,
                                     root_rank: root,
@@ -495,7 +495,7 @@ fn gather_and_scatter_every_root() {
                     vec![]
                 };
                 pg.scatter(
-                    &[out.clone()],
+                    std::slice::from_ref(&out),
                     &ins,
                     &ScatterOptions {
                         root_rank: root,
@@ -539,7 +539,7 @@ fn reduce_scatter_list_tensor_coalesced() {
                 let ins: Vec<Tensor> = (0..n)
                     .map(|i| Tensor::full((r + i + 1) as f64, &[5]))
                     .collect();
-                pg.reduce_scatter(&[out.clone()], &[ins], &ro)
+                pg.reduce_scatter(std::slice::from_ref(&out), &[ins], &ro)
                     .unwrap()
                     .wait()
                     .unwrap();
@@ -646,7 +646,7 @@ fn send_recv_tags_and_any_source() {
                 let mut seen = vec![0; n];
                 for _ in 0..2 * (n - 1) {
                     let t = Tensor::zeros(DType::I64, &[1]);
-                    let w = pg.recv_anysource(&[t.clone()], 7).unwrap();
+                    let w = pg.recv_anysource(std::slice::from_ref(&t), 7).unwrap();
                     w.wait().unwrap();
                     let src = w.source_rank().expect("source rank set");
                     assert_eq!(t.to_vec::<i64>().unwrap(), vec![src as i64]);
@@ -675,15 +675,15 @@ fn p2p_does_not_deadlock_against_collectives() {
         let t = Tensor::full(1.0f32, &[4]);
         if r == 0 {
             let buf = Tensor::zeros(DType::F32, &[8]);
-            let rw = pg.recv(&[buf.clone()], 1, 3).unwrap();
-            pg.all_reduce(&[t.clone()], &AllreduceOptions::default())
+            let rw = pg.recv(std::slice::from_ref(&buf), 1, 3).unwrap();
+            pg.all_reduce(std::slice::from_ref(&t), &AllreduceOptions::default())
                 .unwrap()
                 .wait()
                 .unwrap();
             rw.wait().unwrap();
             assert_eq!(f32s(&buf), vec![9.0; 8]);
         } else {
-            pg.all_reduce(&[t.clone()], &AllreduceOptions::default())
+            pg.all_reduce(std::slice::from_ref(&t), &AllreduceOptions::default())
                 .unwrap()
                 .wait()
                 .unwrap();
@@ -710,9 +710,15 @@ fn p2p_does_not_deadlock_against_collectives() {
             .unwrap();
         if r == 0 {
             let b = Tensor::zeros(DType::I32, &[2]);
-            pg.recv(&[b.clone()], 1, 12).unwrap().wait().unwrap();
+            pg.recv(std::slice::from_ref(&b), 1, 12)
+                .unwrap()
+                .wait()
+                .unwrap();
             assert_eq!(b.to_vec::<i32>().unwrap(), vec![6, 6]);
-            pg.recv(&[b.clone()], 1, 11).unwrap().wait().unwrap();
+            pg.recv(std::slice::from_ref(&b), 1, 11)
+                .unwrap()
+                .wait()
+                .unwrap();
             assert_eq!(b.to_vec::<i32>().unwrap(), vec![5, 5]);
         }
     });
@@ -726,7 +732,7 @@ fn thousand_async_ops_in_flight_complete_in_order() {
         for i in 0..1000usize {
             let t = Tensor::full((r + i) as i64, &[4]);
             ws.push(
-                pg.all_reduce(&[t.clone()], &AllreduceOptions::default())
+                pg.all_reduce(std::slice::from_ref(&t), &AllreduceOptions::default())
                     .unwrap(),
             );
             ts.push(t);
@@ -754,7 +760,7 @@ fn concurrent_groups_from_eight_threads() {
                     let ws: Vec<Work> = ts
                         .iter()
                         .map(|t| {
-                            pg.all_reduce(&[t.clone()], &AllreduceOptions::default())
+                            pg.all_reduce(std::slice::from_ref(t), &AllreduceOptions::default())
                                 .unwrap()
                         })
                         .collect();
@@ -799,7 +805,7 @@ fn sequence_numbers_like_pytorch() {
         // Collectives keep matching even though the counters now differ.
         let t = Tensor::full(1.0f32, &[1]);
         let w = pg
-            .all_reduce(&[t.clone()], &AllreduceOptions::default())
+            .all_reduce(std::slice::from_ref(&t), &AllreduceOptions::default())
             .unwrap();
         w.wait().unwrap();
         assert_eq!(f32s(&t), vec![3.0]);
@@ -812,7 +818,7 @@ fn works_report_results_and_source() {
     run_world(2, opts(), |_r, pg| {
         let t = Tensor::full(1.0f32, &[2]);
         let w = pg
-            .all_reduce(&[t.clone()], &AllreduceOptions::default())
+            .all_reduce(std::slice::from_ref(&t), &AllreduceOptions::default())
             .unwrap();
         w.wait().unwrap();
         assert!(w.is_success());
@@ -834,10 +840,10 @@ fn blocking_calls_run_inline_and_mix_with_async_ops() {
                 // Alternate: some async ops left in flight, then a blocking one behind them.
                 let a = Tensor::full((r + i) as i64, &[8]);
                 let wa = pg
-                    .all_reduce(&[a.clone()], &AllreduceOptions::default())
+                    .all_reduce(std::slice::from_ref(&a), &AllreduceOptions::default())
                     .unwrap();
                 let b = Tensor::full(1i64, &[3]);
-                let wb = pg.all_reduce(&[b.clone()], &sync).unwrap();
+                let wb = pg.all_reduce(std::slice::from_ref(&b), &sync).unwrap();
                 wb.wait().unwrap();
                 assert!(wa.is_completed(), "earlier async op completes first");
                 wa.wait().unwrap();
@@ -849,7 +855,7 @@ fn blocking_calls_run_inline_and_mix_with_async_ops() {
             }
             let t = Tensor::full(r as f32, &[5]);
             pg.broadcast(
-                &[t.clone()],
+                std::slice::from_ref(&t),
                 &BroadcastOptions {
                     root_rank: n - 1,
                     async_op: false,
@@ -879,7 +885,10 @@ fn blocking_calls_run_inline_and_mix_with_async_ops() {
                     pg2.send(&[t], 1, 5).unwrap().wait().unwrap();
                 } else {
                     let b = Tensor::zeros(DType::I32, &[4]);
-                    pg2.recv(&[b.clone()], 0, 5).unwrap().wait().unwrap();
+                    pg2.recv(std::slice::from_ref(&b), 0, 5)
+                        .unwrap()
+                        .wait()
+                        .unwrap();
                     assert_eq!(b.to_vec::<i32>().unwrap(), vec![i; 4]);
                 }
             }
@@ -887,7 +896,7 @@ fn blocking_calls_run_inline_and_mix_with_async_ops() {
         for _ in 0..100 {
             let t = Tensor::full(1.0f32, &[64]);
             pg.all_reduce(
-                &[t.clone()],
+                std::slice::from_ref(&t),
                 &AllreduceOptions {
                     async_op: false,
                     ..Default::default()
@@ -927,7 +936,7 @@ fn frames_arriving_before_their_receive_is_posted() {
                     let t = Tensor::from_vec(
                         (0..len).map(|i| ((i % 7) + r) as f32).collect::<Vec<f32>>(),
                     );
-                    pg.all_reduce(&[t.clone()], &AllreduceOptions::default())
+                    pg.all_reduce(std::slice::from_ref(&t), &AllreduceOptions::default())
                         .unwrap()
                         .wait()
                         .unwrap();
@@ -1038,7 +1047,10 @@ fn cma_all_reduce_matches_the_socket_path_bit_for_bit() {
                                 reduce_op: *op,
                                 ..Default::default()
                             };
-                            pg.all_reduce(&[t.clone()], &o).unwrap().wait().unwrap();
+                            pg.all_reduce(std::slice::from_ref(&t), &o)
+                                .unwrap()
+                                .wait()
+                                .unwrap();
                             out.push(t.read_bytes(|b| b.to_vec()).unwrap());
                         }
                     }
@@ -1124,7 +1136,10 @@ fn shm_all_reduce_matches_the_socket_path_bit_for_bit() {
                                     reduce_op: *op,
                                     ..Default::default()
                                 };
-                                pg.all_reduce(&[t.clone()], &o).unwrap().wait().unwrap();
+                                pg.all_reduce(std::slice::from_ref(&t), &o)
+                                    .unwrap()
+                                    .wait()
+                                    .unwrap();
                                 out.push(t.read_bytes(|b| b.to_vec()).unwrap());
                             }
                         }
@@ -1149,10 +1164,14 @@ fn shm_all_reduce_matches_the_socket_path_bit_for_bit() {
                         let mine = varied(*dtype, r, len);
                         let outs: Vec<Tensor> =
                             (0..n).map(|_| Tensor::zeros(*dtype, &[len])).collect();
-                        pg.all_gather(&[outs.clone()], &[mine], &AllgatherOptions::default())
-                            .unwrap()
-                            .wait()
-                            .unwrap();
+                        pg.all_gather(
+                            std::slice::from_ref(&outs),
+                            &[mine],
+                            &AllgatherOptions::default(),
+                        )
+                        .unwrap()
+                        .wait()
+                        .unwrap();
                         for o in &outs {
                             out.push(o.read_bytes(|b| b.to_vec()).unwrap());
                         }
@@ -1221,13 +1240,13 @@ fn cma_is_agreed_by_every_rank_or_by_none() {
         });
         let res = run_on(pgs, |r, pg| {
             let small = Tensor::full(r as f32, &[1000]);
-            pg.all_reduce(&[small.clone()], &AllreduceOptions::default())
+            pg.all_reduce(std::slice::from_ref(&small), &AllreduceOptions::default())
                 .unwrap()
                 .wait()
                 .unwrap();
             let before = pg.cross_memory_attach();
             let t = varied(DType::F32, r, 300_001);
-            pg.all_reduce(&[t.clone()], &AllreduceOptions::default())
+            pg.all_reduce(std::slice::from_ref(&t), &AllreduceOptions::default())
                 .unwrap()
                 .wait()
                 .unwrap();
@@ -1274,10 +1293,14 @@ fn cma_all_gather_and_reduce_scatter_match_the_socket_path() {
                         let inp = varied(dtype, r, len);
                         let outs: Vec<Tensor> =
                             (0..n).map(|_| Tensor::zeros(dtype, &[len])).collect();
-                        pg.all_gather(&[outs.clone()], &[inp], &AllgatherOptions::default())
-                            .unwrap()
-                            .wait()
-                            .unwrap();
+                        pg.all_gather(
+                            std::slice::from_ref(&outs),
+                            &[inp],
+                            &AllgatherOptions::default(),
+                        )
+                        .unwrap()
+                        .wait()
+                        .unwrap();
                         out.extend(outs.iter().map(bytes));
                     }
                     // all_gather_into_tensor, in place (input is this rank's slot of the output).
@@ -1321,7 +1344,7 @@ fn cma_all_gather_and_reduce_scatter_match_the_socket_path() {
                         let blocks: Vec<Tensor> =
                             (0..n).map(|p| varied(DType::F32, r * n + p, len)).collect();
                         let res = Tensor::zeros(DType::F32, &[len]);
-                        pg.reduce_scatter(&[res.clone()], &[blocks], &o)
+                        pg.reduce_scatter(std::slice::from_ref(&res), &[blocks], &o)
                             .unwrap()
                             .wait()
                             .unwrap();

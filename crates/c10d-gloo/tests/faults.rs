@@ -92,13 +92,12 @@ fn op_timeout_names_op_seq_rank_and_silent_peer() {
         assert!(start.elapsed() < Duration::from_secs(5));
         e
     });
-    for r in 0..2 {
+    for (r, text) in res.iter().take(2).enumerate() {
         assert!(
-            res[r].contains(&format!(
+            text.contains(&format!(
                 "Timed out waiting 200ms for ALLREDUCE (seq 0) on rank {r}; no data from rank(s) 2"
             )),
-            "{}",
-            res[r]
+            "{text}"
         );
     }
     assert!(
@@ -124,7 +123,7 @@ fn op_timeout_names_op_seq_rank_and_silent_peer() {
         }
         for i in 0..3 {
             let t = Tensor::full((r + i) as f32, &[1000]);
-            pg.all_reduce(&[t.clone()], &AllreduceOptions::default())
+            pg.all_reduce(std::slice::from_ref(&t), &AllreduceOptions::default())
                 .unwrap()
                 .wait()
                 .unwrap();
@@ -302,7 +301,7 @@ fn lazy_init_connects_at_first_op() {
     assert!(pgs.iter().all(|p| !p.is_initialized()));
     run_on(pgs, |r, pg| {
         let t = Tensor::full(r as i64, &[3]);
-        pg.all_reduce(&[t.clone()], &AllreduceOptions::default())
+        pg.all_reduce(std::slice::from_ref(&t), &AllreduceOptions::default())
             .unwrap()
             .wait()
             .unwrap();
@@ -361,8 +360,14 @@ fn argument_checks_use_pytorch_texts() {
             root_tensor,
             ..Default::default()
         };
-        has(pg.broadcast(&[f.clone()], &bo(2, 0)), "invalid root rank");
-        has(pg.broadcast(&[f.clone()], &bo(0, 1)), "invalid root tensor");
+        has(
+            pg.broadcast(std::slice::from_ref(&f), &bo(2, 0)),
+            "invalid root rank",
+        );
+        has(
+            pg.broadcast(std::slice::from_ref(&f), &bo(0, 1)),
+            "invalid root tensor",
+        );
         has(pg.broadcast(&[], &bo(0, 0)), "invalid root tensor");
         has(
             pg.broadcast(&[f.clone(), d.clone()], &bo(0, 0)),
@@ -382,7 +387,7 @@ fn argument_checks_use_pytorch_texts() {
         );
         has(
             pg.all_reduce(
-                &[f.clone()],
+                std::slice::from_ref(&f),
                 &AllreduceOptions {
                     reduce_op: ReduceOp::Band,
                     ..Default::default()
@@ -411,7 +416,7 @@ fn argument_checks_use_pytorch_texts() {
         );
         has(
             pg.reduce(
-                &[f.clone()],
+                std::slice::from_ref(&f),
                 &ReduceOptions {
                     root_rank: 5,
                     ..Default::default()
@@ -434,7 +439,7 @@ fn argument_checks_use_pytorch_texts() {
         has(
             pg.all_gather(
                 &[vec![f.clone()]],
-                &[f.clone()],
+                std::slice::from_ref(&f),
                 &AllgatherOptions::default(),
             ),
             "invalid output tensor list",
@@ -442,7 +447,7 @@ fn argument_checks_use_pytorch_texts() {
         has(
             pg.all_gather(
                 &[vec![f.clone(), f.clone(), f.clone()]],
-                &[f.clone()],
+                std::slice::from_ref(&f),
                 &AllgatherOptions::default(),
             ),
             "invalid output tensor list",
@@ -450,7 +455,7 @@ fn argument_checks_use_pytorch_texts() {
         has(
             pg.all_gather_coalesced(
                 &[vec![f.clone()]],
-                &[f.clone()],
+                std::slice::from_ref(&f),
                 &AllgatherOptions::default(),
             ),
             "output lists should be equal to world size",
@@ -458,7 +463,7 @@ fn argument_checks_use_pytorch_texts() {
         has(
             pg.all_gather_coalesced(
                 &[vec![f3.clone()], vec![f.clone()]],
-                &[f.clone()],
+                std::slice::from_ref(&f),
                 &AllgatherOptions::default(),
             ),
             "invalid size of output tensor at index 0",
@@ -466,7 +471,7 @@ fn argument_checks_use_pytorch_texts() {
         has(
             pg.all_gather_coalesced(
                 &[vec![d.clone()], vec![f.clone()]],
-                &[f.clone()],
+                std::slice::from_ref(&f),
                 &AllgatherOptions::default(),
             ),
             "invalid tensor type at index 0",
@@ -489,34 +494,42 @@ fn argument_checks_use_pytorch_texts() {
         );
         if r == 0 {
             has(
-                pg.scatter(&[f.clone()], &[], &so(0)),
+                pg.scatter(std::slice::from_ref(&f), &[], &so(0)),
                 "requires a single-element input list",
             );
             has(
-                pg.scatter(&[f.clone()], &[vec![f.clone()]], &so(0)),
+                pg.scatter(std::slice::from_ref(&f), &[vec![f.clone()]], &so(0)),
                 "Incorrect input list size 1. Input list size should be 2",
             );
             has(
-                pg.gather(&[], &[f.clone()], &go(0)),
+                pg.gather(&[], std::slice::from_ref(&f), &go(0)),
                 "requires a single-element output list",
             );
             has(
-                pg.gather(&[vec![f.clone()]], &[f.clone()], &go(0)),
+                pg.gather(&[vec![f.clone()]], std::slice::from_ref(&f), &go(0)),
                 "Incorrect output list size 1. Output list size should be 2",
             );
         } else {
             has(
-                pg.scatter(&[f.clone()], &[vec![f.clone(), f.clone()]], &so(0)),
+                pg.scatter(
+                    std::slice::from_ref(&f),
+                    &[vec![f.clone(), f.clone()]],
+                    &so(0),
+                ),
                 "requires empty input on non-root",
             );
             has(
-                pg.gather(&[vec![f.clone(), f.clone()]], &[f.clone()], &go(0)),
+                pg.gather(
+                    &[vec![f.clone(), f.clone()]],
+                    std::slice::from_ref(&f),
+                    &go(0),
+                ),
                 "requires empty output on non-root",
             );
         }
         has(
             pg.all_to_all(
-                &[f.clone()],
+                std::slice::from_ref(&f),
                 &[f.clone(), f.clone()],
                 &AllToAllOptions::default(),
             ),
@@ -538,20 +551,26 @@ fn argument_checks_use_pytorch_texts() {
             pg.reduce_scatter_tensor(&f, &f, &ReduceScatterOptions::default()),
             "input tensor must be the same size as output size times world size",
         );
-        has(pg.send(&[f.clone()], r, 0), "invalid destination rank");
-        has(pg.recv(&[f.clone()], 7, 0), "invalid source rank");
+        has(
+            pg.send(std::slice::from_ref(&f), r, 0),
+            "invalid destination rank",
+        );
+        has(
+            pg.recv(std::slice::from_ref(&f), 7, 0),
+            "invalid source rank",
+        );
         // A tensor in use by an in-flight op is refused, not raced.
         let busy = Tensor::full(1.0f32, &[2]);
         if r == 1 {
             std::thread::sleep(Duration::from_millis(200));
         }
         let w = pg
-            .all_reduce(&[busy.clone()], &AllreduceOptions::default())
+            .all_reduce(std::slice::from_ref(&busy), &AllreduceOptions::default())
             .unwrap();
         if r == 0 {
             // Rank 1 has not joined yet, so the op is certainly still in flight.
             let e = pg
-                .all_reduce(&[busy.clone()], &AllreduceOptions::default())
+                .all_reduce(std::slice::from_ref(&busy), &AllreduceOptions::default())
                 .unwrap_err();
             assert!(e.to_string().contains("in-flight"), "{e}");
         }
@@ -579,14 +598,20 @@ fn messages_from_a_peer_that_left_can_still_be_received() {
         .unwrap();
     drop(pg1); // orderly: a bye frame follows the data
     let b = Tensor::zeros(DType::I32, &[3]);
-    pg0.recv(&[b.clone()], 1, 6).unwrap().wait().unwrap();
+    pg0.recv(std::slice::from_ref(&b), 1, 6)
+        .unwrap()
+        .wait()
+        .unwrap();
     assert_eq!(b.to_vec::<i32>().unwrap(), vec![6; 3]);
     std::thread::sleep(Duration::from_millis(100));
-    pg0.recv(&[b.clone()], 1, 5).unwrap().wait().unwrap();
+    pg0.recv(std::slice::from_ref(&b), 1, 5)
+        .unwrap()
+        .wait()
+        .unwrap();
     assert_eq!(b.to_vec::<i32>().unwrap(), vec![5; 3]);
-    let e = err_text(pg0.recv(&[b.clone()], 1, 7));
+    let e = err_text(pg0.recv(std::slice::from_ref(&b), 1, 7));
     assert!(e.contains("rank 1 has shut down"), "{e}");
-    let e = err_text(pg0.all_reduce(&[b.clone()], &AllreduceOptions::default()));
+    let e = err_text(pg0.all_reduce(std::slice::from_ref(&b), &AllreduceOptions::default()));
     assert!(e.contains("rank 1 has shut down"), "{e}");
 }
 

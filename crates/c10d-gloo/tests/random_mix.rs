@@ -43,7 +43,7 @@ fn run(n: usize, seed: u64, o: GlooOptions) {
                         .collect();
                     let w = pg
                         .all_reduce(
-                            &[t.clone()],
+                            std::slice::from_ref(&t),
                             &AllreduceOptions {
                                 async_op: !blocking,
                                 ..Default::default()
@@ -57,7 +57,7 @@ fn run(n: usize, seed: u64, o: GlooOptions) {
                     let t = Tensor::full((r * 10 + step) as f32, &[len]);
                     let w = pg
                         .broadcast(
-                            &[t.clone()],
+                            std::slice::from_ref(&t),
                             &BroadcastOptions {
                                 root_rank: root,
                                 async_op: !blocking,
@@ -109,9 +109,11 @@ fn run(n: usize, seed: u64, o: GlooOptions) {
                         let to = (r + 1) % n;
                         let from = (r + n - 1) % n;
                         let b = Tensor::zeros(DType::F32, &[len]);
-                        let wr = pg.recv(&[b.clone()], from, step as i64).unwrap();
+                        let wr = pg
+                            .recv(std::slice::from_ref(&b), from, step as i64)
+                            .unwrap();
                         let s = Tensor::full((r * 1000 + step) as f32, &[len]);
-                        let ws = pg.send(&[s.clone()], to, step as i64).unwrap();
+                        let ws = pg.send(std::slice::from_ref(&s), to, step as i64).unwrap();
                         pending.push((ws, s, vec![(r * 1000 + step) as f32; len]));
                         pending.push((wr, b, vec![(from * 1000 + step) as f32; len]));
                     }

@@ -19,13 +19,13 @@ fn allreduce_broadcast_barrier_small_worlds() {
         };
         let res = run_world(n, o, move |r, pg| {
             let t = Tensor::from_vec(vec![(r + 1) as f32; 1000]);
-            pg.all_reduce(&[t.clone()], &AllreduceOptions::default())
+            pg.all_reduce(std::slice::from_ref(&t), &AllreduceOptions::default())
                 .unwrap()
                 .wait()
                 .unwrap();
             let b = Tensor::from_vec(vec![r as f64; 10]);
             pg.broadcast(
-                &[b.clone()],
+                std::slice::from_ref(&b),
                 &BroadcastOptions {
                     root_rank: n - 1,
                     ..Default::default()

@@ -3,6 +3,8 @@
 use crate::cuda;
 use crate::loader;
 use crate::version::Version;
+#[cfg(doc)]
+use c10d_core::DistError;
 use c10d_core::Result;
 
 /// What [`check_available`] found.

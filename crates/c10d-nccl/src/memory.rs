@@ -1,7 +1,7 @@
 //! Device memory behind CUDA tensors: [`CudaMemory`] is a [`DeviceStorage`] over one block of
 //! CUDA's stream-ordered allocator, so that dropping a tensor never synchronises the device
 //! (`cuMemFree` may: a watchdog thread releasing a timed-out op's tensors must not wait for the
-//! device it is watching). A tensor's block comes from c10d-nccl's pool ([`crate::pool`]) on a
+//! device it is watching). A tensor's block comes from c10d-nccl's own pool (`pool.rs`) on a
 //! per-device memory stream (waited for, so it is usable from any stream at once) and goes
 //! back with `cuMemFreeAsync` there; an op's temporary buffers are allocated and freed on the
 //! NCCL stream itself ([`CudaMemory::alloc_on_stream`]). Where the device has no
@@ -79,7 +79,7 @@ impl CudaMemory {
         Ok(CudaMemory::block(ctx, device, ptr, nbytes, None))
     }
 
-    /// `nbytes` from c10d-nccl's stream-ordered pool on `stream` ([`crate::pool`]; `cuMemAlloc`
+    /// `nbytes` from c10d-nccl's stream-ordered pool on `stream` (`pool.rs`; `cuMemAlloc`
     /// where the device has no stream-ordered allocator): usable by work queued on
     /// `stream` from now on, and freed on `stream` (`cuMemFreeAsync`, after the work queued
     /// there before the drop) when dropped. Whoever uses it elsewhere must order that use

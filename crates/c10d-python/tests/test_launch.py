@@ -56,7 +56,7 @@ def _c10drun() -> str:
     exe = os.environ.get("C10D_C10DRUN")
     if exe:
         return exe
-    subprocess.run(["cargo", "build", "-q", "-p", "c10d-world", "--bin", "c10drun"],
+    subprocess.run(["cargo", "build", "-q", "-p", "c10d-run", "--bin", "c10drun"],
                    cwd=ROOT, check=True, timeout=900)
     return str(ROOT / "target" / "debug" / "c10drun")
 

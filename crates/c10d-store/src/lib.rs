@@ -23,6 +23,9 @@ pub mod tcp;
 pub use hash::HashStore;
 pub use store::{store_barrier, Store, DEFAULT_STORE_TIMEOUT};
 // -- re-exports: add yours below. --
+/// The error type every store operation returns (c10d-core's), re-exported so that a store user
+/// needs no other crate.
+pub use c10d_core::{DistError, ErrorKind, Result};
 pub use file::FileStore;
 pub use prefix::PrefixStore;
 pub use rendezvous::{rendezvous, rendezvous_with_env, Rendezvous, DEFAULT_RENDEZVOUS_TIMEOUT};

@@ -1,89 +1,14 @@
 //! Interop with real PyTorch (gated on C10D_TORCH_PYTHON = path to a python with torch):
 //! - PyTorch's TCPStore client drives every op against our server;
 //! - our client drives every op against PyTorch's server (libuv and legacy backends);
-//! - two PyTorch ranks run `init_process_group("gloo")` + all_reduce through `env://` with
-//!   `TORCHELASTIC_USE_AGENT_STORE=True` against our `c10d-store serve`.
+//! (The `c10d-store` command line against PyTorch: c10d-tools' `interop_store_cli.rs`.)
 
 use c10d_core::ErrorKind;
 use c10d_store::{ServerOptions, Store, TcpStore, TcpStoreOptions, TcpStoreServer};
-use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
-
-fn torch_python() -> Option<String> {
-    match std::env::var("C10D_TORCH_PYTHON") {
-        Ok(p) if !p.is_empty() => Some(p),
-        _ => {
-            println!("skipped: C10D_TORCH_PYTHON not set");
-            None
-        }
-    }
-}
-
-fn script(name: &str) -> String {
-    format!("{}/tests/py/{name}", env!("CARGO_MANIFEST_DIR"))
-}
-
-/// Kills the child on drop.
-struct Guard(Child);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Waits for `child` up to `limit`; returns (success, stdout, stderr). Kills it on timeout.
-fn finish(mut g: Guard, limit: Duration) -> (bool, String, String) {
-    let mut out = g.0.stdout.take();
-    let mut err = g.0.stderr.take();
-    let t_out = std::thread::spawn(move || {
-        let mut s = String::new();
-        if let Some(o) = out.as_mut() {
-            let _ = o.read_to_string(&mut s);
-        }
-        s
-    });
-    let t_err = std::thread::spawn(move || {
-        let mut s = String::new();
-        if let Some(e) = err.as_mut() {
-            let _ = e.read_to_string(&mut s);
-        }
-        s
-    });
-    let start = Instant::now();
-    let ok = loop {
-        if let Some(st) = g.0.try_wait().unwrap() {
-            break st.success();
-        }
-        if start.elapsed() > limit {
-            let _ = g.0.kill();
-            break false;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let _ = g.0.wait();
-    (ok, t_out.join().unwrap(), t_err.join().unwrap())
-}
-
-/// Reads the first stdout line of `child` with a time limit.
-fn first_line(child: &mut Child, limit: Duration) -> String {
-    let out = child.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut r = BufReader::new(out);
-        let mut l = String::new();
-        let _ = r.read_line(&mut l);
-        let _ = tx.send(l);
-        // Keep draining so the child never blocks on a full pipe.
-        let mut sink = Vec::new();
-        let _ = r.read_to_end(&mut sink);
-    });
-    rx.recv_timeout(limit)
-        .expect("child printed nothing in time")
-}
+use std::process::{Command, Stdio};
+use std::time::Duration;
+mod interop_common;
+use interop_common::*;
 
 #[test]
 fn pytorch_client_drives_our_server() {
@@ -209,30 +134,6 @@ fn our_client_on_pytorch_server(backend: &str) {
     )
     .unwrap();
     drive_all_ops(&s, backend == "libuv");
-    // The CLI talks to PyTorch's server too.
-    let cli = |args: &[&str]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_c10d-store"))
-            .args([
-                "--addr",
-                &format!("127.0.0.1:{port}"),
-                "--timeout-ms",
-                "20000",
-            ])
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "cli {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
-    assert_eq!(cli(&["get", "key"]), "6");
-    assert_eq!(cli(&["add", "key", "1"]), "7\n");
-    cli(&["set", "from_cli", "x"]);
-    assert_eq!(s.get("from_cli").unwrap(), b"x");
-    assert_eq!(cli(&["check", "from_cli"]), "true\n");
 }
 
 #[test]
@@ -243,64 +144,6 @@ fn our_client_drives_pytorch_libuv_server() {
 #[test]
 fn our_client_drives_pytorch_legacy_server() {
     our_client_on_pytorch_server("legacy");
-}
-
-#[test]
-fn gloo_ranks_rendezvous_on_our_cli_server() {
-    let Some(py) = torch_python() else { return };
-    let mut srv = Command::new(env!("CARGO_BIN_EXE_c10d-store"))
-        .args([
-            "serve",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "0",
-            "--world-size",
-            "2",
-        ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let line = first_line(&mut srv, Duration::from_secs(30));
-    let _srv = Guard(srv);
-    let port = line.trim().rsplit_once(':').unwrap().1.to_string();
-    let ranks: Vec<Guard> = (0..2)
-        .map(|r| {
-            Guard(
-                Command::new(&py)
-                    .arg(script("tcp_gloo_rank.py"))
-                    .env("MASTER_ADDR", "127.0.0.1")
-                    .env("MASTER_PORT", &port)
-                    .env("RANK", r.to_string())
-                    .env("LOCAL_RANK", r.to_string())
-                    .env("WORLD_SIZE", "2")
-                    .env("TORCHELASTIC_USE_AGENT_STORE", "True")
-                    .env("GLOO_SOCKET_IFNAME", "lo")
-                    .stdout(Stdio::piped())
-                    .stderr(Stdio::piped())
-                    .spawn()
-                    .unwrap(),
-            )
-        })
-        .collect();
-    for (r, g) in ranks.into_iter().enumerate() {
-        let (ok, out, err) = finish(g, Duration::from_secs(240));
-        assert!(
-            ok && out.contains(&format!("rank {r} OK")),
-            "rank {r} failed\nstdout:\n{out}\nstderr:\n{err}"
-        );
-    }
-    // The job's keys are visible through our client.
-    let c = TcpStore::new(
-        "127.0.0.1",
-        port.parse().unwrap(),
-        TcpStoreOptions {
-            timeout: Duration::from_secs(10),
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    assert!(c.num_keys().unwrap() > 0);
 }
 
 /// Runs `tcp_large_ops.py` (PyTorch's client) with `cases` against `port`; returns its stdout.

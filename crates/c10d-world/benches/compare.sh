@@ -20,7 +20,7 @@ MAX=${MAX:-64M}
 ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
 PY=${C10D_TORCH_PYTHON:-$HOME/.cache/c10d-rs/torch-venv/bin/python}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
-cargo build -q --release -p c10d-world --bin c10d-bench --manifest-path "$ROOT/Cargo.toml"
+cargo build -q --release -p c10d-tools --bin c10d-bench --manifest-path "$ROOT/Cargo.toml"
 BENCH="$CARGO_TARGET_DIR/release/c10d-bench"
 TORCH_BENCH="$ROOT/crates/c10d-world/benches/torch_gloo_bench.py"
 HAVE_TORCH=1

@@ -24,7 +24,7 @@ ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
 PY=${C10D_TORCH_PYTHON:-$HOME/.cache/c10d-rs/torch-venv/bin/python}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 [ "$(id -u)" = 0 ] || { echo "compare_hosts.sh: needs root (ip netns)" >&2; exit 2; }
-cargo build -q --release -p c10d-world --bin c10d-bench --manifest-path "$ROOT/Cargo.toml"
+cargo build -q --release -p c10d-tools --bin c10d-bench --manifest-path "$ROOT/Cargo.toml"
 BENCH="$CARGO_TARGET_DIR/release/c10d-bench"
 TORCH_BENCH="$ROOT/crates/c10d-world/benches/torch_gloo_bench.py"
 HAVE_TORCH=1

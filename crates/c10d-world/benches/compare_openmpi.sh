@@ -15,7 +15,7 @@ if ! command -v mpicc >/dev/null; then
 fi
 mkdir -p target/openmpi
 mpicc -O2 -o target/openmpi/allreduce crates/c10d-world/benches/openmpi_allreduce.c
-cargo build --release -q -p c10d-world --bin c10d-bench
+cargo build --release -q -p c10d-tools --bin c10d-bench
 BENCH=target/release/c10d-bench
 MPI=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
 

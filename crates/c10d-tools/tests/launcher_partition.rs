@@ -5,6 +5,7 @@
 //! must exit, bounded, with summaries that say what went wrong. Needs root and `ip netns`;
 //! skips with a printed reason otherwise. The namespaces are removed even when the test fails.
 
+#[path = "../../c10d-run/tests/launcher_util/mod.rs"]
 mod launcher_util;
 mod netns;
 use launcher_util::*;
@@ -17,11 +18,12 @@ const BENCH: &str = env!("CARGO_BIN_EXE_c10d-bench");
 /// port: pass "0").
 fn node(hosts: &Hosts, node: usize, port: &str) -> Job {
     let rank = node.to_string();
+    let c10drun = c10drun();
     let args = [
         "netns",
         "exec",
         &hosts.names[node],
-        C10DRUN,
+        &c10drun,
         "--nnodes",
         "2",
         "--node-rank",

@@ -90,7 +90,7 @@ impl AgentStore {
         &mut self,
         what: &str,
         extra: Duration,
-        f: impl FnOnce(&TcpStore) -> c10d_core::Result<T> + Send + 'static,
+        f: impl FnOnce(&TcpStore) -> c10d_store::Result<T> + Send + 'static,
     ) -> Result<T, StoreFail> {
         if let Some(why) = &self.lost {
             return Err(StoreFail::Lost(why.clone()));

@@ -60,8 +60,6 @@ mod agent;
 mod attempt;
 #[path = "c10drun/cli.rs"]
 mod cli;
-#[path = "shared/die_with_parent.rs"]
-mod die_with_parent;
 #[path = "c10drun/output.rs"]
 mod output;
 #[path = "c10drun/report.rs"]

@@ -16,7 +16,7 @@
 //! still unfinished then is shown as `>cap (joined/N)`.
 //!
 //! ```text
-//! cargo run --release -p c10d-store --bin c10d-store-bench -- [--python PY] [--seconds S]
+//! cargo run --release -p c10d-tools --bin c10d-store-bench -- [--python PY] [--seconds S]
 //! ```
 
 use c10d_store::tcp::protocol::{Request, VALIDATE_MAGIC};

@@ -28,15 +28,12 @@
 //! Header and footer lines start with `#`; data rows hold numbers except the `type` and `redop`
 //! columns (nccl-tests prints `none` as the redop of ops without a reduction).
 
-#[path = "shared/die_with_parent.rs"]
-mod die_with_parent;
-
 use c10d_core::half;
 use c10d_core::{DType, DistError, ReduceOp, Result, Tensor, Work};
+use c10d_run::die_with_parent;
 use c10d_store::tcp::{ServerOptions, TcpStoreServer};
 use c10d_world as dist;
 use clap::{Parser, ValueEnum};
-use die_with_parent::die_with_parent;
 use std::process::Command;
 use std::time::{Duration, Instant};
 

@@ -1,5 +1,6 @@
-//! Helpers shared by the launcher tests: run `c10drun` (or another binary) with a deadline and
-//! capture its output while it runs.
+//! Helpers shared by the launcher tests (of c10d-run, and of the crates whose examples and
+//! tools run under it, which include this file by path): run `c10drun` (or another binary)
+//! with a deadline and capture its output while it runs; find the workspace's binaries.
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read};
@@ -8,8 +9,38 @@ use std::sync::mpsc::{channel, Receiver};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// `target/<profile>` of this test binary.
+pub fn profile_dir() -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().unwrap().parent().unwrap().to_path_buf()
+}
+
+/// The binary `name` of the workspace package `package`, built with cargo when `cargo test`
+/// did not build it already (`cargo test --workspace` builds every package's binaries).
+pub fn workspace_bin(package: &str, name: &str) -> String {
+    let path = profile_dir().join(name);
+    if !path.exists() {
+        let profile = profile_dir();
+        let mut cmd = Command::new(env!("CARGO"));
+        cmd.args(["build", "-p", package, "--bin", name, "--manifest-path"])
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/../../Cargo.toml"))
+            .env("CARGO_TARGET_DIR", profile.parent().unwrap());
+        if profile.file_name().is_some_and(|n| n == "release") {
+            cmd.arg("--release");
+        }
+        let st = cmd.status().expect("cannot run cargo");
+        assert!(st.success(), "cargo build -p {package} --bin {name} failed");
+    }
+    path.to_string_lossy().into_owned()
+}
+
 /// Path of the `c10drun` binary under test.
-pub const C10DRUN: &str = env!("CARGO_BIN_EXE_c10drun");
+pub fn c10drun() -> String {
+    match option_env!("CARGO_BIN_EXE_c10drun") {
+        Some(p) => p.to_string(),
+        None => workspace_bin("c10d-run", "c10drun"),
+    }
+}
 
 /// Finished process: exit code (None when killed by a signal) and its output.
 pub struct Output {
@@ -112,7 +143,7 @@ pub fn spawn(program: &str, args: &[&str], envs: &[(&str, &str)]) -> Job {
 
 /// Starts `c10drun args`.
 pub fn spawn_c10drun(args: &[&str]) -> Job {
-    spawn(C10DRUN, args, &[])
+    spawn(&c10drun(), args, &[])
 }
 
 /// Runs `c10drun args` to completion (killed and failed after `limit`).

@@ -1,6 +1,7 @@
 //! `c10d-bench`: table format, every op on 1–3 ranks with a real element check, the check
 //! catching a corrupted element, running under `c10drun`, and clear errors.
 
+#[path = "../../c10d-run/tests/launcher_util/mod.rs"]
 mod launcher_util;
 use launcher_util::*;
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! Child processes that never outlive their launcher (shared by `c10drun` and `c10d-bench`).
+//! Child processes that never outlive their launcher (used by `c10drun` and `c10d-bench`).
 
 use std::os::unix::process::CommandExt;
 use std::process::Command;

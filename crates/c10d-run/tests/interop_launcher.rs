@@ -108,7 +108,10 @@ fn a_failing_torch_rank_is_reported_and_the_survivor_does_not_hang() {
 #[test]
 fn the_torch_baseline_bench_runs_under_c10drun_and_prints_the_same_table() {
     let Some(py) = torch_python() else { return };
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/torch_gloo_bench.py");
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../c10d-world/benches/torch_gloo_bench.py"
+    );
     let out = run_c10drun(
         &[
             "--nproc-per-node",

@@ -112,7 +112,7 @@ fn module_runs_python3_dash_m() {
     let d = Scratch::new("module");
     d.file("c10d_test_mod.py", ENV_PY);
     let job = spawn(
-        C10DRUN,
+        &c10drun(),
         &[
             "--standalone",
             "--nproc-per-node",

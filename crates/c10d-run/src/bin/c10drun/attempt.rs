@@ -7,7 +7,7 @@ use super::agent::{self, AgentStore, Remote};
 use super::output::{pump, Sink};
 use super::report::{describe_status, signal_name, Tail};
 use super::{publish_failure, say, Ctx, LogDir, StopReason, Worker, PENDING_SIGNAL};
-use crate::die_with_parent::die_with_parent;
+use c10d_run::die_with_parent;
 use std::io::Read;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
