@@ -1,7 +1,8 @@
 //! Interop with real PyTorch (gated on C10D_TORCH_PYTHON = path to a python with torch):
 //! - PyTorch's TCPStore client drives every op against our server;
-//! - our client drives every op against PyTorch's server (libuv and legacy backends);
-//! (The `c10d-store` command line against PyTorch: c10d-tools' `interop_store_cli.rs`.)
+//! - our client drives every op against PyTorch's server (libuv and legacy backends).
+//!
+//! The `c10d-store` command line against PyTorch: c10d-tools' `interop_store_cli.rs`.
 
 use c10d_core::ErrorKind;
 use c10d_store::{ServerOptions, Store, TcpStore, TcpStoreOptions, TcpStoreServer};
