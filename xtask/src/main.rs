@@ -356,7 +356,7 @@ fn demo(args: &[String]) -> Res {
         "build",
         "--release",
         "-p",
-        "c10d-world",
+        "c10d-ddp",
         "-p",
         "c10d-run",
         "-p",

@@ -65,7 +65,8 @@
 //! `batch_isend_irecv`); [`buffer`] the memory a collective accepts; [`config`] backend strings
 //! and the backend registry; `gloo` the built-in creator; [`detail`] DETAIL mode;
 //! [`device_mesh`] n-dimensional grids of groups (`init_device_mesh`); [`shrink`],
-//! [`objects`], [`ddp`] as named; the binaries `c10drun` and `c10d-bench` under `src/bin/`.
+//! [`objects`] as named. DDP's Reducer is the crate `c10d-ddp`, the launcher `c10d-run`, the
+//! command-line tools `c10d-tools`.
 //!
 //! `dist::all_reduce(&t).run()`: the free function calls [`World::all_reduce`] on
 //! [`World::global`], which returns a [`Collective`]; `.run()` checks the arguments, resolves
@@ -109,7 +110,6 @@ pub mod buffer;
 pub mod call;
 pub mod collectives;
 pub mod config;
-pub mod ddp;
 pub mod detail;
 pub mod device_mesh;
 pub mod flight_recorder;

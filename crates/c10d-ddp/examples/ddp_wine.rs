@@ -36,7 +36,7 @@
 use c10d_core::{Result, Tensor};
 use c10d_store::HashStore;
 use c10d_world as dist;
-use c10d_world::ddp::{self, Reducer, ReducerOptions};
+use c10d_ddp::{self as ddp, Reducer, ReducerOptions};
 use clap::Parser;
 use std::cell::RefCell;
 use std::sync::Arc;

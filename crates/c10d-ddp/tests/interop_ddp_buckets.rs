@@ -1,12 +1,12 @@
 //! DDP bucket assignment against real PyTorch (gated on C10D_TORCH_PYTHON): seeded random
 //! parameter lists (sizes, dtypes, limits, with and without a gradient-arrival order) go through
-//! both `c10d_world::ddp::compute_bucket_assignment_by_size` and
+//! both `c10d_ddp::compute_bucket_assignment_by_size` and
 //! `torch.distributed._compute_bucket_assignment_by_size`; the results must be equal.
 //!
 //! Run: `C10D_TORCH_PYTHON=~/.cache/c10d-rs/torch-venv/bin/python cargo test -p c10d-world --test interop_ddp_buckets`
 
 use c10d_core::{DType, Device};
-use c10d_world::ddp::{compute_bucket_assignment_by_size, TensorMeta};
+use c10d_ddp::{compute_bucket_assignment_by_size, TensorMeta};
 use std::io::Write;
 use std::process::{Command, Stdio};
 

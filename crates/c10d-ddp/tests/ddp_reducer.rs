@@ -2,10 +2,11 @@
 //! gradient (over gloo, asynchronous, and over the store test backend), buckets rebuilt in
 //! gradient-arrival order, unused parameters, static graphs and the errors PyTorch raises.
 
+#[path = "../../c10d-world/tests/world_common/mod.rs"]
 mod world_common;
 
 use c10d_core::{AllreduceOptions, DType, DistError, ErrorKind, ProcessGroup, ReduceOp, Tensor};
-use c10d_world::ddp::{
+use c10d_ddp::{
     compute_bucket_assignment_by_size, AllReduceHook, BucketFuture, CommHook, GradBucket, Reducer,
     ReducerOptions, TensorMeta,
 };
@@ -382,9 +383,9 @@ fn a_full_bucket_is_launched_before_the_backward_pass_ends() {
         let log = launched.clone();
         reducer
             .register_comm_hook(
-                move |pg: &c10d_core::ProcessGroup, b: &c10d_world::ddp::GradBucket| {
+                move |pg: &c10d_core::ProcessGroup, b: &c10d_ddp::GradBucket| {
                     log.lock().unwrap().push(b.index());
-                    c10d_world::ddp::AllReduceHook.run_hook(pg, b)
+                    c10d_ddp::AllReduceHook.run_hook(pg, b)
                 },
             )
             .unwrap();

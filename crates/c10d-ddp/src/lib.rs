@@ -1,7 +1,11 @@
+//! # c10d-ddp
+//!
 //! Data-parallel training: what PyTorch's `DistributedDataParallel` does under the hood, for
 //! Rust training loops that compute their own gradients (burn, candle, hand-written code).
+//! Depends on c10d-core only: it reduces through any [`c10d_core::ProcessGroup`] (made by
+//! c10d-world, or by hand from a backend).
 //!
-//! This module holds the pieces `torch/csrc/distributed/c10d/init.cpp` binds for DDP: the
+//! This crate holds the pieces `torch/csrc/distributed/c10d/init.cpp` binds for DDP: the
 //! [`Reducer`], [`GradBucket`] and the comm hooks ([`comm_hooks`]), and
 //! [`compute_bucket_assignment_by_size`] (`dist._compute_bucket_assignment_by_size`).
 //!
@@ -33,7 +37,7 @@
 //!
 //! ```no_run
 //! use c10d_core::{DType, Tensor};
-//! use c10d_world::ddp::{Reducer, ReducerOptions};
+//! use c10d_ddp::{Reducer, ReducerOptions};
 //! # fn main() -> c10d_core::Result<()> {
 //! # let pg = c10d_world::World::global().world_group()?;
 //! let params = vec![Tensor::zeros(DType::F32, &[64, 32]), Tensor::zeros(DType::F32, &[64])];

@@ -3,7 +3,7 @@
 //! derives from `bucket_cap_mb`. `interop_ddp_buckets.rs` compares many more lists live.
 
 use c10d_core::{DType, Device};
-use c10d_world::ddp::{compute_bucket_assignment_by_size, default_bucket_size_limits, TensorMeta};
+use c10d_ddp::{compute_bucket_assignment_by_size, default_bucket_size_limits, TensorMeta};
 
 const MIB: usize = 1 << 20;
 

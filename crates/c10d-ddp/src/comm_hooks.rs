@@ -6,7 +6,7 @@
 //! (`bf16_compress_hook`). A user hook is any type implementing [`CommHook`], closures included:
 //!
 //! ```
-//! use c10d_world::ddp::{BucketFuture, GradBucket};
+//! use c10d_ddp::{BucketFuture, GradBucket};
 //! use c10d_core::{AllreduceOptions, ProcessGroup, Result};
 //! // Sum without averaging.
 //! let hook = |pg: &ProcessGroup, bucket: &GradBucket| -> Result<BucketFuture> {

@@ -1,10 +1,11 @@
 //! The PowerSGD comm hook with ranks as threads: plain averaging before `start_powersgd_iter`,
 //! exact recovery of a rank-1 average, small matrices sent uncompressed, and error feedback.
 
+#[path = "../../c10d-world/tests/world_common/mod.rs"]
 mod world_common;
 
 use c10d_core::{DType, Tensor};
-use c10d_world::ddp::{PowerSgdHook, PowerSgdOptions, Reducer, ReducerOptions};
+use c10d_ddp::{PowerSgdHook, PowerSgdOptions, Reducer, ReducerOptions};
 use world_common::{run, run_gloo};
 
 /// Parameters: a 40 × 30 matrix (compressed at rank 1: (40 + 30) × 2 < 1200), a bias of 40 and a

@@ -2,10 +2,11 @@
 //! precision, the all_reduce hook equals DDP's own averaging, and a user closure sees every
 //! bucket and decides the result.
 
+#[path = "../../c10d-world/tests/world_common/mod.rs"]
 mod world_common;
 
 use c10d_core::{AllreduceOptions, DType, ProcessGroup, Result, Tensor};
-use c10d_world::ddp::{
+use c10d_ddp::{
     AllReduceHook, Bf16CompressHook, BucketFuture, CommHook, Fp16CompressHook, GradBucket, Reducer,
     ReducerOptions,
 };

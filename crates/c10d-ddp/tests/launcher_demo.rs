@@ -22,7 +22,7 @@ fn demo_binary() -> PathBuf {
         cmd.args([
             "build",
             "-p",
-            "c10d-world",
+            "c10d-ddp",
             "--example",
             "ddp_wine",
             "--manifest-path",

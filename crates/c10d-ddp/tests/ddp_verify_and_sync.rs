@@ -2,10 +2,11 @@
 //! the rank and parameter that differ, and `broadcast_coalesced` copies rank 0's values into
 //! every rank's tensors through a few flat buffers.
 
+#[path = "../../c10d-world/tests/world_common/mod.rs"]
 mod world_common;
 
 use c10d_core::{DType, Tensor};
-use c10d_world::ddp::{broadcast_coalesced, verify_params_across_processes};
+use c10d_ddp::{broadcast_coalesced, verify_params_across_processes};
 use std::time::Duration;
 use world_common::run;
 
