@@ -139,6 +139,7 @@ fn lint() -> Res {
     run(cargo()
         .args(["doc", "--workspace", "--no-deps"])
         .env("RUSTDOCFLAGS", "-D warnings"))?;
+    gloo_only_has_no_cuda()?;
     let have_deny = cargo()
         .args(["deny", "--version"])
         .output()
@@ -153,6 +154,37 @@ fn lint() -> Res {
         ]))?;
     }
     run(cargo().args(["deny", "check", "licenses", "bans", "sources"]))
+}
+
+/// `c10d-world` with only its `gloo` feature builds, and nothing of CUDA is in its graph.
+fn gloo_only_has_no_cuda() -> Res {
+    let gloo_only = [
+        "-p",
+        "c10d-world",
+        "--no-default-features",
+        "--features",
+        "gloo",
+    ];
+    run(cargo().arg("check").args(gloo_only))?;
+    let out = cargo()
+        .arg("tree")
+        .args(gloo_only)
+        .args(["-e", "normal", "--prefix", "none"])
+        .output()
+        .map_err(|e| format!("cargo tree: {e}"))?;
+    let tree = String::from_utf8_lossy(&out.stdout);
+    let cuda: Vec<&str> = tree
+        .lines()
+        .filter(|l| {
+            ["cudarc", "c10d-nccl", "libloading"]
+                .iter()
+                .any(|c| l.starts_with(c))
+        })
+        .collect();
+    match cuda.is_empty() && out.status.success() {
+        true => Ok(()),
+        false => Err(format!("c10d-world with --features gloo pulls in {cuda:?}")),
+    }
 }
 
 fn venv_dir() -> PathBuf {

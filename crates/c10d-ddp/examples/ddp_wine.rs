@@ -34,9 +34,9 @@
 //! `cargo run --example ddp_wine` works too. Exit status 1 when a check fails.
 
 use c10d_core::{Result, Tensor};
+use c10d_ddp::{self as ddp, Reducer, ReducerOptions};
 use c10d_store::HashStore;
 use c10d_world as dist;
-use c10d_ddp::{self as ddp, Reducer, ReducerOptions};
 use clap::Parser;
 use std::cell::RefCell;
 use std::sync::Arc;

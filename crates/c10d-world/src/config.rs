@@ -96,96 +96,36 @@ impl fmt::Debug for BackendCreateArgs {
 pub type BackendCreator =
     Arc<dyn Fn(&BackendCreateArgs) -> Result<Option<Arc<dyn Backend>>> + Send + Sync>;
 
+/// A registry entry: how to create the backend and whether it can be created here.
 #[derive(Clone)]
-struct Plugin {
-    creator: BackendCreator,
-    extended_api: bool,
-    available: bool,
+pub(crate) struct Plugin {
+    pub(crate) creator: BackendCreator,
+    pub(crate) extended_api: bool,
+    pub(crate) available: bool,
     /// Asked (outside the registry lock) when `available` is true; `None` = always usable.
-    probe: Option<fn() -> bool>,
+    pub(crate) probe: Option<fn() -> bool>,
 }
 
-/// When a built-in NCCL backend makes its communicator.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum NcclInit {
-    /// At group creation, on `device_id` or else the rank's default device (PyTorch 2.15's
-    /// `"nccl"` / `"nccl2"`).
-    Eager,
-    /// On `device_id` at group creation, else at the first op (`"nccl-legacy"`, `"nccl-lazy"`,
-    /// and `"nccl"` under `TORCH_DIST_USE_NCCL2=0`).
-    Lazy,
-}
-
-/// The built-in NCCL backend names and how each initialises (PyTorch 2.15: `"nccl"` builds
-/// the eager `ProcessGroupNCCL2` unless `TORCH_DIST_USE_NCCL2=0`, `"nccl-legacy"` the old lazy
-/// `ProcessGroupNCCL`, `"nccl-lazy"` one whose point-to-point communicators are made lazily).
-/// All of them are c10d-nccl's `ProcessGroupNccl`; departures: `"nccl-lazy"` runs
-/// point-to-point ops on the group's communicator (no communicator per pair), and
-/// `TORCH_DIST_USE_NCCL2` is read at each group's creation (PyTorch reads it once).
-const NCCL_NAMES: [(&str, InitRule); 4] = [
-    ("nccl", nccl_default_init),
-    ("nccl2", || NcclInit::Eager),
-    ("nccl-legacy", || NcclInit::Lazy),
-    ("nccl-lazy", || NcclInit::Lazy),
-];
-
-/// How a name decides its [`NcclInit`] when a group is made.
-type InitRule = fn() -> NcclInit;
-
-/// `"nccl"`'s init: eager unless `TORCH_DIST_USE_NCCL2=0`.
-fn nccl_default_init() -> NcclInit {
-    match std::env::var("TORCH_DIST_USE_NCCL2").as_deref() {
-        Ok("0") => NcclInit::Lazy,
-        _ => NcclInit::Eager,
-    }
-}
-
-/// A built-in NCCL creator: a [`c10d_nccl::ProcessGroupNccl`] with the user's `pg_options` (a
-/// [`c10d_nccl::NcclOptions`]) or the defaults, bound to `device_id` when the group has one,
-/// or to the rank's default device when `init` is eager. Never a panic: without a GPU or NCCL,
-/// c10d-nccl's reason.
-fn create_nccl(a: &BackendCreateArgs, init: NcclInit) -> Result<Option<Arc<dyn Backend>>> {
-    let bopts = a.backend_options("nccl");
-    let options = match a
-        .pg_options
-        .as_ref()
-        .and_then(|o| o.downcast_ref::<c10d_nccl::NcclOptions>())
-    {
-        Some(user) => c10d_nccl::NcclOptions {
-            timeout: a.timeout,
-            group_name: bopts.group_name.clone(),
-            group_desc: bopts.group_desc.clone(),
-            global_ranks: bopts.global_ranks.clone(),
-            ..user.clone()
-        },
-        None => {
-            c10d_nccl::NcclOptions::from_backend_options(&bopts, &c10d_nccl::NcclEnv::default())
+impl Plugin {
+    /// A built-in backend this build left out (its cargo feature is off): known by name, not
+    /// available, and its creation fails saying which feature to turn on.
+    #[cfg_attr(all(feature = "gloo", feature = "nccl"), allow(dead_code))]
+    fn left_out(name: &'static str, feature: &'static str) -> Plugin {
+        Plugin {
+            creator: Arc::new(move |_a: &BackendCreateArgs| {
+                Err(DistError::unsupported(format!(
+                    "Backend {name} is not available: c10d-world was built without its `{feature}` feature"
+                )))
+            }),
+            extended_api: true,
+            available: false,
+            probe: None,
         }
-    };
-    let pg = c10d_nccl::ProcessGroupNccl::new(a.store.clone(), a.group_rank, a.group_size, options)
-        .map_err(|e| {
-            e.map_message(|m| {
-                format!("{m}\nBackend nccl is not available in this process; use backend \"gloo\"")
-            })
-        })?;
-    match (a.device_id, init) {
-        (Some(d @ c10d_core::Device::Cuda(_)), _) => pg.bind(d)?,
-        (_, NcclInit::Eager) => pg.bind(pg.default_device()?)?,
-        (_, NcclInit::Lazy) => {}
     }
-    Ok(Some(Arc::new(pg)))
 }
 
-/// The registry entry of a built-in NCCL name.
-fn nccl_plugin(init: fn() -> NcclInit) -> Plugin {
-    Plugin {
-        creator: Arc::new(move |a: &BackendCreateArgs| create_nccl(a, init())),
-        extended_api: true,
-        // Usable where c10d-nccl finds NCCL and a GPU.
-        available: true,
-        probe: Some(c10d_nccl::is_nccl_available),
-    }
-}
+/// The names of the built-in NCCL backends (see `nccl.rs` for how each initialises).
+const NCCL_NAMES: [&str; 4] = ["nccl", "nccl2", "nccl-legacy", "nccl-lazy"];
 
 struct Registry {
     /// Lower-case name → plugin.
@@ -200,18 +140,16 @@ fn registry() -> &'static RwLock<Registry> {
     static R: OnceLock<RwLock<Registry>> = OnceLock::new();
     R.get_or_init(|| {
         let mut plugins = BTreeMap::new();
-        plugins.insert(
-            "gloo".to_string(),
-            Plugin {
-                creator: Arc::new(crate::gloo::create_gloo),
-                extended_api: true,
-                available: crate::gloo::GLOO_AVAILABLE,
-                probe: None,
-            },
-        );
+        #[cfg(feature = "gloo")]
+        plugins.insert("gloo".to_string(), crate::gloo::plugin());
+        #[cfg(not(feature = "gloo"))]
+        plugins.insert("gloo".to_string(), Plugin::left_out("gloo", "gloo"));
         let mut capability = vec![("gloo".into(), vec![DeviceType::Cpu, DeviceType::Cuda])];
-        for (name, init) in NCCL_NAMES {
-            plugins.insert(name.to_string(), nccl_plugin(init));
+        for name in NCCL_NAMES {
+            #[cfg(feature = "nccl")]
+            plugins.insert(name.to_string(), crate::nccl::plugin(name));
+            #[cfg(not(feature = "nccl"))]
+            plugins.insert(name.to_string(), Plugin::left_out(name, "nccl"));
             capability.push((name.to_string(), vec![DeviceType::Cuda]));
         }
         RwLock::new(Registry {
@@ -289,15 +227,19 @@ pub fn is_gloo_available() -> bool {
     is_backend_available("gloo")
 }
 
-/// `torch.distributed.is_nccl_available()`: [`c10d_nccl::is_nccl_available`] (the library
+/// `torch.distributed.is_nccl_available()`: c10d-nccl's `is_nccl_available` (the library
 /// loads and a GPU is visible).
 pub fn is_nccl_available() -> bool {
     is_backend_available("nccl")
 }
 
-/// `torch.cuda.is_available()`: a CUDA driver loads and sees at least one device (cached).
+/// `torch.cuda.is_available()`: a CUDA driver loads and sees at least one device (cached);
+/// always false without the `nccl` feature.
 pub fn cuda_available() -> bool {
-    c10d_nccl::cuda_device_count() > 0
+    #[cfg(feature = "nccl")]
+    return c10d_nccl::cuda_device_count() > 0;
+    #[cfg(not(feature = "nccl"))]
+    false
 }
 
 /// The default backend of a device type (`get_default_backend_for_device("cpu")` → `"gloo"`;
@@ -523,7 +465,6 @@ mod tests {
                 format!("cuda:{name}")
             );
         }
-        assert_eq!(nccl_default_init(), NcclInit::Eager);
         let e = BackendConfig::parse("bogus").unwrap_err();
         assert!(e.to_string().contains("Unknown backend"), "{e}");
         assert_eq!(e.kind(), c10d_core::ErrorKind::InvalidArgument);
@@ -542,6 +483,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "nccl")]
     fn nccl_group_creation_fails_with_c10d_nccls_reason() {
         use crate::world::{InitOptions, World};
         let w = World::new();

@@ -7,17 +7,24 @@
 //! otherwise `GlooOptions::from_backend_options` (which honours `TORCH_GLOO_LAZY_INIT=1`). The
 //! listen-address hint is `MASTER_ADDR` or the host of a `tcp://` init method.
 
-use crate::config::BackendCreateArgs;
+use crate::config::{BackendCreateArgs, Plugin};
 use c10d_core::staging::Staged;
 use c10d_core::{Backend, Result};
 use c10d_gloo::{GlooOptions, ProcessGroupGloo};
 use std::sync::Arc;
 
-/// Whether the gloo backend can be created in this build.
-pub(crate) const GLOO_AVAILABLE: bool = true;
+/// The registry entry of `"gloo"`.
+pub(crate) fn plugin() -> Plugin {
+    Plugin {
+        creator: Arc::new(create_gloo),
+        extended_api: true,
+        available: true,
+        probe: None,
+    }
+}
 
 /// Creator registered under `"gloo"`.
-pub(crate) fn create_gloo(args: &BackendCreateArgs) -> Result<Option<Arc<dyn Backend>>> {
+fn create_gloo(args: &BackendCreateArgs) -> Result<Option<Arc<dyn Backend>>> {
     let base = args.backend_options("gloo");
     let mut o = match args
         .pg_options

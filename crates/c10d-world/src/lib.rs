@@ -113,7 +113,10 @@ pub mod config;
 pub mod detail;
 pub mod device_mesh;
 pub mod flight_recorder;
+#[cfg(feature = "gloo")]
 mod gloo;
+#[cfg(feature = "nccl")]
+mod nccl;
 pub mod objects;
 pub mod ops;
 pub mod panic_hook;
@@ -144,9 +147,12 @@ pub use world::{
     NON_GROUP_MEMBER_VALUE,
 };
 
-pub use c10d_core::{DebugLevel, ProcessGroup, ReduceOp, Tensor, Work};
+/// What a program needs from c10d-core, so that it depends on c10d-world alone.
+pub use c10d_core::{
+    DType, DebugLevel, Device, DeviceType, DistError, ErrorKind, ProcessGroup, ReduceOp, Result,
+    Tensor, Work,
+};
 
-use c10d_core::Result;
 use std::time::Duration;
 
 fn w() -> &'static World {
