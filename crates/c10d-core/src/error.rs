@@ -10,7 +10,7 @@
 //! ([`DistError::context`]): the group, the reporting rank, the op and its sequence number,
 //! and the ranks at fault (PyTorch has no counterpart; its exceptions carry only the text).
 
-use crate::work::OpType;
+use crate::op_type::OpType;
 use std::fmt;
 use std::ops::Deref;
 

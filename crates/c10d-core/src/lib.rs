@@ -29,6 +29,7 @@ pub mod device;
 pub mod dtype;
 pub mod error;
 pub mod flight_recorder;
+mod op_type;
 pub mod options;
 pub mod process_group;
 pub mod reduce;

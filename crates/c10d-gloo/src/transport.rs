@@ -244,7 +244,7 @@ pub(crate) fn connect_mesh(
         store,
         listeners,
         spec,
-        deadline: crate::engine::deadline_after(spec.timeout),
+        deadline: deadline_after(spec.timeout),
         my_boot: boot_id(),
         peers: (0..spec.size).map(|_| None).collect(),
     };
@@ -585,4 +585,11 @@ fn wait_readable(l: &Listeners, d: Duration) {
             d.as_millis() as i32,
         )
     };
+}
+
+/// `now + t`, or a deadline a century away when that overflows (`Duration::MAX` = no deadline).
+pub(crate) fn deadline_after(t: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(t)
+        .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600))
 }

@@ -7,7 +7,7 @@
 //! otherwise `GlooOptions::from_backend_options` (which honours `TORCH_GLOO_LAZY_INIT=1`). The
 //! listen-address hint is `MASTER_ADDR` or the host of a `tcp://` init method.
 
-use crate::config::{BackendCreateArgs, Plugin};
+use crate::plugin::{BackendCreateArgs, Plugin};
 use c10d_core::staging::Staged;
 use c10d_core::{Backend, Result};
 use c10d_gloo::{GlooOptions, ProcessGroupGloo};

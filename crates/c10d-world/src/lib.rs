@@ -108,6 +108,7 @@
 
 pub mod buffer;
 pub mod call;
+mod coalescing;
 pub mod collectives;
 pub mod config;
 pub mod detail;
@@ -120,6 +121,7 @@ mod nccl;
 pub mod objects;
 pub mod ops;
 pub mod panic_hook;
+mod plugin;
 pub mod shrink;
 pub mod standalone;
 #[cfg(feature = "test-support")]

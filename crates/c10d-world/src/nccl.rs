@@ -2,7 +2,7 @@
 //! c10d-nccl's `ProcessGroupNccl` with the user's `NcclOptions` or the defaults, initialised
 //! eagerly or lazily as each name asks (feature `nccl`).
 
-use crate::config::{BackendCreateArgs, Plugin};
+use crate::plugin::{BackendCreateArgs, Plugin};
 use c10d_core::{Backend, Result};
 use std::sync::Arc;
 

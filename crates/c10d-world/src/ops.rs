@@ -12,7 +12,8 @@
 
 use crate::buffer::{with_tensors, Buffer, BufferMut, SharedBuffer};
 use crate::call::{keyword, unit_op, AsyncOp, Collective, Keywords, Op, Rank};
-use crate::collectives::{check_complex_op, ensure_same_dtype, root_only_list, CollOp};
+use crate::coalescing::CollOp;
+use crate::collectives::{check_complex_op, ensure_same_dtype, root_only_list};
 use crate::world::World;
 use c10d_core::{
     AllToAllOptions, AllgatherOptions, AllreduceOptions, BarrierOptions, BroadcastOptions,

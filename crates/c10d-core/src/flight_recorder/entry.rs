@@ -1,7 +1,7 @@
 //! What is recorded of one op: the fixed fields a slot holds ([`Head`]), and a whole entry as
 //! a dump reads it back ([`Entry`]).
 
-use crate::work::OpType;
+use crate::op_type::OpType;
 use std::cell::Cell;
 use std::sync::Mutex;
 

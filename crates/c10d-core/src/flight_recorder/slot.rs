@@ -11,7 +11,7 @@
 
 use super::entry::Head;
 use super::shapes::Packing;
-use crate::work::OpType;
+use crate::op_type::OpType;
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
 /// Shape words kept in the slot; longer packings are kept beside the ring.

@@ -1,7 +1,7 @@
 use super::*;
 use crate::dtype::DType;
+use crate::op_type::OpType;
 use crate::tensor::Tensor;
-use crate::work::OpType;
 use std::time::Duration;
 
 fn recorder(size: usize, prefix: &str) -> Arc<FlightRecorder> {

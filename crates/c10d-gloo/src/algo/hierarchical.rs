@@ -31,6 +31,7 @@ use super::cma::{self, Published};
 use super::part;
 use super::step::{step, Phase};
 use crate::engine::Comm;
+use crate::hosts::Hosts;
 use c10d_core::reduce::reduce_into;
 use c10d_core::{DType, ReduceOp, Result};
 
@@ -47,54 +48,6 @@ const STEP_DONE: u32 = step(Phase::HostDone, 0, 0);
 
 /// Bytes folded per piece when reading peers' memory (fits L2 with the accumulator).
 const PIECE: usize = 256 << 10;
-
-/// The group's ranks by host, when they split into at least two hosts of equal size ≥ 2.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Hosts {
-    /// `members[h]`: the ranks of host `h`, increasing; hosts ordered by their lowest rank.
-    members: Vec<Vec<usize>>,
-    /// `(host, local index)` of each rank.
-    place: Vec<(usize, usize)>,
-    /// Every rank can read its host's peers' memory (cross-memory attach), as all ranks agreed.
-    cma: bool,
-}
-
-impl Hosts {
-    /// The host map from every rank's view: `local[r][p]` says that rank `r` reaches `p` over a
-    /// Unix socket (same host). `None` unless the views agree (symmetric and transitive), and
-    /// split the group into at least two hosts with the same number (≥ 2) of ranks each.
-    pub fn from_local_peers(local: &[Vec<bool>]) -> Option<Hosts> {
-        let n = local.len();
-        let mut members: Vec<Vec<usize>> = Vec::new();
-        let mut place = vec![(usize::MAX, 0); n];
-        for r in 0..n {
-            if place[r].0 != usize::MAX {
-                continue;
-            }
-            let host: Vec<usize> = (0..n).filter(|&p| p == r || local[r][p]).collect();
-            for (i, &p) in host.iter().enumerate() {
-                let same_view = (0..n).all(|q| (q == p || local[p][q]) == host.contains(&q));
-                if !same_view || place[p].0 != usize::MAX {
-                    return None;
-                }
-                place[p] = (members.len(), i);
-            }
-            members.push(host);
-        }
-        let m = members[0].len();
-        let uniform = members.iter().all(|h| h.len() == m);
-        (members.len() >= 2 && m >= 2 && uniform).then_some(Hosts {
-            members,
-            place,
-            cma: false,
-        })
-    }
-
-    /// The ranks of local index `i`, one per host, in host order.
-    fn column(&self, i: usize) -> Vec<usize> {
-        self.members.iter().map(|h| h[i]).collect()
-    }
-}
 
 /// Learns the host map: every rank sends every other its view (which peers it reaches over a
 /// Unix socket) and derives the map from all views; every rank gets the same answer. A rank

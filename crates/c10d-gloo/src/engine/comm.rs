@@ -4,8 +4,8 @@
 
 use super::faults::{blaming, op_failed, rank_list};
 use super::{deadline_after, liveness, lock, Engine, OpInfo};
-use crate::algo::hierarchical::Hosts;
-use crate::algo::shm::ShmState;
+use crate::hosts::Hosts;
+use crate::shm::ShmState;
 use crate::wire::{Header, Kind};
 use c10d_core::flight_recorder::Trace;
 use c10d_core::{DType, DistError, ErrorContext, OpType, Result};

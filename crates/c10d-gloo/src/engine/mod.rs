@@ -125,7 +125,6 @@ use matching::Colls;
 use mio::{Events, Poll, Token};
 use p2p::P2p;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 use submit::Stop;
 
 /// The token of the poll set's waker (submissions queued, stop requested).
@@ -233,9 +232,4 @@ impl Engine {
     }
 }
 
-/// `now + t`, or a deadline a century away when that overflows (`Duration::MAX` = no deadline).
-pub(crate) fn deadline_after(t: Duration) -> Instant {
-    let now = Instant::now();
-    now.checked_add(t)
-        .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600))
-}
+pub(crate) use crate::transport::deadline_after;

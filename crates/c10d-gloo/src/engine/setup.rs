@@ -4,7 +4,7 @@
 
 use super::conn::Peer;
 use super::{lock, Engine, Ident};
-use crate::algo::shm::ShmState;
+use crate::shm::ShmState;
 use crate::transport::{self, Conn, MeshSpec};
 use c10d_core::Result;
 use c10d_store::Store;
@@ -58,7 +58,7 @@ impl Connector {
         if !local {
             return Ok(ShmState::Off);
         }
-        crate::algo::shm::setup(
+        crate::shm::setup(
             self.store.as_ref(),
             id.rank,
             id.size,

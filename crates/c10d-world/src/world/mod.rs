@@ -70,7 +70,7 @@ pub(crate) struct State {
     pub(crate) registry: HashMap<String, ProcessGroup>,
     pub(crate) init_method: Option<String>,
     pub(crate) hostname_hint: Option<String>,
-    pub(crate) coalescing: Option<crate::collectives::CoalescingState>,
+    pub(crate) coalescing: Option<crate::coalescing::CoalescingState>,
 }
 
 impl State {

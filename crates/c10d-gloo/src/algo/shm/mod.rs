@@ -37,27 +37,14 @@
 //! its data, and every rank compares: a mismatch fails the group with the socket path's text.
 
 mod ops;
-mod segment;
-mod setup;
 mod sync;
 
-pub(crate) use setup::setup;
-
 use crate::engine::Comm;
+use crate::shm::segment::{slot_bytes, Segment};
+pub(crate) use crate::shm::ShmState;
 use c10d_core::{DType, DistError, ReduceOp, Result};
 use ops::run;
 use ops::{bcast, gather_all, scatter_reduce};
-use segment::{slot_bytes, Segment};
-
-/// The group's shared-memory state.
-#[derive(Default)]
-pub(crate) enum ShmState {
-    /// Not usable in this group (not set up yet, voted down, or not every rank on this host).
-    #[default]
-    Off,
-    /// Mapped by every rank.
-    On(Segment),
-}
 
 /// All-reduce of `buf` through the group's segment, with the fold order of the socket
 /// algorithm `fold` stands in for (`algo::select` picks it: the group has a segment and `buf`

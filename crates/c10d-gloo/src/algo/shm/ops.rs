@@ -1,10 +1,10 @@
 //! The collectives through the segment: all-reduce (direct or all-pairs fold), broadcast,
 //! reduce-scatter and all-gather, each written against the safe slot and arrival API.
 
-use super::segment::*;
 use super::sync::*;
 use super::Fold;
 use crate::engine::Comm;
+use crate::shm::segment::*;
 use c10d_core::reduce::reduce_into;
 use c10d_core::{DType, ReduceOp, Result};
 

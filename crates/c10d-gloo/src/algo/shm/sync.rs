@@ -2,8 +2,8 @@
 //! the op and arrivals, waiting for peers (spin, yield, then futex, with the op's checks), and
 //! comparing every rank's published op.
 
-use super::segment::*;
 use crate::engine::Comm;
+use crate::shm::segment::*;
 use c10d_core::{DType, DistError, OpType, Result};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -54,7 +54,7 @@ pub(super) struct Desc {
 }
 
 impl Desc {
-    /// This rank's op, rooted at `root` (< [`super::segment::MAX_RANKS`]), run as `variant`.
+    /// This rank's op, rooted at `root` (< [`crate::shm::segment::MAX_RANKS`]), run as `variant`.
     pub(super) fn of(comm: &Comm<'_>, root: usize, variant: u8) -> Desc {
         let (op, seq, dtype, total) = comm.op_desc();
         Desc {

@@ -17,10 +17,10 @@ pub(crate) const SMALL_SLOT_BYTES: usize = 64 * 1024;
 /// Largest group that uses it.
 pub(crate) const MAX_RANKS: usize = 16;
 /// Spins before yielding, when the host has a core per rank.
-pub(super) const SPINS: u32 = 4000;
+pub(crate) const SPINS: u32 = 4000;
 /// Spins worth doing: none when the group's ranks outnumber this host's CPUs (a spinning rank
 /// would take the core the awaited peer needs).
-pub(super) fn spin_limit(n: usize) -> u32 {
+pub(crate) fn spin_limit(n: usize) -> u32 {
     let cpus = std::thread::available_parallelism().map_or(1, |c| c.get());
     if n > cpus {
         0
@@ -31,29 +31,29 @@ pub(super) fn spin_limit(n: usize) -> u32 {
 
 /// One rank's control line.
 #[repr(C, align(64))]
-pub(super) struct Line {
-    pub(super) seq: AtomicU32,
-    pub(super) sleepers: AtomicU32,
-    pub(super) pid: AtomicI32,
+pub(crate) struct Line {
+    pub(crate) seq: AtomicU32,
+    pub(crate) sleepers: AtomicU32,
+    pub(crate) pid: AtomicI32,
     /// The published op per slot parity (as the data), compared by every peer: op code |
     /// dtype code << 8, total bytes, PyTorch sequence number.
-    pub(super) kind: [AtomicU32; 2],
-    pub(super) total: [AtomicU64; 2],
-    pub(super) pseq: [AtomicU64; 2],
+    pub(crate) kind: [AtomicU32; 2],
+    pub(crate) total: [AtomicU64; 2],
+    pub(crate) pseq: [AtomicU64; 2],
 }
 
 /// A mapped segment and this rank's op counter.
 pub(crate) struct Segment {
-    pub(super) base: *mut u8,
-    pub(super) len: usize,
-    pub(super) n: usize,
+    pub(crate) base: *mut u8,
+    pub(crate) len: usize,
+    pub(crate) n: usize,
     /// Arrivals published so far (equal on every rank between ops).
-    pub(super) ops: u32,
+    pub(crate) ops: u32,
     /// Ops run so far, and the first arrival of the last one (slot reuse, see `run`).
-    pub(super) op_index: u32,
-    pub(super) prev_first: u32,
+    pub(crate) op_index: u32,
+    pub(crate) prev_first: u32,
     /// Spins before yielding (see [`spin_limit`]).
-    pub(super) spins: u32,
+    pub(crate) spins: u32,
 }
 
 // SAFETY: the mapping is process-wide memory owned by this value; it is only used by the thread
@@ -68,7 +68,7 @@ impl Drop for Segment {
 }
 
 /// The slot size of a group of `n` ranks (equal on every rank).
-pub(super) fn slot_bytes(n: usize) -> usize {
+pub(crate) fn slot_bytes(n: usize) -> usize {
     if n <= 8 {
         SLOT_BYTES
     } else {
@@ -76,12 +76,12 @@ pub(super) fn slot_bytes(n: usize) -> usize {
     }
 }
 
-pub(super) fn seg_len(n: usize) -> usize {
+pub(crate) fn seg_len(n: usize) -> usize {
     n * 64 + n * 2 * slot_bytes(n)
 }
 
 impl Segment {
-    pub(super) fn line(&self, r: usize) -> &Line {
+    pub(crate) fn line(&self, r: usize) -> &Line {
         assert!(r < self.n, "shared-memory line {r} of {}", self.n);
         // SAFETY: line r lies in the mapped header (r < n, checked), 64-byte aligned (page-aligned base);
         // the fields are atomics, so shared access from several processes is sound.
@@ -100,7 +100,7 @@ impl Segment {
     }
 
     /// Maps the object `name` (created when `create`), sized for `n` ranks.
-    pub(super) fn map(name: &CString, n: usize, create: bool) -> std::io::Result<Segment> {
+    pub(crate) fn map(name: &CString, n: usize, create: bool) -> std::io::Result<Segment> {
         let len = seg_len(n);
         let flags = if create {
             libc::O_CREAT | libc::O_EXCL | libc::O_RDWR
@@ -156,14 +156,14 @@ impl Segment {
 }
 
 /// Removes the name of a segment this process created (existing mappings stay valid).
-pub(super) fn unlink(name: &CString) {
+pub(crate) fn unlink(name: &CString) {
     // SAFETY: `name` is a valid C string; unlinking only removes the name.
     unsafe { libc::shm_unlink(name.as_ptr()) };
 }
 
 /// Sizes a fresh object to `len` bytes and reserves its pages, so that a full /dev/shm is a
 /// clean error here rather than SIGBUS at the first touch of the mapping.
-pub(super) fn reserve(fd: libc::c_int, len: usize) -> std::io::Result<()> {
+pub(crate) fn reserve(fd: libc::c_int, len: usize) -> std::io::Result<()> {
     // SAFETY: `fd` is an open shared-memory object of ours.
     if unsafe { libc::ftruncate(fd, len as libc::off_t) } != 0 {
         return Err(std::io::Error::last_os_error());
@@ -176,7 +176,7 @@ pub(super) fn reserve(fd: libc::c_int, len: usize) -> std::io::Result<()> {
 }
 
 /// Copies `data` into slot (r, parity) at byte `at`.
-pub(super) fn write_slot(seg: &Segment, r: usize, parity: u32, at: usize, data: &[u8]) {
+pub(crate) fn write_slot(seg: &Segment, r: usize, parity: u32, at: usize, data: &[u8]) {
     assert!(
         at + data.len() <= slot_bytes(seg.n),
         "shared-memory slot overflow"
@@ -190,7 +190,7 @@ pub(super) fn write_slot(seg: &Segment, r: usize, parity: u32, at: usize, data: 
 }
 
 /// `len` bytes of slot (p, parity) from byte `at`, once p's arrival for this op was acquired.
-pub(super) fn read_slot(seg: &Segment, p: usize, parity: u32, at: usize, len: usize) -> &[u8] {
+pub(crate) fn read_slot(seg: &Segment, p: usize, parity: u32, at: usize, len: usize) -> &[u8] {
     assert!(at + len <= slot_bytes(seg.n), "shared-memory slot overflow");
     // SAFETY: in bounds (checked above); the data was published before p's arrival, which the
     // caller acquired, and is not written again before every rank started the next op.
@@ -198,7 +198,7 @@ pub(super) fn read_slot(seg: &Segment, p: usize, parity: u32, at: usize, len: us
 }
 
 /// Publishes op `k` of this rank and wakes whoever sleeps on it.
-pub(super) fn publish(line: &Line, k: u32) {
+pub(crate) fn publish(line: &Line, k: u32) {
     line.seq.store(k, Ordering::SeqCst);
     if line.sleepers.load(Ordering::SeqCst) > 0 {
         futex_wake(&line.seq);
@@ -206,18 +206,18 @@ pub(super) fn publish(line: &Line, k: u32) {
 }
 
 /// Whether `seq` has reached `k` (wrapping).
-pub(super) fn reached(seq: u32, k: u32) -> bool {
+pub(crate) fn reached(seq: u32, k: u32) -> bool {
     seq.wrapping_sub(k) as i32 >= 0
 }
 
 /// Whether process `pid` exists (signal 0 delivers nothing; only ESRCH means gone).
-pub(super) fn process_exists(pid: i32) -> bool {
+pub(crate) fn process_exists(pid: i32) -> bool {
     // SAFETY: signal 0 only checks that the process exists.
     let rc = unsafe { libc::kill(pid, 0) };
     rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
 
-pub(super) fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
+pub(crate) fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
     let ts = libc::timespec {
         tv_sec: timeout.as_secs() as libc::time_t,
         tv_nsec: timeout.subsec_nanos() as libc::c_long,
@@ -235,7 +235,7 @@ pub(super) fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
     }
 }
 
-pub(super) fn futex_wake(word: &AtomicU32) {
+pub(crate) fn futex_wake(word: &AtomicU32) {
     // SAFETY: as in `futex_wait`; waking has no other effect.
     unsafe {
         libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX);
@@ -243,7 +243,7 @@ pub(super) fn futex_wake(word: &AtomicU32) {
 }
 
 /// A random 64-bit number from the kernel (segment names must not be guessable or collide).
-pub(super) fn rand_u64() -> u64 {
+pub(crate) fn rand_u64() -> u64 {
     let mut b = [0u8; 8];
     // SAFETY: `b` is a writable 8-byte buffer.
     let got = unsafe { libc::getrandom(b.as_mut_ptr().cast(), 8, 0) };

@@ -11,8 +11,8 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 /// Store keys of the set-up (under the group's store).
-pub(super) const KEY_NAME: &str = "c10d_shm/name";
-pub(super) const KEY_VOTE: &str = "c10d_shm/vote/";
+pub(crate) const KEY_NAME: &str = "c10d_shm/name";
+pub(crate) const KEY_VOTE: &str = "c10d_shm/vote/";
 /// The collective set-up through the group's store (see the module docs): `On` when every rank
 /// of a group of 2 ..= [`MAX_RANKS`] mapped the segment, `Off` otherwise. `eligible`: this rank
 /// agrees (option on, every peer on this host).
@@ -66,7 +66,7 @@ pub(crate) fn setup(
 }
 
 /// Unlinks a segment name when dropped (after the votes, or on a failed set-up).
-pub(super) struct Unlink(CString);
+pub(crate) struct Unlink(CString);
 
 impl Drop for Unlink {
     fn drop(&mut self) {
@@ -75,7 +75,7 @@ impl Drop for Unlink {
 }
 
 /// Rank 0's segment and its name.
-pub(super) fn create(n: usize, eligible: bool) -> (Option<Segment>, Option<CString>) {
+pub(crate) fn create(n: usize, eligible: bool) -> (Option<Segment>, Option<CString>) {
     if !eligible {
         return (None, None);
     }
@@ -95,7 +95,7 @@ pub(super) fn create(n: usize, eligible: bool) -> (Option<Segment>, Option<CStri
 }
 
 /// A peer's mapping of the segment rank 0 named (`None`: no name, not eligible, or it fails).
-pub(super) fn open(name: &[u8], n: usize, eligible: bool) -> Option<Segment> {
+pub(crate) fn open(name: &[u8], n: usize, eligible: bool) -> Option<Segment> {
     if name.is_empty() || !eligible {
         return None;
     }
