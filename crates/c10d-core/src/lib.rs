@@ -17,7 +17,7 @@
 //!
 //! Where it sits in a collective: c10d-world checks a call's arguments and hands the tensors
 //! to [`ProcessGroup`] (`process_group.rs`), which picks the [`Backend`] (`backend.rs`) of their
-//! device type; the backend leases the tensors ([`TensorLeases`], `tensor.rs`), runs the op and
+//! device type; the backend leases the tensors ([`TensorLeases`], `tensor/leases.rs`), runs the op and
 //! completes a [`Work`] (`work.rs`) with the result or a [`DistError`] (`error.rs`); the
 //! [`flight_recorder`] records it. See `docs/architecture.md` in the repository.
 

@@ -60,7 +60,7 @@
 //! | `checks.rs` | argument checks with PyTorch's texts (the shared ones of `c10d_core::checks`, plus CPU-only checks) |
 //! | `slices.rs` | cutting a leased buffer into per-rank / per-tensor parts |
 //! | `options.rs` | [`GlooOptions`] and the listen-address choice |
-//! | `transport.rs` | connection set-up: listen, publish in the store, connect/accept the mesh, hello handshake |
+//! | `transport.rs` | connection set-up: listen, publish in the store, connect/accept the mesh, hello handshake; deadlines |
 //! | `engine/mod.rs` | the per-group engine, one concept per file (its table is in `engine/mod.rs`): |
 //! | `engine/submit.rs` | queue, worker thread, drive loops, running a collective |
 //! | `engine/setup.rs` | connecting the mesh (also under lazy init), the shared-memory verdict |
@@ -71,12 +71,14 @@
 //! | `engine/flow.rs`, `engine/liveness.rs` | read budget and back-pressure; ping/pong probes that name a silent rank |
 //! | `wire.rs` | the 64-byte frame header |
 //! | `algo/*.rs` | the socket algorithms, written against `Posts` / `Comm` (post parts of registered buffers, wait, fold) with no `unsafe` and no pointers |
-//! | `algo/shm/` | the shared-memory path: `segment.rs` (mapping, slots, futex: all of its `unsafe`), `setup.rs` (made through the store when the group connects), `sync.rs` (one op's protocol: arrivals, waits and their checks), `ops.rs` (all-reduce, broadcast, all-gather, reduce-scatter) |
+//! | `shm/` | the group's shared-memory segment as the platform gives it (below the engine, which keeps it): `segment.rs` (mapping, slots, futex: all of its `unsafe`), `setup.rs` (made through the store when the group connects) |
+//! | `hosts.rs` | the host map (which ranks share a host), kept by the engine between ops |
+//! | `algo/shm/` | the shared-memory path: `sync.rs` (one op's protocol: arrivals, waits and their checks), `ops.rs` (all-reduce, broadcast, all-gather, reduce-scatter) |
 //! | `algo/cma/` | cross-memory attach: `remote.rs` (`process_vm_readv`, published buffers: its only `unsafe`), `mod.rs` (probe, vote, all-reduce, all-gather, reduce-scatter) |
 //! | `algo/step.rs` | the step tag of frames (phase, round, piece) |
 //! | `algo/select.rs` | which algorithm runs an op: one pure table of (size, group size, options, what the group can do: shared memory, cross-memory attach, how ranks sit on hosts) |
 //! | `algo/dispatch.rs` | runs the table's choice (and the probes it asks for: cross-memory attach, the host map) |
-//! | `algo/hierarchical.rs` | the host map and the two-level all-reduce of groups that span hosts |
+//! | `algo/hierarchical.rs` | learning the host map, and the two-level all-reduce of groups that span hosts |
 //! | `bin/c10d-gloo-worker.rs` | rank process for benchmarks and process tests |
 //!
 //! # How a collective flows

@@ -97,7 +97,6 @@
 pub mod availability;
 mod bootstrap;
 pub mod capture;
-mod coalescing;
 mod collectives;
 pub mod comm;
 pub mod cuda;

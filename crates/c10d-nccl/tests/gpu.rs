@@ -14,6 +14,7 @@
 
 mod gpu {
     pub mod cases;
+    pub mod faults;
     pub mod more;
     pub mod values;
 }

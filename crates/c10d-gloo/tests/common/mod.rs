@@ -70,3 +70,8 @@ pub fn assert_backend(pg: &dyn Backend, n: usize, r: usize) {
     assert_eq!(pg.size(), n);
     assert_eq!(pg.rank(), r);
 }
+
+/// The bytes of `t`.
+pub fn bytes(t: &Tensor) -> Vec<u8> {
+    t.read_bytes(|b| b.to_vec()).unwrap()
+}

@@ -174,6 +174,7 @@ pub fn worker(rank: usize) -> i32 {
 
 type Case = fn(&Ctx) -> R;
 
+use super::faults;
 use super::more;
 
 /// Every case a rank runs, in order (`--list` prints them).
@@ -238,7 +239,7 @@ pub fn cases() -> Vec<(String, Case)> {
         ("flight_recorder".into(), flight_recorder),
         ("split".into(), split),
         ("shrink".into(), shrink),
-        ("blocking_wait".into(), blocking_wait),
+        ("blocking_wait".into(), faults::blocking_wait),
         ("desynchronised_live_peer".into(), more::desynchronised_peer),
         (
             "teardown_with_work_in_flight".into(),
@@ -250,10 +251,13 @@ pub fn cases() -> Vec<(String, Case)> {
         ),
         // These release a stream behind an op whose communicator was aborted: last but one, so
         // that a fault there cannot spoil the other cases.
-        ("abort_from_another_thread".into(), abort_from_thread),
-        ("watchdog_timeout".into(), watchdog_timeout),
+        (
+            "abort_from_another_thread".into(),
+            faults::abort_from_thread,
+        ),
+        ("watchdog_timeout".into(), faults::watchdog_timeout),
         // Last: the highest rank leaves the job.
-        ("dead_peer_fails_the_survivors".into(), dead_peer),
+        ("dead_peer_fails_the_survivors".into(), faults::dead_peer),
     ];
     if let Ok(only) = std::env::var("C10D_GPU_CASES") {
         v.retain(|(n, _)| only.split(',').any(|o| n.contains(o)));
@@ -853,28 +857,6 @@ fn shrink(c: &Ctx) -> R {
     }
 }
 
-fn blocking_wait(c: &Ctx) -> R {
-    let env = NcclEnv {
-        blocking_wait: true,
-        ..NcclEnv::default()
-    };
-    let g = c.group(Duration::from_secs(60), env)?;
-    let t = c.cuda(DType::F32, &vec![1.0; 1 << 20])?;
-    let w = g
-        .all_reduce(std::slice::from_ref(&t), &AllreduceOptions::default())
-        .map_err(e2s)?;
-    w.wait().map_err(e2s)?;
-    if !w.is_completed() {
-        return Err("blocking wait returned before completion".into());
-    }
-    check(
-        "blocking all_reduce",
-        &read(&t)[..1],
-        &[c.world as f64],
-        DType::F32,
-    )
-}
-
 /// A user stream held by `cuStreamWaitValue32` on a flag nobody sets: ops queued after it can
 /// never finish until [`Stuck::release`].
 pub struct Stuck {
@@ -938,120 +920,6 @@ impl Drop for Stuck {
     /// current stream stuck (every later op of the rank would hang, and the others with it).
     fn drop(&mut self) {
         let _ = self.unstick();
-    }
-}
-
-fn abort_from_thread(c: &Ctx) -> R {
-    let g = Arc::new(c.group(Duration::from_secs(600), NcclEnv::default())?);
-    g.bind(dev()).map_err(e2s)?;
-    let t = c.cuda(DType::F32, &[1.0])?;
-    let stuck = Stuck::new()?;
-    let w = g
-        .all_reduce(&[t], &AllreduceOptions::default())
-        .map_err(e2s)?;
-    let g2 = g.clone();
-    let aborter = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(300));
-        g2.abort();
-    });
-    let start = Instant::now();
-    let r = w.wait_timeout(Duration::from_secs(30));
-    stuck.release()?;
-    aborter.join().unwrap();
-    match r {
-        Err(e) if e.message().contains("aborted") && start.elapsed() < Duration::from_secs(10) => {}
-        other => {
-            return Err(format!(
-                "expected an abort error within 10 s, got {other:?} after {:?}",
-                start.elapsed()
-            ))
-        }
-    }
-    let t = c.cuda(DType::F32, &[1.0])?;
-    match g.all_reduce(&[t], &AllreduceOptions::default()) {
-        Err(e) if e.message().contains("aborted") => Ok(()),
-        other => Err(format!("an aborted group accepted an op: {other:?}")),
-    }
-}
-
-fn watchdog_timeout(c: &Ctx) -> R {
-    let g = c.cleanup_group(Duration::from_secs(60))?;
-    let t = c.cuda(DType::F32, &[1.0; 8])?;
-    let stuck = Stuck::new()?;
-    let o = AllreduceOptions {
-        timeout: Some(Duration::from_secs(1)),
-        ..Default::default()
-    };
-    let w = g.all_reduce(&[t], &o).map_err(e2s)?;
-    let start = Instant::now();
-    let r = w.wait_timeout(Duration::from_secs(30));
-    stuck.release()?;
-    let msg = match r {
-        Err(e) => e.message().to_string(),
-        Ok(()) => return Err("a stuck all_reduce completed".into()),
-    };
-    let ok = msg.contains("Watchdog caught collective operation timeout")
-        && msg.contains("OpType=ALLREDUCE")
-        && msg.contains("NumelIn=8")
-        && msg.contains("milliseconds before timing out");
-    if !ok || start.elapsed() > Duration::from_secs(5) {
-        return Err(format!("after {:?}: {msg}", start.elapsed()));
-    }
-    println!("rank {}: {msg}", c.rank);
-    let t = c.cuda(DType::F32, &[1.0])?;
-    match g.all_reduce(&[t], &AllreduceOptions::default()) {
-        Err(e) if e.message().contains("aborted") => Ok(()),
-        other => Err(format!("the timed-out group accepted an op: {other:?}")),
-    }
-}
-
-/// The last rank leaves before an all_reduce: the others' op fails, with NCCL's error (at launch,
-/// or through the watchdog's "caught an NCCL error") or by the op's 10 s timeout where NCCL does
-/// not notice the peer (P2P/SHM on one node), and the group is aborted.
-fn dead_peer(c: &Ctx) -> R {
-    if c.world < 2 {
-        return Ok(());
-    }
-    let g = c.cleanup_group(Duration::from_secs(600))?;
-    let t = c.cuda(DType::F32, &[1.0; 1024])?;
-    wait(g.all_reduce(std::slice::from_ref(&t), &AllreduceOptions::default()))?;
-    g.barrier(&BarrierOptions::default())
-        .map_err(e2s)?
-        .wait()
-        .map_err(e2s)?;
-    if c.rank == c.world - 1 {
-        println!("case dead_peer_fails_the_survivors ok (leaving)");
-        std::process::exit(0);
-    }
-    std::thread::sleep(Duration::from_millis(500));
-    let start = Instant::now();
-    // NCCL may already know the peer is gone when the op is enqueued (the launch fails), or
-    // find out while it runs (the watchdog fails the work): either way an NCCL error, at once.
-    // Over sockets (ranks sharing GPUs) NCCL sees the peer's connection close; over P2P/SHM
-    // on one node it may not notice, and the kernel spins until the watchdog's timeout.
-    let o = AllreduceOptions {
-        timeout: Some(Duration::from_secs(10)),
-        ..Default::default()
-    };
-    let r = g
-        .all_reduce(&[t], &o)
-        .and_then(|w| w.wait_timeout(Duration::from_secs(60)));
-    let first = match r {
-        Err(e)
-            if e.message().contains("NCCL error")
-                || e.message()
-                    .contains("Watchdog caught collective operation timeout") =>
-        {
-            e.message().lines().next().unwrap_or("").to_string()
-        }
-        other => return Err(format!("after {:?}: {other:?}", start.elapsed())),
-    };
-    println!("rank {}: after {:?}: {first}", c.rank, start.elapsed());
-    // Aborted by the watchdog, or failing its launch until then: never accepted.
-    let t = c.cuda(DType::F32, &[1.0])?;
-    match g.all_reduce(&[t], &AllreduceOptions::default()) {
-        Err(e) if e.message().contains("aborted") || e.message().contains("NCCL error") => Ok(()),
-        other => Err(format!("the failed group accepted another op: {other:?}")),
     }
 }
 

@@ -13,8 +13,8 @@
 //!   after `end_coalescing`, whatever happened in it.
 //! - Temporary buffers and PREMUL_SUM reductions of the block's ops live until its group ended.
 
-use crate::process_group::ProcessGroupNccl;
-use crate::process_group::{destroy_premul, Calls, DeviceComm, Enqueue, Op, Pending};
+use super::ProcessGroupNccl;
+use super::{destroy_premul, Calls, DeviceComm, Enqueue, Op, Pending};
 use crate::result;
 use crate::sys;
 use crate::watchdog::WorkRecord;

@@ -1,0 +1,148 @@
+//! Failure cases of the first suite: `TORCH_NCCL_BLOCKING_WAIT`, abort from another thread,
+//! the watchdog's timeout in each `TORCH_NCCL_ASYNC_ERROR_HANDLING` mode, and a dead peer.
+
+#![allow(unused_imports)]
+use super::cases::*;
+use super::values::*;
+use c10d_core::*;
+use c10d_nccl::{memory, stream, NcclEnv, NcclOptions, ProcessGroupNccl};
+use c10d_store::{PrefixStore, Store, TcpStore, TcpStoreOptions};
+use cudarc::driver::sys as cusys;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub fn blocking_wait(c: &Ctx) -> R {
+    let env = NcclEnv {
+        blocking_wait: true,
+        ..NcclEnv::default()
+    };
+    let g = c.group(Duration::from_secs(60), env)?;
+    let t = c.cuda(DType::F32, &vec![1.0; 1 << 20])?;
+    let w = g
+        .all_reduce(std::slice::from_ref(&t), &AllreduceOptions::default())
+        .map_err(e2s)?;
+    w.wait().map_err(e2s)?;
+    if !w.is_completed() {
+        return Err("blocking wait returned before completion".into());
+    }
+    check(
+        "blocking all_reduce",
+        &read(&t)[..1],
+        &[c.world as f64],
+        DType::F32,
+    )
+}
+
+pub fn abort_from_thread(c: &Ctx) -> R {
+    let g = Arc::new(c.group(Duration::from_secs(600), NcclEnv::default())?);
+    g.bind(dev()).map_err(e2s)?;
+    let t = c.cuda(DType::F32, &[1.0])?;
+    let stuck = Stuck::new()?;
+    let w = g
+        .all_reduce(&[t], &AllreduceOptions::default())
+        .map_err(e2s)?;
+    let g2 = g.clone();
+    let aborter = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        g2.abort();
+    });
+    let start = Instant::now();
+    let r = w.wait_timeout(Duration::from_secs(30));
+    stuck.release()?;
+    aborter.join().unwrap();
+    match r {
+        Err(e) if e.message().contains("aborted") && start.elapsed() < Duration::from_secs(10) => {}
+        other => {
+            return Err(format!(
+                "expected an abort error within 10 s, got {other:?} after {:?}",
+                start.elapsed()
+            ))
+        }
+    }
+    let t = c.cuda(DType::F32, &[1.0])?;
+    match g.all_reduce(&[t], &AllreduceOptions::default()) {
+        Err(e) if e.message().contains("aborted") => Ok(()),
+        other => Err(format!("an aborted group accepted an op: {other:?}")),
+    }
+}
+
+pub fn watchdog_timeout(c: &Ctx) -> R {
+    let g = c.cleanup_group(Duration::from_secs(60))?;
+    let t = c.cuda(DType::F32, &[1.0; 8])?;
+    let stuck = Stuck::new()?;
+    let o = AllreduceOptions {
+        timeout: Some(Duration::from_secs(1)),
+        ..Default::default()
+    };
+    let w = g.all_reduce(&[t], &o).map_err(e2s)?;
+    let start = Instant::now();
+    let r = w.wait_timeout(Duration::from_secs(30));
+    stuck.release()?;
+    let msg = match r {
+        Err(e) => e.message().to_string(),
+        Ok(()) => return Err("a stuck all_reduce completed".into()),
+    };
+    let ok = msg.contains("Watchdog caught collective operation timeout")
+        && msg.contains("OpType=ALLREDUCE")
+        && msg.contains("NumelIn=8")
+        && msg.contains("milliseconds before timing out");
+    if !ok || start.elapsed() > Duration::from_secs(5) {
+        return Err(format!("after {:?}: {msg}", start.elapsed()));
+    }
+    println!("rank {}: {msg}", c.rank);
+    let t = c.cuda(DType::F32, &[1.0])?;
+    match g.all_reduce(&[t], &AllreduceOptions::default()) {
+        Err(e) if e.message().contains("aborted") => Ok(()),
+        other => Err(format!("the timed-out group accepted an op: {other:?}")),
+    }
+}
+
+/// The last rank leaves before an all_reduce: the others' op fails, with NCCL's error (at launch,
+/// or through the watchdog's "caught an NCCL error") or by the op's 10 s timeout where NCCL does
+/// not notice the peer (P2P/SHM on one node), and the group is aborted.
+pub fn dead_peer(c: &Ctx) -> R {
+    if c.world < 2 {
+        return Ok(());
+    }
+    let g = c.cleanup_group(Duration::from_secs(600))?;
+    let t = c.cuda(DType::F32, &[1.0; 1024])?;
+    wait(g.all_reduce(std::slice::from_ref(&t), &AllreduceOptions::default()))?;
+    g.barrier(&BarrierOptions::default())
+        .map_err(e2s)?
+        .wait()
+        .map_err(e2s)?;
+    if c.rank == c.world - 1 {
+        println!("case dead_peer_fails_the_survivors ok (leaving)");
+        std::process::exit(0);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let start = Instant::now();
+    // NCCL may already know the peer is gone when the op is enqueued (the launch fails), or
+    // find out while it runs (the watchdog fails the work): either way an NCCL error, at once.
+    // Over sockets (ranks sharing GPUs) NCCL sees the peer's connection close; over P2P/SHM
+    // on one node it may not notice, and the kernel spins until the watchdog's timeout.
+    let o = AllreduceOptions {
+        timeout: Some(Duration::from_secs(10)),
+        ..Default::default()
+    };
+    let r = g
+        .all_reduce(&[t], &o)
+        .and_then(|w| w.wait_timeout(Duration::from_secs(60)));
+    let first = match r {
+        Err(e)
+            if e.message().contains("NCCL error")
+                || e.message()
+                    .contains("Watchdog caught collective operation timeout") =>
+        {
+            e.message().lines().next().unwrap_or("").to_string()
+        }
+        other => return Err(format!("after {:?}: {other:?}", start.elapsed())),
+    };
+    println!("rank {}: after {:?}: {first}", c.rank, start.elapsed());
+    // Aborted by the watchdog, or failing its launch until then: never accepted.
+    let t = c.cuda(DType::F32, &[1.0])?;
+    match g.all_reduce(&[t], &AllreduceOptions::default()) {
+        Err(e) if e.message().contains("aborted") || e.message().contains("NCCL error") => Ok(()),
+        other => Err(format!("the failed group accepted another op: {other:?}")),
+    }
+}
