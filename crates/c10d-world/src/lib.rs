@@ -124,9 +124,6 @@ pub mod panic_hook;
 mod plugin;
 pub mod shrink;
 pub mod standalone;
-#[cfg(feature = "test-support")]
-#[doc(hidden)]
-pub mod store_backend;
 pub mod weight_sync;
 pub mod world;
 

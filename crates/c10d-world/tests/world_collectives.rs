@@ -614,7 +614,7 @@ impl c10d_core::Backend for NoFuse {
 #[test]
 fn coalescing_manager_falls_back_to_single_ops() {
     use std::sync::Arc;
-    let inner = c10d_world::store_backend::StoreBackend::creator("inner");
+    let inner = c10d_testing::StoreBackend::creator("inner");
     c10d_world::register_backend(
         "nofuse",
         Arc::new(move |a: &c10d_world::BackendCreateArgs| {
@@ -769,7 +769,7 @@ impl c10d_core::Backend for Coalescer {
 #[test]
 fn a_failed_batch_isend_irecv_ends_its_coalescing_block() {
     use std::sync::Arc;
-    let inner = c10d_world::store_backend::StoreBackend::creator("inner");
+    let inner = c10d_testing::StoreBackend::creator("inner");
     c10d_world::register_backend(
         "coalescer",
         Arc::new(move |a: &c10d_world::BackendCreateArgs| {

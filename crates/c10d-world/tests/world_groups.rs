@@ -503,7 +503,7 @@ fn extended_api_creators_get_group_details() {
                 a.global_ranks_in_group.clone(),
                 a.device.to_string(),
             ));
-            c10d_world::store_backend::StoreBackend::creator("spy")(a)
+            c10d_testing::StoreBackend::creator("spy")(a)
         }),
         Some(&[c10d_core::DeviceType::Cpu]),
         true,
@@ -638,7 +638,7 @@ fn destroy_shuts_down_and_abort_aborts_in_reverse_name_order() {
     register();
     let log: Arc<Mutex<Vec<String>>> = Arc::default();
     let l2 = log.clone();
-    let inner = c10d_world::store_backend::StoreBackend::creator("inner");
+    let inner = c10d_testing::StoreBackend::creator("inner");
     c10d_world::register_backend(
         "spyshut",
         Arc::new(move |a: &c10d_world::BackendCreateArgs| {

@@ -6,7 +6,7 @@
 use c10d_compile::{CompileGroups, FrameState};
 use c10d_core::Result;
 use c10d_store::{HashStore, Store};
-use c10d_world::store_backend::StoreBackend;
+use c10d_testing::StoreBackend;
 use c10d_world::{register_backend, InitOptions, World};
 use std::sync::{Arc, Once};
 use std::time::Duration;

@@ -5,17 +5,18 @@
 //! for processes over a `TcpStore`. It is slow (every byte passes through the store) and meant for
 //! tests, for checking the world layer independently of a transport (it also implements
 //! [`Backend::split`], so `split_group` takes the splitting path), and as a third-party
-//! backend example for [`crate::register_backend`]: it is *not* registered by default.
+//! backend example for `c10d_world::register_backend`: it is *not* registered by default.
 //!
-//! Test support, not public API: compiled only with the `test-support` feature (which this
-//! crate's and c10d-compile's tests enable as a dev-dependency feature) and hidden from the docs.
+//! # c10d-testing
+//!
+//! Test support of the workspace, not published (`publish = false`): the tests of c10d-world,
+//! c10d-compile and c10d-ddp use it as a dev-dependency.
 //!
 //! Semantics follow [`Backend`]'s docs; ops run synchronously inside the call and return a
 //! completed [`Work`] (the work carries the error when a peer does not arrive in time). Keys are
 //! never deleted, so a store grows with the number of collectives. `recv_anysource` is not
 //! supported.
 
-use crate::config::BackendCreateArgs;
 use c10d_core::reduce::{finalize, prescale, reduce_into};
 use c10d_core::{
     AllToAllOptions, AllgatherOptions, AllreduceOptions, Backend, BackendOptions, BarrierOptions,
@@ -23,6 +24,7 @@ use c10d_core::{
     ReduceScatterOptions, Result, ScatterOptions, Tensor, Work,
 };
 use c10d_store::{PrefixStore, Store};
+use c10d_world::config::BackendCreateArgs;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -72,8 +74,8 @@ impl StoreBackend {
         }))
     }
 
-    /// A creator for [`crate::register_backend`]: `register_backend("store", StoreBackend::creator("store"), Some(&[c10d_core::DeviceType::Cpu]), false)`.
-    pub fn creator(name: &'static str) -> crate::config::BackendCreator {
+    /// A creator for `c10d_world::register_backend`: `register_backend("store", StoreBackend::creator("store"), Some(&[c10d_core::DeviceType::Cpu]), false)`.
+    pub fn creator(name: &'static str) -> c10d_world::config::BackendCreator {
         Arc::new(move |a: &BackendCreateArgs| {
             let b: Arc<dyn Backend> =
                 StoreBackend::new(a.store.clone(), a.group_rank, a.group_size, a.timeout, name)?;
