@@ -50,7 +50,7 @@ impl Engine {
         f: impl FnOnce(&ProcessGroupGloo) -> Result<Work> + Send,
     ) -> PyResult<PyWork> {
         let pg = &self.pg;
-        py_result(py.allow_threads(|| f(pg))).map(PyWork::new)
+        py_result(py.detach(|| f(pg))).map(PyWork::new)
     }
 }
 
@@ -65,7 +65,7 @@ impl Engine {
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
-        store: PyObject,
+        store: Py<PyAny>,
         rank: usize,
         size: usize,
         timeout: Option<f64>,
@@ -85,7 +85,7 @@ impl Engine {
             ..GlooOptions::from_backend_options(&base)
         };
         let store: Arc<dyn c10d_store::Store> = Arc::new(PyStore::new(store));
-        let pg = py_result(py.allow_threads(|| ProcessGroupGloo::new(store, rank, size, opts)))?;
+        let pg = py_result(py.detach(|| ProcessGroupGloo::new(store, rank, size, opts)))?;
         Ok(Engine { pg })
     }
 
@@ -459,7 +459,7 @@ impl Engine {
             ..Default::default()
         };
         let pg = &self.pg;
-        py_result(py.allow_threads(|| pg.monitored_barrier(&o, wait_all_ranks)))
+        py_result(py.detach(|| pg.monitored_barrier(&o, wait_all_ranks)))
     }
 
     /// `send` to group rank `dst`.
@@ -483,12 +483,12 @@ impl Engine {
     /// Fails every pending op of the group at once and closes its connections (`abort`).
     fn abort(&self, py: Python<'_>) {
         let pg = &self.pg;
-        py.allow_threads(|| pg.abort());
+        py.detach(|| pg.abort());
     }
 
     /// Finishes pending ops, then closes the group (`shutdown`).
     fn shutdown(&self, py: Python<'_>) {
         let pg = &self.pg;
-        py.allow_threads(|| pg.shutdown());
+        py.detach(|| pg.shutdown());
     }
 }

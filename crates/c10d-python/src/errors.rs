@@ -21,7 +21,7 @@ pub fn to_py(e: DistError) -> PyErr {
         ErrorKind::QueueEmpty => "QueueEmptyError",
         ErrorKind::Dist => "DistError",
     };
-    Python::with_gil(|py| match torch_exception(py, class) {
+    Python::attach(|py| match torch_exception(py, class) {
         Ok(cls) => PyErr::from_type(cls, e.to_string()),
         Err(_) => PyRuntimeError::new_err(e.to_string()),
     })
@@ -29,7 +29,7 @@ pub fn to_py(e: DistError) -> PyErr {
 
 fn torch_exception<'py>(py: Python<'py>, class: &str) -> PyResult<Bound<'py, pyo3::types::PyType>> {
     let cls = py.import("torch.distributed")?.getattr(class)?;
-    Ok(cls.downcast_into::<pyo3::types::PyType>()?)
+    Ok(cls.cast_into::<pyo3::types::PyType>()?)
 }
 
 /// `PyResult` from a c10d-rs `Result`.

@@ -29,12 +29,12 @@ impl PyStore {
         what: &str,
         f: impl for<'py> FnOnce(Python<'py>, &Bound<'py, PyAny>) -> PyResult<T>,
     ) -> Result<T> {
-        Python::with_gil(|py| f(py, self.obj.bind(py)).map_err(|e| from_py(py, e, what)))
+        Python::attach(|py| f(py, self.obj.bind(py)).map_err(|e| from_py(py, e, what)))
     }
 }
 
 fn bytes_of(v: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
-    Ok(v.downcast::<PyBytes>()?.as_bytes().to_vec())
+    Ok(v.cast::<PyBytes>()?.as_bytes().to_vec())
 }
 
 /// `datetime.timedelta(seconds=d)`.
@@ -110,7 +110,7 @@ impl Store for PyStore {
     }
     fn clone_store(&self) -> Result<Arc<dyn Store>> {
         Ok(Arc::new(PyStore {
-            obj: Python::with_gil(|py| self.obj.clone_ref(py)),
+            obj: Python::attach(|py| self.obj.clone_ref(py)),
         }))
     }
 }

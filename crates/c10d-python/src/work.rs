@@ -37,7 +37,7 @@ impl PyWork {
     #[pyo3(signature = (timeout=None))]
     fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
         let w = self.work.clone();
-        let r = py.allow_threads(move || match timeout {
+        let r = py.detach(move || match timeout {
             Some(s) if s > 0.0 => w.wait_timeout(Duration::from_secs_f64(s)),
             _ => w.wait(),
         });
@@ -52,7 +52,7 @@ impl PyWork {
         self.work.is_success()
     }
     /// The error of a failed operation as a Python exception object, else None.
-    fn exception(&self, py: Python<'_>) -> Option<PyObject> {
+    fn exception(&self, py: Python<'_>) -> Option<Py<PyAny>> {
         self.work
             .exception()
             .map(|e| to_py(e).into_value(py).into_any())
@@ -73,7 +73,7 @@ impl PyWork {
     /// dispatcher thread with the GIL held, or at once on this thread when it already has
     /// finished and `defer` is false.
     #[pyo3(signature = (callback, defer=false))]
-    fn add_done_callback(&self, py: Python<'_>, callback: PyObject, defer: bool) -> PyResult<()> {
+    fn add_done_callback(&self, py: Python<'_>, callback: Py<PyAny>, defer: bool) -> PyResult<()> {
         let slot = Arc::new(Callback(Mutex::new(Some(callback))));
         let waker = Waker::from(slot.clone());
         let mut cx = Context::from_waker(&waker);
@@ -90,10 +90,10 @@ impl PyWork {
 }
 
 /// A callback waiting for its work; taken exactly once.
-struct Callback(Mutex<Option<PyObject>>);
+struct Callback(Mutex<Option<Py<PyAny>>>);
 
 impl Callback {
-    fn take(&self) -> Option<PyObject> {
+    fn take(&self) -> Option<Py<PyAny>> {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 }
@@ -114,15 +114,15 @@ impl Wake for Callback {
 
 /// The sender of the process's callback dispatcher thread (started on first use; None when the
 /// thread could not be started).
-fn dispatcher() -> Option<&'static Mutex<Sender<PyObject>>> {
-    static TX: OnceLock<Option<Mutex<Sender<PyObject>>>> = OnceLock::new();
+fn dispatcher() -> Option<&'static Mutex<Sender<Py<PyAny>>>> {
+    static TX: OnceLock<Option<Mutex<Sender<Py<PyAny>>>>> = OnceLock::new();
     TX.get_or_init(|| {
-        let (tx, rx) = channel::<PyObject>();
+        let (tx, rx) = channel::<Py<PyAny>>();
         std::thread::Builder::new()
             .name("c10drs-callbacks".into())
             .spawn(move || {
                 for cb in rx {
-                    Python::with_gil(|py| {
+                    Python::attach(|py| {
                         if let Err(e) = cb.call0(py) {
                             e.write_unraisable(py, None);
                         }
