@@ -3,8 +3,11 @@
 //! - `cargo xtask test [--no-interop] [--no-lint]`: the whole test suite: `lint`, every
 //!   workspace test, then the interop tests against real PyTorch (provisioning it first; see
 //!   `interop`).
-//! - `cargo xtask lint`: clippy and rustdoc with warnings as errors, and `cargo deny check
-//!   licenses bans sources` (cargo-deny installed first where missing).
+//! - `cargo xtask lint`: clippy and rustdoc with warnings as errors, c10d-world with only
+//!   its `gloo` feature (nothing of CUDA in its graph), `cargo deny check licenses bans
+//!   sources` (cargo-deny installed first where missing), then `publish-check`.
+//! - `cargo xtask publish-check`: `cargo publish --dry-run` of every published crate, in
+//!   dependency order (cargo packages them all and verifies each against the others).
 //! - `cargo xtask interop`: provisions PyTorch 2.15 (CPU use) into a cached virtualenv
 //!   (`$C10D_TORCH_VENV`, default `~/.cache/c10d-rs/torch-venv`) and runs every
 //!   `crates/*/tests/interop*.rs` test binary with `C10D_TORCH_PYTHON` pointing at it.
@@ -45,6 +48,7 @@ fn main() {
     let result = match args.first().map(String::as_str) {
         Some("test") => test(rest),
         Some("lint") => lint(),
+        Some("publish-check") => publish_check(),
         Some("interop") => interop(),
         Some("python") => python_tests(rest),
         Some("pytorch-suite") => pytorch_suite(rest),
@@ -56,7 +60,7 @@ fn main() {
         Some("chaos") => chaos::chaos(rest, build_bench),
         _ => {
             eprintln!(
-                "usage: cargo xtask <test [--no-interop] [--no-lint] | lint | interop | python [pytest args] | pytorch-suite [unittest args] | wheel | demo | bench | test-multigpu [--bundle DIR] [--list] | gpu-bundle [DIR] | chaos --trials N [--seed S]>"
+                "usage: cargo xtask <test [--no-interop] [--no-lint] | lint | publish-check | interop | python [pytest args] | pytorch-suite [unittest args] | wheel | demo | bench | test-multigpu [--bundle DIR] [--list] | gpu-bundle [DIR] | chaos --trials N [--seed S]>"
             );
             exit(2);
         }
@@ -153,7 +157,14 @@ fn lint() -> Res {
             CARGO_DENY_VERSION,
         ]))?;
     }
-    run(cargo().args(["deny", "check", "licenses", "bans", "sources"]))
+    run(cargo().args(["deny", "check", "licenses", "bans", "sources"]))?;
+    publish_check()
+}
+
+/// `cargo publish --workspace --dry-run`: packages every crate that is not `publish = false`
+/// and builds each from its package, in dependency order, against the others' packages.
+fn publish_check() -> Res {
+    run(cargo().args(["publish", "--workspace", "--dry-run", "--allow-dirty"]))
 }
 
 /// `c10d-world` with only its `gloo` feature builds, and nothing of CUDA is in its graph.

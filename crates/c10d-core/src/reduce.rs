@@ -173,7 +173,7 @@ impl std::fmt::Display for ReduceOp {
 /// lengths differ or are not a multiple of the element size.
 pub fn reduce_into(op: ReduceOp, dtype: DType, acc: &mut [u8], src: &[u8]) -> Result<()> {
     op.check_dtype(dtype)?;
-    if acc.len() != src.len() || acc.len() % dtype.size() != 0 {
+    if acc.len() != src.len() || !acc.len().is_multiple_of(dtype.size()) {
         return Err(DistError::invalid(format!(
             "reduce_into: buffer sizes {} and {} do not match or are not a multiple of {} ({dtype})",
             acc.len(),
@@ -205,7 +205,7 @@ pub fn reduce_into(op: ReduceOp, dtype: DType, acc: &mut [u8], src: &[u8]) -> Re
 /// # Errors
 /// [`DistError::InvalidArgument`] for integral/bool dtypes or a length not a multiple of the element size.
 pub fn scale(dtype: DType, buf: &mut [u8], factor: f64) -> Result<()> {
-    if buf.len() % dtype.size() != 0 {
+    if !buf.len().is_multiple_of(dtype.size()) {
         return Err(DistError::invalid(
             "scale: buffer length is not a multiple of the element size",
         ));

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 fn hex(s: &str) -> Vec<u8> {
     let s: String = s.chars().filter(|c| !c.is_whitespace()).collect();
-    assert!(s.len() % 2 == 0, "odd hex {s}");
+    assert!(s.len().is_multiple_of(2), "odd hex {s}");
     (0..s.len())
         .step_by(2)
         .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())

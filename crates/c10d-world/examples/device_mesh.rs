@@ -221,7 +221,7 @@ fn run() -> Result<bool> {
         dist::get_rank(None)? as usize,
         dist::get_world_size(None)? as usize,
     );
-    if world % 2 != 0 || BATCH % (world / 2) != 0 {
+    if world % 2 != 0 || !BATCH.is_multiple_of(world / 2) {
         eprintln!(
             "device_mesh needs an even world size dividing {}, got {world}",
             2 * BATCH

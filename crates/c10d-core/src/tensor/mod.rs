@@ -342,7 +342,7 @@ impl Tensor {
         let nbytes = checked_numel(shape)
             .and_then(|n| n.checked_mul(dtype.size()))
             .ok_or_else(|| DistError::invalid(format!("shape {shape:?} is too large")))?;
-        if nbytes > 0 && (ptr.is_null() || ptr as usize % dtype.size().min(8) != 0) {
+        if nbytes > 0 && (ptr.is_null() || !(ptr as usize).is_multiple_of(dtype.size().min(8))) {
             return Err(DistError::invalid(format!(
                 "host pointer {ptr:p} is null or not aligned for {dtype}"
             )));

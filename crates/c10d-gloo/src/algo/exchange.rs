@@ -191,7 +191,7 @@ pub(crate) mod tests {
 
     /// Elements rank `s` sends rank `d`: a mix of blocks above and below `PULL_MIN_BYTES`.
     fn block(s: usize, d: usize) -> usize {
-        if (s + 2 * d) % 3 == 0 {
+        if (s + 2 * d).is_multiple_of(3) {
             33_000 + s
         } else {
             5 + d

@@ -632,7 +632,7 @@ fn send_recv(c: &Ctx) -> R {
     }
     let mine = c.cuda(DType::F32, &block(c.rank, 8))?;
     let theirs = c.zeros(DType::F32, 8)?;
-    if c.rank % 2 == 0 {
+    if c.rank.is_multiple_of(2) {
         wait(c.pg.send(&[mine], peer, 0))?;
         wait(c.pg.recv(std::slice::from_ref(&theirs), peer, 0))?;
     } else {
@@ -795,7 +795,7 @@ fn split(c: &Ctx) -> R {
     if c.pg.comm_split_count() != before + 1 {
         return Err("comm_split_count did not grow by one".into());
     }
-    match (child, c.rank % 2 == 0) {
+    match (child, c.rank.is_multiple_of(2)) {
         (Some(ch), true) => {
             if ch.size() != evens.len() || ch.rank() != c.rank / 2 {
                 return Err(format!(

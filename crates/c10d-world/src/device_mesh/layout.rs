@@ -65,7 +65,7 @@ fn take_inner(modes: &mut Vec<Mode>, mut n: usize) -> Result<Vec<Mode>> {
         let Some((size, stride)) = modes.pop() else {
             return Err(cannot_split());
         };
-        if size <= n && n % size == 0 {
+        if size <= n && n.is_multiple_of(size) {
             taken.insert(0, (size, stride));
             n /= size;
         } else if size % n == 0 {

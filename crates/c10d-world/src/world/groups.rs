@@ -211,7 +211,7 @@ impl World {
         ranks: &[usize],
         stride: usize,
     ) -> Result<ProcessGroup> {
-        if stride == 0 || ranks.len() % stride != 0 {
+        if stride == 0 || !ranks.len().is_multiple_of(stride) {
             return Err(DistError::invalid(format!(
                 "Ranks length ({}) must be divisible by stride ({stride})",
                 ranks.len()
