@@ -99,28 +99,78 @@ impl At<'_> {
         Ok(())
     }
 
-    /// `all_to_all_single` split sizes: empty (equal split, first dimension divisible by the
-    /// group size) or one entry per rank summing to the first dimension. Returns the element
-    /// counts per rank.
+    /// `all_to_all_single` split sizes of `t` (`what`: "input" or "output"): empty (equal
+    /// split, first dimension divisible by the group size) or one entry per rank summing to the
+    /// first dimension. Returns the element counts per rank.
     ///
     /// # Errors
-    /// "Split sizes doesn't match total dim 0 size" and "Tensor's dim 0 does not divide equally
-    /// across group size" (PyTorch's texts).
-    pub fn split_counts(&self, t: &Tensor, splits: &[usize], size: usize) -> Result<Vec<usize>> {
+    /// PyTorch's texts (`checkSplitSizes`), each followed by the values in parentheses: "Tensor's
+    /// dim 0 does not divide equally across group size", "Number of tensor splits not equal to
+    /// group size", "Split sizes doesn't match total dim 0 size".
+    pub fn split_counts(
+        &self,
+        t: &Tensor,
+        splits: &[usize],
+        size: usize,
+        what: &str,
+    ) -> Result<Vec<usize>> {
         let dim0 = t.shape().first().copied().unwrap_or(1);
         let row = t.numel().checked_div(dim0).unwrap_or(0);
         if splits.is_empty() {
-            if dim0 % size != 0 {
-                return Err(
-                    self.invalid("Tensor's dim 0 does not divide equally across group size")
-                );
+            if !dim0.is_multiple_of(size) {
+                return Err(self.invalid(format!(
+                    "Tensor's dim 0 does not divide equally across group size ({what} dim 0 is {dim0}, group size {size})"
+                )));
             }
             return Ok(vec![dim0 / size * row; size]);
         }
-        if splits.len() != size || splits.iter().sum::<usize>() != dim0 {
-            return Err(self.invalid("Split sizes doesn't match total dim 0 size"));
+        if splits.len() != size {
+            return Err(self.invalid(format!(
+                "Number of tensor splits not equal to group size ({what} has {} split sizes, group size {size})",
+                splits.len()
+            )));
+        }
+        let sum = splits.iter().try_fold(0usize, |a, x| a.checked_add(*x));
+        if sum != Some(dim0) {
+            return Err(self.invalid(format!(
+                "Split sizes doesn't match total dim 0 size ({what} split sizes {splits:?}, dim 0 is {dim0})"
+            )));
         }
         Ok(splits.iter().map(|s| s * row).collect())
+    }
+
+    /// Every check of `all_to_all_single` on rank `rank` of `size`: one dtype for input and
+    /// output, the split sizes of each ([`At::split_counts`]), and what this rank sends itself
+    /// equal to what it expects from itself. Returns the (output, input) element counts per rank.
+    ///
+    /// # Errors
+    /// "input and output tensors must have the same dtype (input: .., output: ..)"; the
+    /// split-size texts; "rank {r} sends itself {n} elements but expects {m} from itself (input
+    /// and output split sizes disagree at index {r})".
+    pub fn all_to_all_single(
+        &self,
+        output: &Tensor,
+        input: &Tensor,
+        output_split_sizes: &[usize],
+        input_split_sizes: &[usize],
+        (rank, size): (usize, usize),
+    ) -> Result<(Vec<usize>, Vec<usize>)> {
+        if output.dtype() != input.dtype() {
+            return Err(self.invalid(format!(
+                "input and output tensors must have the same dtype (input: {}, output: {})",
+                input.dtype(),
+                output.dtype()
+            )));
+        }
+        let outs = self.split_counts(output, output_split_sizes, size, "output")?;
+        let ins = self.split_counts(input, input_split_sizes, size, "input")?;
+        if outs[rank] != ins[rank] {
+            return Err(self.invalid(format!(
+                "rank {rank} sends itself {} elements but expects {} from itself (input and output split sizes disagree at index {rank})",
+                ins[rank], outs[rank]
+            )));
+        }
+        Ok((outs, ins))
     }
 }
 
@@ -165,9 +215,12 @@ mod tests {
     #[test]
     fn split_counts() {
         let t = Tensor::zeros(DType::F32, &[6, 2]);
-        assert_eq!(AT.split_counts(&t, &[], 3).unwrap(), vec![4, 4, 4]);
-        assert_eq!(AT.split_counts(&t, &[1, 2, 3], 3).unwrap(), vec![2, 4, 6]);
-        assert!(AT.split_counts(&t, &[1, 2], 3).is_err());
-        assert!(AT.split_counts(&t, &[], 4).is_err());
+        assert_eq!(AT.split_counts(&t, &[], 3, "input").unwrap(), vec![4, 4, 4]);
+        assert_eq!(
+            AT.split_counts(&t, &[1, 2, 3], 3, "input").unwrap(),
+            vec![2, 4, 6]
+        );
+        assert!(AT.split_counts(&t, &[1, 2], 3, "input").is_err());
+        assert!(AT.split_counts(&t, &[], 4, "input").is_err());
     }
 }

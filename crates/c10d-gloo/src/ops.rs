@@ -624,53 +624,16 @@ impl Backend for ProcessGroupGloo {
         const OP: &str = "alltoall_base";
         let n = self.id.size;
         check_cpu(OP, &[output, input])?;
-        if output.dtype() != input.dtype() {
-            return Err(inval(OP, "tensors with different dtypes"));
-        }
-        let splits = |t: &Tensor, s: &[usize], what: &str| -> Result<Vec<usize>> {
-            let rows = t.shape().first().copied().unwrap_or(1);
-            let row_bytes = t.nbytes().checked_div(rows).unwrap_or(0);
-            if s.is_empty() {
-                if rows % n != 0 {
-                    return Err(inval(
-                        OP,
-                        format!(
-                            "{what} tensor's dim 0 ({rows}) must be divisible by world size {n}"
-                        ),
-                    ));
-                }
-                return Ok(vec![rows / n * row_bytes; n]);
-            }
-            if s.len() != n {
-                return Err(inval(
-                    OP,
-                    format!(
-                        "{what} split sizes have {} entries, expected world size {n}",
-                        s.len()
-                    ),
-                ));
-            }
-            let sum = s.iter().try_fold(0usize, |a, x| a.checked_add(*x));
-            if sum != Some(rows) {
-                return Err(inval(
-                    OP,
-                    format!("{what} split sizes {s:?} do not sum to dim 0 ({rows})"),
-                ));
-            }
-            Ok(s.iter().map(|x| x * row_bytes).collect())
-        };
-        let out_b = splits(output, output_split_sizes, "output")?;
-        let in_b = splits(input, input_split_sizes, "input")?;
-        let r = self.id.rank;
-        if out_b[r] != in_b[r] {
-            return Err(inval(
-                OP,
-                format!(
-                    "rank {r} sends itself {} bytes but expects {} bytes from itself (input and output split sizes disagree at index {r})",
-                    in_b[r], out_b[r]
-                ),
-            ));
-        }
+        let (outs, ins) = at(OP).all_to_all_single(
+            output,
+            input,
+            output_split_sizes,
+            input_split_sizes,
+            (self.id.rank, n),
+        )?;
+        let elem = input.dtype().size();
+        let out_b: Vec<usize> = outs.iter().map(|c| c * elem).collect();
+        let in_b: Vec<usize> = ins.iter().map(|c| c * elem).collect();
         let body: CollBody = Box::new(move |comm, ins, mut outs| {
             let ib = split_sizes_ref(ins[0], &in_b);
             let mut ob = split_sizes(std::mem::take(&mut outs[0]), &out_b);

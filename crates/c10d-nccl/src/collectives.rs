@@ -421,11 +421,13 @@ impl Backend for ProcessGroupNccl {
         opts: &AllToAllOptions,
     ) -> Result<Work> {
         const OP: &str = "alltoall_base";
-        if output.dtype() != input.dtype() {
-            return Err(at(OP).invalid("input and output tensors must have the same dtype"));
-        }
-        let out_counts = at(OP).split_counts(output, output_split_sizes, self.size)?;
-        let in_counts = at(OP).split_counts(input, input_split_sizes, self.size)?;
+        let (out_counts, in_counts) = at(OP).all_to_all_single(
+            output,
+            input,
+            output_split_sizes,
+            input_split_sizes,
+            (self.rank, self.size),
+        )?;
         let (o, i) = (output.clone(), input.clone());
         let (ins, outs) = (std::slice::from_ref(input), std::slice::from_ref(output));
         self.launch(

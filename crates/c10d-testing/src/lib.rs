@@ -30,6 +30,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// The shared argument checks of c10d-core, prefixed "StoreBackend::{op}: ".
+fn at(op: &str) -> c10d_core::checks::At<'_> {
+    c10d_core::checks::At {
+        backend: "StoreBackend",
+        op,
+    }
+}
+
 /// A store-backed CPU backend (see the module docs).
 pub struct StoreBackend {
     store: Arc<dyn Store>,
@@ -283,11 +291,7 @@ impl Backend for StoreBackend {
     }
 
     fn broadcast(&self, tensors: &[Tensor], opts: &BroadcastOptions) -> Result<Work> {
-        if opts.root_rank >= self.size {
-            return Err(DistError::invalid(
-                "StoreBackend::broadcast: invalid root rank",
-            ));
-        }
+        at("broadcast").root(opts.root_rank, self.size)?;
         if opts.root_tensor >= tensors.len() {
             return Err(DistError::invalid(
                 "StoreBackend::broadcast: invalid root tensor",
@@ -676,34 +680,17 @@ impl Backend for StoreBackend {
         in_splits: &[usize],
         opts: &AllToAllOptions,
     ) -> Result<Work> {
-        let row = |t: &Tensor| {
-            if t.shape().is_empty() {
-                t.dtype().size()
-            } else {
-                t.nbytes() / t.shape()[0].max(1)
-            }
-        };
-        let equal = |t: &Tensor| -> Vec<usize> {
-            vec![t.shape().first().copied().unwrap_or(1) / self.size; self.size]
-        };
-        let ins = if in_splits.is_empty() {
-            equal(input)
-        } else {
-            in_splits.to_vec()
-        };
-        let outs = if out_splits.is_empty() {
-            equal(output)
-        } else {
-            out_splits.to_vec()
-        };
-        if ins.len() != self.size || outs.len() != self.size {
-            return Err(DistError::invalid(
-                "StoreBackend::alltoall_base: split sizes must have world-size entries",
-            ));
-        }
+        let (outs, ins) = at("alltoall_base").all_to_all_single(
+            output,
+            input,
+            out_splits,
+            in_splits,
+            (self.rank, self.size),
+        )?;
+        let elem = input.dtype().size();
+        let (rin, rout) = (elem, elem);
         let (seq, cs) = self.begin(OpType::AlltoallBase)?;
         let to = self.to(opts.timeout);
-        let (rin, rout) = (row(input), row(output));
         run(OpType::AlltoallBase, seq, vec![output.clone()], || {
             let mut mine = Vec::new();
             for s in &ins {
