@@ -6,40 +6,7 @@
 #[path = "../../c10d-run/tests/launcher_util/mod.rs"]
 mod launcher_util;
 use launcher_util::*;
-use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
-
-/// The example binary, built by `cargo test` next to the test binaries (`target/<profile>/examples`);
-/// built on demand when only this test was asked for.
-fn demo_binary() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let profile_dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
-    let bin = profile_dir.join("examples").join("ddp_wine");
-    if !bin.exists() {
-        let target_dir = profile_dir.parent().unwrap();
-        let mut cmd = Command::new(env!("CARGO"));
-        cmd.args([
-            "build",
-            "-p",
-            "c10d-ddp",
-            "--example",
-            "ddp_wine",
-            "--manifest-path",
-        ])
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"))
-        .env("CARGO_TARGET_DIR", target_dir);
-        if profile_dir.file_name().is_some_and(|n| n == "release") {
-            cmd.arg("--release");
-        }
-        let st = cmd
-            .status()
-            .expect("cannot run cargo to build the ddp_wine example");
-        assert!(st.success(), "building the ddp_wine example failed");
-    }
-    assert!(bin.exists(), "{} missing", bin.display());
-    bin
-}
 
 /// (epoch, train_loss, val_loss) rows printed by rank 0.
 fn curve(out: &Output) -> Vec<(usize, f64, f64)> {
@@ -58,7 +25,7 @@ fn curve(out: &Output) -> Vec<(usize, f64, f64)> {
 }
 
 fn run_demo(nproc: usize) -> Output {
-    let bin = demo_binary();
+    let bin = workspace_example("c10d-ddp", "ddp_wine");
     let n = nproc.to_string();
     let out = run_c10drun(
         &[
@@ -66,7 +33,7 @@ fn run_demo(nproc: usize) -> Output {
             &n,
             "--master-port",
             "0",
-            bin.to_str().unwrap(),
+            &bin,
             "--epochs",
             "8",
             // A smaller model than the demo's default keeps the debug build fast; the small
@@ -138,10 +105,10 @@ fn the_demo_fails_loudly_when_a_rank_dies() {
     // (the disposition survives `exec`), so the launcher's SIGTERM cannot end rank 0: it has to
     // leave its blocked all_reduce through the error Gloo raises for the dead peer, well before
     // the launcher's SIGKILL 60 s later.
-    let bin = demo_binary();
+    let bin = workspace_example("c10d-ddp", "ddp_wine");
     let script = format!(
         "trap '' TERM; exec '{}' --epochs 100000 --hidden 32 --layers 2",
-        bin.display()
+        bin
     );
     let mut job = spawn_c10drun(&[
         "--nproc-per-node",

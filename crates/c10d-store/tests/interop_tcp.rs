@@ -111,19 +111,7 @@ fn drive_all_ops(s: &TcpStore, queues: bool) {
 
 fn our_client_on_pytorch_server(backend: &str) {
     let Some(py) = torch_python() else { return };
-    let mut child = Command::new(&py)
-        .args([&script("tcp_pytorch_server.py"), "127.0.0.1", backend])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let line = first_line(&mut child, Duration::from_secs(120));
-    let _g = Guard(child);
-    let port: u16 = line
-        .trim()
-        .parse()
-        .unwrap_or_else(|_| panic!("bad port line {line:?}"));
+    let (_g, port) = pytorch_server(&py, backend);
     let s = TcpStore::new(
         "127.0.0.1",
         port,
@@ -163,23 +151,6 @@ fn large_ops(py: &str, port: u16, cases: &[&str]) -> String {
         "tcp_large_ops.py {cases:?} failed\nstdout:\n{out}\nstderr:\n{err}"
     );
     out
-}
-
-/// PyTorch's server as a child process; returns it with its port.
-fn pytorch_server(py: &str, backend: &str) -> (Guard, u16) {
-    let mut child = Command::new(py)
-        .args([&script("tcp_pytorch_server.py"), "127.0.0.1", backend])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let line = first_line(&mut child, Duration::from_secs(120));
-    let port = line
-        .trim()
-        .parse()
-        .unwrap_or_else(|_| panic!("bad port line {line:?}"));
-    (Guard(child), port)
 }
 
 /// PyTorch's client at the store's limits gets the same results from our server as from

@@ -15,19 +15,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_c10d-store");
 
 fn cli_on_pytorch_server(backend: &str) {
     let Some(py) = torch_python() else { return };
-    let mut child = Command::new(&py)
-        .args([&script("tcp_pytorch_server.py"), "127.0.0.1", backend])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let line = first_line(&mut child, Duration::from_secs(120));
-    let _g = Guard(child);
-    let port: u16 = line
-        .trim()
-        .parse()
-        .unwrap_or_else(|_| panic!("bad port line {line:?}"));
+    let (_g, port) = pytorch_server(&py, backend);
     let s = TcpStore::new(
         "127.0.0.1",
         port,

@@ -5,50 +5,13 @@
 #[path = "../../c10d-run/tests/launcher_util/mod.rs"]
 mod launcher_util;
 use launcher_util::*;
-use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
-
-/// The example binary next to the test binaries, built on demand.
-fn example() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let profile_dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
-    let bin = profile_dir.join("examples").join("device_mesh");
-    if !bin.exists() {
-        let target_dir = profile_dir.parent().unwrap();
-        let mut cmd = Command::new(env!("CARGO"));
-        cmd.args([
-            "build",
-            "-p",
-            "c10d-world",
-            "--example",
-            "device_mesh",
-            "--manifest-path",
-        ])
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"))
-        .env("CARGO_TARGET_DIR", target_dir);
-        if profile_dir.file_name().is_some_and(|n| n == "release") {
-            cmd.arg("--release");
-        }
-        assert!(
-            cmd.status().expect("cargo").success(),
-            "building the example failed"
-        );
-    }
-    bin
-}
 
 #[test]
 fn two_by_two_data_and_tensor_parallel_step_under_c10drun() {
-    let bin = example();
+    let bin = workspace_example("c10d-world", "device_mesh");
     let out = run_c10drun(
-        &[
-            "--nproc-per-node",
-            "4",
-            "--master-port",
-            "0",
-            bin.to_str().unwrap(),
-        ],
+        &["--nproc-per-node", "4", "--master-port", "0", &bin],
         Duration::from_secs(120),
     );
     assert_eq!(out.code, Some(0), "{out}");

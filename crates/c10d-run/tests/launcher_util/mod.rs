@@ -18,18 +18,36 @@ pub fn profile_dir() -> std::path::PathBuf {
 /// The binary `name` of the workspace package `package`, built with cargo when `cargo test`
 /// did not build it already (`cargo test --workspace` builds every package's binaries).
 pub fn workspace_bin(package: &str, name: &str) -> String {
-    let path = profile_dir().join(name);
+    built(package, "--bin", name, profile_dir().join(name))
+}
+
+/// The example `name` of the workspace package `package` (`target/<profile>/examples`), built
+/// with cargo when missing.
+pub fn workspace_example(package: &str, name: &str) -> String {
+    built(
+        package,
+        "--example",
+        name,
+        profile_dir().join("examples").join(name),
+    )
+}
+
+/// `path`, after `cargo build -p package kind name` when it does not exist.
+fn built(package: &str, kind: &str, name: &str, path: std::path::PathBuf) -> String {
     if !path.exists() {
         let profile = profile_dir();
         let mut cmd = Command::new(env!("CARGO"));
-        cmd.args(["build", "-p", package, "--bin", name, "--manifest-path"])
+        cmd.args(["build", "-p", package, kind, name, "--manifest-path"])
             .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/../../Cargo.toml"))
             .env("CARGO_TARGET_DIR", profile.parent().unwrap());
         if profile.file_name().is_some_and(|n| n == "release") {
             cmd.arg("--release");
         }
         let st = cmd.status().expect("cannot run cargo");
-        assert!(st.success(), "cargo build -p {package} --bin {name} failed");
+        assert!(
+            st.success(),
+            "cargo build -p {package} {kind} {name} failed"
+        );
     }
     path.to_string_lossy().into_owned()
 }

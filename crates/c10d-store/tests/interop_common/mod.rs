@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read};
-use std::process::Child;
+use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -85,4 +85,23 @@ pub fn first_line(child: &mut Child, limit: Duration) -> String {
     });
     rx.recv_timeout(limit)
         .expect("child printed nothing in time")
+}
+
+/// PyTorch's own TCPStore server (`backend`: "libuv" or "legacy") on 127.0.0.1, port 0:
+/// the process (killed on drop) and its port.
+/// PyTorch's server as a child process; returns it with its port.
+pub fn pytorch_server(py: &str, backend: &str) -> (Guard, u16) {
+    let mut child = Command::new(py)
+        .args([&script("tcp_pytorch_server.py"), "127.0.0.1", backend])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let line = first_line(&mut child, Duration::from_secs(120));
+    let port = line
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("bad port line {line:?}"));
+    (Guard(child), port)
 }
