@@ -100,7 +100,7 @@ impl Conn {
     fn tune(&self, buf: usize) -> Result<()> {
         let (sock, tcp) = (&self.sock, !self.local);
         if tcp {
-            sock.set_nodelay(true)?;
+            sock.set_tcp_nodelay(true)?;
         }
         let cap = |f: &str| {
             std::fs::read_to_string(format!("/proc/sys/net/core/{f}"))

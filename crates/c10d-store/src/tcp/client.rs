@@ -7,7 +7,7 @@ use super::protocol::{
 use super::server::{self, ServerHandle, ServerOptions, TcpStoreServer};
 use crate::store::{check_multi_set_len, Store, DEFAULT_STORE_TIMEOUT};
 use c10d_core::{DistError, Result};
-use rand::Rng;
+use rand::RngExt;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::os::fd::RawFd;
@@ -98,7 +98,7 @@ impl Backoff {
 
     fn next_interval(&mut self) -> Duration {
         let base = self.next.as_secs_f64();
-        let jitter = rand::thread_rng().gen_range(-0.5..=0.5) * base;
+        let jitter = rand::rng().random_range(-0.5..=0.5) * base;
         self.next = Duration::from_secs_f64((base * 1.5).min(BACKOFF_MAX.as_secs_f64()));
         Duration::from_secs_f64((base + jitter).max(0.0))
     }
