@@ -170,41 +170,33 @@ fn lint() -> Res {
 /// and the builds of our crates go first; the builds live in their own target directory
 /// (`target/publish-check`), so that this touches nothing the tests built.
 fn publish_check() -> Res {
-    forget_unpacked_packages()?;
-    let target = env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
-    let dir = Path::new(&target).join("publish-check");
-    let fingerprints = dir.join("debug/.fingerprint");
-    if let Ok(entries) = std::fs::read_dir(&fingerprints) {
-        for e in entries.flatten() {
-            if e.file_name().to_string_lossy().starts_with("c10d-") {
-                std::fs::remove_dir_all(e.path())
-                    .map_err(|err| format!("removing {}: {err}", e.path().display()))?;
-            }
+    let home = env::var("CARGO_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| Path::new(&env::var("HOME").unwrap_or_default()).join(".cargo"));
+    if let Ok(registries) = std::fs::read_dir(home.join("registry/src")) {
+        for reg in registries.flatten() {
+            remove_ours(&reg.path())?;
         }
     }
+    let target = env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
+    let dir = Path::new(&target).join("publish-check");
+    remove_ours(&dir.join("debug/.fingerprint"))?;
     run(cargo()
         .args(["publish", "--workspace", "--dry-run", "--allow-dirty"])
         .env("CARGO_TARGET_DIR", dir))
 }
 
-/// Removes `$CARGO_HOME/registry/src/*/c10d-*` (never on crates.io: only earlier dry runs put
-/// them there).
-fn forget_unpacked_packages() -> Res {
-    let home = env::var("CARGO_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| Path::new(&env::var("HOME").unwrap_or_default()).join(".cargo"));
-    let Ok(registries) = std::fs::read_dir(home.join("registry/src")) else {
+/// Removes the entries of `dir` named `c10d-*` (our crates: never on crates.io, so only earlier
+/// dry runs put them in the registry's unpacked sources or the fingerprints); a missing `dir`
+/// is fine.
+fn remove_ours(dir: &Path) -> Res {
+    let Ok(entries) = std::fs::read_dir(dir) else {
         return Ok(());
     };
-    for reg in registries.flatten() {
-        let Ok(pkgs) = std::fs::read_dir(reg.path()) else {
-            continue;
-        };
-        for pkg in pkgs.flatten() {
-            if pkg.file_name().to_string_lossy().starts_with("c10d-") {
-                std::fs::remove_dir_all(pkg.path())
-                    .map_err(|e| format!("removing {}: {e}", pkg.path().display()))?;
-            }
+    for e in entries.flatten() {
+        if e.file_name().to_string_lossy().starts_with("c10d-") {
+            std::fs::remove_dir_all(e.path())
+                .map_err(|err| format!("removing {}: {err}", e.path().display()))?;
         }
     }
     Ok(())

@@ -632,8 +632,8 @@ impl Backend for ProcessGroupGloo {
             (self.id.rank, n),
         )?;
         let elem = input.dtype().size();
-        let out_b: Vec<usize> = outs.iter().map(|c| c * elem).collect();
-        let in_b: Vec<usize> = ins.iter().map(|c| c * elem).collect();
+        let out_b: Vec<usize> = outs.into_iter().map(|c| c * elem).collect();
+        let in_b: Vec<usize> = ins.into_iter().map(|c| c * elem).collect();
         let body: CollBody = Box::new(move |comm, ins, mut outs| {
             let ib = split_sizes_ref(ins[0], &in_b);
             let mut ob = split_sizes(std::mem::take(&mut outs[0]), &out_b);

@@ -688,13 +688,12 @@ impl Backend for StoreBackend {
             (self.rank, self.size),
         )?;
         let elem = input.dtype().size();
-        let (rin, rout) = (elem, elem);
         let (seq, cs) = self.begin(OpType::AlltoallBase)?;
         let to = self.to(opts.timeout);
         run(OpType::AlltoallBase, seq, vec![output.clone()], || {
             let mut mine = Vec::new();
             for s in &ins {
-                mine.extend_from_slice(&(s * rin).to_le_bytes());
+                mine.extend_from_slice(&(s * elem).to_le_bytes());
             }
             mine.extend(Self::bytes_of(std::slice::from_ref(input))?);
             let all = self.exchange(cs, &mine, to, OpType::AlltoallBase, seq)?;
@@ -707,10 +706,10 @@ impl Backend for StoreBackend {
                     .collect();
                 let off: usize = sizes[..self.rank].iter().sum();
                 let n = sizes[self.rank];
-                if n != outs[r] * rout {
+                if n != outs[r] * elem {
                     return Err(DistError::backend(format!(
                         "StoreBackend::alltoall_base: rank {r} sends {n} bytes, expected {}",
-                        outs[r] * rout
+                        outs[r] * elem
                     )));
                 }
                 data.extend_from_slice(&body[off..off + n]);

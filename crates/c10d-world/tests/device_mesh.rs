@@ -4,6 +4,7 @@
 //! than the world; explicit layouts and `from_group`; per-dimension backends; the split path
 //! of a world bound to a device; PyTorch's error texts; and the cross-rank argument check.
 
+mod mesh_common;
 mod world_common;
 
 use c10d_core::Tensor;
@@ -11,30 +12,9 @@ use c10d_world::{
     hash_ranks_to_str, BackendOverride, DeviceMesh, GroupMember, InitOptions, MeshArray,
     MeshOptions, World,
 };
+use mesh_common::{coord, line};
 use std::time::Duration;
 use world_common::*;
-
-/// Coordinates of `rank` in a row-major grid of `shape`.
-fn coord(mut rank: usize, shape: &[usize]) -> Vec<usize> {
-    let mut c = vec![0; shape.len()];
-    for d in (0..shape.len()).rev() {
-        c[d] = rank % shape[d];
-        rank /= shape[d];
-    }
-    c
-}
-
-/// The ranks that share every coordinate of `rank` except along `dim` (the group along `dim`).
-fn line(rank: usize, shape: &[usize], dim: usize) -> Vec<usize> {
-    let n: usize = shape.iter().product();
-    let me = coord(rank, shape);
-    (0..n)
-        .filter(|&r| {
-            let c = coord(r, shape);
-            (0..shape.len()).all(|d| d == dim || c[d] == me[d])
-        })
-        .collect()
-}
 
 fn ranks_of(w: &World, g: &GroupMember) -> Vec<usize> {
     w.get_process_group_ranks(g.group()).unwrap()

@@ -4,33 +4,16 @@
 //! does), then checks 1-, 2- and 3-D meshes: coordinate, each dimension's members against the
 //! grid, and an all_reduce along each dimension by value.
 
+mod mesh_common;
 mod world_common;
 
 use c10d_core::Tensor;
 use c10d_store::{ServerOptions, TcpStoreServer};
 use c10d_world as dist;
+use mesh_common::{coord, line};
 use std::time::{Duration, Instant};
 
 const CHILD: &str = "C10D_DEVICE_MESH_PROCESS_CHILD";
-
-fn coord(mut rank: usize, shape: &[usize]) -> Vec<usize> {
-    let mut c = vec![0; shape.len()];
-    for d in (0..shape.len()).rev() {
-        c[d] = rank % shape[d];
-        rank /= shape[d];
-    }
-    c
-}
-
-fn line(rank: usize, shape: &[usize], dim: usize) -> Vec<usize> {
-    let me = coord(rank, shape);
-    (0..shape.iter().product())
-        .filter(|&r| {
-            let c = coord(r, shape);
-            (0..shape.len()).all(|d| d == dim || c[d] == me[d])
-        })
-        .collect()
-}
 
 fn check(rank: usize, shape: &[usize]) {
     let names: Vec<String> = (0..shape.len()).map(|d| format!("d{d}")).collect();

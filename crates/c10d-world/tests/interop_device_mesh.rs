@@ -8,6 +8,8 @@
 //!
 //! Run: `C10D_TORCH_PYTHON=~/.cache/c10d-rs/torch-venv/bin/python cargo test -p c10d-world --test interop_device_mesh`
 
+#[path = "../../c10d-store/tests/interop_common/mod.rs"]
+mod interop_common;
 mod world_common;
 
 use c10d_world::{DeviceMesh, MeshArray, MeshOptions, World};
@@ -136,12 +138,8 @@ fn rust_lines(world: usize) -> Vec<String> {
 
 #[test]
 fn meshes_match_pytorch_layouts_names_and_descriptions() {
-    let py = match std::env::var("C10D_TORCH_PYTHON") {
-        Ok(p) if !p.is_empty() => p,
-        _ => {
-            println!("skipped: C10D_TORCH_PYTHON not set");
-            return;
-        }
+    let Some(py) = interop_common::torch_python() else {
+        return;
     };
     let out = Command::new(py).args(["-c", PY]).output().unwrap();
     assert!(
@@ -183,20 +181,17 @@ dist.destroy_process_group()
 /// `TORCH_DIST_INIT_BARRIER=1`: every `new_group` of the mesh (2 × 1 × 2, then "pp" × "tp"
 /// flattened) ends in a store-based barrier keyed by the group's name, so the mesh only
 /// completes when both languages create the same groups under the same names in the same order.
-/// Group timeouts are 60 s, so a disagreement fails instead of waiting 30 minutes. Gloo connects lazily on both sides (no
-/// collective runs), since PyTorch's Gloo and ours do not share a wire format.
+/// Group timeouts are 60 s, so a disagreement fails instead of waiting 30 minutes. Gloo
+/// connects lazily on both sides (no collective runs), since PyTorch's Gloo and ours do not
+/// share a wire format.
 #[test]
 fn pytorch_and_rust_ranks_build_one_mesh_together() {
     use c10d_store::{ServerOptions, Store, TcpStore, TcpStoreOptions, TcpStoreServer};
     use c10d_world::{BackendOverride, InitOptions, PgOptions};
     use std::sync::Arc;
     use std::time::Duration;
-    let py = match std::env::var("C10D_TORCH_PYTHON") {
-        Ok(p) if !p.is_empty() => p,
-        _ => {
-            println!("skipped: C10D_TORCH_PYTHON not set");
-            return;
-        }
+    let Some(py) = interop_common::torch_python() else {
+        return;
     };
     let srv = TcpStoreServer::bind(ServerOptions {
         host: Some("127.0.0.1".into()),

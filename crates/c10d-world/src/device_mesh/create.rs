@@ -8,7 +8,7 @@
 use super::agree::{check_same_arguments, MeshArgs};
 use super::groups::init_dim_groups;
 use super::layout::Layout;
-use super::mesh::{DeviceMesh, Root};
+use super::mesh::{coordinate_in, DeviceMesh, Root};
 use super::options::{py_tuple, BackendOverride, MeshArray, MeshOptions};
 use crate::{InitOptions, World};
 use c10d_core::{DistError, ProcessGroup, Result};
@@ -164,7 +164,7 @@ fn from_group_mesh(
 /// Each group of a `from_group` mesh holds the mesh's ranks along its dimension.
 fn check_from_group(world: &World, m: &DeviceMesh<'_>) -> Result<()> {
     let mesh = m.mesh()?;
-    let Some(coord) = m.get_coordinate() else {
+    let Some(coord) = coordinate_in(&mesh, m.rank) else {
         return Ok(());
     };
     for (d, g) in m.groups.iter().enumerate() {
@@ -209,23 +209,24 @@ fn build<'w>(
         check_same_arguments(world, what, &args)?;
     }
     check_ranks(world, &mesh)?;
-    let layout = Layout::row_major(mesh.shape());
-    let groups = init_dim_groups(
-        world,
-        &layout,
-        mesh.ranks(),
-        &opts.mesh_dim_names,
-        &overrides,
-        opts.preserve_rank_order,
-    )?;
-    new_mesh(
+    let names = opts.mesh_dim_names;
+    let mut m = new_mesh(
         world,
         device_type,
         &mesh,
-        opts.mesh_dim_names,
+        names,
         opts.preserve_rank_order,
-        groups,
-    )
+        Vec::new(),
+    )?;
+    m.groups = init_dim_groups(
+        world,
+        &m.layout,
+        &m.root.rank_map,
+        &m.dim_names,
+        &overrides,
+        opts.preserve_rank_order,
+    )?;
+    Ok(m)
 }
 
 /// A root mesh over `mesh` with this rank's `groups`.

@@ -41,7 +41,7 @@ impl<'w> DeviceMesh<'w> {
         }
         self.check_flatten_name(&name)?;
         let axis = Layout::from_axes(vec![self.layout.collapse()]);
-        let flat = match self.root_flattened(&name) {
+        let flat = match self.root.flattened(&name) {
             Some(f) if f.axis == axis => f,
             Some(_) => {
                 return Err(DistError::invalid(format!(
@@ -169,15 +169,6 @@ impl<'w> DeviceMesh<'w> {
             )));
         }
         Ok(())
-    }
-
-    fn root_flattened(&self, name: &str) -> Option<Flattened> {
-        let flat = self
-            .root
-            .flattened
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        flat.get(name).cloned()
     }
 
     /// Creates the flattened dimension's groups and records it in the root (the lock is not

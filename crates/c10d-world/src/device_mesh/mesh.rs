@@ -18,6 +18,14 @@ pub(crate) struct Root {
     pub(crate) flattened: Mutex<HashMap<String, Flattened>>,
 }
 
+impl Root {
+    /// The flattened dimension `name`, when one was made.
+    pub(crate) fn flattened(&self, name: &str) -> Option<Flattened> {
+        let flat = self.flattened.lock().unwrap_or_else(|e| e.into_inner());
+        flat.get(name).cloned()
+    }
+}
+
 /// A flattened dimension of a root mesh: its layout and this rank's group (`None` outside).
 #[derive(Clone)]
 pub(crate) struct Flattened {
@@ -112,9 +120,7 @@ impl<'w> DeviceMesh<'w> {
 
     /// This rank's index along every dimension (`get_coordinate`); `None` outside the mesh.
     pub fn get_coordinate(&self) -> Option<Vec<usize>> {
-        let mesh = self.mesh().ok()?;
-        let i = mesh.ranks().iter().position(|&r| r == self.rank)?;
-        Some(unravel(i, mesh.shape()))
+        coordinate_in(&self.mesh().ok()?, self.rank)
     }
 
     /// This rank's group along `dim` (`get_group(mesh_dim)`), as a [`GroupMember`] that every
@@ -294,6 +300,12 @@ impl std::fmt::Debug for DeviceMesh<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{self}")
     }
+}
+
+/// `rank`'s coordinate in `mesh` (`None` when it is not there).
+pub(crate) fn coordinate_in(mesh: &MeshArray, rank: usize) -> Option<Vec<usize>> {
+    let i = mesh.ranks().iter().position(|&r| r == rank)?;
+    Some(unravel(i, mesh.shape()))
 }
 
 /// One axis's stride as PyTorch prints it: the stride of a one-mode axis, a tuple otherwise.
