@@ -40,17 +40,8 @@ impl Backend for ProcessGroupGloo {
     }
 
     fn broadcast(&self, tensors: &[Tensor], opts: &BroadcastOptions) -> Result<Work> {
-        const OP: &str = "broadcast";
-        at(OP).root(opts.root_rank, self.id.size)?;
-        if opts.root_tensor >= tensors.len() {
-            return Err(inval(
-                OP,
-                format!("invalid root tensor: {}", opts.root_tensor),
-            ));
-        }
-        let refs: Vec<&Tensor> = tensors.iter().collect();
-        check_cpu(OP, &refs)?;
-        check_same(OP, &refs, &tensors[0])?;
+        self.checks().broadcast(tensors, opts)?;
+        cpu("broadcast", tensors)?;
         let root = opts.root_rank;
         let src = if self.id.rank == root {
             opts.root_tensor
@@ -82,15 +73,9 @@ impl Backend for ProcessGroupGloo {
     }
 
     fn all_reduce(&self, tensors: &[Tensor], opts: &AllreduceOptions) -> Result<Work> {
-        const OP: &str = "allreduce";
-        if tensors.is_empty() {
-            return Err(inval(OP, "requires non-empty tensor list"));
-        }
-        let refs: Vec<&Tensor> = tensors.iter().collect();
-        check_cpu(OP, &refs)?;
-        check_same(OP, &refs, &tensors[0])?;
+        self.checks().all_reduce(tensors, opts.reduce_op)?;
+        cpu("allreduce", tensors)?;
         let dtype = tensors[0].dtype();
-        check_op(OP, opts.reduce_op, dtype)?;
         let body = all_reduce_body(self.algo, opts.reduce_op, dtype, self.id.size);
         self.submit(Launch {
             op: OpType::Allreduce,
@@ -110,18 +95,10 @@ impl Backend for ProcessGroupGloo {
         tensors: &[Tensor],
         opts: &AllreduceCoalescedOptions,
     ) -> Result<Work> {
-        const OP: &str = "allreduce_coalesced";
-        if tensors.is_empty() {
-            return Err(inval(OP, "requires non-empty tensor list"));
-        }
-        let refs: Vec<&Tensor> = tensors.iter().collect();
-        check_cpu(OP, &refs)?;
-        let dtype = tensors[0].dtype();
-        if tensors.iter().any(|t| t.dtype() != dtype) {
-            return Err(inval(OP, "tensors must all have the same type"));
-        }
         let rop = opts.reduce_op;
-        check_op(OP, rop, dtype)?;
+        self.checks().all_reduce_coalesced(tensors, rop)?;
+        cpu("allreduce_coalesced", tensors)?;
+        let dtype = tensors[0].dtype();
         let total = nbytes(tensors) as usize;
         let (algo, n) = (self.algo, self.id.size);
         let body: CollBody = Box::new(move |comm, _ins, mut outs| {
@@ -158,7 +135,8 @@ impl Backend for ProcessGroupGloo {
     }
 
     fn reduce(&self, tensors: &[Tensor], opts: &ReduceOptions) -> Result<Work> {
-        check_reduce(tensors, opts, self.id.size)?;
+        self.checks().reduce(tensors, opts)?;
+        cpu("reduce", tensors)?;
         let dtype = tensors[0].dtype();
         let rop = opts.reduce_op;
         let (root, n) = (opts.root_rank, self.id.size);
@@ -197,34 +175,8 @@ impl Backend for ProcessGroupGloo {
         inputs: &[Tensor],
         opts: &AllgatherOptions,
     ) -> Result<Work> {
-        const OP: &str = "allgather";
-        if inputs.is_empty() {
-            return Err(inval(OP, "requires non-empty input tensor list"));
-        }
-        if outputs.len() != inputs.len() {
-            return Err(inval(
-                OP,
-                "requires input/output tensor lists to have the same length",
-            ));
-        }
-        let n = self.id.size;
-        for (i, o) in outputs.iter().enumerate() {
-            if o.len() != n {
-                return Err(inval(
-                    OP,
-                    format!(
-                        "invalid output tensor list at index {i} (expected length {n}, got {})",
-                        o.len()
-                    ),
-                ));
-            }
-        }
-        let refs: Vec<&Tensor> = inputs.iter().chain(outputs.iter().flatten()).collect();
-        check_cpu(OP, &refs)?;
-        check_same(OP, &inputs.iter().collect::<Vec<_>>(), &inputs[0])?;
-        for (i, o) in outputs.iter().enumerate() {
-            check_same(OP, &o.iter().collect::<Vec<_>>(), &inputs[i])?;
-        }
+        self.checks().all_gather(outputs, inputs)?;
+        cpu("allgather", inputs.iter().chain(outputs.iter().flatten()))?;
         let flat: Vec<Tensor> = outputs.iter().flatten().cloned().collect();
         let algo = self.algo;
         let body: CollBody =
@@ -248,21 +200,9 @@ impl Backend for ProcessGroupGloo {
         input: &Tensor,
         opts: &AllgatherOptions,
     ) -> Result<Work> {
-        const OP: &str = "_allgather_base";
-        check_cpu(OP, &[output, input])?;
-        if output.dtype() != input.dtype() {
-            return Err(inval(
-                OP,
-                "output tensor must have the same type as input tensor",
-            ));
-        }
+        self.checks().all_gather_into_tensor(output, input)?;
+        cpu("_allgather_base", [output, input])?;
         let n = self.id.size;
-        if output.numel() != input.numel() * n {
-            return Err(inval(
-                OP,
-                "output tensor size must be equal to world_size times input tensor size",
-            ));
-        }
         let algo = self.algo;
         let body: CollBody = Box::new(move |comm, ins, mut outs| {
             let mut parts = split_n(std::mem::take(&mut outs[0]), n);
@@ -288,32 +228,12 @@ impl Backend for ProcessGroupGloo {
         inputs: &[Tensor],
         opts: &AllgatherOptions,
     ) -> Result<Work> {
-        const OP: &str = "allgather_coalesced";
+        self.checks().all_gather_coalesced(outputs, inputs)?;
+        cpu(
+            "allgather_coalesced",
+            inputs.iter().chain(outputs.iter().flatten()),
+        )?;
         let n = self.id.size;
-        if inputs.is_empty() {
-            return Err(inval(OP, "requires non-empty input tensor list"));
-        }
-        if outputs.len() != n {
-            return Err(inval(OP, "output lists should be equal to world size"));
-        }
-        let refs: Vec<&Tensor> = inputs.iter().chain(outputs.iter().flatten()).collect();
-        check_cpu(OP, &refs)?;
-        for o in outputs {
-            if o.len() != inputs.len() {
-                return Err(inval(OP, "invalid output size"));
-            }
-            for (i, (t, inp)) in o.iter().zip(inputs).enumerate() {
-                if t.numel() != inp.numel() {
-                    return Err(inval(
-                        OP,
-                        format!("invalid size of output tensor at index {i}"),
-                    ));
-                }
-                if t.dtype() != inp.dtype() {
-                    return Err(inval(OP, format!("invalid tensor type at index {i}")));
-                }
-            }
-        }
         // Flatten as [i * n + p] = outputs[p][i].
         let flat: Vec<Tensor> = (0..inputs.len())
             .flat_map(|i| (0..n).map(move |p| (i, p)))
@@ -342,17 +262,13 @@ impl Backend for ProcessGroupGloo {
         inputs: &[Tensor],
         opts: &AllgatherOptions,
     ) -> Result<Work> {
-        const OP: &str = "allgather_into_tensor_coalesced";
+        self.checks()
+            .all_gather_into_tensor_coalesced(outputs, inputs)?;
+        cpu(
+            "allgather_into_tensor_coalesced",
+            inputs.iter().chain(outputs),
+        )?;
         let n = self.id.size;
-        check_coalesced_pairs(OP, outputs, inputs)?;
-        for (i, (o, inp)) in outputs.iter().zip(inputs).enumerate() {
-            if o.dtype() != inp.dtype() {
-                return Err(inval(OP, format!("invalid tensor type at index {i}")));
-            }
-            if o.numel() != inp.numel() * n {
-                return Err(inval(OP, format!("invalid size of output tensor at index {i}: must be world_size times the input size")));
-            }
-        }
         let algo = self.algo;
         let body: CollBody = Box::new(move |comm, ins, outs| {
             // outs[i] split into n parts, flattened as [i * n + p].
@@ -378,29 +294,12 @@ impl Backend for ProcessGroupGloo {
         inputs: &[Tensor],
         opts: &GatherOptions,
     ) -> Result<Work> {
-        const OP: &str = "gather";
-        let (r, n, root) = (self.id.rank, self.id.size, opts.root_rank);
-        at(OP).root(root, n)?;
-        if inputs.len() != 1 {
-            return Err(inval(OP, "requires a single-element input tensor list"));
-        }
-        let input = &inputs[0];
-        let dtype = input.dtype();
-        let total = input.nbytes() as u64;
+        let root = opts.root_rank;
         // The root gathers into its list; the others send only.
-        let gathered: &[Tensor] = if r == root {
-            check_root_list(OP, outputs, n, "output")?;
-            let refs: Vec<&Tensor> = outputs[0].iter().chain(inputs).collect();
-            check_cpu(OP, &refs)?;
-            check_same(OP, &outputs[0].iter().collect::<Vec<_>>(), input)?;
-            &outputs[0]
-        } else {
-            if !outputs.is_empty() {
-                return Err(inval(OP, "requires empty output on non-root"));
-            }
-            check_cpu(OP, &[input])?;
-            &[]
-        };
+        let gathered = self.checks().gather(outputs, inputs, root)?;
+        cpu("gather", gathered.iter().chain(inputs))?;
+        let input = &inputs[0];
+        let (dtype, total) = (input.dtype(), input.nbytes() as u64);
         let body: CollBody = Box::new(move |comm, ins, mut outs| {
             algo::exchange::gather(comm, ins[0], &mut outs, root)
         });
@@ -423,28 +322,12 @@ impl Backend for ProcessGroupGloo {
         inputs: &[Vec<Tensor>],
         opts: &ScatterOptions,
     ) -> Result<Work> {
-        const OP: &str = "scatter";
-        let (r, n, root) = (self.id.rank, self.id.size, opts.root_rank);
-        at(OP).root(root, n)?;
-        if outputs.len() != 1 {
-            return Err(inval(OP, "requires a single-element output tensor list"));
-        }
+        let root = opts.root_rank;
+        // The root scatters from its list; the others receive only.
+        let scattered = self.checks().scatter(outputs, inputs, root)?;
+        cpu("scatter", scattered.iter().chain(outputs))?;
         let out = &outputs[0];
         let (dtype, total) = (out.dtype(), out.nbytes() as u64);
-        // The root scatters from its list; the others receive only.
-        let scattered: &[Tensor] = if r == root {
-            check_root_list(OP, inputs, n, "input")?;
-            let refs: Vec<&Tensor> = inputs[0].iter().chain(outputs).collect();
-            check_cpu(OP, &refs)?;
-            check_same(OP, &inputs[0].iter().collect::<Vec<_>>(), out)?;
-            &inputs[0]
-        } else {
-            if !inputs.is_empty() {
-                return Err(inval(OP, "requires empty input on non-root"));
-            }
-            check_cpu(OP, &[out])?;
-            &[]
-        };
         let body: CollBody =
             Box::new(move |comm, ins, mut outs| algo::exchange::scatter(comm, &ins, outs[0], root));
         self.submit(Launch {
@@ -466,48 +349,11 @@ impl Backend for ProcessGroupGloo {
         inputs: &[Vec<Tensor>],
         opts: &ReduceScatterOptions,
     ) -> Result<Work> {
-        const OP: &str = "reduce_scatter";
-        let (r, n) = (self.id.rank, self.id.size);
-        if outputs.len() != 1 {
-            return Err(inval(OP, "requires a single-element output tensor list"));
-        }
-        if inputs.len() != 1 {
-            return Err(inval(OP, "requires a single-element input list"));
-        }
-        if inputs[0].len() != n {
-            return Err(inval(
-                OP,
-                format!(
-                    "Incorrect input list size {}. Input list size should be {n}.",
-                    inputs[0].len()
-                ),
-            ));
-        }
-        let out = &outputs[0];
-        let refs: Vec<&Tensor> = inputs[0].iter().chain(outputs).collect();
-        check_cpu(OP, &refs)?;
-        if let Some(t) = inputs[0].iter().find(|t| t.dtype() != out.dtype()) {
-            return Err(inval(
-                OP,
-                format!(
-                    "invalid tensor type (expected {}, got {})",
-                    out.dtype(),
-                    t.dtype()
-                ),
-            ));
-        }
-        if inputs[0][r].numel() != out.numel() {
-            return Err(inval(
-                OP,
-                format!(
-                    "invalid tensor size (input {r} has {} elements, output {})",
-                    inputs[0][r].numel(),
-                    out.numel()
-                ),
-            ));
-        }
-        let (dtype, rop) = (out.dtype(), opts.reduce_op);
-        check_op(OP, rop, dtype)?;
+        let n = self.id.size;
+        self.checks()
+            .reduce_scatter(outputs, inputs, opts.reduce_op)?;
+        cpu("reduce_scatter", inputs[0].iter().chain(outputs))?;
+        let (dtype, rop) = (outputs[0].dtype(), opts.reduce_op);
         let algo = self.algo;
         let body: CollBody = Box::new(move |comm, ins, mut outs| {
             reduce_scatter_body(algo, comm, &ins, outs[0], rop, dtype, n)
@@ -531,23 +377,11 @@ impl Backend for ProcessGroupGloo {
         input: &Tensor,
         opts: &ReduceScatterOptions,
     ) -> Result<Work> {
-        const OP: &str = "_reduce_scatter_base";
         let n = self.id.size;
-        check_cpu(OP, &[output, input])?;
-        if output.dtype() != input.dtype() {
-            return Err(inval(
-                OP,
-                "input tensor must be the same type as the output tensor.",
-            ));
-        }
-        if input.numel() != output.numel() * n {
-            return Err(inval(
-                OP,
-                "input tensor must be the same size as output size times world size",
-            ));
-        }
+        self.checks()
+            .reduce_scatter_tensor(output, input, opts.reduce_op)?;
+        cpu("_reduce_scatter_base", [output, input])?;
         let (dtype, rop) = (output.dtype(), opts.reduce_op);
-        check_op(OP, rop, dtype)?;
         let algo = self.algo;
         let body: CollBody = Box::new(move |comm, ins, mut outs| {
             let blocks = split_n_ref(ins[0], n);
@@ -573,25 +407,14 @@ impl Backend for ProcessGroupGloo {
         inputs: &[Tensor],
         opts: &ReduceScatterOptions,
     ) -> Result<Work> {
-        const OP: &str = "reduce_scatter_tensor_coalesced";
-        let n = self.id.size;
-        check_coalesced_pairs(OP, outputs, inputs)?;
-        let rop = opts.reduce_op;
+        let (n, rop) = (self.id.size, opts.reduce_op);
+        self.checks()
+            .reduce_scatter_tensor_coalesced(outputs, inputs, rop)?;
+        cpu(
+            "reduce_scatter_tensor_coalesced",
+            inputs.iter().chain(outputs),
+        )?;
         let dtype = inputs[0].dtype();
-        for (i, (o, inp)) in outputs.iter().zip(inputs).enumerate() {
-            if o.dtype() != inp.dtype() || inp.dtype() != dtype {
-                return Err(inval(OP, format!("invalid tensor type at index {i}")));
-            }
-            if inp.numel() != o.numel() * n {
-                return Err(inval(
-                    OP,
-                    format!(
-                        "input tensor {i} must be the same size as output size times world size"
-                    ),
-                ));
-            }
-        }
-        check_op(OP, rop, dtype)?;
         let algo = self.algo;
         let body: CollBody = Box::new(move |comm, ins, outs| {
             for (inp, out) in ins.iter().zip(outs) {
@@ -621,16 +444,13 @@ impl Backend for ProcessGroupGloo {
         input_split_sizes: &[usize],
         opts: &AllToAllOptions,
     ) -> Result<Work> {
-        const OP: &str = "alltoall_base";
-        let n = self.id.size;
-        check_cpu(OP, &[output, input])?;
-        let (outs, ins) = at(OP).all_to_all_single(
+        let (outs, ins) = self.checks().all_to_all_single(
             output,
             input,
             output_split_sizes,
             input_split_sizes,
-            (self.id.rank, n),
         )?;
+        cpu("alltoall_base", [output, input])?;
         let elem = input.dtype().size();
         let out_b: Vec<usize> = outs.into_iter().map(|c| c * elem).collect();
         let in_b: Vec<usize> = ins.into_iter().map(|c| c * elem).collect();
@@ -661,46 +481,9 @@ impl Backend for ProcessGroupGloo {
         inputs: &[Tensor],
         opts: &AllToAllOptions,
     ) -> Result<Work> {
-        const OP: &str = "alltoall";
-        let n = self.id.size;
-        if inputs.len() != n {
-            return Err(inval(
-                OP,
-                format!(
-                    "input tensor list size {} does not match world size {n}",
-                    inputs.len()
-                ),
-            ));
-        }
-        if outputs.len() != n {
-            return Err(inval(
-                OP,
-                format!(
-                    "output tensor list size {} does not match world size {n}",
-                    outputs.len()
-                ),
-            ));
-        }
-        let refs: Vec<&Tensor> = inputs.iter().chain(outputs).collect();
-        check_cpu(OP, &refs)?;
+        self.checks().all_to_all(outputs, inputs)?;
+        cpu("alltoall", inputs.iter().chain(outputs))?;
         let dtype = inputs[0].dtype();
-        if refs.iter().any(|t| t.dtype() != dtype) {
-            return Err(inval(
-                OP,
-                "input and output tensors must have the same type",
-            ));
-        }
-        let r = self.id.rank;
-        if inputs[r].numel() != outputs[r].numel() {
-            return Err(inval(
-                OP,
-                format!(
-                    "rank {r} sends itself {} elements but expects {} from itself (input and output tensors at index {r} differ in size)",
-                    inputs[r].numel(),
-                    outputs[r].numel()
-                ),
-            ));
-        }
         let body: CollBody =
             Box::new(move |comm, ins, mut outs| algo::exchange::all_to_all(comm, &ins, &mut outs));
         // As in all_to_all_single: per-rank totals may legally differ; frames are still checked.

@@ -3,7 +3,7 @@
 //! caller's thread), abort and shutdown. The ops themselves are in `ops.rs`.
 
 use crate::algo::dispatch::Algo;
-use crate::checks::{at, check_cpu, inval};
+use crate::checks::cpu;
 use crate::engine::{
     lock, worker_loop, CollBody, CollOp, Connector, Engine, Ident, OpInfo, P2pOp, Queue, Shared,
     Submission, WAKER,
@@ -335,29 +335,18 @@ impl ProcessGroupGloo {
         peer: Option<usize>,
         tag: i64,
     ) -> Result<Work> {
+        let checks = self.checks();
         let name = match op {
             OpType::Send => "send",
             OpType::Recv => "recv",
             _ => "recvAnysource",
         };
-        at(name).single(tensors)?;
-        check_cpu(name, &[&tensors[0]])?;
-        if let Some(p) = peer {
-            if p >= self.id.size || p == self.id.rank {
-                let what = if op == OpType::Send {
-                    "destination"
-                } else {
-                    "source"
-                };
-                return Err(inval(
-                    name,
-                    format!(
-                        "invalid {what} rank {p} (rank {} of a group of {})",
-                        self.id.rank, self.id.size
-                    ),
-                ));
-            }
+        // No pair connects a rank to itself: no send or receive to self.
+        match (op, peer) {
+            (OpType::Send, Some(dst)) => checks.send(tensors, dst, false)?,
+            _ => checks.recv(tensors, peer, false)?,
         }
+        cpu(name, tensors)?;
         let (ins, outs) = if op == OpType::Send {
             (tensors, &[][..])
         } else {

@@ -6,8 +6,8 @@
 //! the stream-ordered allocator (refused during CUDA graph capture), gather, scatter and
 //! all_to_all through send/recv pairs; barrier all-reduces the communicator's own byte.
 
+use crate::checks::NcclChecks;
 use crate::process_group::{Enqueue, Op, ProcessGroupNccl};
-use c10d_core::checks::At;
 use c10d_core::{
     AllToAllOptions, AllgatherOptions, AllreduceCoalescedOptions, AllreduceOptions, Backend,
     BackendOptions, BarrierOptions, BroadcastOptions, DeviceType, GatherOptions, OpType,
@@ -16,12 +16,6 @@ use c10d_core::{
 use std::ffi::c_void;
 use std::sync::Arc;
 use std::time::Duration;
-
-const NAME: &str = "ProcessGroupNCCL";
-
-fn at(op: &str) -> At<'_> {
-    At { backend: NAME, op }
-}
 
 fn ptr(t: &Tensor) -> *mut c_void {
     t.device_ptr().unwrap_or(0) as *mut c_void
@@ -101,35 +95,9 @@ impl ProcessGroupNccl {
         }
     }
 
-    /// The root's tensor list of gather (`kind` "output") or scatter ("input"): one list of
-    /// `size` tensors like `proto` on the root, nothing elsewhere (PyTorch's texts).
-    fn root_side(
-        &self,
-        op: &str,
-        lists: &[Vec<Tensor>],
-        root: usize,
-        kind: &str,
-        proto: &Tensor,
-    ) -> Result<Vec<Tensor>> {
-        if self.rank == root {
-            at(op).root_list(lists, self.size, kind)?;
-            at(op).same(&lists[0].iter().collect::<Vec<_>>(), proto)?;
-            return Ok(lists[0].clone());
-        }
-        if lists.first().is_some_and(|l| !l.is_empty()) {
-            return Err(at(op).invalid(format!("requires empty {kind} on non-root")));
-        }
-        Ok(Vec::new())
-    }
-
-    fn check_peer(&self, op: &str, peer: usize) -> Result<()> {
-        if peer >= self.size {
-            return Err(at(op).invalid(format!(
-                "invalid peer rank {peer} (group size {})",
-                self.size
-            )));
-        }
-        Ok(())
+    /// The argument checks of this rank of the group.
+    fn checks(&self) -> NcclChecks {
+        NcclChecks::new(self.rank, self.size)
     }
 }
 
@@ -163,8 +131,7 @@ impl Backend for ProcessGroupNccl {
     }
 
     fn broadcast(&self, tensors: &[Tensor], opts: &BroadcastOptions) -> Result<Work> {
-        at("broadcast").single(tensors)?;
-        at("broadcast").root(opts.root_rank, self.size)?;
+        self.checks().broadcast(tensors, opts)?;
         let t = tensors[0].clone();
         self.launch(
             self.op(OpType::Broadcast, tensors, tensors, opts.timeout),
@@ -173,7 +140,7 @@ impl Backend for ProcessGroupNccl {
     }
 
     fn all_reduce(&self, tensors: &[Tensor], opts: &AllreduceOptions) -> Result<Work> {
-        at("allreduce").single(tensors)?;
+        self.checks().all_reduce(tensors, opts.reduce_op)?;
         let t = tensors[0].clone();
         self.launch(
             self.op(OpType::Allreduce, tensors, tensors, opts.timeout),
@@ -186,9 +153,8 @@ impl Backend for ProcessGroupNccl {
         tensors: &[Tensor],
         opts: &AllreduceCoalescedOptions,
     ) -> Result<Work> {
-        if tensors.is_empty() {
-            return Err(at("allreduce_coalesced").invalid("requires a non-empty tensor list"));
-        }
+        self.checks()
+            .all_reduce_coalesced(tensors, opts.reduce_op)?;
         let ts = tensors.to_vec();
         self.launch(
             self.op(OpType::AllreduceCoalesced, tensors, tensors, opts.timeout),
@@ -197,8 +163,7 @@ impl Backend for ProcessGroupNccl {
     }
 
     fn reduce(&self, tensors: &[Tensor], opts: &ReduceOptions) -> Result<Work> {
-        at("reduce").single(tensors)?;
-        at("reduce").root(opts.root_rank, self.size)?;
+        self.checks().reduce(tensors, opts)?;
         let t = tensors[0].clone();
         self.launch(
             self.op(OpType::Reduce, tensors, tensors, opts.timeout),
@@ -219,12 +184,9 @@ impl Backend for ProcessGroupNccl {
         inputs: &[Tensor],
         opts: &AllgatherOptions,
     ) -> Result<Work> {
-        const OP: &str = "allgather";
-        at(OP).single(inputs)?;
-        at(OP).root_list(outputs, self.size, "output")?;
+        self.checks().all_gather(outputs, inputs)?;
         let input = inputs[0].clone();
         let outs = outputs[0].clone();
-        at(OP).same(&outs.iter().collect::<Vec<_>>(), &input)?;
         let me = self.rank;
         self.launch(
             self.op(OpType::Allgather, inputs, &outputs[0], opts.timeout),
@@ -238,7 +200,7 @@ impl Backend for ProcessGroupNccl {
         input: &Tensor,
         opts: &AllgatherOptions,
     ) -> Result<Work> {
-        check_flat("allgather_into_tensor", output, input, self.size, "output")?;
+        self.checks().all_gather_into_tensor(output, input)?;
         let (o, i) = (output.clone(), input.clone());
         let (ins, outs) = (std::slice::from_ref(input), std::slice::from_ref(output));
         self.launch(
@@ -253,26 +215,17 @@ impl Backend for ProcessGroupNccl {
         inputs: &[Tensor],
         opts: &AllgatherOptions,
     ) -> Result<Work> {
-        const OP: &str = "allgather_coalesced";
-        if outputs.len() != inputs.len() || inputs.is_empty() {
-            return Err(
-                at(OP).invalid("requires non-empty input/output tensor lists of the same length")
-            );
-        }
-        let flats: Vec<(Vec<Tensor>, Tensor)> = outputs
-            .iter()
-            .cloned()
-            .zip(inputs.iter().cloned())
+        self.checks().all_gather_coalesced(outputs, inputs)?;
+        // outputs[r][i] receives inputs[i] of rank r: one list gather per input.
+        let flats: Vec<(Vec<Tensor>, Tensor)> = (0..inputs.len())
+            .map(|i| {
+                (
+                    outputs.iter().map(|o| o[i].clone()).collect(),
+                    inputs[i].clone(),
+                )
+            })
             .collect();
         let all_out: Vec<Tensor> = outputs.iter().flatten().cloned().collect();
-        for (outs, i) in &flats {
-            at(OP).same(&outs.iter().collect::<Vec<_>>(), i)?;
-            if outs.len() != self.size {
-                return Err(
-                    at(OP).invalid(format!("each output list must hold {} tensors", self.size))
-                );
-            }
-        }
         let me = self.rank;
         self.launch(
             self.op(OpType::AllgatherCoalesced, inputs, &all_out, opts.timeout),
@@ -290,8 +243,9 @@ impl Backend for ProcessGroupNccl {
         inputs: &[Tensor],
         opts: &AllgatherOptions,
     ) -> Result<Work> {
-        const OP: &str = "allgather_into_tensor_coalesced";
-        let pairs = coalesced_pairs(OP, outputs, inputs, self.size, Flat::Output)?;
+        self.checks()
+            .all_gather_into_tensor_coalesced(outputs, inputs)?;
+        let pairs = pairs(outputs, inputs);
         self.launch(
             self.op(OpType::AllgatherCoalesced, inputs, outputs, opts.timeout),
             |e| pairs.iter().try_for_each(|(o, i)| gather_into(e, o, i)),
@@ -304,12 +258,9 @@ impl Backend for ProcessGroupNccl {
         inputs: &[Tensor],
         opts: &GatherOptions,
     ) -> Result<Work> {
-        const OP: &str = "gather";
-        at(OP).root(opts.root_rank, self.size)?;
-        at(OP).single(inputs)?;
         let root = opts.root_rank;
+        let outs = self.checks().gather(outputs, inputs, root)?.to_vec();
         let input = inputs[0].clone();
-        let outs = self.root_side(OP, outputs, root, "output", &input)?;
         let me = self.rank;
         self.launch(self.op(OpType::Gather, inputs, &outs, opts.timeout), |e| {
             if me != root {
@@ -332,12 +283,9 @@ impl Backend for ProcessGroupNccl {
         inputs: &[Vec<Tensor>],
         opts: &ScatterOptions,
     ) -> Result<Work> {
-        const OP: &str = "scatter";
-        at(OP).root(opts.root_rank, self.size)?;
-        at(OP).single(outputs)?;
         let root = opts.root_rank;
+        let ins = self.checks().scatter(outputs, inputs, root)?.to_vec();
         let output = outputs[0].clone();
-        let ins = self.root_side(OP, inputs, root, "input", &output)?;
         let me = self.rank;
         self.launch(self.op(OpType::Scatter, &ins, outputs, opts.timeout), |e| {
             if me != root {
@@ -361,11 +309,10 @@ impl Backend for ProcessGroupNccl {
         opts: &ReduceScatterOptions,
     ) -> Result<Work> {
         const OP: &str = "reduce_scatter";
-        at(OP).single(outputs)?;
-        at(OP).root_list(inputs, self.size, "input")?;
+        self.checks()
+            .reduce_scatter(outputs, inputs, opts.reduce_op)?;
         let output = outputs[0].clone();
         let ins = inputs[0].clone();
-        at(OP).same(&ins.iter().collect::<Vec<_>>(), &output)?;
         self.launch(
             self.op(OpType::ReduceScatter, &ins, outputs, opts.timeout),
             |e| {
@@ -385,7 +332,8 @@ impl Backend for ProcessGroupNccl {
         input: &Tensor,
         opts: &ReduceScatterOptions,
     ) -> Result<Work> {
-        check_flat("reduce_scatter_tensor", input, output, self.size, "input")?;
+        self.checks()
+            .reduce_scatter_tensor(output, input, opts.reduce_op)?;
         let (o, i) = (output.clone(), input.clone());
         let (ins, outs) = (std::slice::from_ref(input), std::slice::from_ref(output));
         self.launch(
@@ -400,8 +348,9 @@ impl Backend for ProcessGroupNccl {
         inputs: &[Tensor],
         opts: &ReduceScatterOptions,
     ) -> Result<Work> {
-        const OP: &str = "reduce_scatter_tensor_coalesced";
-        let pairs = coalesced_pairs(OP, outputs, inputs, self.size, Flat::Input)?;
+        self.checks()
+            .reduce_scatter_tensor_coalesced(outputs, inputs, opts.reduce_op)?;
+        let pairs = pairs(outputs, inputs);
         self.launch(
             self.op(OpType::Coalesced, inputs, outputs, opts.timeout),
             |e| {
@@ -420,13 +369,11 @@ impl Backend for ProcessGroupNccl {
         input_split_sizes: &[usize],
         opts: &AllToAllOptions,
     ) -> Result<Work> {
-        const OP: &str = "alltoall_base";
-        let (out_counts, in_counts) = at(OP).all_to_all_single(
+        let (out_counts, in_counts) = self.checks().all_to_all_single(
             output,
             input,
             output_split_sizes,
             input_split_sizes,
-            (self.rank, self.size),
         )?;
         let (o, i) = (output.clone(), input.clone());
         let (ins, outs) = (std::slice::from_ref(input), std::slice::from_ref(output));
@@ -451,15 +398,7 @@ impl Backend for ProcessGroupNccl {
         inputs: &[Tensor],
         opts: &AllToAllOptions,
     ) -> Result<Work> {
-        const OP: &str = "alltoall";
-        if outputs.len() != self.size || inputs.len() != self.size {
-            return Err(at(OP).invalid(format!(
-                "requires {} input and output tensors (got {} and {})",
-                self.size,
-                inputs.len(),
-                outputs.len()
-            )));
-        }
+        self.checks().all_to_all(outputs, inputs)?;
         let (os, is) = (outputs.to_vec(), inputs.to_vec());
         self.launch(
             self.op(OpType::Alltoall, inputs, outputs, opts.timeout),
@@ -490,8 +429,7 @@ impl Backend for ProcessGroupNccl {
     }
 
     fn send(&self, tensors: &[Tensor], dst: usize, _tag: i64) -> Result<Work> {
-        at("send").single(tensors)?;
-        self.check_peer("send", dst)?;
+        self.checks().send(tensors, dst)?;
         let t = tensors[0].clone();
         let op = Op {
             peer: Some(dst),
@@ -501,8 +439,7 @@ impl Backend for ProcessGroupNccl {
     }
 
     fn recv(&self, tensors: &[Tensor], src: usize, _tag: i64) -> Result<Work> {
-        at("recv").single(tensors)?;
-        self.check_peer("recv", src)?;
+        self.checks().recv(tensors, src)?;
         let t = tensors[0].clone();
         let op = Op {
             peer: Some(src),
@@ -592,54 +529,11 @@ fn scatter_from(
     Ok(unsafe { crate::result::reduce_scatter(e.lib, ptr(input), ptr(output), red, l) }?)
 }
 
-/// Which side of a `*_tensor_coalesced` pair is the flat one (`size` × the other).
-#[derive(Clone, Copy)]
-enum Flat {
-    /// all_gather: the output.
-    Output,
-    /// reduce_scatter: the input.
-    Input,
-}
-
-/// The checked (output, input) pairs of a `*_tensor_coalesced` op.
-fn coalesced_pairs(
-    op: &str,
-    outputs: &[Tensor],
-    inputs: &[Tensor],
-    size: usize,
-    flat: Flat,
-) -> Result<Vec<(Tensor, Tensor)>> {
-    at(op).pairs(outputs, inputs)?;
-    for (o, i) in outputs.iter().zip(inputs) {
-        match flat {
-            Flat::Output => check_flat(op, o, i, size, "output")?,
-            Flat::Input => check_flat(op, i, o, size, "input")?,
-        }
-    }
-    Ok(outputs
+/// The (output, input) pairs of a `*_tensor_coalesced` op (checked by the caller).
+fn pairs(outputs: &[Tensor], inputs: &[Tensor]) -> Vec<(Tensor, Tensor)> {
+    outputs
         .iter()
         .cloned()
         .zip(inputs.iter().cloned())
-        .collect())
-}
-
-/// A flat `big` tensor holds `size` × `small`'s elements, of one dtype (`which` names the big
-/// one in the message: "output" for all_gather, "input" for reduce_scatter).
-fn check_flat(op: &str, big: &Tensor, small: &Tensor, size: usize, which: &str) -> Result<()> {
-    if big.dtype() != small.dtype() {
-        return Err(at(op).invalid(format!(
-            "input and output tensors must have the same dtype (got {} and {})",
-            small.dtype(),
-            big.dtype()
-        )));
-    }
-    if big.numel() != small.numel() * size {
-        return Err(at(op).invalid(format!(
-            "{which} tensor size must be equal to world_size times the other tensor's size ({} != {} x {})",
-            big.numel(),
-            size,
-            small.numel()
-        )));
-    }
-    Ok(())
+        .collect()
 }

@@ -97,6 +97,7 @@
 pub mod availability;
 mod bootstrap;
 pub mod capture;
+pub mod checks;
 mod collectives;
 pub mod comm;
 pub mod cuda;

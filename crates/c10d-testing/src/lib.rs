@@ -30,14 +30,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// The shared argument checks of c10d-core, prefixed "StoreBackend::{op}: ".
-fn at(op: &str) -> c10d_core::checks::At<'_> {
-    c10d_core::checks::At {
-        backend: "StoreBackend",
-        op,
-    }
-}
-
 /// A store-backed CPU backend (see the module docs).
 pub struct StoreBackend {
     store: Arc<dyn Store>,
@@ -95,37 +87,13 @@ impl StoreBackend {
         t.unwrap_or_else(|| *self.timeout.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
-    /// The root's list argument of gather (`output`) / scatter (`input`): one list of group-size
-    /// tensors on the root, nothing elsewhere.
-    fn check_root_list(
-        &self,
-        op: &str,
-        what: &str,
-        lists: &[Vec<Tensor>],
-        root: usize,
-    ) -> Result<()> {
-        if self.rank != root {
-            if !lists.is_empty() {
-                return Err(DistError::invalid(format!(
-                    "StoreBackend::{op}: requires empty {what} on non-root"
-                )));
-            }
-            return Ok(());
+    /// The shared argument checks of c10d-core, prefixed "StoreBackend::{op}: ".
+    fn checks(&self) -> c10d_core::checks::Checks<'static> {
+        c10d_core::checks::Checks {
+            backend: "StoreBackend",
+            rank: self.rank,
+            size: self.size,
         }
-        if lists.len() != 1 {
-            return Err(DistError::invalid(format!(
-                "StoreBackend::{op}: requires a single-element {what} list"
-            )));
-        }
-        if lists[0].len() != self.size {
-            let cap = what[..1].to_ascii_uppercase() + &what[1..];
-            return Err(DistError::invalid(format!(
-                "StoreBackend::{op}: Incorrect {what} list size {}. {cap} list size should be {}.",
-                lists[0].len(),
-                self.size
-            )));
-        }
-        Ok(())
     }
 
     fn begin(&self, op: OpType) -> Result<(u64, u64)> {
@@ -291,12 +259,7 @@ impl Backend for StoreBackend {
     }
 
     fn broadcast(&self, tensors: &[Tensor], opts: &BroadcastOptions) -> Result<Work> {
-        at("broadcast").root(opts.root_rank, self.size)?;
-        if opts.root_tensor >= tensors.len() {
-            return Err(DistError::invalid(
-                "StoreBackend::broadcast: invalid root tensor",
-            ));
-        }
+        self.checks().broadcast(tensors, opts)?;
         let (seq, cs) = self.begin(OpType::Broadcast)?;
         let to = self.to(opts.timeout);
         run(OpType::Broadcast, seq, tensors.to_vec(), || {
@@ -317,12 +280,7 @@ impl Backend for StoreBackend {
     }
 
     fn all_reduce(&self, tensors: &[Tensor], opts: &AllreduceOptions) -> Result<Work> {
-        if tensors.is_empty() {
-            return Err(DistError::invalid(
-                "StoreBackend::allreduce: requires non-empty tensor list",
-            ));
-        }
-        opts.reduce_op.check_dtype(tensors[0].dtype())?;
+        self.checks().all_reduce(tensors, opts.reduce_op)?;
         let (seq, cs) = self.begin(OpType::Allreduce)?;
         let to = self.to(opts.timeout);
         run(OpType::Allreduce, seq, tensors.to_vec(), || {
@@ -342,32 +300,21 @@ impl Backend for StoreBackend {
     }
 
     fn all_reduce_coalesced(&self, tensors: &[Tensor], opts: &AllreduceOptions) -> Result<Work> {
+        self.checks()
+            .all_reduce_coalesced(tensors, opts.reduce_op)?;
         let (seq, cs) = self.begin(OpType::AllreduceCoalesced)?;
         let to = self.to(opts.timeout);
         run(OpType::AllreduceCoalesced, seq, tensors.to_vec(), || {
             let mine = Self::bytes_of(tensors)?;
             let all = self.exchange(cs, &mine, to, OpType::AllreduceCoalesced, seq)?;
             let parts: Vec<&[u8]> = all.iter().map(|b| b.as_slice()).collect();
-            let dtype = tensors
-                .first()
-                .map(|t| t.dtype())
-                .unwrap_or(c10d_core::DType::F32);
-            let res = self.reduce_blobs(opts.reduce_op, dtype, &parts)?;
+            let res = self.reduce_blobs(opts.reduce_op, tensors[0].dtype(), &parts)?;
             Self::write_concat(tensors, &res)
         })
     }
 
     fn reduce(&self, tensors: &[Tensor], opts: &ReduceOptions) -> Result<Work> {
-        if tensors.len() != 1 {
-            return Err(DistError::invalid(
-                "StoreBackend::reduce: requires a single-element tensor list",
-            ));
-        }
-        if opts.root_rank >= self.size {
-            return Err(DistError::invalid(
-                "StoreBackend::reduce: invalid root rank",
-            ));
-        }
+        self.checks().reduce(tensors, opts)?;
         let (seq, cs) = self.begin(OpType::Reduce)?;
         let to = self.to(opts.timeout);
         run(OpType::Reduce, seq, tensors.to_vec(), || {
@@ -388,16 +335,7 @@ impl Backend for StoreBackend {
         inputs: &[Tensor],
         opts: &AllgatherOptions,
     ) -> Result<Work> {
-        if inputs.is_empty() {
-            return Err(DistError::invalid(
-                "StoreBackend::allgather: requires non-empty input tensor list",
-            ));
-        }
-        if outputs.len() != inputs.len() || outputs.iter().any(|o| o.len() != self.size) {
-            return Err(DistError::invalid(
-                "StoreBackend::allgather: invalid output tensor list",
-            ));
-        }
+        self.checks().all_gather(outputs, inputs)?;
         let (seq, cs) = self.begin(OpType::Allgather)?;
         let to = self.to(opts.timeout);
         run(
@@ -422,9 +360,7 @@ impl Backend for StoreBackend {
         input: &Tensor,
         opts: &AllgatherOptions,
     ) -> Result<Work> {
-        if output.numel() != input.numel() * self.size || output.dtype() != input.dtype() {
-            return Err(DistError::invalid("StoreBackend::_allgather_base: output tensor size must be equal to world_size times input tensor size"));
-        }
+        self.checks().all_gather_into_tensor(output, input)?;
         let (seq, cs) = self.begin(OpType::AllgatherBase)?;
         let to = self.to(opts.timeout);
         run(OpType::AllgatherBase, seq, vec![output.clone()], || {
@@ -445,11 +381,7 @@ impl Backend for StoreBackend {
         inputs: &[Tensor],
         opts: &AllgatherOptions,
     ) -> Result<Work> {
-        if outputs.len() != self.size {
-            return Err(DistError::invalid(
-                "StoreBackend::allgather_coalesced: output lists should be equal to world size",
-            ));
-        }
+        self.checks().all_gather_coalesced(outputs, inputs)?;
         let (seq, cs) = self.begin(OpType::AllgatherCoalesced)?;
         let to = self.to(opts.timeout);
         run(
@@ -478,6 +410,8 @@ impl Backend for StoreBackend {
         inputs: &[Tensor],
         opts: &AllgatherOptions,
     ) -> Result<Work> {
+        self.checks()
+            .all_gather_into_tensor_coalesced(outputs, inputs)?;
         let (seq, cs) = self.begin(OpType::Coalesced)?;
         let to = self.to(opts.timeout);
         run(OpType::Coalesced, seq, outputs.to_vec(), || {
@@ -500,12 +434,7 @@ impl Backend for StoreBackend {
         inputs: &[Tensor],
         opts: &GatherOptions,
     ) -> Result<Work> {
-        if inputs.len() != 1 {
-            return Err(DistError::invalid(
-                "StoreBackend::gather: requires a single-element input tensor list",
-            ));
-        }
-        self.check_root_list("gather", "output", outputs, opts.root_rank)?;
+        self.checks().gather(outputs, inputs, opts.root_rank)?;
         let (seq, cs) = self.begin(OpType::Gather)?;
         let to = self.to(opts.timeout);
         run(
@@ -530,12 +459,7 @@ impl Backend for StoreBackend {
         inputs: &[Vec<Tensor>],
         opts: &ScatterOptions,
     ) -> Result<Work> {
-        if outputs.len() != 1 {
-            return Err(DistError::invalid(
-                "StoreBackend::scatter: requires a single-element output tensor list",
-            ));
-        }
-        self.check_root_list("scatter", "input", inputs, opts.root_rank)?;
+        self.checks().scatter(outputs, inputs, opts.root_rank)?;
         let (seq, cs) = self.begin(OpType::Scatter)?;
         let to = self.to(opts.timeout);
         run(OpType::Scatter, seq, outputs.to_vec(), || {
@@ -560,11 +484,8 @@ impl Backend for StoreBackend {
         inputs: &[Vec<Tensor>],
         opts: &ReduceScatterOptions,
     ) -> Result<Work> {
-        if outputs.len() != 1 || inputs.len() != 1 || inputs[0].len() != self.size {
-            return Err(DistError::invalid(
-                "StoreBackend::reduce_scatter: requires one output and world-size inputs",
-            ));
-        }
+        self.checks()
+            .reduce_scatter(outputs, inputs, opts.reduce_op)?;
         let (seq, cs) = self.begin(OpType::ReduceScatter)?;
         let to = self.to(opts.timeout);
         run(OpType::ReduceScatter, seq, outputs.to_vec(), || {
@@ -589,9 +510,8 @@ impl Backend for StoreBackend {
         input: &Tensor,
         opts: &ReduceScatterOptions,
     ) -> Result<Work> {
-        if input.numel() != output.numel() * self.size {
-            return Err(DistError::invalid("StoreBackend::_reduce_scatter_base: input tensor must be the same size as output size times world size"));
-        }
+        self.checks()
+            .reduce_scatter_tensor(output, input, opts.reduce_op)?;
         let (seq, cs) = self.begin(OpType::ReduceScatterBase)?;
         let to = self.to(opts.timeout);
         run(OpType::ReduceScatterBase, seq, vec![output.clone()], || {
@@ -618,14 +538,8 @@ impl Backend for StoreBackend {
         inputs: &[Tensor],
         opts: &ReduceScatterOptions,
     ) -> Result<Work> {
-        if outputs.len() != inputs.len()
-            || outputs
-                .iter()
-                .zip(inputs)
-                .any(|(o, i)| i.numel() != o.numel() * self.size || i.dtype() != o.dtype())
-        {
-            return Err(DistError::invalid("StoreBackend::reduce_scatter_tensor_coalesced: each input must be world size times its output"));
-        }
+        self.checks()
+            .reduce_scatter_tensor_coalesced(outputs, inputs, opts.reduce_op)?;
         let (seq, cs) = self.begin(OpType::Coalesced)?;
         let to = self.to(opts.timeout);
         run(OpType::Coalesced, seq, outputs.to_vec(), || {
@@ -651,11 +565,7 @@ impl Backend for StoreBackend {
         inputs: &[Tensor],
         opts: &AllToAllOptions,
     ) -> Result<Work> {
-        if inputs.len() != self.size || outputs.len() != self.size {
-            return Err(DistError::invalid(
-                "StoreBackend::alltoall: input/output tensor list size does not match world size",
-            ));
-        }
+        self.checks().all_to_all(outputs, inputs)?;
         let (seq, cs) = self.begin(OpType::Alltoall)?;
         let to = self.to(opts.timeout);
         run(OpType::Alltoall, seq, outputs.to_vec(), || {
@@ -680,13 +590,9 @@ impl Backend for StoreBackend {
         in_splits: &[usize],
         opts: &AllToAllOptions,
     ) -> Result<Work> {
-        let (outs, ins) = at("alltoall_base").all_to_all_single(
-            output,
-            input,
-            out_splits,
-            in_splits,
-            (self.rank, self.size),
-        )?;
+        let (outs, ins) = self
+            .checks()
+            .all_to_all_single(output, input, out_splits, in_splits)?;
         let elem = input.dtype().size();
         let (seq, cs) = self.begin(OpType::AlltoallBase)?;
         let to = self.to(opts.timeout);
@@ -770,11 +676,7 @@ impl Backend for StoreBackend {
     }
 
     fn send(&self, tensors: &[Tensor], dst: usize, tag: i64) -> Result<Work> {
-        if dst >= self.size {
-            return Err(DistError::invalid(format!(
-                "StoreBackend::send: invalid destination rank {dst}"
-            )));
-        }
+        self.checks().send(tensors, dst, true)?;
         if self.closed.load(Ordering::SeqCst) {
             return Err(DistError::backend(
                 "StoreBackend: send on a shut down group",
@@ -796,11 +698,7 @@ impl Backend for StoreBackend {
     }
 
     fn recv(&self, tensors: &[Tensor], src: usize, tag: i64) -> Result<Work> {
-        if src >= self.size {
-            return Err(DistError::invalid(format!(
-                "StoreBackend::recv: invalid source rank {src}"
-            )));
-        }
+        self.checks().recv(tensors, Some(src), true)?;
         if self.closed.load(Ordering::SeqCst) {
             return Err(DistError::backend(
                 "StoreBackend: recv on a shut down group",

@@ -472,22 +472,22 @@ fn all_gather_forms(c: &Ctx) -> R {
             DType::F32,
         )?;
     }
-    let lists: Vec<Vec<Tensor>> = (0..2)
-        .map(|_| {
-            (0..c.world)
-                .map(|_| c.zeros(DType::F32, n))
-                .collect::<Result<_, _>>()
-        })
+    // outputs[r][i] receives input i of rank r: three inputs of distinct values, so a
+    // transposed layout (or one input's data in another's slot) shows at every world size.
+    let shifted = |r: usize, i: usize| -> Vec<f64> {
+        block(r, n).iter().map(|v| v + 1000.0 * i as f64).collect()
+    };
+    let ins: Vec<Tensor> = (0..3)
+        .map(|i| c.cuda(DType::F32, &shifted(c.rank, i)))
+        .collect::<Result<_, _>>()?;
+    let lists: Vec<Vec<Tensor>> = (0..c.world)
+        .map(|_| (0..3).map(|_| c.zeros(DType::F32, n)).collect())
         .collect::<Result<_, _>>()?;
     wait(c.pg.all_gather_coalesced(&lists, &ins, &AllgatherOptions::default()))?;
-    for l in &lists {
-        let got: Vec<f64> = l.iter().flat_map(read).collect();
-        check(
-            "all_gather_coalesced",
-            &got,
-            &gathered(c.world, n),
-            DType::F32,
-        )?;
+    for (r, l) in lists.iter().enumerate() {
+        for (i, t) in l.iter().enumerate() {
+            check("all_gather_coalesced", &read(t), &shifted(r, i), DType::F32)?;
+        }
     }
     Ok(())
 }
