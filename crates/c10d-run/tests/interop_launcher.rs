@@ -157,3 +157,54 @@ fn the_torch_baseline_bench_runs_under_c10drun_and_prints_the_same_table() {
         "{out}"
     );
 }
+
+/// A PyTorch job restarted ten times in a row: each attempt's `init_process_group` (env://,
+/// the agent store) must rendezvous afresh. PyTorch 2.15 adds no per-attempt key prefix under
+/// the agent store, so a launcher that kept one store for every attempt fails here (gloo
+/// connects to the previous attempt's dead address: "Connection refused").
+const RESTART_PY: &str = r#"
+import os, sys, time
+import torch
+import torch.distributed as dist
+
+attempt, fails = int(os.environ["TORCHELASTIC_RESTART_COUNT"]), int(sys.argv[1])
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+t = torch.full((4,), float(rank + 1))
+dist.all_reduce(t)
+print(f"attempt {attempt} rank {rank} sum {t[0].item():g}", flush=True)
+dist.barrier()  # both lines are out before anyone stops
+if attempt < fails:
+    if rank == 1:
+        os._exit(5)
+    time.sleep(120)  # stopped by the launcher
+dist.destroy_process_group()
+"#;
+
+#[test]
+fn a_torch_job_restarted_ten_times_rendezvous_afresh_each_time() {
+    let Some(py) = torch_python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("restart.py");
+    std::fs::write(&script, RESTART_PY).unwrap();
+    let out = run_c10drun(
+        &[
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            "--max-restarts",
+            "10",
+            &py,
+            script.to_str().unwrap(),
+            "10",
+        ],
+        Duration::from_secs(400),
+    );
+    assert_eq!(out.code, Some(0), "{out}");
+    for a in 0..=10 {
+        for r in 0..2 {
+            let want = format!("[rank {r}]: attempt {a} rank {r} sum 3\n");
+            assert!(out.stdout.contains(&want), "missing {want:?}: {out}");
+        }
+    }
+}

@@ -18,7 +18,10 @@
 //!   rendezvous (`--master-addr`/`--master-port`, default port 29500; `0` = pick a free port,
 //!   printed on stderr), the owner of `--rdzv-endpoint` with `c10d` (default port 29400; node
 //!   ranks follow the order of arrival), 127.0.0.1 with a free port under `--standalone`. Workers
-//!   use it instead of starting their own (`TORCHELASTIC_USE_AGENT_STORE=True`).
+//!   use it instead of starting their own (`TORCHELASTIC_USE_AGENT_STORE=True`): the first
+//!   attempt's workers that store, each restart's an empty one of their own, hosted by the same
+//!   agent on a free port (`MASTER_PORT` changes), as torchrun's "new TCPStore for every retry"
+//!   promises PyTorch's env:// (see `worker_store`).
 //! - **Environment.** Each worker gets `RANK`, `LOCAL_RANK`, `WORLD_SIZE`, `LOCAL_WORLD_SIZE`,
 //!   `GROUP_RANK` (= node rank), `GROUP_WORLD_SIZE`, `ROLE_RANK`, `ROLE_NAME` (`--role`),
 //!   `ROLE_WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`, `TORCHELASTIC_RUN_ID`,
@@ -66,6 +69,8 @@ mod output;
 mod report;
 #[path = "c10drun/summary.rs"]
 mod summary;
+#[path = "c10drun/worker_store.rs"]
+mod worker_store;
 
 use agent::{AgentKeys, AgentStore, StoreFail};
 use attempt::run_attempt;
@@ -278,7 +283,9 @@ fn run(cfg: &Config) -> Result<i32, String> {
     let mut node_rank = cfg.node_rank;
     let mut attempt: u32 = 0;
     loop {
-        // 2. Rendezvous: every node's agent joined this attempt before any worker starts.
+        // 2. A restart's workers get an empty store of their own (see `worker_store`).
+        let fresh = worker_store::prepare(attempt, hosting, &mut store, &keys)?;
+        // 3. Rendezvous: every node's agent joined this attempt before any worker starts.
         if let Some(s) = store.as_mut() {
             let idx =
                 agent::rendezvous(s, &keys, attempt, cfg.nnodes, &cfg.run_id, cfg.rdzv_timeout)?;
@@ -290,10 +297,10 @@ fn run(cfg: &Config) -> Result<i32, String> {
             cfg,
             node_rank: node_rank.unwrap_or(0),
             master_addr: cfg.store_host.clone(),
-            port,
+            port: worker_store::port(attempt, fresh.as_ref(), port, &mut store, &keys)?,
             keys: AgentKeys::new(&cfg.run_id),
         };
-        // 3. Start and supervise the workers.
+        // 4. Start and supervise the workers.
         let (stop, workers, elapsed) = run_attempt(&ctx, attempt, &mut store, &logs)?;
         let Some(reason) = stop else {
             if let Some(s) = store.as_mut() {

@@ -28,6 +28,10 @@ impl AgentKeys {
     pub fn failed(&self, attempt: u32) -> String {
         format!("{}/a{attempt}/failed", self.prefix)
     }
+    /// The port of the workers' store of restart `attempt` (`worker_store`).
+    pub fn worker_port(&self, attempt: u32) -> String {
+        format!("{}/a{attempt}/worker_port", self.prefix)
+    }
     pub fn done(&self) -> String {
         format!("{}/done", self.prefix)
     }

@@ -1,0 +1,154 @@
+//! Restarts under `c10drun`, with a program that rendezvouses as users' programs do:
+//! `init_process_group` over env:// (the agent store, `TORCHELASTIC_USE_AGENT_STORE=True`), an
+//! all_reduce, a store barrier; rank 1 then exits with code 5 on every attempt but the last
+//! (rank 0 waits until the launcher stops it).
+//! Each attempt must rendezvous afresh: a restarted worker that found the previous attempt's
+//! keys (a dead peer's address, a passed barrier) would fail or finish early. This test binary
+//! re-runs itself as the workers.
+
+#[path = "../../c10d-run/tests/launcher_util/mod.rs"]
+mod launcher_util;
+use c10d_core::Tensor;
+use c10d_world as dist;
+use launcher_util::*;
+use std::time::Duration;
+
+const CHILD: &str = "C10D_RESTART_CHILD";
+/// The attempts rank 1 fails (so the job needs `--max-restarts` ≥ this).
+const FAILS: &str = "C10D_RESTART_FAILS";
+
+fn child_main() {
+    let attempt: u32 = std::env::var("TORCHELASTIC_RESTART_COUNT")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let fails: u32 = std::env::var(FAILS).unwrap().parse().unwrap();
+    dist::init_process_group(dist::InitOptions {
+        backend: Some("gloo".into()),
+        timeout: Some(Duration::from_secs(30)),
+        ..Default::default()
+    })
+    .unwrap();
+    let r = dist::get_rank(None).unwrap();
+    let n = dist::get_world_size(None).unwrap();
+    let t = Tensor::from_vec(vec![(r + 1) as f32; 4]);
+    dist::all_reduce(&t).run().unwrap();
+    let ds = dist::World::global().default_store().unwrap();
+    c10d_store::store_barrier(ds.as_ref(), "end", n as usize, Duration::from_secs(30)).unwrap();
+    let sum = t.to_vec::<f32>().unwrap()[0];
+    println!("attempt {attempt} rank {r} sum {sum}");
+    // Both lines are out before anyone stops.
+    c10d_store::store_barrier(ds.as_ref(), "printed", n as usize, Duration::from_secs(30)).unwrap();
+    if attempt < fails {
+        if r == 1 {
+            std::process::exit(5);
+        }
+        // Rank 0 waits to be stopped: a job whose workers all succeeded on one node does not
+        // restart there (as under torchrun).
+        std::thread::sleep(Duration::from_secs(120));
+    }
+    dist::destroy_process_group(None).unwrap();
+}
+
+fn is_child() -> bool {
+    if std::env::var_os(CHILD).is_some() {
+        child_main();
+        return true;
+    }
+    false
+}
+
+/// Every attempt 0..=fails printed both ranks' correct sums.
+fn assert_every_attempt_ran(out: &Output, fails: u32) {
+    for a in 0..=fails {
+        for r in 0..2 {
+            let want = format!("attempt {a} rank {r} sum 3\n");
+            assert!(out.stdout.contains(&want), "missing {want:?}: {out}");
+        }
+    }
+}
+
+#[test]
+fn ten_restarts_in_a_row_each_rendezvous_afresh() {
+    if is_child() {
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let exe = exe.to_str().unwrap();
+    let out = spawn(
+        &c10drun(),
+        &[
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            "--max-restarts",
+            "10",
+            "--no-python",
+            exe,
+            "ten_restarts_in_a_row_each_rendezvous_afresh",
+            "--exact",
+            "--nocapture",
+        ],
+        &[(CHILD, "1"), (FAILS, "10")],
+    )
+    .finish(Duration::from_secs(240));
+    assert_eq!(out.code, Some(0), "{out}");
+    assert_every_attempt_ran(&out, 10);
+    assert!(
+        out.summary()
+            .contains("worker group failed (attempt 10 of 11); restarting it"),
+        "{out}"
+    );
+}
+
+/// Two nodes (one worker each): the restarted attempts' store is hosted by node 0 and its port
+/// reaches node 1 through the agent store.
+#[test]
+fn restarts_on_two_nodes_share_the_hosts_fresh_store() {
+    if is_child() {
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let exe = exe.to_str().unwrap();
+    let name = "restarts_on_two_nodes_share_the_hosts_fresh_store";
+    let node = |rank: &str, port: &str| {
+        spawn(
+            &c10drun(),
+            &[
+                "--nnodes",
+                "2",
+                "--node-rank",
+                rank,
+                "--nproc-per-node",
+                "1",
+                "--master-addr",
+                "127.0.0.1",
+                "--master-port",
+                port,
+                "--max-restarts",
+                "3",
+                "--no-python",
+                exe,
+                name,
+                "--exact",
+                "--nocapture",
+            ],
+            &[(CHILD, "1"), (FAILS, "3")],
+        )
+    };
+    let mut host = node("0", "0");
+    let port = host.wait_for_store_port("127.0.0.1", Duration::from_secs(30));
+    let other = node("1", &port);
+    let (a, b) = (
+        host.finish(Duration::from_secs(180)),
+        other.finish(Duration::from_secs(180)),
+    );
+    assert_eq!(a.code, Some(0), "{a}");
+    assert_eq!(b.code, Some(0), "{b}");
+    let both = Output {
+        code: Some(0),
+        stdout: a.stdout.clone() + &b.stdout,
+        stderr: a.stderr.clone() + &b.stderr,
+    };
+    assert_every_attempt_ran(&both, 3);
+}
