@@ -2,21 +2,18 @@
 //! `"ProcessGroupGloo::<op>: "`), plus the one thing only this backend requires: tensors in
 //! host memory.
 
-use crate::ProcessGroupGloo;
 use c10d_core::checks::{At, Checks};
 use c10d_core::*;
 
 /// The class name PyTorch's messages carry.
 const NAME: &str = "ProcessGroupGloo";
 
-impl ProcessGroupGloo {
-    /// The shared checks for this rank of this group.
-    pub(crate) fn checks(&self) -> Checks<'static> {
-        Checks {
-            backend: NAME,
-            rank: self.id.rank,
-            size: self.id.size,
-        }
+/// The shared checks for rank `rank` of a group of `size`.
+pub(crate) fn checks(rank: usize, size: usize) -> Checks<'static> {
+    Checks {
+        backend: NAME,
+        rank,
+        size,
     }
 }
 

@@ -3,7 +3,7 @@
 //! caller's thread), abort and shutdown. The ops themselves are in `ops.rs`.
 
 use crate::algo::dispatch::Algo;
-use crate::checks::cpu;
+use crate::checks::{checks, cpu};
 use crate::engine::{
     lock, worker_loop, CollBody, CollOp, Connector, Engine, Ident, OpInfo, P2pOp, Queue, Shared,
     Submission, WAKER,
@@ -450,6 +450,13 @@ impl ProcessGroupGloo {
                 let _ = h.join();
             }
         }
+    }
+}
+
+impl ProcessGroupGloo {
+    /// The shared argument checks for this rank of this group.
+    pub(crate) fn checks(&self) -> c10d_core::checks::Checks<'static> {
+        checks(self.id.rank, self.id.size)
     }
 }
 
