@@ -2,19 +2,22 @@
 //!
 //! [`DistError`]'s kinds map one to one onto `torch.distributed`'s classes: `Backend` →
 //! `DistBackendError`, `Network` → `DistNetworkError`, `Store` → `DistStoreError`,
-//! `QueueEmpty` → `QueueEmptyError`, `Dist` → `DistError`, `InvalidArgument` → `ValueError`
-//! and `Unsupported` → `RuntimeError`, as PyTorch raises them. The message is ours (rank,
-//! group, op, sequence number, peer).
+//! `QueueEmpty` → `QueueEmptyError`, `Dist` → `DistError`, and `InvalidArgument` and
+//! `Unsupported` → `RuntimeError`: PyTorch raises a backend's argument errors
+//! (`ProcessGroupGloo::broadcast: invalid root rank: 4`, `Cannot use ReduceOp.BAND with
+//! non-integral dtype`) as `RuntimeError`; its Python layer's own `ValueError`s come before a
+//! backend is called. The message is ours (rank, group, op, sequence number, peer).
 
 use c10d_core::{DistError, ErrorKind};
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 
 /// The Python exception for `e` (a `torch.distributed` class where PyTorch has one).
 pub fn to_py(e: DistError) -> PyErr {
     let class = match e.kind() {
-        ErrorKind::InvalidArgument => return PyValueError::new_err(e.to_string()),
-        ErrorKind::Unsupported => return PyRuntimeError::new_err(e.to_string()),
+        ErrorKind::InvalidArgument | ErrorKind::Unsupported => {
+            return PyRuntimeError::new_err(e.to_string())
+        }
         ErrorKind::Backend => "DistBackendError",
         ErrorKind::Network => "DistNetworkError",
         ErrorKind::Store => "DistStoreError",

@@ -40,3 +40,36 @@ def test_ddp_matches_gloo() -> None:
         run_ranks(train, 3, "gloo", theirs)
         a, b = torch.load(ours), torch.load(theirs)
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def train_sparse(rank: int, world: int, port: int, backend: str, out: str) -> None:
+    """An embedding with sparse gradients (``nn.Embedding(sparse=True)``): DDP all-reduces
+    sparse COO gradients."""
+    init(rank, world, port, backend=backend)
+    torch.manual_seed(0)
+    model = torch.nn.EmbeddingBag(50, 8, mode="sum", sparse=True)
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(99 + rank)
+    for _ in range(10):
+        idx = torch.randint(0, 50, (16, 4), generator=g)
+        opt.zero_grad()
+        ddp(idx).pow(2).mean().backward()
+        opt.step()
+    flat = model.weight.detach().flatten()
+    gathered = [torch.zeros_like(flat) for _ in range(world)]
+    dist.all_gather(gathered, flat)
+    for other in gathered:
+        assert torch.equal(other, flat), "parameters differ between ranks"
+    if rank == 0:
+        torch.save(flat, out)
+    dist.destroy_process_group()
+
+
+def test_ddp_with_sparse_gradients_matches_gloo() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        ours, theirs = os.path.join(tmp, "c10drs.pt"), os.path.join(tmp, "gloo.pt")
+        run_ranks(train_sparse, 2, "c10drs", ours)
+        run_ranks(train_sparse, 2, "gloo", theirs)
+        a, b = torch.load(ours), torch.load(theirs)
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)

@@ -8,10 +8,22 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import torch
 import torch.distributed as dist
+import torch._C._distributed_c10d as _c10d
 from torch._C._distributed_c10d import Backend as _CBackend
 from torch._C._distributed_c10d import Work as _CWork
 
-from . import _engine
+from . import _engine, _sparse
+from ._calls import (
+    REDUCE_FIELDS,
+    ROOT_FIELDS,
+    ROOT_REDUCE_FIELDS,
+    TIMEOUT_FIELDS,
+    incompatible,
+    one_or_list,
+    options,
+    require,
+    timeout_of,
+)
 
 BACKEND_NAME = "c10drs"
 
@@ -108,6 +120,14 @@ class _Staging:
         for t, c in self.back:
             t.copy_(c)
         self.back = []
+
+
+def _nonnegative(value: int, text: str) -> int:
+    """``value`` as the engine takes it (unsigned): a negative one raises ``RuntimeError(text)``,
+    as Gloo's check of the same argument does."""
+    if value < 0:
+        raise RuntimeError(text)
+    return value
 
 
 def _dense(ts: Sequence[torch.Tensor], exc: type, msg: str) -> None:
@@ -288,17 +308,42 @@ class ProcessGroupC10dRs(_CBackend):
         return self._launch(name, lambda s: launch(s, to, async_op), result)
 
     # -- collectives ---------------------------------------------------------------------
-    def allreduce(self, tensors: List[torch.Tensor], opts: Any) -> Work:
+    # Each method takes every call form PyTorch's bindings declare (see ``_calls``).
+    def allreduce(self, tensors: Any, *args: Any, **kw: Any) -> Work:
+        """``(tensors, opts)`` / ``(tensors or tensor, op=SUM, timeout=None)``; sparse COO
+        tensors are summed as Gloo sums them (``_sparse``)."""
+        ts, _ = one_or_list("allreduce", tensors)
+        opts = options("allreduce", _c10d.AllreduceOptions, args, kw, REDUCE_FIELDS)
+        if _sparse.is_sparse_call(ts):
+            return self.allreduce_sparse(ts, opts)
         op, factor = _reduce_op(opts.reduceOp)
         e = self._engine
         return self._collective(
             "all_reduce",
             opts,
-            lambda s, to, a: e.allreduce(s.descs(tensors, True), op, factor, to, a),
-            tensors,
+            lambda s, to, a: e.allreduce(s.descs(ts, True), op, factor, to, a),
+            ts,
         )
 
-    def allreduce_coalesced(self, tensors: List[torch.Tensor], opts: Any) -> Work:
+    def allreduce_sparse(self, tensors: List[torch.Tensor], opts: Any = None) -> Work:
+        """all_reduce of sparse COO tensors (``ReduceOp.SUM``), with Gloo's semantics."""
+        opts = opts if opts is not None else _c10d.AllreduceOptions()
+        _sparse.check(tensors, opts.reduceOp)
+        to = _seconds(opts.timeout)
+        last: List[_engine.PyWork] = []
+
+        def all_gather(outs: List[torch.Tensor], inp: torch.Tensor) -> None:
+            s = _Staging()
+            w = self._engine.allgather([s.descs(outs, True)], s.descs([inp], False), to, False)
+            w.wait(None)
+            last[:] = [w]
+
+        result = _sparse.all_reduce(tensors, self.size(), all_gather)
+        return Work(last[0], [result])
+
+    def allreduce_coalesced(self, tensors: List[torch.Tensor], *args: Any, **kw: Any) -> Work:
+        opts = options("allreduce_coalesced", _c10d.AllreduceCoalescedOptions, args, kw, ())
+        _sparse.check_coalesced(tensors)
         op, factor = _reduce_op(opts.reduceOp)
         e = self._engine
         return self._collective(
@@ -308,30 +353,46 @@ class ProcessGroupC10dRs(_CBackend):
             tensors,
         )
 
-    def broadcast(self, tensors: List[torch.Tensor], opts: Any) -> Work:
-        root, root_tensor, e = opts.rootRank, opts.rootTensor, self._engine
+    def broadcast(self, tensors: Any, *args: Any, **kw: Any) -> Work:
+        """``(tensors, opts)`` / ``(tensor, root, timeout=None)``."""
+        ts, single = one_or_list("broadcast", tensors)
+        require("broadcast", single, args, kw, 1)
+        opts = options("broadcast", _c10d.BroadcastOptions, args, kw, ROOT_FIELDS)
+        root = _nonnegative(opts.rootRank, f"ProcessGroupGloo::broadcast: invalid root rank: {opts.rootRank}")
+        root_tensor = _nonnegative(
+            opts.rootTensor, f"ProcessGroupGloo::broadcast: invalid root tensor: {opts.rootTensor}"
+        )
+        e = self._engine
         return self._collective(
             "broadcast",
             opts,
-            lambda s, to, a: e.broadcast(s.descs(tensors, True), root, root_tensor, to, a),
-            tensors,
+            lambda s, to, a: e.broadcast(s.descs(ts, True), root, root_tensor, to, a),
+            ts,
         )
 
-    def reduce(self, tensors: List[torch.Tensor], opts: Any) -> Work:
+    def reduce(self, tensors: Any, *args: Any, **kw: Any) -> Work:
+        """``(tensors, opts)`` / ``(tensor, root, op=SUM, timeout)``."""
+        ts, single = one_or_list("reduce", tensors)
+        require("reduce", single, args, kw, 1)
+        opts = options("reduce", _c10d.ReduceOptions, args, kw, ROOT_REDUCE_FIELDS)
         op, factor = _reduce_op(opts.reduceOp)
-        root, root_tensor, e = opts.rootRank, opts.rootTensor, self._engine
+        root = _nonnegative(opts.rootRank, f"ProcessGroupGloo::reduce: invalid root rank: {opts.rootRank}")
+        root_tensor = _nonnegative(
+            opts.rootTensor, f"ProcessGroupGloo::reduce: invalid root tensor: {opts.rootTensor}"
+        )
+        e = self._engine
         return self._collective(
             "reduce",
             opts,
-            lambda s, to, a: e.reduce(
-                s.descs(tensors, True), root, root_tensor, op, factor, to, a
-            ),
-            tensors,
+            lambda s, to, a: e.reduce(s.descs(ts, True), root, root_tensor, op, factor, to, a),
+            ts,
         )
 
-    def allgather(
-        self, outputs: List[List[torch.Tensor]], inputs: List[torch.Tensor], opts: Any
-    ) -> Work:
+    def allgather(self, outputs: Any, inputs: Any, *args: Any, **kw: Any) -> Work:
+        """``(output lists, inputs, opts)`` / ``(outputs, input, timeout)``."""
+        if isinstance(inputs, torch.Tensor):
+            outputs, inputs = [list(outputs)], [inputs]
+        opts = options("allgather", _c10d.AllgatherOptions, args, kw, TIMEOUT_FIELDS)
         e = self._engine
         return self._collective(
             "all_gather",
@@ -341,8 +402,9 @@ class ProcessGroupC10dRs(_CBackend):
         )
 
     def allgather_coalesced(
-        self, outputs: List[List[torch.Tensor]], inputs: List[torch.Tensor], opts: Any
+        self, outputs: List[List[torch.Tensor]], inputs: List[torch.Tensor], *args: Any, **kw: Any
     ) -> Work:
+        opts = options("allgather_coalesced", _c10d.AllgatherOptions, args, kw, ())
         e = self._engine
         return self._collective(
             "all_gather",
@@ -353,7 +415,9 @@ class ProcessGroupC10dRs(_CBackend):
             [t for ts in outputs for t in ts],
         )
 
-    def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any) -> Work:
+    def all_gather_single(
+        self, output: torch.Tensor, input: torch.Tensor, opts: Any = None
+    ) -> Work:
         e = self._engine
         return self._collective(
             "all_gather_into_tensor",
@@ -367,7 +431,7 @@ class ProcessGroupC10dRs(_CBackend):
     _allgather_base = all_gather_single
 
     def all_gather_single_coalesced(
-        self, outputs: List[torch.Tensor], inputs: List[torch.Tensor], opts: Any
+        self, outputs: List[torch.Tensor], inputs: List[torch.Tensor], opts: Any = None
     ) -> Work:
         e = self._engine
         return self._collective(
@@ -381,10 +445,15 @@ class ProcessGroupC10dRs(_CBackend):
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced
 
-    def gather(
-        self, outputs: List[List[torch.Tensor]], inputs: List[torch.Tensor], opts: Any
-    ) -> Work:
-        root, e = opts.rootRank, self._engine
+    def gather(self, outputs: Any, inputs: Any, *args: Any, **kw: Any) -> Work:
+        """``(output lists, inputs, opts)`` / ``(outputs, input, root, timeout)``."""
+        single = isinstance(inputs, torch.Tensor)
+        if single:
+            outputs, inputs = ([list(outputs)] if len(outputs) else []), [inputs]
+        require("gather", single, args, kw, 1)
+        opts = options("gather", _c10d.GatherOptions, args, kw, ROOT_FIELDS)
+        root = _nonnegative(opts.rootRank, f"ProcessGroupGloo::gather: invalid root rank: {opts.rootRank}")
+        e = self._engine
         return self._collective(
             "gather",
             opts,
@@ -392,10 +461,15 @@ class ProcessGroupC10dRs(_CBackend):
             [t for ts in outputs for t in ts],
         )
 
-    def scatter(
-        self, outputs: List[torch.Tensor], inputs: List[List[torch.Tensor]], opts: Any
-    ) -> Work:
-        root, e = opts.rootRank, self._engine
+    def scatter(self, outputs: Any, inputs: Any, *args: Any, **kw: Any) -> Work:
+        """``(outputs, input lists, opts)`` / ``(output, inputs, root, timeout)``."""
+        single = isinstance(outputs, torch.Tensor)
+        if single:
+            outputs, inputs = [outputs], ([list(inputs)] if len(inputs) else [])
+        require("scatter", single, args, kw, 1)
+        opts = options("scatter", _c10d.ScatterOptions, args, kw, ROOT_FIELDS)
+        root = _nonnegative(opts.rootRank, f"ProcessGroupGloo::scatter: invalid root rank: {opts.rootRank}")
+        e = self._engine
         return self._collective(
             "scatter",
             opts,
@@ -403,9 +477,11 @@ class ProcessGroupC10dRs(_CBackend):
             outputs,
         )
 
-    def reduce_scatter(
-        self, outputs: List[torch.Tensor], inputs: List[List[torch.Tensor]], opts: Any
-    ) -> Work:
+    def reduce_scatter(self, outputs: Any, inputs: Any, *args: Any, **kw: Any) -> Work:
+        """``(outputs, input lists, opts)`` / ``(output, inputs, op=SUM, timeout)``."""
+        if isinstance(outputs, torch.Tensor):
+            outputs, inputs = [outputs], [list(inputs)]
+        opts = options("reduce_scatter", _c10d.ReduceScatterOptions, args, kw, REDUCE_FIELDS)
         op, factor = _reduce_op(opts.reduceOp)
         e = self._engine
         return self._collective(
@@ -417,7 +493,10 @@ class ProcessGroupC10dRs(_CBackend):
             outputs,
         )
 
-    def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any) -> Work:
+    def reduce_scatter_single(
+        self, output: torch.Tensor, input: torch.Tensor, opts: Any = None
+    ) -> Work:
+        opts = opts if opts is not None else _c10d.ReduceScatterOptions()
         op, factor = _reduce_op(opts.reduceOp)
         e = self._engine
         return self._collective(
@@ -432,8 +511,9 @@ class ProcessGroupC10dRs(_CBackend):
     _reduce_scatter_base = reduce_scatter_single
 
     def reduce_scatter_single_coalesced(
-        self, outputs: List[torch.Tensor], inputs: List[torch.Tensor], opts: Any
+        self, outputs: List[torch.Tensor], inputs: List[torch.Tensor], opts: Any = None
     ) -> Work:
+        opts = opts if opts is not None else _c10d.ReduceScatterOptions()
         op, factor = _reduce_op(opts.reduceOp)
         e = self._engine
         return self._collective(
@@ -448,8 +528,9 @@ class ProcessGroupC10dRs(_CBackend):
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
     def alltoall(
-        self, outputs: List[torch.Tensor], inputs: List[torch.Tensor], opts: Any
+        self, outputs: List[torch.Tensor], inputs: List[torch.Tensor], *args: Any, **kw: Any
     ) -> Work:
+        opts = options("alltoall", _c10d.AllToAllOptions, args, kw, ())
         e = self._engine
         return self._collective(
             "all_to_all",
@@ -464,9 +545,14 @@ class ProcessGroupC10dRs(_CBackend):
         input: torch.Tensor,
         output_splits: List[int],
         input_splits: List[int],
-        opts: Any,
+        *args: Any,
+        **kw: Any,
     ) -> Work:
+        """``(output, input, output splits, input splits, opts)`` / ``(…, timeout)``."""
+        opts = options("alltoall_base", _c10d.AllToAllOptions, args, kw, TIMEOUT_FIELDS)
         _dense([output, input], ValueError, "Tensors must be contiguous")
+        for sz in list(output_splits) + list(input_splits):
+            _nonnegative(sz, "Split sizes must be non-negative")
         outs, ins, e = list(output_splits), list(input_splits), self._engine
         return self._collective(
             "all_to_all_single",
@@ -479,24 +565,31 @@ class ProcessGroupC10dRs(_CBackend):
 
     alltoall_base = all_to_all_single
 
-    def barrier(self, opts: Any = None) -> Work:
+    def barrier(self, *args: Any, **kw: Any) -> Work:
+        opts = options("barrier", _c10d.BarrierOptions, args, kw, ())
         e = self._engine
         return self._collective("barrier", opts, lambda s, to, a: e.barrier(to, a), [])
 
-    def monitored_barrier(self, opts: Any = None, wait_all_ranks: bool = False) -> None:
-        self._engine.monitored_barrier(_seconds(getattr(opts, "timeout", None)), wait_all_ranks)
+    def monitored_barrier(self, timeout: Any = None, wait_all_ranks: bool = False) -> None:
+        """``(timeout=None, wait_all_ranks=False)``; an options object's timeout is taken too."""
+        self._engine.monitored_barrier(_seconds(timeout_of(timeout)), wait_all_ranks)
 
     # -- point to point ------------------------------------------------------------------
     def send(self, tensors: List[torch.Tensor], dst: int, tag: int = 0) -> Work:
         _dense(tensors, RuntimeError, "input tensor has to be contiguous")
+        _nonnegative(tag, "Tag must be nonnegative")
+        _nonnegative(dst, f"ProcessGroupGloo::send: invalid destination rank {dst}")
         return self._launch("send", lambda s: self._engine.send(s.descs(tensors, False), dst, tag), [])
 
     def recv(self, tensors: List[torch.Tensor], src: int, tag: int = 0) -> Work:
         _dense(tensors, RuntimeError, "output tensor has to be contiguous")
+        _nonnegative(tag, "Tag must be nonnegative")
+        _nonnegative(src, f"ProcessGroupGloo::recv: invalid source rank {src}")
         return self._launch("recv", lambda s: self._engine.recv(s.descs(tensors, True), src, tag), tensors)
 
     def recv_anysource(self, tensors: List[torch.Tensor], tag: int = 0) -> Work:
         _dense(tensors, RuntimeError, "output tensor has to be contiguous")
+        _nonnegative(tag, "Tag must be nonnegative")
         return self._launch("recv_anysource",
             lambda s: self._engine.recv_anysource(s.descs(tensors, True), tag), tensors
         )
