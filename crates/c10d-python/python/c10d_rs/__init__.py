@@ -13,12 +13,13 @@ Everything PyTorch's own CPU backend (Gloo) offers is there: every collective an
 barriers, coalesced ops, abort and shutdown. Contiguous tensors are used in place; the engine
 runs in Rust threads that never hold the GIL. See ``ProcessGroupC10dRs`` and ``Work``.
 
-What PyTorch does not let a Python-implemented backend do (the same holds for any out-of-tree
-backend written in Python): the ``Work`` objects ``torch.distributed`` hands back forward only
-``wait()`` and ``get_future()`` to us, so their ``is_completed()``, ``is_success()``,
-``exception()`` and source rank are PyTorch's defaults. Use ``work.get_future().done()`` to
-poll, and :func:`recv_any` instead of ``dist.recv(tensor)`` without ``src``. A ``Work`` taken
-straight from the backend (``group._get_backend(torch.device("cpu")).allreduce(...)``) has them all.
+``Work`` objects tell the truth: ``w.wait(); w.is_completed()`` holds, ``w.exception()`` is
+the failure, and ``dist.recv(tensor)`` without ``src`` returns the sender. PyTorch forwards only
+``wait()`` and ``get_future()`` of a Python backend's ``Work``, so a "c10drs" group is our own
+``ProcessGroup`` subclass that hands back our ``Work`` (see ``_group``). Where PyTorch would not
+use it (a "cpu:c10drs,cuda:nccl" group, ``TORCH_DISTRIBUTED_DEBUG=DETAIL``) the group is
+PyTorch's and its ``Work`` answers only ``wait()``/``get_future()``: poll with
+``work.get_future().done()`` and use :func:`recv_any` for receives from any source there.
 """
 
 from ._backend import (

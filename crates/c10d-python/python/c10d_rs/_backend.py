@@ -12,7 +12,7 @@ import torch._C._distributed_c10d as _c10d
 from torch._C._distributed_c10d import Backend as _CBackend
 from torch._C._distributed_c10d import Work as _CWork
 
-from . import _engine, _sparse
+from . import _engine, _group, _sparse
 from ._calls import (
     REDUCE_FIELDS,
     ROOT_FIELDS,
@@ -150,6 +150,7 @@ class Work(_CWork):
         staging: Optional[_Staging] = None,
     ) -> None:
         super().__init__()
+        _group.made(self)
         self._work = work
         self._result = list(result)
         self._staging = staging
@@ -629,10 +630,12 @@ def recv_any(
     return dist.get_global_rank(group, src) if group is not None else src
 
 
-def create_backend(dist_backend_opts: Any, backend_options: Any = None) -> ProcessGroupC10dRs:
-    """The creator PyTorch calls (``extended_api=True``) for every group on "c10drs"."""
+def create_backend(dist_backend_opts: Any, backend_options: Any = None) -> Any:
+    """The creator PyTorch calls (``extended_api=True``) for every group on "c10drs": the
+    group itself (a ``C10dRsProcessGroup``, so that users get our ``Work``) where PyTorch
+    allows it, else the backend (see ``_group``)."""
     o = dist_backend_opts
-    return ProcessGroupC10dRs(
+    backend = ProcessGroupC10dRs(
         o.store,
         o.group_rank,
         o.group_size,
@@ -641,6 +644,9 @@ def create_backend(dist_backend_opts: Any, backend_options: Any = None) -> Proce
         group_desc=str(getattr(backend_options, "group_desc", "undefined") or "undefined"),
         global_ranks=list(o.global_ranks_in_group or []),
     )
+    if _group.usable():
+        return _group.C10dRsProcessGroup(o.store, o.group_rank, o.group_size, backend)
+    return backend
 
 
 def register() -> None:
