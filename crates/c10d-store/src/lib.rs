@@ -12,6 +12,7 @@
 //! a chain of [`PrefixStore`]s over the rendezvous store (`"default_pg"`, `"<group name>/"`,
 //! `"<device>/"`), as in PyTorch.
 
+pub mod auth;
 pub mod hash;
 pub mod store;
 // -- module list: each line is owned by the module's author; add yours below. --
@@ -20,6 +21,7 @@ pub mod prefix;
 pub mod rendezvous;
 pub mod tcp;
 
+pub use auth::AuthSecret;
 pub use hash::HashStore;
 pub use store::{store_barrier, Store, DEFAULT_STORE_TIMEOUT};
 // -- re-exports: add yours below. --

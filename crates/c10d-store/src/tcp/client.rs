@@ -14,6 +14,8 @@ use std::os::fd::RawFd;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use crate::auth::{self, AuthSecret};
+
 /// Options of [`TcpStore::new`], mirroring the keyword arguments of Python's `TCPStore`.
 #[derive(Debug, Clone)]
 pub struct TcpStoreOptions {
@@ -34,6 +36,10 @@ pub struct TcpStoreOptions {
     /// PyTorch's backend switch (`use_libuv`). Accepted for compatibility only: this server
     /// always implements the libuv backend's semantics.
     pub use_libuv: bool,
+    /// The job's secret ([`crate::auth`]): the client proves it to the server (and the server
+    /// to the client), and a master's server requires it of every client. `None` = the secret
+    /// file named by `C10D_AUTH_SECRET_FILE`, if set; else no authentication (PyTorch's).
+    pub auth: Option<AuthSecret>,
 }
 
 impl Default for TcpStoreOptions {
@@ -46,6 +52,7 @@ impl Default for TcpStoreOptions {
             multi_tenant: false,
             master_listen_fd: None,
             use_libuv: true,
+            auth: None,
         }
     }
 }
@@ -116,23 +123,31 @@ enum Attempt {
     Connect(String),
     /// Connected but the VALIDATE/PING handshake failed (retry, report this error).
     Handshake(DistError),
+    /// Authentication failed or is missing: retrying cannot help (report at once).
+    Refused(DistError),
 }
 
 impl Client {
     /// Connects with PyTorch's retry loop and performs the VALIDATE + PING handshake.
-    fn connect(host: &str, port: u16, timeout: Duration) -> Result<Client> {
+    fn connect(
+        host: &str,
+        port: u16,
+        timeout: Duration,
+        secret: Option<&AuthSecret>,
+    ) -> Result<Client> {
         let start = Instant::now();
         let deadline = start + timeout;
         let mut backoff = Backoff::new();
         loop {
             let remaining = deadline.saturating_duration_since(Instant::now());
-            let attempt = Self::connect_once(host, port, remaining.max(Duration::from_millis(100)));
-            let last = match attempt {
+            let limit = remaining.max(Duration::from_millis(100));
+            let last = match Self::connect_once(host, port, limit, secret) {
                 Ok(c) => {
                     // Later writes get the store timeout (the handshake used the connect budget).
                     c.sock.set_write_timeout(Some(io_timeout_for(timeout)))?;
                     return Ok(c);
                 }
+                Err(Attempt::Refused(e)) => return Err(e),
                 Err(a) => a,
             };
             let remaining = deadline.saturating_duration_since(Instant::now());
@@ -145,7 +160,7 @@ impl Client {
                             timeout.as_millis()
                         ))
                     }
-                    Attempt::Handshake(e) => e,
+                    Attempt::Handshake(e) | Attempt::Refused(e) => e,
                 });
             }
             std::thread::sleep(backoff.next_interval().min(remaining));
@@ -156,6 +171,7 @@ impl Client {
         host: &str,
         port: u16,
         limit: Duration,
+        secret: Option<&AuthSecret>,
     ) -> std::result::Result<Client, Attempt> {
         let addrs: Vec<SocketAddr> = (bare_host(host), port)
             .to_socket_addrs()
@@ -185,7 +201,22 @@ impl Client {
             rpos: 0,
             rlen: 0,
         };
-        c.handshake(limit).map_err(Attempt::Handshake)?;
+        if let Some(secret) = secret {
+            c.sock
+                .set_read_timeout(Some(limit))
+                .map_err(|e| Attempt::Handshake(e.into()))?;
+            c.sock
+                .set_write_timeout(Some(limit))
+                .map_err(|e| Attempt::Handshake(e.into()))?;
+            auth::client_handshake(&mut c.sock, secret, &c.desc).map_err(Attempt::Refused)?;
+        }
+        c.handshake(limit).map_err(|e| {
+            if e.message().contains("requires authentication") {
+                Attempt::Refused(e)
+            } else {
+                Attempt::Handshake(e)
+            }
+        })?;
         Ok(c)
     }
 
@@ -202,6 +233,13 @@ impl Client {
         let mut r = [0u8; 4];
         self.read_exact(&mut r)?;
         let got = u32::from_le_bytes(r);
+        if auth::is_challenge(&r) {
+            return Err(DistError::network(format!(
+                "the store at {} requires authentication: set {} to the job's secret file",
+                self.desc,
+                auth::SECRET_FILE_ENV
+            )));
+        }
         if got != nonce {
             return Err(DistError::network(format!(
                 "Ping failed, invalid value returned from server. Expected: {nonce}, Got: {got}"
@@ -454,6 +492,8 @@ pub struct TcpStore {
     server: Option<Arc<ServerHandle>>,
     client: Mutex<Client>,
     timeout: Mutex<Duration>,
+    /// The job's secret, for connections made later (`clone_store`).
+    secret: Option<AuthSecret>,
 }
 
 impl std::fmt::Debug for TcpStore {
@@ -550,11 +590,13 @@ impl TcpStore {
         if opts.world_size == Some(0) {
             return Err(DistError::invalid("TCPStore world size cannot be 0"));
         }
+        let secret = AuthSecret::given_or_env(opts.auth.as_ref())?;
         let mut server = None;
         if opts.is_master {
             let sopts = ServerOptions {
                 port,
                 world_size: opts.world_size,
+                auth: secret.clone(),
                 ..ServerOptions::default()
             };
             let bind = || -> Result<Arc<ServerHandle>> {
@@ -588,7 +630,7 @@ impl TcpStore {
             }
         }
         let port = server.as_ref().map_or(port, |s| s.port());
-        let client = Client::connect(host, port, opts.timeout)?;
+        let client = Client::connect(host, port, opts.timeout, secret.as_ref())?;
         let store = TcpStore {
             host: host.to_string(),
             port,
@@ -596,6 +638,7 @@ impl TcpStore {
             server,
             client: Mutex::new(client),
             timeout: Mutex::new(opts.timeout),
+            secret,
         };
         if let (Some(ws), true) = (opts.world_size, opts.wait_for_workers) {
             store.raw_add(b"init/", 1)?;
@@ -936,7 +979,12 @@ impl Store for TcpStore {
     /// server alive as long as it lives.
     fn clone_store(&self) -> Result<Arc<dyn Store>> {
         let t = self.timeout();
-        let client = Client::connect(&self.host, self.port, io_timeout_for(t))?;
+        let client = Client::connect(
+            &self.host,
+            self.port,
+            io_timeout_for(t),
+            self.secret.as_ref(),
+        )?;
         Ok(Arc::new(TcpStore {
             host: self.host.clone(),
             port: self.port,
@@ -944,6 +992,7 @@ impl Store for TcpStore {
             server: self.server.clone(),
             client: Mutex::new(client),
             timeout: Mutex::new(t),
+            secret: self.secret.clone(),
         }))
     }
 }

@@ -21,6 +21,8 @@ pub(super) struct Conn {
     pub(super) want_write: bool,
     /// Received bytes not yet decoded because output backed up (≤ one read chunk).
     pub(super) pending_in: Vec<u8>,
+    /// The authentication handshake, while the client has not answered it.
+    pub(super) auth: Option<super::handshake::Pending>,
 }
 
 impl Conn {

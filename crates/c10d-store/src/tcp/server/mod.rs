@@ -40,6 +40,7 @@ use super::protocol::{
     parse_stoll, put_bytes, put_i64, put_u64, Decoder, Limits, Request, STOP_WAITING,
     VALIDATE_MAGIC,
 };
+use crate::auth::AuthSecret;
 use c10d_core::{DistError, Result};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
@@ -52,6 +53,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
 
 mod conn;
+mod handshake;
 use conn::*;
 
 /// Options of a standalone [`TcpStoreServer`].
@@ -71,6 +73,13 @@ pub struct ServerOptions {
     pub max_key_len: usize,
     /// Most keys in one CHECK/WAIT/MULTI_GET/MULTI_SET (default 131072).
     pub max_keys: usize,
+    /// The job's secret: every connection must prove it knows it before any request is read
+    /// ([`crate::auth`]). `None` = the secret file named by `C10D_AUTH_SECRET_FILE`, if set;
+    /// else no authentication (PyTorch's clients can connect).
+    pub auth: Option<AuthSecret>,
+    /// How long a connection may take to answer the authentication challenge before it is
+    /// closed (default [`crate::auth::HANDSHAKE_TIMEOUT`], 10 s).
+    pub handshake_timeout: std::time::Duration,
 }
 
 impl Default for ServerOptions {
@@ -82,6 +91,8 @@ impl Default for ServerOptions {
             max_payload: Limits::DEFAULT.max_payload,
             max_key_len: Limits::DEFAULT.max_key_len,
             max_keys: Limits::DEFAULT.max_keys,
+            auth: None,
+            handshake_timeout: crate::auth::HANDSHAKE_TIMEOUT,
         }
     }
 }
@@ -276,6 +287,7 @@ pub(crate) fn start(
     let poll = Poll::new()?;
     let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
     let stop = Arc::new(AtomicBool::new(false));
+    let secret = AuthSecret::given_or_env(opts.auth.as_ref())?;
     let limits = Limits {
         max_key_len: opts.max_key_len,
         max_payload: opts.max_payload,
@@ -296,6 +308,9 @@ pub(crate) fn start(
         dirty: Vec::new(),
         reserve: open_reserve(),
         accept_retry: false,
+        secret,
+        handshake_timeout: opts.handshake_timeout,
+        handshakes: VecDeque::new(),
     };
     lp.poll
         .registry()
@@ -330,6 +345,11 @@ struct EventLoop {
     dirty: Vec<usize>,
     /// A descriptor kept open to be given up at the descriptor limit (see the module docs).
     reserve: Option<std::fs::File>,
+    /// The job's secret, when connections must authenticate.
+    secret: Option<AuthSecret>,
+    handshake_timeout: std::time::Duration,
+    /// (deadline, connection) of the handshakes under way, oldest first.
+    handshakes: VecDeque<(std::time::Instant, usize)>,
     /// An accept failed for want of resources and the backlog could not be shed: it may hold
     /// connections, so accepting is retried after every wake-up of the loop (a connection
     /// closing frees a descriptor) and at least every [`ACCEPT_RETRY`].
@@ -363,7 +383,7 @@ impl EventLoop {
         let mut events = Events::with_capacity(1024);
         let mut buf = vec![0u8; CHUNK];
         while !self.stop.load(Ordering::SeqCst) {
-            let timeout = self.accept_retry.then_some(ACCEPT_RETRY);
+            let timeout = self.poll_timeout();
             if let Err(e) = self.poll.poll(&mut events, timeout) {
                 if e.kind() == io::ErrorKind::Interrupted {
                     continue;
@@ -392,6 +412,7 @@ impl EventLoop {
             if self.accept_retry {
                 self.accept();
             }
+            self.expire_handshakes();
         }
         log::debug!(
             "c10d-store server stopping, closing {} connections",
@@ -433,8 +454,10 @@ impl EventLoop {
                             read_paused: false,
                             want_write: false,
                             pending_in: Vec::new(),
+                            auth: None,
                         },
                     );
+                    self.challenge(id);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     if self.reserve.is_none() {
@@ -562,6 +585,21 @@ impl EventLoop {
                 Err(e) => return Err(Fatal::Error(format!("read failed: {e}"))),
             };
             let mut input = &buf[..n];
+            if let (Some(p), Some(secret)) = (c.auth.as_mut(), self.secret.as_ref()) {
+                match p.absorb(secret, &mut input) {
+                    handshake::Step::More => {}
+                    handshake::Step::Done(proof) => {
+                        c.out.tail.extend_from_slice(&proof);
+                        c.auth = None;
+                    }
+                    handshake::Step::Refused => {
+                        return Err(Fatal::Error("authentication failed (wrong secret)".into()))
+                    }
+                }
+            }
+            if c.auth.is_some() {
+                continue;
+            }
             if !c.validated {
                 let magic = {
                     let mut m = [0u8; 5];
