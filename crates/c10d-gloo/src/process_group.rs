@@ -92,8 +92,11 @@ impl ProcessGroupGloo {
     ///
     /// # Errors
     /// [`DistError::InvalidArgument`] for `rank >= size` or a bad interface name,
-    /// [`DistError::Network`] when connecting times out (after `opts.timeout`), and
-    /// [`DistError::Backend`] when a peer's handshake does not match (group name, size, rank).
+    /// [`DistError::Network`] when connecting times out (after `opts.timeout`) or a peer fails
+    /// authentication, and [`DistError::Backend`] when a peer's handshake does not match
+    /// (group name, size, rank). With `C10D_AUTH_SECRET_FILE` set, every connection of the mesh
+    /// proves the job's secret first (`c10d_store::auth`); a bad secret file is
+    /// [`DistError::InvalidArgument`].
     pub fn new(
         store: Arc<dyn Store>,
         rank: usize,
@@ -130,6 +133,7 @@ impl ProcessGroupGloo {
             socket_buffer_bytes: opts.socket_buffer_bytes,
             local_unix_sockets: opts.local_unix_sockets,
             shared_memory: opts.shared_memory,
+            auth: c10d_store::AuthSecret::from_env()?,
         };
         let (streams, shm, connector) = if opts.lazy_init || size == 1 {
             (None, None, Some(connector))

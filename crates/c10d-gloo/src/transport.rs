@@ -28,6 +28,8 @@ use std::os::fd::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::time::{Duration, Instant};
 
+use c10d_store::auth::{AuthSecret, ServerHandshake, ANSWER_LEN};
+
 const HELLO_MAGIC: u32 = 0x61F0_C10D;
 
 /// One established connection to a peer: TCP, or a Unix stream to a peer on this host. The one
@@ -222,6 +224,9 @@ pub(crate) struct MeshSpec<'a> {
     /// Polled while waiting: true once the group was aborted or shut down (lazy init runs on
     /// the engine, and `abort()` must not wait for the whole set-up timeout).
     pub aborted: &'a (dyn Fn() -> bool + 'a),
+    /// The job's secret: each connection proves it (challenge–response, `c10d_store::auth`)
+    /// before the hello; the accepting rank challenges.
+    pub auth: Option<&'a AuthSecret>,
 }
 
 /// Longest single blocking wait of the set-up, so that an abort is noticed promptly.
@@ -326,6 +331,10 @@ impl MeshBuilder<'_> {
             None => self.dial_tcp(p)?,
         };
         s.set_timeouts(Some(left(self.deadline)))?;
+        if let Some(secret) = self.spec.auth {
+            let desc = self.ctx(format!("rank {p}"));
+            c10d_store::auth::client_handshake(&mut &s.sock, secret, &desc)?;
+        }
         self.say_hello(p, &mut s)?;
         Ok(s)
     }
@@ -436,6 +445,9 @@ impl MeshBuilder<'_> {
             let Some((mut s, from)) = self.accept_one()? else {
                 continue;
             };
+            if !self.authenticate(&mut s, &from) {
+                continue;
+            }
             let Some((head, name)) = self.read_hello(&mut s, &from) else {
                 continue;
             };
@@ -493,6 +505,36 @@ impl MeshBuilder<'_> {
             self.spec.timeout.as_millis(),
             absent.join(", ")
         )))
+    }
+
+    /// With a secret, challenges an accepted connection; false (logged, connection dropped)
+    /// when it does not answer rightly within the hello time-out. A stranger is no reason to
+    /// fail the group: the rank keeps accepting.
+    fn authenticate(&self, s: &mut Conn, from: &str) -> bool {
+        let Some(secret) = self.spec.auth else {
+            return true;
+        };
+        let hs = ServerHandshake::new();
+        let mut answer = [0u8; ANSWER_LEN];
+        let proof = s
+            .write_all(&hs.challenge())
+            .and_then(|()| s.read_exact(&mut answer))
+            .map(|()| hs.answer(secret, &answer));
+        let why = match proof {
+            Ok(Some(proof)) => match s.write_all(&proof) {
+                Ok(()) => return true,
+                Err(e) => e.to_string(),
+            },
+            Ok(None) => "wrong secret".to_string(),
+            Err(e) => format!("no answer ({e})"),
+        };
+        log::warn!(
+            "{}",
+            self.ctx(format!(
+                "dropping connection from {from}: authentication failed: {why}"
+            ))
+        );
+        false
     }
 
     /// Reads a peer's hello; `None` (logged, connection dropped) when it is not a c10d-gloo
@@ -554,6 +596,12 @@ fn write_frame(s: &mut Conn, b: &[u8]) -> std::io::Result<()> {
 fn read_frame(s: &mut Conn) -> std::io::Result<Vec<u8>> {
     let mut l = [0u8; 4];
     s.read_exact(&mut l)?;
+    if l == c10d_store::auth::MAGIC[..4] {
+        return Err(std::io::Error::other(format!(
+            "the peer requires authentication: set {} to the job's secret file",
+            c10d_store::auth::SECRET_FILE_ENV
+        )));
+    }
     let n = u32::from_le_bytes(l) as usize;
     if n > 1 << 20 {
         return Err(std::io::Error::other("handshake reply too long"));

@@ -27,7 +27,6 @@ use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 use std::fmt;
 use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -136,18 +135,26 @@ fn nonce() -> [u8; NONCE_LEN] {
     n
 }
 
-/// The server's side of one connection's handshake.
-pub(crate) struct ServerHandshake {
+/// The accepting side of one connection's handshake (the store's server; in c10d-gloo, the
+/// rank that accepts a peer's connection).
+pub struct ServerHandshake {
     nonce: [u8; NONCE_LEN],
 }
 
+impl Default for ServerHandshake {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl ServerHandshake {
-    pub(crate) fn new() -> Self {
+    /// A handshake with a fresh nonce.
+    pub fn new() -> Self {
         ServerHandshake { nonce: nonce() }
     }
 
-    /// The challenge to send first.
-    pub(crate) fn challenge(&self) -> Vec<u8> {
+    /// The challenge to send first ([`CHALLENGE_LEN`] bytes).
+    pub fn challenge(&self) -> Vec<u8> {
         let mut b = Vec::with_capacity(CHALLENGE_LEN);
         b.extend_from_slice(MAGIC);
         b.push(VERSION);
@@ -155,8 +162,12 @@ impl ServerHandshake {
         b
     }
 
-    /// Checks the client's answer; returns the server's proof to send back.
-    pub(crate) fn answer(&self, secret: &AuthSecret, answer: &[u8]) -> Option<Vec<u8>> {
+    /// Checks the client's answer ([`ANSWER_LEN`] bytes); returns the proof to send back, or
+    /// `None` for a wrong answer (another secret, or none).
+    pub fn answer(&self, secret: &AuthSecret, answer: &[u8]) -> Option<Vec<u8>> {
+        if answer.len() != ANSWER_LEN {
+            return None;
+        }
         let (client_nonce, mac) = answer.split_at(NONCE_LEN);
         secret
             .mac(CLIENT_LABEL, &self.nonce, client_nonce)
@@ -167,27 +178,27 @@ impl ServerHandshake {
     }
 }
 
-/// The client's side, on a connected socket whose read timeout bounds each step. `desc` names
-/// the store in errors ("(host, port)").
+/// The connecting side, on a connected stream whose timeouts bound each step. `desc` names the
+/// other side in errors ("the store at (host, port)", "rank 3 of group '0'").
 ///
 /// # Errors
-/// [`DistError::Network`]: the server sent no challenge ("did not ask for authentication: is it
-/// started without a secret?"), refused the answer ("authentication failed: the secrets
-/// differ"), or its proof is wrong (it does not know the secret).
-pub(crate) fn client_handshake(
-    sock: &mut TcpStream,
+/// [`DistError::Network`]: no challenge came ("… did not ask for authentication: is it started
+/// without a secret?"), the answer was refused ("authentication failed: … refused this job's
+/// secret"), or the other side's proof is wrong (it does not know the secret).
+pub fn client_handshake<S: Read + Write>(
+    sock: &mut S,
     secret: &AuthSecret,
     desc: &str,
 ) -> Result<()> {
     let mut challenge = [0u8; CHALLENGE_LEN];
     sock.read_exact(&mut challenge).map_err(|e| {
         DistError::network(format!(
-            "the store at {desc} did not ask for authentication ({e}): is it started without a secret?"
+            "{desc} did not ask for authentication ({e}): is it started without a secret?"
         ))
     })?;
     if &challenge[..MAGIC.len()] != MAGIC || challenge[MAGIC.len()] != VERSION {
         return Err(DistError::network(format!(
-            "the store at {desc} did not ask for authentication: is it started without a secret?"
+            "{desc} did not ask for authentication: is it started without a secret?"
         )));
     }
     let server_nonce = &challenge[MAGIC.len() + 1..];
@@ -203,7 +214,7 @@ pub(crate) fn client_handshake(
     let mut proof = [0u8; MAC_LEN];
     sock.read_exact(&mut proof).map_err(|e| {
         DistError::network(format!(
-            "authentication failed: the store at {desc} refused this job's secret ({e})"
+            "authentication failed: {desc} refused this job's secret ({e})"
         ))
     })?;
     secret
@@ -211,7 +222,7 @@ pub(crate) fn client_handshake(
         .verify_slice(&proof)
         .map_err(|_| {
             DistError::network(format!(
-                "authentication failed: the store at {desc} does not know this job's secret"
+                "authentication failed: {desc} does not know this job's secret"
             ))
         })
 }

@@ -152,3 +152,46 @@ fn restarts_on_two_nodes_share_the_hosts_fresh_store() {
     };
     assert_every_attempt_ran(&both, 3);
 }
+
+/// `--auth-secret-file`: the launcher's store, the workers' store clients and their gloo mesh
+/// all authenticate with the job's secret, and the job runs as without it; a secret file other
+/// users can read is refused before anything starts.
+#[test]
+fn a_job_with_a_secret_file_authenticates_end_to_end() {
+    if is_child() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("secret");
+    std::fs::write(&secret, b"the job's shared secret").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let name = "a_job_with_a_secret_file_authenticates_end_to_end";
+    let run = || {
+        spawn(
+            &c10drun(),
+            &[
+                "--standalone",
+                "--nproc-per-node",
+                "2",
+                "--auth-secret-file",
+                secret.to_str().unwrap(),
+                "--no-python",
+                exe.to_str().unwrap(),
+                name,
+                "--exact",
+                "--nocapture",
+            ],
+            &[(CHILD, "1"), (FAILS, "0")],
+        )
+        .finish(Duration::from_secs(120))
+    };
+    let out = run();
+    assert_eq!(out.code, Some(0), "{out}");
+    assert_every_attempt_ran(&out, 0);
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = run();
+    assert_eq!(out.code, Some(1), "{out}");
+    assert!(out.stderr.contains("chmod 600"), "{out}");
+}

@@ -23,6 +23,8 @@ pub(crate) struct Connector {
     pub local_unix_sockets: bool,
     /// This rank agrees to a shared-memory segment (see `algo::shm`).
     pub shared_memory: bool,
+    /// The job's secret: every connection of the mesh proves it before its hello.
+    pub auth: Option<c10d_store::AuthSecret>,
 }
 
 impl Connector {
@@ -42,6 +44,7 @@ impl Connector {
             timeout: self.timeout,
             socket_buffer_bytes: self.socket_buffer_bytes,
             aborted,
+            auth: self.auth.as_ref(),
         };
         transport::connect_mesh(self.store.as_ref(), &listener, &spec)
     }

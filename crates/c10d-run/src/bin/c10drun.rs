@@ -193,6 +193,16 @@ fn publish_failure(
 
 fn main() {
     let args = Args::parse();
+    if let Some(path) = &args.auth_secret_file {
+        // Checked here (readable, owner-only, long enough); then every store server and client
+        // of this process and of its workers finds it in the environment.
+        if let Err(e) = c10d_store::AuthSecret::from_file(path) {
+            say(&format!("error: --auth-secret-file: {e}"));
+            std::process::exit(1);
+        }
+        // Before any thread starts: nothing reads the environment concurrently.
+        std::env::set_var(c10d_store::auth::SECRET_FILE_ENV, path);
+    }
     let cfg = match Config::from_args(args) {
         Ok(c) => c,
         Err(msg) => {

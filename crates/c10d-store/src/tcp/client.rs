@@ -208,7 +208,8 @@ impl Client {
             c.sock
                 .set_write_timeout(Some(limit))
                 .map_err(|e| Attempt::Handshake(e.into()))?;
-            auth::client_handshake(&mut c.sock, secret, &c.desc).map_err(Attempt::Refused)?;
+            let desc = format!("the store at {}", c.desc);
+            auth::client_handshake(&mut c.sock, secret, &desc).map_err(Attempt::Refused)?;
         }
         c.handshake(limit).map_err(|e| {
             if e.message().contains("requires authentication") {

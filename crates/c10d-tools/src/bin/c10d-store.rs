@@ -27,6 +27,10 @@ struct Cli {
     /// Timeout of connecting and of every blocking op, in milliseconds (also `wait`'s timeout).
     #[arg(long, global = true, default_value_t = 30_000)]
     timeout_ms: u64,
+    /// The job's secret file (owner-only): `serve` requires it of every client, the other ops
+    /// prove it (as `C10D_AUTH_SECRET_FILE`; never the secret itself on the command line).
+    #[arg(long, global = true)]
+    auth_secret_file: Option<std::path::PathBuf>,
     #[command(subcommand)]
     op: Op,
 }
@@ -202,6 +206,14 @@ fn client_op(st: &TcpStore, op: Op, timeout: Duration) -> Result<(), String> {
 fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let cli = Cli::parse();
+    if let Some(path) = &cli.auth_secret_file {
+        if let Err(e) = c10d_store::AuthSecret::from_file(path) {
+            eprintln!("c10d-store: error: --auth-secret-file: {e}");
+            return ExitCode::FAILURE;
+        }
+        // Before any thread starts: every server and client below finds it there.
+        std::env::set_var(c10d_store::auth::SECRET_FILE_ENV, path);
+    }
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -91,6 +91,10 @@ pub struct Args {
         default_value = ""
     )]
     pub local_ranks_filter: String,
+    /// The job's secret file (owner-only): the store, the agents and the workers' stores and
+    /// CPU groups authenticate with it (exported to the workers as `C10D_AUTH_SECRET_FILE`).
+    #[arg(long = "auth-secret-file", alias = "auth_secret_file")]
+    pub auth_secret_file: Option<PathBuf>,
     /// Seconds between SIGTERM and SIGKILL when stopping workers.
     #[arg(long = "stop-timeout", default_value_t = 10.0)]
     pub stop_timeout: f64,
