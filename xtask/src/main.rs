@@ -402,13 +402,14 @@ fn pytorch_suite(extra: &[String]) -> Res {
 /// Builds and installs the `c10d_rs` wheel, then runs its pytest suite with `extra` arguments.
 fn python_tests(extra: &[String]) -> Res {
     let py = install_wheel()?;
-    // The launcher test runs c10drun, the weight-sync test the Rust receiver: build them once
-    // here rather than from inside pytest.
+    // The launcher test runs c10drun, the weight-sync test the Rust receiver, the mixed-job
+    // test the Rust rank: build them once here rather than from inside pytest.
     run(cargo().args(["build", "-p", "c10d-run", "--bin", "c10drun"]))?;
     let target = env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
     let c10drun = std::fs::canonicalize(format!("{target}/debug/c10drun"))
         .map_err(|e| format!("c10drun not built: {e}"))?;
     let receiver = build_weight_sync_receiver(false)?;
+    let mixed_rank = build_example("mixed_rank", false)?;
     run(Command::new(&py)
         .args([
             "-m",
@@ -420,7 +421,8 @@ fn python_tests(extra: &[String]) -> Res {
         ])
         .args(extra)
         .env("C10D_C10DRUN", c10drun)
-        .env("C10D_WEIGHT_SYNC_RECEIVER", receiver))
+        .env("C10D_WEIGHT_SYNC_RECEIVER", receiver)
+        .env("C10D_MIXED_RANK", mixed_rank))
 }
 
 fn demo(args: &[String]) -> Res {
@@ -499,22 +501,21 @@ fn bench(_args: &[String]) -> Res {
 
 /// Builds the example `weight_sync_receiver` (release for benchmarks) and returns its path.
 fn build_weight_sync_receiver(release: bool) -> Result<PathBuf, String> {
+    build_example("weight_sync_receiver", release)
+}
+
+/// Builds c10d-world's example `name` and returns its path.
+fn build_example(name: &str, release: bool) -> Result<PathBuf, String> {
     let mut cmd = cargo();
-    cmd.args([
-        "build",
-        "-p",
-        "c10d-world",
-        "--example",
-        "weight_sync_receiver",
-    ]);
+    cmd.args(["build", "-p", "c10d-world", "--example", name]);
     if release {
         cmd.arg("--release");
     }
     run(&mut cmd)?;
     let target = env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
     let profile = if release { "release" } else { "debug" };
-    std::fs::canonicalize(format!("{target}/{profile}/examples/weight_sync_receiver"))
-        .map_err(|e| format!("weight_sync_receiver not built: {e}"))
+    std::fs::canonicalize(format!("{target}/{profile}/examples/{name}"))
+        .map_err(|e| format!("{name} not built: {e}"))
 }
 
 /// Builds `c10d-bench` (debug, as the tests use it) and returns its path.

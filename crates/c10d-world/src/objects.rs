@@ -9,8 +9,9 @@
 //! module) is refused with an error, and a plain instance arrives as its attribute dict, so a
 //! Python rank should send plain data. Limits of `serde-pickle` (c10d-rs's reader): integers
 //! fit in `i64`, strings and bytes under 4 GiB; a memoised value referenced many times is
-//! copied each time. The wire pattern follows PyTorch so that the same collectives run: `all_gather_object` = one all-gather of the sizes (int64) + one
-//! all-gather of the payloads padded to the largest (uint8); `gather_object` = all-gather of
+//! copied each time. The wire pattern follows PyTorch 2.15 so that the same collectives run:
+//! `all_gather_object` = one `all_gather_into_tensor` of the sizes (int64) + one of the payloads
+//! padded to the largest (uint8); `gather_object` = all-gather (list) of
 //! sizes + gather; `broadcast_object_list` = broadcast of the sizes + broadcast of the
 //! concatenated payloads; `scatter_object_list` = broadcast of the largest size + scatter of
 //! padded payloads + scatter of sizes; `send/recv_object_list` = sizes then payloads.
@@ -272,14 +273,24 @@ object_op!(
         };
         let n = pg.size();
         let bytes = encode(a.obj)?;
-        let sizes = w.all_gather_sizes(&g, kw.timeout, n, bytes.len())?;
-        let max = sizes.iter().copied().max().unwrap_or(0);
-        let input = padded(bytes, max);
-        let outs: Vec<Tensor> = (0..n).map(|_| Tensor::zeros(DType::U8, &[max])).collect();
-        w.all_gather(&outs, &input)
+        // PyTorch 2.15: both exchanges are `all_gather_into_tensor` (`all_gather_single`).
+        let size = Tensor::from_vec(vec![bytes.len() as i64]);
+        let all = Tensor::zeros(DType::I64, &[n]);
+        w.all_gather_into_tensor(&all, &size)
             .group(&g)
             .within(kw.timeout)
             .run()?;
+        let sizes = peer_sizes(all.to_vec::<i64>()?)?;
+        let max = sizes.iter().copied().max().unwrap_or(0);
+        let input = padded(bytes, max);
+        let flat = Tensor::zeros(DType::U8, &[max * n]);
+        w.all_gather_into_tensor(&flat, &input)
+            .group(&g)
+            .within(kw.timeout)
+            .run()?;
+        let outs = (0..n)
+            .map(|r| flat.flat_slice(r * max, max))
+            .collect::<Result<Vec<Tensor>>>()?;
         decode_each(&outs, &sizes)
     }
 );
