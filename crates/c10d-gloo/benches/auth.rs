@@ -97,10 +97,7 @@ fn group_of_four() -> (f64, f64) {
 fn main() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("secret");
-    std::fs::write(&path, b"a benchmark's shared secret").unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let secret = AuthSecret::from_file(&path).unwrap();
+    let secret = AuthSecret::create_file(&path).unwrap();
     let mut rows = [
         [Vec::new(), Vec::new(), Vec::new()],
         [Vec::new(), Vec::new(), Vec::new()],

@@ -17,9 +17,7 @@ use std::time::Duration;
 fn a_stranger_is_dropped_and_the_members_connect() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("secret");
-    std::fs::write(&path, b"this job's shared secret").unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    c10d_store::AuthSecret::create_file(&path).unwrap();
     std::env::set_var("C10D_AUTH_SECRET_FILE", &path);
 
     let store: Arc<dyn Store> = Arc::new(HashStore::new());

@@ -55,3 +55,33 @@ def init(rank: int, world: int, port: int, backend: str = "c10drs", **kw: Any) -
 
     store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=60))
     dist.init_process_group(backend, store=store, rank=rank, world_size=world, **kw)
+
+
+def run_mixed(
+    rust_bin: str, rust_envs: list, py_fn: Callable[..., Any], py_args: tuple, deadline_s: float = 120
+) -> list:
+    """A job of PyTorch and Rust ranks: ``py_fn(*py_args)`` in a spawned process (rank 0) and
+    ``rust_bin`` once per environment of ``rust_envs`` (each with its RANK), all joined through
+    a TCPStore the parent hosts (``C10D_STORE_PORT``; ``py_args`` gets the port first). Returns
+    the Rust ranks' ``(returncode, stdout, stderr)``; asserts the PyTorch rank exited 0."""
+    import subprocess
+
+    store = dist.TCPStore("127.0.0.1", 0, world_size=None, is_master=True, wait_for_workers=False)
+    rust = [
+        subprocess.Popen([rust_bin], env=dict(os.environ, C10D_STORE_PORT=str(store.port), **e),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for e in rust_envs
+    ]
+    py = mp.get_context("spawn").Process(target=py_fn, args=(store.port, *py_args))
+    py.start()
+    try:
+        outs = [p.communicate(timeout=deadline_s) for p in rust]
+        py.join(timeout=deadline_s)
+    finally:
+        for p in rust:
+            if p.poll() is None:
+                p.kill()
+        if py.is_alive():
+            py.kill()
+    assert py.exitcode == 0, f"the PyTorch rank exited with {py.exitcode}"
+    return [(p.returncode, out, err) for p, (out, err) in zip(rust, outs)]

@@ -23,6 +23,11 @@ def train(rank: int, world: int, port: int, backend: str, out: str) -> None:
         opt.zero_grad()
         torch.nn.functional.mse_loss(ddp(x), y).backward()
         opt.step()
+    _finish(model, rank, world, out)
+
+
+def _finish(model: torch.nn.Module, rank: int, world: int, out: str) -> None:
+    """Every rank ends with the same parameters; rank 0 saves them to ``out``."""
     flat = torch.cat([p.detach().flatten() for p in model.parameters()])
     gathered = [torch.zeros_like(flat) for _ in range(world)]
     dist.all_gather(gathered, flat)
@@ -33,13 +38,18 @@ def train(rank: int, world: int, port: int, backend: str, out: str) -> None:
     dist.destroy_process_group()
 
 
-def test_ddp_matches_gloo() -> None:
+def _same_as_gloo(train_fn, world: int) -> None:
+    """``train_fn`` on "c10drs" and on "gloo" ends with the same parameters."""
     with tempfile.TemporaryDirectory() as tmp:
         ours, theirs = os.path.join(tmp, "c10drs.pt"), os.path.join(tmp, "gloo.pt")
-        run_ranks(train, 3, "c10drs", ours)
-        run_ranks(train, 3, "gloo", theirs)
+        run_ranks(train_fn, world, "c10drs", ours)
+        run_ranks(train_fn, world, "gloo", theirs)
         a, b = torch.load(ours), torch.load(theirs)
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_ddp_matches_gloo() -> None:
+    _same_as_gloo(train, 3)
 
 
 def train_sparse(rank: int, world: int, port: int, backend: str, out: str) -> None:
@@ -56,20 +66,8 @@ def train_sparse(rank: int, world: int, port: int, backend: str, out: str) -> No
         opt.zero_grad()
         ddp(idx).pow(2).mean().backward()
         opt.step()
-    flat = model.weight.detach().flatten()
-    gathered = [torch.zeros_like(flat) for _ in range(world)]
-    dist.all_gather(gathered, flat)
-    for other in gathered:
-        assert torch.equal(other, flat), "parameters differ between ranks"
-    if rank == 0:
-        torch.save(flat, out)
-    dist.destroy_process_group()
+    _finish(model, rank, world, out)
 
 
 def test_ddp_with_sparse_gradients_matches_gloo() -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        ours, theirs = os.path.join(tmp, "c10drs.pt"), os.path.join(tmp, "gloo.pt")
-        run_ranks(train_sparse, 2, "c10drs", ours)
-        run_ranks(train_sparse, 2, "gloo", theirs)
-        a, b = torch.load(ours), torch.load(theirs)
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    _same_as_gloo(train_sparse, 2)

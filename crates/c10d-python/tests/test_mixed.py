@@ -5,11 +5,10 @@ all_gather_object) and checks every result."""
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
-import subprocess
 
 import pytest
+from harness import run_mixed
 
 RUST_RANK = os.environ.get("C10D_MIXED_RANK")
 WORLD = 3
@@ -47,26 +46,6 @@ def _pytorch_rank(port: int) -> None:
 
 @pytest.mark.skipif(RUST_RANK is None, reason="C10D_MIXED_RANK not set (cargo xtask python sets it)")
 def test_pytorch_and_rust_ranks_share_one_group() -> None:
-    import torch.distributed as dist
-
-    store = dist.TCPStore("127.0.0.1", 0, world_size=None, is_master=True, wait_for_workers=False)
-    env = dict(os.environ, WORLD_SIZE=str(WORLD), C10D_STORE_PORT=str(store.port))
-    rust = [
-        subprocess.Popen([RUST_RANK], env=dict(env, RANK=str(r)), stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
-        for r in (1, 2)
-    ]
-    torch_rank = mp.get_context("spawn").Process(target=_pytorch_rank, args=(store.port,))
-    torch_rank.start()
-    try:
-        outs = [p.communicate(timeout=120) for p in rust]
-        torch_rank.join(timeout=120)
-    finally:
-        for p in rust:
-            if p.poll() is None:
-                p.kill()
-        if torch_rank.is_alive():
-            torch_rank.kill()
-    for r, (p, (out, err)) in zip((1, 2), zip(rust, outs)):
-        assert p.returncode == 0 and f"mixed rank {r}: OK" in out, f"rank {r}: {out}\n{err}"
-    assert torch_rank.exitcode == 0, torch_rank.exitcode
+    envs = [{"WORLD_SIZE": str(WORLD), "RANK": str(r)} for r in (1, 2)]
+    for r, (code, out, err) in zip((1, 2), run_mixed(RUST_RANK, envs, _pytorch_rank, ())):
+        assert code == 0 and f"mixed rank {r}: OK" in out, f"rank {r}: {out}\n{err}"

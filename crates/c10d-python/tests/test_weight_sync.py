@@ -5,13 +5,12 @@ through ``broadcast_object_list`` (pickled on both sides)."""
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
-import subprocess
 import tempfile
 from pathlib import Path
 
 import pytest
+from harness import run_mixed
 
 RECEIVER = os.environ.get("C10D_WEIGHT_SYNC_RECEIVER")
 WORLD = 3
@@ -49,36 +48,17 @@ def _trainer(port: int, packed, out: str) -> None:
 @pytest.mark.skipif(RECEIVER is None, reason="C10D_WEIGHT_SYNC_RECEIVER not set (cargo xtask python sets it)")
 @pytest.mark.parametrize("packed", [None, 4096])
 def test_pytorch_trainer_to_rust_receivers(packed):
-    import torch.distributed as dist
-
-    store = dist.TCPStore("127.0.0.1", 0, world_size=None, is_master=True, wait_for_workers=False)
     with tempfile.TemporaryDirectory() as tmp:
         dirs = [os.path.join(tmp, f"rank{r}") for r in range(WORLD)]
         for d in dirs:
             os.makedirs(d)
-        env = dict(os.environ, WORLD_SIZE=str(WORLD), C10D_STORE_PORT=str(store.port))
+        env = {"WORLD_SIZE": str(WORLD)}
         if packed is not None:
             env["C10D_PACKED"] = str(packed)
-        receivers = [
-            subprocess.Popen([RECEIVER], env=dict(env, RANK=str(r), C10D_OUT=dirs[r]),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            for r in (1, 2)
-        ]
-        trainer = mp.get_context("spawn").Process(target=_trainer, args=(store.port, packed, dirs[0]))
-        trainer.start()
-        try:
-            outs = [p.communicate(timeout=120) for p in receivers]
-            trainer.join(timeout=120)
-        finally:
-            for p in receivers:
-                if p.poll() is None:
-                    p.kill()
-            if trainer.is_alive():
-                trainer.kill()
-        for p, (out, err) in zip(receivers, outs):
-            assert p.returncode == 0, f"receiver failed ({p.returncode}): {out}\n{err}"
+        envs = [dict(env, RANK=str(r), C10D_OUT=dirs[r]) for r in (1, 2)]
+        for code, out, err in run_mixed(RECEIVER, envs, _trainer, (packed, dirs[0])):
+            assert code == 0, f"receiver failed ({code}): {out}\n{err}"
             assert "received 5 tensors" in out, out
-        assert trainer.exitcode == 0
         names = sorted(os.listdir(dirs[0]))
         assert len(names) == 5
         for d in dirs[1:]:

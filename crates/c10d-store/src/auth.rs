@@ -95,6 +95,28 @@ impl AuthSecret {
             .map_err(|e| DistError::invalid(format!("the secret file {shown}: {}", e.message())))
     }
 
+    /// Makes a new secret file at `path` (which must not exist): 32 random bytes, readable and
+    /// writable by its owner only. Returns the secret it holds.
+    ///
+    /// # Errors
+    /// [`DistError::InvalidArgument`] when the file exists or cannot be written.
+    pub fn create_file(path: &Path) -> Result<AuthSecret> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut bytes = [0u8; 32];
+        rand::fill(&mut bytes[..]);
+        let shown = path.display();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)
+            .and_then(|mut f| f.write_all(&bytes))
+            .map_err(|e| {
+                DistError::invalid(format!("cannot create the secret file {shown}: {e}"))
+            })?;
+        AuthSecret::from_bytes(&bytes)
+    }
+
     /// The secret named by `C10D_AUTH_SECRET_FILE`, `None` when it is unset or empty.
     ///
     /// # Errors

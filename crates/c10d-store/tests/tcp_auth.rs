@@ -97,10 +97,11 @@ fn silent_connections_are_closed_at_the_deadline_and_do_not_slow_others() {
 fn the_secret_file_comes_from_the_environment() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("secret");
-    std::fs::write(&path, b"a job secret of some length").unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let from_file = AuthSecret::from_file(&path).unwrap();
+    let from_file = AuthSecret::create_file(&path).unwrap();
+    assert!(
+        AuthSecret::create_file(&path).is_err(),
+        "an existing file is never overwritten"
+    );
     let srv = server(Some(from_file), Duration::from_secs(10));
     // A child process with only the environment variable is admitted.
     let me = std::env::current_exe().unwrap();

@@ -10,18 +10,12 @@
 //!
 //! `crates/c10d-python/tests/test_mixed.py` runs it beside a PyTorch rank.
 
-use c10d_core::{DistError, Result, Tensor};
-use c10d_store::{Store, TcpStore, TcpStoreOptions};
-use c10d_world::{GroupOptions, InitOptions, World};
-use std::sync::Arc;
-use std::time::Duration;
+mod common;
 
-fn var(name: &str) -> Result<usize> {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .ok_or_else(|| DistError::invalid(format!("{name} is not set")))
-}
+use c10d_core::{DistError, Result, Tensor};
+use c10d_world::GroupOptions;
+use common::need;
+use std::time::Duration;
 
 fn expect(what: &str, got: Vec<f32>, want: Vec<f32>) -> Result<()> {
     if got != want {
@@ -33,22 +27,8 @@ fn expect(what: &str, got: Vec<f32>, want: Vec<f32>) -> Result<()> {
 }
 
 fn main() -> Result<()> {
-    let (rank, world, port) = (var("RANK")?, var("WORLD_SIZE")?, var("C10D_STORE_PORT")?);
-    let timeout = Duration::from_secs(60);
-    let opts = TcpStoreOptions {
-        timeout,
-        ..Default::default()
-    };
-    let store: Arc<dyn Store> = Arc::new(TcpStore::new("127.0.0.1", port as u16, opts)?);
-    let w = World::new();
-    w.init_process_group(InitOptions {
-        backend: Some("gloo".into()),
-        store: Some(store),
-        rank: Some(rank),
-        world_size: Some(world),
-        timeout: Some(timeout),
-        ..Default::default()
-    })?;
+    let (rank, world, port) = (need("RANK")?, need("WORLD_SIZE")?, need("C10D_STORE_PORT")?);
+    let w = common::join(rank, world, port as u16, Duration::from_secs(60))?;
     let sum: f32 = (1..=world).map(|r| r as f32).sum();
     let t = Tensor::from_vec(vec![(rank + 1) as f32; 4]);
     w.all_reduce(&t).run()?;

@@ -15,38 +15,17 @@
 //! updates, the later ones into the first one's tensors; `C10D_TIMEOUT_S` bounds every step
 //! (default 60 s).
 
-use c10d_store::{Store, TcpStore, TcpStoreOptions};
+mod common;
+
 use c10d_world::weight_sync::ReceiveOptions;
-use c10d_world::{InitOptions, World};
-use std::sync::Arc;
+use common::{need, var};
 use std::time::Duration;
 
-fn var<T: std::str::FromStr>(name: &str) -> Option<T> {
-    std::env::var(name).ok().and_then(|v| v.parse().ok())
-}
-
 fn main() -> c10d_core::Result<()> {
-    let need = |name: &str| {
-        var::<usize>(name)
-            .ok_or_else(|| c10d_core::DistError::invalid(format!("{name} is not set")))
-    };
     let (rank, world_size, port) = (need("RANK")?, need("WORLD_SIZE")?, need("C10D_STORE_PORT")?);
     let out = std::env::var("C10D_OUT").ok().map(std::path::PathBuf::from);
     let timeout = Duration::from_secs(var("C10D_TIMEOUT_S").unwrap_or(60));
-    let opts = TcpStoreOptions {
-        timeout,
-        ..Default::default()
-    };
-    let store: Arc<dyn Store> = Arc::new(TcpStore::new("127.0.0.1", port as u16, opts)?);
-    let w = World::new();
-    w.init_process_group(InitOptions {
-        backend: Some("gloo".into()),
-        store: Some(store),
-        rank: Some(rank),
-        world_size: Some(world_size),
-        timeout: Some(timeout),
-        ..Default::default()
-    })?;
+    let w = common::join(rank, world_size, port as u16, timeout)?;
     let opts = ReceiveOptions {
         packed_buffer_bytes: var("C10D_PACKED"),
         ..Default::default()

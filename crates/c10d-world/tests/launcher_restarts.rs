@@ -163,9 +163,7 @@ fn a_job_with_a_secret_file_authenticates_end_to_end() {
     }
     let dir = tempfile::tempdir().unwrap();
     let secret = dir.path().join("secret");
-    std::fs::write(&secret, b"the job's shared secret").unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    c10d_store::AuthSecret::create_file(&secret).unwrap();
     let exe = std::env::current_exe().unwrap();
     let name = "a_job_with_a_secret_file_authenticates_end_to_end";
     let run = || {
@@ -190,6 +188,7 @@ fn a_job_with_a_secret_file_authenticates_end_to_end() {
     let out = run();
     assert_eq!(out.code, Some(0), "{out}");
     assert_every_attempt_ran(&out, 0);
+    use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o644)).unwrap();
     let out = run();
     assert_eq!(out.code, Some(1), "{out}");
