@@ -66,3 +66,23 @@ def mixed(rank: int, world: int, port: int) -> None:
 
 def test_a_group_with_another_backend_for_cuda_keeps_the_plain_backend() -> None:
     run_ranks(mixed, 2)
+
+
+def detail(rank: int, world: int, port: int) -> None:
+    import os
+
+    os.environ["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"
+    dist.set_debug_level_from_env()
+    init(rank, world, port)
+    # PyTorch's DETAIL wrapper cannot wrap a Python backend (it asks getBackendName from C++):
+    # the group is ours, unwrapped, and its ops work.
+    assert type(dist.group.WORLD).__name__ == "C10dRsProcessGroup"
+    t = torch.ones(3)
+    w = dist.all_reduce(t, async_op=True)
+    w.wait()
+    assert w.is_completed() and torch.equal(t, torch.full((3,), float(world)))
+    dist.destroy_process_group()
+
+
+def test_detail_debugging_keeps_c10drs_groups_working() -> None:
+    run_ranks(detail, 2)

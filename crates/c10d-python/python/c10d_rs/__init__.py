@@ -16,10 +16,11 @@ runs in Rust threads that never hold the GIL. See ``ProcessGroupC10dRs`` and ``W
 ``Work`` objects tell the truth: ``w.wait(); w.is_completed()`` holds, ``w.exception()`` is
 the failure, and ``dist.recv(tensor)`` without ``src`` returns the sender. PyTorch forwards only
 ``wait()`` and ``get_future()`` of a Python backend's ``Work``, so a "c10drs" group is our own
-``ProcessGroup`` subclass that hands back our ``Work`` (see ``_group``). Where PyTorch would not
-use it (a "cpu:c10drs,cuda:nccl" group, ``TORCH_DISTRIBUTED_DEBUG=DETAIL``) the group is
-PyTorch's and its ``Work`` answers only ``wait()``/``get_future()``: poll with
-``work.get_future().done()`` and use :func:`recv_any` for receives from any source there.
+``ProcessGroup`` subclass that hands back our ``Work`` (see ``_group``). In a
+"cpu:c10drs,cuda:nccl" group the group is PyTorch's and its ``Work`` answers only
+``wait()``/``get_future()``: poll with ``work.get_future().done()`` and use :func:`recv_any` for
+receives from any source there. ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` runs no cross-rank checks on
+"c10drs" groups (PyTorch's checking wrapper cannot wrap a Python backend).
 """
 
 from ._backend import (

@@ -14,16 +14,18 @@ Every method below must have the name of the C++ method it overrides in its code
 pybind11 skips a Python override only when the calling frame is that very method (any other
 name would recurse into itself).
 
-Used when every device of the group's backend string is "c10drs" and
-``TORCH_DISTRIBUTED_DEBUG`` is not ``DETAIL`` (PyTorch does not wrap a group that a creator
-returned, so DETAIL's checking wrapper and a "cpu:c10drs,cuda:nccl" group keep the plain
-backend, and the held ``Work``).
+Used when every device of the group's backend string is "c10drs"; a "cpu:c10drs,cuda:nccl"
+group keeps the plain backend (PyTorch stops registering backends once a creator returns a
+group), and with it the held ``Work``. PyTorch does not wrap a returned group in
+``TORCH_DISTRIBUTED_DEBUG=DETAIL``'s checking wrapper; that wrapper cannot wrap a Python backend
+anyway (it calls ``getBackendName`` from C++, which a Python backend cannot answer: every op
+failed with "getBackendName is not implemented"), so DETAIL's cross-rank checks do not run on
+"c10drs" groups, and their ops now work.
 """
 
 from __future__ import annotations
 
 import inspect
-import os
 import threading
 from typing import Any, Optional
 
@@ -97,11 +99,9 @@ for _name in _WORK_OPS:
 
 
 def usable() -> bool:
-    """Whether the group being created may be a ``C10dRsProcessGroup``: not under DETAIL
-    debugging, and every device of its backend string on c10drs (read from PyTorch's
-    ``_new_process_group_helper``, the creator's caller; False when it cannot be found)."""
-    if os.environ.get("TORCH_DISTRIBUTED_DEBUG", "").upper() == "DETAIL":
-        return False
+    """Whether the group being created may be a ``C10dRsProcessGroup``: every device of its
+    backend string on c10drs (read from PyTorch's ``_new_process_group_helper``, the creator's
+    caller; False when it cannot be found)."""
     frame = inspect.currentframe()
     try:
         while frame is not None:
