@@ -294,13 +294,18 @@ impl Engine {
         };
         let me = describe(info.op, info.seq, info.dtype, info.total);
         let them = describe(h.op, h.seq, h.dtype, h.total);
-        let detail = if me == them {
+        let detail = if me != them {
+            String::new()
+        } else if h.coll_seq != info.coll_seq {
+            format!(
+                " (a frame of the group's collective #{} where #{} was expected: the ranks are out of step)",
+                h.coll_seq, info.coll_seq
+            )
+        } else {
             format!(
                 " (frame step {} of {} bytes where step {step} of {len} bytes was expected: the ranks chose different algorithms or sizes)",
                 h.step, h.nbytes
             )
-        } else {
-            String::new()
         };
         let e = DistError::backend(format!(
             "Detected mismatch between collectives in group {}: rank {} is running {me} but {} sent {them}{detail}",

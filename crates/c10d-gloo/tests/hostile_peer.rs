@@ -1,0 +1,156 @@
+//! A hostile group member: a raw socket that completes the mesh handshake as rank 1, then
+//! answers rank 0's all_reduce with a bad frame. Each bad frame fails rank 0's op with an error
+//! naming rank 1 and the problem, promptly, never a hang, a crash or a write past the buffer
+//! (the frame's length is checked against the receive before a byte is copied: the class of
+//! Gloo's 2026 out-of-bounds write cannot happen); another group of the same process is
+//! unaffected.
+
+mod common;
+use c10d_core::{AllreduceOptions, Backend, Tensor};
+use c10d_gloo::{GlooOptions, ProcessGroupGloo};
+use c10d_store::{HashStore, Store};
+use common::*;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const HELLO_MAGIC: u32 = 0x61F0_C10D;
+const HDR: usize = 64;
+
+/// Rank 0 of a group of 2 whose rank 1 is the returned socket (handshake done).
+fn group_with_a_raw_rank1() -> (Arc<ProcessGroupGloo>, TcpStream) {
+    let store: Arc<dyn Store> = Arc::new(HashStore::new());
+    let s0 = store.clone();
+    let o = GlooOptions {
+        timeout: Duration::from_secs(10),
+        local_unix_sockets: false,
+        ..opts()
+    };
+    let rank0 = std::thread::spawn(move || ProcessGroupGloo::new(s0, 0, 2, o).unwrap());
+    store
+        .wait_timeout(&["gloo/addr/0"], Duration::from_secs(30))
+        .unwrap();
+    let addr = String::from_utf8(store.get("gloo/addr/0").unwrap()).unwrap();
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let name = b"0";
+    let mut hello = Vec::new();
+    hello.extend_from_slice(&HELLO_MAGIC.to_le_bytes());
+    hello.extend_from_slice(&1u64.to_le_bytes());
+    hello.extend_from_slice(&2u64.to_le_bytes());
+    hello.extend_from_slice(&(name.len() as u32).to_le_bytes());
+    hello.extend_from_slice(name);
+    s.write_all(&hello).unwrap();
+    let mut reply = [0u8; 6];
+    s.read_exact(&mut reply).unwrap();
+    assert_eq!(&reply[4..], b"OK");
+    (rank0.join().unwrap(), s)
+}
+
+/// Starts rank 0's all_reduce of 4 floats, reads the frame it sends rank 1 (header + 16
+/// bytes), lets `bad` turn that header into the reply, and returns rank 0's error.
+fn answer_with(bad: impl FnOnce(&mut [u8; HDR], &mut TcpStream)) -> String {
+    let (pg, mut s) = group_with_a_raw_rank1();
+    let t = Tensor::from_vec(vec![1.0f32; 4]);
+    let opts = AllreduceOptions {
+        async_op: true,
+        ..Default::default()
+    };
+    let w = pg.all_reduce(std::slice::from_ref(&t), &opts).unwrap();
+    let mut hdr = [0u8; HDR];
+    s.read_exact(&mut hdr).unwrap();
+    let n = u64::from_le_bytes(hdr[40..48].try_into().unwrap()) as usize;
+    let mut payload = vec![0u8; n];
+    s.read_exact(&mut payload).unwrap();
+    let t0 = Instant::now();
+    bad(&mut hdr, &mut s);
+    let e = w.wait().expect_err("a bad frame must fail the op");
+    assert!(
+        t0.elapsed() < Duration::from_secs(9),
+        "took {:?}",
+        t0.elapsed()
+    );
+    assert_eq!(t.to_vec::<f32>().unwrap().len(), 4);
+    drop(s);
+    e.to_string()
+}
+
+#[test]
+fn bad_frames_fail_the_op_naming_the_peer_and_the_problem() {
+    let cases: Vec<(&str, Box<dyn FnOnce(&mut [u8; HDR], &mut TcpStream)>)> = vec![
+        (
+            "a payload length far past the receive (1 TiB)",
+            Box::new(|h, s| {
+                h[40..48].copy_from_slice(&(1u64 << 40).to_le_bytes());
+                s.write_all(h).unwrap();
+                let _ = s.write_all(&[0u8; 4096]);
+            }),
+        ),
+        (
+            "an unknown op code",
+            Box::new(|h, s| {
+                h[5] = 0xEE;
+                s.write_all(h).unwrap();
+            }),
+        ),
+        (
+            "a frame of another stream (bad magic)",
+            Box::new(|h, s| {
+                h[0] ^= 0xFF;
+                s.write_all(h).unwrap();
+            }),
+        ),
+        (
+            "a truncated frame, then the connection closes",
+            Box::new(|h, s| {
+                s.write_all(&h[..30]).unwrap();
+                let _ = s.shutdown(std::net::Shutdown::Both);
+            }),
+        ),
+        (
+            "a frame of a collective that does not exist yet",
+            Box::new(|h, s| {
+                h[16..24].copy_from_slice(&7u64.to_le_bytes());
+                s.write_all(h).unwrap();
+                let _ = s.write_all(&[0u8; 16]);
+            }),
+        ),
+    ];
+    let problems = [
+        "frame step 0 of 1099511627776 bytes where step 0 of 16 bytes was expected",
+        "unknown op code 238",
+        "bad frame magic",
+        "connection closed by peer",
+        "collective #7 where #0 was expected",
+    ];
+    for ((what, bad), problem) in cases.into_iter().zip(problems) {
+        let e = answer_with(bad);
+        assert!(
+            e.contains("rank 1"),
+            "{what}: the error does not name rank 1: {e}"
+        );
+        assert!(
+            e.contains(problem),
+            "{what}: the error does not say {problem:?}: {e}"
+        );
+    }
+    // Another group of this process is unaffected.
+    let ranks = make_world(2, opts());
+    let ts: Vec<Tensor> = (0..2).map(|_| Tensor::from_vec(vec![2.0f32; 3])).collect();
+    let works: Vec<_> = ranks
+        .iter()
+        .zip(&ts)
+        .map(|(pg, t)| {
+            let o = AllreduceOptions {
+                async_op: true,
+                ..Default::default()
+            };
+            pg.all_reduce(std::slice::from_ref(t), &o).unwrap()
+        })
+        .collect();
+    for w in works {
+        w.wait().unwrap();
+    }
+    assert_eq!(f32s(&ts[0]), vec![4.0; 3]);
+}
