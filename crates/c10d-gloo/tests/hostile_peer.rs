@@ -18,6 +18,9 @@ use std::time::{Duration, Instant};
 const HELLO_MAGIC: u32 = 0x61F0_C10D;
 const HDR: usize = 64;
 
+/// Turns the header rank 0 sent into rank 1's bad answer, and sends it.
+type BadAnswer = Box<dyn FnOnce(&mut [u8; HDR], &mut TcpStream)>;
+
 /// Rank 0 of a group of 2 whose rank 1 is the returned socket (handshake done).
 fn group_with_a_raw_rank1() -> (Arc<ProcessGroupGloo>, TcpStream) {
     let store: Arc<dyn Store> = Arc::new(HashStore::new());
@@ -78,7 +81,7 @@ fn answer_with(bad: impl FnOnce(&mut [u8; HDR], &mut TcpStream)) -> String {
 
 #[test]
 fn bad_frames_fail_the_op_naming_the_peer_and_the_problem() {
-    let cases: Vec<(&str, Box<dyn FnOnce(&mut [u8; HDR], &mut TcpStream)>)> = vec![
+    let cases: Vec<(&str, BadAnswer)> = vec![
         (
             "a payload length far past the receive (1 TiB)",
             Box::new(|h, s| {
