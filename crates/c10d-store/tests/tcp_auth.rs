@@ -129,3 +129,36 @@ fn env_child() {
     s.set("from-env", b"1").unwrap();
     println!("ENV CHILD OK");
 }
+
+/// Random answers of random lengths (some longer than an answer, some cut short by a close)
+/// never admit a connection, never stall the server, and never reach the request parser.
+#[test]
+fn random_answers_are_refused_and_the_server_keeps_serving() {
+    use rand::{RngExt, SeedableRng};
+    let srv = server(Some(secret("job")), Duration::from_secs(2));
+    let good = client(srv.port(), Some(secret("job")), Duration::from_secs(10)).unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(26);
+    for i in 0..200 {
+        let mut s = TcpStream::connect(("127.0.0.1", srv.port())).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut challenge = [0u8; c10d_store::auth::CHALLENGE_LEN];
+        s.read_exact(&mut challenge).unwrap();
+        let len = rng.random_range(0..200usize);
+        let junk: Vec<u8> = (0..len).map(|_| rng.random()).collect();
+        use std::io::Write;
+        let _ = s.write_all(&junk);
+        if len < c10d_store::auth::ANSWER_LEN {
+            let _ = s.shutdown(std::net::Shutdown::Write);
+        }
+        let mut rest = Vec::new();
+        let _ = s.read_to_end(&mut rest);
+        assert!(
+            rest.is_empty(),
+            "attempt {i}: a random answer got a reply {rest:?}"
+        );
+        if i % 50 == 0 {
+            good.set(&format!("alive{i}"), b"1").unwrap();
+        }
+    }
+    assert_eq!(good.num_keys().unwrap(), 4);
+}
