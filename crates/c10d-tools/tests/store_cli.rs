@@ -105,3 +105,65 @@ fn cli_reports_connect_failure() {
         "{e}"
     );
 }
+
+/// `new-secret` makes an owner-only secret file (never overwriting one); a server started
+/// with it refuses a client without it and admits one with it.
+#[test]
+fn cli_new_secret_and_an_authenticated_server() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("job.secret");
+    let made = Command::new(BIN)
+        .args(["new-secret", secret.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    let mode = std::fs::metadata(&secret).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    assert_eq!(std::fs::read(&secret).unwrap().len(), 32);
+    let again = Command::new(BIN)
+        .args(["new-secret", secret.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        !again.status.success(),
+        "an existing secret was overwritten"
+    );
+
+    let mut child = Command::new(BIN)
+        .args([
+            "--auth-secret-file",
+            secret.to_str().unwrap(),
+            "serve",
+            "--host",
+            "127.0.0.1",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let _server = Server(child);
+    let port = line.trim().rsplit(':').next().unwrap().to_string();
+    let addr = format!("127.0.0.1:{port}");
+    let client = |auth: bool, args: &[&str]| {
+        let mut cmd = Command::new(BIN);
+        if auth {
+            cmd.args(["--auth-secret-file", secret.to_str().unwrap()]);
+        }
+        cmd.args(["--addr", &addr, "--timeout-ms", "3000"])
+            .args(args);
+        cmd.env_remove("C10D_AUTH_SECRET_FILE").output().unwrap()
+    };
+    let refused = client(false, &["set", "k", "v"]);
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("requires authentication"),
+        "{refused:?}"
+    );
+    assert!(client(true, &["set", "k", "v"]).status.success());
+    let got = client(true, &["get", "k"]);
+    assert_eq!(String::from_utf8_lossy(&got.stdout), "v");
+}

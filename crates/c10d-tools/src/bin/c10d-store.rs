@@ -49,6 +49,9 @@ enum Op {
         #[arg(long)]
         world_size: Option<usize>,
     },
+    /// Make a new job secret file at PATH (32 random bytes, owner-only; never overwrites) for
+    /// `--auth-secret-file` / `C10D_AUTH_SECRET_FILE`.
+    NewSecret { path: std::path::PathBuf },
     /// Set KEY to VALUE.
     Set { key: String, value: String },
     /// Print KEY's value bytes (waits for the key up to the timeout).
@@ -113,6 +116,11 @@ fn run(cli: Cli) -> Result<(), String> {
     {
         return serve(host, port, world_size);
     }
+    if let Op::NewSecret { path } = &cli.op {
+        c10d_store::AuthSecret::create_file(path).map_err(|e| e.to_string())?;
+        println!("c10d-store: new secret file {}", path.display());
+        return Ok(());
+    }
     let addr = cli.addr.ok_or("--addr HOST:PORT is required for this op")?;
     let (host, port) = split_addr(&addr)?;
     let st = TcpStore::new(
@@ -157,7 +165,7 @@ fn client_op(st: &TcpStore, op: Op, timeout: Duration) -> Result<(), String> {
     let e = |e: c10d_core::DistError| e.to_string();
     let w = |r: std::io::Result<()>| r.map_err(|e| e.to_string());
     match op {
-        Op::Serve { .. } => unreachable!("handled above"),
+        Op::Serve { .. } | Op::NewSecret { .. } => unreachable!("handled above"),
         Op::Set { key, value } => st.set(&key, value.as_bytes()).map_err(e)?,
         Op::Get { key } => w(out.write_all(&st.get(&key).map_err(e)?))?,
         Op::Add { key, n } => w(writeln!(out, "{}", st.add(&key, n).map_err(e)?))?,
