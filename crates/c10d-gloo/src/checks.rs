@@ -24,7 +24,7 @@ pub(crate) fn at(op: &str) -> At<'_> {
 
 /// Every tensor of `ts` is in host memory ("unsupported device type …").
 pub(crate) fn cpu<'t>(op: &str, ts: impl IntoIterator<Item = &'t Tensor>) -> Result<()> {
-    at(op).cpu(&ts.into_iter().collect::<Vec<_>>())
+    at(op).cpu(ts)
 }
 
 pub(crate) fn nbytes(ts: &[Tensor]) -> u64 {

@@ -4,7 +4,7 @@
 //! reduce correctly. (This test binary sets the variable for its whole process: one test only.)
 
 mod common;
-use c10d_core::{AllreduceOptions, Backend, Tensor};
+use c10d_core::Tensor;
 use c10d_gloo::ProcessGroupGloo;
 use c10d_store::{HashStore, Store};
 use common::*;
@@ -45,24 +45,11 @@ fn a_stranger_is_dropped_and_the_members_connect() {
 
     let s1 = store.clone();
     let rank1 = std::thread::spawn(move || ProcessGroupGloo::new(s1, 1, 2, opts()).unwrap());
-    let pgs = [rank0.join().unwrap(), rank1.join().unwrap()];
+    let pgs = vec![rank0.join().unwrap(), rank1.join().unwrap()];
     let ts: Vec<Tensor> = (0..2)
         .map(|r| Tensor::from_vec(vec![(r + 1) as f32; 8]))
         .collect();
-    let works: Vec<_> = pgs
-        .iter()
-        .zip(&ts)
-        .map(|(pg, t)| {
-            let opts = AllreduceOptions {
-                async_op: true,
-                ..Default::default()
-            };
-            pg.all_reduce(std::slice::from_ref(t), &opts).unwrap()
-        })
-        .collect();
-    for w in works {
-        w.wait().unwrap();
-    }
+    all_reduce_each(&pgs, &ts);
     for t in &ts {
         assert_eq!(f32s(t), vec![3.0; 8]);
     }

@@ -141,19 +141,6 @@ fn bad_frames_fail_the_op_naming_the_peer_and_the_problem() {
     // Another group of this process is unaffected.
     let ranks = make_world(2, opts());
     let ts: Vec<Tensor> = (0..2).map(|_| Tensor::from_vec(vec![2.0f32; 3])).collect();
-    let works: Vec<_> = ranks
-        .iter()
-        .zip(&ts)
-        .map(|(pg, t)| {
-            let o = AllreduceOptions {
-                async_op: true,
-                ..Default::default()
-            };
-            pg.all_reduce(std::slice::from_ref(t), &o).unwrap()
-        })
-        .collect();
-    for w in works {
-        w.wait().unwrap();
-    }
+    all_reduce_each(&ranks, &ts);
     assert_eq!(f32s(&ts[0]), vec![4.0; 3]);
 }

@@ -15,7 +15,13 @@ impl Drop for Server {
 }
 
 fn serve() -> (Server, u16) {
+    serve_with(&[])
+}
+
+/// `serve` on 127.0.0.1, any port, with `global` options before it (`--auth-secret-file F`).
+fn serve_with(global: &[&str]) -> (Server, u16) {
     let mut child = Command::new(BIN)
+        .args(global)
         .args(["serve", "--host", "127.0.0.1", "--port", "0"])
         .stdout(Stdio::piped())
         .spawn()
@@ -130,23 +136,7 @@ fn cli_new_secret_and_an_authenticated_server() {
         "an existing secret was overwritten"
     );
 
-    let mut child = Command::new(BIN)
-        .args([
-            "--auth-secret-file",
-            secret.to_str().unwrap(),
-            "serve",
-            "--host",
-            "127.0.0.1",
-        ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let _server = Server(child);
-    let port = line.trim().rsplit(':').next().unwrap().to_string();
+    let (_server, port) = serve_with(&["--auth-secret-file", secret.to_str().unwrap()]);
     let addr = format!("127.0.0.1:{port}");
     let client = |auth: bool, args: &[&str]| {
         let mut cmd = Command::new(BIN);

@@ -124,7 +124,7 @@ impl At<'_> {
     ///
     /// # Errors
     /// As described, with the expected and actual values.
-    pub fn same(&self, ts: &[&Tensor], proto: &Tensor) -> Result<()> {
+    pub fn same<'t>(&self, ts: impl IntoIterator<Item = &'t Tensor>, proto: &Tensor) -> Result<()> {
         for t in ts {
             self.dtype(t.dtype(), proto.dtype())?;
             self.ensure(t.numel() == proto.numel(), || {
@@ -177,8 +177,8 @@ impl At<'_> {
     ///
     /// # Errors
     /// "unsupported device type (expected cpu, got cuda:0)".
-    pub fn cpu(&self, ts: &[&Tensor]) -> Result<()> {
-        match ts.iter().find(|t| !t.is_cpu()) {
+    pub fn cpu<'t>(&self, ts: impl IntoIterator<Item = &'t Tensor>) -> Result<()> {
+        match ts.into_iter().find(|t| !t.is_cpu()) {
             Some(t) => Err(self.invalid(format!(
                 "unsupported device type (expected cpu, got {})",
                 t.device()
@@ -221,13 +221,13 @@ mod tests {
         let a = Tensor::zeros(DType::F32, &[2]);
         let b = Tensor::zeros(DType::F64, &[2]);
         assert!(AT
-            .same(&[&b], &a)
+            .same([&b], &a)
             .unwrap_err()
             .message()
             .contains("invalid tensor type"));
         let c = Tensor::zeros(DType::F32, &[3]);
         assert!(AT
-            .same(&[&c], &a)
+            .same([&c], &a)
             .unwrap_err()
             .message()
             .contains("invalid tensor size"));

@@ -21,10 +21,6 @@ pub struct Checks<'a> {
     pub size: usize,
 }
 
-fn refs(ts: &[Tensor]) -> Vec<&Tensor> {
-    ts.iter().collect()
-}
-
 impl<'a> Checks<'a> {
     /// The op `op` of this backend, for its own checks and messages.
     pub fn at(&self, op: &'a str) -> At<'a> {
@@ -42,7 +38,7 @@ impl<'a> Checks<'a> {
         let at = self.at("broadcast");
         at.root(opts.root_rank, self.size)?;
         at.root_tensor(opts.root_tensor, tensors.len())?;
-        at.same(&refs(tensors), &tensors[0])
+        at.same(tensors, &tensors[0])
     }
 
     /// `allreduce`: a non-empty list of same tensors; `op` defined on their dtype.
@@ -52,7 +48,7 @@ impl<'a> Checks<'a> {
     pub fn all_reduce(&self, tensors: &[Tensor], op: ReduceOp) -> Result<()> {
         let at = self.at("allreduce");
         at.non_empty(tensors, "")?;
-        at.same(&refs(tensors), &tensors[0])?;
+        at.same(tensors, &tensors[0])?;
         at.reduce_op(op, tensors[0].dtype())
     }
 
@@ -102,11 +98,11 @@ impl<'a> Checks<'a> {
                 o.len()
             )));
         }
-        at.same(&refs(inputs), &inputs[0])?;
+        at.same(inputs, &inputs[0])?;
         outputs
             .iter()
             .zip(inputs)
-            .try_for_each(|(o, i)| at.same(&refs(o), i))
+            .try_for_each(|(o, i)| at.same(o, i))
     }
 
     /// `_allgather_base`: `output` has `input`'s dtype and group-size times its elements.
@@ -235,7 +231,7 @@ impl<'a> Checks<'a> {
             return Ok(&[]);
         }
         at.root_list(lists, self.size, kind)?;
-        at.same(&refs(&lists[0]), proto)?;
+        at.same(&lists[0], proto)?;
         Ok(&lists[0])
     }
 

@@ -75,3 +75,19 @@ pub fn assert_backend(pg: &dyn Backend, n: usize, r: usize) {
 pub fn bytes(t: &Tensor) -> Vec<u8> {
     t.read_bytes(|b| b.to_vec()).unwrap()
 }
+
+/// All-reduces `ts[r]` on `pgs[r]` for every rank at once (async, from this thread) and waits.
+pub fn all_reduce_each(pgs: &[Arc<ProcessGroupGloo>], ts: &[Tensor]) {
+    let opts = c10d_core::AllreduceOptions {
+        async_op: true,
+        ..Default::default()
+    };
+    let works: Vec<_> = pgs
+        .iter()
+        .zip(ts)
+        .map(|(pg, t)| pg.all_reduce(std::slice::from_ref(t), &opts).unwrap())
+        .collect();
+    for w in works {
+        w.wait().unwrap();
+    }
+}

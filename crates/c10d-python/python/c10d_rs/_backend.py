@@ -130,6 +130,17 @@ def _nonnegative(value: int, text: str) -> int:
     return value
 
 
+def _root(op: str, opts: Any) -> int:
+    """``opts.rootRank``, refused with Gloo's text when negative."""
+    return _nonnegative(opts.rootRank, f"ProcessGroupGloo::{op}: invalid root rank: {opts.rootRank}")
+
+
+def _roots(op: str, opts: Any) -> Tuple[int, int]:
+    """``(opts.rootRank, opts.rootTensor)``, each refused with Gloo's text when negative."""
+    tensor = opts.rootTensor
+    return _root(op, opts), _nonnegative(tensor, f"ProcessGroupGloo::{op}: invalid root tensor: {tensor}")
+
+
 def _dense(ts: Sequence[torch.Tensor], exc: type, msg: str) -> None:
     for t in ts:
         if not t.is_contiguous():
@@ -359,10 +370,7 @@ class ProcessGroupC10dRs(_CBackend):
         ts, single = one_or_list("broadcast", tensors)
         require("broadcast", single, args, kw, 1)
         opts = options("broadcast", _c10d.BroadcastOptions, args, kw, ROOT_FIELDS)
-        root = _nonnegative(opts.rootRank, f"ProcessGroupGloo::broadcast: invalid root rank: {opts.rootRank}")
-        root_tensor = _nonnegative(
-            opts.rootTensor, f"ProcessGroupGloo::broadcast: invalid root tensor: {opts.rootTensor}"
-        )
+        root, root_tensor = _roots("broadcast", opts)
         e = self._engine
         return self._collective(
             "broadcast",
@@ -377,10 +385,7 @@ class ProcessGroupC10dRs(_CBackend):
         require("reduce", single, args, kw, 1)
         opts = options("reduce", _c10d.ReduceOptions, args, kw, ROOT_REDUCE_FIELDS)
         op, factor = _reduce_op(opts.reduceOp)
-        root = _nonnegative(opts.rootRank, f"ProcessGroupGloo::reduce: invalid root rank: {opts.rootRank}")
-        root_tensor = _nonnegative(
-            opts.rootTensor, f"ProcessGroupGloo::reduce: invalid root tensor: {opts.rootTensor}"
-        )
+        root, root_tensor = _roots("reduce", opts)
         e = self._engine
         return self._collective(
             "reduce",
@@ -453,7 +458,7 @@ class ProcessGroupC10dRs(_CBackend):
             outputs, inputs = ([list(outputs)] if len(outputs) else []), [inputs]
         require("gather", single, args, kw, 1)
         opts = options("gather", _c10d.GatherOptions, args, kw, ROOT_FIELDS)
-        root = _nonnegative(opts.rootRank, f"ProcessGroupGloo::gather: invalid root rank: {opts.rootRank}")
+        root = _root("gather", opts)
         e = self._engine
         return self._collective(
             "gather",
@@ -469,7 +474,7 @@ class ProcessGroupC10dRs(_CBackend):
             outputs, inputs = [outputs], ([list(inputs)] if len(inputs) else [])
         require("scatter", single, args, kw, 1)
         opts = options("scatter", _c10d.ScatterOptions, args, kw, ROOT_FIELDS)
-        root = _nonnegative(opts.rootRank, f"ProcessGroupGloo::scatter: invalid root rank: {opts.rootRank}")
+        root = _root("scatter", opts)
         e = self._engine
         return self._collective(
             "scatter",
