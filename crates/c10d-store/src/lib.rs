@@ -20,6 +20,7 @@ pub mod file;
 pub mod prefix;
 pub mod rendezvous;
 pub mod tcp;
+pub mod tls;
 
 pub use auth::AuthSecret;
 pub use hash::HashStore;
@@ -32,3 +33,4 @@ pub use file::FileStore;
 pub use prefix::PrefixStore;
 pub use rendezvous::{rendezvous, rendezvous_with_env, Rendezvous, DEFAULT_RENDEZVOUS_TIMEOUT};
 pub use tcp::{ServerOptions, TcpStore, TcpStoreOptions, TcpStoreServer};
+pub use tls::TlsConfig;

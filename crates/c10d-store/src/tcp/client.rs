@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::auth::{self, AuthSecret};
+use crate::tls::{TlsConfig, TlsSession};
 
 /// Options of [`TcpStore::new`], mirroring the keyword arguments of Python's `TCPStore`.
 #[derive(Debug, Clone)]
@@ -40,6 +41,10 @@ pub struct TcpStoreOptions {
     /// to the client), and a master's server requires it of every client. `None` = the secret
     /// file named by `C10D_AUTH_SECRET_FILE`, if set; else no authentication (PyTorch's).
     pub auth: Option<AuthSecret>,
+    /// TLS ([`crate::tls`]): the client encrypts its connection and a master's server
+    /// requires TLS of every client. `None` = the files named by `C10D_TLS_CERT_FILE`,
+    /// `C10D_TLS_KEY_FILE` and `C10D_TLS_CA_FILE`, if set; else plain TCP (PyTorch's).
+    pub tls: Option<TlsConfig>,
 }
 
 impl Default for TcpStoreOptions {
@@ -53,13 +58,23 @@ impl Default for TcpStoreOptions {
             master_listen_fd: None,
             use_libuv: true,
             auth: None,
+            tls: None,
         }
     }
+}
+
+/// What a connection must prove and how it is protected: the job's secret and TLS.
+#[derive(Clone, Debug, Default)]
+struct Security {
+    auth: Option<AuthSecret>,
+    tls: Option<TlsConfig>,
 }
 
 /// One client connection speaking the TCPStore protocol.
 struct Client {
     sock: TcpStream,
+    /// The TLS session over `sock`, when the store uses TLS.
+    tls: Option<TlsSession>,
     rcvtimeo: Option<Duration>,
     broken: Option<String>,
     desc: String,
@@ -118,6 +133,18 @@ fn bare_host(host: &str) -> &str {
         .unwrap_or(host)
 }
 
+/// One read from the store's connection, decrypted when it uses TLS.
+fn sock_read(
+    sock: &mut TcpStream,
+    tls: &mut Option<TlsSession>,
+    b: &mut [u8],
+) -> io::Result<usize> {
+    match tls {
+        Some(t) => t.read(sock, b),
+        None => sock.read(b),
+    }
+}
+
 enum Attempt {
     /// Could not open a TCP connection (retry, report as connect time-out).
     Connect(String),
@@ -129,19 +156,14 @@ enum Attempt {
 
 impl Client {
     /// Connects with PyTorch's retry loop and performs the VALIDATE + PING handshake.
-    fn connect(
-        host: &str,
-        port: u16,
-        timeout: Duration,
-        secret: Option<&AuthSecret>,
-    ) -> Result<Client> {
+    fn connect(host: &str, port: u16, timeout: Duration, sec: &Security) -> Result<Client> {
         let start = Instant::now();
         let deadline = start + timeout;
         let mut backoff = Backoff::new();
         loop {
             let remaining = deadline.saturating_duration_since(Instant::now());
             let limit = remaining.max(Duration::from_millis(100));
-            let last = match Self::connect_once(host, port, limit, secret) {
+            let last = match Self::connect_once(host, port, limit, sec) {
                 Ok(c) => {
                     // Later writes get the store timeout (the handshake used the connect budget).
                     c.sock.set_write_timeout(Some(io_timeout_for(timeout)))?;
@@ -171,7 +193,7 @@ impl Client {
         host: &str,
         port: u16,
         limit: Duration,
-        secret: Option<&AuthSecret>,
+        sec: &Security,
     ) -> std::result::Result<Client, Attempt> {
         let addrs: Vec<SocketAddr> = (bare_host(host), port)
             .to_socket_addrs()
@@ -193,6 +215,7 @@ impl Client {
         let desc = format!("({host}, {port})");
         let mut c = Client {
             sock,
+            tls: None,
             rcvtimeo: None,
             broken: None,
             desc,
@@ -201,18 +224,36 @@ impl Client {
             rpos: 0,
             rlen: 0,
         };
-        if let Some(secret) = secret {
+        if sec.auth.is_some() || sec.tls.is_some() {
             c.sock
                 .set_read_timeout(Some(limit))
                 .map_err(|e| Attempt::Handshake(e.into()))?;
             c.sock
                 .set_write_timeout(Some(limit))
                 .map_err(|e| Attempt::Handshake(e.into()))?;
+        }
+        if let Some(tls) = &sec.tls {
+            let mut t = tls.client_session();
+            t.handshake(&mut c.sock).map_err(|e| {
+                Attempt::Refused(DistError::network(format!(
+                    "TLS handshake with the store at {} failed: {e} (does the server use TLS with a certificate of the job's CA?)",
+                    c.desc
+                )))
+            })?;
+            c.tls = Some(t);
+        }
+        if let Some(secret) = &sec.auth {
             let desc = format!("the store at {}", c.desc);
-            auth::client_handshake(&mut c.sock, secret, &desc).map_err(Attempt::Refused)?;
+            let r = match &mut c.tls {
+                Some(t) => auth::client_handshake(&mut t.over(&mut c.sock), secret, &desc),
+                None => auth::client_handshake(&mut c.sock, secret, &desc),
+            };
+            r.map_err(Attempt::Refused)?;
         }
         c.handshake(limit).map_err(|e| {
-            if e.message().contains("requires authentication") {
+            if e.message().contains("requires authentication")
+                || e.message().contains("requires TLS")
+            {
                 Attempt::Refused(e)
             } else {
                 Attempt::Handshake(e)
@@ -234,6 +275,16 @@ impl Client {
         let mut r = [0u8; 4];
         self.read_exact(&mut r)?;
         let got = u32::from_le_bytes(r);
+        if r[0] == 0x15 && r[1] == 0x03 {
+            // A TLS alert (record type 21, version 3.x): the server speaks TLS only.
+            return Err(DistError::network(format!(
+                "the store at {} requires TLS: set {}, {} and {} to the job's files",
+                self.desc,
+                crate::tls::CERT_FILE_ENV,
+                crate::tls::KEY_FILE_ENV,
+                crate::tls::CA_FILE_ENV
+            )));
+        }
         if auth::is_challenge(&r) {
             return Err(DistError::network(format!(
                 "the store at {} requires authentication: set {} to the job's secret file",
@@ -274,7 +325,11 @@ impl Client {
 
     fn send(&mut self, b: &[u8]) -> Result<()> {
         self.check_usable()?;
-        match self.sock.write_all(b) {
+        let sent = match &mut self.tls {
+            Some(t) => t.over(&mut self.sock).write_all(b),
+            None => self.sock.write_all(b),
+        };
+        match sent {
             Ok(()) => Ok(()),
             Err(e) => {
                 let e = DistError::network(format!(
@@ -308,7 +363,7 @@ impl Client {
     fn fill(&mut self) -> Result<bool> {
         debug_assert_eq!(self.rpos, self.rlen);
         loop {
-            match self.sock.read(&mut self.rbuf) {
+            match sock_read(&mut self.sock, &mut self.tls, &mut self.rbuf) {
                 Ok(0) => return Err(self.eof_error()),
                 Ok(n) => {
                     self.rpos = 0;
@@ -342,7 +397,7 @@ impl Client {
             if self.rpos == self.rlen {
                 if buf.len() - got >= self.rbuf.len() {
                     // Large payload: read straight into the destination.
-                    match self.sock.read(&mut buf[got..]) {
+                    match sock_read(&mut self.sock, &mut self.tls, &mut buf[got..]) {
                         Ok(0) => return Err(self.eof_error()),
                         Ok(n) => {
                             got += n;
@@ -493,8 +548,8 @@ pub struct TcpStore {
     server: Option<Arc<ServerHandle>>,
     client: Mutex<Client>,
     timeout: Mutex<Duration>,
-    /// The job's secret, for connections made later (`clone_store`).
-    secret: Option<AuthSecret>,
+    /// The job's secret and TLS, for connections made later (`clone_store`).
+    security: Security,
 }
 
 impl std::fmt::Debug for TcpStore {
@@ -591,13 +646,17 @@ impl TcpStore {
         if opts.world_size == Some(0) {
             return Err(DistError::invalid("TCPStore world size cannot be 0"));
         }
-        let secret = AuthSecret::given_or_env(opts.auth.as_ref())?;
+        let security = Security {
+            auth: AuthSecret::given_or_env(opts.auth.as_ref())?,
+            tls: TlsConfig::given_or_env(opts.tls.as_ref())?,
+        };
         let mut server = None;
         if opts.is_master {
             let sopts = ServerOptions {
                 port,
                 world_size: opts.world_size,
-                auth: secret.clone(),
+                auth: security.auth.clone(),
+                tls: security.tls.clone(),
                 ..ServerOptions::default()
             };
             let bind = || -> Result<Arc<ServerHandle>> {
@@ -631,7 +690,7 @@ impl TcpStore {
             }
         }
         let port = server.as_ref().map_or(port, |s| s.port());
-        let client = Client::connect(host, port, opts.timeout, secret.as_ref())?;
+        let client = Client::connect(host, port, opts.timeout, &security)?;
         let store = TcpStore {
             host: host.to_string(),
             port,
@@ -639,7 +698,7 @@ impl TcpStore {
             server,
             client: Mutex::new(client),
             timeout: Mutex::new(opts.timeout),
-            secret,
+            security,
         };
         if let (Some(ws), true) = (opts.world_size, opts.wait_for_workers) {
             store.raw_add(b"init/", 1)?;
@@ -980,12 +1039,7 @@ impl Store for TcpStore {
     /// server alive as long as it lives.
     fn clone_store(&self) -> Result<Arc<dyn Store>> {
         let t = self.timeout();
-        let client = Client::connect(
-            &self.host,
-            self.port,
-            io_timeout_for(t),
-            self.secret.as_ref(),
-        )?;
+        let client = Client::connect(&self.host, self.port, io_timeout_for(t), &self.security)?;
         Ok(Arc::new(TcpStore {
             host: self.host.clone(),
             port: self.port,
@@ -993,7 +1047,7 @@ impl Store for TcpStore {
             server: self.server.clone(),
             client: Mutex::new(client),
             timeout: Mutex::new(t),
-            secret: self.secret.clone(),
+            security: self.security.clone(),
         }))
     }
 }

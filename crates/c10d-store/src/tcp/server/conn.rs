@@ -2,6 +2,7 @@
 //! its queued output (`Out`: pieces shared with the store's values where large).
 
 use super::*;
+use crate::tls::TlsSession;
 
 pub(super) struct Conn {
     pub(super) sock: TcpStream,
@@ -23,6 +24,18 @@ pub(super) struct Conn {
     pub(super) pending_in: Vec<u8>,
     /// The authentication handshake, while the client has not answered it.
     pub(super) auth: Option<super::handshake::Pending>,
+    /// The TLS session over `sock`, when the server uses TLS.
+    pub(super) tls: Option<TlsSession>,
+    /// While the TLS handshake or the authentication is under way: when the connection is
+    /// closed unless both are done.
+    pub(super) setup_until: Option<std::time::Instant>,
+}
+
+impl Conn {
+    /// Whether the connection still owes its TLS handshake or its authentication answer.
+    pub(super) fn in_setup(&self) -> bool {
+        self.auth.is_some() || self.tls.as_ref().is_some_and(|t| t.is_handshaking())
+    }
 }
 
 impl Conn {
@@ -114,7 +127,11 @@ impl Out {
     }
 
     /// Writes until the socket would block or nothing is left.
-    pub(super) fn write_to(&mut self, sock: &mut TcpStream) -> std::result::Result<(), String> {
+    pub(super) fn write_to(
+        &mut self,
+        sock: &mut TcpStream,
+        tls: &mut Option<TlsSession>,
+    ) -> std::result::Result<(), String> {
         loop {
             let n = {
                 let mut bufs: [IoSlice<'_>; 64] = [IoSlice::new(&[]); 64];
@@ -131,7 +148,11 @@ impl Out {
                 if k == 0 {
                     break;
                 }
-                match sock.write_vectored(&bufs[..k]) {
+                let sent = match tls {
+                    Some(t) => t.write_vectored(sock, &bufs[..k]),
+                    None => sock.write_vectored(&bufs[..k]),
+                };
+                match sent {
                     Ok(0) => return Err("write returned 0".into()),
                     Ok(n) => n,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
@@ -141,7 +162,15 @@ impl Out {
             };
             self.advance(n);
         }
-        // Everything written.
+        // Everything written (with TLS: encrypted; the session sends the rest when it can).
+        if let Some(t) = tls {
+            match t.flush(sock) {
+                Err(e) if e.kind() != io::ErrorKind::WouldBlock => {
+                    return Err(format!("write failed: {e}"))
+                }
+                _ => {}
+            }
+        }
         self.tail.clear();
         self.tail_pos = 0;
         if self.tail.capacity() > 1 << 20 {

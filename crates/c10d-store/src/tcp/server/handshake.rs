@@ -1,8 +1,10 @@
-//! The authentication handshake of one connection (see [`crate::auth`]): the challenge is
-//! queued when the connection is accepted, the answer is the first [`ANSWER_LEN`] bytes the
-//! client sends, and nothing it sends is read as a request before a right answer. A wrong answer
-//! closes the connection; so does none within the server's handshake timeout (the event loop's
-//! deadline queue).
+//! The set-up of one connection: its TLS handshake ([`crate::tls`], driven by the session as
+//! bytes arrive) and its authentication (see [`crate::auth`]): the challenge is queued when the
+//! connection is accepted (inside TLS, sent once the TLS handshake is done), the answer is the
+//! first [`ANSWER_LEN`] bytes the client sends, and nothing it sends is read as a request
+//! before a right answer. A wrong answer or a failed TLS handshake closes the connection; so
+//! does a set-up not done within the server's handshake timeout (the event loop's deadline
+//! queue).
 
 use crate::auth::{AuthSecret, ServerHandshake, ANSWER_LEN};
 use std::time::Instant;
@@ -11,8 +13,6 @@ use std::time::Instant;
 pub(super) struct Pending {
     hs: ServerHandshake,
     got: Vec<u8>,
-    /// When the connection is closed without an answer.
-    pub(super) deadline: Instant,
 }
 
 /// What a connection's bytes did to its handshake.
@@ -26,14 +26,13 @@ pub(super) enum Step {
 }
 
 impl Pending {
-    /// A handshake answered within `timeout`, and the challenge to send.
-    pub(super) fn start(timeout: std::time::Duration) -> (Pending, Vec<u8>) {
+    /// A handshake, and the challenge to send.
+    pub(super) fn start() -> (Pending, Vec<u8>) {
         let hs = ServerHandshake::new();
         let challenge = hs.challenge();
         let p = Pending {
             hs,
             got: Vec::with_capacity(ANSWER_LEN),
-            deadline: Instant::now() + timeout,
         };
         (p, challenge)
     }
@@ -54,19 +53,23 @@ impl Pending {
 }
 
 impl super::EventLoop {
-    /// Queues the challenge on a new connection `id` when the server has a secret.
-    pub(super) fn challenge(&mut self, id: usize) {
-        if self.secret.is_none() {
-            return;
-        }
+    /// Starts the set-up of a new connection `id`: its deadline when it must do a TLS
+    /// handshake or authenticate, and the challenge when the server has a secret.
+    pub(super) fn start_setup(&mut self, id: usize) {
         let Some(c) = self.conns.get_mut(&id) else {
             return;
         };
-        let (pending, challenge) = Pending::start(self.handshake_timeout);
-        self.handshakes.push_back((pending.deadline, id));
-        c.out.tail.extend_from_slice(&challenge);
-        c.auth = Some(pending);
-        self.flush_conn(id);
+        if self.secret.is_some() {
+            let (pending, challenge) = Pending::start();
+            c.out.tail.extend_from_slice(&challenge);
+            c.auth = Some(pending);
+        }
+        if c.in_setup() {
+            let deadline = Instant::now() + self.handshake_timeout;
+            c.setup_until = Some(deadline);
+            self.handshakes.push_back((deadline, id));
+            self.flush_conn(id);
+        }
     }
 
     /// How long the loop may sleep: until the oldest handshake's deadline, and no longer than
@@ -83,7 +86,7 @@ impl super::EventLoop {
         }
     }
 
-    /// Closes the connections whose handshake ran out of time.
+    /// Closes the connections whose set-up ran out of time.
     pub(super) fn expire_handshakes(&mut self) {
         let now = Instant::now();
         while let Some(&(deadline, id)) = self.handshakes.front() {
@@ -91,21 +94,25 @@ impl super::EventLoop {
                 return;
             }
             self.handshakes.pop_front();
-            let waiting = self
-                .conns
-                .get(&id)
-                .and_then(|c| c.auth.as_ref())
-                .is_some_and(|p| p.deadline == deadline);
-            if waiting {
-                self.close(
-                    id,
-                    &format!(
-                        "authentication failed: no answer within {:.1} s (a client without the \
-                         job's secret, such as PyTorch's TCPStore?)",
-                        self.handshake_timeout.as_secs_f64()
-                    ),
-                );
+            let Some(c) = self.conns.get(&id) else {
+                continue;
+            };
+            if c.setup_until != Some(deadline) || !c.in_setup() {
+                continue;
             }
+            let secs = self.handshake_timeout.as_secs_f64();
+            let why = if c.tls.as_ref().is_some_and(|t| t.is_handshaking()) {
+                format!(
+                    "TLS handshake not done within {secs:.1} s (a client without TLS, such as \
+                     PyTorch's TCPStore?)"
+                )
+            } else {
+                format!(
+                    "authentication failed: no answer within {secs:.1} s (a client without the \
+                     job's secret, such as PyTorch's TCPStore?)"
+                )
+            };
+            self.close(id, &why);
         }
     }
 }

@@ -41,6 +41,7 @@ use super::protocol::{
     VALIDATE_MAGIC,
 };
 use crate::auth::AuthSecret;
+use crate::tls::TlsConfig;
 use c10d_core::{DistError, Result};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
@@ -77,8 +78,13 @@ pub struct ServerOptions {
     /// ([`crate::auth`]). `None` = the secret file named by `C10D_AUTH_SECRET_FILE`, if set;
     /// else no authentication (PyTorch's clients can connect).
     pub auth: Option<AuthSecret>,
-    /// How long a connection may take to answer the authentication challenge before it is
-    /// closed (default [`crate::auth::HANDSHAKE_TIMEOUT`], 10 s).
+    /// TLS ([`crate::tls`]): every connection must complete a TLS handshake with a
+    /// certificate of the job's CA before anything it sends is read. `None` = the files named
+    /// by `C10D_TLS_CERT_FILE`, `C10D_TLS_KEY_FILE`, `C10D_TLS_CA_FILE`, if set; else plain TCP.
+    pub tls: Option<TlsConfig>,
+    /// How long a connection may take to complete its TLS handshake and answer the
+    /// authentication challenge before it is closed (default
+    /// [`crate::auth::HANDSHAKE_TIMEOUT`], 10 s).
     pub handshake_timeout: std::time::Duration,
 }
 
@@ -92,6 +98,7 @@ impl Default for ServerOptions {
             max_key_len: Limits::DEFAULT.max_key_len,
             max_keys: Limits::DEFAULT.max_keys,
             auth: None,
+            tls: None,
             handshake_timeout: crate::auth::HANDSHAKE_TIMEOUT,
         }
     }
@@ -309,6 +316,7 @@ pub(crate) fn start(
         reserve: open_reserve(),
         accept_retry: false,
         secret,
+        tls: TlsConfig::given_or_env(opts.tls.as_ref())?,
         handshake_timeout: opts.handshake_timeout,
         handshakes: VecDeque::new(),
     };
@@ -347,6 +355,8 @@ struct EventLoop {
     reserve: Option<std::fs::File>,
     /// The job's secret, when connections must authenticate.
     secret: Option<AuthSecret>,
+    /// TLS, when connections must be encrypted.
+    tls: Option<TlsConfig>,
     handshake_timeout: std::time::Duration,
     /// (deadline, connection) of the handshakes under way, oldest first.
     handshakes: VecDeque<(std::time::Instant, usize)>,
@@ -455,9 +465,11 @@ impl EventLoop {
                             want_write: false,
                             pending_in: Vec::new(),
                             auth: None,
+                            tls: self.tls.as_ref().map(TlsConfig::server_session),
+                            setup_until: None,
                         },
                     );
-                    self.challenge(id);
+                    self.start_setup(id);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     if self.reserve.is_none() {
@@ -577,7 +589,11 @@ impl EventLoop {
                 return Ok(());
             }
             c.read_paused = false;
-            let n = match c.sock.read(buf) {
+            let got = match &mut c.tls {
+                Some(t) => t.read(&mut c.sock, buf),
+                None => c.sock.read(buf),
+            };
+            let n = match got {
                 Ok(0) => return Err(Fatal::Closed),
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
@@ -620,7 +636,8 @@ impl EventLoop {
             }
             // A short read drained the socket: on Linux an edge-triggered epoll reports the next
             // arrival, so skip the read that would only return EAGAIN.
-            let drained = n < buf.len();
+            // (Not so with TLS: the session may hold more, decrypted or not.)
+            let drained = n < buf.len() && c.tls.is_none();
             if self.process_input(id, input)? {
                 return Ok(());
             }
@@ -936,8 +953,8 @@ impl EventLoop {
             let Some(c) = self.conns.get_mut(&id) else {
                 return Ok(());
             };
-            c.out.write_to(&mut c.sock)?;
-            let pending = c.out.pending() > 0;
+            c.out.write_to(&mut c.sock, &mut c.tls)?;
+            let pending = c.out.pending() > 0 || c.tls.as_ref().is_some_and(|t| t.has_unsent());
             if pending != c.want_write {
                 let interest = if pending {
                     Interest::READABLE | Interest::WRITABLE
