@@ -109,6 +109,11 @@ pub struct GlooOptions {
     /// to `false` (`C10D_GLOO_TWO_LEVEL=0` in its environment) makes the whole group use the
     /// flat algorithms. Default `true`.
     pub two_level: bool,
+    /// TLS for the TCP connections of the mesh (`c10d_store::tls`): each one is encrypted and
+    /// both ends prove a certificate of the job's CA. Same-host Unix sockets, shared memory
+    /// and cross-memory attach are not affected. `None` = the files named by
+    /// `C10D_TLS_CERT_FILE`, `C10D_TLS_KEY_FILE` and `C10D_TLS_CA_FILE`, if set; else plain TCP.
+    pub tls: Option<c10d_store::TlsConfig>,
 }
 
 impl Default for GlooOptions {
@@ -135,6 +140,7 @@ impl Default for GlooOptions {
             cross_memory_attach: std::env::var("C10D_GLOO_CMA").map_or(true, |v| v.trim() != "0"),
             shared_memory: std::env::var("C10D_GLOO_SHM").map_or(true, |v| v.trim() != "0"),
             two_level: std::env::var("C10D_GLOO_TWO_LEVEL").map_or(true, |v| v.trim() != "0"),
+            tls: None,
         }
     }
 }

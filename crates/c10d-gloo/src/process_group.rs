@@ -96,6 +96,9 @@ impl ProcessGroupGloo {
     /// authentication, and [`DistError::Backend`] when a peer's handshake does not match
     /// (group name, size, rank). With `C10D_AUTH_SECRET_FILE` set, every connection of the mesh
     /// proves the job's secret first (`c10d_store::auth`); a bad secret file is
+    /// [`DistError::InvalidArgument`]. With TLS ([`GlooOptions::tls`] or `C10D_TLS_*`), every
+    /// TCP connection of the mesh is encrypted; a peer without a certificate of the job's CA
+    /// fails the handshake ([`DistError::Network`]); bad TLS files are
     /// [`DistError::InvalidArgument`].
     pub fn new(
         store: Arc<dyn Store>,
@@ -134,6 +137,7 @@ impl ProcessGroupGloo {
             local_unix_sockets: opts.local_unix_sockets,
             shared_memory: opts.shared_memory,
             auth: c10d_store::AuthSecret::from_env()?,
+            tls: c10d_store::TlsConfig::given_or_env(opts.tls.as_ref())?,
         };
         let (streams, shm, connector) = if opts.lazy_init || size == 1 {
             (None, None, Some(connector))

@@ -29,16 +29,52 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::time::{Duration, Instant};
 
 use c10d_store::auth::{AuthSecret, ServerHandshake, ANSWER_LEN};
+use c10d_store::tls::{TlsConfig, TlsSession};
 
 const HELLO_MAGIC: u32 = 0x61F0_C10D;
 
 /// One established connection to a peer: TCP, or a Unix stream to a peer on this host. The one
 /// connection type of the crate: the set-up uses it blocking (handshake), the engine
 /// non-blocking under `mio` (registered by its descriptor).
+///
+/// With TLS (TCP connections of a TLS group) the bytes pass through a [`TlsSession`]: a write
+/// may leave ciphertext unsent ([`Conn::has_unsent`]), which [`Conn::flush_unsent`] sends when
+/// the socket is writable again.
 pub(crate) struct Conn {
     sock: socket2::Socket,
     /// A Unix stream: the peer is on this host.
     local: bool,
+    tls: Option<TlsSession>,
+}
+
+impl Read for Conn {
+    /// Reads what is there (non-blocking in the engine), decrypted under TLS.
+    fn read(&mut self, b: &mut [u8]) -> std::io::Result<usize> {
+        let mut s = &self.sock;
+        match &mut self.tls {
+            Some(t) => t.read(&mut s, b),
+            None => s.read(b),
+        }
+    }
+}
+
+impl Write for Conn {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.write_vectored(&[std::io::IoSlice::new(b)])
+    }
+
+    /// Writes what the socket takes of `iov` (under TLS: what the session accepts).
+    fn write_vectored(&mut self, iov: &[std::io::IoSlice<'_>]) -> std::io::Result<usize> {
+        let mut s = &self.sock;
+        match &mut self.tls {
+            Some(t) => t.write_vectored(&mut s, iov),
+            None => s.write_vectored(iov),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.flush_unsent()
+    }
 }
 
 impl Conn {
@@ -46,6 +82,7 @@ impl Conn {
         Conn {
             sock: s.into(),
             local: false,
+            tls: None,
         }
     }
 
@@ -53,22 +90,40 @@ impl Conn {
         Conn {
             sock: s.into(),
             local: true,
+            tls: None,
         }
+    }
+
+    /// Whether the connection is encrypted.
+    pub(crate) fn is_tls(&self) -> bool {
+        self.tls.is_some()
+    }
+
+    /// Whether ciphertext of earlier writes waits for the socket (TLS only).
+    pub(crate) fn has_unsent(&self) -> bool {
+        self.tls.as_ref().is_some_and(TlsSession::has_unsent)
+    }
+
+    /// Sends ciphertext that earlier writes left (`WouldBlock` while the socket is full).
+    pub(crate) fn flush_unsent(&mut self) -> std::io::Result<()> {
+        let mut s = &self.sock;
+        match &mut self.tls {
+            Some(t) => t.flush(&mut s),
+            None => Ok(()),
+        }
+    }
+
+    /// Runs `session`'s handshake (blocking, bounded by the socket's time-outs) and keeps it.
+    fn start_tls(&mut self, mut session: TlsSession) -> std::io::Result<()> {
+        let mut s = &self.sock;
+        session.handshake(&mut s)?;
+        self.tls = Some(session);
+        Ok(())
     }
 
     /// Whether the peer is on this host (a Unix stream).
     pub(crate) fn is_local(&self) -> bool {
         self.local
-    }
-
-    /// Reads what is there (non-blocking in the engine).
-    pub(crate) fn read(&self, b: &mut [u8]) -> std::io::Result<usize> {
-        (&self.sock).read(b)
-    }
-
-    /// Writes what the socket takes of `iov`.
-    pub(crate) fn write_vectored(&self, iov: &[std::io::IoSlice<'_>]) -> std::io::Result<usize> {
-        (&self.sock).write_vectored(iov)
     }
 
     /// Shuts both directions down (the peer reads EOF).
@@ -89,12 +144,6 @@ impl Conn {
     fn set_timeouts(&self, t: Option<Duration>) -> std::io::Result<()> {
         self.sock.set_read_timeout(t)?;
         self.sock.set_write_timeout(t)
-    }
-    fn read_exact(&mut self, b: &mut [u8]) -> std::io::Result<()> {
-        (&self.sock).read_exact(b)
-    }
-    fn write_all(&mut self, b: &[u8]) -> std::io::Result<()> {
-        (&self.sock).write_all(b)
     }
     /// No Nagle (TCP), optional big kernel buffers. A TCP socket keeps the kernel's buffer
     /// autotuning when the system caps (`net.core.rmem_max`/`wmem_max`) are below `buf`:
@@ -227,6 +276,9 @@ pub(crate) struct MeshSpec<'a> {
     /// The job's secret: each connection proves it (challenge–response, `c10d_store::auth`)
     /// before the hello; the accepting rank challenges.
     pub auth: Option<&'a AuthSecret>,
+    /// TLS for TCP connections: the connecting rank is the TLS client; the handshake comes
+    /// first, the secret's challenge and the hello then pass inside it.
+    pub tls: Option<&'a TlsConfig>,
 }
 
 /// Longest single blocking wait of the set-up, so that an abort is noticed promptly.
@@ -331,9 +383,16 @@ impl MeshBuilder<'_> {
             None => self.dial_tcp(p)?,
         };
         s.set_timeouts(Some(left(self.deadline)))?;
+        if let (Some(tls), false) = (self.spec.tls, s.is_local()) {
+            s.start_tls(tls.client_session()).map_err(|e| {
+                DistError::network(self.ctx(format!(
+                    "TLS handshake with rank {p} failed: {e} (does it use TLS with a certificate of the job's CA?)"
+                )))
+            })?;
+        }
         if let Some(secret) = self.spec.auth {
             let desc = self.ctx(format!("rank {p}"));
-            c10d_store::auth::client_handshake(&mut &s.sock, secret, &desc)?;
+            c10d_store::auth::client_handshake(&mut s, secret, &desc)?;
         }
         self.say_hello(p, &mut s)?;
         Ok(s)
@@ -445,7 +504,7 @@ impl MeshBuilder<'_> {
             let Some((mut s, from)) = self.accept_one()? else {
                 continue;
             };
-            if !self.authenticate(&mut s, &from) {
+            if !self.encrypt(&mut s, &from) || !self.authenticate(&mut s, &from) {
                 continue;
             }
             let Some((head, name)) = self.read_hello(&mut s, &from) else {
@@ -505,6 +564,26 @@ impl MeshBuilder<'_> {
             self.spec.timeout.as_millis(),
             absent.join(", ")
         )))
+    }
+
+    /// With TLS, runs the server side of the TLS handshake on an accepted TCP connection; false
+    /// (logged, connection dropped) when it fails or does not finish within the hello time-out.
+    fn encrypt(&self, s: &mut Conn, from: &str) -> bool {
+        let (Some(tls), false) = (self.spec.tls, s.is_local()) else {
+            return true;
+        };
+        match s.start_tls(tls.server_session()) {
+            Ok(()) => true,
+            Err(e) => {
+                log::warn!(
+                    "{}",
+                    self.ctx(format!(
+                        "dropping connection from {from}: TLS handshake failed: {e}"
+                    ))
+                );
+                false
+            }
+        }
     }
 
     /// With a secret, challenges an accepted connection; false (logged, connection dropped)
@@ -600,6 +679,15 @@ fn read_frame(s: &mut Conn) -> std::io::Result<Vec<u8>> {
         return Err(std::io::Error::other(format!(
             "the peer requires authentication: set {} to the job's secret file",
             c10d_store::auth::SECRET_FILE_ENV
+        )));
+    }
+    if l[0] == 0x15 && l[1] == 0x03 {
+        // A TLS alert (record type 21, version 3.x): the peer speaks TLS only.
+        return Err(std::io::Error::other(format!(
+            "the peer requires TLS: set {}, {} and {} to the job's files",
+            c10d_store::tls::CERT_FILE_ENV,
+            c10d_store::tls::KEY_FILE_ENV,
+            c10d_store::tls::CA_FILE_ENV
         )));
     }
     let n = u32::from_le_bytes(l) as usize;

@@ -9,7 +9,7 @@ use crate::wire::{Header, Kind, HDR};
 use c10d_core::{DType, OpType};
 use mio::{Events, Poll};
 use std::collections::VecDeque;
-use std::io::IoSlice;
+use std::io::{IoSlice, Read, Write};
 use std::time::{Duration, Instant};
 
 /// Size of a peer's staging buffer (headers and small payloads are read through it).
@@ -112,6 +112,13 @@ impl Peer {
     /// empty or the socket would block; owners of fully written frames go to `finished`.
     /// Returns why the connection was lost, if it was.
     fn write_queued(&mut self, finished: &mut Finished) -> Option<String> {
+        // TLS: ciphertext that earlier writes left goes first, even when nothing is queued.
+        match self.stream.flush_unsent() {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return None,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => return None,
+            Err(e) => return Some(e.to_string()),
+        }
         while !self.tx.is_empty() {
             let res = self.stream.write_vectored(&tx_iov(&self.tx));
             match res {
@@ -211,7 +218,9 @@ pub(super) const LINGER: Duration = Duration::from_millis(200);
 
 impl Peer {
     fn set_lowat(&mut self, want: usize) {
-        if self.stream.is_local() || want == self.lowat {
+        // (Under TLS the socket holds ciphertext, and the session may hold part of a record:
+        // a low-water mark in plaintext bytes could wait for bytes that never come.)
+        if self.stream.is_local() || self.stream.is_tls() || want == self.lowat {
             return;
         }
         let v = want as libc::c_int;
@@ -385,7 +394,7 @@ impl Engine {
             for p in 0..self.net.peers.len() {
                 if self.net.peers[p]
                     .as_ref()
-                    .is_some_and(|x| x.open && !x.tx.is_empty())
+                    .is_some_and(|x| x.open && (!x.tx.is_empty() || x.stream.has_unsent()))
                 {
                     self.flush(p);
                 }
@@ -395,7 +404,7 @@ impl Engine {
                 .peers
                 .iter()
                 .flatten()
-                .filter(|x| x.open && !x.tx.is_empty())
+                .filter(|x| x.open && (!x.tx.is_empty() || x.stream.has_unsent()))
                 .map(|x| libc::pollfd {
                     fd: x.stream.raw_fd(),
                     events: libc::POLLOUT,

@@ -25,6 +25,8 @@ pub(crate) struct Connector {
     pub shared_memory: bool,
     /// The job's secret: every connection of the mesh proves it before its hello.
     pub auth: Option<c10d_store::AuthSecret>,
+    /// TLS for the mesh's TCP connections.
+    pub tls: Option<c10d_store::TlsConfig>,
 }
 
 impl Connector {
@@ -45,6 +47,7 @@ impl Connector {
             socket_buffer_bytes: self.socket_buffer_bytes,
             aborted,
             auth: self.auth.as_ref(),
+            tls: self.tls.as_ref(),
         };
         transport::connect_mesh(self.store.as_ref(), &listener, &spec)
     }

@@ -66,6 +66,16 @@ impl fmt::Debug for TlsConfig {
     }
 }
 
+/// Two configurations are equal when they are the same one (clones of one `from_files` /
+/// `from_pem`) expecting the same name.
+impl PartialEq for TlsConfig {
+    fn eq(&self, other: &TlsConfig) -> bool {
+        Arc::ptr_eq(&self.client, &other.client)
+            && Arc::ptr_eq(&self.server, &other.server)
+            && self.name == other.name
+    }
+}
+
 /// The files of a [`TlsConfig`].
 #[derive(Clone, Debug)]
 pub struct TlsFiles {

@@ -99,6 +99,11 @@ impl TlsSession {
                 Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(0),
                 Err(e) => return Err(e),
             }
+            // What earlier writes left unsent goes first: the peer may be waiting for it.
+            match self.flush(io) {
+                Err(e) if e.kind() != io::ErrorKind::WouldBlock => return Err(e),
+                _ => {}
+            }
             let got = self.conn.read_tls(io)?;
             let state = self.conn.process_new_packets().map_err(invalid);
             if self.conn.wants_write() {
