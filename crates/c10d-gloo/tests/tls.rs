@@ -54,7 +54,11 @@ fn ranks_of_the_jobs_ca_reduce_over_tls() {
     let p2 = pgs[2].clone();
     let s = sent.clone();
     let tx = std::thread::spawn(move || p2.send(&[s], 0, 5).unwrap().wait().unwrap());
-    pgs[0].recv(std::slice::from_ref(&got), 2, 5).unwrap().wait().unwrap();
+    pgs[0]
+        .recv(std::slice::from_ref(&got), 2, 5)
+        .unwrap()
+        .wait()
+        .unwrap();
     tx.join().unwrap();
     assert_eq!(f32s(&got), values(2, 300_001));
 }

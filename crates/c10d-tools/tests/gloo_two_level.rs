@@ -89,3 +89,84 @@ fn all_reduce_across_two_hosts_is_two_level_and_exact() {
     let outs = job(&hosts, 29_502, &max, &[("C10D_GLOO_CMA", "0")]);
     check(&outs, "int32 max, sockets inside hosts", sockets);
 }
+
+#[test]
+fn all_reduce_across_two_hosts_over_tls_is_exact() {
+    // The job's store and every TCP connection between the hosts are encrypted (C10D_TLS_*);
+    // inside a host the ranks still share memory.
+    let hosts = match Hosts::new("twoleveltls", 4) {
+        Ok(h) => h,
+        Err(why) => {
+            println!("skipped: cannot make network namespaces ({why})");
+            return;
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let f = c10d_store::tls::create_job_files(dir.path()).unwrap();
+    let (cert, key, ca) = (
+        f.cert.display().to_string(),
+        f.key.display().to_string(),
+        f.ca.display().to_string(),
+    );
+    let env = [
+        ("C10D_TLS_CERT_FILE", cert.as_str()),
+        ("C10D_TLS_KEY_FILE", key.as_str()),
+        ("C10D_TLS_CA_FILE", ca.as_str()),
+    ];
+    let args = [
+        "all_reduce",
+        "-b",
+        "4K",
+        "-e",
+        "4M",
+        "-f",
+        "32",
+        "-n",
+        "3",
+        "-w",
+        "1",
+    ];
+    let cma = "two-level all_reduce over 2 hosts of 2 ranks (cross-memory attach inside hosts)";
+    check(&job(&hosts, 29_503, &args, &env), "float sum over TLS", cma);
+    // A rank without the files cannot join: it is refused by the store at once (the
+    // others, left waiting for it, are stopped).
+    let out = plain_rank_fails(&hosts, 29_504, &args, &env);
+    assert!(!out.status.success(), "a rank without TLS joined");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("requires TLS"), "rank 3 without TLS:\n{err}");
+}
+
+/// As [`job`] with rank 3 started without the TLS variables; rank 3's output (the other
+/// ranks are killed once it ended).
+fn plain_rank_fails(hosts: &Hosts, port: u16, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut kids: Vec<_> = (0..4)
+        .map(|r| {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", &hosts.names[r / 2], BENCH])
+                .args(args)
+                .args(["--timeout", "30"])
+                .env("RANK", r.to_string())
+                .env("LOCAL_RANK", (r % 2).to_string())
+                .env("WORLD_SIZE", "4")
+                .env("LOCAL_WORLD_SIZE", "2")
+                .env("MASTER_ADDR", hosts.addr(0))
+                .env("MASTER_PORT", port.to_string())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            if r != 3 {
+                c.envs(env.iter().copied());
+            }
+            c.spawn().expect("spawn c10d-bench")
+        })
+        .collect();
+    let out = kids
+        .pop()
+        .unwrap()
+        .wait_with_output()
+        .expect("wait for rank 3");
+    for mut k in kids {
+        let _ = k.kill();
+        let _ = k.wait();
+    }
+    out
+}
