@@ -109,6 +109,8 @@ mod algo;
 mod bodies;
 mod checks;
 mod engine;
+#[doc(hidden)]
+pub mod fuzzing;
 mod hosts;
 mod ops;
 mod options;

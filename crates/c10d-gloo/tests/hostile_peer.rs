@@ -144,3 +144,117 @@ fn bad_frames_fail_the_op_naming_the_peer_and_the_problem() {
     all_reduce_each(&ranks, &ts);
     assert_eq!(f32s(&ts[0]), vec![4.0; 3]);
 }
+
+/// A small seeded generator (xorshift64*): the same cases on every run.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+#[test]
+fn random_frames_end_the_op_cleanly() {
+    // 40 answers mutated at random (header bytes flipped, payloads of random length, frames
+    // cut short): each op either completes (a flip in a byte the receive does not check) with
+    // its tensor intact, or fails promptly naming rank 1. Never a crash, a hang or a write
+    // past the 4-float buffer.
+    let mut rng = Rng(0x00C1_0D5E_ED00_0026);
+    let (mut completed, mut failed) = (0, 0);
+    for case in 0..40 {
+        let flips: Vec<(usize, u8)> = (0..1 + rng.below(4))
+            .map(|_| (rng.below(HDR as u64) as usize, 1 + rng.below(255) as u8))
+            .collect();
+        let payload = rng.below(64) as usize;
+        let cut = (rng.below(4) == 0).then(|| rng.below(HDR as u64) as usize);
+        let (pg, mut s) = group_with_a_raw_rank1();
+        let t = Tensor::from_vec(vec![1.0f32; 4]);
+        let opts = AllreduceOptions {
+            async_op: true,
+            ..Default::default()
+        };
+        let w = pg.all_reduce(std::slice::from_ref(&t), &opts).unwrap();
+        let mut hdr = [0u8; HDR];
+        s.read_exact(&mut hdr).unwrap();
+        let mut sent = vec![0u8; 16];
+        s.read_exact(&mut sent).unwrap();
+        for (i, x) in &flips {
+            hdr[*i] ^= x;
+        }
+        let t0 = Instant::now();
+        let _ = match cut {
+            Some(c) => s.write_all(&hdr[..c]),
+            None => s
+                .write_all(&hdr)
+                .and_then(|()| s.write_all(&vec![7u8; payload])),
+        };
+        let _ = s.shutdown(std::net::Shutdown::Write);
+        match w.wait() {
+            Ok(()) => completed += 1,
+            Err(e) => {
+                failed += 1;
+                let e = e.to_string();
+                assert!(e.contains("rank 1"), "case {case} {flips:?}: {e}");
+            }
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(9),
+            "case {case}: took {:?}",
+            t0.elapsed()
+        );
+        assert_eq!(t.to_vec::<f32>().unwrap().len(), 4);
+    }
+    assert!(
+        failed > 0,
+        "no mutation failed an op ({completed} completed)"
+    );
+}
+
+#[test]
+fn random_hellos_are_dropped_and_the_members_connect() {
+    // 100 connections to rank 0 that send random bytes (random lengths, some starting with the
+    // hello magic and a random rank, size and name length): each is dropped without failing
+    // the set-up, and the real rank 1 then joins.
+    let store: Arc<dyn Store> = Arc::new(HashStore::new());
+    let s0 = store.clone();
+    let o = GlooOptions {
+        timeout: Duration::from_secs(30),
+        local_unix_sockets: false,
+        ..opts()
+    };
+    let o1 = o.clone();
+    let rank0 = std::thread::spawn(move || ProcessGroupGloo::new(s0, 0, 2, o).unwrap());
+    store
+        .wait_timeout(&["gloo/addr/0"], Duration::from_secs(30))
+        .unwrap();
+    let addr = String::from_utf8(store.get("gloo/addr/0").unwrap()).unwrap();
+    let mut rng = Rng(0x0000_4E11_0C10_D026);
+    for _ in 0..100 {
+        let mut s = TcpStream::connect(&addr).unwrap();
+        let mut b: Vec<u8> = (0..rng.below(40)).map(|_| rng.next() as u8).collect();
+        if rng.below(2) == 0 {
+            let mut h = HELLO_MAGIC.to_le_bytes().to_vec();
+            h.extend_from_slice(&(2 + rng.below(1 << 20)).to_le_bytes()); // no such rank
+            h.extend_from_slice(&rng.next().to_le_bytes());
+            h.extend_from_slice(&(rng.next() as u32).to_le_bytes());
+            h.append(&mut b);
+            b = h;
+        }
+        let _ = s.write_all(&b);
+        let _ = s.shutdown(std::net::Shutdown::Write);
+    }
+    let rank1 = ProcessGroupGloo::new(store, 1, 2, o1).unwrap();
+    let pgs = vec![rank0.join().unwrap(), rank1];
+    let ts: Vec<Tensor> = (0..2)
+        .map(|r| Tensor::from_vec(vec![(r + 1) as f32; 5]))
+        .collect();
+    all_reduce_each(&pgs, &ts);
+    assert_eq!(f32s(&ts[1]), vec![3.0; 5]);
+}
