@@ -3,7 +3,7 @@
 
 use crate::wire::{Header, HDR};
 
-/// Decodes the first [`HDR`] (64) bytes of `bytes` as a frame header, as the receive path
+/// Decodes the first 64 bytes (`HDR`) of `bytes` as a frame header, as the receive path
 /// does before it trusts a byte of the frame. A header that decodes must encode back to bytes
 /// that decode to the same header; anything else must be an error text, never a panic.
 ///

@@ -20,9 +20,15 @@ fn serve() -> (Server, u16) {
 
 /// `serve` on 127.0.0.1, any port, with `global` options before it (`--auth-secret-file F`).
 fn serve_with(global: &[&str]) -> (Server, u16) {
+    serve_env(global, &[])
+}
+
+/// As [`serve_with`], with `env` in the server's environment.
+fn serve_env(global: &[&str], env: &[(&str, &std::path::Path)]) -> (Server, u16) {
     let mut child = Command::new(BIN)
         .args(global)
         .args(["serve", "--host", "127.0.0.1", "--port", "0"])
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -151,6 +157,65 @@ fn cli_new_secret_and_an_authenticated_server() {
     assert!(!refused.status.success());
     assert!(
         String::from_utf8_lossy(&refused.stderr).contains("requires authentication"),
+        "{refused:?}"
+    );
+    assert!(client(true, &["set", "k", "v"]).status.success());
+    let got = client(true, &["get", "k"]);
+    assert_eq!(String::from_utf8_lossy(&got.stdout), "v");
+}
+
+/// `new-tls` makes a job's TLS files (the key owner-only; never overwriting); a server started
+/// with them in its environment refuses a plain client and serves one with them.
+#[test]
+fn cli_new_tls_and_a_tls_server() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let tls = dir.path().join("tls");
+    let made = Command::new(BIN)
+        .args(["new-tls", tls.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    let (ca, cert, key) = (
+        tls.join("ca.pem"),
+        tls.join("cert.pem"),
+        tls.join("key.pem"),
+    );
+    let mode = std::fs::metadata(&key).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    let again = Command::new(BIN)
+        .args(["new-tls", tls.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        !again.status.success(),
+        "existing TLS files were overwritten"
+    );
+
+    let env = [
+        ("C10D_TLS_CA_FILE", ca.as_path()),
+        ("C10D_TLS_CERT_FILE", cert.as_path()),
+        ("C10D_TLS_KEY_FILE", key.as_path()),
+    ];
+    let (_server, port) = serve_env(&[], &env);
+    let addr = format!("127.0.0.1:{port}");
+    let client = |with_tls: bool, args: &[&str]| {
+        let mut cmd = Command::new(BIN);
+        cmd.args(["--addr", &addr, "--timeout-ms", "3000"])
+            .args(args);
+        for (k, v) in &env {
+            if with_tls {
+                cmd.env(k, v);
+            } else {
+                cmd.env_remove(k);
+            }
+        }
+        cmd.output().unwrap()
+    };
+    let refused = client(false, &["set", "k", "v"]);
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("requires TLS"),
         "{refused:?}"
     );
     assert!(client(true, &["set", "k", "v"]).status.success());

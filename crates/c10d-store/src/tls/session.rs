@@ -7,7 +7,7 @@
 //!   reads until `WouldBlock` misses nothing), and `Ok(0)` at the end of the stream.
 //! - `write_vectored` first sends what earlier writes left encrypted but unsent; while any of
 //!   that remains it accepts nothing (`WouldBlock`). Plaintext it accepts is encrypted at once
-//!   (the caller may reuse its buffers), at most [`SEND_BUFFER`] bytes a call.
+//!   (the caller may reuse its buffers), at most `SEND_BUFFER` (256 KiB) a call.
 //! - After a write, [`TlsSession::has_unsent`] says whether ciphertext still waits for the
 //!   transport: the caller must call [`TlsSession::flush`] again when the transport becomes
 //!   writable, even if it has nothing new to write.
@@ -121,7 +121,7 @@ impl TlsSession {
         }
     }
 
-    /// Encrypts up to [`SEND_BUFFER`] bytes of `iov` and sends what the transport takes.
+    /// Encrypts up to `SEND_BUFFER` (256 KiB) of `iov` and sends what the transport takes.
     /// Returns the plaintext bytes accepted (all of them are the session's from then on).
     ///
     /// # Errors

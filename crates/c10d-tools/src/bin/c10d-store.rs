@@ -52,6 +52,10 @@ enum Op {
     /// Make a new job secret file at PATH (32 random bytes, owner-only; never overwrites) for
     /// `--auth-secret-file` / `C10D_AUTH_SECRET_FILE`.
     NewSecret { path: std::path::PathBuf },
+    /// Make a job's TLS files in DIR: `ca.pem`, `cert.pem`, `key.pem` (owner-only), a new CA and
+    /// a certificate it signed for the name `c10d-rs`; never overwrites. Point
+    /// `C10D_TLS_CA_FILE`, `C10D_TLS_CERT_FILE` and `C10D_TLS_KEY_FILE` at them.
+    NewTls { dir: std::path::PathBuf },
     /// Set KEY to VALUE.
     Set { key: String, value: String },
     /// Print KEY's value bytes (waits for the key up to the timeout).
@@ -121,6 +125,16 @@ fn run(cli: Cli) -> Result<(), String> {
         println!("c10d-store: new secret file {}", path.display());
         return Ok(());
     }
+    if let Op::NewTls { dir } = &cli.op {
+        let f = c10d_store::tls::create_job_files(dir).map_err(|e| e.to_string())?;
+        println!(
+            "c10d-store: new TLS files: C10D_TLS_CA_FILE={} C10D_TLS_CERT_FILE={} C10D_TLS_KEY_FILE={}",
+            f.ca.display(),
+            f.cert.display(),
+            f.key.display()
+        );
+        return Ok(());
+    }
     let addr = cli.addr.ok_or("--addr HOST:PORT is required for this op")?;
     let (host, port) = split_addr(&addr)?;
     let st = TcpStore::new(
@@ -165,7 +179,9 @@ fn client_op(st: &TcpStore, op: Op, timeout: Duration) -> Result<(), String> {
     let e = |e: c10d_core::DistError| e.to_string();
     let w = |r: std::io::Result<()>| r.map_err(|e| e.to_string());
     match op {
-        Op::Serve { .. } | Op::NewSecret { .. } => unreachable!("handled above"),
+        Op::Serve { .. } | Op::NewSecret { .. } | Op::NewTls { .. } => {
+            unreachable!("handled above")
+        }
         Op::Set { key, value } => st.set(&key, value.as_bytes()).map_err(e)?,
         Op::Get { key } => w(out.write_all(&st.get(&key).map_err(e)?))?,
         Op::Add { key, n } => w(writeln!(out, "{}", st.add(&key, n).map_err(e)?))?,
