@@ -51,9 +51,15 @@ fn group_with_a_raw_rank1() -> (Arc<ProcessGroupGloo>, TcpStream) {
     (rank0.join().unwrap(), s)
 }
 
-/// Starts rank 0's all_reduce of 4 floats, reads the frame it sends rank 1 (header + 16
-/// bytes), lets `bad` turn that header into the reply, and returns rank 0's error.
-fn answer_with(bad: impl FnOnce(&mut [u8; HDR], &mut TcpStream)) -> String {
+/// A group with a raw rank 1, rank 0's async all_reduce of 4 floats started, and the frame it
+/// sent rank 1 read: the group (kept alive), the tensor, the work, the header, the socket.
+fn all_reduce_towards_raw_rank1() -> (
+    Arc<ProcessGroupGloo>,
+    Tensor,
+    c10d_core::Work,
+    [u8; HDR],
+    TcpStream,
+) {
     let (pg, mut s) = group_with_a_raw_rank1();
     let t = Tensor::from_vec(vec![1.0f32; 4]);
     let opts = AllreduceOptions {
@@ -66,6 +72,13 @@ fn answer_with(bad: impl FnOnce(&mut [u8; HDR], &mut TcpStream)) -> String {
     let n = u64::from_le_bytes(hdr[40..48].try_into().unwrap()) as usize;
     let mut payload = vec![0u8; n];
     s.read_exact(&mut payload).unwrap();
+    (pg, t, w, hdr, s)
+}
+
+/// Starts rank 0's all_reduce of 4 floats, reads the frame it sends rank 1 (header + 16
+/// bytes), lets `bad` turn that header into the reply, and returns rank 0's error.
+fn answer_with(bad: impl FnOnce(&mut [u8; HDR], &mut TcpStream)) -> String {
+    let (_pg, t, w, mut hdr, mut s) = all_reduce_towards_raw_rank1();
     let t0 = Instant::now();
     bad(&mut hdr, &mut s);
     let e = w.wait().expect_err("a bad frame must fail the op");
@@ -174,17 +187,7 @@ fn random_frames_end_the_op_cleanly() {
             .collect();
         let payload = rng.below(64) as usize;
         let cut = (rng.below(4) == 0).then(|| rng.below(HDR as u64) as usize);
-        let (pg, mut s) = group_with_a_raw_rank1();
-        let t = Tensor::from_vec(vec![1.0f32; 4]);
-        let opts = AllreduceOptions {
-            async_op: true,
-            ..Default::default()
-        };
-        let w = pg.all_reduce(std::slice::from_ref(&t), &opts).unwrap();
-        let mut hdr = [0u8; HDR];
-        s.read_exact(&mut hdr).unwrap();
-        let mut sent = vec![0u8; 16];
-        s.read_exact(&mut sent).unwrap();
+        let (_pg, t, w, mut hdr, mut s) = all_reduce_towards_raw_rank1();
         for (i, x) in &flips {
             hdr[*i] ^= x;
         }
