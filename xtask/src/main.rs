@@ -15,7 +15,8 @@
 //!   PyTorch virtualenv and runs its pytest suite (`crates/c10d-python/tests`); `cargo xtask
 //!   wheel` only builds the wheel into `target/wheels`; `cargo xtask pytorch-suite` runs
 //!   PyTorch's own generic distributed test suite against "c10drs" (tens of minutes; not part
-//!   of `test`).
+//!   of `test`); `cargo xtask gloo-tests --tests-dir DIR` runs PyTorch's `test_c10d_gloo.py`
+//!   (from a PyTorch checkout: it is not in the wheel) on "c10drs" and on Gloo and compares.
 //! - `cargo xtask demo`: the main job: builds release binaries, launches the data-parallel
 //!   training demo on 4 ranks with `c10drun` (gradients reduced by c10d-world's DDP Reducer;
 //!   its `ddp:` line gives the buckets and the share of communication hidden behind the backward
@@ -52,6 +53,7 @@ fn main() {
         Some("interop") => interop(),
         Some("python") => python_tests(rest),
         Some("pytorch-suite") => pytorch_suite(rest),
+        Some("gloo-tests") => gloo_tests(rest),
         Some("wheel") => build_wheel().map(|w| println!("{}", w.display())),
         Some("demo") => demo(rest),
         Some("bench") => bench(rest),
@@ -60,7 +62,7 @@ fn main() {
         Some("chaos") => chaos::chaos(rest, build_bench),
         _ => {
             eprintln!(
-                "usage: cargo xtask <test [--no-interop] [--no-lint] | lint | publish-check | interop | python [pytest args] | pytorch-suite [unittest args] | wheel | demo | bench | test-multigpu [--bundle DIR] [--list] | gpu-bundle [DIR] | chaos --trials N [--seed S]>"
+                "usage: cargo xtask <test [--no-interop] [--no-lint] | lint | publish-check | interop | python [pytest args] | pytorch-suite [unittest args] | gloo-tests --tests-dir DIR [-k PATTERN] | wheel | demo | bench | test-multigpu [--bundle DIR] [--list] | gpu-bundle [DIR] | chaos --trials N [--seed S]>"
             );
             exit(2);
         }
@@ -397,6 +399,24 @@ fn pytorch_suite(extra: &[String]) -> Res {
             "WORLD_SIZE",
             env::var("WORLD_SIZE").unwrap_or_else(|_| "3".into()),
         ))
+}
+
+/// Builds and installs the wheel, then runs PyTorch's own `test_c10d_gloo.py` (from `--tests-dir
+/// DIR`, a PyTorch checkout's `test/distributed`) on "c10drs" and on Gloo and compares
+/// (`crates/c10d-python/suite/run_gloo_tests.py`).
+fn gloo_tests(extra: &[String]) -> Res {
+    let py = install_wheel()?;
+    run(Command::new(&py).args([
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "expecttest",
+        "hypothesis",
+    ]))?;
+    run(Command::new(&py)
+        .arg("crates/c10d-python/suite/run_gloo_tests.py")
+        .args(extra))
 }
 
 /// Builds and installs the `c10d_rs` wheel, then runs its pytest suite with `extra` arguments.

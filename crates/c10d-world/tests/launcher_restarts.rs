@@ -16,6 +16,8 @@ use std::time::Duration;
 const CHILD: &str = "C10D_RESTART_CHILD";
 /// The attempts rank 1 fails (so the job needs `--max-restarts` ≥ this).
 const FAILS: &str = "C10D_RESTART_FAILS";
+/// Set: the worker checks that the launcher's store refuses a client without TLS.
+const CHECK_TLS: &str = "C10D_RESTART_CHECK_TLS";
 
 fn child_main() {
     let attempt: u32 = std::env::var("TORCHELASTIC_RESTART_COUNT")
@@ -23,6 +25,9 @@ fn child_main() {
         .parse()
         .unwrap();
     let fails: u32 = std::env::var(FAILS).unwrap().parse().unwrap();
+    if std::env::var_os(CHECK_TLS).is_some() {
+        refused_without_tls();
+    }
     dist::init_process_group(dist::InitOptions {
         backend: Some("gloo".into()),
         timeout: Some(Duration::from_secs(30)),
@@ -48,6 +53,41 @@ fn child_main() {
         std::thread::sleep(Duration::from_secs(120));
     }
     dist::destroy_process_group(None).unwrap();
+}
+
+/// A store client without TLS, at the address the launcher gave us, is refused.
+fn refused_without_tls() {
+    let host = std::env::var("MASTER_ADDR").unwrap();
+    let port: u16 = std::env::var("MASTER_PORT").unwrap().parse().unwrap();
+    // `tls: None` reads the environment: hide it for this one client (the worker is still
+    // single-threaded here), then put it back.
+    let vars = [
+        "C10D_TLS_CERT_FILE",
+        "C10D_TLS_KEY_FILE",
+        "C10D_TLS_CA_FILE",
+    ];
+    let saved: Vec<_> = vars.iter().map(|v| std::env::var_os(v)).collect();
+    for v in vars {
+        std::env::remove_var(v);
+    }
+    let plain = c10d_store::TcpStore::new(
+        &host,
+        port,
+        c10d_store::TcpStoreOptions {
+            timeout: Duration::from_secs(10),
+            wait_for_workers: false,
+            tls: None,
+            ..Default::default()
+        },
+    );
+    for (v, x) in vars.iter().zip(saved) {
+        std::env::set_var(v, x.expect("set by the test"));
+    }
+    let e = plain.err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(
+        e.contains("requires TLS"),
+        "a plain client was not refused: {e:?}"
+    );
 }
 
 fn is_child() -> bool {
@@ -193,4 +233,52 @@ fn a_job_with_a_secret_file_authenticates_end_to_end() {
     let out = run();
     assert_eq!(out.code, Some(1), "{out}");
     assert!(out.stderr.contains("chmod 600"), "{out}");
+}
+
+/// TLS (`C10D_TLS_*` in the launcher's environment): the launcher's store, the workers' store
+/// clients and their mesh (TCP only, so TLS applies between the ranks too) all use it, a restart
+/// included, and a plain client is refused by the store the workers use. (It caught a TLS
+/// session holding the peer's first frame, read together with the set-up's last reply, that
+/// the engine never read: every op timed out.)
+#[test]
+fn a_job_over_tls_runs_and_restarts() {
+    if is_child() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let f = c10d_store::tls::create_job_files(&dir.path().join("tls")).unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let name = "a_job_over_tls_runs_and_restarts";
+    let (cert, key, ca) = (
+        f.cert.display().to_string(),
+        f.key.display().to_string(),
+        f.ca.display().to_string(),
+    );
+    let out = spawn(
+        &c10drun(),
+        &[
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            "--max-restarts",
+            "1",
+            "--no-python",
+            exe.to_str().unwrap(),
+            name,
+            "--exact",
+            "--nocapture",
+        ],
+        &[
+            (CHILD, "1"),
+            (FAILS, "1"),
+            (CHECK_TLS, "1"),
+            ("C10D_GLOO_TCP_ONLY", "1"),
+            ("C10D_TLS_CERT_FILE", &cert),
+            ("C10D_TLS_KEY_FILE", &key),
+            ("C10D_TLS_CA_FILE", &ca),
+        ],
+    )
+    .finish(Duration::from_secs(120));
+    assert_eq!(out.code, Some(0), "{out}");
+    assert_every_attempt_ran(&out, 1);
 }

@@ -63,7 +63,7 @@ impl Engine {
         true
     }
 
-    fn remember(&mut self, p: usize) {
+    pub(super) fn remember(&mut self, p: usize) {
         if !self.flow.backlog.contains(&p) {
             self.flow.backlog.push(p);
         }

@@ -84,7 +84,13 @@ impl Engine {
                     Token(p),
                     Interest::READABLE | Interest::WRITABLE,
                 )?;
+                // A TLS session may already hold what the peer sent after the set-up (read
+                // with the last handshake record): no readiness event will announce it.
+                let tls = s.is_tls();
                 self.net.peers[p] = Some(Peer::new(s));
+                if tls {
+                    self.remember(p);
+                }
             }
         }
         self.shared.initialized.store(true, Ordering::Release);
