@@ -66,7 +66,7 @@ fn refused_without_tls() {
         "C10D_TLS_KEY_FILE",
         "C10D_TLS_CA_FILE",
     ];
-    let saved: Vec<_> = vars.iter().map(|v| std::env::var_os(v)).collect();
+    let saved: Vec<_> = vars.iter().map(std::env::var_os).collect();
     for v in vars {
         std::env::remove_var(v);
     }
