@@ -78,6 +78,16 @@ def call_forms(rank: int, world: int, pgs: List[Any]) -> None:
         wait(pg.allgather(outs, val()))
         return outs
 
+    def allgather_two_inputs(pg: Any) -> List[torch.Tensor]:
+        # Gloo's form: two output lists of 2 * world tensors, rank-major; the future's value is
+        # the two lists.
+        lists = [[torch.zeros(4) for _ in range(2 * world)] for _ in range(2)]
+        w = pg.allgather(lists, [val(), val() + 100])
+        w.wait()
+        value = w.get_future().wait()
+        assert len(value) == 2 and all(len(v) == 2 * world for v in value), type(pg).__name__
+        return [t for ts in lists for t in ts]
+
     def gather_root1(pg: Any) -> List[torch.Tensor]:
         outs = [torch.zeros(4) for _ in range(world)] if rank == 1 else []
         wait(pg.gather(outs, val(), 1))
@@ -105,6 +115,7 @@ def call_forms(rank: int, world: int, pgs: List[Any]) -> None:
 
     for name, run in [
         ("allgather(outs, t)", allgather_list),
+        ("allgather(2 lists, 2 inputs)", allgather_two_inputs),
         ("gather(outs, t, 1)", gather_root1),
         ("scatter(out, ins, 0)", scatter_root0),
         ("reduce_scatter(out, ins, SUM)", reduce_scatter_op),
@@ -159,6 +170,7 @@ def _bad_calls(rank: int, world: int) -> List[Any]:
             lambda pg: pg.allreduce_coalesced([f1, sp])),
         ("coalesced sparse", "unsupported layout", lambda pg: pg.allreduce_coalesced([sp, sp])),
         ("sparse layouts", "invalid tensor layout", lambda pg: pg.allreduce([sp, f2])),
+        ("dense then sparse", "invalid tensor layout", lambda pg: pg.allreduce([f1, sp])),
         ("sparse sizes", "invalid tensor size", lambda pg: pg.allreduce([sp, sp4])),
         ("sparse MAX", "unsupported reduction operation",
             lambda pg: pg.allreduce([sp], sum_op(R.MAX))),
@@ -184,6 +196,13 @@ def _bad_calls(rank: int, world: int) -> List[Any]:
         ("scatter list off the root", "requires empty input on non-root",
             lambda pg: pg.scatter([f1], [outs(world)], root(_c10d.ScatterOptions, (rank + 1) % world))),
         ("allgather of nothing", "requires non-empty input tensor list", lambda pg: pg.allgather([], [])),
+        # Two inputs per rank: each output list holds 2 * world tensors.
+        ("allgather 2 inputs, lists of world", "invalid output tensor list",
+            lambda pg: pg.allgather([outs(world), outs(world)], [f1, f1])),
+        ("allgather 2 inputs, one list", "requires input/output tensor lists to have the same length",
+            lambda pg: pg.allgather([outs(2 * world)], [f1, f1])),
+        ("allgather 2 inputs, mixed types", "invalid tensor type",
+            lambda pg: pg.allgather([outs(2 * world), outs(2 * world)], [f1, d1])),
         ("allgather lengths", "requires input/output tensor lists to have the same length",
             lambda pg: pg.allgather([outs(world), outs(world)], [f1])),
         ("allgather short list", "invalid output tensor list",
@@ -236,6 +255,8 @@ def sparse(rank: int, world: int, pgs: List[Any]) -> None:
         ts = mine()
         w = pg.allreduce(ts)
         w.wait()
+        # As Gloo's: the result once per input tensor.
+        assert len(w.get_future().wait()) == len(ts), type(pg).__name__
         out = w.result()[0] if type(pg).__name__ == "ProcessGroupC10dRs" else ts[0]
         assert ts[0].is_sparse and ts[0].is_coalesced(), type(pg).__name__
         torch.testing.assert_close(ts[0].to_dense(), ts[1].to_dense())
@@ -260,9 +281,18 @@ def sparse(rank: int, world: int, pgs: List[Any]) -> None:
     ).unsqueeze(1))
 
 
+def timeouts(pgs: List[Any]) -> None:
+    # ``pg.options._timeout`` and ``_set_default_timeout``, as on ProcessGroupGloo.
+    for pg in pgs:
+        pg._set_default_timeout(timedelta(seconds=23))
+        assert pg.options._timeout == timedelta(seconds=23), type(pg).__name__
+        pg._set_default_timeout(timedelta(seconds=60))
+
+
 def worker(rank: int, world: int, port: int) -> None:
     init(rank, world, port)
     pgs = backends()
+    timeouts(pgs)
     call_forms(rank, world, pgs)
     errors(rank, world, pgs)
     sparse(rank, world, pgs)

@@ -12,7 +12,7 @@ import torch._C._distributed_c10d as _c10d
 from torch._C._distributed_c10d import Backend as _CBackend
 from torch._C._distributed_c10d import Work as _CWork
 
-from . import _engine, _group, _sparse
+from . import _calls, _engine, _group, _sparse
 from ._calls import (
     REDUCE_FIELDS,
     ROOT_FIELDS,
@@ -245,6 +245,7 @@ class ProcessGroupC10dRs(_CBackend):
         global_ranks: Sequence[int] = (),
     ) -> None:
         super().__init__(rank, size)
+        self._timeout = timeout
         self._engine = _engine.Engine(
             store, rank, size, _seconds(timeout), str(group_name), group_desc, list(global_ranks)
         )
@@ -277,8 +278,17 @@ class ProcessGroupC10dRs(_CBackend):
 
     def _set_timeout(self, timeout: timedelta) -> None:
         self._engine.set_timeout(_seconds(timeout))
+        self._timeout = timeout
 
     set_timeout = _set_timeout
+    #: ``ProcessGroupGloo._set_default_timeout``.
+    _set_default_timeout = _set_timeout
+
+    @property
+    def options(self) -> Any:
+        """``pg.options`` as PyTorch's backends answer it: a ``Backend.Options`` with this
+        backend's name and its current default timeout (``_timeout``, a ``timedelta``)."""
+        return _c10d.Backend.Options(BACKEND_NAME, self._timeout)
 
     def _launch(
         self,
@@ -351,7 +361,8 @@ class ProcessGroupC10dRs(_CBackend):
             last[:] = [w]
 
         result = _sparse.all_reduce(tensors, self.size(), all_gather)
-        return Work(last[0], [result])
+        # As Gloo's: the result once per input tensor.
+        return Work(last[0], [result for _ in tensors])
 
     def allreduce_coalesced(self, tensors: List[torch.Tensor], *args: Any, **kw: Any) -> Work:
         opts = options("allreduce_coalesced", _c10d.AllreduceCoalescedOptions, args, kw, ())
@@ -399,12 +410,13 @@ class ProcessGroupC10dRs(_CBackend):
         if isinstance(inputs, torch.Tensor):
             outputs, inputs = [list(outputs)], [inputs]
         opts = options("allgather", _c10d.AllgatherOptions, args, kw, TIMEOUT_FIELDS)
+        lists, ins = _calls.gloo_allgather_layout(outputs, inputs, self.size())
         e = self._engine
         return self._collective(
             "all_gather",
             opts,
-            lambda s, to, a: e.allgather(s.lists(outputs, True), s.descs(inputs, False), to, a),
-            [t for ts in outputs for t in ts],
+            lambda s, to, a: e.allgather(s.lists(lists, True), s.descs(ins, False), to, a),
+            outputs[0] if len(outputs) == 1 else outputs,
         )
 
     def allgather_coalesced(

@@ -92,3 +92,31 @@ __all__ = [
     "ROOT_REDUCE_FIELDS",
     "TIMEOUT_FIELDS",
 ]
+
+
+def gloo_allgather_layout(
+    outputs: Sequence[Sequence[torch.Tensor]], inputs: Sequence[torch.Tensor], size: int
+) -> Tuple[list, list]:
+    """``ProcessGroupGloo.allgather`` with ``n`` inputs per rank: each of the ``n`` output lists
+    holds ``n * size`` tensors, rank-major (``outputs[j][r * n + i]`` receives rank ``r``'s
+    ``inputs[i]``). Returned in the engine's form (one output list of ``size`` tensors per
+    input, ``lists[k][r]`` receiving rank ``r``'s ``ins[k]``): each input once per output list,
+    so every output tensor is written by the engine. With one input both forms are the same
+    (the engine checks it).
+
+    Raises ``RuntimeError`` with Gloo's texts when the lists do not match.
+    """
+    n = len(inputs)
+    if n <= 1:
+        return list(outputs), list(inputs)
+    op = "ProcessGroupGloo::allgather"
+    if len(outputs) != n:
+        raise RuntimeError(f"{op}: requires input/output tensor lists to have the same length")
+    for j, o in enumerate(outputs):
+        if len(o) != n * size:
+            raise RuntimeError(
+                f"{op}: invalid output tensor list at index {j} "
+                f"(expected length {n * size}, got {len(o)})"
+            )
+    lists = [[o[r * n + i] for r in range(size)] for o in outputs for i in range(n)]
+    return lists, [inputs[i] for _ in outputs for i in range(n)]

@@ -21,8 +21,9 @@ _OP = "ProcessGroupGloo::allreduce"
 
 
 def is_sparse_call(tensors: Sequence[torch.Tensor]) -> bool:
-    """Whether an all_reduce goes the sparse way (its first tensor is sparse, as Gloo decides)."""
-    return bool(tensors) and isinstance(tensors[0], torch.Tensor) and tensors[0].is_sparse
+    """Whether an all_reduce goes the sparse way: any of its tensors is sparse (its checks
+    then refuse a list of mixed layouts with Gloo's "invalid tensor layout" text)."""
+    return any(isinstance(t, torch.Tensor) and t.is_sparse for t in tensors)
 
 
 def check(tensors: Sequence[torch.Tensor], op: object) -> None:
