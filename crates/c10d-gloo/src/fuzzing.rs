@@ -1,5 +1,6 @@
 //! Entry points of the cargo-fuzz targets in the repository's `fuzz/` directory (nightly
-//! Rust); not a stable API. A bounded run of the same checks is a unit test of `wire.rs`.
+//! Rust); not a stable API. Bounded runs of the same checks are unit tests (`wire.rs`,
+//! `transport.rs`).
 
 use crate::wire::{Header, HDR};
 
@@ -16,5 +17,33 @@ pub fn frame_header(bytes: &[u8]) {
     match Header::decode(b) {
         Ok(h) => assert_eq!(Header::decode(&h.encode()), Ok(h)),
         Err(e) => assert!(!e.is_empty()),
+    }
+}
+
+/// Reads `bytes` as a hello arriving at rank 0 of a group "g" of 4 ranks, as the accepting
+/// side of the mesh does: each outcome is a hello from rank 1, 2 or 3 of this group, or a
+/// reason to drop the connection or refuse the hello (never a panic, and never more than the
+/// 1 MiB name cap allocated).
+///
+/// # Panics
+/// On a violation of the above (the fuzzer's finding).
+pub fn hello(bytes: &[u8]) {
+    let never = || false;
+    let spec = crate::transport::MeshSpec {
+        group_name: "g",
+        rank: 0,
+        size: 4,
+        timeout: std::time::Duration::from_secs(1),
+        socket_buffer_bytes: 0,
+        aborted: &never,
+        auth: None,
+        tls: None,
+    };
+    let Ok((head, name)) = crate::transport::read_hello(&mut &bytes[..]) else {
+        return;
+    };
+    assert!(name.len() <= 4 << 20);
+    if crate::transport::hello_problem(&spec, &|_| false, &head, &name).is_none() {
+        assert!(name == "g" && head.size == 4 && (1..4).contains(&head.rank));
     }
 }

@@ -328,11 +328,11 @@ struct MeshBuilder<'a> {
 }
 
 /// The fixed-size head of a hello: magic, rank, group size, length of the group name.
-struct HelloHead {
-    magic: u32,
-    rank: usize,
-    size: usize,
-    name_len: usize,
+pub(crate) struct HelloHead {
+    pub(crate) magic: u32,
+    pub(crate) rank: usize,
+    pub(crate) size: usize,
+    pub(crate) name_len: usize,
 }
 
 /// The hello a connecting rank sends: [`HelloHead`] (little endian: u32, u64, u64, u32) then
@@ -619,51 +619,63 @@ impl MeshBuilder<'_> {
     /// Reads a peer's hello; `None` (logged, connection dropped) when it is not a c10d-gloo
     /// hello or arrives incomplete.
     fn read_hello(&self, s: &mut Conn, from: &str) -> Option<(HelloHead, String)> {
-        let drop_it = |why: String| {
-            log::warn!(
-                "{}",
-                self.ctx(format!("dropping connection from {from}: {why}"))
-            );
-        };
-        let mut head = [0u8; 24];
-        if let Err(e) = s.read_exact(&mut head) {
-            drop_it(format!("bad hello: {e}"));
-            return None;
-        }
-        let head = decode_hello_head(&head);
-        if head.magic != HELLO_MAGIC || head.name_len > 1 << 20 {
-            drop_it("not a c10d-gloo peer".to_string());
-            return None;
-        }
-        let mut name = vec![0u8; head.name_len];
-        if let Err(e) = s.read_exact(&mut name) {
-            drop_it(format!("bad hello: {e}"));
-            return None;
-        }
-        Some((head, String::from_utf8_lossy(&name).to_string()))
+        read_hello(s)
+            .map_err(|why| {
+                log::warn!(
+                    "{}",
+                    self.ctx(format!("dropping connection from {from}: {why}"))
+                );
+            })
+            .ok()
     }
 
     /// Why a well-formed hello is refused (other group, other size, unexpected rank), if it is.
     fn hello_problem(&self, h: &HelloHead, name: &str) -> Option<String> {
-        let (me, prank, psize) = (self.spec, h.rank, h.size);
-        if name != me.group_name {
-            Some(format!(
-                "handshake mismatch: rank {prank} belongs to group '{name}' but rank {} belongs to group '{}'",
-                me.rank, me.group_name
-            ))
-        } else if psize != me.size {
-            Some(format!(
-                "handshake mismatch: rank {prank} has group size {psize} but rank {} has group size {}",
-                me.rank, me.size
-            ))
-        } else if prank <= me.rank || prank >= me.size || self.peers[prank].is_some() {
-            Some(format!(
-                "handshake mismatch: unexpected connection claiming rank {prank} (to rank {})",
-                me.rank
-            ))
-        } else {
-            None
-        }
+        hello_problem(self.spec, &|p| self.peers[p].is_some(), h, name)
+    }
+}
+
+/// Reads a hello from `s` (at most 1 MiB of group name); `Err` says why it is not one.
+pub(crate) fn read_hello(s: &mut impl Read) -> std::result::Result<(HelloHead, String), String> {
+    let mut head = [0u8; 24];
+    s.read_exact(&mut head)
+        .map_err(|e| format!("bad hello: {e}"))?;
+    let head = decode_hello_head(&head);
+    if head.magic != HELLO_MAGIC || head.name_len > 1 << 20 {
+        return Err("not a c10d-gloo peer".to_string());
+    }
+    let mut name = vec![0u8; head.name_len];
+    s.read_exact(&mut name)
+        .map_err(|e| format!("bad hello: {e}"))?;
+    Ok((head, String::from_utf8_lossy(&name).to_string()))
+}
+
+/// Why rank `me.rank` refuses a well-formed hello (other group, other size, a rank that is not
+/// above ours or already `connected`), if it does.
+pub(crate) fn hello_problem(
+    me: &MeshSpec<'_>,
+    connected: &dyn Fn(usize) -> bool,
+    h: &HelloHead,
+    name: &str,
+) -> Option<String> {
+    let (prank, psize) = (h.rank, h.size);
+    if name != me.group_name {
+        Some(format!(
+            "handshake mismatch: rank {prank} belongs to group '{name}' but rank {} belongs to group '{}'",
+            me.rank, me.group_name
+        ))
+    } else if psize != me.size {
+        Some(format!(
+            "handshake mismatch: rank {prank} has group size {psize} but rank {} has group size {}",
+            me.rank, me.size
+        ))
+    } else if prank <= me.rank || prank >= me.size || connected(prank) {
+        Some(format!(
+            "handshake mismatch: unexpected connection claiming rank {prank} (to rank {})",
+            me.rank
+        ))
+    } else {
+        None
     }
 }
 
@@ -728,4 +740,34 @@ pub(crate) fn deadline_after(t: Duration) -> Instant {
     let now = Instant::now();
     now.checked_add(t)
         .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600))
+}
+
+#[cfg(test)]
+mod fuzz_bounded {
+    /// The `gloo_hello` fuzz target's check on 100,000 seeded byte strings of up to 64 bytes,
+    /// half of them a hello head (magic, a rank and size near the group's, a short name
+    /// length) followed by random bytes.
+    #[test]
+    fn random_hellos_are_read_or_refused() {
+        let mut x: u64 = 0x4E11_0C10_D026_0001;
+        let mut next = || {
+            x ^= x >> 12;
+            x ^= x << 25;
+            x ^= x >> 27;
+            x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        };
+        for i in 0..100_000 {
+            let len = (next() % 65) as usize;
+            let mut b: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+            if i % 2 == 0 {
+                let mut h = super::HELLO_MAGIC.to_le_bytes().to_vec();
+                h.extend_from_slice(&(next() % 6).to_le_bytes());
+                h.extend_from_slice(&(next() % 6).to_le_bytes());
+                h.extend_from_slice(&((next() % 4) as u32).to_le_bytes());
+                h.append(&mut b);
+                b = h;
+            }
+            crate::fuzzing::hello(&b);
+        }
+    }
 }
