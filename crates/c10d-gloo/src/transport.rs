@@ -512,6 +512,16 @@ impl MeshBuilder<'_> {
             };
             if let Some(msg) = self.hello_problem(&head, &name) {
                 let _ = write_frame(&mut s, msg.as_bytes());
+                if name == self.spec.group_name && head.size == self.spec.size {
+                    // Our group and size but a rank that cannot connect to us (ours or lower,
+                    // out of range, already here): an impostor or a stray; the real rank may
+                    // still come. (Another group or size is a misconfigured job: fail now.)
+                    log::warn!(
+                        "{}",
+                        self.ctx(format!("dropping connection from {from}: {msg}"))
+                    );
+                    continue;
+                }
                 return Err(DistError::backend(self.ctx(msg)));
             }
             write_frame(&mut s, b"OK")?;

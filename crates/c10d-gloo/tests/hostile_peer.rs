@@ -261,3 +261,46 @@ fn random_hellos_are_dropped_and_the_members_connect() {
     all_reduce_each(&pgs, &ts);
     assert_eq!(f32s(&ts[1]), vec![3.0; 5]);
 }
+
+#[test]
+fn a_connection_claiming_a_taken_rank_is_refused_and_the_members_connect() {
+    // A connection with the group's name and size that claims rank 0 (the accepting rank's
+    // own): it gets the refusal naming the problem, rank 0 keeps accepting, the real rank 1
+    // joins and the group reduces correctly.
+    let store: Arc<dyn Store> = Arc::new(HashStore::new());
+    let s0 = store.clone();
+    let o = GlooOptions {
+        timeout: Duration::from_secs(30),
+        local_unix_sockets: false,
+        ..opts()
+    };
+    let o1 = o.clone();
+    let rank0 = std::thread::spawn(move || ProcessGroupGloo::new(s0, 0, 2, o).unwrap());
+    store
+        .wait_timeout(&["gloo/addr/0"], Duration::from_secs(30))
+        .unwrap();
+    let addr = String::from_utf8(store.get("gloo/addr/0").unwrap()).unwrap();
+    let mut s = TcpStream::connect(&addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let name = b"0";
+    let mut hello = HELLO_MAGIC.to_le_bytes().to_vec();
+    hello.extend_from_slice(&0u64.to_le_bytes()); // rank 0: the accepting rank's own
+    hello.extend_from_slice(&2u64.to_le_bytes());
+    hello.extend_from_slice(&(name.len() as u32).to_le_bytes());
+    hello.extend_from_slice(name);
+    s.write_all(&hello).unwrap();
+    let mut reply = Vec::new();
+    let _ = s.read_to_end(&mut reply);
+    let text = String::from_utf8_lossy(&reply[4.min(reply.len())..]).to_string();
+    assert!(
+        text.contains("unexpected connection claiming rank 0"),
+        "the impostor was told {text:?}"
+    );
+    let rank1 = ProcessGroupGloo::new(store, 1, 2, o1).unwrap();
+    let pgs = vec![rank0.join().unwrap(), rank1];
+    let ts: Vec<Tensor> = (0..2)
+        .map(|r| Tensor::from_vec(vec![(r + 1) as f32; 3]))
+        .collect();
+    all_reduce_each(&pgs, &ts);
+    assert_eq!(f32s(&ts[0]), vec![3.0; 3]);
+}
