@@ -381,16 +381,21 @@ fn install_wheel() -> Result<PathBuf, String> {
 
 /// PyTorch's generic distributed suite (`torch.testing._internal.distributed.distributed_test`)
 /// against "c10drs", WORLD_SIZE 3 unless set.
-fn pytorch_suite(extra: &[String]) -> Res {
-    let py = install_wheel()?;
-    run(Command::new(&py).args([
+/// The packages PyTorch's test utilities import (`expecttest`, `hypothesis`).
+fn install_test_helpers(py: &std::path::Path) -> Res {
+    run(Command::new(py).args([
         "-m",
         "pip",
         "install",
         "--quiet",
         "expecttest",
         "hypothesis",
-    ]))?;
+    ]))
+}
+
+fn pytorch_suite(extra: &[String]) -> Res {
+    let py = install_wheel()?;
+    install_test_helpers(&py)?;
     run(Command::new(&py)
         .arg("crates/c10d-python/suite/run_pytorch_suite.py")
         .args(extra)
@@ -406,14 +411,7 @@ fn pytorch_suite(extra: &[String]) -> Res {
 /// (`crates/c10d-python/suite/run_gloo_tests.py`).
 fn gloo_tests(extra: &[String]) -> Res {
     let py = install_wheel()?;
-    run(Command::new(&py).args([
-        "-m",
-        "pip",
-        "install",
-        "--quiet",
-        "expecttest",
-        "hypothesis",
-    ]))?;
+    install_test_helpers(&py)?;
     run(Command::new(&py)
         .arg("crates/c10d-python/suite/run_gloo_tests.py")
         .args(extra))

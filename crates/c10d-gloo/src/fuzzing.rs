@@ -47,3 +47,15 @@ pub fn hello(bytes: &[u8]) {
         assert!(name == "g" && head.size == 4 && (1..4).contains(&head.rank));
     }
 }
+
+/// A seeded xorshift64* generator: the bounded runs of the checks above draw the same inputs
+/// on every run.
+#[cfg(test)]
+pub(crate) fn seeded(mut x: u64) -> impl FnMut() -> u64 {
+    move || {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+}

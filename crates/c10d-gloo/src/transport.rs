@@ -759,13 +759,7 @@ mod fuzz_bounded {
     /// length) followed by random bytes.
     #[test]
     fn random_hellos_are_read_or_refused() {
-        let mut x: u64 = 0x4E11_0C10_D026_0001;
-        let mut next = || {
-            x ^= x >> 12;
-            x ^= x << 25;
-            x ^= x >> 27;
-            x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-        };
+        let mut next = crate::fuzzing::seeded(0x4E11_0C10_D026_0001);
         for i in 0..100_000 {
             let len = (next() % 65) as usize;
             let mut b: Vec<u8> = (0..len).map(|_| next() as u8).collect();

@@ -149,13 +149,7 @@ mod fuzz_bounded {
     /// them with a valid magic (so the fields behind it are reached).
     #[test]
     fn random_headers_decode_or_are_refused() {
-        let mut x: u64 = 0x6C0F_F00D_0000_0026;
-        let mut next = || {
-            x ^= x >> 12;
-            x ^= x << 25;
-            x ^= x >> 27;
-            x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-        };
+        let mut next = crate::fuzzing::seeded(0x6C0F_F00D_0000_0026);
         let mut b = [0u8; super::HDR];
         for i in 0..200_000 {
             for c in b.chunks_mut(8) {

@@ -220,11 +220,13 @@ fn random_frames_end_the_op_cleanly() {
     );
 }
 
-#[test]
-fn random_hellos_are_dropped_and_the_members_connect() {
-    // 100 connections to rank 0 that send random bytes (random lengths, some starting with the
-    // hello magic and a random rank, size and name length): each is dropped without failing
-    // the set-up, and the real rank 1 then joins.
+/// Rank 0 of a group of 2 accepting on a thread (TCP, 30 s), a function that joins the real
+/// rank 1, and rank 0's address for strangers to connect to first.
+fn rank0_accepting() -> (
+    std::thread::JoinHandle<Arc<ProcessGroupGloo>>,
+    impl FnOnce() -> Arc<ProcessGroupGloo>,
+    String,
+) {
     let store: Arc<dyn Store> = Arc::new(HashStore::new());
     let s0 = store.clone();
     let o = GlooOptions {
@@ -238,6 +240,16 @@ fn random_hellos_are_dropped_and_the_members_connect() {
         .wait_timeout(&["gloo/addr/0"], Duration::from_secs(30))
         .unwrap();
     let addr = String::from_utf8(store.get("gloo/addr/0").unwrap()).unwrap();
+    let join1 = move || ProcessGroupGloo::new(store, 1, 2, o1).unwrap();
+    (rank0, join1, addr)
+}
+
+#[test]
+fn random_hellos_are_dropped_and_the_members_connect() {
+    // 100 connections to rank 0 that send random bytes (random lengths, some starting with the
+    // hello magic and a random rank, size and name length): each is dropped without failing
+    // the set-up, and the real rank 1 then joins.
+    let (rank0, join1, addr) = rank0_accepting();
     let mut rng = Rng(0x0000_4E11_0C10_D026);
     for _ in 0..100 {
         let mut s = TcpStream::connect(&addr).unwrap();
@@ -253,7 +265,7 @@ fn random_hellos_are_dropped_and_the_members_connect() {
         let _ = s.write_all(&b);
         let _ = s.shutdown(std::net::Shutdown::Write);
     }
-    let rank1 = ProcessGroupGloo::new(store, 1, 2, o1).unwrap();
+    let rank1 = join1();
     let pgs = vec![rank0.join().unwrap(), rank1];
     let ts: Vec<Tensor> = (0..2)
         .map(|r| Tensor::from_vec(vec![(r + 1) as f32; 5]))
@@ -267,19 +279,7 @@ fn a_connection_claiming_a_taken_rank_is_refused_and_the_members_connect() {
     // A connection with the group's name and size that claims rank 0 (the accepting rank's
     // own): it gets the refusal naming the problem, rank 0 keeps accepting, the real rank 1
     // joins and the group reduces correctly.
-    let store: Arc<dyn Store> = Arc::new(HashStore::new());
-    let s0 = store.clone();
-    let o = GlooOptions {
-        timeout: Duration::from_secs(30),
-        local_unix_sockets: false,
-        ..opts()
-    };
-    let o1 = o.clone();
-    let rank0 = std::thread::spawn(move || ProcessGroupGloo::new(s0, 0, 2, o).unwrap());
-    store
-        .wait_timeout(&["gloo/addr/0"], Duration::from_secs(30))
-        .unwrap();
-    let addr = String::from_utf8(store.get("gloo/addr/0").unwrap()).unwrap();
+    let (rank0, join1, addr) = rank0_accepting();
     let mut s = TcpStream::connect(&addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let name = b"0";
@@ -296,7 +296,7 @@ fn a_connection_claiming_a_taken_rank_is_refused_and_the_members_connect() {
         text.contains("unexpected connection claiming rank 0"),
         "the impostor was told {text:?}"
     );
-    let rank1 = ProcessGroupGloo::new(store, 1, 2, o1).unwrap();
+    let rank1 = join1();
     let pgs = vec![rank0.join().unwrap(), rank1];
     let ts: Vec<Tensor> = (0..2)
         .map(|r| Tensor::from_vec(vec![(r + 1) as f32; 3]))
