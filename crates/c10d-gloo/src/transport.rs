@@ -703,13 +703,10 @@ fn read_frame(s: &mut Conn) -> std::io::Result<Vec<u8>> {
             c10d_store::auth::SECRET_FILE_ENV
         )));
     }
-    if l[0] == 0x15 && l[1] == 0x03 {
-        // A TLS alert (record type 21, version 3.x): the peer speaks TLS only.
+    if c10d_store::tls::is_tls_alert(&l) {
         return Err(std::io::Error::other(format!(
-            "the peer requires TLS: set {}, {} and {} to the job's files",
-            c10d_store::tls::CERT_FILE_ENV,
-            c10d_store::tls::KEY_FILE_ENV,
-            c10d_store::tls::CA_FILE_ENV
+            "the peer {}",
+            c10d_store::tls::requires_tls()
         )));
     }
     let n = u32::from_le_bytes(l) as usize;

@@ -18,6 +18,22 @@ use std::time::{Duration, Instant};
 const HELLO_MAGIC: u32 = 0x61F0_C10D;
 const HDR: usize = 64;
 
+/// The head of a mesh hello: magic, rank, group size, length of the group name.
+fn hello_head(rank: u64, size: u64, name_len: u32) -> Vec<u8> {
+    let mut h = HELLO_MAGIC.to_le_bytes().to_vec();
+    h.extend_from_slice(&rank.to_le_bytes());
+    h.extend_from_slice(&size.to_le_bytes());
+    h.extend_from_slice(&name_len.to_le_bytes());
+    h
+}
+
+/// A whole hello: its head, then the group name.
+fn hello(rank: u64, size: u64, name: &[u8]) -> Vec<u8> {
+    let mut h = hello_head(rank, size, name.len() as u32);
+    h.extend_from_slice(name);
+    h
+}
+
 /// Turns the header rank 0 sent into rank 1's bad answer, and sends it.
 type BadAnswer = Box<dyn FnOnce(&mut [u8; HDR], &mut TcpStream)>;
 
@@ -37,14 +53,7 @@ fn group_with_a_raw_rank1() -> (Arc<ProcessGroupGloo>, TcpStream) {
     let addr = String::from_utf8(store.get("gloo/addr/0").unwrap()).unwrap();
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let name = b"0";
-    let mut hello = Vec::new();
-    hello.extend_from_slice(&HELLO_MAGIC.to_le_bytes());
-    hello.extend_from_slice(&1u64.to_le_bytes());
-    hello.extend_from_slice(&2u64.to_le_bytes());
-    hello.extend_from_slice(&(name.len() as u32).to_le_bytes());
-    hello.extend_from_slice(name);
-    s.write_all(&hello).unwrap();
+    s.write_all(&hello(1, 2, b"0")).unwrap();
     let mut reply = [0u8; 6];
     s.read_exact(&mut reply).unwrap();
     assert_eq!(&reply[4..], b"OK");
@@ -255,10 +264,8 @@ fn random_hellos_are_dropped_and_the_members_connect() {
         let mut s = TcpStream::connect(&addr).unwrap();
         let mut b: Vec<u8> = (0..rng.below(40)).map(|_| rng.next() as u8).collect();
         if rng.below(2) == 0 {
-            let mut h = HELLO_MAGIC.to_le_bytes().to_vec();
-            h.extend_from_slice(&(2 + rng.below(1 << 20)).to_le_bytes()); // no such rank
-            h.extend_from_slice(&rng.next().to_le_bytes());
-            h.extend_from_slice(&(rng.next() as u32).to_le_bytes());
+            // No such rank, any size and name length.
+            let mut h = hello_head(2 + rng.below(1 << 20), rng.next(), rng.next() as u32);
             h.append(&mut b);
             b = h;
         }
@@ -282,13 +289,8 @@ fn a_connection_claiming_a_taken_rank_is_refused_and_the_members_connect() {
     let (rank0, join1, addr) = rank0_accepting();
     let mut s = TcpStream::connect(&addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let name = b"0";
-    let mut hello = HELLO_MAGIC.to_le_bytes().to_vec();
-    hello.extend_from_slice(&0u64.to_le_bytes()); // rank 0: the accepting rank's own
-    hello.extend_from_slice(&2u64.to_le_bytes());
-    hello.extend_from_slice(&(name.len() as u32).to_le_bytes());
-    hello.extend_from_slice(name);
-    s.write_all(&hello).unwrap();
+    // Rank 0: the accepting rank's own.
+    s.write_all(&hello(0, 2, b"0")).unwrap();
     let mut reply = Vec::new();
     let _ = s.read_to_end(&mut reply);
     let text = String::from_utf8_lossy(&reply[4.min(reply.len())..]).to_string();

@@ -27,6 +27,7 @@ Exit status 0 when every test in scope that passes on Gloo passes on "c10drs".
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import subprocess
@@ -59,11 +60,9 @@ def out_of_scope(test_id: str) -> str:
     return ""
 
 
-class _Counter:
-    """Names the groups the tests make: the n-th of a process is "c10drs_suite_n" on every
-    rank (ranks make their groups in the same order)."""
-
-    n = 0
+#: Names the groups the tests make: the n-th of a process is "c10drs_suite_n" on every rank
+#: (ranks make their groups in the same order).
+_GROUP_NUMBERS = itertools.count(1)
 
 
 def _timeout_of(opts_or_timeout: Any) -> timedelta:
@@ -97,8 +96,7 @@ def _replace_gloo_constructor() -> None:
             o.group_rank = rank
             o.group_size = size
             o.timeout = _timeout_of(timeout if timeout is not None else opts)
-            _Counter.n += 1
-            o.group_id = f"c10drs_suite_{_Counter.n}"
+            o.group_id = f"c10drs_suite_{next(_GROUP_NUMBERS)}"
             o.global_ranks_in_group = list(range(size))
             return c10d_rs.create_backend(o, None)
 

@@ -12,7 +12,7 @@
 #[path = "../tests/netns/mod.rs"]
 mod netns;
 use netns::Hosts;
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
 const BENCH: &str = env!("CARGO_BIN_EXE_c10d-bench");
 
@@ -20,9 +20,10 @@ const BENCH: &str = env!("CARGO_BIN_EXE_c10d-bench");
 fn job(hosts: &Hosts, port: u16, bytes: &str, env: &[(&str, String)]) -> Vec<Output> {
     let kids: Vec<_> = (0..2)
         .map(|r| {
-            Command::new("ip")
-                .args(["netns", "exec", &hosts.names[r], BENCH, "all_reduce"])
+            hosts
+                .rank_command(r, BENCH, r, 2, 1, port)
                 .args([
+                    "all_reduce",
                     "-b",
                     bytes,
                     "-e",
@@ -31,18 +32,9 @@ fn job(hosts: &Hosts, port: u16, bytes: &str, env: &[(&str, String)]) -> Vec<Out
                     "20",
                     "-w",
                     "3",
-                    "--timeout",
-                    "120",
                 ])
-                .env("RANK", r.to_string())
-                .env("LOCAL_RANK", "0")
-                .env("WORLD_SIZE", "2")
-                .env("LOCAL_WORLD_SIZE", "1")
-                .env("MASTER_ADDR", hosts.addr(0))
-                .env("MASTER_PORT", port.to_string())
+                .args(["--timeout", "120"])
                 .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
                 .spawn()
                 .expect("spawn c10d-bench")
         })
@@ -80,12 +72,8 @@ fn main() {
         println!("tls_netns: benchmark");
         return;
     }
-    let hosts = match Hosts::new("tlsbench", 7) {
-        Ok(h) => h,
-        Err(why) => {
-            println!("tls_netns: skipped: cannot make network namespaces ({why})");
-            return;
-        }
+    let Some(hosts) = Hosts::or_skip("tlsbench", 7) else {
+        return;
     };
     let rounds: usize = std::env::var("TLS_BENCH_ROUNDS")
         .ok()

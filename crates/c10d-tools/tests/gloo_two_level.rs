@@ -6,7 +6,7 @@
 
 mod netns;
 use netns::Hosts;
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
 const BENCH: &str = env!("CARGO_BIN_EXE_c10d-bench");
 
@@ -16,21 +16,12 @@ const BENCH: &str = env!("CARGO_BIN_EXE_c10d-bench");
 fn job(hosts: &Hosts, port: u16, args: &[&str], env: &[(&str, &str)]) -> Vec<Output> {
     let kids: Vec<_> = (0..4)
         .map(|r| {
-            let h = r / 2;
-            Command::new("ip")
-                .args(["netns", "exec", &hosts.names[h], BENCH])
+            hosts
+                .rank_command(r / 2, BENCH, r, 4, 2, port)
                 .args(args)
                 .args(["--timeout", "60"])
-                .env("RANK", r.to_string())
-                .env("LOCAL_RANK", (r % 2).to_string())
-                .env("WORLD_SIZE", "4")
-                .env("LOCAL_WORLD_SIZE", "2")
-                .env("MASTER_ADDR", hosts.addr(0))
-                .env("MASTER_PORT", port.to_string())
                 .env("RUST_LOG", "c10d_gloo=info")
                 .envs(env.iter().copied())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
                 .spawn()
                 .expect("spawn c10d-bench")
         })
@@ -70,12 +61,8 @@ fn check(outs: &[Output], what: &str, host_map: &str) {
 
 #[test]
 fn all_reduce_across_two_hosts_is_two_level_and_exact() {
-    let hosts = match Hosts::new("twolevel", 3) {
-        Ok(h) => h,
-        Err(why) => {
-            println!("skipped: cannot make network namespaces ({why})");
-            return;
-        }
+    let Some(hosts) = Hosts::or_skip("twolevel", 3) else {
+        return;
     };
     let sizes = ["-b", "4K", "-e", "2M", "-f", "8", "-n", "3", "-w", "1"];
     let cma = "two-level all_reduce over 2 hosts of 2 ranks (cross-memory attach inside hosts)";
@@ -94,12 +81,8 @@ fn all_reduce_across_two_hosts_is_two_level_and_exact() {
 fn all_reduce_across_two_hosts_over_tls_is_exact() {
     // The job's store and every TCP connection between the hosts are encrypted (C10D_TLS_*);
     // inside a host the ranks still share memory.
-    let hosts = match Hosts::new("twoleveltls", 4) {
-        Ok(h) => h,
-        Err(why) => {
-            println!("skipped: cannot make network namespaces ({why})");
-            return;
-        }
+    let Some(hosts) = Hosts::or_skip("twoleveltls", 4) else {
+        return;
     };
     let dir = tempfile::tempdir().unwrap();
     let f = c10d_store::tls::create_job_files(dir.path()).unwrap();
@@ -141,18 +124,8 @@ fn all_reduce_across_two_hosts_over_tls_is_exact() {
 fn plain_rank_fails(hosts: &Hosts, port: u16, args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut kids: Vec<_> = (0..4)
         .map(|r| {
-            let mut c = Command::new("ip");
-            c.args(["netns", "exec", &hosts.names[r / 2], BENCH])
-                .args(args)
-                .args(["--timeout", "30"])
-                .env("RANK", r.to_string())
-                .env("LOCAL_RANK", (r % 2).to_string())
-                .env("WORLD_SIZE", "4")
-                .env("LOCAL_WORLD_SIZE", "2")
-                .env("MASTER_ADDR", hosts.addr(0))
-                .env("MASTER_PORT", port.to_string())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped());
+            let mut c = hosts.rank_command(r / 2, BENCH, r, 4, 2, port);
+            c.args(args).args(["--timeout", "30"]);
             if r != 3 {
                 c.envs(env.iter().copied());
             }

@@ -108,30 +108,41 @@ fn assert_every_attempt_ran(out: &Output, fails: u32) {
     }
 }
 
+/// Test `name` of this binary, re-run as the 2 workers of a standalone c10drun job with the
+/// launcher options `opts` and the workers' `envs` (the child marker and `fails` added), until
+/// it ends or `limit` passes.
+fn standalone_job(
+    name: &str,
+    opts: &[&str],
+    fails: u32,
+    envs: &[(&str, &str)],
+    limit: Duration,
+) -> Output {
+    let exe = std::env::current_exe().unwrap();
+    let args = [
+        &["--standalone", "--nproc-per-node", "2"][..],
+        opts,
+        &["--no-python"],
+    ]
+    .concat();
+    let test = [exe.to_str().unwrap(), name, "--exact", "--nocapture"];
+    let fails = fails.to_string();
+    let envs = [&[(CHILD, "1"), (FAILS, fails.as_str())][..], envs].concat();
+    spawn(&c10drun(), &[&args[..], &test].concat(), &envs).finish(limit)
+}
+
 #[test]
 fn ten_restarts_in_a_row_each_rendezvous_afresh() {
     if is_child() {
         return;
     }
-    let exe = std::env::current_exe().unwrap();
-    let exe = exe.to_str().unwrap();
-    let out = spawn(
-        &c10drun(),
-        &[
-            "--standalone",
-            "--nproc-per-node",
-            "2",
-            "--max-restarts",
-            "10",
-            "--no-python",
-            exe,
-            "ten_restarts_in_a_row_each_rendezvous_afresh",
-            "--exact",
-            "--nocapture",
-        ],
-        &[(CHILD, "1"), (FAILS, "10")],
-    )
-    .finish(Duration::from_secs(240));
+    let out = standalone_job(
+        "ten_restarts_in_a_row_each_rendezvous_afresh",
+        &["--max-restarts", "10"],
+        10,
+        &[],
+        Duration::from_secs(240),
+    );
     assert_eq!(out.code, Some(0), "{out}");
     assert_every_attempt_ran(&out, 10);
     assert!(
@@ -204,26 +215,14 @@ fn a_job_with_a_secret_file_authenticates_end_to_end() {
     let dir = tempfile::tempdir().unwrap();
     let secret = dir.path().join("secret");
     c10d_store::AuthSecret::create_file(&secret).unwrap();
-    let exe = std::env::current_exe().unwrap();
-    let name = "a_job_with_a_secret_file_authenticates_end_to_end";
     let run = || {
-        spawn(
-            &c10drun(),
-            &[
-                "--standalone",
-                "--nproc-per-node",
-                "2",
-                "--auth-secret-file",
-                secret.to_str().unwrap(),
-                "--no-python",
-                exe.to_str().unwrap(),
-                name,
-                "--exact",
-                "--nocapture",
-            ],
-            &[(CHILD, "1"), (FAILS, "0")],
+        standalone_job(
+            "a_job_with_a_secret_file_authenticates_end_to_end",
+            &["--auth-secret-file", secret.to_str().unwrap()],
+            0,
+            &[],
+            Duration::from_secs(120),
         )
-        .finish(Duration::from_secs(120))
     };
     let out = run();
     assert_eq!(out.code, Some(0), "{out}");
@@ -247,38 +246,24 @@ fn a_job_over_tls_runs_and_restarts() {
     }
     let dir = tempfile::tempdir().unwrap();
     let f = c10d_store::tls::create_job_files(&dir.path().join("tls")).unwrap();
-    let exe = std::env::current_exe().unwrap();
-    let name = "a_job_over_tls_runs_and_restarts";
     let (cert, key, ca) = (
         f.cert.display().to_string(),
         f.key.display().to_string(),
         f.ca.display().to_string(),
     );
-    let out = spawn(
-        &c10drun(),
+    let out = standalone_job(
+        "a_job_over_tls_runs_and_restarts",
+        &["--max-restarts", "1"],
+        1,
         &[
-            "--standalone",
-            "--nproc-per-node",
-            "2",
-            "--max-restarts",
-            "1",
-            "--no-python",
-            exe.to_str().unwrap(),
-            name,
-            "--exact",
-            "--nocapture",
-        ],
-        &[
-            (CHILD, "1"),
-            (FAILS, "1"),
             (CHECK_TLS, "1"),
             ("C10D_GLOO_TCP_ONLY", "1"),
             ("C10D_TLS_CERT_FILE", &cert),
             ("C10D_TLS_KEY_FILE", &key),
             ("C10D_TLS_CA_FILE", &ca),
         ],
-    )
-    .finish(Duration::from_secs(120));
+        Duration::from_secs(120),
+    );
     assert_eq!(out.code, Some(0), "{out}");
     assert_every_attempt_ran(&out, 1);
 }

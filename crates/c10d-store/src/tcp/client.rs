@@ -275,14 +275,11 @@ impl Client {
         let mut r = [0u8; 4];
         self.read_exact(&mut r)?;
         let got = u32::from_le_bytes(r);
-        if r[0] == 0x15 && r[1] == 0x03 {
-            // A TLS alert (record type 21, version 3.x): the server speaks TLS only.
+        if crate::tls::is_tls_alert(&r) {
             return Err(DistError::network(format!(
-                "the store at {} requires TLS: set {}, {} and {} to the job's files",
+                "the store at {} {}",
                 self.desc,
-                crate::tls::CERT_FILE_ENV,
-                crate::tls::KEY_FILE_ENV,
-                crate::tls::CA_FILE_ENV
+                crate::tls::requires_tls()
             )));
         }
         if auth::is_challenge(&r) {

@@ -66,6 +66,19 @@ impl fmt::Debug for TlsConfig {
     }
 }
 
+/// Whether `first` (at least 2 bytes of a reply) opens a TLS alert record (type 21, version
+/// 3.x): the peer speaks TLS only and refused our plain bytes.
+pub fn is_tls_alert(first: &[u8]) -> bool {
+    first.len() >= 2 && first[0] == 0x15 && first[1] == 0x03
+}
+
+/// What to tell a plain client that met a TLS peer: "requires TLS: set … to the job's files".
+pub fn requires_tls() -> String {
+    format!(
+        "requires TLS: set {CERT_FILE_ENV}, {KEY_FILE_ENV} and {CA_FILE_ENV} to the job's files"
+    )
+}
+
 /// Two configurations are equal when they are the same one (clones of one `from_files` /
 /// `from_pem`) expecting the same name.
 impl PartialEq for TlsConfig {

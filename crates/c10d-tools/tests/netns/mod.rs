@@ -69,6 +69,44 @@ impl Hosts {
         Ok(h)
     }
 
+    /// [`Hosts::new`], or `None` after printing why the caller skips (not root, no `ip netns`).
+    #[allow(dead_code)]
+    pub fn or_skip(tag: &str, subnet: u8) -> Option<Hosts> {
+        match Hosts::new(tag, subnet) {
+            Ok(h) => Some(h),
+            Err(why) => {
+                println!("skipped: cannot make network namespaces ({why})");
+                None
+            }
+        }
+    }
+
+    /// `program` run on host `h` as rank `rank` of an env:// job of `world` ranks,
+    /// `local_world` per host, whose store listens on host 0's address at `port` (a fixed port
+    /// is safe there: the namespace exists only for its test). Output piped.
+    #[allow(dead_code)]
+    pub fn rank_command(
+        &self,
+        h: usize,
+        program: &str,
+        rank: usize,
+        world: usize,
+        local_world: usize,
+        port: u16,
+    ) -> std::process::Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.names[h], program])
+            .env("RANK", rank.to_string())
+            .env("LOCAL_RANK", (rank % local_world).to_string())
+            .env("WORLD_SIZE", world.to_string())
+            .env("LOCAL_WORLD_SIZE", local_world.to_string())
+            .env("MASTER_ADDR", self.addr(0))
+            .env("MASTER_PORT", port.to_string())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        c
+    }
+
     /// The address of host `i` (0 or 1) on the veth link.
     pub fn addr(&self, i: usize) -> String {
         format!("10.231.{}.{}", self.subnet, i + 1)
