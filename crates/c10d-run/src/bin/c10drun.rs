@@ -63,6 +63,10 @@ mod agent;
 mod attempt;
 #[path = "c10drun/cli.rs"]
 mod cli;
+#[path = "c10drun/elastic.rs"]
+mod elastic;
+#[path = "c10drun/elastic_job.rs"]
+mod elastic_job;
 #[path = "c10drun/output.rs"]
 mod output;
 #[path = "c10drun/report.rs"]
@@ -78,6 +82,8 @@ use c10d_store::tcp::{ServerOptions, TcpStoreServer};
 use c10d_store::Store;
 use clap::Parser;
 use cli::{Args, Config, HostMode};
+use elastic::Elastic;
+use elastic_job::run_elastic;
 use report::Tail;
 use std::io::Write;
 use std::os::unix::process::ExitStatusExt;
@@ -162,11 +168,21 @@ enum StopReason {
     Signal(i32),
     /// The store stopped answering (why).
     StoreLost(String),
+    /// Elastic: a node joined or was lost (why).
+    Membership(String),
 }
 
 /// Where this node stands in the job.
 struct Ctx<'a> {
     cfg: &'a Config,
+    /// The attempt (elastic: the round) the workers run in.
+    attempt: u32,
+    /// Nodes in this attempt.
+    nnodes: usize,
+    /// Restarts after failures so far (`TORCHELASTIC_RESTART_COUNT`).
+    restarts: u32,
+    /// Elastic: what the watcher of the round watches.
+    watch: Option<elastic::RoundWatch>,
     node_rank: usize,
     master_addr: String,
     port: u16,
@@ -289,12 +305,22 @@ fn run(cfg: &Config) -> Result<i32, String> {
     let keys = AgentKeys::new(&cfg.run_id);
     let hosting = server.is_some();
     let mut store = connect_store(cfg, hosting, port)?;
+    if let (Some(conf), Some(s)) = (cfg.elastic, store.as_mut()) {
+        let el = Elastic::start(
+            s,
+            &keys,
+            conf,
+            (cfg.min_nodes, cfg.nnodes),
+            cfg.rdzv_timeout,
+        )?;
+        return run_elastic(cfg, &el, server, port, store, &logs);
+    }
 
     let mut node_rank = cfg.node_rank;
     let mut attempt: u32 = 0;
     loop {
         // 2. A restart's workers get an empty store of their own (see `worker_store`).
-        let fresh = worker_store::prepare(attempt, hosting, &mut store, &keys)?;
+        let fresh = worker_store::prepare(attempt, hosting, store.as_mut(), &keys)?;
         // 3. Rendezvous: every node's agent joined this attempt before any worker starts.
         if let Some(s) = store.as_mut() {
             let idx =
@@ -305,6 +331,10 @@ fn run(cfg: &Config) -> Result<i32, String> {
         }
         let ctx = Ctx {
             cfg,
+            attempt,
+            nnodes: cfg.nnodes,
+            restarts: attempt,
+            watch: None,
             node_rank: node_rank.unwrap_or(0),
             master_addr: cfg.store_host.clone(),
             port: worker_store::port(attempt, fresh.as_ref(), port, &mut store, &keys)?,
@@ -315,7 +345,7 @@ fn run(cfg: &Config) -> Result<i32, String> {
         let Some(reason) = stop else {
             if let Some(s) = store.as_mut() {
                 // Exit barrier: the hosting node keeps the store up until every node is done.
-                if let Err(msg) = exit_barrier(s, &keys, cfg.nnodes, cfg.rdzv_timeout) {
+                if let Err(msg) = exit_barrier(s, &keys, attempt, cfg.nnodes, cfg.rdzv_timeout) {
                     say(&format!("exit barrier: {msg}"));
                 }
             }
@@ -356,6 +386,12 @@ fn host_store(cfg: &Config) -> Result<Option<TcpStoreServer>, String> {
         HostMode::No => false,
         HostMode::Try => is_local(&cfg.store_host),
     };
+    if !host_it && cfg.store_port == 0 {
+        return Err(format!(
+            "port 0 (pick a free port) needs the node that hosts the store, and {} is not an address of this machine",
+            cfg.store_host
+        ));
+    }
     if !host_it {
         return Ok(None);
     }
@@ -411,7 +447,7 @@ fn finish_failed(
     if let StopReason::StoreLost(_) = reason {
     } else if let Some(s) = store.as_mut() {
         if !hosting {
-            let done = ctx.keys.done();
+            let done = ctx.keys.done(ctx.attempt);
             if let Err(e) = s.bounded("the exit barrier", Duration::ZERO, move |st| {
                 st.add(&done, 1)
             }) {
@@ -432,7 +468,7 @@ fn finish_failed(
         if let Some(s) = store.as_mut() {
             // Give the other agents a moment to read the failure before the store goes away.
             let grace = cfg.stop_timeout + Duration::from_secs(5);
-            if let Err(msg) = exit_barrier(s, &ctx.keys, cfg.nnodes, grace) {
+            if let Err(msg) = exit_barrier(s, &ctx.keys, ctx.attempt, ctx.nnodes, grace) {
                 say(&format!("exit barrier: {msg}"));
             }
         }
@@ -448,16 +484,17 @@ fn finish_failed(
 fn exit_barrier(
     s: &mut AgentStore,
     keys: &AgentKeys,
+    attempt: u32,
     nnodes: usize,
     timeout: Duration,
 ) -> Result<(), String> {
-    let done = keys.done();
+    let done = keys.done(attempt);
     let n = s
         .bounded("the exit barrier", Duration::ZERO, move |st| {
             st.add(&done, 1)
         })
         .map_err(|e| agent::fail_text(&e))?;
-    let finished = keys.finished();
+    let finished = keys.finished(attempt);
     if n as usize >= nnodes {
         return s
             .bounded("the exit barrier", Duration::ZERO, move |st| {

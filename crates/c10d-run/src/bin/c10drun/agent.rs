@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Keys in the store used by the agents (never clash with PyTorch's keys).
+#[derive(Clone)]
 pub struct AgentKeys {
     prefix: String,
 }
@@ -32,11 +33,48 @@ impl AgentKeys {
     pub fn worker_port(&self, attempt: u32) -> String {
         format!("{}/a{attempt}/worker_port", self.prefix)
     }
-    pub fn done(&self) -> String {
-        format!("{}/done", self.prefix)
+    /// The exit barrier of `attempt`: nodes done, and the mark the last one sets.
+    pub fn done(&self, attempt: u32) -> String {
+        format!("{}/a{attempt}/done", self.prefix)
     }
-    pub fn finished(&self) -> String {
-        format!("{}/finished", self.prefix)
+    pub fn finished(&self, attempt: u32) -> String {
+        format!("{}/a{attempt}/finished", self.prefix)
+    }
+    /// Elastic: who joined round `attempt` `i`-th (the node's sequence number).
+    pub fn member(&self, attempt: u32, i: usize) -> String {
+        format!("{}/a{attempt}/member/{i}", self.prefix)
+    }
+    /// Elastic: the number of nodes round `attempt` closed with.
+    pub fn closed(&self, attempt: u32) -> String {
+        format!("{}/a{attempt}/closed", self.prefix)
+    }
+    /// Elastic: nodes that arrived after round `attempt` closed and want in.
+    pub fn waiting(&self, attempt: u32) -> String {
+        format!("{}/a{attempt}/waiting", self.prefix)
+    }
+    /// Elastic: the number of nodes round `attempt` is expected to gather.
+    pub fn expected(&self, attempt: u32) -> String {
+        format!("{}/a{attempt}/expected", self.prefix)
+    }
+    /// Elastic: why round `attempt` ended with a membership change.
+    pub fn change(&self, attempt: u32) -> String {
+        format!("{}/a{attempt}/change", self.prefix)
+    }
+    /// Elastic: the counter that numbers nodes in order of their first arrival.
+    pub fn node_seq(&self) -> String {
+        format!("{}/node_seq", self.prefix)
+    }
+    /// Elastic: node `seq`'s description (host and pid), for messages.
+    pub fn node(&self, seq: i64) -> String {
+        format!("{}/node/{seq}", self.prefix)
+    }
+    /// Elastic: node `seq`'s keep-alive counter.
+    pub fn keep_alive(&self, seq: i64) -> String {
+        format!("{}/keep_alive/{seq}", self.prefix)
+    }
+    /// Elastic: set once the job ended for good (why).
+    pub fn job_closed(&self) -> String {
+        format!("{}/job_closed", self.prefix)
     }
 }
 
@@ -119,6 +157,51 @@ impl AgentStore {
         Err(StoreFail::Lost(res))
     }
 
+    /// `add`, bounded; errors as text.
+    pub fn add(&mut self, key: &str, delta: i64) -> Result<i64, String> {
+        let k = key.to_string();
+        self.bounded("add", Duration::ZERO, move |st| st.add(&k, delta))
+            .map_err(|e| fail_text(&e))
+    }
+
+    /// `set`, bounded; errors as text.
+    pub fn set(&mut self, key: &str, value: &[u8]) -> Result<(), String> {
+        let (k, v) = (key.to_string(), value.to_vec());
+        self.bounded("set", Duration::ZERO, move |st| st.set(&k, &v))
+            .map_err(|e| fail_text(&e))
+    }
+
+    /// The value of `key`, `None` when it does not exist; bounded, errors as text.
+    pub fn try_get(&mut self, key: &str) -> Result<Option<Vec<u8>>, String> {
+        let k = key.to_string();
+        self.bounded("get", Duration::ZERO, move |st| {
+            if st.check(&[k.as_str()])? {
+                st.get(&k).map(Some)
+            } else {
+                Ok(None)
+            }
+        })
+        .map_err(|e| fail_text(&e))
+    }
+
+    /// `compare_set(key, "", value)`: the value that won; bounded, errors as text.
+    pub fn set_once(&mut self, key: &str, value: &[u8]) -> Result<Vec<u8>, String> {
+        let (k, v) = (key.to_string(), value.to_vec());
+        self.bounded("compare_set", Duration::ZERO, move |st| {
+            st.compare_set(&k, b"", &v)
+        })
+        .map_err(|e| fail_text(&e))
+    }
+
+    /// The values of `keys` (each waited for up to the deadline); bounded, errors as text.
+    pub fn get_all(&mut self, keys: Vec<String>) -> Result<Vec<Vec<u8>>, String> {
+        self.bounded("multi_get", Duration::ZERO, move |st| {
+            let k: Vec<&str> = keys.iter().map(String::as_str).collect();
+            st.multi_get(&k)
+        })
+        .map_err(|e| fail_text(&e))
+    }
+
     /// A second connection for the failure watcher.
     pub fn clone_conn(&self) -> Result<Arc<dyn Store>, String> {
         let s = self
@@ -187,6 +270,8 @@ pub fn fail_text(e: &StoreFail) -> String {
 pub enum Remote {
     /// Another node published a failure (its message).
     Failure(String),
+    /// Elastic: the round ended with a membership change (why).
+    Membership(String),
     /// The store stopped answering.
     Lost(String),
 }

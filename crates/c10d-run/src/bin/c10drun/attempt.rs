@@ -4,6 +4,7 @@
 //! period).
 
 use super::agent::{self, AgentStore, Remote};
+use super::elastic;
 use super::output::{pump, Sink};
 use super::report::{describe_status, signal_name, Tail};
 use super::{publish_failure, say, Ctx, LogDir, StopReason, Worker, PENDING_SIGNAL};
@@ -40,7 +41,7 @@ pub(super) fn run_attempt(
         let rank = ctx.node_rank * ctx.cfg.nproc + local_rank;
         let dir = logs.worker(attempt, local_rank)?;
         let error_file = dir.join("error.json");
-        let mut child = match worker_command(ctx, attempt, rank, local_rank, &error_file).spawn() {
+        let mut child = match worker_command(ctx, rank, local_rank, &error_file).spawn() {
             Ok(c) => c,
             Err(e) => {
                 return Err(abort_start(
@@ -88,15 +89,9 @@ pub(super) fn run_attempt(
 
 /// The worker's command: torchrun's environment, piped output, its own process group, and
 /// SIGKILL when the launcher dies.
-fn worker_command(
-    ctx: &Ctx,
-    attempt: u32,
-    rank: usize,
-    local_rank: usize,
-    error_file: &Path,
-) -> Command {
+fn worker_command(ctx: &Ctx, rank: usize, local_rank: usize, error_file: &Path) -> Command {
     let cfg = ctx.cfg;
-    let world_size = cfg.nnodes * cfg.nproc;
+    let world_size = ctx.nnodes * cfg.nproc;
     let mut cmd = Command::new(&cfg.argv[0]);
     cmd.args(&cfg.argv[1..])
         .env("RANK", rank.to_string())
@@ -104,14 +99,14 @@ fn worker_command(
         .env("WORLD_SIZE", world_size.to_string())
         .env("LOCAL_WORLD_SIZE", cfg.nproc.to_string())
         .env("GROUP_RANK", ctx.node_rank.to_string())
-        .env("GROUP_WORLD_SIZE", cfg.nnodes.to_string())
+        .env("GROUP_WORLD_SIZE", ctx.nnodes.to_string())
         .env("ROLE_RANK", rank.to_string())
         .env("ROLE_NAME", &cfg.role)
         .env("ROLE_WORLD_SIZE", world_size.to_string())
         .env("MASTER_ADDR", &ctx.master_addr)
         .env("MASTER_PORT", ctx.port.to_string())
         .env("TORCHELASTIC_RUN_ID", &cfg.run_id)
-        .env("TORCHELASTIC_RESTART_COUNT", attempt.to_string())
+        .env("TORCHELASTIC_RESTART_COUNT", ctx.restarts.to_string())
         .env("TORCHELASTIC_MAX_RESTARTS", cfg.max_restarts.to_string())
         .env("TORCHELASTIC_USE_AGENT_STORE", "True")
         .env("TORCHELASTIC_ERROR_FILE", error_file)
@@ -245,7 +240,17 @@ fn start_watcher(
 ) -> (mpsc::Receiver<Remote>, Arc<AtomicBool>) {
     let (remote_tx, remote_rx) = mpsc::channel::<Remote>();
     let watcher_stop = Arc::new(AtomicBool::new(false));
-    if let Some(s) = store.as_ref() {
+    if let (Some(s), Some(w)) = (store.as_ref(), ctx.watch.as_ref()) {
+        match s.clone_conn() {
+            Ok(conn) => elastic::watch_round(conn, w.clone(), watcher_stop.clone(), remote_tx),
+            Err(e) => {
+                let _ = remote_tx.send(Remote::Lost(format!(
+                    "the store at {} is unreachable ({e})",
+                    s.addr
+                )));
+            }
+        }
+    } else if let Some(s) = store.as_ref() {
         // Its own connection: a client handle serves one request at a time, and this one blocks.
         match s.clone_conn() {
             Ok(conn) => agent::watch(
@@ -352,6 +357,12 @@ impl Supervisor<'_, '_> {
                     "another node failed ({msg}); stopping the workers of node {node}"
                 ));
                 StopReason::RemoteFailure(msg)
+            }
+            Ok(Remote::Membership(msg)) => {
+                say(&format!(
+                    "the membership changed ({msg}); stopping the workers of node {node} to re-rendezvous"
+                ));
+                StopReason::Membership(msg)
             }
             Ok(Remote::Lost(msg)) => {
                 say(&format!("{msg}; stopping the workers of node {node}"));

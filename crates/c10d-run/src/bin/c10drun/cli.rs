@@ -17,7 +17,7 @@ pub struct Args {
     /// Workers per node: a number, `cpu` (CPU cores), `gpu` (CUDA devices) or `auto`.
     #[arg(long = "nproc-per-node", alias = "nproc_per_node", default_value = "1")]
     pub nproc_per_node: String,
-    /// Number of nodes, `N` or `MIN:MAX` (MIN must equal MAX: no elastic membership yet).
+    /// Number of nodes, `N` or `MIN:MAX` (MIN < MAX: elastic, with `--rdzv-backend c10d`).
     #[arg(long, default_value = "1")]
     pub nnodes: String,
     /// Rank of this node, 0..nnodes (static rendezvous). Node 0 hosts the store.
@@ -40,8 +40,9 @@ pub struct Args {
     #[arg(long = "rdzv-endpoint", alias = "rdzv_endpoint")]
     pub rdzv_endpoint: Option<String>,
     /// `key=value,...`: join_timeout / timeout (s, rendezvous), read_timeout (s, bound of every
-    /// agent store operation, default 10), is_host (c10d), last_call_timeout / close_timeout /
-    /// keep_alive_interval / keep_alive_max_attempt / use_libuv (accepted, no effect).
+    /// agent store operation, default 10), is_host (c10d); elastic (`--nnodes MIN:MAX`):
+    /// last_call_timeout (s, default 30), close_timeout (s, default 30), keep_alive_interval
+    /// (s, default 5), keep_alive_max_attempt (default 3); use_libuv (accepted, no effect).
     #[arg(long = "rdzv-conf", alias = "rdzv_conf", default_value = "")]
     pub rdzv_conf: String,
     /// One node, store on 127.0.0.1 with a free port, fresh run id (c10d rendezvous).
@@ -145,6 +146,26 @@ pub enum HostMode {
     Try,
 }
 
+/// The elastic rendezvous' timing (`--rdzv-conf`, torchrun's keys and defaults).
+#[derive(Debug, Clone, Copy)]
+pub struct ElasticConf {
+    /// After MIN nodes joined, how long a round waits for more before it closes.
+    pub last_call: Duration,
+    /// How long an agent whose job ended keeps the store up for the others to see it.
+    pub close: Duration,
+    /// How often each agent proves it is alive.
+    pub keep_alive_interval: Duration,
+    /// Missed keep-alives after which a node counts as lost.
+    pub keep_alive_max_attempt: u32,
+}
+
+impl ElasticConf {
+    /// How long a node's keep-alive may stay silent before it counts as lost.
+    pub fn lost_after(&self) -> Duration {
+        self.keep_alive_interval * self.keep_alive_max_attempt
+    }
+}
+
 /// Where a worker stream goes besides the console.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct StreamMode {
@@ -158,7 +179,12 @@ pub struct StreamMode {
 #[derive(Debug)]
 pub struct Config {
     pub nproc: usize,
+    /// The number of nodes (the maximum when elastic).
     pub nnodes: usize,
+    /// The least number of nodes the job runs with (= `nnodes` unless elastic).
+    pub min_nodes: usize,
+    /// The elastic rendezvous settings (`--nnodes MIN:MAX` with MIN < MAX).
+    pub elastic: Option<ElasticConf>,
     /// Static: the given node rank; c10d: assigned at the rendezvous.
     pub node_rank: Option<usize>,
     pub store_host: String,
@@ -248,33 +274,24 @@ pub fn parse_nproc(s: &str) -> Result<usize, String> {
     }
 }
 
-/// `--nnodes N` or `MIN:MAX` (MIN = MAX only).
-fn parse_nnodes(s: &str) -> Result<usize, String> {
+/// `--nnodes N` or `MIN:MAX`: (MIN, MAX).
+fn parse_nnodes(s: &str) -> Result<(usize, usize), String> {
     let num = |v: &str| {
         v.trim()
             .parse::<usize>()
             .map_err(|_| format!("--nnodes: expected N or MIN:MAX, got '{s}'"))
     };
-    let n = match s.split_once(':') {
-        None => num(s)?,
-        Some((a, b)) => {
-            let (lo, hi) = (num(a)?, num(b)?);
-            if lo > hi {
-                return Err(format!("--nnodes {s}: MIN is larger than MAX"));
-            }
-            if lo != hi {
-                return Err(format!(
-                    "--nnodes {s}: elastic node counts (MIN < MAX) are not supported yet; c10drun \
-                     runs a fixed number of nodes, give --nnodes N or N:N"
-                ));
-            }
-            lo
-        }
+    let (lo, hi) = match s.split_once(':') {
+        None => (num(s)?, num(s)?),
+        Some((a, b)) => (num(a)?, num(b)?),
     };
-    if n == 0 {
+    if lo > hi {
+        return Err(format!("--nnodes {s}: MIN is larger than MAX"));
+    }
+    if lo == 0 {
         return Err("--nnodes must be at least 1".into());
     }
-    Ok(n)
+    Ok((lo, hi))
 }
 
 /// `--redirects` / `--tee`: one value 0-3 for all local ranks, or `LOCAL_RANK:VALUE,...`.
@@ -377,9 +394,16 @@ impl Config {
     pub fn from_args(a: Args) -> Result<Config, String> {
         check_command(&a)?;
         let nproc = parse_nproc(&a.nproc_per_node)?;
-        let nnodes = parse_nnodes(&a.nnodes)?;
+        let (min_nodes, nnodes) = parse_nnodes(&a.nnodes)?;
         let conf = RdzvConf::parse(&a)?;
         let backend = rdzv_backend(&a)?;
+        if min_nodes < nnodes && (a.standalone || backend != Backend::C10d) {
+            return Err(format!(
+                "--nnodes {}: elastic node counts need --rdzv-backend c10d and --rdzv-endpoint",
+                a.nnodes
+            ));
+        }
+        let elastic = (min_nodes < nnodes).then_some(conf.elastic);
         let place = if a.standalone {
             standalone_place(nnodes)?
         } else {
@@ -394,6 +418,12 @@ impl Config {
         Ok(Config {
             nproc,
             nnodes: place.nnodes,
+            min_nodes: if elastic.is_some() {
+                min_nodes
+            } else {
+                place.nnodes
+            },
+            elastic,
             node_rank: place.node_rank,
             store_host: place.store_host,
             store_port: place.store_port,
@@ -451,6 +481,7 @@ struct RdzvConf {
     rdzv_timeout: Duration,
     store_deadline: Duration,
     is_host: Option<bool>,
+    elastic: ElasticConf,
 }
 
 impl RdzvConf {
@@ -461,6 +492,12 @@ impl RdzvConf {
         let mut rdzv_timeout = a.rdzv_timeout.map(Duration::from_secs_f64);
         let mut store_deadline = Duration::from_secs(10);
         let mut is_host: Option<bool> = None;
+        let mut elastic = ElasticConf {
+            last_call: Duration::from_secs(30),
+            close: Duration::from_secs(30),
+            keep_alive_interval: Duration::from_secs(5),
+            keep_alive_max_attempt: 3,
+        };
         for (k, v) in &conf {
             match k.as_str() {
                 "join_timeout" | "timeout" => rdzv_timeout = Some(secs(k, v)?),
@@ -472,8 +509,16 @@ impl RdzvConf {
                         _ => return Err(format!("--rdzv-conf is_host={v}: expected true or false")),
                     })
                 }
-                "last_call_timeout" | "close_timeout" | "keep_alive_interval"
-                | "keep_alive_max_attempt" | "heartbeat" | "use_libuv" | "rank" => {}
+                "last_call_timeout" => elastic.last_call = secs(k, v)?,
+                "close_timeout" => elastic.close = secs(k, v)?,
+                "keep_alive_interval" | "heartbeat" => elastic.keep_alive_interval = secs(k, v)?,
+                "keep_alive_max_attempt" => {
+                    elastic.keep_alive_max_attempt = match v.parse::<u32>() {
+                        Ok(n) if n > 0 => n,
+                        _ => return Err(format!("--rdzv-conf {k}={v}: expected a positive count")),
+                    }
+                }
+                "use_libuv" | "rank" => {}
                 _ => {
                     return Err(format!(
                         "--rdzv-conf: unknown key '{k}' (known: join_timeout, timeout, read_timeout, is_host, last_call_timeout, close_timeout, keep_alive_interval, keep_alive_max_attempt, use_libuv)"
@@ -495,6 +540,7 @@ impl RdzvConf {
             rdzv_timeout,
             store_deadline,
             is_host,
+            elastic,
         })
     }
 }
@@ -572,7 +618,8 @@ fn static_place(a: &Args, nnodes: usize, run_id: String) -> Result<StorePlace, S
 }
 
 /// The c10d rendezvous: the store at `--rdzv-endpoint`, hosted by the agent owning it (or as
-/// `is_host` says); node ranks follow the order of arrival.
+/// `is_host` says); node ranks follow the order of arrival. Port 0 (a free port, printed) is
+/// for the agent that hosts the store: the others need the port it printed.
 fn c10d_place(
     a: &Args,
     nnodes: usize,
@@ -591,8 +638,8 @@ fn c10d_place(
         (Some(false), _) => HostMode::No,
         (None, _) => HostMode::Try,
     };
-    if p == 0 && nnodes > 1 {
-        return Err("--rdzv-endpoint with port 0 only works for one node".into());
+    if p == 0 && host_mode == HostMode::No {
+        return Err("--rdzv-endpoint with port 0 (pick a free port) only works on the node that hosts the store (is_host); give the other nodes the port it printed".into());
     }
     Ok(StorePlace {
         nnodes,
@@ -680,10 +727,10 @@ mod tests {
 
     #[test]
     fn nnodes() {
-        assert_eq!(parse_nnodes("2").unwrap(), 2);
-        assert_eq!(parse_nnodes("2:2").unwrap(), 2);
-        assert!(parse_nnodes("1:2")
-            .unwrap_err()
-            .contains("not supported yet"));
+        assert_eq!(parse_nnodes("2").unwrap(), (2, 2));
+        assert_eq!(parse_nnodes("2:2").unwrap(), (2, 2));
+        assert_eq!(parse_nnodes("1:3").unwrap(), (1, 3));
+        assert!(parse_nnodes("3:1").unwrap_err().contains("larger"));
+        assert!(parse_nnodes("0:2").is_err());
     }
 }

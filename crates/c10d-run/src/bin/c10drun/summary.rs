@@ -85,6 +85,7 @@ fn root_lines(workers: &[Worker], reason: &StopReason, root: Option<usize>) -> V
             signal_name(*sig)
         )),
         (StopReason::StoreLost(msg), _) => lines.push(format!("root cause: {msg}")),
+        (StopReason::Membership(msg), _) => lines.push(format!("membership changed: {msg}")),
         _ => {}
     }
     lines

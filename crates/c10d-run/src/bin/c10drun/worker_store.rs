@@ -22,7 +22,7 @@ use std::time::Duration;
 pub fn prepare(
     attempt: u32,
     hosting: bool,
-    agent: &mut Option<AgentStore>,
+    agent: Option<&mut AgentStore>,
     keys: &AgentKeys,
 ) -> Result<Option<TcpStoreServer>, String> {
     if attempt == 0 || !hosting {
@@ -35,7 +35,7 @@ pub fn prepare(
         ..Default::default()
     })
     .map_err(|e| format!("cannot host the store of attempt {attempt}: {e}"))?;
-    if let Some(s) = agent.as_mut() {
+    if let Some(s) = agent {
         let (key, port) = (keys.worker_port(attempt), server.port().to_string());
         s.bounded("publish the workers' store", Duration::ZERO, move |st| {
             st.set(&key, port.as_bytes())
