@@ -374,7 +374,24 @@ fn unsupported_or_unknown_options_are_refused_not_run() {
         (vec!["--bogus", "touch", m], "unknown option '--bogus'"),
         (
             vec!["--nnodes", "1:4", "touch", m],
-            "elastic node counts (MIN < MAX) are not supported yet",
+            "elastic node counts need --rdzv-backend c10d",
+        ),
+        (
+            vec!["--standalone", "--nnodes", "1:2", "touch", m],
+            "elastic node counts need --rdzv-backend c10d",
+        ),
+        (
+            vec![
+                "--nnodes",
+                "1:2",
+                "--rdzv-backend",
+                "c10d",
+                "--rdzv-endpoint",
+                "192.0.2.1:0",
+                "touch",
+                m,
+            ],
+            "port 0 (pick a free port) needs the node that hosts the store",
         ),
         (
             vec![

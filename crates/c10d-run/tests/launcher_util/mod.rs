@@ -198,6 +198,21 @@ impl Job {
     pub fn wait_for_stdout(&mut self, needle: &str, limit: Duration) -> String {
         self.wait_line(false, needle, limit)
     }
+    /// Waits until `n` stdout lines contain `needle`.
+    pub fn wait_for_stdout_count(&mut self, needle: &str, n: usize, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        while self.stdout.lock().unwrap().matches(needle).count() < n {
+            if Instant::now() >= deadline {
+                let _ = self.child.kill();
+                panic!(
+                    "fewer than {n} lines containing {needle:?} within {limit:?}\nstdout: {}\nstderr: {}",
+                    self.stdout.lock().unwrap(),
+                    self.stderr.lock().unwrap()
+                );
+            }
+            let _ = self.lines.recv_timeout(Duration::from_millis(100));
+        }
+    }
     /// Waits for a stderr line containing `needle` and returns it.
     pub fn wait_for_stderr(&mut self, needle: &str, limit: Duration) -> String {
         self.wait_line(true, needle, limit)

@@ -132,3 +132,86 @@ impl Drop for Hosts {
         }
     }
 }
+
+/// `n` hosts on one switch: namespaces `c10d-<tag>-<pid>-h<i>`, each with a veth `e<i>` whose
+/// peer sits on a bridge in namespace `c10d-<tag>-<pid>-sw`, addresses `10.231.<subnet>.<i+1>`
+/// that exist only inside them. Needs root and `ip netns`; removed on drop. Hosts can be cut
+/// off one by one ([`Lan::unplug`]).
+#[allow(dead_code)]
+pub struct Lan {
+    pub names: Vec<String>,
+    switch: String,
+    subnet: u8,
+}
+
+#[allow(dead_code)]
+impl Lan {
+    /// Makes the switch and `n` hosts; `tag` names the test, `subnet` its private /24.
+    ///
+    /// # Errors
+    /// "not root", or the failing `ip` command; what was made is removed again.
+    pub fn new(tag: &str, subnet: u8, n: usize) -> Result<Lan, String> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            return Err("not root".into());
+        }
+        let id = std::process::id();
+        let mut lan = Lan {
+            names: Vec::new(),
+            switch: format!("c10d-{tag}-{id}-sw"),
+            subnet,
+        };
+        ip(&["netns", "add", &lan.switch])?;
+        let sw = lan.switch.clone();
+        ip(&["-n", &sw, "link", "add", "br0", "type", "bridge"])?;
+        ip(&["-n", &sw, "link", "set", "br0", "up"])?;
+        for i in 0..n {
+            let h = format!("c10d-{tag}-{id}-h{i}");
+            ip(&["netns", "add", &h])?;
+            lan.names.push(h.clone());
+            let (e, p) = (format!("e{i}"), format!("p{i}"));
+            ip(&[
+                "link", "add", &e, "netns", &h, "type", "veth", "peer", "name", &p, "netns", &sw,
+            ])?;
+            ip(&["-n", &sw, "link", "set", &p, "master", "br0"])?;
+            ip(&["-n", &sw, "link", "set", &p, "up"])?;
+            let addr = format!("{}/24", lan.addr(i));
+            ip(&["-n", &h, "addr", "add", &addr, "dev", &e])?;
+            ip(&["-n", &h, "link", "set", "lo", "up"])?;
+            ip(&["-n", &h, "link", "set", &e, "up"])?;
+        }
+        Ok(lan)
+    }
+
+    /// [`Lan::new`], or `None` after printing why the caller skips.
+    pub fn or_skip(tag: &str, subnet: u8, n: usize) -> Option<Lan> {
+        match Lan::new(tag, subnet, n) {
+            Ok(l) => Some(l),
+            Err(why) => {
+                println!("skipped: cannot make network namespaces ({why})");
+                None
+            }
+        }
+    }
+
+    /// The address of host `i`.
+    pub fn addr(&self, i: usize) -> String {
+        format!("10.231.{}.{}", self.subnet, i + 1)
+    }
+
+    /// Cuts host `i` off the switch.
+    ///
+    /// # Errors
+    /// The failing `ip` command.
+    pub fn unplug(&self, i: usize) -> Result<(), String> {
+        ip(&["-n", &self.switch, "link", "set", &format!("p{i}"), "down"])
+    }
+}
+
+impl Drop for Lan {
+    fn drop(&mut self) {
+        for n in self.names.iter().chain([&self.switch]) {
+            let _ = ip(&["netns", "del", n]);
+        }
+    }
+}

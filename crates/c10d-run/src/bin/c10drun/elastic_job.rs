@@ -125,14 +125,18 @@ enum Next {
     Fail,
 }
 
-/// After a failure: `Some(why)` when a member was lost (the round ends as a membership
-/// change), `None` for a failure of live nodes.
+/// After a failure: `Some(why)` when the round had ended with a membership change (another
+/// node stopped its workers for it, and so broke ours) or a member was lost (the round ends as
+/// a membership change); `None` for a failure of live nodes.
 fn classify_failure(
     s: &mut AgentStore,
     keys: &AgentKeys,
     el: &Elastic,
     seat: &Seat,
 ) -> Result<Option<String>, String> {
+    if let Some(why) = s.try_get(&keys.change(seat.round))? {
+        return Ok(Some(String::from_utf8_lossy(&why).into_owned()));
+    }
     let lost = el.lost_members(s, keys, seat)?;
     if lost.is_empty() {
         return Ok(None);
