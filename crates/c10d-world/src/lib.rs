@@ -116,6 +116,7 @@ pub mod device_mesh;
 pub mod flight_recorder;
 #[cfg(feature = "gloo")]
 mod gloo;
+pub mod grow;
 #[cfg(feature = "nccl")]
 mod nccl;
 pub mod objects;
@@ -244,6 +245,23 @@ pub fn shrink_group(
     group: Option<&GroupMember>,
 ) -> Result<GroupMember> {
     w().shrink_group(ranks_to_exclude, group)
+}
+/// [`World::grow_group`] on the global world: the members of WORLD take `new_ranks`
+/// newcomers (which call [`join_process_group`]) into a new, larger WORLD; members keep their
+/// ranks, newcomers come after them in arrival order.
+///
+/// # Errors
+/// See [`World::grow_group`].
+pub fn grow_group(new_ranks: usize, timeout: Option<std::time::Duration>) -> Result<GroupMember> {
+    w().grow_group(new_ranks, timeout)
+}
+/// [`World::join_process_group`] on the global world: a newcomer's `init_process_group`,
+/// joining a running job's WORLD when its members call [`grow_group`].
+///
+/// # Errors
+/// See [`World::join_process_group`].
+pub fn join_process_group(opts: InitOptions) -> Result<()> {
+    w().join_process_group(opts)
 }
 /// [`World::get_rank`] on the global world (−1 on a non-member).
 ///

@@ -91,7 +91,7 @@ impl World {
     }
 
     /// Records the created group as WORLD (ranks `0..world_size`).
-    fn set_default_group(
+    pub(crate) fn set_default_group(
         &self,
         member: GroupMember,
         world_size: usize,
@@ -165,6 +165,36 @@ fn init_store(opts: &InitOptions, timeout: Duration) -> Result<InitStore> {
         init_method: Some(url),
         hostname_hint: hint,
     })
+}
+
+/// The store a process joining a running job uses (`join_process_group`): the user's store as
+/// given, or a client of `init_method`'s (default `env://`) store wrapped in
+/// `PrefixStore("default_pg", ..)`, as the members' default group has it. It never hosts the
+/// store (the members already do) and needs no rank or world size. Returns the store and the
+/// URL.
+pub(crate) fn join_store(
+    opts: &InitOptions,
+    timeout: Duration,
+) -> Result<(Arc<dyn Store>, Option<String>)> {
+    if let Some(store) = opts.store.clone() {
+        return Ok((store, None));
+    }
+    let url = opts
+        .init_method
+        .clone()
+        .unwrap_or_else(|| "env://".to_string());
+    // A client: the agent-store rule makes env:// and tcp:// connect, never host; the rank and
+    // size it needs are placeholders (the members assign the real ones).
+    let env = |k: &str| match (k, &opts.env) {
+        ("TORCHELASTIC_USE_AGENT_STORE", _) => Some("True".to_string()),
+        ("RANK" | "WORLD_SIZE", _) => None,
+        (_, Some(f)) => f(k),
+        (_, None) => std::env::var(k).ok(),
+    };
+    let rdv = c10d_store::rendezvous::rendezvous_with_env(&url, Some(1), Some(2), timeout, &env)?;
+    rdv.store.set_timeout(timeout);
+    let store: Arc<dyn Store> = Arc::new(PrefixStore::new("default_pg", rdv.store));
+    Ok((store, Some(url)))
 }
 
 pub(super) fn warn_ignored_pg_timeout(o: &Option<PgOptions>) {

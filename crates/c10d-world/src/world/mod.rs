@@ -34,6 +34,7 @@ mod split;
 mod teardown;
 
 pub(crate) use create::{BackendSource, NewPg};
+pub(crate) use init::join_store;
 pub use init::{get_node_local_rank, is_torchelastic_launched, store_based_barrier};
 pub use member::{GroupMember, NON_GROUP_MEMBER_VALUE};
 pub use options::{EnvLookup, GroupOptions, InitOptions, PgOptions, SplitOptions};
@@ -71,6 +72,8 @@ pub(crate) struct State {
     pub(crate) init_method: Option<String>,
     pub(crate) hostname_hint: Option<String>,
     pub(crate) coalescing: Option<crate::coalescing::CoalescingState>,
+    /// Grows of WORLD so far (the generation of the next, `crate::grow`).
+    pub(crate) grow_generation: u64,
 }
 
 impl State {
@@ -81,7 +84,7 @@ impl State {
         self.groups.iter_mut().find(|e| e.pg.ptr_eq(pg))
     }
     /// The default group's entry; "Default process group has not been initialized" without one.
-    fn default_entry(&self) -> Result<&GroupEntry> {
+    pub(crate) fn default_entry(&self) -> Result<&GroupEntry> {
         self.default_pg
             .as_ref()
             .and_then(|pg| self.entry(pg))
