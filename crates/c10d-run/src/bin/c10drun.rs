@@ -46,13 +46,20 @@
 //!   run id. The agents meet in the store before each attempt and again after their workers
 //!   finished (so the hosting node keeps serving the store until every node is done); a failure
 //!   on one node is published in the store and stops (or restarts) the workers on the others.
+//! - **Elastic node counts.** `--nnodes MIN:MAX` with `--rdzv-backend c10d`: the workers start
+//!   once MIN nodes joined (after `last_call_timeout`, or at once with MAX); a node that joins
+//!   later, or one whose launcher's keep-alive stops (`keep_alive_interval` ×
+//!   `keep_alive_max_attempt`), makes every node stop its workers and meet in a new round, with
+//!   the new `WORLD_SIZE`, `RANK`s and `GROUP_RANK`s, not counted against `--max-restarts`
+//!   (see `elastic`).
 //! - **An unreachable store.** Every store operation of an agent is bounded (`--rdzv-conf
 //!   read_timeout=S`, default 10 s) and the agent checks the store every second while its
 //!   workers run: when the store stops answering (its node died or the network is cut), the
 //!   workers are stopped and c10drun exits with a summary naming the unreachable store.
 //!
-//! Differences from torchrun: `--nnodes MIN:MAX` needs MIN = MAX (no elastic membership
-//! changes); `--rdzv-backend` etcd is not available; `--start-method` has no effect; torchrun's
+//! Differences from torchrun: the elastic rendezvous keeps its own state in the store (c10drun
+//! and torchrun agents cannot share a job) and orders nodes by first arrival; `--rdzv-backend`
+//! etcd is not available; `--start-method` has no effect; torchrun's
 //! `--logs-specs`, `--local-addr`, `--numa-binding`, `--signals-to-handle`, `--shutdown-timeout`,
 //! `--virtual-local-rank`, `--log-line-prefix-template` and `--duplicate-std*-filters` are
 //! refused with a message.
