@@ -31,8 +31,8 @@ impl ProcessGroupNccl {
             return Err(self.ended_error("no communicator is made after abort() or shutdown()"));
         }
         let deadline = Instant::now() + self.default_timeout();
-        let id = self.exchange_unique_id(deadline)?;
-        result::with_groups_closed(self.lib, || self.init_abortable(id, device, deadline))
+        let ids = self.exchange_unique_ids(deadline)?;
+        result::with_groups_closed(self.lib, || self.init_abortable(&ids, device, deadline))
     }
 
     fn ended_error(&self, what: &str) -> DistError {
@@ -45,13 +45,13 @@ impl ProcessGroupNccl {
     /// Starts the communicator, publishes it for `abort()`, and waits until every rank joined.
     fn init_abortable(
         &self,
-        id: sys::ncclUniqueId,
+        ids: &[sys::ncclUniqueId],
         device: Device,
         deadline: Instant,
     ) -> Result<Arc<Communicator>> {
         let comm = Arc::new(Communicator::start_init(
             self.lib,
-            id,
+            ids,
             self.size,
             self.rank,
             device,
@@ -62,7 +62,11 @@ impl ProcessGroupNccl {
             // An abort() that came before the communicator was published.
             comm.abort();
         }
-        let ready = comm.wait_ready("ncclCommInitRankConfig", deadline);
+        let call = match ids.len() {
+            1 => "ncclCommInitRankConfig",
+            _ => "ncclCommInitRankScalable",
+        };
+        let ready = comm.wait_ready(call, deadline);
         self.creating
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -77,19 +81,38 @@ impl ProcessGroupNccl {
         Ok(comm)
     }
 
-    /// Rank 0 makes an `ncclUniqueId` and publishes it under the key of the group's scheme
-    /// ([`crate::unique_id`]); the others poll the store for it until `deadline`.
-    fn exchange_unique_id(&self, deadline: Instant) -> Result<sys::ncclUniqueId> {
+    /// The root ranks (rank 0; for nccl2 above its ranks per root, the first of each block)
+    /// make an `ncclUniqueId` each and publish it under its key of the group's scheme
+    /// ([`crate::unique_id`]); every rank polls the store for the others' until `deadline`.
+    fn exchange_unique_ids(&self, deadline: Instant) -> Result<Vec<sys::ncclUniqueId>> {
         let scheme = self.options.unique_id_exchange;
-        let key = scheme.key(self.uid_count.fetch_add(1, Ordering::Relaxed));
-        if self.rank == 0 {
+        let n = self.uid_count.fetch_add(1, Ordering::Relaxed);
+        let keys = scheme.keys(n, &self.options.group_name, self.size);
+        let mut ids = vec![None; keys.len()];
+        if let Some(i) = scheme.root_index(self.rank, self.size) {
             let id = result::get_unique_id(self.lib)?;
-            let bytes: IdBytes = std::array::from_fn(|i| id.internal[i] as u8);
-            self.store.set(&key, &scheme.encode(&bytes))?;
-            return Ok(id);
+            let bytes: IdBytes = std::array::from_fn(|k| id.internal[k] as u8);
+            self.store.set(&keys[i], &scheme.encode(&bytes))?;
+            ids[i] = Some(id);
         }
-        self.await_key(&key, deadline)?;
-        let bytes = scheme.decode(&key, &self.store.get(&key)?)?;
+        ids.into_iter()
+            .zip(&keys)
+            .map(|(id, key)| match id {
+                Some(id) => Ok(id),
+                None => self.read_unique_id(scheme, key, deadline),
+            })
+            .collect()
+    }
+
+    /// The id a root published under `key`, waited for until `deadline`.
+    fn read_unique_id(
+        &self,
+        scheme: crate::unique_id::UniqueIdExchange,
+        key: &str,
+        deadline: Instant,
+    ) -> Result<sys::ncclUniqueId> {
+        self.await_key(key, deadline)?;
+        let bytes = scheme.decode(key, &self.store.get(key)?)?;
         let mut id = sys::ncclUniqueId::default();
         for (d, s) in id.internal.iter_mut().zip(bytes) {
             *d = s as std::ffi::c_char;
@@ -160,13 +183,13 @@ impl ProcessGroupNccl {
             }
             if self.ended.load(Ordering::Acquire) {
                 return Err(self.ended_error(&format!(
-                    "abort() while waiting for rank 0's ncclUniqueId under store key {key:?}"
+                    "abort() while waiting for a root's ncclUniqueId under store key {key:?}"
                 )));
             }
             let now = Instant::now();
             if now >= deadline {
                 return Err(self.ended_error(&format!(
-                    "waited {:.1} s for rank 0's ncclUniqueId under store key {key:?} (the group's timeout): rank 0 has not made the communicator",
+                    "waited {:.1} s for a root's ncclUniqueId under store key {key:?} (the group's timeout): that root (rank 0 unless nccl2 spreads roots) has not made the communicator",
                     (now - start).as_secs_f64()
                 )));
             }

@@ -90,12 +90,13 @@ impl Communicator {
         config: &NcclConfig,
         deadline: Instant,
     ) -> Result<Communicator> {
-        let c = Communicator::start_init(lib, id, size, rank, device, config)?;
+        let c = Communicator::start_init(lib, &[id], size, rank, device, config)?;
         c.after_call("ncclCommInitRankConfig", Ok(Progress::InProgress), deadline)?;
         Ok(c)
     }
 
-    /// Starts `ncclCommInitRankConfig` and returns at once: a non-blocking communicator may
+    /// Starts `ncclCommInitRankConfig` (one unique id) or `ncclCommInitRankScalable` (several
+    /// roots' ids, NCCL ≥ 2.23) and returns at once: a non-blocking communicator may
     /// still be joining its peers, which [`Communicator::wait_ready`] waits for, and which
     /// [`Communicator::abort`] from another thread interrupts (PyTorch's `abort()` during
     /// initialisation).
@@ -104,19 +105,36 @@ impl Communicator {
     /// NCCL's error (nothing is left to free).
     pub fn start_init(
         lib: &'static NcclLibrary,
-        id: sys::ncclUniqueId,
+        ids: &[sys::ncclUniqueId],
         size: usize,
         rank: usize,
         device: Device,
         config: &NcclConfig,
     ) -> Result<Communicator> {
         let mut raw_config = effective(config).to_raw();
-        // SAFETY: `raw_config` lives across the call; the caller bound the device's context.
-        let (comm, started) =
-            unsafe { result::comm_init_rank(lib, size, id, rank, raw_config.as_mut_ptr()) };
+        let (call, (comm, started)) = match ids {
+            // SAFETY: `raw_config` lives across the call; the caller bound the device's context.
+            [id] => ("ncclCommInitRankConfig", unsafe {
+                result::comm_init_rank(lib, size, *id, rank, raw_config.as_mut_ptr())
+            }),
+            _ => {
+                let mut ids = ids.to_vec();
+                // SAFETY: as above; `ids` lives across the call.
+                let r = unsafe {
+                    result::comm_init_rank_scalable(
+                        lib,
+                        size,
+                        &mut ids,
+                        rank,
+                        raw_config.as_mut_ptr(),
+                    )
+                };
+                ("ncclCommInitRankScalable", r?)
+            }
+        };
         let c = Communicator::wrap(lib, comm, rank, size, device, config);
         if let Err(e) = started {
-            let e = c.call_error("ncclCommInitRankConfig", e.code);
+            let e = c.call_error(call, e.code);
             c.abort();
             return Err(e);
         }

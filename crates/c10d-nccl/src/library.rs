@@ -4,6 +4,7 @@
 //! Core functions (present in every NCCL ≥ 2.13) are resolved when the library is opened; a
 //! library missing one is rejected with an error naming it. Functions newer than that
 //! (`ncclCommInitRankConfig` 2.14, `ncclCommFinalize` 2.14, `ncclCommSplit` 2.18,
+//! `ncclCommInitRankScalable` 2.23,
 //! `ncclCommShrink` 2.27) are looked up only when asked for, so an older NCCL still loads and
 //! fails only the feature that needs them, with an error naming the function, the version it
 //! needs and the version loaded.
@@ -32,6 +33,11 @@ pub struct OptionalFunction {
 pub const COMM_INIT_RANK_CONFIG: OptionalFunction = OptionalFunction {
     name: "ncclCommInitRankConfig",
     since: Version::new(2, 14, 0),
+};
+/// `ncclCommInitRankScalable` (one communicator from several roots' unique ids).
+pub const COMM_INIT_RANK_SCALABLE: OptionalFunction = OptionalFunction {
+    name: "ncclCommInitRankScalable",
+    since: Version::new(2, 23, 0),
 };
 /// `ncclCommFinalize` (flush before destroy).
 pub const COMM_FINALIZE: OptionalFunction = OptionalFunction {
@@ -136,6 +142,7 @@ pub struct NcclLibrary {
     /// `ncclGetLastError`.
     pub(crate) get_last_error: sys::ncclGetLastError_t,
     comm_init_rank_config: OnceLock<Result<sys::ncclCommInitRankConfig_t, MissingFunction>>,
+    comm_init_rank_scalable: OnceLock<Result<sys::ncclCommInitRankScalable_t, MissingFunction>>,
     comm_finalize: OnceLock<Result<sys::ncclCommFinalize_t, MissingFunction>>,
     comm_split: OnceLock<Result<sys::ncclCommSplit_t, MissingFunction>>,
     comm_shrink: OnceLock<Result<sys::ncclCommShrink_t, MissingFunction>>,
@@ -224,6 +231,7 @@ impl NcclLibrary {
             get_error_string: core!("ncclGetErrorString"),
             get_last_error: core!("ncclGetLastError"),
             comm_init_rank_config: OnceLock::new(),
+            comm_init_rank_scalable: OnceLock::new(),
             comm_finalize: OnceLock::new(),
             comm_split: OnceLock::new(),
             comm_shrink: OnceLock::new(),
@@ -288,6 +296,14 @@ impl NcclLibrary {
     /// [`DistError::Unsupported`] naming the function, the version it needs and the loaded one.
     pub fn comm_init_rank_config(&self) -> Result<sys::ncclCommInitRankConfig_t> {
         self.cached(&self.comm_init_rank_config, COMM_INIT_RANK_CONFIG)
+    }
+
+    /// `ncclCommInitRankScalable` (NCCL ≥ 2.23).
+    ///
+    /// # Errors
+    /// As [`NcclLibrary::comm_init_rank_config`].
+    pub fn comm_init_rank_scalable(&self) -> Result<sys::ncclCommInitRankScalable_t> {
+        self.cached(&self.comm_init_rank_scalable, COMM_INIT_RANK_SCALABLE)
     }
 
     /// `ncclCommFinalize` (NCCL ≥ 2.14).

@@ -109,7 +109,8 @@ pub struct NcclOptions {
     /// Global ranks of the members in group-rank order (empty for the default group).
     pub global_ranks: Vec<usize>,
     /// How rank 0's `ncclUniqueId` reaches the others through the store (c10d-rs's own by
-    /// default; PyTorch's legacy and vLLM's schemes let their processes join the group).
+    /// default; PyTorch's legacy, PyTorch 2.15 nccl2 and vLLM's schemes let their processes
+    /// join the group).
     pub unique_id_exchange: crate::unique_id::UniqueIdExchange,
 }
 

@@ -433,6 +433,32 @@ pub unsafe fn comm_init_rank(
     (comm, check_progress(lib, "ncclCommInitRankConfig", rc))
 }
 
+/// `ncclCommInitRankScalable` (NCCL ≥ 2.23) from several roots' `ids`: the new handle (null
+/// when NCCL made none) and whether it is still initialising.
+///
+/// # Safety
+/// `config` is valid for the call; the device's context is current on this thread.
+///
+/// # Errors
+/// Outer: [`c10d_core::DistError::Unsupported`] when the loaded NCCL lacks the function
+/// (nothing was called). Inner: NCCL's error.
+#[allow(clippy::type_complexity)]
+pub unsafe fn comm_init_rank_scalable(
+    lib: &NcclLibrary,
+    size: usize,
+    ids: &mut [sys::ncclUniqueId],
+    rank: usize,
+    config: *mut sys::ncclConfig_t,
+) -> c10d_core::Result<(sys::ncclComm_t, Result<Progress, NcclError>)> {
+    let f = lib.comm_init_rank_scalable()?;
+    let mut comm: sys::ncclComm_t = std::ptr::null_mut();
+    let (n, r, k) = (size as c_int, rank as c_int, ids.len() as c_int);
+    // SAFETY: `comm` is writable, `ids` holds `k` ids for the call, `config` is valid per the
+    // caller.
+    let rc = unsafe { f(&mut comm, n, r, k, ids.as_mut_ptr(), config) };
+    Ok((comm, check_progress(lib, "ncclCommInitRankScalable", rc)))
+}
+
 /// `ncclCommSplit(comm, color, key, &child, config)` (NCCL ≥ 2.18).
 ///
 /// # Safety

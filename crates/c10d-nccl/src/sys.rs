@@ -217,6 +217,16 @@ pub type ncclCommInitRankConfig_t = unsafe extern "C" fn(
     rank: c_int,
     config: *mut ncclConfig_t,
 ) -> ncclResult_t;
+/// `ncclCommInitRankScalable(comm*, nranks, rank, nIds, ids*, config*)` (NCCL ≥ 2.23): one
+/// communicator from several roots' unique ids.
+pub type ncclCommInitRankScalable_t = unsafe extern "C" fn(
+    comm: *mut ncclComm_t,
+    nranks: c_int,
+    rank: c_int,
+    n_ids: c_int,
+    comm_ids: *mut ncclUniqueId,
+    config: *mut ncclConfig_t,
+) -> ncclResult_t;
 /// `ncclCommSplit(comm, color, key, newcomm*, config*)` (NCCL ≥ 2.18).
 pub type ncclCommSplit_t = unsafe extern "C" fn(
     comm: ncclComm_t,

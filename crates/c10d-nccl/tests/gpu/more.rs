@@ -471,7 +471,8 @@ pub fn no_device_sync_while_a_stream_is_stuck(c: &Ctx) -> R {
     r
 }
 
-/// Groups made with PyTorch's legacy and vLLM's unique-id schemes: the id is under the
+/// Groups made with PyTorch's legacy, PyTorch 2.15 nccl2 (one root, and several roots through
+/// `ncclCommInitRankScalable`) and vLLM's unique-id schemes: the (first) id is under the
 /// scheme's key in the group's store, encoded as the scheme says (vLLM's: a pickle of its
 /// ctypes class, decoded without loading it), vLLM's warm-up all_reduce is joined, and a
 /// collective on the group gives the right values.
@@ -479,16 +480,22 @@ pub fn unique_id_schemes(c: &Ctx) -> R {
     use c10d_nccl::unique_id::UniqueIdExchange;
     for scheme in [
         UniqueIdExchange::TorchLegacy,
+        UniqueIdExchange::TorchNccl2 {
+            ranks_per_root: 128,
+        },
+        // Two roots even for two ranks: the multi-root path.
+        UniqueIdExchange::TorchNccl2 { ranks_per_root: 1 },
         UniqueIdExchange::Vllm { first: 0 },
     ] {
         let opts = c10d_nccl::NcclOptions {
             timeout: Duration::from_secs(60),
             unique_id_exchange: scheme,
+            group_name: "uid".into(),
             ..Default::default()
         };
         let (g, store) = c.group_with(opts, NcclEnv::default())?;
         g.bind(dev()).map_err(e2s)?;
-        let key = scheme.key(0);
+        let key = scheme.keys(0, "uid", c.world).remove(0);
         let value = store.get(&key).map_err(e2s)?;
         scheme.decode(&key, &value).map_err(e2s)?;
         let n = 333;
