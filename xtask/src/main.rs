@@ -421,13 +421,15 @@ fn gloo_tests(extra: &[String]) -> Res {
 fn python_tests(extra: &[String]) -> Res {
     let py = install_wheel()?;
     // The launcher test runs c10drun, the weight-sync test the Rust receiver, the mixed-job
-    // test the Rust rank: build them once here rather than from inside pytest.
+    // test the Rust rank, the vLLM test the Rust members: build them once here rather than from
+    // inside pytest.
     run(cargo().args(["build", "-p", "c10d-run", "--bin", "c10drun"]))?;
     let target = env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
     let c10drun = std::fs::canonicalize(format!("{target}/debug/c10drun"))
         .map_err(|e| format!("c10drun not built: {e}"))?;
     let receiver = build_weight_sync_receiver(false)?;
     let mixed_rank = build_example("mixed_rank", false)?;
+    let vllm_member = build_example("vllm_member", false)?;
     run(Command::new(&py)
         .args([
             "-m",
@@ -440,7 +442,8 @@ fn python_tests(extra: &[String]) -> Res {
         .args(extra)
         .env("C10D_C10DRUN", c10drun)
         .env("C10D_WEIGHT_SYNC_RECEIVER", receiver)
-        .env("C10D_MIXED_RANK", mixed_rank))
+        .env("C10D_MIXED_RANK", mixed_rank)
+        .env("C10D_VLLM_MEMBER", vllm_member))
 }
 
 fn demo(args: &[String]) -> Res {

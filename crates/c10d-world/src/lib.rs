@@ -125,6 +125,7 @@ pub mod panic_hook;
 mod plugin;
 pub mod shrink;
 pub mod standalone;
+pub mod stateless;
 pub mod weight_sync;
 pub mod world;
 

@@ -1,5 +1,6 @@
 //! What the examples that join a job from outside share: the environment they are given and
 //! the default group they join through the job's TCPStore on 127.0.0.1.
+#![allow(dead_code)] // each example uses part of it
 
 use c10d_core::{DistError, Result};
 use c10d_store::{Store, TcpStore, TcpStoreOptions};
