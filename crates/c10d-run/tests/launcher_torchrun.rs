@@ -371,6 +371,14 @@ fn unsupported_or_unknown_options_are_refused_not_run() {
             vec!["--numa_binding=node", "touch", m],
             "torchrun's option --numa-binding is not supported by c10drun yet",
         ),
+        (
+            vec!["--event-log-handler", "console", "touch", m],
+            "only 'null' is available",
+        ),
+        (
+            vec!["--signals-to-handle", "SIGTERM,SIGNOPE", "touch", m],
+            "unknown signal 'SIGNOPE'",
+        ),
         (vec!["--bogus", "touch", m], "unknown option '--bogus'"),
         (
             vec!["--nnodes", "1:4", "touch", m],
@@ -421,6 +429,81 @@ fn unsupported_or_unknown_options_are_refused_not_run() {
         !marker.exists(),
         "a refused command line started the program"
     );
+}
+
+/// torchrun 2.15's options that c10drun used to refuse: the line prefix template, duplicated
+/// filtered lines, virtual local ranks, extra forwarded signals, the shutdown timeout and the
+/// local address.
+#[test]
+fn torchrun_2_15_logging_signal_and_rank_options() {
+    let d = Scratch::new("opts");
+    let logs = d.0.join("logs");
+    let script = "trap 'echo got USR1 $RANK; exit 0' USR1; echo \"apple $RANK LR=$LOCAL_RANK CVD=$CUDA_VISIBLE_DEVICES\"; echo pear; echo ready >&2; while true; do sleep 0.05; done";
+    let mut job = spawn(
+        &c10drun(),
+        &[
+            "--nproc-per-node",
+            "2",
+            "--master-port",
+            "0",
+            "--role",
+            "trainer",
+            "--log-line-prefix-template",
+            "${role_name}:${rank}/${local_rank}| ",
+            "--duplicate-stdout-filters",
+            "apple,kiwi",
+            "--log-dir",
+            logs.to_str().unwrap(),
+            "--virtual-local-rank",
+            "--signals-to-handle",
+            "SIGTERM,SIGUSR1",
+            "--shutdown-timeout",
+            "3",
+            "--local-addr",
+            "10.0.0.9",
+            "sh",
+            "-c",
+            script,
+        ],
+        &[("CUDA_VISIBLE_DEVICES", "4,6")],
+    );
+    job.wait_for_stdout("trainer:1/1| apple 1 LR=0 CVD=6", Duration::from_secs(30));
+    job.wait_for_stdout("trainer:0/0| apple 0 LR=0 CVD=4", Duration::from_secs(30));
+    job.wait_for_stderr("trainer:1/1| ready", Duration::from_secs(30));
+    job.signal(libc::SIGUSR1);
+    let out = job.finish(Duration::from_secs(30));
+    assert!(out.stdout.contains("trainer:0/0| got USR1 0"), "{out}");
+    assert!(out.stdout.contains("trainer:1/1| got USR1 1"), "{out}");
+    let filtered: Vec<_> = walk(&logs)
+        .into_iter()
+        .filter(|p| p.ends_with("filtered_stdout.log"))
+        .collect();
+    assert_eq!(filtered.len(), 1, "{filtered:?}");
+    let text = std::fs::read_to_string(&filtered[0]).unwrap();
+    let mut lines: Vec<&str> = text.lines().collect();
+    lines.sort();
+    assert_eq!(
+        lines,
+        [
+            "trainer:0/0| apple 0 LR=0 CVD=4",
+            "trainer:1/1| apple 1 LR=0 CVD=6"
+        ],
+        "{text}"
+    );
+}
+
+/// Every file under `dir`.
+fn walk(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
 }
 
 #[test]

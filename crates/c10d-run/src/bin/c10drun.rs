@@ -40,8 +40,10 @@
 //!   `c10drun` exits with status 1 after printing a summary on stderr that names the failed rank,
 //!   its `exit code C` or `signal NAME`, and its own error: the traceback torch's `@record` wrote
 //!   to the error file, or else the last lines of its stderr (a Rust panic message).
-//! - **Signals.** SIGINT, SIGTERM and SIGHUP sent to `c10drun` are forwarded to the workers; it
-//!   then exits with 128 + the signal number. Workers get SIGKILL if `c10drun` itself dies.
+//! - **Signals.** The signals of `--signals-to-handle` (torchrun's default SIGTERM, SIGINT,
+//!   SIGHUP, SIGQUIT) sent to `c10drun` are forwarded to the workers and stop the job, as in
+//!   torchrun; it then exits with 128 + the signal number. Workers get SIGKILL if `c10drun`
+//!   itself dies.
 //! - **Several nodes.** Run one `c10drun` per node with the same `--nnodes`, store address and
 //!   run id. The agents meet in the store before each attempt and again after their workers
 //!   finished (so the hosting node keeps serving the store until every node is done); a failure
@@ -59,9 +61,11 @@
 //!
 //! Differences from torchrun: the elastic rendezvous keeps its own state in the store (c10drun
 //! and torchrun agents cannot share a job) and orders nodes by first arrival; `--rdzv-backend`
-//! etcd is not available; `--start-method` has no effect; torchrun's
-//! `--logs-specs`, `--local-addr`, `--numa-binding`, `--signals-to-handle`, `--shutdown-timeout`,
-//! `--virtual-local-rank`, `--log-line-prefix-template` and `--duplicate-std*-filters` are
+//! etcd is not available; `--start-method` has no effect; the default console prefix is
+//! `[rank N]: ` (torchrun's `[<role><local rank>]:` with `--log-line-prefix-template
+//! '[${role_name}${local_rank}]:'`); `--shutdown-timeout` defaults to `--stop-timeout`'s 10 s
+//! (torchrun: 30 s); `--local-addr` only names the node in messages; `--event-log-handler`
+//! takes only `null`; torchrun's `--logs-specs`, `--numa-binding` and `--print-completion` are
 //! refused with a message.
 
 #[path = "c10drun/agent.rs"]
@@ -108,8 +112,9 @@ extern "C" fn on_signal(sig: libc::c_int) {
     PENDING_SIGNAL.store(sig, Ordering::SeqCst);
 }
 
-fn install_signal_handlers() {
-    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+/// Handlers for the signals c10drun forwards to its workers (`--signals-to-handle`).
+fn install_signal_handlers(signals: &[i32]) {
+    for &sig in signals {
         // SAFETY: `sigaction` with a zeroed struct, an empty mask and a handler that only performs
         // an atomic store (async-signal-safe). SA_RESTART keeps blocking reads in other threads
         // from failing with EINTR.
@@ -277,6 +282,13 @@ impl LogDir {
             .map_err(|e| format!("cannot create the log directory {}: {e}", job.display()))?;
         Ok(LogDir { job, temporary })
     }
+    /// The directory of `attempt` (made).
+    fn attempt(&self, attempt: u32) -> Result<PathBuf, String> {
+        let d = self.job.join(format!("attempt_{attempt}"));
+        std::fs::create_dir_all(&d)
+            .map_err(|e| format!("cannot create the log directory {}: {e}", d.display()))?;
+        Ok(d)
+    }
     fn worker(&self, attempt: u32, local_rank: usize) -> Result<PathBuf, String> {
         let d = self
             .job
@@ -297,7 +309,7 @@ impl Drop for LogDir {
 }
 
 fn run(cfg: &Config) -> Result<i32, String> {
-    install_signal_handlers();
+    install_signal_handlers(&cfg.signals);
 
     // 1. The store: hosted by one agent, reached as a client from every agent.
     let server = host_store(cfg)?;
@@ -319,6 +331,7 @@ fn run(cfg: &Config) -> Result<i32, String> {
             conf,
             (cfg.min_nodes, cfg.nnodes),
             cfg.rdzv_timeout,
+            cfg.local_addr.as_deref(),
         )?;
         return run_elastic(cfg, &el, server, port, store, &logs);
     }

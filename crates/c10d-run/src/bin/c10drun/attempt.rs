@@ -5,7 +5,7 @@
 
 use super::agent::{self, AgentStore, Remote};
 use super::elastic;
-use super::output::{pump, Sink};
+use super::output::{pump, Duplicate, Sink};
 use super::report::{describe_status, signal_name, Tail};
 use super::{publish_failure, say, Ctx, LogDir, StopReason, Worker, PENDING_SIGNAL};
 use c10d_run::die_with_parent;
@@ -36,6 +36,7 @@ pub(super) fn run_attempt(
     let (exit_tx, exit_rx) = mpsc::channel::<Exit>();
     let mut workers: Vec<Worker> = Vec::new();
     let mut pumps = 0usize;
+    let duplicates = open_duplicates(ctx.cfg, &logs.attempt(attempt)?)?;
     let started_at = Instant::now();
     for local_rank in 0..ctx.cfg.nproc {
         let rank = ctx.node_rank * ctx.cfg.nproc + local_rank;
@@ -56,7 +57,14 @@ pub(super) fn run_attempt(
             }
         };
         let tail = Tail::default();
-        pumps += attach_output(ctx, rank, local_rank, &dir, &mut child, &tail, &done_tx)?;
+        let out = Output {
+            rank,
+            local_rank,
+            dir: &dir,
+            tail: &tail,
+            duplicates: &duplicates,
+        };
+        pumps += attach_output(ctx, out, &mut child, &done_tx)?;
         let worker = Worker {
             rank,
             local_rank,
@@ -114,6 +122,14 @@ fn worker_command(ctx: &Ctx, rank: usize, local_rank: usize, error_file: &Path) 
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
+    if cfg.virtual_local_rank {
+        // torchrun: LOCAL_RANK 0 and only this worker's GPU visible.
+        let gpu = std::env::var("CUDA_VISIBLE_DEVICES")
+            .ok()
+            .and_then(|v| v.split(',').nth(local_rank).map(|g| g.trim().to_string()))
+            .unwrap_or_else(|| local_rank.to_string());
+        cmd.env("LOCAL_RANK", "0").env("CUDA_VISIBLE_DEVICES", gpu);
+    }
     if std::env::var_os("OMP_NUM_THREADS").is_none() && cfg.nproc > 1 {
         cmd.env("OMP_NUM_THREADS", "1");
     }
@@ -154,23 +170,75 @@ fn abort_start(
     format!("worker group of node {} not started", ctx.node_rank)
 }
 
-/// Copies the worker's stdout and stderr to their sinks (console with the `[rank N]: ` prefix,
-/// log files, the stderr tail for the summary), a thread each; returns the number of pumps.
-fn attach_output(
-    ctx: &Ctx,
+/// The attempt's `filtered_stdout.log` / `filtered_stderr.log` when filters were given.
+fn open_duplicates(cfg: &super::cli::Config, dir: &Path) -> Result<[Option<Duplicate>; 2], String> {
+    let open = |filters: &Vec<String>, name: &str| -> Result<Option<Duplicate>, String> {
+        if filters.is_empty() {
+            return Ok(None);
+        }
+        let p = dir.join(name);
+        let f =
+            std::fs::File::create(&p).map_err(|e| format!("cannot create {}: {e}", p.display()))?;
+        Ok(Some(Duplicate {
+            file: Arc::new(std::sync::Mutex::new(f)),
+            filters: Arc::new(filters.clone()),
+        }))
+    };
+    let [o, e] = &cfg.duplicate_filters;
+    Ok([
+        open(o, "filtered_stdout.log")?,
+        open(e, "filtered_stderr.log")?,
+    ])
+}
+
+/// One worker's output: who it is and where its streams go besides the console.
+struct Output<'a> {
     rank: usize,
     local_rank: usize,
-    dir: &Path,
+    dir: &'a Path,
+    tail: &'a Tail,
+    duplicates: &'a [Option<Duplicate>; 2],
+}
+
+/// The console prefix of a worker's lines: `[rank N]: `, or `--log-line-prefix-template` with
+/// torchrun's macros substituted; none under `--no-prefix`.
+fn line_prefix(ctx: &Ctx, rank: usize, local_rank: usize) -> Option<String> {
+    let cfg = ctx.cfg;
+    if cfg.no_prefix {
+        return None;
+    }
+    let Some(t) = &cfg.prefix_template else {
+        return Some(format!("[rank {rank}]: "));
+    };
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default();
+    let mut p = t.clone();
+    for (k, v) in [
+        ("role_name", cfg.role.clone()),
+        ("local_rank", local_rank.to_string()),
+        ("rank", rank.to_string()),
+        ("hostname", host),
+    ] {
+        p = p
+            .replace(&format!("${{{k}}}"), &v)
+            .replace(&format!("${k}"), &v);
+    }
+    Some(p)
+}
+
+/// Copies the worker's stdout and stderr to their sinks (console with its prefix, log files,
+/// the filtered copies, the stderr tail for the summary), a thread each; returns the number of
+/// pumps.
+fn attach_output(
+    ctx: &Ctx,
+    o: Output,
     child: &mut Child,
-    tail: &Tail,
     done_tx: &mpsc::Sender<()>,
 ) -> Result<usize, String> {
     let cfg = ctx.cfg;
-    let prefix = if cfg.no_prefix {
-        None
-    } else {
-        Some(format!("[rank {rank}]: "))
-    };
+    let (local_rank, dir, tail) = (o.local_rank, o.dir, o.tail);
+    let prefix = line_prefix(ctx, o.rank, local_rank);
     let (out_mode, err_mode) = cfg.streams[local_rank];
     let open = |name: &str, on: bool| -> Result<Option<std::fs::File>, String> {
         if !on {
@@ -188,6 +256,7 @@ fn attach_output(
             console: out_mode.console,
             file: open("stdout.log", out_mode.file)?,
             tail: None,
+            duplicate: o.duplicates[0].clone(),
         },
         Sink {
             prefix,
@@ -195,6 +264,7 @@ fn attach_output(
             console: err_mode.console,
             file: open("stderr.log", err_mode.file)?,
             tail: Some(tail.clone()),
+            duplicate: o.duplicates[1].clone(),
         },
     ];
     let streams = [

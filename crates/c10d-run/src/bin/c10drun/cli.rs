@@ -105,6 +105,45 @@ pub struct Args {
     /// Do not prefix worker output lines with `[rank N]: `.
     #[arg(long = "no-prefix")]
     pub no_prefix: bool,
+    /// The console line prefix instead of `[rank N]: `: `${role_name}`, `${rank}`,
+    /// `${local_rank}` and `${hostname}` are substituted (torchrun's; also
+    /// `TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE`).
+    #[arg(long = "log-line-prefix-template", alias = "log_line_prefix_template")]
+    pub log_line_prefix_template: Option<String>,
+    /// Also copy stdout lines containing any of these comma-separated strings (`,,` is a
+    /// comma) to `filtered_stdout.log` in the attempt's log directory.
+    #[arg(
+        long = "duplicate-stdout-filters",
+        alias = "duplicate_stdout_filters",
+        default_value = ""
+    )]
+    pub duplicate_stdout_filters: String,
+    /// As --duplicate-stdout-filters, for stderr (`filtered_stderr.log`).
+    #[arg(
+        long = "duplicate-stderr-filters",
+        alias = "duplicate_stderr_filters",
+        default_value = ""
+    )]
+    pub duplicate_stderr_filters: String,
+    /// Signals forwarded to the workers (comma-separated names; torchrun's default
+    /// `SIGTERM,SIGINT,SIGHUP,SIGQUIT`; also `TORCHELASTIC_SIGNALS_TO_HANDLE`).
+    #[arg(long = "signals-to-handle", alias = "signals_to_handle")]
+    pub signals_to_handle: Option<String>,
+    /// Seconds between SIGTERM and SIGKILL when stopping workers (torchrun's name for
+    /// --stop-timeout; also `TORCH_ELASTIC_SHUTDOWN_TIMEOUT`).
+    #[arg(long = "shutdown-timeout", alias = "shutdown_timeout")]
+    pub shutdown_timeout: Option<u64>,
+    /// Every worker gets `LOCAL_RANK=0` and `CUDA_VISIBLE_DEVICES` set to its own GPU (the
+    /// local rank's entry of this process's `CUDA_VISIBLE_DEVICES`, else the local rank).
+    #[arg(long = "virtual-local-rank", alias = "virtual_local_rank")]
+    pub virtual_local_rank: bool,
+    /// This node's address, shown in the elastic rendezvous' messages (torchrun also uses it
+    /// to reach the node; c10drun's workers always meet through the agent's store).
+    #[arg(long = "local-addr", alias = "local_addr")]
+    pub local_addr: Option<String>,
+    /// torchrun's event log handler: only `null` (no event log) is available.
+    #[arg(long = "event-log-handler", alias = "event_log_handler")]
+    pub event_log_handler: Option<String>,
     /// The program to run in every worker, followed by its arguments.
     #[arg(
         required = true,
@@ -116,19 +155,7 @@ pub struct Args {
 }
 
 /// torchrun options that c10drun does not implement (yet).
-const UNSUPPORTED: &[&str] = &[
-    "event-log-handler",
-    "log-line-prefix-template",
-    "duplicate-stdout-filters",
-    "duplicate-stderr-filters",
-    "local-addr",
-    "logs-specs",
-    "numa-binding",
-    "signals-to-handle",
-    "shutdown-timeout",
-    "virtual-local-rank",
-    "print-completion",
-];
+const UNSUPPORTED: &[&str] = &["logs-specs", "numa-binding", "print-completion"];
 
 /// Rendezvous backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -206,6 +233,14 @@ pub struct Config {
     /// Per local rank: (stdout, stderr).
     pub streams: Vec<(StreamMode, StreamMode)>,
     pub no_prefix: bool,
+    /// `--log-line-prefix-template` (or its environment variable).
+    pub prefix_template: Option<String>,
+    /// `--duplicate-std{out,err}-filters`: substrings (empty: no copy).
+    pub duplicate_filters: [Vec<String>; 2],
+    /// The signals forwarded to the workers.
+    pub signals: Vec<i32>,
+    pub virtual_local_rank: bool,
+    pub local_addr: Option<String>,
 }
 
 fn usage(msg: impl Into<String>) -> String {
@@ -292,6 +327,59 @@ fn parse_nnodes(s: &str) -> Result<(usize, usize), String> {
         return Err("--nnodes must be at least 1".into());
     }
     Ok((lo, hi))
+}
+
+/// The grace period between SIGTERM and SIGKILL: `--shutdown-timeout`, else
+/// `TORCH_ELASTIC_SHUTDOWN_TIMEOUT`, else `--stop-timeout`.
+fn stop_timeout(a: &Args) -> Result<Duration, String> {
+    let env = std::env::var("TORCH_ELASTIC_SHUTDOWN_TIMEOUT").ok();
+    match (a.shutdown_timeout, env) {
+        (Some(s), _) => Ok(Duration::from_secs(s)),
+        (None, Some(v)) => v.trim().parse().map(Duration::from_secs).map_err(|_| {
+            format!("TORCH_ELASTIC_SHUTDOWN_TIMEOUT={v}: expected a whole number of seconds")
+        }),
+        (None, None) => Ok(Duration::from_secs_f64(a.stop_timeout.max(0.0))),
+    }
+}
+
+/// torchrun's `comma_separated_list`: `,` separates, `,,` is a literal comma, empty parts
+/// are dropped.
+fn comma_separated(s: &str) -> Vec<String> {
+    s.replace(",,", "\u{0}")
+        .split(',')
+        .map(|p| p.replace('\u{0}', ","))
+        .filter(|p| !p.is_empty())
+        .collect()
+}
+
+/// `--signals-to-handle`: signal names (`SIGTERM` or `TERM`) to numbers.
+fn parse_signals(spec: &str) -> Result<Vec<i32>, String> {
+    let known: [(&str, i32); 8] = [
+        ("SIGTERM", libc::SIGTERM),
+        ("SIGINT", libc::SIGINT),
+        ("SIGHUP", libc::SIGHUP),
+        ("SIGQUIT", libc::SIGQUIT),
+        ("SIGUSR1", libc::SIGUSR1),
+        ("SIGUSR2", libc::SIGUSR2),
+        ("SIGCONT", libc::SIGCONT),
+        ("SIGALRM", libc::SIGALRM),
+    ];
+    spec.split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .map(|n| {
+            let name = if n.starts_with("SIG") { n.to_string() } else { format!("SIG{n}") };
+            known
+                .iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| *v)
+                .ok_or_else(|| {
+                    format!(
+                        "--signals-to-handle: unknown signal '{n}' (known: SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCONT, SIGALRM)"
+                    )
+                })
+        })
+        .collect()
 }
 
 /// `--redirects` / `--tee`: one value 0-3 for all local ranks, or `LOCAL_RANK:VALUE,...`.
@@ -415,6 +503,13 @@ impl Config {
         };
         let argv = worker_argv(&a);
         let streams = stream_modes(&a, nproc)?;
+        let signals = parse_signals(
+            &a.signals_to_handle
+                .clone()
+                .or_else(|| std::env::var("TORCHELASTIC_SIGNALS_TO_HANDLE").ok())
+                .unwrap_or_else(|| "SIGTERM,SIGINT,SIGHUP,SIGQUIT".into()),
+        )?;
+        let stop_timeout = stop_timeout(&a)?;
         Ok(Config {
             nproc,
             nnodes: place.nnodes,
@@ -429,7 +524,7 @@ impl Config {
             store_port: place.store_port,
             host_mode: place.host_mode,
             run_id: place.run_id,
-            stop_timeout: Duration::from_secs_f64(a.stop_timeout),
+            stop_timeout,
             rdzv_timeout: conf.rdzv_timeout,
             store_deadline: conf.store_deadline,
             max_restarts: a.max_restarts,
@@ -440,6 +535,18 @@ impl Config {
             log_dir: a.log_dir,
             streams,
             no_prefix: a.no_prefix,
+            prefix_template: a
+                .log_line_prefix_template
+                .clone()
+                .or_else(|| std::env::var("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE").ok())
+                .filter(|t| !t.is_empty()),
+            duplicate_filters: [
+                comma_separated(&a.duplicate_stdout_filters),
+                comma_separated(&a.duplicate_stderr_filters),
+            ],
+            signals,
+            virtual_local_rank: a.virtual_local_rank,
+            local_addr: a.local_addr.clone(),
         })
     }
 }
@@ -465,6 +572,13 @@ fn check_command(a: &Args) -> Result<(), String> {
         return Err(usage(
             "--module and --no-python cannot be used together (-m runs the program as a Python module)",
         ));
+    }
+    if let Some(h) = &a.event_log_handler {
+        if h != "null" {
+            return Err(usage(format!(
+                "--event-log-handler {h}: c10drun has no event log; only 'null' is available"
+            )));
+        }
     }
     if let Some(m) = &a.start_method {
         if !matches!(m.as_str(), "spawn" | "fork" | "forkserver") {
@@ -723,6 +837,19 @@ mod tests {
         assert_eq!(parse_std_spec("r", "3", 2).unwrap(), vec![3, 3]);
         assert_eq!(parse_std_spec("r", "0:1,1:2", 3).unwrap(), vec![1, 2, 0]);
         assert!(parse_std_spec("r", "4", 1).is_err());
+    }
+
+    #[test]
+    fn torchrun_lists_and_signals() {
+        assert_eq!(comma_separated("a,b,,c,"), ["a", "b,c"]);
+        assert!(comma_separated("").is_empty());
+        assert_eq!(
+            parse_signals("SIGTERM,USR1").unwrap(),
+            [libc::SIGTERM, libc::SIGUSR1]
+        );
+        assert!(parse_signals("SIGFOO")
+            .unwrap_err()
+            .contains("unknown signal"));
     }
 
     #[test]

@@ -72,9 +72,10 @@ impl Elastic {
         conf: ElasticConf,
         (min, max): (usize, usize),
         join_timeout: Duration,
+        local_addr: Option<&str>,
     ) -> Result<Elastic, String> {
         let seq = s.add(&keys.node_seq(), 1)?;
-        s.set(&keys.node(seq), describe_self().as_bytes())?;
+        s.set(&keys.node(seq), describe_self(local_addr).as_bytes())?;
         s.add(&keys.keep_alive(seq), 1)?;
         keep_alive(
             s.clone_conn()?,
@@ -312,11 +313,14 @@ fn parse_count(v: &[u8], what: &str) -> Result<usize, String> {
         .map_err(|_| format!("the store holds a bad {what} value: {v:?}"))
 }
 
-/// "host, pid P".
-fn describe_self() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_else(|_| "?".into());
+/// "host, pid P" (`--local-addr` as the host when given).
+fn describe_self(local_addr: Option<&str>) -> String {
+    let host = match local_addr {
+        Some(a) => a.to_string(),
+        None => std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_else(|_| "?".into()),
+    };
     format!("{host}, pid {}", std::process::id())
 }
 

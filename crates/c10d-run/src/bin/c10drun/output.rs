@@ -4,6 +4,15 @@
 use super::report::{push_tail, Tail};
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
+use std::sync::{Arc, Mutex};
+
+/// Lines containing any of `filters` also go, prefixed, to a file shared by the attempt's
+/// workers (torchrun's `--duplicate-std{out,err}-filters`).
+#[derive(Clone)]
+pub struct Duplicate {
+    pub file: Arc<Mutex<File>>,
+    pub filters: Arc<Vec<String>>,
+}
 
 /// Where one stream goes.
 pub struct Sink {
@@ -12,6 +21,7 @@ pub struct Sink {
     pub console: bool,
     pub file: Option<File>,
     pub tail: Option<Tail>,
+    pub duplicate: Option<Duplicate>,
 }
 
 /// Returns when the stream closes.
@@ -33,14 +43,21 @@ pub fn pump(src: impl Read, mut sink: Sink) {
                 if let Some(f) = &mut sink.file {
                     let _ = f.write_all(&line);
                 }
-                if !sink.console {
-                    continue;
-                }
                 let mut buf = Vec::with_capacity(line.len() + 16);
                 if let Some(p) = &sink.prefix {
                     buf.extend_from_slice(p.as_bytes());
                 }
                 buf.extend_from_slice(&line);
+                if let Some(d) = &sink.duplicate {
+                    let text = String::from_utf8_lossy(&line);
+                    if d.filters.iter().any(|f| text.contains(f.as_str())) {
+                        let mut f = d.file.lock().unwrap_or_else(|e| e.into_inner());
+                        let _ = f.write_all(&buf);
+                    }
+                }
+                if !sink.console {
+                    continue;
+                }
                 if sink.to_stderr {
                     let _ = std::io::stderr().lock().write_all(&buf);
                 } else {
