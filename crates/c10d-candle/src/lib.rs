@@ -1,0 +1,26 @@
+//! Collectives on [candle](https://github.com/huggingface/candle) tensors for c10d-rs (see the
+//! crate README). [`all_reduce`], [`broadcast`], [`all_gather`], [`reduce_scatter`], [`send`]
+//! and [`recv`] take `candle_core::Tensor`s: CPU tensors go through c10d-rs's CPU backend with
+//! the tensor's own storage as the buffer (in place, no copy). CUDA tensors are refused with
+//! an error for now.
+//!
+//! | candle dtype | elements | reductions |
+//! |---|---|---|
+//! | F32, F64, F16, BF16, U8, I16, I32, I64 | the same type | all |
+//! | U32 | its bits as `i32` | SUM and PRODUCT (wrapping, bit-identical to `u32`); others refused |
+//! | F8E4M3, F6E2M3, F6E3M2, F4, F8E8M0 | refused | |
+//!
+//! | file | what |
+//! |---|---|
+//! | `slices.rs` | a CPU tensor's elements as the slice type collectives take; dtype rules |
+//! | `inplace.rs` | running a collective on a tensor's storage (candle's `InplaceOp1`) |
+//! | `collectives.rs` | the collectives |
+//!
+//! Compatible with candle 0.11 (whose cudarc, 0.19, is c10d-nccl's).
+
+mod collectives;
+mod inplace;
+mod slices;
+
+pub use collectives::{all_gather, all_reduce, all_reduced, broadcast, recv, reduce_scatter, send};
+pub use inplace::from_candle;

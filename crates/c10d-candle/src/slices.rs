@@ -1,0 +1,122 @@
+//! A candle CPU tensor's elements as a typed slice: the span its layout covers in its storage,
+//! which must be contiguous, in the element type c10d-rs collectives take.
+//!
+//! | candle dtype | slice | reductions |
+//! |---|---|---|
+//! | F32, F64, F16, BF16, U8, I16, I32, I64 | the same type | all |
+//! | U32 | its bits as `i32` | SUM and PRODUCT (wrapping, bit-identical to `u32`); others refused |
+//! | F8E4M3, F6E2M3, F6E3M2, F4, F8E8M0 | refused | |
+
+use c10d_core::{DistError, ReduceOp, Result};
+use candle_core::backend::BackendStorage;
+use candle_core::{CpuStorage, DType, Layout};
+use half::{bf16, f16};
+
+/// A tensor's elements, writable.
+pub enum SliceMut<'a> {
+    F32(&'a mut [f32]),
+    F64(&'a mut [f64]),
+    F16(&'a mut [f16]),
+    BF16(&'a mut [bf16]),
+    U8(&'a mut [u8]),
+    I16(&'a mut [i16]),
+    I32(&'a mut [i32]),
+    I64(&'a mut [i64]),
+    /// A U32 tensor's bits.
+    U32(&'a mut [i32]),
+}
+
+/// A tensor's elements, read only.
+pub enum SliceRef<'a> {
+    F32(&'a [f32]),
+    F64(&'a [f64]),
+    F16(&'a [f16]),
+    BF16(&'a [bf16]),
+    U8(&'a [u8]),
+    I16(&'a [i16]),
+    I32(&'a [i32]),
+    I64(&'a [i64]),
+    /// A U32 tensor's bits.
+    U32(&'a [i32]),
+}
+
+/// The span of `layout` in its storage.
+///
+/// # Errors
+/// [`DistError::InvalidArgument`] for a non-contiguous layout, naming `what`.
+fn span(layout: &Layout, what: &str) -> Result<std::ops::Range<usize>> {
+    match layout.contiguous_offsets() {
+        Some((a, b)) => Ok(a..b),
+        None => Err(DistError::invalid(format!(
+            "c10d-candle: {what} needs a contiguous tensor, got shape {:?} with strides {:?}; \
+             call .contiguous() first",
+            layout.shape().dims(),
+            layout.stride()
+        ))),
+    }
+}
+
+fn unsupported(dtype: DType, what: &str) -> DistError {
+    DistError::invalid(format!(
+        "c10d-candle: {what} does not take {dtype:?} tensors (supported: f32, f64, f16, bf16, \
+         u8, u32, i16, i32, i64)"
+    ))
+}
+
+/// The elements of `storage` under `layout`, writable.
+///
+/// # Errors
+/// A non-contiguous layout or an unsupported dtype, naming `what`.
+pub fn slice_mut<'a>(
+    storage: &'a mut CpuStorage,
+    layout: &Layout,
+    what: &str,
+) -> Result<SliceMut<'a>> {
+    let r = span(layout, what)?;
+    Ok(match storage {
+        CpuStorage::F32(v) => SliceMut::F32(&mut v[r]),
+        CpuStorage::F64(v) => SliceMut::F64(&mut v[r]),
+        CpuStorage::F16(v) => SliceMut::F16(&mut v[r]),
+        CpuStorage::BF16(v) => SliceMut::BF16(&mut v[r]),
+        CpuStorage::U8(v) => SliceMut::U8(&mut v[r]),
+        CpuStorage::I16(v) => SliceMut::I16(&mut v[r]),
+        CpuStorage::I32(v) => SliceMut::I32(&mut v[r]),
+        CpuStorage::I64(v) => SliceMut::I64(&mut v[r]),
+        CpuStorage::U32(v) => SliceMut::U32(bytemuck::cast_slice_mut(&mut v[r])),
+        other => return Err(unsupported(other.dtype(), what)),
+    })
+}
+
+/// The elements of `storage` under `layout`, read only.
+///
+/// # Errors
+/// A non-contiguous layout or an unsupported dtype, naming `what`.
+pub fn slice_ref<'a>(storage: &'a CpuStorage, layout: &Layout, what: &str) -> Result<SliceRef<'a>> {
+    let r = span(layout, what)?;
+    Ok(match storage {
+        CpuStorage::F32(v) => SliceRef::F32(&v[r]),
+        CpuStorage::F64(v) => SliceRef::F64(&v[r]),
+        CpuStorage::F16(v) => SliceRef::F16(&v[r]),
+        CpuStorage::BF16(v) => SliceRef::BF16(&v[r]),
+        CpuStorage::U8(v) => SliceRef::U8(&v[r]),
+        CpuStorage::I16(v) => SliceRef::I16(&v[r]),
+        CpuStorage::I32(v) => SliceRef::I32(&v[r]),
+        CpuStorage::I64(v) => SliceRef::I64(&v[r]),
+        CpuStorage::U32(v) => SliceRef::U32(bytemuck::cast_slice(&v[r])),
+        other => return Err(unsupported(other.dtype(), what)),
+    })
+}
+
+/// Whether `op` on a U32 tensor's `i32` bits gives the `u32` result: SUM and PRODUCT wrap the
+/// same way in both; the others compare or divide differently.
+///
+/// # Errors
+/// [`DistError::InvalidArgument`] for any other op, naming `what`.
+pub fn check_u32_op(op: &ReduceOp, what: &str) -> Result<()> {
+    match op {
+        ReduceOp::Sum | ReduceOp::Product => Ok(()),
+        other => Err(DistError::invalid(format!(
+            "c10d-candle: {what} with {other:?} on a U32 tensor is not supported (only SUM and PRODUCT)"
+        ))),
+    }
+}
