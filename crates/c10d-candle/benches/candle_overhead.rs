@@ -1,1 +1,88 @@
-fn main() {}
+//! The adapter's overhead: a float32 all_reduce (SUM) on a candle CPU tensor against the same
+//! all_reduce on a plain `Vec<f32>`, 2 ranks (threads, each its own `World`, "gloo" on this
+//! host), alternating in one run. Each figure is the median wall time of the blocking call on
+//! rank 0 (the collective itself included; for candle, also taking the tensor's storage lock
+//! and its slice through `InplaceOp1`).
+//!
+//! `cargo bench -p c10d-candle --bench candle_overhead [-- MiB ITERS]` (default 64 MiB, 20).
+
+use c10d_core::ReduceOp;
+use c10d_store::{HashStore, Store};
+use c10d_world::{InitOptions, World};
+use candle_core::{Device, Tensor};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn rank(
+    r: usize,
+    n: usize,
+    store: Arc<dyn Store>,
+    bytes: usize,
+    iters: usize,
+    go: Arc<Barrier>,
+) -> (Duration, Duration) {
+    let w = World::new();
+    w.init_process_group(InitOptions {
+        backend: Some("gloo".into()),
+        store: Some(store),
+        rank: Some(r),
+        world_size: Some(n),
+        timeout: Some(Duration::from_secs(120)),
+        ..Default::default()
+    })
+    .expect("init");
+    let len = bytes / 4;
+    let t = Tensor::from_vec(vec![1f32; len], len, &Device::Cpu).expect("tensor");
+    let mut v = vec![1f32; len];
+    let (mut tc, mut tv) = (Vec::new(), Vec::new());
+    for i in 0..iters + 2 {
+        go.wait();
+        let t0 = Instant::now();
+        c10d_candle::all_reduce(&w, &t, ReduceOp::Sum, None).expect("candle all_reduce");
+        let a = t0.elapsed();
+        go.wait();
+        let t0 = Instant::now();
+        w.all_reduce(&mut v)
+            .op(ReduceOp::Sum)
+            .run()
+            .expect("vec all_reduce");
+        let b = t0.elapsed();
+        if i >= 2 {
+            tc.push(a);
+            tv.push(b);
+        }
+    }
+    w.destroy_process_group(None).expect("destroy");
+    (median(tc), median(tv))
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let mib: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(64);
+    let iters: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(20);
+    let n = 2;
+    let store: Arc<dyn Store> = Arc::new(HashStore::new());
+    let go = Arc::new(Barrier::new(n));
+    let hs: Vec<_> = (0..n)
+        .map(|r| {
+            let (store, go) = (store.clone(), go.clone());
+            std::thread::spawn(move || rank(r, n, store, mib << 20, iters, go))
+        })
+        .collect();
+    let res: Vec<(Duration, Duration)> = hs.into_iter().map(|h| h.join().expect("rank")).collect();
+    let (c, v) = res[0];
+    println!(
+        "c10d-candle all_reduce f32 {mib} MiB, {n} ranks, median of {iters}: candle tensor {:.2} ms, Vec<f32> {:.2} ms, ratio {:.3}",
+        c.as_secs_f64() * 1e3,
+        v.as_secs_f64() * 1e3,
+        c.as_secs_f64() / v.as_secs_f64()
+    );
+}

@@ -69,14 +69,9 @@ fn with_input<R>(t: &Tensor, what: &str, f: impl FnOnce(SliceRef<'_>) -> Result<
 pub fn all_reduce(w: &World, t: &Tensor, op: ReduceOp, group: Option<&GroupMember>) -> Result<()> {
     on_elements(t, "all_reduce", &|s| {
         if let SliceMut::U32(_) = s {
-            check_u32_op(&op, "all_reduce")?;
+            check_u32_op(op, "all_reduce")?;
         }
-        each_mut!(s, |v| w
-            .all_reduce(v)
-            .op(op.clone())
-            .group(group)
-            .run()
-            .map(|_| ()))
+        each_mut!(s, |v| w.all_reduce(v).op(op).group(group).run().map(|_| ()))
     })
 }
 
@@ -155,12 +150,12 @@ pub fn reduce_scatter(
     let out = Tensor::zeros(dims, t.dtype(), t.device()).map_err(from_candle)?;
     on_elements(&out, "reduce_scatter", &|o| {
         if let SliceMut::U32(_) = o {
-            check_u32_op(&op, "reduce_scatter")?;
+            check_u32_op(op, "reduce_scatter")?;
         }
         with_input(t, "reduce_scatter", |i| {
             each_pair!(o, i, |a, b| w
                 .reduce_scatter_tensor(a, b)
-                .op(op.clone())
+                .op(op)
                 .group(group)
                 .run()
                 .map(|_| ()))

@@ -112,7 +112,7 @@ pub fn slice_ref<'a>(storage: &'a CpuStorage, layout: &Layout, what: &str) -> Re
 ///
 /// # Errors
 /// [`DistError::InvalidArgument`] for any other op, naming `what`.
-pub fn check_u32_op(op: &ReduceOp, what: &str) -> Result<()> {
+pub fn check_u32_op(op: ReduceOp, what: &str) -> Result<()> {
     match op {
         ReduceOp::Sum | ReduceOp::Product => Ok(()),
         other => Err(DistError::invalid(format!(
