@@ -1,6 +1,6 @@
 //! The adapter's overhead: a float32 all_reduce (SUM) on a candle CPU tensor against the same
 //! all_reduce on a plain `Vec<f32>`, 2 ranks (threads, each its own `World`, "gloo" on this
-//! host), alternating in one run. Each figure is the median wall time of the blocking call on
+//! host), alternating in one run (and alternating which goes first). Each figure is the median wall time of the blocking call on
 //! rank 0 (the collective itself included; for candle, also taking the tensor's storage lock
 //! and its slice through `InplaceOp1`).
 //!
@@ -40,18 +40,30 @@ fn rank(
     let t = Tensor::from_vec(vec![1f32; len], len, &Device::Cpu).expect("tensor");
     let mut v = vec![1f32; len];
     let (mut tc, mut tv) = (Vec::new(), Vec::new());
-    for i in 0..iters + 2 {
+    let mut candle = || {
         go.wait();
         let t0 = Instant::now();
         c10d_candle::all_reduce(&w, &t, ReduceOp::Sum, None).expect("candle all_reduce");
-        let a = t0.elapsed();
-        go.wait();
-        let t0 = Instant::now();
-        w.all_reduce(&mut v)
-            .op(ReduceOp::Sum)
-            .run()
-            .expect("vec all_reduce");
-        let b = t0.elapsed();
+        t0.elapsed()
+    };
+    for i in 0..iters + 2 {
+        // Alternate which goes first, so neither always pays for the other's after-effects.
+        let mut plain = || {
+            go.wait();
+            let t0 = Instant::now();
+            w.all_reduce(&mut v)
+                .op(ReduceOp::Sum)
+                .run()
+                .expect("vec all_reduce");
+            t0.elapsed()
+        };
+        let (a, b) = if i % 2 == 0 {
+            let a = candle();
+            (a, plain())
+        } else {
+            let b = plain();
+            (candle(), b)
+        };
         if i >= 2 {
             tc.push(a);
             tv.push(b);
