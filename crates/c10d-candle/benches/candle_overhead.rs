@@ -40,7 +40,7 @@ fn rank(
     let t = Tensor::from_vec(vec![1f32; len], len, &Device::Cpu).expect("tensor");
     let mut v = vec![1f32; len];
     let (mut tc, mut tv) = (Vec::new(), Vec::new());
-    let mut candle = || {
+    let candle = || {
         go.wait();
         let t0 = Instant::now();
         c10d_candle::all_reduce(&w, &t, ReduceOp::Sum, None).expect("candle all_reduce");
