@@ -159,7 +159,7 @@ fn run() -> Result<bool> {
     })?;
     let w = c10d_world::World::global();
     let (rank, world) = (w.get_rank(None)? as usize, w.get_world_size(None)? as usize);
-    if SAMPLES % world != 0 {
+    if !SAMPLES.is_multiple_of(world) {
         return Err(c10d_core::DistError::invalid(format!(
             "ddp_candle: WORLD_SIZE {world} must divide {SAMPLES}"
         )));
