@@ -167,6 +167,8 @@ class Work(_CWork):
         self._staging = staging
         self._lock = threading.Lock()
         self._future: Optional[torch.futures.Future] = None
+        #: Under the profiler: completed once the op's event has ended (see ``_launch``).
+        self._profiled: Optional[torch.futures.Future] = None
 
     def _finish(self) -> None:
         with self._lock:
@@ -177,6 +179,10 @@ class Work(_CWork):
     def wait(self, timeout: timedelta = timedelta(0)) -> bool:
         self._work.wait(_wait_seconds(timeout))
         self._finish()
+        if self._profiled is not None:
+            # The event ends on the callback thread; a caller that leaves the profiler right
+            # after wait() must not find it still open (PyTorch's kineto then fails to parse).
+            self._profiled.wait()
         return True
 
     def is_completed(self) -> bool:
@@ -314,7 +320,7 @@ class ProcessGroupC10dRs(_CBackend):
             # The event ends on the callback thread, so the profiler sees it as async (as
             # Gloo's events, which end on Gloo's worker threads), even for a blocking op.
             done: torch.futures.Future = torch.futures.Future()
-            rf._call_end_callbacks_on_future(done)
+            work._profiled = rf._call_end_callbacks_on_future(done)
             work._work.add_done_callback(lambda: done.set_result(None), True)
         return work
 
