@@ -12,11 +12,19 @@ use std::time::Duration;
 /// `c10drun` for a node of a `nnodes` elastic job whose store is at 127.0.0.1:`port` ("0":
 /// this node hosts it and picks the port), running `sh -c script`.
 fn node(nnodes: &str, port: &str, extra: &[&str], script: &str) -> Job {
+    let extra = [&["--nnodes", nnodes][..], extra].concat();
+    spawn_c10drun(&refs(&node_args(port, &extra, script)))
+}
+
+fn refs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+/// The command line of [`node`] (`extra` must give `--nnodes`).
+fn node_args(port: &str, extra: &[&str], script: &str) -> Vec<String> {
     let endpoint = format!("127.0.0.1:{port}");
     let args = [
         &[
-            "--nnodes",
-            nnodes,
             "--rdzv-backend",
             "c10d",
             "--rdzv-endpoint",
@@ -32,7 +40,7 @@ fn node(nnodes: &str, port: &str, extra: &[&str], script: &str) -> Job {
         &["sh", "-c", script],
     ]
     .concat();
-    spawn_c10drun(&args)
+    args.iter().map(|a| a.to_string()).collect()
 }
 
 #[test]
@@ -86,4 +94,37 @@ fn failures_count_against_max_restarts() {
     assert_eq!(failed.code, Some(1), "{failed}");
     assert!(failed.summary().contains("job failed"), "{failed}");
     assert!(!failed.stdout.contains("attempt rc=1"), "{failed}");
+}
+
+/// Two live nodes, a worker fails on one: both agents count it (`TORCHELASTIC_RESTART_COUNT`
+/// 1 on both sides afterwards, one restart in each summary), and the restarted round runs.
+#[test]
+fn a_failure_on_one_of_two_live_nodes_counts_on_both() {
+    // Rank 0 takes 1.5 s to stop, so its agent looks at the failure well after the failing
+    // node's agent decided: both must still call it a failure.
+    let script = "echo \"attempt rc=$TORCHELASTIC_RESTART_COUNT rank=$RANK ws=$WORLD_SIZE\"; \
+                  if [ $TORCHELASTIC_RESTART_COUNT = 0 ]; then \
+                    if [ $RANK = 1 ]; then sleep 0.5; exit 3; fi; \
+                    trap 'sleep 1.5; exit 0' TERM; sleep 30 & wait; fi";
+    let extra = ["--max-restarts", "1", "--nnodes", "2:3"];
+    let args = |port: &str| node_args(port, &extra, script);
+    let mut a = spawn_c10drun(&refs(&args("0")));
+    let port = a.wait_for_store_port("127.0.0.1", Duration::from_secs(30));
+    let b = spawn_c10drun(&refs(&args(&port)));
+    let (oa, ob) = (
+        a.finish(Duration::from_secs(90)),
+        b.finish(Duration::from_secs(90)),
+    );
+    for (o, r) in [(&oa, 0), (&ob, 1)] {
+        assert_eq!(o.code, Some(0), "{o}");
+        assert!(
+            o.stdout.contains(&format!("attempt rc=1 rank={r} ws=2")),
+            "{o}"
+        );
+        assert!(
+            o.summary()
+                .contains("worker group failed (restart 1 of 1); restarting it"),
+            "{o}"
+        );
+    }
 }

@@ -87,7 +87,10 @@ pub(super) fn run_elastic(
                             cfg.max_restarts
                         );
                         print_summary(&ctx, &workers, r, elapsed, &why, &[]);
-                        Elastic::end_round(s, &keys, round, seat.nodes.len(), "a worker failed")?;
+                        // Not a membership change (the other agents classify the same failure
+                        // and must count it too): only the next round's size is told.
+                        let n = seat.nodes.len().to_string();
+                        s.set_once(&keys.expected(round + 1), n.as_bytes())?;
                         restarts += 1;
                         Next::Restart
                     }
