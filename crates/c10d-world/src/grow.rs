@@ -203,7 +203,7 @@ impl World {
             .group()
             .cloned()
             .ok_or_else(|| DistError::invalid("grow_group: the backend created no group"))?;
-        self.adopt_grown(&new_pg, &plan, g);
+        self.adopt_grown(&new_pg, &world, &plan, g);
         Ok(GroupMember::Group(new_pg))
     }
 
@@ -267,24 +267,14 @@ impl World {
 
     /// Makes `new_pg` WORLD after a grow of generation `g`: forgets (and aborts) every other
     /// group, takes the plan's group counter.
-    fn adopt_grown(&self, new_pg: &ProcessGroup, plan: &Plan, g: u64) {
-        let old: Vec<ProcessGroup> = {
+    fn adopt_grown(&self, new_pg: &ProcessGroup, old_world: &ProcessGroup, plan: &Plan, g: u64) {
+        // As after shrinking WORLD: the new group is WORLD, every other group goes.
+        let old = self.forget_shrunk(new_pg, old_world, true);
+        {
             let mut st = self.lock();
-            let old: Vec<ProcessGroup> = st
-                .groups
-                .iter()
-                .filter(|e| !e.pg.ptr_eq(new_pg))
-                .map(|e| e.pg.clone())
-                .collect();
-            st.groups.retain(|e| e.pg.ptr_eq(new_pg));
-            st.tags_to_pg.clear();
-            st.registry.retain(|_, p| p.ptr_eq(new_pg));
-            st.default_pg = Some(new_pg.clone());
-            st.coalescing = None;
             st.group_count = plan.group_count;
             st.grow_generation = g + 1;
-            old
-        };
+        }
         for pg in &old {
             stop_backends(pg, true);
         }

@@ -178,8 +178,9 @@ impl World {
     }
 
     /// Removes the shrunk group (and, when WORLD was shrunk, every other group) from the maps,
-    /// making the new group WORLD in that case; returns the removed groups to abort.
-    fn forget_shrunk(
+    /// making the new group WORLD in that case; returns the removed groups to abort. (Also what
+    /// a grown WORLD does, `crate::grow`.)
+    pub(crate) fn forget_shrunk(
         &self,
         new_pg: &ProcessGroup,
         target: &ProcessGroup,

@@ -200,6 +200,18 @@ fn child_main() {
     }
     let me = dist::get_rank(None).unwrap();
     println!("PARAMS rank={me} bits={}", bits(&params));
+    // Every rank (the newcomer too) names the next group alike: a subgroup works.
+    let sub = dist::new_group(Some(&[1, 3]), Default::default()).unwrap();
+    if me == 1 || me == 3 {
+        let t = Tensor::from_vec(vec![me as f32; 3]);
+        dist::all_reduce(&t).group(&sub).run().unwrap();
+        assert_eq!(
+            t.to_vec::<f32>().unwrap(),
+            [4.0; 3],
+            "subgroup after the grow"
+        );
+        println!("SUBGROUP rank={me} ok");
+    }
     barrier("end", N);
     dist::destroy_process_group(None).unwrap();
 }
@@ -345,6 +357,12 @@ fn four_ranks_lose_one_shrink_grow_back_and_agree_bit_for_bit() {
             "slot {i} ends with other bits than slot 0\n{}",
             all(*i)
         );
+    }
+    assert_eq!(seen.len(), N);
+    // Slot 1 kept rank 1; the newcomer (slot N) is rank 3.
+    for (i, me) in [(1, 1), (N, 3)] {
+        let ok = format!("SUBGROUP rank={me} ok");
+        assert!(lines[i].iter().any(|l| l.contains(&ok)), "{}", all(i));
     }
     let (got, want) = (from_bits(&seen[0].1), expected_params());
     assert_eq!(got.len(), want.len());
