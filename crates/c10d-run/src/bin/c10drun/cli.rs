@@ -42,7 +42,8 @@ pub struct Args {
     /// `key=value,...`: join_timeout / timeout (s, rendezvous), read_timeout (s, bound of every
     /// agent store operation, default 10), is_host (c10d); elastic (`--nnodes MIN:MAX`):
     /// last_call_timeout (s, default 30), close_timeout (s, default 30), keep_alive_interval
-    /// (s, default 5), keep_alive_max_attempt (default 3); use_libuv (accepted, no effect).
+    /// (s, default 5), keep_alive_max_attempt (default 3); use_libuv, heartbeat_timeout,
+    /// store_type, cas_backoff_max_seconds (accepted, no effect).
     #[arg(long = "rdzv-conf", alias = "rdzv_conf", default_value = "")]
     pub rdzv_conf: String,
     /// One node, store on 127.0.0.1 with a free port, fresh run id (c10d rendezvous).
@@ -625,17 +626,20 @@ impl RdzvConf {
                 }
                 "last_call_timeout" => elastic.last_call = secs(k, v)?,
                 "close_timeout" => elastic.close = secs(k, v)?,
-                "keep_alive_interval" | "heartbeat" => elastic.keep_alive_interval = secs(k, v)?,
+                "keep_alive_interval" => elastic.keep_alive_interval = secs(k, v)?,
                 "keep_alive_max_attempt" => {
                     elastic.keep_alive_max_attempt = match v.parse::<u32>() {
                         Ok(n) if n > 0 => n,
                         _ => return Err(format!("--rdzv-conf {k}={v}: expected a positive count")),
                     }
                 }
-                "use_libuv" | "rank" => {}
+                // torchrun's keys that mean nothing here (c10drun's store is its own TCPStore;
+                // its operations are bounded by read_timeout).
+                "use_libuv" | "rank" | "heartbeat_timeout" | "store_type"
+                | "cas_backoff_max_seconds" => {}
                 _ => {
                     return Err(format!(
-                        "--rdzv-conf: unknown key '{k}' (known: join_timeout, timeout, read_timeout, is_host, last_call_timeout, close_timeout, keep_alive_interval, keep_alive_max_attempt, use_libuv)"
+                        "--rdzv-conf: unknown key '{k}' (known: join_timeout, timeout, read_timeout, is_host, last_call_timeout, close_timeout, keep_alive_interval, keep_alive_max_attempt; accepted without effect: use_libuv, rank, heartbeat_timeout, store_type, cas_backoff_max_seconds)"
                     ))
                 }
             }
