@@ -492,6 +492,28 @@ fn torchrun_2_15_logging_signal_and_rank_options() {
     );
 }
 
+/// As torchrun: every option also comes from `PET_<NAME>` (what Kubeflow's PyTorchJob sets),
+/// flags from `PET_<NAME>=1`, and unambiguous abbreviations are taken.
+#[test]
+fn pet_environment_and_abbreviations() {
+    let out = spawn(
+        &c10drun(),
+        &["--max-re", "0", "sh", "-c", "echo \"R=$RANK W=$WORLD_SIZE\""],
+        &[("PET_NPROC_PER_NODE", "2"), ("PET_STANDALONE", "1")],
+    )
+    .finish(Duration::from_secs(30));
+    assert_eq!(out.code, Some(0), "{out}");
+    assert!(out.stdout.contains("[rank 1]: R=1 W=2"), "{out}");
+    let out = spawn(
+        &c10drun(),
+        &["--nproc-per", "1", "true"],
+        &[("PET_NNODES", "1:2")],
+    )
+    .finish(Duration::from_secs(30));
+    assert_eq!(out.code, Some(1), "{out}");
+    assert!(out.stderr.contains("--nnodes 1:2: elastic node counts need"), "{out}");
+}
+
 /// Every file under `dir`.
 fn walk(dir: &std::path::Path) -> Vec<PathBuf> {
     let mut out = Vec::new();

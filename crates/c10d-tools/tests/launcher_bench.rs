@@ -96,7 +96,10 @@ fn every_op_gives_a_checked_table() {
                 // in 2 ms) prints 0.000, so check it against size and time, not against zero.
                 assert!(row.time_us > 0.0, "{op}: {row:?}");
                 let algbw = row.size as f64 / (row.time_us * 1e3);
-                assert!((row.algbw - algbw).abs() <= 0.0006 + 0.01 * algbw, "{op}: {row:?}");
+                assert!(
+                    (row.algbw - algbw).abs() <= 0.0006 + 0.01 * algbw,
+                    "{op}: {row:?}"
+                );
                 let factor = match op {
                     "all_reduce" => 2.0 * (n as f64 - 1.0) / n as f64,
                     "all_gather" | "reduce_scatter" | "all_to_all" => (n as f64 - 1.0) / n as f64,

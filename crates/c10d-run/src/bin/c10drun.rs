@@ -11,6 +11,9 @@
 //!
 //! What it does, mirroring `torchrun`:
 //!
+//! - **Command line.** torchrun's options with dashes or underscores, unambiguous
+//!   abbreviations (`--nnode`), and each option also from `PET_<NAME>` (`PET_NNODES`,
+//!   `PET_STANDALONE=1`, …), as torchrun's argument parser reads them.
 //! - **Program.** `PROGRAM` ending in `.py` runs as `python3 PROGRAM` (the `python3` on `PATH`),
 //!   `-m` runs `python3 -m PROGRAM`, `--run-path` always prefixes `python3`, `--no-python` and any
 //!   other name run the program as given.

@@ -5,92 +5,157 @@ use clap::Parser;
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// Command line of `c10drun`: torchrun's options, dashes or underscores.
+/// Command line of `c10drun`: torchrun's options, dashes or underscores, unambiguous
+/// abbreviations, and each also from the environment variable `PET_<NAME>` (torchrun's).
 #[derive(Parser, Debug)]
 #[command(
     name = "c10drun",
+    // torchrun (argparse) takes unambiguous abbreviations: `--nnode`, `--max-re`.
+    infer_long_args = true,
     version,
     about = "Launch a distributed job (torchrun's command line, for c10d-rs and PyTorch programs)",
     after_help = "Examples:\n  c10drun --standalone --nproc_per_node=2 train.py --epochs 3\n  c10drun --nproc-per-node 4 --master-port 0 ./train\n  c10drun --nnodes 2 --node-rank 0 --master-addr host0 --master-port 29500 -m pkg.train"
 )]
 pub struct Args {
     /// Workers per node: a number, `cpu` (CPU cores), `gpu` (CUDA devices) or `auto`.
-    #[arg(long = "nproc-per-node", alias = "nproc_per_node", default_value = "1")]
+    #[arg(
+        long = "nproc-per-node",
+        alias = "nproc_per_node",
+        default_value = "1",
+        env = "PET_NPROC_PER_NODE"
+    )]
     pub nproc_per_node: String,
     /// Number of nodes, `N` or `MIN:MAX` (MIN < MAX: elastic, with `--rdzv-backend c10d`).
-    #[arg(long, default_value = "1")]
+    #[arg(long, default_value = "1", env = "PET_NNODES")]
     pub nnodes: String,
     /// Rank of this node, 0..nnodes (static rendezvous). Node 0 hosts the store.
-    #[arg(long = "node-rank", alias = "node_rank")]
+    #[arg(long = "node-rank", alias = "node_rank", env = "PET_NODE_RANK")]
     pub node_rank: Option<usize>,
     /// Address of node 0, where the store runs (given to workers as MASTER_ADDR).
-    #[arg(long = "master-addr", alias = "master_addr")]
+    #[arg(long = "master-addr", alias = "master_addr", env = "PET_MASTER_ADDR")]
     pub master_addr: Option<String>,
     /// Port of the store on node 0 (MASTER_PORT, default 29500); 0 picks a free port (node 0 only).
-    #[arg(long = "master-port", alias = "master_port")]
+    #[arg(long = "master-port", alias = "master_port", env = "PET_MASTER_PORT")]
     pub master_port: Option<u16>,
     /// Job id shared by all nodes (TORCHELASTIC_RUN_ID).
-    #[arg(long = "run-id", alias = "rdzv-id", alias = "rdzv_id")]
+    #[arg(
+        long = "run-id",
+        alias = "rdzv-id",
+        alias = "rdzv_id",
+        env = "PET_RDZV_ID"
+    )]
     pub run_id: Option<String>,
     /// Rendezvous backend: `static` (default: --node-rank, node 0 hosts the store) or `c10d`
     /// (node ranks in order of arrival; the node owning --rdzv-endpoint hosts the store).
-    #[arg(long = "rdzv-backend", alias = "rdzv_backend")]
+    #[arg(
+        long = "rdzv-backend",
+        alias = "rdzv_backend",
+        env = "PET_RDZV_BACKEND"
+    )]
     pub rdzv_backend: Option<String>,
     /// Store address `host[:port]` (c10d default port 29400; static default --master-addr:--master-port).
-    #[arg(long = "rdzv-endpoint", alias = "rdzv_endpoint")]
+    #[arg(
+        long = "rdzv-endpoint",
+        alias = "rdzv_endpoint",
+        env = "PET_RDZV_ENDPOINT"
+    )]
     pub rdzv_endpoint: Option<String>,
     /// `key=value,...`: join_timeout / timeout (s, rendezvous), read_timeout (s, bound of every
     /// agent store operation, default 10), is_host (c10d); elastic (`--nnodes MIN:MAX`):
     /// last_call_timeout (s, default 30), close_timeout (s, default 30), keep_alive_interval
     /// (s, default 5), keep_alive_max_attempt (default 3); use_libuv, heartbeat_timeout,
     /// store_type, cas_backoff_max_seconds (accepted, no effect).
-    #[arg(long = "rdzv-conf", alias = "rdzv_conf", default_value = "")]
+    #[arg(
+        long = "rdzv-conf",
+        alias = "rdzv_conf",
+        default_value = "",
+        env = "PET_RDZV_CONF"
+    )]
     pub rdzv_conf: String,
     /// One node, store on 127.0.0.1 with a free port, fresh run id (c10d rendezvous).
-    #[arg(long)]
+    #[arg(
+        long,
+        env = "PET_STANDALONE",
+        action = clap::ArgAction::SetTrue,
+        value_parser = clap::builder::FalseyValueParser::new(),
+    )]
     pub standalone: bool,
     /// Restart the whole worker group this many times after a failure.
-    #[arg(long = "max-restarts", alias = "max_restarts", default_value_t = 0)]
+    #[arg(
+        long = "max-restarts",
+        alias = "max_restarts",
+        default_value_t = 0,
+        env = "PET_MAX_RESTARTS"
+    )]
     pub max_restarts: u32,
     /// Seconds between the agent's checks of the store (at least 1 s is used); worker exits are
     /// noticed at once.
     #[arg(
         long = "monitor-interval",
         alias = "monitor_interval",
-        default_value_t = 0.1
+        default_value_t = 0.1,
+        env = "PET_MONITOR_INTERVAL"
     )]
     pub monitor_interval: f64,
     /// torchrun's process start method (spawn, fork, forkserver): accepted, workers are always
     /// started as new processes.
-    #[arg(long = "start-method", alias = "start_method")]
+    #[arg(
+        long = "start-method",
+        alias = "start_method",
+        env = "PET_START_METHOD"
+    )]
     pub start_method: Option<String>,
     /// Role of the workers (ROLE_NAME).
-    #[arg(long, default_value = "default")]
+    #[arg(long, default_value = "default", env = "PET_ROLE")]
     pub role: String,
     /// Run `python3 -m PROGRAM ARGS...`.
-    #[arg(short = 'm', long = "module")]
+    #[arg(
+        short = 'm',
+        long = "module",
+        env = "PET_MODULE",
+        action = clap::ArgAction::SetTrue,
+        value_parser = clap::builder::FalseyValueParser::new(),
+    )]
     pub module: bool,
     /// Run PROGRAM as given, even when it ends in `.py`.
-    #[arg(long = "no-python", alias = "no_python")]
+    #[arg(
+        long = "no-python",
+        alias = "no_python",
+        env = "PET_NO_PYTHON",
+        action = clap::ArgAction::SetTrue,
+        value_parser = clap::builder::FalseyValueParser::new(),
+    )]
     pub no_python: bool,
     /// Run PROGRAM with `python3 PROGRAM` whatever its name.
-    #[arg(long = "run-path", alias = "run_path")]
+    #[arg(
+        long = "run-path",
+        alias = "run_path",
+        env = "PET_RUN_PATH",
+        action = clap::ArgAction::SetTrue,
+        value_parser = clap::builder::FalseyValueParser::new(),
+    )]
     pub run_path: bool,
     /// Directory for the per-worker logs and error files (kept after the run).
-    #[arg(long = "log-dir", alias = "log_dir")]
+    #[arg(long = "log-dir", alias = "log_dir", env = "PET_LOG_DIR")]
     pub log_dir: Option<PathBuf>,
     /// Send worker streams to log files only: 0 none, 1 stdout, 2 stderr, 3 both; or per local
     /// rank `0:1,1:2`.
-    #[arg(short = 'r', long = "redirects", default_value = "0")]
+    #[arg(
+        short = 'r',
+        long = "redirects",
+        default_value = "0",
+        env = "PET_REDIRECTS"
+    )]
     pub redirects: String,
     /// Like --redirects, but also show the streams on the console.
-    #[arg(short = 't', long = "tee", default_value = "0")]
+    #[arg(short = 't', long = "tee", default_value = "0", env = "PET_TEE")]
     pub tee: String,
     /// Show only these local ranks' output on the console (`0,2`); log files get everything.
     #[arg(
         long = "local-ranks-filter",
         alias = "local_ranks_filter",
-        default_value = ""
+        default_value = "",
+        env = "PET_LOCAL_RANKS_FILTER"
     )]
     pub local_ranks_filter: String,
     /// The job's secret file (owner-only): the store, the agents and the workers' stores and
@@ -109,41 +174,65 @@ pub struct Args {
     /// The console line prefix instead of `[rank N]: `: `${role_name}`, `${rank}`,
     /// `${local_rank}` and `${hostname}` are substituted (torchrun's; also
     /// `TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE`).
-    #[arg(long = "log-line-prefix-template", alias = "log_line_prefix_template")]
+    #[arg(
+        long = "log-line-prefix-template",
+        alias = "log_line_prefix_template",
+        env = "PET_LOG_LINE_PREFIX_TEMPLATE"
+    )]
     pub log_line_prefix_template: Option<String>,
     /// Also copy stdout lines containing any of these comma-separated strings (`,,` is a
     /// comma) to `filtered_stdout.log` in the attempt's log directory.
     #[arg(
         long = "duplicate-stdout-filters",
         alias = "duplicate_stdout_filters",
-        default_value = ""
+        default_value = "",
+        env = "PET_DUPLICATE_STDOUT_FILTERS"
     )]
     pub duplicate_stdout_filters: String,
     /// As --duplicate-stdout-filters, for stderr (`filtered_stderr.log`).
     #[arg(
         long = "duplicate-stderr-filters",
         alias = "duplicate_stderr_filters",
-        default_value = ""
+        default_value = "",
+        env = "PET_DUPLICATE_STDERR_FILTERS"
     )]
     pub duplicate_stderr_filters: String,
     /// Signals forwarded to the workers (comma-separated names; torchrun's default
     /// `SIGTERM,SIGINT,SIGHUP,SIGQUIT`; also `TORCHELASTIC_SIGNALS_TO_HANDLE`).
-    #[arg(long = "signals-to-handle", alias = "signals_to_handle")]
+    #[arg(
+        long = "signals-to-handle",
+        alias = "signals_to_handle",
+        env = "PET_SIGNALS_TO_HANDLE"
+    )]
     pub signals_to_handle: Option<String>,
     /// Seconds between SIGTERM and SIGKILL when stopping workers (torchrun's name for
     /// --stop-timeout; also `TORCH_ELASTIC_SHUTDOWN_TIMEOUT`).
-    #[arg(long = "shutdown-timeout", alias = "shutdown_timeout")]
+    #[arg(
+        long = "shutdown-timeout",
+        alias = "shutdown_timeout",
+        env = "PET_SHUTDOWN_TIMEOUT"
+    )]
     pub shutdown_timeout: Option<u64>,
     /// Every worker gets `LOCAL_RANK=0` and `CUDA_VISIBLE_DEVICES` set to its own GPU (the
     /// local rank's entry of this process's `CUDA_VISIBLE_DEVICES`, else the local rank).
-    #[arg(long = "virtual-local-rank", alias = "virtual_local_rank")]
+    #[arg(
+        long = "virtual-local-rank",
+        alias = "virtual_local_rank",
+        env = "PET_VIRTUAL_LOCAL_RANK",
+        action = clap::ArgAction::SetTrue,
+        value_parser = clap::builder::FalseyValueParser::new(),
+    )]
     pub virtual_local_rank: bool,
     /// This node's address, shown in the elastic rendezvous' messages (torchrun also uses it
     /// to reach the node; c10drun's workers always meet through the agent's store).
-    #[arg(long = "local-addr", alias = "local_addr")]
+    #[arg(long = "local-addr", alias = "local_addr", env = "PET_LOCAL_ADDR")]
     pub local_addr: Option<String>,
     /// torchrun's event log handler: only `null` (no event log) is available.
-    #[arg(long = "event-log-handler", alias = "event_log_handler")]
+    #[arg(
+        long = "event-log-handler",
+        alias = "event_log_handler",
+        env = "PET_EVENT_LOG_HANDLER"
+    )]
     pub event_log_handler: Option<String>,
     /// The program to run in every worker, followed by its arguments.
     #[arg(
