@@ -6,9 +6,11 @@
 //!
 //! `cargo bench -p c10d-candle --bench candle_overhead [-- MiB ITERS]` (default 64 MiB, 20).
 
+#[path = "../tests/common/mod.rs"]
+mod common;
+
 use c10d_core::ReduceOp;
-use c10d_store::{HashStore, Store};
-use c10d_world::{InitOptions, World};
+use c10d_world::World;
 use candle_core::{Device, Tensor};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
@@ -18,24 +20,8 @@ fn median(mut v: Vec<Duration>) -> Duration {
     v[v.len() / 2]
 }
 
-fn rank(
-    r: usize,
-    n: usize,
-    store: Arc<dyn Store>,
-    bytes: usize,
-    iters: usize,
-    go: Arc<Barrier>,
-) -> (Duration, Duration) {
-    let w = World::new();
-    w.init_process_group(InitOptions {
-        backend: Some("gloo".into()),
-        store: Some(store),
-        rank: Some(r),
-        world_size: Some(n),
-        timeout: Some(Duration::from_secs(120)),
-        ..Default::default()
-    })
-    .expect("init");
+/// Rank `r`'s medians (candle, Vec) on its initialised world `w`.
+fn rank(w: &World, bytes: usize, iters: usize, go: &Barrier) -> (Duration, Duration) {
     let len = bytes / 4;
     let t = Tensor::from_vec(vec![1f32; len], len, &Device::Cpu).expect("tensor");
     let mut v = vec![1f32; len];
@@ -43,7 +29,7 @@ fn rank(
     let candle = || {
         go.wait();
         let t0 = Instant::now();
-        c10d_candle::all_reduce(&w, &t, ReduceOp::Sum, None).expect("candle all_reduce");
+        c10d_candle::all_reduce(w, &t, ReduceOp::Sum, None).expect("candle all_reduce");
         t0.elapsed()
     };
     for i in 0..iters + 2 {
@@ -69,7 +55,6 @@ fn rank(
             tv.push(b);
         }
     }
-    w.destroy_process_group(None).expect("destroy");
     (median(tc), median(tv))
 }
 
@@ -81,15 +66,10 @@ fn main() {
     let mib: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(64);
     let iters: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(20);
     let n = 2;
-    let store: Arc<dyn Store> = Arc::new(HashStore::new());
     let go = Arc::new(Barrier::new(n));
-    let hs: Vec<_> = (0..n)
-        .map(|r| {
-            let (store, go) = (store.clone(), go.clone());
-            std::thread::spawn(move || rank(r, n, store, mib << 20, iters, go))
-        })
-        .collect();
-    let res: Vec<(Duration, Duration)> = hs.into_iter().map(|h| h.join().expect("rank")).collect();
+    let res = common::ranks(n, Duration::from_secs(120), move |w, _r| {
+        rank(w, mib << 20, iters, &go)
+    });
     let (c, v) = res[0];
     println!(
         "c10d-candle all_reduce f32 {mib} MiB, {n} ranks, median of {iters}: candle tensor {:.2} ms, Vec<f32> {:.2} ms, ratio {:.3}",

@@ -2,44 +2,14 @@
 //! `HashStore`): values differ per rank and element, so an offset or order bug shows; views
 //! that share storage see in-place results; bad input is a clear error.
 
+mod common;
+
 use c10d_candle as cc;
 use c10d_core::ReduceOp;
-use c10d_store::{HashStore, Store};
-use c10d_world::{InitOptions, World};
 use candle_core::{DType, Device, IndexOp, Tensor};
-use std::sync::Arc;
-use std::time::Duration;
 
-/// Runs `f(world, rank)` on `n` threads with an initialised gloo `World` each.
-fn ranks<R: Send + 'static>(
-    n: usize,
-    f: impl Fn(&World, usize) -> R + Send + Sync + 'static,
-) -> Vec<R> {
-    let store: Arc<dyn Store> = Arc::new(HashStore::new());
-    store.set_timeout(Duration::from_secs(20));
-    let f = Arc::new(f);
-    let hs: Vec<_> = (0..n)
-        .map(|r| {
-            let (store, f) = (store.clone(), f.clone());
-            std::thread::spawn(move || {
-                let w = World::new();
-                w.init_process_group(InitOptions {
-                    backend: Some("gloo".into()),
-                    store: Some(store),
-                    rank: Some(r),
-                    world_size: Some(n),
-                    timeout: Some(Duration::from_secs(20)),
-                    ..Default::default()
-                })
-                .unwrap();
-                let out = f(&w, r);
-                w.destroy_process_group(None).unwrap();
-                out
-            })
-        })
-        .collect();
-    hs.into_iter().map(|h| h.join().unwrap()).collect()
-}
+/// Bound of every wait.
+const T: std::time::Duration = std::time::Duration::from_secs(20);
 
 fn value(r: usize, i: usize) -> f32 {
     (r * 7 + i % 251) as f32
@@ -52,7 +22,7 @@ fn rank_tensor(r: usize, shape: (usize, usize)) -> Tensor {
 
 #[test]
 fn all_reduce_in_place_on_the_tensors_own_storage() {
-    let out = ranks(3, |w, r| {
+    let out = common::ranks(3, T, |w, r| {
         let t = rank_tensor(r, (5, 7));
         let view = t.i(1..3).unwrap(); // a contiguous view: rows 1 and 2 only
         cc::all_reduce(w, &view, ReduceOp::Sum, None).unwrap();
@@ -72,7 +42,7 @@ fn all_reduce_in_place_on_the_tensors_own_storage() {
 
 #[test]
 fn broadcast_all_gather_reduce_scatter_send_recv() {
-    ranks(2, |w, r| {
+    common::ranks(2, T, |w, r| {
         let t = rank_tensor(r, (4, 3));
         cc::broadcast(w, &t, 1, None).unwrap();
         assert_eq!(
@@ -115,7 +85,7 @@ fn broadcast_all_gather_reduce_scatter_send_recv() {
 
 #[test]
 fn bad_input_is_a_clear_error() {
-    ranks(2, |w, _r| {
+    common::ranks(2, T, |w, _r| {
         let t = Tensor::zeros((3, 4), DType::F32, &Device::Cpu).unwrap();
         let e = cc::all_reduce(w, &t.t().unwrap(), ReduceOp::Sum, None).unwrap_err();
         assert!(e.to_string().contains("contiguous"), "{e}");

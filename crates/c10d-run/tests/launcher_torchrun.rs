@@ -498,7 +498,13 @@ fn torchrun_2_15_logging_signal_and_rank_options() {
 fn pet_environment_and_abbreviations() {
     let out = spawn(
         &c10drun(),
-        &["--max-re", "0", "sh", "-c", "echo \"R=$RANK W=$WORLD_SIZE\""],
+        &[
+            "--max-re",
+            "0",
+            "sh",
+            "-c",
+            "echo \"R=$RANK W=$WORLD_SIZE\"",
+        ],
         &[("PET_NPROC_PER_NODE", "2"), ("PET_STANDALONE", "1")],
     )
     .finish(Duration::from_secs(30));
@@ -511,7 +517,11 @@ fn pet_environment_and_abbreviations() {
     )
     .finish(Duration::from_secs(30));
     assert_eq!(out.code, Some(1), "{out}");
-    assert!(out.stderr.contains("--nnodes 1:2: elastic node counts need"), "{out}");
+    assert!(
+        out.stderr
+            .contains("--nnodes 1:2: elastic node counts need"),
+        "{out}"
+    );
 }
 
 /// Every file under `dir`.

@@ -11,9 +11,7 @@
 
 use c10d_core::Tensor;
 use c10d_ddp::{broadcast_coalesced, Reducer, ReducerOptions};
-use c10d_store::{ServerOptions, TcpStoreServer};
 use c10d_world as dist;
-use std::io::{BufRead, BufReader};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 mod world_common;
@@ -264,15 +262,7 @@ fn start(
             .env_remove("RANK")
             .env_remove("WORLD_SIZE");
     }
-    let mut k = cmd.spawn().unwrap();
-    let out = k.stdout.take().unwrap();
-    let tx = tx.clone();
-    let reader = std::thread::spawn(move || {
-        for line in BufReader::new(out).lines().map_while(|l| l.ok()) {
-            let _ = tx.send((r, line));
-        }
-    });
-    (k, reader)
+    world_common::spawn_lines(cmd, r, tx)
 }
 
 #[test]
@@ -281,11 +271,7 @@ fn four_ranks_lose_one_shrink_grow_back_and_agree_bit_for_bit() {
         child_main();
         return;
     }
-    let srv = TcpStoreServer::bind(ServerOptions {
-        host: Some("127.0.0.1".into()),
-        ..Default::default()
-    })
-    .unwrap();
+    let srv = world_common::store_server();
     let (tx, rx) = mpsc::channel::<(usize, String)>();
     // Slot N is the replacement.
     let mut kids: Vec<Option<std::process::Child>> = Vec::new();

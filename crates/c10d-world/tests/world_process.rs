@@ -3,7 +3,6 @@
 //! c10drun/torchrun (agent TcpStore hosted by the parent, `TORCHELASTIC_USE_AGENT_STORE=True`).
 
 use c10d_core::Tensor;
-use c10d_store::{ServerOptions, TcpStoreServer};
 use c10d_world as dist;
 mod world_common;
 use std::time::{Duration, Instant};
@@ -51,11 +50,7 @@ fn three_processes_over_env_init() {
         child_main();
         return;
     }
-    let srv = TcpStoreServer::bind(ServerOptions {
-        host: Some("127.0.0.1".into()),
-        ..Default::default()
-    })
-    .unwrap();
+    let srv = world_common::store_server();
     let mut kids: Vec<_> = (0..3)
         .map(|r| {
             world_common::rank_command(

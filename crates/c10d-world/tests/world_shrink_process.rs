@@ -5,9 +5,7 @@
 //! makes the shrunk group the new WORLD), redo the failed step and finish the job on 3 ranks.
 
 use c10d_core::Tensor;
-use c10d_store::{ServerOptions, TcpStoreServer};
 use c10d_world as dist;
-use std::io::{BufRead, BufReader};
 mod world_common;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -120,32 +118,21 @@ fn four_processes_one_killed_survivors_shrink_and_finish() {
         child_main();
         return;
     }
-    let srv = TcpStoreServer::bind(ServerOptions {
-        host: Some("127.0.0.1".into()),
-        ..Default::default()
-    })
-    .unwrap();
+    let srv = world_common::store_server();
     let (tx, rx) = mpsc::channel::<(usize, String)>();
     let mut kids = Vec::new();
     let mut readers = Vec::new();
     for r in 0..N {
-        let mut k = world_common::rank_command(
+        let cmd = world_common::rank_command(
             "four_processes_one_killed_survivors_shrink_and_finish",
             CHILD,
             srv.port(),
             r,
             N,
             "shrink-test",
-        )
-        .spawn()
-        .unwrap();
-        let out = k.stdout.take().unwrap();
-        let tx = tx.clone();
-        readers.push(std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(|l| l.ok()) {
-                let _ = tx.send((r, line));
-            }
-        }));
+        );
+        let (k, reader) = world_common::spawn_lines(cmd, r, &tx);
+        readers.push(reader);
         kids.push(k);
     }
     drop(tx);

@@ -250,6 +250,13 @@ fn main() {
     });
 }
 
+/// This machine's (short) host name, as Python's `socket.gethostname()`.
+fn hostname() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+}
+
 /// True when `host` names an address of this machine.
 fn is_local(host: &str) -> bool {
     use std::net::ToSocketAddrs;

@@ -162,3 +162,32 @@ pub fn rank_command(
         .stderr(std::process::Stdio::piped());
     cmd
 }
+
+/// A job store on 127.0.0.1 (a free port) hosted by the test itself, as a launcher's agent
+/// store is (the ranks get `TORCHELASTIC_USE_AGENT_STORE=True` from [`rank_command`]).
+pub fn store_server() -> c10d_store::TcpStoreServer {
+    c10d_store::TcpStoreServer::bind(c10d_store::ServerOptions {
+        host: Some("127.0.0.1".into()),
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+/// Spawns `cmd` (stdout piped, as [`rank_command`] makes it); every line it prints reaches
+/// `tx` tagged with `slot`. Returns the child and the reader thread.
+pub fn spawn_lines(
+    mut cmd: std::process::Command,
+    slot: usize,
+    tx: &std::sync::mpsc::Sender<(usize, String)>,
+) -> (std::process::Child, std::thread::JoinHandle<()>) {
+    use std::io::{BufRead, BufReader};
+    let mut k = cmd.spawn().unwrap();
+    let out = k.stdout.take().unwrap();
+    let tx = tx.clone();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(|l| l.ok()) {
+            let _ = tx.send((slot, line));
+        }
+    });
+    (k, reader)
+}

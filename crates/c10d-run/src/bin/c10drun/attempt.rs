@@ -210,9 +210,7 @@ fn line_prefix(ctx: &Ctx, rank: usize, local_rank: usize) -> Option<String> {
     let Some(t) = &cfg.prefix_template else {
         return Some(format!("[rank {rank}]: "));
     };
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_default();
+    let host = super::hostname().unwrap_or_default();
     let mut p = t.clone();
     for (k, v) in [
         ("role_name", cfg.role.clone()),

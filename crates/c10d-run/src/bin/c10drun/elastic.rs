@@ -317,9 +317,7 @@ fn parse_count(v: &[u8], what: &str) -> Result<usize, String> {
 fn describe_self(local_addr: Option<&str>) -> String {
     let host = match local_addr {
         Some(a) => a.to_string(),
-        None => std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|h| h.trim().to_string())
-            .unwrap_or_else(|_| "?".into()),
+        None => super::hostname().unwrap_or_else(|| "?".into()),
     };
     format!("{host}, pid {}", std::process::id())
 }
