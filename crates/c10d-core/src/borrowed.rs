@@ -57,6 +57,24 @@ impl std::ops::Deref for TensorView<'_> {
     }
 }
 
+impl<'scope> TensorView<'scope> {
+    /// A view over a tensor whose memory is borrowed for `'scope` by a scope this crate does
+    /// not know: device memory lent by another crate's scope (`c10d_nccl::caller_memory`
+    /// lends cudarc's `CudaSlice` / `CudaView` this way). That scope must end as [`scope`]
+    /// does: [`Tensor::revoke`] on the tensor before `'scope` ends.
+    ///
+    /// # Safety
+    /// The tensor's memory must stay valid, and unused by anything other than the tensor's
+    /// handles, until [`Tensor::revoke`] has returned on it, and that must happen before
+    /// `'scope` ends.
+    pub unsafe fn new_unchecked(tensor: Tensor) -> TensorView<'scope> {
+        TensorView {
+            tensor,
+            borrow: PhantomData,
+        }
+    }
+}
+
 impl AsRef<Tensor> for TensorView<'_> {
     fn as_ref(&self) -> &Tensor {
         &self.tensor

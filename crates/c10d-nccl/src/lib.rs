@@ -32,6 +32,7 @@
 //! | [`loader`], [`python`], [`version`] | where NCCL is found (`C10D_NCCL_LIBRARY`, the system's `libnccl.so.2`, PyTorch's `nvidia-nccl-cu12/cu13` wheel), once per process |
 //! | [`cuda`], [`device`] | GPU count (never panicking without a driver); one primary context per device |
 //! | [`memory`], `pool` | CUDA tensors: [`memory::CudaMemory`] (a `DeviceStorage` over a block of c10d-nccl's stream-ordered pool), `zeros` / `empty` / `from_cpu` |
+//! | [`caller_memory`] | collectives on memory the caller owns: cudarc's `CudaSlice` / `CudaView` / `CudaViewMut` in a borrow scope on the caller's stream, and `from_raw_device` |
 //! | [`stream`] | the caller's current stream per device and thread (`torch.cuda.current_stream`) |
 //! | [`comm`] | [`comm::Communicator`]: init from a unique id, split, shrink, abort (from any thread), async-error query; non-blocking calls polled against deadlines |
 //! | [`process_group`] | [`ProcessGroupNccl`]: the unique id through the store, the NCCL stream, how an op reaches the device (`launch`), coalescing, sequence numbers, the flight recorder |
@@ -96,6 +97,7 @@
 
 pub mod availability;
 mod bootstrap;
+pub mod caller_memory;
 pub mod capture;
 pub mod checks;
 mod collectives;
@@ -125,6 +127,9 @@ mod watchdog_thread;
 
 pub use availability::{check_available, is_nccl_available, nccl_version, NcclAvailability};
 pub use cuda::cuda_device_count;
+/// The cudarc this crate is built against (0.19, candle 0.11's line): name its types through
+/// this path (`c10d_nccl::cudarc::driver::CudaSlice`) to get the ones [`caller_memory`] takes.
+pub use cudarc;
 pub use env::{ErrorHandlingMode, NcclEnv};
 pub use library::NcclLibrary;
 pub use loader::{library as nccl_library, LoadError};

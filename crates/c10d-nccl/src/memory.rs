@@ -129,29 +129,13 @@ impl CudaMemory {
         }
     }
 
-    fn check_range(&self, offset: usize, len: usize) -> Result<()> {
-        if offset.checked_add(len).is_none_or(|end| end > self.nbytes) {
-            return Err(c10d_core::DistError::invalid(format!(
-                "copy of {len} bytes at offset {offset} is outside a {}-byte CUDA allocation",
-                self.nbytes
-            )));
-        }
-        Ok(())
-    }
-
-    /// Runs `copy` on the current stream of this device and waits for it.
-    fn on_current_stream(
-        &self,
-        what: &str,
-        copy: impl FnOnce(sys::CUstream) -> std::result::Result<(), cudarc::driver::DriverError>,
-    ) -> Result<()> {
+    /// Host copies run on the calling thread's current stream of this device
+    /// ([`stream::current_stream`]).
+    fn host_copy_stream(&self) -> Result<Arc<CudaStream>> {
         self.ctx
             .bind_to_thread()
             .map_err(|e| driver_error("cuCtxSetCurrent", e))?;
-        let s = stream::current_stream(self.device)?;
-        copy(s.cu_stream()).map_err(|e| driver_error(what, e))?;
-        s.synchronize()
-            .map_err(|e| driver_error("cuStreamSynchronize", e))
+        stream::current_stream(self.device)
     }
 }
 
@@ -196,31 +180,97 @@ impl DeviceStorage for CudaMemory {
         self.last_stream.store(stream, Ordering::Relaxed);
     }
     fn copy_to_host(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
-        self.check_range(offset, dst.len())?;
-        if dst.is_empty() {
-            return Ok(());
-        }
-        let src = self.ptr + offset as u64;
-        // SAFETY: [src, src + len) lies inside this allocation (checked above); `dst` is a
-        // writable host slice that outlives the copy, which is waited for before returning.
-        self.on_current_stream("cuMemcpyDtoHAsync", |s| unsafe {
-            result::memcpy_dtoh_async(dst, src, s)
-        })
+        let s = self.host_copy_stream()?;
+        // SAFETY: `ptr` is the start of this live allocation of `nbytes` bytes.
+        unsafe { copy_to_host(&s, self.ptr, self.nbytes, offset, dst) }
     }
     fn copy_from_host(&self, offset: usize, src: &[u8]) -> Result<()> {
-        self.check_range(offset, src.len())?;
-        if src.is_empty() {
-            return Ok(());
-        }
-        let dst = self.ptr + offset as u64;
-        // SAFETY: as in `copy_to_host`, with the host slice read instead.
-        self.on_current_stream("cuMemcpyHtoDAsync", |s| unsafe {
-            result::memcpy_htod_async(dst, src, s)
-        })
+        let s = self.host_copy_stream()?;
+        // SAFETY: as in `copy_to_host`.
+        unsafe { copy_from_host(&s, self.ptr, self.nbytes, offset, src) }
     }
     fn as_any(&self) -> &dyn Any {
         self
     }
+}
+
+/// `offset..offset + len` must lie inside an allocation of `nbytes`.
+fn check_range(nbytes: usize, offset: usize, len: usize) -> Result<()> {
+    if offset.checked_add(len).is_none_or(|end| end > nbytes) {
+        return Err(c10d_core::DistError::invalid(format!(
+            "copy of {len} bytes at offset {offset} is outside a {nbytes}-byte CUDA allocation"
+        )));
+    }
+    Ok(())
+}
+
+/// Runs `copy` on `stream` (its context bound to this thread) and waits for it.
+fn copy_and_wait(
+    stream: &CudaStream,
+    what: &str,
+    copy: impl FnOnce(sys::CUstream) -> std::result::Result<(), cudarc::driver::DriverError>,
+) -> Result<()> {
+    stream
+        .context()
+        .bind_to_thread()
+        .map_err(|e| driver_error("cuCtxSetCurrent", e))?;
+    copy(stream.cu_stream()).map_err(|e| driver_error(what, e))?;
+    stream
+        .synchronize()
+        .map_err(|e| driver_error("cuStreamSynchronize", e))
+}
+
+/// Copies `dst.len()` bytes from `offset` bytes into the device allocation at `base` (of
+/// `nbytes`) to `dst`, on `stream`, and waits for them (a [`DeviceStorage::copy_to_host`]).
+///
+/// # Safety
+/// `base` must be the start of `nbytes` bytes of live device memory of `stream`'s context.
+///
+/// # Errors
+/// A range outside the allocation; the driver's error.
+pub(crate) unsafe fn copy_to_host(
+    stream: &CudaStream,
+    base: sys::CUdeviceptr,
+    nbytes: usize,
+    offset: usize,
+    dst: &mut [u8],
+) -> Result<()> {
+    check_range(nbytes, offset, dst.len())?;
+    if dst.is_empty() {
+        return Ok(());
+    }
+    let src = base + offset as u64;
+    // SAFETY: [src, src + len) lies inside the allocation (checked above, live by the
+    // caller's contract); `dst` is a writable host slice that outlives the copy, which is
+    // waited for before returning.
+    copy_and_wait(stream, "cuMemcpyDtoHAsync", |s| unsafe {
+        result::memcpy_dtoh_async(dst, src, s)
+    })
+}
+
+/// Copies `src` to `offset` bytes into the device allocation at `base`, as [`copy_to_host`].
+///
+/// # Safety
+/// As [`copy_to_host`].
+///
+/// # Errors
+/// As [`copy_to_host`].
+pub(crate) unsafe fn copy_from_host(
+    stream: &CudaStream,
+    base: sys::CUdeviceptr,
+    nbytes: usize,
+    offset: usize,
+    src: &[u8],
+) -> Result<()> {
+    check_range(nbytes, offset, src.len())?;
+    if src.is_empty() {
+        return Ok(());
+    }
+    let dst = base + offset as u64;
+    // SAFETY: as in `copy_to_host`, with the host slice read instead.
+    copy_and_wait(stream, "cuMemcpyHtoDAsync", |s| unsafe {
+        result::memcpy_htod_async(dst, src, s)
+    })
 }
 
 /// Queues `dst ← src` (two CUDA tensors of one device and byte size) on `stream`; nothing for

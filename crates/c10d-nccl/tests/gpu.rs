@@ -13,6 +13,7 @@
 //! `N passed, M failed`, and exits non-zero on a failure. `--list` prints every case.
 
 mod gpu {
+    pub mod caller;
     pub mod cases;
     pub mod faults;
     pub mod more;

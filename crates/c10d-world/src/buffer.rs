@@ -60,6 +60,20 @@
 //! A collective on borrowed memory is refused inside a [`crate::World::coalescing_manager`]
 //! block, which would launch it after the borrow ended.
 //!
+//! With the `nccl` feature, cudarc's device buffers join the same way: `&mut CudaSlice<T>` /
+//! `CudaViewMut<T>` in place and `&CudaSlice<T>` / `CudaView<T>` read only, for one blocking
+//! call ordered after the thread's declared stream, else the buffer's own stream (see
+//! `c10d_nccl::caller_memory`; a blocking call on the GPU returns once that stream waits for
+//! the collective, not the host):
+//!
+//! ```no_run
+//! # use c10d_world as dist;
+//! # fn f(stream: std::sync::Arc<c10d_nccl::cudarc::driver::CudaStream>) -> c10d_core::Result<()> {
+//! let mut grads = stream.clone_htod(&vec![0.5f32; 1024]).unwrap(); // a CudaSlice<f32>
+//! dist::all_reduce(&mut grads).op(dist::ReduceOp::Avg).run()?;
+//! # Ok(()) }
+//! ```
+//!
 //! Another framework's buffers can join by implementing [`Buffer`] (and [`BufferMut`]).
 
 use c10d_core::borrowed::scope;
@@ -171,6 +185,61 @@ mod arrays {
                 .to_slice()
                 .ok_or_else(|| not_standard(&shape, &strides))?;
             scope(|s| f(&*s.view_shaped(data, &shape)?))
+        }
+    }
+}
+
+/// Collectives on cudarc device buffers (feature `nccl`): `&mut CudaSlice<T>` and
+/// `CudaViewMut<T>` (in place), `&CudaSlice<T>` and `CudaView<T>` (read only), for one
+/// blocking call on the thread's declared stream of the buffer's device, else the buffer's own
+/// stream (`c10d_nccl::caller_memory`'s rules; asynchronous use goes through its `scope`).
+#[cfg(feature = "nccl")]
+mod cuda {
+    use super::{Buffer, BufferMut};
+    use c10d_core::{Device, Result, Tensor};
+    use c10d_nccl::caller_memory::{scope, NcclElement};
+    use c10d_nccl::cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut, DeviceSlice};
+    use std::sync::Arc;
+
+    /// The stream a blocking call on a buffer whose own stream is `own` runs on.
+    fn stream_for(own: &Arc<CudaStream>) -> Result<Arc<CudaStream>> {
+        let device = Device::Cuda(own.context().ordinal() as u32);
+        Ok(c10d_nccl::stream::declared_stream(device)?.unwrap_or_else(|| own.clone()))
+    }
+
+    impl<T: NcclElement> Buffer for &mut CudaSlice<T> {
+        const BORROWED: bool = true;
+        fn with_tensor<R>(self, f: impl FnOnce(&Tensor) -> Result<R>) -> Result<R> {
+            let stream = stream_for(self.stream())?;
+            scope(&stream, |s| f(&*s.view_mut(self)?))
+        }
+    }
+    impl<T: NcclElement> BufferMut for &mut CudaSlice<T> {}
+
+    impl<T: NcclElement> Buffer for CudaViewMut<'_, T> {
+        const BORROWED: bool = true;
+        fn with_tensor<R>(self, f: impl FnOnce(&Tensor) -> Result<R>) -> Result<R> {
+            let mut view = self;
+            let stream = stream_for(view.stream())?;
+            scope(&stream, |s| f(&*s.view_mut(&mut view)?))
+        }
+    }
+    impl<T: NcclElement> BufferMut for CudaViewMut<'_, T> {}
+
+    impl<T: NcclElement> Buffer for &CudaSlice<T> {
+        const BORROWED: bool = true;
+        fn with_tensor<R>(self, f: impl FnOnce(&Tensor) -> Result<R>) -> Result<R> {
+            let stream = stream_for(self.stream())?;
+            scope(&stream, |s| f(&*s.view(self)?))
+        }
+    }
+
+    impl<T: NcclElement> Buffer for CudaView<'_, T> {
+        const BORROWED: bool = true;
+        fn with_tensor<R>(self, f: impl FnOnce(&Tensor) -> Result<R>) -> Result<R> {
+            let view = self;
+            let stream = stream_for(view.stream())?;
+            scope(&stream, |s| f(&*s.view(&view)?))
         }
     }
 }

@@ -181,11 +181,53 @@ fn rank_main(rank: usize) -> Result<(), String> {
         out.to_vec().map_err(e)?,
         vec![0.0, 0.0, 1.0, 1.0],
     )?;
+    cudarc_buffers(&w, rank)?;
     w.barrier().run().map_err(e)?;
     store.set(&format!("done{rank}"), b"1").map_err(e)?;
     store.wait(&["done0", "done1"]).map_err(e)?;
     gloo_world(rank, store.clone())?;
     shrink(&w, rank, store)
+}
+
+/// The builders on cudarc buffers of the caller's non-blocking stream, for one blocking call
+/// each: all_reduce in place on a `CudaSlice` (values per rank and element), all_gather from a
+/// `&CudaSlice` into a `CudaViewMut` of part of a buffer (the rest untouched), and a broadcast
+/// into a `CudaViewMut`; read back on that stream with no other synchronisation.
+fn cudarc_buffers(w: &World, rank: usize) -> Result<(), String> {
+    let e = |e: c10d_core::DistError| e.to_string();
+    let d = |e: c10d_nccl::cudarc::driver::DriverError| format!("{e:?}");
+    let ctx = c10d_nccl::device::context(dev()).map_err(e)?;
+    let s = ctx.new_stream().map_err(d)?;
+    let mine: Vec<f32> = (0..1001).map(|i| (rank * 7 + i % 251) as f32).collect();
+    let mut g = s.clone_htod(&mine).map_err(d)?;
+    w.all_reduce(&mut g).run().map_err(e)?;
+    let want: Vec<f32> = (0..1001)
+        .map(|i| (0..WORLD).map(|r| (r * 7 + i % 251) as f32).sum())
+        .collect();
+    expect(
+        "all_reduce(&mut CudaSlice)",
+        s.clone_dtoh(&g).map_err(d)?,
+        want,
+    )?;
+    let small = s.clone_htod(&[rank as f32 + 1.0; 2]).map_err(d)?;
+    let mut out = s.clone_htod(&[-1.0f32; 2 * WORLD + 1]).map_err(d)?;
+    w.all_gather_into_tensor(out.slice_mut(1..), &small)
+        .run()
+        .map_err(e)?;
+    expect(
+        "all_gather_into_tensor(CudaViewMut, &CudaSlice)",
+        s.clone_dtoh(&out).map_err(d)?,
+        vec![-1.0, 1.0, 1.0, 2.0, 2.0],
+    )?;
+    let mut b = s.clone_htod(&[rank as f32; 3]).map_err(d)?;
+    w.broadcast(b.slice_mut(..), Rank::Group(1))
+        .run()
+        .map_err(e)?;
+    expect(
+        "broadcast(CudaViewMut)",
+        s.clone_dtoh(&b).map_err(d)?,
+        vec![1.0; 3],
+    )
 }
 
 /// `shrink_group([1])` of the NCCL world: rank 0 goes on alone, its CUDA backend made by

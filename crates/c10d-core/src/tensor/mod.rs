@@ -400,8 +400,9 @@ impl Tensor {
     /// lease on it (an in-flight op finishes, or fails at its timeout), turns any `bool` byte
     /// other than 0 into 1 (a peer may send any byte; the owner's `bool`s must stay valid),
     /// and then refuses every later read or write through any handle with an error.
-    /// Idempotent.
-    pub(crate) fn revoke(&self) {
+    /// Idempotent. The end of a [`crate::borrowed::scope`] does this for every view; a scope
+    /// that lends memory this crate cannot see (device memory) does it itself.
+    pub fn revoke(&self) {
         let mut pause = std::time::Duration::from_micros(20);
         loop {
             match self
@@ -454,6 +455,29 @@ impl Tensor {
         dtype: DType,
         shape: &[usize],
     ) -> Result<Tensor> {
+        Self::over_device(storage, dtype, shape, true)
+    }
+
+    /// As [`Tensor::from_device_storage`], for device memory lent by a shared borrow: every
+    /// write (a collective's output, an in-place op, a host write) is refused with "tensor
+    /// views memory borrowed as `&[T]` (read-only) ...".
+    ///
+    /// # Errors
+    /// As [`Tensor::from_device_storage`].
+    pub fn from_read_only_device_storage(
+        storage: Arc<dyn DeviceStorage>,
+        dtype: DType,
+        shape: &[usize],
+    ) -> Result<Tensor> {
+        Self::over_device(storage, dtype, shape, false)
+    }
+
+    fn over_device(
+        storage: Arc<dyn DeviceStorage>,
+        dtype: DType,
+        shape: &[usize],
+        writable: bool,
+    ) -> Result<Tensor> {
         let need = checked_numel(shape).and_then(|n| n.checked_mul(dtype.size()));
         if need.is_none_or(|need| need > storage.nbytes()) {
             return Err(DistError::invalid(format!(
@@ -464,7 +488,7 @@ impl Tensor {
         let st = Storage {
             kind: StorageKind::Device(storage),
             borrow: AtomicIsize::new(0),
-            writable: true,
+            writable,
         };
         Ok(Tensor {
             storage: Arc::new(st),

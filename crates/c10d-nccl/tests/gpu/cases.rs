@@ -174,6 +174,7 @@ pub fn worker(rank: usize) -> i32 {
 
 type Case = fn(&Ctx) -> R;
 
+use super::caller;
 use super::faults;
 use super::more;
 
@@ -230,6 +231,22 @@ pub fn cases() -> Vec<(String, Case)> {
         (
             "unique_id_schemes_torch_legacy_and_vllm".into(),
             more::unique_id_schemes,
+        ),
+        (
+            "cudarc_slices_every_dtype".into(),
+            caller::cudarc_every_dtype,
+        ),
+        (
+            "cudarc_views_and_parts_of_buffers".into(),
+            caller::cudarc_views,
+        ),
+        (
+            "cudarc_ordered_after_a_late_producer".into(),
+            caller::cudarc_ordered_after_a_late_producer,
+        ),
+        (
+            "raw_device_pointer_tensor".into(),
+            caller::raw_device_pointer,
         ),
         ("empty_tensors".into(), empty_tensors),
         ("barrier".into(), barrier),

@@ -1,0 +1,376 @@
+//! Collectives on GPU memory the caller owns, with no copy: cudarc's `CudaSlice<T>`,
+//! `CudaView<T>` and `CudaViewMut<T>` (candle's CUDA storage is a `CudaSlice`), and device
+//! memory from other stacks (libtorch through tch, a kernel library) through one `unsafe`
+//! constructor, [`from_raw_device`].
+//!
+//! # Borrows
+//! The rules of host slices ([`c10d_core::borrowed`]) hold for device memory too:
+//! - **For one blocking call**, c10d-world's builders take `&mut CudaSlice<T>` and
+//!   `CudaViewMut<T>` (read and written in place) and `&CudaSlice<T>` and `CudaView<T>` (read
+//!   only); they have no `.start()`, as the buffer is borrowed just for the call.
+//! - **Asynchronously**, inside a [`scope`]: [`CudaScope::view_mut`] / [`CudaScope::view`] make
+//!   [`TensorView`]s (usable wherever a [`Tensor`] is) and keep the buffers borrowed until the
+//!   scope ends. The scope then waits until no collective holds a view (a view is given back by
+//!   the op's `Work::wait`, which only makes the stream wait; an op nobody waited on is waited
+//!   for on the host until it finishes or times out) and cuts every view off, so that no handle
+//!   can reach the memory after the borrow. As the scope borrows what it views for its whole
+//!   life, a part of a buffer (`slice_mut(a..b)`) is cut before the scope is entered.
+//!
+//! ```compile_fail
+//! # fn f(stream: std::sync::Arc<cudarc::driver::CudaStream>, mut grads: cudarc::driver::CudaSlice<f32>) -> c10d_core::Result<()> {
+//! c10d_nccl::caller_memory::scope(&stream, |s| {
+//!     let g = s.view_mut(&mut grads)?;
+//!     drop(grads); // error[E0505]: `grads` is still borrowed by the scope
+//!     Ok(())
+//! })
+//! # }
+//! ```
+//!
+//! # Ordering
+//! A scope runs on one stream of one device: the caller's (the stream its kernels produced the
+//! data on; c10d-world's blocking calls take the thread's declared stream, else the buffer's
+//! own, `CudaSlice::stream()`). For the scope's duration that stream is the thread's declared
+//! stream ([`crate::stream`]'s rule): each collective is ordered after the work queued on it,
+//! and `Work::wait` makes it wait for the collective, without blocking the host. A view also
+//! makes that stream wait for the buffer's earlier uses on other streams, and records its own
+//! use when the scope ends, through cudarc's per-buffer events (`DevicePtr::device_ptr`), so
+//! cudarc work queued later on any stream, the buffer's free included, runs after the
+//! collectives. (A cudarc context with event tracking turned off leaves that ordering to the
+//! caller, as cudarc itself does.)
+//!
+//! # Versions
+//! cudarc 0.19 (built with its `f16` feature): the line candle 0.11 uses, so a candle program's
+//! `CudaSlice` is this crate's. Another cudarc line is a different type to the compiler and
+//! does not build against these functions. Element types: [`NcclElement`] (f32, f64, f16,
+//! bf16, i8, u8, i32, i64).
+//!
+//! ```no_run
+//! use c10d_core::{AllreduceOptions, Backend};
+//! # fn f(pg: &c10d_nccl::ProcessGroupNccl, ctx: std::sync::Arc<cudarc::driver::CudaContext>) -> c10d_core::Result<()> {
+//! let stream = ctx.new_stream().unwrap();
+//! let mut grads = stream.clone_htod(&vec![1.0f32; 1024]).unwrap();
+//! c10d_nccl::caller_memory::scope(&stream, |s| {
+//!     let g = s.view_mut(&mut grads)?;
+//!     let work = pg.all_reduce(&[(*g).clone()], &AllreduceOptions::default())?;
+//!     // ... queue other kernels on `stream` while NCCL runs ...
+//!     work.wait() // the stream waits for the all_reduce; the host does not
+//! })?;
+//! let summed = stream.clone_dtoh(&grads).unwrap(); // ordered after the all_reduce
+//! # Ok(()) }
+//! ```
+
+use crate::device;
+use crate::memory;
+use crate::stream;
+use c10d_core::{DType, Device, DeviceStorage, DistError, Element, Result, Tensor, TensorView};
+use cudarc::driver::{sys, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, SyncOnDrop};
+use std::any::Any;
+use std::marker::PhantomData;
+use std::mem::ManuallyDrop;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// An element type NCCL reduces and moves that is also a cudarc device element: f32, f64,
+/// `half::f16`, `half::bf16`, i8, u8, i32, i64 (`bool`, `i16` and complex are not: NCCL has
+/// no such type, and a peer could send a byte that is not a valid `bool`).
+pub trait NcclElement: Element + DeviceRepr {}
+
+macro_rules! nccl_element {
+    ($($t:ty),*) => {$( impl NcclElement for $t {} )*};
+}
+nccl_element!(f32, f64, half::f16, half::bf16, i8, u8, i32, i64);
+
+/// Device memory some other owner keeps alive: a [`DeviceStorage`] that frees nothing.
+struct CallerMemory {
+    device: Device,
+    ptr: sys::CUdeviceptr,
+    nbytes: usize,
+    /// Where host copies run (the memory's stream).
+    stream: Arc<CudaStream>,
+    last_stream: AtomicU64,
+    /// Kept alive as long as the storage ([`from_raw_device`]'s `owner`).
+    _owner: Mutex<Box<dyn Any + Send>>,
+}
+
+impl DeviceStorage for CallerMemory {
+    fn device(&self) -> Device {
+        self.device
+    }
+    fn device_ptr(&self) -> u64 {
+        self.ptr
+    }
+    fn nbytes(&self) -> usize {
+        self.nbytes
+    }
+    fn last_stream(&self) -> Option<u64> {
+        Some(self.last_stream.load(Ordering::Relaxed)).filter(|&s| s != 0)
+    }
+    fn record_stream(&self, stream: u64) {
+        self.last_stream.store(stream, Ordering::Relaxed);
+    }
+    fn copy_to_host(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
+        // SAFETY: `ptr` starts `nbytes` of device memory of the stream's context, valid while
+        // this storage lives (the constructors' contracts).
+        unsafe { memory::copy_to_host(&self.stream, self.ptr, self.nbytes, offset, dst) }
+    }
+    fn copy_from_host(&self, offset: usize, src: &[u8]) -> Result<()> {
+        // SAFETY: as in `copy_to_host`.
+        unsafe { memory::copy_from_host(&self.stream, self.ptr, self.nbytes, offset, src) }
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// The CUDA device whose primary context `stream` belongs to (the context c10d-nccl, NCCL and
+/// the CUDA runtime use).
+///
+/// # Errors
+/// A stream of another context (a non-primary one): its events could not order NCCL's stream.
+fn device_of(stream: &CudaStream) -> Result<Device> {
+    let device = Device::Cuda(stream.context().ordinal() as u32);
+    if device::context(device)?.cu_ctx() != stream.context().cu_ctx() {
+        return Err(DistError::invalid(format!(
+            "the stream belongs to a CUDA context that is not the primary context of {device}; \
+             c10d-nccl runs on primary contexts (cudarc's CudaContext::new)"
+        )));
+    }
+    Ok(device)
+}
+
+/// Checks a device pointer for [`from_raw_device`]: null or misaligned pointers, pointers the
+/// driver does not know as memory of `device`.
+fn check_pointer(ptr: sys::CUdeviceptr, nbytes: usize, dtype: DType, device: Device) -> Result<()> {
+    if nbytes == 0 {
+        return Ok(());
+    }
+    if ptr == 0 || !ptr.is_multiple_of(dtype.size().min(8) as u64) {
+        return Err(DistError::invalid(format!(
+            "device pointer {ptr:#x} is null or not aligned for {dtype}"
+        )));
+    }
+    let mut ordinal: i32 = -1;
+    // SAFETY: the attribute query only reads the driver's tables and writes one i32 here.
+    let r = unsafe {
+        sys::cuPointerGetAttribute(
+            (&mut ordinal as *mut i32).cast(),
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+            ptr,
+        )
+    };
+    if r != sys::CUresult::CUDA_SUCCESS || Device::Cuda(ordinal.max(0) as u32) != device {
+        return Err(DistError::invalid(format!(
+            "pointer {ptr:#x} is not CUDA memory of {device} (the driver says {r:?}, device {ordinal})"
+        )));
+    }
+    Ok(())
+}
+
+/// A CUDA tensor over device memory another stack owns — a libtorch tensor's `data_ptr()`, a
+/// kernel library's buffer — without copying (`torch.as_tensor` over `__cuda_array_interface__`
+/// in spirit). `owner` is kept alive until the last handle to the tensor (a collective's lease
+/// included) is dropped; host copies (`to_vec`) run on `stream`. Collectives on it are ordered
+/// by [`crate::stream`]'s rule: declare `stream` as the thread's stream
+/// ([`stream::use_stream`]) to order them after it without blocking the host; with nothing
+/// declared the host first waits for the whole device. A stream of another library is wrapped
+/// with cudarc's `CudaContext::wrap_borrowed_stream`.
+///
+/// # Errors
+/// [`DistError::InvalidArgument`] when `shape` × `dtype` overflows, `ptr` is null or
+/// misaligned for `dtype`, the driver does not know `ptr` as memory of `stream`'s device, or
+/// `stream` is not on a device's primary context.
+///
+/// # Safety
+/// `ptr` must point to `numel(shape) × dtype.size()` bytes of device memory of `stream`'s
+/// device that stay valid for reads and writes for as long as `owner` lives, and nobody may
+/// touch them other than through the returned tensor's handles while a collective holds one
+/// (until its `Work::wait`, which orders the declared stream after it, or its completion) —
+/// the rule a `torch.Tensor` passed to a PyTorch collective follows.
+pub unsafe fn from_raw_device(
+    ptr: u64,
+    dtype: DType,
+    shape: &[usize],
+    stream: &Arc<CudaStream>,
+    owner: Box<dyn Any + Send>,
+) -> Result<Tensor> {
+    let nbytes = shape
+        .iter()
+        .try_fold(dtype.size(), |n, &d| n.checked_mul(d))
+        .ok_or_else(|| DistError::invalid(format!("shape {shape:?} is too large")))?;
+    let device = device_of(stream)?;
+    check_pointer(ptr, nbytes, dtype, device)?;
+    let storage = CallerMemory {
+        device,
+        ptr,
+        nbytes,
+        stream: stream.clone(),
+        last_stream: AtomicU64::new(0),
+        _owner: Mutex::new(owner),
+    };
+    Tensor::from_device_storage(Arc::new(storage), dtype, shape)
+}
+
+/// The scope of [`scope`]: makes tensor views of cudarc buffers, borrowed until it ends.
+pub struct CudaScope<'scope, 'env: 'scope> {
+    stream: Arc<CudaStream>,
+    device: Device,
+    /// Every view made, cut off from its memory when the scope ends.
+    views: Mutex<Vec<Tensor>>,
+    /// cudarc's records of the buffers' use on the scope's stream, made when the scope ends
+    /// (`end` empties it; no drop glue, as its items borrow the scope itself).
+    uses: ManuallyDrop<Mutex<Vec<SyncOnDrop<'scope>>>>,
+    scope: PhantomData<&'scope mut &'scope ()>,
+    env: PhantomData<&'env mut &'env ()>,
+}
+
+/// Runs `f` with a [`CudaScope`] on `stream` (declared as the thread's stream on its device
+/// while `f` runs, see the module docs); when `f` returns or panics, waits until no collective
+/// holds a view made in the scope, cuts the views off, records the buffers' use on `stream`
+/// and restores the thread's previously declared stream. The wait is bounded by the timeouts
+/// of the collectives still in flight.
+///
+/// # Errors
+/// `f`'s error; a `stream` not on a device's primary context.
+pub fn scope<'env, F, R>(stream: &Arc<CudaStream>, f: F) -> Result<R>
+where
+    F: for<'scope> FnOnce(&'scope CudaScope<'scope, 'env>) -> Result<R>,
+{
+    let device = device_of(stream)?;
+    let declared = stream::use_stream(device, stream.clone())?;
+    let s = CudaScope {
+        stream: stream.clone(),
+        device,
+        views: Mutex::new(Vec::new()),
+        uses: ManuallyDrop::new(Mutex::new(Vec::new())),
+        scope: PhantomData,
+        env: PhantomData,
+    };
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&s)));
+    s.end();
+    drop(declared);
+    match result {
+        Ok(r) => r,
+        Err(panic) => std::panic::resume_unwind(panic),
+    }
+}
+
+impl<'scope> CudaScope<'scope, '_> {
+    /// The scope's stream: what its collectives are ordered after.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// A 1-D tensor over `buf` (a `CudaSlice<T>` or `CudaViewMut<T>`), read and written in
+    /// place by collectives.
+    ///
+    /// # Errors
+    /// A buffer on another device than the scope's stream.
+    pub fn view_mut<T: NcclElement>(
+        &'scope self,
+        buf: &'scope mut impl DevicePtrMut<T>,
+    ) -> Result<TensorView<'scope>> {
+        let n = buf.len();
+        self.view_mut_shaped(buf, &[n])
+    }
+
+    /// As [`CudaScope::view_mut`], with a shape (row-major).
+    ///
+    /// # Errors
+    /// As [`CudaScope::view_mut`]; a shape that does not hold `buf.len()` elements.
+    pub fn view_mut_shaped<T: NcclElement>(
+        &'scope self,
+        buf: &'scope mut impl DevicePtrMut<T>,
+        shape: &[usize],
+    ) -> Result<TensorView<'scope>> {
+        self.check(buf.stream(), buf.len(), shape)?;
+        let len = buf.len();
+        let (ptr, used) = buf.device_ptr_mut(&self.stream);
+        self.lock_uses().push(used);
+        self.adopt::<T>(ptr, len, shape, true)
+    }
+
+    /// A read-only 1-D tensor over `buf` (a `CudaSlice<T>` or `CudaView<T>`): inputs of
+    /// collectives; an op that would write it fails.
+    ///
+    /// # Errors
+    /// As [`CudaScope::view_mut`].
+    pub fn view<T: NcclElement>(
+        &'scope self,
+        buf: &'scope impl DevicePtr<T>,
+    ) -> Result<TensorView<'scope>> {
+        self.view_shaped(buf, &[buf.len()])
+    }
+
+    /// As [`CudaScope::view`], with a shape (row-major).
+    ///
+    /// # Errors
+    /// As [`CudaScope::view_mut_shaped`].
+    pub fn view_shaped<T: NcclElement>(
+        &'scope self,
+        buf: &'scope impl DevicePtr<T>,
+        shape: &[usize],
+    ) -> Result<TensorView<'scope>> {
+        self.check(buf.stream(), buf.len(), shape)?;
+        let (ptr, used) = buf.device_ptr(&self.stream);
+        self.lock_uses().push(used);
+        self.adopt::<T>(ptr, buf.len(), shape, false)
+    }
+
+    fn check(&self, owner: &CudaStream, len: usize, shape: &[usize]) -> Result<()> {
+        let on = Device::Cuda(owner.context().ordinal() as u32);
+        if on != self.device {
+            return Err(DistError::invalid(format!(
+                "a buffer on {on} in a scope on {}: a scope's buffers are on its stream's device",
+                self.device
+            )));
+        }
+        if shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d)) != Some(len) {
+            return Err(DistError::invalid(format!(
+                "shape {shape:?} does not hold the buffer's {len} elements"
+            )));
+        }
+        Ok(())
+    }
+
+    fn adopt<T: NcclElement>(
+        &'scope self,
+        ptr: sys::CUdeviceptr,
+        len: usize,
+        shape: &[usize],
+        writable: bool,
+    ) -> Result<TensorView<'scope>> {
+        let storage = Arc::new(CallerMemory {
+            device: self.device,
+            ptr,
+            nbytes: len * std::mem::size_of::<T>(),
+            stream: self.stream.clone(),
+            last_stream: AtomicU64::new(0),
+            _owner: Mutex::new(Box::new(())),
+        });
+        let t = if writable {
+            Tensor::from_device_storage(storage, T::DTYPE, shape)?
+        } else {
+            Tensor::from_read_only_device_storage(storage, T::DTYPE, shape)?
+        };
+        self.views
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(t.clone());
+        // SAFETY: the buffer is borrowed for 'scope (mutably for a writable view, so nobody
+        // else touches it; shared for a read-only one, which the engine only reads); `end`
+        // revokes the tensor before `scope` returns, i.e. before that borrow ends.
+        Ok(unsafe { TensorView::new_unchecked(t) })
+    }
+
+    fn lock_uses(&self) -> std::sync::MutexGuard<'_, Vec<SyncOnDrop<'scope>>> {
+        self.uses.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Waits until no collective holds a view, cuts them off, then records every buffer's use
+    /// on the stream (cudarc's events: later cudarc work on the buffers waits for them).
+    fn end(&self) {
+        let views = std::mem::take(&mut *self.views.lock().unwrap_or_else(|e| e.into_inner()));
+        views.iter().for_each(Tensor::revoke);
+        drop(std::mem::take(&mut *self.lock_uses()));
+    }
+}
