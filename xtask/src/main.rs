@@ -31,8 +31,12 @@
 //!   (see `chaos`): N randomized multi-process trials with a rank killed, stopped, slowed, a
 //!   connection closed or a network link cut; last line `chaos: K of N trials ok`.
 //!
+//! - `cargo xtask candle-cuda-check`: clippy on c10d-candle's `cuda` feature, with `nvcc` from
+//!   PyPI (see `candle_cuda`; minutes; not part of `test`).
+//!
 //! xtask depends on nothing but std and libc so it builds in seconds.
 
+mod candle_cuda;
 mod chaos;
 
 use std::env;
@@ -60,9 +64,10 @@ fn main() {
         Some("test-multigpu") => test_multigpu(rest),
         Some("gpu-bundle") => gpu_bundle(rest),
         Some("chaos") => chaos::chaos(rest, build_bench),
+        Some("candle-cuda-check") => candle_cuda::candle_cuda_check(),
         _ => {
             eprintln!(
-                "usage: cargo xtask <test [--no-interop] [--no-lint] | lint | publish-check | interop | python [pytest args] | pytorch-suite [unittest args] | gloo-tests --tests-dir DIR [-k PATTERN] | wheel | demo | bench | test-multigpu [--bundle DIR] [--list] | gpu-bundle [DIR] | chaos --trials N [--seed S]>"
+                "usage: cargo xtask <test [--no-interop] [--no-lint] | lint | publish-check | interop | python [pytest args] | pytorch-suite [unittest args] | gloo-tests --tests-dir DIR [-k PATTERN] | wheel | demo | bench | test-multigpu [--bundle DIR] [--list] | gpu-bundle [DIR] | chaos --trials N [--seed S] | candle-cuda-check>"
             );
             exit(2);
         }

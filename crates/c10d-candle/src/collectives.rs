@@ -1,10 +1,14 @@
 //! The collectives on candle tensors. Every function takes the [`World`] whose groups to use
 //! (`World::global()` for the process's default one) and an optional group (`None`: WORLD);
-//! ranks (`src`, `dst`) are global ranks, as in `torch.distributed`. Tensors must be on the
-//! CPU and contiguous; dtypes as the [crate docs](crate) list. In-place ops write the tensor's own
+//! ranks (`src`, `dst`) are global ranks, as in `torch.distributed`. Tensors must be
+//! contiguous, on the CPU (the group's CPU backend) or, with the `cuda` feature, on a CUDA
+//! device (its NCCL backend, on candle's device stream); dtypes as the [crate docs](crate)
+//! list. In-place ops write the tensor's own
 //! storage: every candle tensor sharing that storage sees the result, as with PyTorch views.
 
-use crate::inplace::{check_cpu, from_candle, on_elements};
+#[cfg(feature = "cuda")]
+use crate::cuda_slices::{CudaMut, CudaRef};
+use crate::inplace::{check_device, device_refused, from_candle, on_elements};
 use crate::slices::{check_u32_op, slice_ref, SliceMut, SliceRef};
 use c10d_core::{DistError, ReduceOp, Result};
 use c10d_world::{GroupMember, World};
@@ -23,6 +27,16 @@ macro_rules! each_mut {
             SliceMut::I32($v) => $body,
             SliceMut::I64($v) => $body,
             SliceMut::U32($v) => $body,
+            #[cfg(feature = "cuda")]
+            SliceMut::Cuda(c) => match c {
+                CudaMut::F32($v) => $body,
+                CudaMut::F64($v) => $body,
+                CudaMut::F16($v) => $body,
+                CudaMut::BF16($v) => $body,
+                CudaMut::U8($v) => $body,
+                CudaMut::I32($v) => $body,
+                CudaMut::I64($v) => $body,
+            },
         }
     };
 }
@@ -40,8 +54,21 @@ macro_rules! each_pair {
             (SliceMut::I32($a), SliceRef::I32($b)) => $body,
             (SliceMut::I64($a), SliceRef::I64($b)) => $body,
             (SliceMut::U32($a), SliceRef::U32($b)) => $body,
+            #[cfg(feature = "cuda")]
+            (SliceMut::Cuda(o), SliceRef::Cuda(i)) => match (o, i) {
+                (CudaMut::F32($a), CudaRef::F32($b)) => $body,
+                (CudaMut::F64($a), CudaRef::F64($b)) => $body,
+                (CudaMut::F16($a), CudaRef::F16($b)) => $body,
+                (CudaMut::BF16($a), CudaRef::BF16($b)) => $body,
+                (CudaMut::U8($a), CudaRef::U8($b)) => $body,
+                (CudaMut::I32($a), CudaRef::I32($b)) => $body,
+                (CudaMut::I64($a), CudaRef::I64($b)) => $body,
+                _ => Err(DistError::invalid(
+                    "c10d-candle: the output and input tensors have different dtypes",
+                )),
+            },
             _ => Err(DistError::invalid(
-                "c10d-candle: the output and input tensors have different dtypes",
+                "c10d-candle: the output and input tensors have different dtypes or devices",
             )),
         }
     };
@@ -49,13 +76,13 @@ macro_rules! each_pair {
 
 /// `f` on `t`'s elements, read only.
 fn with_input<R>(t: &Tensor, what: &str, f: impl FnOnce(SliceRef<'_>) -> Result<R>) -> Result<R> {
-    check_cpu(t, what)?;
+    check_device(t, what)?;
     let (storage, layout) = t.storage_and_layout();
     match &*storage {
         Storage::Cpu(cs) => f(slice_ref(cs, layout, what)?),
-        _ => Err(DistError::unsupported(format!(
-            "c10d-candle: {what}: only CPU tensors are supported yet"
-        ))),
+        #[cfg(feature = "cuda")]
+        Storage::Cuda(cs) => f(crate::cuda_slices::cuda_slice_ref(cs, layout, what)?),
+        _ => Err(device_refused(t, what)),
     }
 }
 
@@ -178,6 +205,16 @@ pub fn send(w: &World, t: &Tensor, dst: usize, group: Option<&GroupMember>) -> R
         SliceRef::I16(v) => w.send(v, dst).group(group).run().map(|_| ()),
         SliceRef::I32(v) | SliceRef::U32(v) => w.send(v, dst).group(group).run().map(|_| ()),
         SliceRef::I64(v) => w.send(v, dst).group(group).run().map(|_| ()),
+        #[cfg(feature = "cuda")]
+        SliceRef::Cuda(c) => match c {
+            CudaRef::F32(v) => w.send(v, dst).group(group).run().map(|_| ()),
+            CudaRef::F64(v) => w.send(v, dst).group(group).run().map(|_| ()),
+            CudaRef::F16(v) => w.send(v, dst).group(group).run().map(|_| ()),
+            CudaRef::BF16(v) => w.send(v, dst).group(group).run().map(|_| ()),
+            CudaRef::U8(v) => w.send(v, dst).group(group).run().map(|_| ()),
+            CudaRef::I32(v) => w.send(v, dst).group(group).run().map(|_| ()),
+            CudaRef::I64(v) => w.send(v, dst).group(group).run().map(|_| ()),
+        },
     })
 }
 

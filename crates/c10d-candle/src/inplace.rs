@@ -24,6 +24,24 @@ impl candle_core::InplaceOp1 for InPlace<'_> {
 
     fn cpu_fwd(&self, storage: &mut CpuStorage, layout: &Layout) -> candle_core::Result<()> {
         let run = slice_mut(storage, layout, self.what).and_then(|s| (self.body)(s));
+        self.carry(run)
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        storage: &mut candle_core::CudaStorage,
+        layout: &Layout,
+    ) -> candle_core::Result<()> {
+        let run = crate::cuda_slices::cuda_slice_mut(storage, layout, self.what)
+            .and_then(|s| (self.body)(s));
+        self.carry(run)
+    }
+}
+
+impl InPlace<'_> {
+    /// The body's error through candle's error type (as text), kept whole for the caller.
+    fn carry(&self, run: Result<()>) -> candle_core::Result<()> {
         run.map_err(|e| {
             let text = e.to_string();
             *self.error.borrow_mut() = Some(e);
@@ -32,13 +50,13 @@ impl candle_core::InplaceOp1 for InPlace<'_> {
     }
 }
 
-/// Runs `body` on `t`'s elements in place (CPU tensors; `what` names the op in errors).
+/// Runs `body` on `t`'s elements in place (`what` names the op in errors).
 ///
 /// # Errors
-/// A tensor that is not on the CPU, not contiguous or of an unsupported dtype; the body's
-/// error as it returned it.
+/// A tensor on a device this build does not take, not contiguous or of an unsupported dtype;
+/// the body's error as it returned it.
 pub fn on_elements(t: &Tensor, what: &'static str, body: &Body<'_>) -> Result<()> {
-    check_cpu(t, what)?;
+    check_device(t, what)?;
     let op = InPlace {
         what,
         body,
@@ -50,19 +68,32 @@ pub fn on_elements(t: &Tensor, what: &'static str, body: &Body<'_>) -> Result<()
     }
 }
 
-/// Refuses tensors that are not in host memory, naming `what`.
+/// Refuses tensors on devices this build does not take, naming `what`: CPU tensors always,
+/// CUDA tensors with the `cuda` feature.
 ///
 /// # Errors
-/// [`DistError::Unsupported`] for CUDA and Metal tensors.
-pub fn check_cpu(t: &Tensor, what: &str) -> Result<()> {
-    if t.device().is_cpu() {
+/// As [`device_refused`].
+pub fn check_device(t: &Tensor, what: &str) -> Result<()> {
+    let taken = t.device().is_cpu() || (cfg!(feature = "cuda") && t.device().is_cuda());
+    if taken {
         return Ok(());
     }
-    Err(DistError::unsupported(format!(
-        "c10d-candle: {what} on a {:?} tensor (shape {:?}): only CPU tensors are supported yet",
+    Err(device_refused(t, what))
+}
+
+/// [`DistError::Unsupported`] naming the op, the tensor's device and shape, and what would take
+/// it (Metal tensors; CUDA tensors without the `cuda` feature).
+pub fn device_refused(t: &Tensor, what: &str) -> DistError {
+    let hint = if t.device().is_cuda() {
+        "build c10d-candle with its `cuda` feature"
+    } else {
+        "only CPU and CUDA tensors are supported"
+    };
+    DistError::unsupported(format!(
+        "c10d-candle: {what} on a {:?} tensor (shape {:?}): {hint}",
         t.device().location(),
         t.dims()
-    )))
+    ))
 }
 
 /// A candle error as a c10d-rs error (`DistError::InvalidArgument` with candle's text).

@@ -1,8 +1,10 @@
 //! Collectives on [candle](https://github.com/huggingface/candle) tensors for c10d-rs (see the
 //! crate README). [`all_reduce`], [`broadcast`], [`all_gather`], [`reduce_scatter`], [`send`]
 //! and [`recv`] take `candle_core::Tensor`s: CPU tensors go through c10d-rs's CPU backend with
-//! the tensor's own storage as the buffer (in place, no copy). CUDA tensors are refused with
-//! an error for now.
+//! the tensor's own storage as the buffer (in place, no copy). With the `cuda` feature, CUDA
+//! tensors go through the group's NCCL backend the same way, on candle's device stream (see
+//! `cuda_slices.rs` and `c10d_nccl::caller_memory`); without it they are refused with an error
+//! naming the feature.
 //!
 //! | candle dtype | elements | reductions |
 //! |---|---|---|
@@ -13,12 +15,15 @@
 //! | file | what |
 //! |---|---|
 //! | `slices.rs` | a CPU tensor's elements as the slice type collectives take; dtype rules |
+//! | `cuda_slices.rs` | (feature `cuda`) a CUDA tensor's elements as cudarc views; CUDA dtype rules |
 //! | `inplace.rs` | running a collective on a tensor's storage (candle's `InplaceOp1`) |
 //! | `collectives.rs` | the collectives |
 //!
 //! Compatible with candle 0.11 (whose cudarc, 0.19, is c10d-nccl's).
 
 mod collectives;
+#[cfg(feature = "cuda")]
+mod cuda_slices;
 mod inplace;
 mod slices;
 

@@ -24,6 +24,9 @@ pub enum SliceMut<'a> {
     I64(&'a mut [i64]),
     /// A U32 tensor's bits.
     U32(&'a mut [i32]),
+    /// A CUDA tensor's elements (feature `cuda`; `cuda_slices.rs`).
+    #[cfg(feature = "cuda")]
+    Cuda(crate::cuda_slices::CudaMut<'a>),
 }
 
 /// A tensor's elements, read only.
@@ -38,13 +41,16 @@ pub enum SliceRef<'a> {
     I64(&'a [i64]),
     /// A U32 tensor's bits.
     U32(&'a [i32]),
+    /// A CUDA tensor's elements (feature `cuda`; `cuda_slices.rs`).
+    #[cfg(feature = "cuda")]
+    Cuda(crate::cuda_slices::CudaRef<'a>),
 }
 
 /// The span of `layout` in its storage.
 ///
 /// # Errors
 /// [`DistError::InvalidArgument`] for a non-contiguous layout, naming `what`.
-fn span(layout: &Layout, what: &str) -> Result<std::ops::Range<usize>> {
+pub(crate) fn span(layout: &Layout, what: &str) -> Result<std::ops::Range<usize>> {
     match layout.contiguous_offsets() {
         Some((a, b)) => Ok(a..b),
         None => Err(DistError::invalid(format!(
@@ -56,7 +62,7 @@ fn span(layout: &Layout, what: &str) -> Result<std::ops::Range<usize>> {
     }
 }
 
-fn unsupported(dtype: DType, what: &str) -> DistError {
+pub(crate) fn unsupported(dtype: DType, what: &str) -> DistError {
     DistError::invalid(format!(
         "c10d-candle: {what} does not take {dtype:?} tensors (supported: f32, f64, f16, bf16, \
          u8, u32, i16, i32, i64)"
