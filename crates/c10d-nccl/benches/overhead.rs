@@ -6,6 +6,9 @@
 //!   ordered after the caller's stream by one event (what any correct wrapper must do at least);
 //! - `ours`: `ProcessGroupNccl::all_reduce` + `Work::wait` with the caller's stream declared
 //!   (`c10d_nccl::stream::use_stream`), i.e. the fast path of the ordering rule;
+//! - `slice`: the same on a cudarc `CudaSlice<f32>` the caller owns, through
+//!   `c10d_nccl::caller_memory::scope` on the caller's stream (what c10d-world's builders and
+//!   c10d-candle's CUDA tensors do per call: a view made, the op, the scope ended);
 //! - `torch`: PyTorch's `dist.all_reduce` on `"nccl"` (`torch_overhead.py`, run by the
 //!   interpreter in `C10D_TORCH_PYTHON`, else `/opt/torch/.venv/bin/python`, else `python3`),
 //!   rendezvousing through the same TCP store (ours, which speaks PyTorch's protocol).
@@ -22,7 +25,7 @@
 //! by `C10D_BENCH_LIMIT_S` (default 600 s); a rank that fails ends the others.
 
 use c10d_core::{AllreduceOptions, Backend, DType, Device, Tensor};
-use c10d_nccl::{memory, stream, sys, NcclOptions, ProcessGroupNccl};
+use c10d_nccl::{caller_memory, memory, stream, sys, NcclOptions, ProcessGroupNccl};
 use c10d_store::{PrefixStore, ServerOptions, Store, TcpStore, TcpStoreOptions, TcpStoreServer};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -47,6 +50,8 @@ struct Row {
     ours_host: f64,
     bare_e2e: f64,
     ours_e2e: f64,
+    slice_host: f64,
+    slice_e2e: f64,
 }
 
 /// µs per call of `f` over `iters` calls after a warm-up; with `sync_each`, `sync` follows
@@ -192,16 +197,34 @@ fn rank_main(iters: usize) {
                     .unwrap()
             })
         };
+        let mut buf = caller.alloc_zeros::<f32>(bytes / 4).unwrap();
+        let mut slice = |sync_each| {
+            per_op(iters, sync_each, &sync, || {
+                caller_memory::scope(&caller, |s| {
+                    let v = s.view_mut(&mut buf)?;
+                    pg.all_reduce(&[(*v).clone()], &o)?.wait()
+                })
+                .unwrap()
+            })
+        };
+        let (slice_host, slice_e2e) = (slice(false), slice(true));
         let row = Row {
             ours_host: ours(false),
             ours_e2e: ours(true),
             bare_host: bare(&comm, &r, iters, &t, false, &caller),
             bare_e2e: bare(&comm, &r, iters, &t, true, &caller),
+            slice_host,
+            slice_e2e,
         };
         if rank == 0 {
             println!(
-                "row {bytes} {} {} {} {}",
-                row.bare_host, row.ours_host, row.bare_e2e, row.ours_e2e
+                "row {bytes} {} {} {} {} {} {}",
+                row.bare_host,
+                row.ours_host,
+                row.bare_e2e,
+                row.ours_e2e,
+                row.slice_host,
+                row.slice_e2e
             );
         }
     }
@@ -324,7 +347,7 @@ fn report(world: usize, ours: &[(usize, Vec<f64>)], torch: &[(usize, Vec<f64>)])
         "world size {world}: µs per all_reduce, rank 0 (host = call + wait, no sync; e2e = with a device sync after each op)"
     );
     println!(
-        "{:>9} | {:>9} {:>9} {:>10} {:>9} | {:>9} {:>9} {:>9}",
+        "{:>9} | {:>9} {:>9} {:>10} {:>9} | {:>9} {:>9} {:>9} | {:>10} {:>9}",
         "bytes",
         "bare host",
         "ours host",
@@ -332,7 +355,9 @@ fn report(world: usize, ours: &[(usize, Vec<f64>)], torch: &[(usize, Vec<f64>)])
         "ours-bare",
         "bare e2e",
         "ours e2e",
-        "torch e2e"
+        "torch e2e",
+        "slice host",
+        "slice e2e"
     );
     let mut worst: f64 = f64::MIN;
     for (bytes, v) in ours {
@@ -342,12 +367,20 @@ fn report(world: usize, ours: &[(usize, Vec<f64>)], torch: &[(usize, Vec<f64>)])
             .map_or((f64::NAN, f64::NAN), |r| (r.1[0], r.1[1]));
         worst = worst.max(v[1] - v[0]);
         println!(
-            "{bytes:>9} | {:>9.2} {:>9.2} {th:>10.2} {:>9.2} | {:>9.2} {:>9.2} {te:>9.2}",
+            "{bytes:>9} | {:>9.2} {:>9.2} {th:>10.2} {:>9.2} | {:>9.2} {:>9.2} {te:>9.2} | {:>10.2} {:>9.2}",
             v[0],
             v[1],
             v[1] - v[0],
             v[2],
-            v[3]
+            v[3],
+            v[4],
+            v[5]
+        );
+    }
+    if let Some((bytes, v)) = ours.last() {
+        println!(
+            "world size {world}: {bytes} bytes, e2e: CudaSlice (caller memory) / c10d_nccl::memory tensor = {:.3}",
+            v[5] / v[3]
         );
     }
     println!(
