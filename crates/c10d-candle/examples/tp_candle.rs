@@ -48,21 +48,6 @@ fn max_rel_diff(a: &Tensor, b: &Tensor) -> candle_core::Result<f32> {
         .fold(0f32, f32::max))
 }
 
-/// The device and backend string from `C10D_CANDLE_DEVICE` (`cpu`, the default, or `cuda`).
-fn device() -> Result<(Device, String)> {
-    match std::env::var("C10D_CANDLE_DEVICE").as_deref() {
-        Ok("cuda") => {
-            let local: usize = std::env::var("LOCAL_RANK").map_or(0, |v| v.parse().unwrap_or(0));
-            let dev = Device::new_cuda(local).map_err(cc::from_candle)?;
-            Ok((dev, "cpu:gloo,cuda:nccl".into()))
-        }
-        Ok("cpu") | Err(_) => Ok((Device::Cpu, "gloo".into())),
-        Ok(other) => Err(DistError::invalid(format!(
-            "tp_candle: C10D_CANDLE_DEVICE={other}: expected cpu or cuda"
-        ))),
-    }
-}
-
 fn dims() -> Result<[usize; 4]> {
     let s = std::env::var("C10D_TP_DIMS").unwrap_or_else(|_| "8,64,128,32".into());
     let v: Vec<usize> = s.split(',').filter_map(|x| x.trim().parse().ok()).collect();
@@ -83,7 +68,7 @@ fn main() -> std::process::ExitCode {
 
 fn run() -> Result<bool> {
     let c = cc::from_candle;
-    let (dev, backend) = device()?;
+    let (dev, backend) = cc::device_and_backend_from_env()?;
     c10d_world::init_process_group(c10d_world::InitOptions {
         backend: Some(backend),
         timeout: Some(Duration::from_secs(60)),
