@@ -13,7 +13,10 @@
 //!   scope ends. The scope then waits until no collective holds a view (a view is given back by
 //!   the op's `Work::wait`, which only makes the stream wait; an op nobody waited on is waited
 //!   for on the host until it finishes or times out) and cuts every view off, so that no handle
-//!   can reach the memory after the borrow. As the scope borrows what it views for its whole
+//!   can reach the memory after the borrow. A view cannot join a coalesced block
+//!   (`start_coalescing` … `end_coalescing`), whose ops launch at its end, possibly after the
+//!   scope's: such an op is refused (as c10d-world refuses borrowed memory in a
+//!   `coalescing_manager` block). As the scope borrows what it views for its whole
 //!   life, a part of a buffer (`slice_mut(a..b)`) is cut before the scope is entered.
 //!
 //! ```compile_fail
@@ -88,8 +91,18 @@ struct CallerMemory {
     /// Where host copies run (the memory's stream).
     stream: Arc<CudaStream>,
     last_stream: AtomicU64,
+    /// Lent by a [`scope`] (valid until it ends), not kept alive by `_owner`.
+    lent: bool,
     /// Kept alive as long as the storage ([`from_raw_device`]'s `owner`).
     _owner: Mutex<Box<dyn Any + Send>>,
+}
+
+/// Whether `t` is a view made by a [`scope`]: memory lent only until the scope ends, which a
+/// coalesced block (launched at `end_coalescing`) must not take.
+pub(crate) fn is_scope_view(t: &Tensor) -> bool {
+    t.device_storage()
+        .and_then(|s| s.as_any().downcast_ref::<CallerMemory>())
+        .is_some_and(|m| m.lent)
 }
 
 impl DeviceStorage for CallerMemory {
@@ -205,6 +218,7 @@ pub unsafe fn from_raw_device(
         nbytes,
         stream: stream.clone(),
         last_stream: AtomicU64::new(0),
+        lent: false,
         _owner: Mutex::new(owner),
     };
     Tensor::from_device_storage(Arc::new(storage), dtype, shape)
@@ -345,6 +359,7 @@ impl<'scope> CudaScope<'scope, '_> {
             nbytes: len * std::mem::size_of::<T>(),
             stream: self.stream.clone(),
             last_stream: AtomicU64::new(0),
+            lent: true,
             _owner: Mutex::new(Box::new(())),
         });
         let t = if writable {

@@ -410,6 +410,13 @@ impl ProcessGroupNccl {
     ) -> Result<Work> {
         let device = self.device_of(&op)?;
         let in_block = self.check_thread_groups(&op)?;
+        let lent = op.inputs.iter().chain(op.outputs);
+        if in_block && lent.into_iter().any(crate::caller_memory::is_scope_view) {
+            return Err(DistError::invalid(format!(
+                "ProcessGroupNCCL::{}: a view of caller_memory::scope cannot join a coalesced block (its ops launch at end_coalescing, which the scope may not outlive); use c10d_nccl::memory tensors in the block",
+                op.kind
+            )));
+        }
         let declared = stream::declared_stream(device)?;
         let capturing = match &declared {
             Some(s) => crate::capture::is_capturing(s)?,

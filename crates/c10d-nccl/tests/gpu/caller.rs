@@ -189,6 +189,25 @@ pub fn cudarc_views(c: &Ctx) -> R {
         )?;
     }
 
+    let lent = upload::<f32>(&s, &[1.0; 4])?;
+    c.pg.start_coalescing().map_err(e2s)?;
+    let in_block = scope(&s, |sc| {
+        let v = sc.view(&lent)?;
+        Ok(c.pg
+            .broadcast(&[(*v).clone()], &BroadcastOptions::default())
+            .map(|_| ()))
+    })
+    .map_err(e2s)?;
+    let ended = c.pg.end_coalescing().map(|_| ());
+    match (in_block, ended) {
+        (Err(e), _) if e.to_string().contains("cannot join a coalesced block") => {}
+        (r, ended) => {
+            return Err(format!(
+                "a scope view joined a coalesced block: {r:?}, end: {ended:?}"
+            ))
+        }
+    }
+
     let ro = upload::<f32>(&s, &[1.0; 4])?;
     let escaped = scope(&s, |sc| {
         let v = sc.view(&ro)?;
