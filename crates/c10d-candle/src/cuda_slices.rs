@@ -1,7 +1,9 @@
 //! A candle CUDA tensor's elements as cudarc views of its `CudaSlice` (feature `cuda`): the
 //! span its layout covers, which must be contiguous. c10d-world's builders take these views
 //! directly (`c10d_nccl::caller_memory`): no copy, ordered after the thread's declared stream,
-//! else the buffer's own stream, which is candle's device stream.
+//! else the buffer's own stream, which is candle's device stream. For candle's default device
+//! that is the per-thread stream (`CU_STREAM_PER_THREAD`), a different stream on each thread:
+//! run a tensor's collectives on the thread whose kernels produced it.
 //!
 //! | candle dtype | on CUDA |
 //! |---|---|

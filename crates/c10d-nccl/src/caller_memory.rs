@@ -11,13 +11,17 @@
 //! - **Asynchronously**, inside a [`scope`]: [`CudaScope::view_mut`] / [`CudaScope::view`] make
 //!   [`TensorView`]s (usable wherever a [`Tensor`] is) and keep the buffers borrowed until the
 //!   scope ends. The scope then waits until no collective holds a view (a view is given back by
-//!   the op's `Work::wait`, which only makes the stream wait; an op nobody waited on is waited
-//!   for on the host until it finishes or times out) and cuts every view off, so that no handle
-//!   can reach the memory after the borrow. A view cannot join a coalesced block
-//!   (`start_coalescing` … `end_coalescing`), whose ops launch at its end, possibly after the
-//!   scope's: such an op is refused (as c10d-world refuses borrowed memory in a
-//!   `coalescing_manager` block). As the scope borrows what it views for its whole
-//!   life, a part of a buffer (`slice_mut(a..b)`) is cut before the scope is entered.
+//!   the op's `Work::wait`, which only makes a stream wait; an op nobody waited on is waited
+//!   for on the host until it finishes, fails or times out: with
+//!   `TORCH_NCCL_ASYNC_ERROR_HANDLING=0`, or an op whose group was dropped while it could not
+//!   leave the device, that wait has no bound) and cuts every view off, so that no handle can
+//!   reach the memory after the borrow. As the scope borrows what it views for its whole life,
+//!   a part of a buffer (`slice_mut(a..b)`) is cut before the scope is entered.
+//! - A view is used on the scope's thread, with the scope's stream declared (as it is inside
+//!   the scope unless the caller declares another): an op elsewhere is refused, as are ops in a
+//!   coalesced block (launched at `end_coalescing`, possibly after the scope; c10d-world refuses
+//!   borrowed memory in a `coalescing_manager` block too) and ops during CUDA graph capture (a
+//!   replay would run after the scope). Host copies of a view (`to_vec`) run on its thread only.
 //!
 //! ```compile_fail
 //! # fn f(stream: std::sync::Arc<cudarc::driver::CudaStream>, mut grads: cudarc::driver::CudaSlice<f32>) -> c10d_core::Result<()> {
@@ -34,12 +38,18 @@
 //! data on; c10d-world's blocking calls take the thread's declared stream, else the buffer's
 //! own, `CudaSlice::stream()`). For the scope's duration that stream is the thread's declared
 //! stream ([`crate::stream`]'s rule): each collective is ordered after the work queued on it,
-//! and `Work::wait` makes it wait for the collective, without blocking the host. A view also
-//! makes that stream wait for the buffer's earlier uses on other streams, and records its own
-//! use when the scope ends, through cudarc's per-buffer events (`DevicePtr::device_ptr`), so
-//! cudarc work queued later on any stream, the buffer's free included, runs after the
-//! collectives. (A cudarc context with event tracking turned off leaves that ordering to the
-//! caller, as cudarc itself does.)
+//! and `Work::wait` makes it wait for the collective, without blocking the host. Where a
+//! buffer's own stream is another stream, the scope's stream first waits for the work queued
+//! there, and when the scope ends the buffer's stream waits for the scope's, so the buffer's
+//! next use and its free (`cuMemFreeAsync` on its own stream) come after the collectives. When
+//! the scope ends its stream also waits for every op that used a view, whichever stream waited
+//! on the op's `Work`. cudarc's per-buffer events are used as well (`DevicePtr::device_ptr`),
+//! so cudarc work on a third stream is ordered too where the context tracks events (cudarc
+//! does once a context has made a second stream).
+//!
+//! candle's default CUDA device runs on the per-thread stream (`CU_STREAM_PER_THREAD`), which
+//! names a different stream on each thread: run a tensor's collectives on the thread whose
+//! kernels produced it, or synchronise between the threads.
 //!
 //! # Versions
 //! cudarc 0.19 (built with its `f16` feature): the line candle 0.11 uses, so a candle program's
@@ -65,12 +75,14 @@
 use crate::device;
 use crate::memory;
 use crate::stream;
-use c10d_core::{DType, Device, DeviceStorage, DistError, Element, Result, Tensor, TensorView};
-use cudarc::driver::{sys, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, SyncOnDrop};
+use c10d_core::{
+    DType, Device, DeviceStorage, DistError, Element, OpType, Result, Tensor, TensorView,
+};
+use cudarc::driver::{sys, CudaEvent, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, SyncOnDrop};
 use std::any::Any;
 use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// An element type NCCL reduces and moves that is also a cudarc device element: f32, f64,
@@ -91,18 +103,95 @@ struct CallerMemory {
     /// Where host copies run (the memory's stream).
     stream: Arc<CudaStream>,
     last_stream: AtomicU64,
-    /// Lent by a [`scope`] (valid until it ends), not kept alive by `_owner`.
-    lent: bool,
+    /// Set for a view of a [`scope`]: memory lent until the scope ends.
+    lent: Option<Lent>,
     /// Kept alive as long as the storage ([`from_raw_device`]'s `owner`).
     _owner: Mutex<Box<dyn Any + Send>>,
 }
 
-/// Whether `t` is a view made by a [`scope`]: memory lent only until the scope ends, which a
-/// coalesced block (launched at `end_coalescing`) must not take.
-pub(crate) fn is_scope_view(t: &Tensor) -> bool {
-    t.device_storage()
-        .and_then(|s| s.as_any().downcast_ref::<CallerMemory>())
-        .is_some_and(|m| m.lent)
+/// What a scope's view carries: where it may be used, and the end events of the ops that used
+/// it, which the scope's stream waits for when the scope ends.
+struct Lent {
+    /// The scope's thread: ops and host copies on the view run there (the scope's stream may be
+    /// a per-thread stream, which names another stream on another thread).
+    thread: std::thread::ThreadId,
+    /// The scope's stream (raw handle, as an integer): the stream declared when an op runs.
+    stream: usize,
+    ends: Mutex<Vec<Arc<CudaEvent>>>,
+    /// Set when the scope gave the memory back: no host copy any more.
+    given_back: AtomicBool,
+}
+
+fn lent(t: &Tensor) -> Option<&Lent> {
+    t.device_storage()?
+        .as_any()
+        .downcast_ref::<CallerMemory>()?
+        .lent
+        .as_ref()
+}
+
+/// Refuses an op that would use a scope's view where its borrow cannot be kept: inside a
+/// coalesced block (launched at `end_coalescing`, possibly after the scope), during CUDA graph
+/// capture (a replay would run after the scope), on another thread than the scope's, or with
+/// another stream declared than the scope's (the op would not be ordered after the caller's
+/// work, nor the scope's end after the op).
+///
+/// # Errors
+/// [`DistError::InvalidArgument`] naming the op and the reason.
+pub(crate) fn check_uses<'t>(
+    kind: OpType,
+    tensors: impl IntoIterator<Item = &'t Tensor>,
+    in_block: bool,
+    declared: Option<&CudaStream>,
+    capturing: bool,
+) -> Result<()> {
+    let here = std::thread::current().id();
+    for l in tensors.into_iter().filter_map(lent) {
+        let why = if in_block {
+            "cannot join a coalesced block (its ops launch at end_coalescing, which the scope may not outlive); use c10d_nccl::memory tensors in the block"
+        } else if capturing {
+            "cannot be captured in a CUDA graph (a replay would run after the scope gave the memory back); capture c10d_nccl::memory tensors"
+        } else if l.thread != here {
+            "is used on another thread than its scope's"
+        } else if declared.map(|s| s.cu_stream() as usize) != Some(l.stream) {
+            "is used with another stream declared than its scope's"
+        } else {
+            continue;
+        };
+        return Err(DistError::invalid(format!(
+            "ProcessGroupNCCL::{kind}: a view of caller_memory::scope {why}"
+        )));
+    }
+    Ok(())
+}
+
+/// Notes `end` (an op's end event) on every scope view among `tensors`: the scope's stream
+/// waits for it when the scope ends, whichever stream waited on the op's `Work`.
+pub(crate) fn note_end(tensors: &[Tensor], end: &Arc<CudaEvent>) {
+    for l in tensors.iter().filter_map(lent) {
+        l.ends
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(end.clone());
+    }
+}
+
+impl CallerMemory {
+    /// Host copies of a scope's view: on its thread, before the scope ends.
+    fn check_copy(&self) -> Result<()> {
+        let Some(l) = &self.lent else { return Ok(()) };
+        if l.given_back.load(Ordering::Acquire) {
+            return Err(DistError::invalid(
+                "tensor viewed borrowed memory that has been given back to its owner (its caller_memory::scope ended)",
+            ));
+        }
+        if l.thread != std::thread::current().id() {
+            return Err(DistError::invalid(
+                "a view of caller_memory::scope is copied to or from the host on its scope's thread only",
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl DeviceStorage for CallerMemory {
@@ -122,11 +211,13 @@ impl DeviceStorage for CallerMemory {
         self.last_stream.store(stream, Ordering::Relaxed);
     }
     fn copy_to_host(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
+        self.check_copy()?;
         // SAFETY: `ptr` starts `nbytes` of device memory of the stream's context, valid while
         // this storage lives (the constructors' contracts).
         unsafe { memory::copy_to_host(&self.stream, self.ptr, self.nbytes, offset, dst) }
     }
     fn copy_from_host(&self, offset: usize, src: &[u8]) -> Result<()> {
+        self.check_copy()?;
         // SAFETY: as in `copy_to_host`.
         unsafe { memory::copy_from_host(&self.stream, self.ptr, self.nbytes, offset, src) }
     }
@@ -151,8 +242,28 @@ fn device_of(stream: &CudaStream) -> Result<Device> {
     Ok(device)
 }
 
+/// One pointer attribute of `ptr` from the driver, written into a `T`.
+///
+/// # Safety
+/// `T` must be the type the driver writes for `attr` (an `i32` for the device ordinal, a
+/// `CUdeviceptr` for the range start, a `usize` for the range size).
+unsafe fn pointer_attribute<T: Default>(
+    attr: sys::CUpointer_attribute,
+    ptr: sys::CUdeviceptr,
+) -> std::result::Result<T, sys::CUresult> {
+    let mut v = T::default();
+    // SAFETY: the query only reads the driver's tables and writes one `T` (the caller's
+    // contract) into `v`.
+    let r = unsafe { sys::cuPointerGetAttribute((&mut v as *mut T).cast(), attr, ptr) };
+    if r == sys::CUresult::CUDA_SUCCESS {
+        Ok(v)
+    } else {
+        Err(r)
+    }
+}
+
 /// Checks a device pointer for [`from_raw_device`]: null or misaligned pointers, pointers the
-/// driver does not know as memory of `device`.
+/// driver does not know as memory of `device`, ranges that run past their allocation.
 fn check_pointer(ptr: sys::CUdeviceptr, nbytes: usize, dtype: DType, device: Device) -> Result<()> {
     if nbytes == 0 {
         return Ok(());
@@ -162,19 +273,31 @@ fn check_pointer(ptr: sys::CUdeviceptr, nbytes: usize, dtype: DType, device: Dev
             "device pointer {ptr:#x} is null or not aligned for {dtype}"
         )));
     }
-    let mut ordinal: i32 = -1;
-    // SAFETY: the attribute query only reads the driver's tables and writes one i32 here.
-    let r = unsafe {
-        sys::cuPointerGetAttribute(
-            (&mut ordinal as *mut i32).cast(),
-            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-            ptr,
+    use sys::CUpointer_attribute as A;
+    // SAFETY: each attribute is read into the type the driver writes for it.
+    let (ordinal, start, size) = unsafe {
+        (
+            pointer_attribute::<i32>(A::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr),
+            pointer_attribute::<sys::CUdeviceptr>(A::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, ptr),
+            pointer_attribute::<usize>(A::CU_POINTER_ATTRIBUTE_RANGE_SIZE, ptr),
         )
     };
-    if r != sys::CUresult::CUDA_SUCCESS || Device::Cuda(ordinal.max(0) as u32) != device {
-        return Err(DistError::invalid(format!(
-            "pointer {ptr:#x} is not CUDA memory of {device} (the driver says {r:?}, device {ordinal})"
-        )));
+    let on = match ordinal {
+        Ok(o) if Device::Cuda(o.max(0) as u32) == device => o,
+        other => {
+            return Err(DistError::invalid(format!(
+                "pointer {ptr:#x} is not CUDA memory of {device} (the driver says {other:?})"
+            )))
+        }
+    };
+    if let (Ok(start), Ok(size)) = (start, size) {
+        let end = ptr.checked_add(nbytes as u64);
+        if end.is_none_or(|end| end > start + size as u64) {
+            return Err(DistError::invalid(format!(
+                "{nbytes} bytes at {ptr:#x} run past the end of their allocation on cuda:{on} \
+                 ({size} bytes at {start:#x})"
+            )));
+        }
     }
     Ok(())
 }
@@ -197,8 +320,11 @@ fn check_pointer(ptr: sys::CUdeviceptr, nbytes: usize, dtype: DType, device: Dev
 /// `ptr` must point to `numel(shape) × dtype.size()` bytes of device memory of `stream`'s
 /// device that stay valid for reads and writes for as long as `owner` lives, and nobody may
 /// touch them other than through the returned tensor's handles while a collective holds one
-/// (until its `Work::wait`, which orders the declared stream after it, or its completion) —
-/// the rule a `torch.Tensor` passed to a PyTorch collective follows.
+/// (until its `Work::wait`, or its completion) — the rule a `torch.Tensor` passed to a PyTorch
+/// collective follows. `Work::wait` orders only the stream declared by the waiting thread after
+/// the op (the host, when none is declared): work on any other stream, libtorch's current
+/// stream included unless it is that one, must be ordered by the caller. With CUDA graph
+/// capture, the tensor must be kept for as long as the graph may be replayed.
 pub unsafe fn from_raw_device(
     ptr: u64,
     dtype: DType,
@@ -218,7 +344,7 @@ pub unsafe fn from_raw_device(
         nbytes,
         stream: stream.clone(),
         last_stream: AtomicU64::new(0),
-        lent: false,
+        lent: None,
         _owner: Mutex::new(owner),
     };
     Tensor::from_device_storage(Arc::new(storage), dtype, shape)
@@ -230,6 +356,8 @@ pub struct CudaScope<'scope, 'env: 'scope> {
     device: Device,
     /// Every view made, cut off from its memory when the scope ends.
     views: Mutex<Vec<Tensor>>,
+    /// The buffers' own streams where they differ from the scope's: joined both ways.
+    buffer_streams: Mutex<Vec<Arc<CudaStream>>>,
     /// cudarc's records of the buffers' use on the scope's stream, made when the scope ends
     /// (`end` empties it; no drop glue, as its items borrow the scope itself).
     uses: ManuallyDrop<Mutex<Vec<SyncOnDrop<'scope>>>>,
@@ -239,9 +367,10 @@ pub struct CudaScope<'scope, 'env: 'scope> {
 
 /// Runs `f` with a [`CudaScope`] on `stream` (declared as the thread's stream on its device
 /// while `f` runs, see the module docs); when `f` returns or panics, waits until no collective
-/// holds a view made in the scope, cuts the views off, records the buffers' use on `stream`
-/// and restores the thread's previously declared stream. The wait is bounded by the timeouts
-/// of the collectives still in flight.
+/// holds a view made in the scope, orders `stream` and the buffers' own streams after the
+/// collectives, cuts the views off and restores the thread's previously declared stream. The
+/// wait is bounded by the timeouts of the collectives still in flight (see the module docs for
+/// the exceptions).
 ///
 /// # Errors
 /// `f`'s error; a `stream` not on a device's primary context.
@@ -255,6 +384,7 @@ where
         stream: stream.clone(),
         device,
         views: Mutex::new(Vec::new()),
+        buffer_streams: Mutex::new(Vec::new()),
         uses: ManuallyDrop::new(Mutex::new(Vec::new())),
         scope: PhantomData,
         env: PhantomData,
@@ -297,6 +427,7 @@ impl<'scope> CudaScope<'scope, '_> {
         shape: &[usize],
     ) -> Result<TensorView<'scope>> {
         self.check(buf.stream(), buf.len(), shape)?;
+        self.join_buffer_stream(buf.stream())?;
         let len = buf.len();
         let (ptr, used) = buf.device_ptr_mut(&self.stream);
         self.lock_uses().push(used);
@@ -325,6 +456,7 @@ impl<'scope> CudaScope<'scope, '_> {
         shape: &[usize],
     ) -> Result<TensorView<'scope>> {
         self.check(buf.stream(), buf.len(), shape)?;
+        self.join_buffer_stream(buf.stream())?;
         let (ptr, used) = buf.device_ptr(&self.stream);
         self.lock_uses().push(used);
         self.adopt::<T>(ptr, buf.len(), shape, false)
@@ -332,9 +464,10 @@ impl<'scope> CudaScope<'scope, '_> {
 
     fn check(&self, owner: &CudaStream, len: usize, shape: &[usize]) -> Result<()> {
         let on = Device::Cuda(owner.context().ordinal() as u32);
-        if on != self.device {
+        if on != self.device || owner.context().cu_ctx() != self.stream.context().cu_ctx() {
             return Err(DistError::invalid(format!(
-                "a buffer on {on} in a scope on {}: a scope's buffers are on its stream's device",
+                "a buffer on {on} in a scope on {}: a scope's buffers are on its stream's device, \
+                 in its primary context",
                 self.device
             )));
         }
@@ -359,7 +492,12 @@ impl<'scope> CudaScope<'scope, '_> {
             nbytes: len * std::mem::size_of::<T>(),
             stream: self.stream.clone(),
             last_stream: AtomicU64::new(0),
-            lent: true,
+            lent: Some(Lent {
+                thread: std::thread::current().id(),
+                stream: self.stream.cu_stream() as usize,
+                ends: Mutex::new(Vec::new()),
+                given_back: AtomicBool::new(false),
+            }),
             _owner: Mutex::new(Box::new(())),
         });
         let t = if writable {
@@ -381,11 +519,54 @@ impl<'scope> CudaScope<'scope, '_> {
         self.uses.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Waits until no collective holds a view, cuts them off, then records every buffer's use
-    /// on the stream (cudarc's events: later cudarc work on the buffers waits for them).
+    /// Orders the scope's stream after the work queued on a buffer's own stream, when that is
+    /// another stream (without relying on cudarc's event tracking, which is off in a context
+    /// that only ever used one stream, as candle's default device does); `end` joins back.
+    fn join_buffer_stream(&self, own: &Arc<CudaStream>) -> Result<()> {
+        if own.cu_stream() == self.stream.cu_stream() {
+            return Ok(());
+        }
+        self.stream
+            .join(own)
+            .map_err(|e| crate::device::driver_error("cuStreamWaitEvent", e))?;
+        let mut streams = self
+            .buffer_streams
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if !streams.iter().any(|s| s.cu_stream() == own.cu_stream()) {
+            streams.push(own.clone());
+        }
+        Ok(())
+    }
+
+    /// Ends the scope: waits until no collective holds a view (each op was waited on, or has
+    /// finished or failed), makes the scope's stream wait for every op that used a view
+    /// (whichever stream waited on its `Work`), cuts the views off, makes the buffers' own
+    /// streams wait for the scope's, and records the buffers' use for cudarc's event tracking.
+    /// A stream that cannot be made to wait is replaced by a host wait.
     fn end(&self) {
         let views = std::mem::take(&mut *self.views.lock().unwrap_or_else(|e| e.into_inner()));
         views.iter().for_each(Tensor::revoke);
+        for l in views.iter().filter_map(lent) {
+            l.given_back.store(true, Ordering::Release);
+            let ends = std::mem::take(&mut *l.ends.lock().unwrap_or_else(|e| e.into_inner()));
+            for end in ends {
+                if self.stream.wait(&end).is_err() {
+                    let _ = end.synchronize();
+                }
+            }
+        }
+        let streams = std::mem::take(
+            &mut *self
+                .buffer_streams
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
+        for own in streams {
+            if own.join(&self.stream).is_err() {
+                let _ = self.stream.synchronize();
+            }
+        }
         drop(std::mem::take(&mut *self.lock_uses()));
     }
 }

@@ -410,18 +410,18 @@ impl ProcessGroupNccl {
     ) -> Result<Work> {
         let device = self.device_of(&op)?;
         let in_block = self.check_thread_groups(&op)?;
-        let lent = op.inputs.iter().chain(op.outputs);
-        if in_block && lent.into_iter().any(crate::caller_memory::is_scope_view) {
-            return Err(DistError::invalid(format!(
-                "ProcessGroupNCCL::{}: a view of caller_memory::scope cannot join a coalesced block (its ops launch at end_coalescing, which the scope may not outlive); use c10d_nccl::memory tensors in the block",
-                op.kind
-            )));
-        }
         let declared = stream::declared_stream(device)?;
         let capturing = match &declared {
             Some(s) => crate::capture::is_capturing(s)?,
             None => false,
         };
+        crate::caller_memory::check_uses(
+            op.kind,
+            op.inputs.iter().chain(op.outputs),
+            in_block,
+            declared.as_deref(),
+            capturing,
+        )?;
         if capturing && self.current().is_none() {
             return Err(DistError::invalid(format!(
                 "ProcessGroupNCCL::{}: the group has no communicator yet, and one cannot be made during CUDA graph capture; run an op (or bind the group) before capturing, as PyTorch requires a warm-up",
@@ -501,7 +501,10 @@ impl ProcessGroupNccl {
         drop(work);
         match self.end_event(dc) {
             Ok(end) => self.watchdog.retire(InFlight {
-                end,
+                end: {
+                    crate::caller_memory::note_end(&p.keep, &end);
+                    end
+                },
                 pool: dc.events.clone(),
                 comm: dc.comm.clone(),
                 completer: None,
@@ -669,6 +672,7 @@ impl ProcessGroupNccl {
         if p.capturing {
             return self.finish_captured(dc, record, p, end);
         }
+        crate::caller_memory::note_end(&p.keep, &end);
         let (work, mut completer) = Work::new(record.op, record.seq);
         completer.set_trace(p.trace);
         completer.mark_started();

@@ -208,6 +208,34 @@ pub fn cudarc_views(c: &Ctx) -> R {
         }
     }
 
+    // A view used with another stream declared, or on another thread, is refused.
+    let other = stream_of()?;
+    let pg = &c.pg;
+    let (elsewhere, on_thread) = scope(&s, |sc| {
+        let v = sc.view(&lent)?;
+        let o = BroadcastOptions::default();
+        let declared = stream::use_stream(dev(), other.clone())?;
+        let elsewhere = pg.broadcast(&[(*v).clone()], &o).map(|_| ());
+        drop(declared);
+        let t = (*v).clone();
+        let on_thread = std::thread::scope(|ts| {
+            ts.spawn(move || pg.broadcast(&[t], &o).map(|_| ()))
+                .join()
+                .map_err(|_| DistError::invalid("the thread panicked"))
+        })?;
+        Ok((elsewhere, on_thread))
+    })
+    .map_err(e2s)?;
+    for (r, want) in [
+        (elsewhere, "another stream declared"),
+        (on_thread, "another thread"),
+    ] {
+        match r {
+            Err(e) if e.to_string().contains(want) => {}
+            other => return Err(format!("a view used with {want} was taken: {other:?}")),
+        }
+    }
+
     let ro = upload::<f32>(&s, &[1.0; 4])?;
     let escaped = scope(&s, |sc| {
         let v = sc.view(&ro)?;
