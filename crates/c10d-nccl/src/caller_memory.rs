@@ -118,8 +118,11 @@ struct Lent {
     /// The scope's stream (raw handle, as an integer): the stream declared when an op runs.
     stream: usize,
     ends: Mutex<Vec<Arc<CudaEvent>>>,
-    /// Set when the scope gave the memory back: no host copy any more.
+    /// Set when the scope gave the memory back: no op or host copy any more.
     given_back: AtomicBool,
+    /// False for a shared borrow (`view`): never written, even through another tensor made
+    /// over this storage.
+    writable: bool,
 }
 
 fn lent(t: &Tensor) -> Option<&Lent> {
@@ -138,16 +141,21 @@ fn lent(t: &Tensor) -> Option<&Lent> {
 ///
 /// # Errors
 /// [`DistError::InvalidArgument`] naming the op and the reason.
-pub(crate) fn check_uses<'t>(
+pub(crate) fn check_uses(
     kind: OpType,
-    tensors: impl IntoIterator<Item = &'t Tensor>,
+    (inputs, outputs): (&[Tensor], &[Tensor]),
     in_block: bool,
     declared: Option<&CudaStream>,
     capturing: bool,
 ) -> Result<()> {
     let here = std::thread::current().id();
-    for l in tensors.into_iter().filter_map(lent) {
-        let why = if in_block {
+    let written = |l: &Lent| outputs.iter().filter_map(lent).any(|o| std::ptr::eq(o, l));
+    for l in inputs.iter().chain(outputs).filter_map(lent) {
+        let why = if l.given_back.load(Ordering::Acquire) {
+            "is used after its scope gave the memory back"
+        } else if !l.writable && written(l) {
+            "borrowed read-only (`view`) is an op's output"
+        } else if in_block {
             "cannot join a coalesced block (its ops launch at end_coalescing, which the scope may not outlive); use c10d_nccl::memory tensors in the block"
         } else if capturing {
             "cannot be captured in a CUDA graph (a replay would run after the scope gave the memory back); capture c10d_nccl::memory tensors"
@@ -178,8 +186,13 @@ pub(crate) fn note_end(tensors: &[Tensor], end: &Arc<CudaEvent>) {
 
 impl CallerMemory {
     /// Host copies of a scope's view: on its thread, before the scope ends.
-    fn check_copy(&self) -> Result<()> {
+    fn check_copy(&self, write: bool) -> Result<()> {
         let Some(l) = &self.lent else { return Ok(()) };
+        if write && !l.writable {
+            return Err(DistError::invalid(
+                "tensor views memory borrowed read-only (caller_memory::scope's `view`): it cannot be written",
+            ));
+        }
         if l.given_back.load(Ordering::Acquire) {
             return Err(DistError::invalid(
                 "tensor viewed borrowed memory that has been given back to its owner (its caller_memory::scope ended)",
@@ -189,6 +202,13 @@ impl CallerMemory {
             return Err(DistError::invalid(
                 "a view of caller_memory::scope is copied to or from the host on its scope's thread only",
             ));
+        }
+        // The copy runs on the scope's stream: after the ops on the view, even those whose
+        // `Work` another stream waited on.
+        for end in l.ends.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            self.stream
+                .wait(end)
+                .map_err(|e| crate::device::driver_error("cuStreamWaitEvent", e))?;
         }
         Ok(())
     }
@@ -211,13 +231,13 @@ impl DeviceStorage for CallerMemory {
         self.last_stream.store(stream, Ordering::Relaxed);
     }
     fn copy_to_host(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
-        self.check_copy()?;
+        self.check_copy(false)?;
         // SAFETY: `ptr` starts `nbytes` of device memory of the stream's context, valid while
         // this storage lives (the constructors' contracts).
         unsafe { memory::copy_to_host(&self.stream, self.ptr, self.nbytes, offset, dst) }
     }
     fn copy_from_host(&self, offset: usize, src: &[u8]) -> Result<()> {
-        self.check_copy()?;
+        self.check_copy(true)?;
         // SAFETY: as in `copy_to_host`.
         unsafe { memory::copy_from_host(&self.stream, self.ptr, self.nbytes, offset, src) }
     }
@@ -283,7 +303,7 @@ fn check_pointer(ptr: sys::CUdeviceptr, nbytes: usize, dtype: DType, device: Dev
         )
     };
     let on = match ordinal {
-        Ok(o) if Device::Cuda(o.max(0) as u32) == device => o,
+        Ok(o) if o >= 0 && Device::Cuda(o as u32) == device => o,
         other => {
             return Err(DistError::invalid(format!(
                 "pointer {ptr:#x} is not CUDA memory of {device} (the driver says {other:?})"
@@ -363,6 +383,8 @@ pub struct CudaScope<'scope, 'env: 'scope> {
     uses: ManuallyDrop<Mutex<Vec<SyncOnDrop<'scope>>>>,
     scope: PhantomData<&'scope mut &'scope ()>,
     env: PhantomData<&'env mut &'env ()>,
+    /// Not `Sync`: views are made, used and given back on the scope's thread.
+    one_thread: PhantomData<*const ()>,
 }
 
 /// Runs `f` with a [`CudaScope`] on `stream` (declared as the thread's stream on its device
@@ -388,6 +410,7 @@ where
         uses: ManuallyDrop::new(Mutex::new(Vec::new())),
         scope: PhantomData,
         env: PhantomData,
+        one_thread: PhantomData,
     };
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&s)));
     s.end();
@@ -497,6 +520,7 @@ impl<'scope> CudaScope<'scope, '_> {
                 stream: self.stream.cu_stream() as usize,
                 ends: Mutex::new(Vec::new()),
                 given_back: AtomicBool::new(false),
+                writable,
             }),
             _owner: Mutex::new(Box::new(())),
         });
@@ -547,11 +571,14 @@ impl<'scope> CudaScope<'scope, '_> {
     fn end(&self) {
         let views = std::mem::take(&mut *self.views.lock().unwrap_or_else(|e| e.into_inner()));
         views.iter().for_each(Tensor::revoke);
+        // A capture begun inside the scope turns the waits below into graph dependencies; a
+        // host synchronisation would invalidate it, so none is attempted then.
+        let capturing = crate::capture::is_capturing(&self.stream).unwrap_or(true);
         for l in views.iter().filter_map(lent) {
             l.given_back.store(true, Ordering::Release);
             let ends = std::mem::take(&mut *l.ends.lock().unwrap_or_else(|e| e.into_inner()));
             for end in ends {
-                if self.stream.wait(&end).is_err() {
+                if self.stream.wait(&end).is_err() && !capturing {
                     let _ = end.synchronize();
                 }
             }
@@ -563,7 +590,7 @@ impl<'scope> CudaScope<'scope, '_> {
                 .unwrap_or_else(|e| e.into_inner()),
         );
         for own in streams {
-            if own.join(&self.stream).is_err() {
+            if own.join(&self.stream).is_err() && !capturing {
                 let _ = self.stream.synchronize();
             }
         }

@@ -417,7 +417,7 @@ impl ProcessGroupNccl {
         };
         crate::caller_memory::check_uses(
             op.kind,
-            op.inputs.iter().chain(op.outputs),
+            (op.inputs, op.outputs),
             in_block,
             declared.as_deref(),
             capturing,
@@ -701,12 +701,22 @@ impl ProcessGroupNccl {
         Ok(work)
     }
 
-    /// An end event recorded on the NCCL stream after the op's work.
+    /// An end event recorded on the NCCL stream after the op's work. Tried twice: cudarc
+    /// reports (and clears) an error an earlier drop on the context stored at the next call
+    /// that binds the context, which would otherwise cost the op its end event.
     fn end_event(&self, dc: &DeviceComm) -> Result<Arc<CudaEvent>> {
-        let end = dc.events.take()?;
-        end.record(&dc.stream)
-            .map_err(|e| driver_error("cuEventRecord", e))?;
-        Ok(Arc::new(end))
+        let record = || -> Result<Arc<CudaEvent>> {
+            let end = dc.events.take()?;
+            end.record(&dc.stream)
+                .map_err(|e| driver_error("cuEventRecord", e))?;
+            Ok(Arc::new(end))
+        };
+        record().or_else(|_| record()).inspect_err(|e| {
+            log::error!(
+                "ProcessGroupNCCL (group {:?}): no end event for an op ({e}); its memory is never given back, and a caller_memory scope viewing it cannot end",
+                self.options.group_name
+            )
+        })
     }
 
     /// A captured op: the caller's stream waits for the NCCL stream (the capture needs the

@@ -56,9 +56,10 @@ fn download<T: Value>(s: &Arc<CudaStream>, b: &CudaSlice<T>) -> Result<Vec<f64>,
     Ok(v.into_iter().map(Value::f64).collect())
 }
 
-/// Rank r's element i for the dtype sweep: (r + 1)·(i mod 5 + 1), summed ≤ 50 (fits i8).
+/// Rank r's element i for the dtype sweep: (r mod 3 + 1)·(i mod 5 + 1), summed over up to 8
+/// ranks ≤ 75 (fits i8).
 fn small(r: usize, i: usize) -> f64 {
-    ((r + 1) * (i % 5 + 1)) as f64
+    ((r % 3 + 1) * (i % 5 + 1)) as f64
 }
 
 fn sum_one<T: Value>(c: &Ctx, s: &Arc<CudaStream>) -> R {
@@ -249,9 +250,62 @@ pub fn cudarc_views(c: &Ctx) -> R {
     })
     .map_err(e2s)?;
     match escaped.to_vec::<f32>() {
-        Err(e) if e.to_string().contains("given back") => Ok(()),
-        other => Err(format!("a view read after its scope ended: {other:?}")),
+        Err(e) if e.to_string().contains("given back") => {}
+        other => return Err(format!("a view read after its scope ended: {other:?}")),
     }
+    // Its storage, written directly or wrapped in a new tensor, is refused too.
+    let storage = escaped.device_storage().expect("a device tensor").clone();
+    match storage.copy_from_host(0, &[0u8; 4]) {
+        Err(e) if e.to_string().contains("read-only") || e.to_string().contains("given back") => {}
+        other => return Err(format!("a given-back view was written: {other:?}")),
+    }
+    let rewrapped = Tensor::from_device_storage(storage, DType::F32, &[4]).map_err(e2s)?;
+    let declared = stream::use_stream(dev(), s.clone()).map_err(e2s)?;
+    let r = c.pg.all_reduce(&[rewrapped], &AllreduceOptions::default());
+    drop(declared);
+    match r {
+        Err(e) if e.to_string().contains("gave the memory back") => Ok(()),
+        other => Err(format!(
+            "an op on a given-back view's storage ran: {:?}",
+            other.map(|_| ())
+        )),
+    }
+}
+
+/// An op whose `Work` is waited on another thread with another stream declared (only that
+/// stream waits, and the view is given back at once) while rank 0 joins 300 ms late: the end
+/// of the scope must still order its stream after the op, so the buffer read back on it holds
+/// the sums.
+pub fn cudarc_waited_on_another_stream(c: &Ctx) -> R {
+    let (s, other) = (stream_of()?, stream_of()?);
+    let n = 1 << 20;
+    let mut buf = upload::<f32>(&s, &values(c.rank, n, 0))?;
+    scope(&s, |sc| {
+        let v = sc.view_mut(&mut buf)?;
+        if c.rank == 0 {
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        let work =
+            c.pg.all_reduce(&[(*v).clone()], &AllreduceOptions::default())?;
+        std::thread::scope(|ts| {
+            ts.spawn(move || {
+                let _declared = stream::use_stream(dev(), other)?;
+                work.wait()
+            })
+            .join()
+            .map_err(|_| DistError::invalid("the waiting thread panicked"))?
+        })
+    })
+    .map_err(e2s)?;
+    let want: Vec<f64> = (0..n)
+        .map(|i| (0..c.world).map(|r| distinct(r, i)).sum())
+        .collect();
+    check(
+        "all_reduce waited on another stream",
+        &download(&s, &buf)?,
+        &want,
+        DType::F32,
+    )
 }
 
 /// Queues on `s`: a host function that sleeps `delay`, then `dst ← src` on the device.
@@ -278,9 +332,16 @@ pub fn cudarc_ordered_after_a_late_producer(c: &Ctx) -> R {
     for other_stream in [false, true] {
         let producer = stream_of()?;
         let src = upload::<f32>(&producer, &values(c.rank, n, 0))?;
-        let mut buf = producer
-            .alloc_zeros::<f32>(n)
-            .map_err(|e| format!("{e:?}"))?;
+        // Without cudarc's event tracking (as in candle's single-stream contexts): the scope's
+        // own joins must order the streams.
+        let ctx = c10d_nccl::device::context(dev()).map_err(e2s)?;
+        // SAFETY: only this thread uses the context while tracking is off; it is back on
+        // before anything else runs.
+        unsafe { ctx.disable_event_tracking() };
+        let buf = producer.alloc_zeros::<f32>(n);
+        // SAFETY: as above.
+        unsafe { ctx.enable_event_tracking() };
+        let mut buf = buf.map_err(|e| format!("{e:?}"))?;
         producer.synchronize().map_err(|e| format!("{e:?}"))?;
         produce_late(&producer, &mut buf, &src)?;
         let on = if other_stream {
@@ -301,7 +362,7 @@ pub fn cudarc_ordered_after_a_late_producer(c: &Ctx) -> R {
         };
         check(
             &format!("all_reduce after a late producer ({what})"),
-            &download(&on, &buf)?,
+            &download(&producer, &buf)?,
             &want,
             DType::F32,
         )?;

@@ -245,6 +245,10 @@ pub fn cases() -> Vec<(String, Case)> {
             caller::cudarc_ordered_after_a_late_producer,
         ),
         (
+            "cudarc_waited_on_another_stream".into(),
+            caller::cudarc_waited_on_another_stream,
+        ),
+        (
             "raw_device_pointer_tensor".into(),
             caller::raw_device_pointer,
         ),
