@@ -8,7 +8,7 @@
 //! needs a GPU machine with a driver for CUDA 13 and candle's CUDA libraries (cuBLAS, cuRAND,
 //! NVRTC). Not part of `cargo xtask test` (candle's kernels take minutes to compile).
 
-use super::{cargo, run, Res};
+use super::{cached_venv, cargo, run, Res};
 use std::env;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -22,11 +22,7 @@ const PACKAGES: [&str; 5] = [
 ];
 
 fn venv() -> PathBuf {
-    if let Ok(v) = env::var("C10D_NVCC_VENV") {
-        return PathBuf::from(v);
-    }
-    let home = env::var("HOME").unwrap_or_else(|_| "/root".into());
-    Path::new(&home).join(".cache/c10d-rs/nvcc-venv")
+    cached_venv("C10D_NVCC_VENV", "nvcc-venv")
 }
 
 /// The CUDA root inside the virtualenv (`.../site-packages/nvidia/cu13`), provisioned first

@@ -241,11 +241,16 @@ fn gloo_only_has_no_cuda() -> Res {
 }
 
 fn venv_dir() -> PathBuf {
-    if let Ok(v) = env::var("C10D_TORCH_VENV") {
+    cached_venv("C10D_TORCH_VENV", "torch-venv")
+}
+
+/// A cached virtualenv's directory: `$var`, else `~/.cache/c10d-rs/<name>`.
+fn cached_venv(var: &str, name: &str) -> PathBuf {
+    if let Ok(v) = env::var(var) {
         return PathBuf::from(v);
     }
     let home = env::var("HOME").unwrap_or_else(|_| "/root".into());
-    Path::new(&home).join(".cache/c10d-rs/torch-venv")
+    Path::new(&home).join(".cache/c10d-rs").join(name)
 }
 
 /// Makes sure the cached virtualenv has torch==2.15.0 and returns its python. Checked once per

@@ -19,12 +19,13 @@
 //! global batch is the whole set, split evenly across the ranks (`WORLD_SIZE` must divide
 //! 256). `C10D_STEPS` (default 60) and `C10D_LR` (default 0.05) set the schedule.
 
+#[path = "common/mod.rs"]
+mod common;
 use c10d_candle as cc;
 use c10d_core::Result;
 use c10d_ddp::{Reducer, ReducerOptions};
 use candle_core::{DType, Device, Module, Tensor, Var};
 use candle_nn::{linear, Linear, VarBuilder, VarMap};
-use std::time::Duration;
 
 const SAMPLES: usize = 256;
 const FEATURES: usize = 8;
@@ -150,24 +151,12 @@ fn env<T: std::str::FromStr>(k: &str, default: T) -> T {
 }
 
 fn main() -> std::process::ExitCode {
-    match run() {
-        Ok(true) => std::process::ExitCode::SUCCESS,
-        Ok(false) => std::process::ExitCode::FAILURE,
-        Err(e) => {
-            eprintln!("ddp_candle: {e}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    common::exit_code("ddp_candle", run())
 }
 
 fn run() -> Result<bool> {
     let c = cc::from_candle;
-    let (dev, backend) = cc::device_and_backend_from_env()?;
-    c10d_world::init_process_group(c10d_world::InitOptions {
-        backend: Some(backend),
-        timeout: Some(Duration::from_secs(60)),
-        ..Default::default()
-    })?;
+    let dev = common::init_on_chosen_device()?;
     let w = c10d_world::World::global();
     let (rank, world) = (w.get_rank(None)? as usize, w.get_world_size(None)? as usize);
     if !SAMPLES.is_multiple_of(world) {

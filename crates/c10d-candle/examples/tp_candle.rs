@@ -20,10 +20,11 @@
 //! `C10D_TP_DIMS=B,D,H,O` sets the sizes (default `8,64,128,32`; `H` must be a multiple of the
 //! world size).
 
+#[path = "common/mod.rs"]
+mod common;
 use c10d_candle as cc;
 use c10d_core::{DistError, ReduceOp, Result};
 use candle_core::{Device, Tensor, D};
-use std::time::Duration;
 
 /// A `rows × cols` matrix whose element (i, j) is a fixed function of (i, j, seed).
 fn matrix(rows: usize, cols: usize, seed: f32, dev: &Device) -> candle_core::Result<Tensor> {
@@ -56,24 +57,12 @@ fn dims() -> Result<[usize; 4]> {
 }
 
 fn main() -> std::process::ExitCode {
-    match run() {
-        Ok(true) => std::process::ExitCode::SUCCESS,
-        Ok(false) => std::process::ExitCode::FAILURE,
-        Err(e) => {
-            eprintln!("tp_candle: {e}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    common::exit_code("tp_candle", run())
 }
 
 fn run() -> Result<bool> {
     let c = cc::from_candle;
-    let (dev, backend) = cc::device_and_backend_from_env()?;
-    c10d_world::init_process_group(c10d_world::InitOptions {
-        backend: Some(backend),
-        timeout: Some(Duration::from_secs(60)),
-        ..Default::default()
-    })?;
+    let dev = common::init_on_chosen_device()?;
     let w = c10d_world::World::global();
     let (rank, n) = (w.get_rank(None)? as usize, w.get_world_size(None)? as usize);
     let [b, d, h, o] = dims()?;

@@ -115,8 +115,6 @@ struct Lent {
     /// The scope's thread: ops and host copies on the view run there (the scope's stream may be
     /// a per-thread stream, which names another stream on another thread).
     thread: std::thread::ThreadId,
-    /// The scope's stream (raw handle, as an integer): the stream declared when an op runs.
-    stream: usize,
     ends: Mutex<Vec<Arc<CudaEvent>>>,
     /// Set when the scope gave the memory back: no op or host copy any more.
     given_back: AtomicBool,
@@ -125,12 +123,16 @@ struct Lent {
     writable: bool,
 }
 
-fn lent(t: &Tensor) -> Option<&Lent> {
+/// The memory of a scope's view (its `lent` is set), if `t` is one.
+fn lent_memory(t: &Tensor) -> Option<&CallerMemory> {
     t.device_storage()?
         .as_any()
-        .downcast_ref::<CallerMemory>()?
-        .lent
-        .as_ref()
+        .downcast_ref::<CallerMemory>()
+        .filter(|m| m.lent.is_some())
+}
+
+fn lent(t: &Tensor) -> Option<&Lent> {
+    lent_memory(t)?.lent.as_ref()
 }
 
 /// Refuses an op that would use a scope's view where its borrow cannot be kept: inside a
@@ -148,9 +150,9 @@ pub(crate) fn check_uses(
     declared: Option<&CudaStream>,
     capturing: bool,
 ) -> Result<()> {
-    let here = std::thread::current().id();
     let written = |l: &Lent| outputs.iter().filter_map(lent).any(|o| std::ptr::eq(o, l));
-    for l in inputs.iter().chain(outputs).filter_map(lent) {
+    for m in inputs.iter().chain(outputs).filter_map(lent_memory) {
+        let Some(l) = &m.lent else { continue };
         let why = if l.given_back.load(Ordering::Acquire) {
             "is used after its scope gave the memory back"
         } else if !l.writable && written(l) {
@@ -159,9 +161,9 @@ pub(crate) fn check_uses(
             "cannot join a coalesced block (its ops launch at end_coalescing, which the scope may not outlive); use c10d_nccl::memory tensors in the block"
         } else if capturing {
             "cannot be captured in a CUDA graph (a replay would run after the scope gave the memory back); capture c10d_nccl::memory tensors"
-        } else if l.thread != here {
+        } else if l.thread != std::thread::current().id() {
             "is used on another thread than its scope's"
-        } else if declared.map(|s| s.cu_stream() as usize) != Some(l.stream) {
+        } else if declared.map(|s| s.cu_stream()) != Some(m.stream.cu_stream()) {
             "is used with another stream declared than its scope's"
         } else {
             continue;
@@ -370,6 +372,17 @@ pub unsafe fn from_raw_device(
     Tensor::from_device_storage(Arc::new(storage), dtype, shape)
 }
 
+/// The stream a blocking call on a buffer whose own stream is `own` runs its scope on: the
+/// thread's declared stream on the buffer's device, else `own` (the module docs' rule, used by
+/// c10d-world's builders).
+///
+/// # Errors
+/// As [`stream::declared_stream`].
+pub fn blocking_call_stream(own: &Arc<CudaStream>) -> Result<Arc<CudaStream>> {
+    let device = Device::Cuda(own.context().ordinal() as u32);
+    Ok(stream::declared_stream(device)?.unwrap_or_else(|| own.clone()))
+}
+
 /// The scope of [`scope`]: makes tensor views of cudarc buffers, borrowed until it ends.
 pub struct CudaScope<'scope, 'env: 'scope> {
     stream: Arc<CudaStream>,
@@ -517,7 +530,6 @@ impl<'scope> CudaScope<'scope, '_> {
             last_stream: AtomicU64::new(0),
             lent: Some(Lent {
                 thread: std::thread::current().id(),
-                stream: self.stream.cu_stream() as usize,
                 ends: Mutex::new(Vec::new()),
                 given_back: AtomicBool::new(false),
                 writable,

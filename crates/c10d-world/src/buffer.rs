@@ -196,16 +196,9 @@ mod arrays {
 #[cfg(feature = "nccl")]
 mod cuda {
     use super::{Buffer, BufferMut};
-    use c10d_core::{Device, Result, Tensor};
-    use c10d_nccl::caller_memory::{scope, NcclElement};
-    use c10d_nccl::cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut, DeviceSlice};
-    use std::sync::Arc;
-
-    /// The stream a blocking call on a buffer whose own stream is `own` runs on.
-    fn stream_for(own: &Arc<CudaStream>) -> Result<Arc<CudaStream>> {
-        let device = Device::Cuda(own.context().ordinal() as u32);
-        Ok(c10d_nccl::stream::declared_stream(device)?.unwrap_or_else(|| own.clone()))
-    }
+    use c10d_core::{Result, Tensor};
+    use c10d_nccl::caller_memory::{blocking_call_stream as stream_for, scope, NcclElement};
+    use c10d_nccl::cudarc::driver::{CudaSlice, CudaView, CudaViewMut, DeviceSlice};
 
     impl<T: NcclElement> Buffer for &mut CudaSlice<T> {
         const BORROWED: bool = true;
