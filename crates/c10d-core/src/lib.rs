@@ -47,7 +47,7 @@ pub use flight_recorder::FlightRecorder;
 pub use options::*;
 pub use process_group::ProcessGroup;
 pub use reduce::ReduceOp;
-pub use tensor::{DeviceStorage, Tensor, TensorLeases};
+pub use tensor::{copy_through_host, DeviceStorage, Tensor, TensorLeases};
 pub use work::{OpType, Work, WorkCompleter};
 
 /// Re-export so `dispatch_dtype!` works in dependent crates.

@@ -2,6 +2,7 @@
 //! in-flight reduction of each bucket with its timing.
 
 use super::bucket_assignment::{BucketAssignment, TensorMeta};
+use super::bucket_memory::BucketMemory;
 use super::comm_hooks::CommHook;
 use super::grad_bucket::{check_hook_result, BucketFuture, GradBucket};
 use super::stats::DoneAt;
@@ -39,15 +40,17 @@ pub(crate) struct Bucket {
     inflight: Option<Inflight>,
 }
 
-/// Builds the buckets of `assignment` (bucket order = reduction order) over zeroed buffers.
+/// Builds the buckets of `assignment` (bucket order = reduction order) over zeroed buffers
+/// from `memory` (on the parameters' device).
 ///
 /// # Errors
 /// [`DistError::InvalidArgument`] when a bucket mixes dtypes or devices, is empty, or when the
-/// assignment does not name every parameter exactly once.
+/// assignment does not name every parameter exactly once; the device's allocation error.
 pub(crate) fn build_buckets(
     metas: &[TensorMeta],
     shapes: &[Vec<usize>],
     assignment: &BucketAssignment,
+    memory: &BucketMemory,
 ) -> Result<(Vec<Bucket>, Vec<Locator>)> {
     let mut locators: Vec<Option<Locator>> = vec![None; metas.len()];
     let mut buckets = Vec::with_capacity(assignment.bucket_indices.len());
@@ -86,7 +89,7 @@ pub(crate) fn build_buckets(
             lengths.push(m.numel);
             offset += m.numel;
         }
-        let buffer = Tensor::zeros(meta0.dtype, &[offset]);
+        let buffer = memory.zeros(meta0.dtype, meta0.device, offset)?;
         let views = indices
             .iter()
             .enumerate()
@@ -110,6 +113,18 @@ pub(crate) fn build_buckets(
     Ok((buckets, locators))
 }
 
+/// How DDP's own reduction averages `buffer`: host buffers were divided by the group size on
+/// the way in (PyTorch's `div_` before the sum) and are summed; device buffers, which the Reducer
+/// cannot scale without kernels of its own, are averaged by the collective (`ReduceOp::Avg`:
+/// NCCL multiplies floats by 1/size before summing, the same pre-division).
+pub(crate) fn average_op(buffer: &Tensor) -> ReduceOp {
+    if buffer.is_cpu() {
+        ReduceOp::Sum
+    } else {
+        ReduceOp::Avg
+    }
+}
+
 fn out_of_range(i: usize, n: usize) -> DistError {
     DistError::invalid(format!(
         "Out of range variable index specified: {i} (the Reducer has {n} parameters)"
@@ -130,7 +145,8 @@ impl Bucket {
         }
     }
 
-    /// Launches the reduction: the hook's, or DDP's own sum of the (pre-divided) buffer.
+    /// Launches the reduction: the hook's, or DDP's own: the sum of the (pre-divided) buffer in
+    /// host memory, the collective's average ([`ReduceOp::Avg`]) of a device buffer.
     pub fn launch(
         &mut self,
         grad_bucket: &GradBucket,
@@ -142,7 +158,7 @@ impl Bucket {
             Some(h) => h.run_hook(pg, grad_bucket)?,
             None => {
                 let opts = AllreduceOptions {
-                    reduce_op: ReduceOp::Sum,
+                    reduce_op: average_op(&self.buffer),
                     ..Default::default()
                 };
                 let work = pg.all_reduce(std::slice::from_ref(&self.buffer), &opts)?;

@@ -19,6 +19,7 @@
 //! As in PyTorch, a registered hook replaces the Reducer's own averaging: gradients are copied
 //! into the bucket unscaled and the hook decides what the reduced value is.
 
+use super::buckets::average_op;
 use super::elementwise::{cast_copy, div_in_place};
 use super::grad_bucket::{BucketFuture, GradBucket};
 use c10d_core::{AllreduceOptions, DType, ProcessGroup, ReduceOp, Result, Tensor};
@@ -39,6 +40,13 @@ pub trait CommHook: Send + Sync {
     fn name(&self) -> String {
         "user".into()
     }
+
+    /// Whether the hook works on buckets in device memory (a Reducer of device parameters
+    /// refuses a hook that does not at `register_comm_hook`). True by default: a hook of the
+    /// caller's own decides; the built-in hooks that cast or compute on the host say false.
+    fn supports_device_buckets(&self) -> bool {
+        true
+    }
 }
 
 impl<F> CommHook for F
@@ -50,26 +58,30 @@ where
     }
 }
 
-fn all_reduce_sum(pg: &ProcessGroup, t: &Tensor) -> Result<c10d_core::Work> {
+fn all_reduce(pg: &ProcessGroup, t: &Tensor, reduce_op: ReduceOp) -> Result<c10d_core::Work> {
     pg.all_reduce(
         std::slice::from_ref(t),
         &AllreduceOptions {
-            reduce_op: ReduceOp::Sum,
+            reduce_op,
             ..Default::default()
         },
     )
 }
 
 /// `allreduce_hook`: divides the bucket by the group size, then sums it over the ranks in place
-/// (the same result as DDP without a hook).
+/// (the same result as DDP without a hook). A bucket in device memory is averaged by the
+/// collective instead (`ReduceOp::Avg`), as DDP's own reduction does there.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct AllReduceHook;
 
 impl CommHook for AllReduceHook {
     fn run_hook(&self, pg: &ProcessGroup, bucket: &GradBucket) -> Result<BucketFuture> {
         let buf = bucket.buffer().clone();
-        div_in_place(&buf, pg.size() as f64)?;
-        let work = all_reduce_sum(pg, &buf)?;
+        let op = average_op(&buf);
+        if op == ReduceOp::Sum {
+            div_in_place(&buf, pg.size() as f64)?;
+        }
+        let work = all_reduce(pg, &buf, op)?;
         Ok(BucketFuture::from_work(work, buf))
     }
     fn name(&self) -> String {
@@ -87,7 +99,7 @@ fn compress_hook(pg: &ProcessGroup, bucket: &GradBucket, wire: DType) -> Result<
     let compressed = Tensor::zeros(wire, &[buf.numel()]);
     cast_copy(&compressed, &buf)?;
     div_in_place(&compressed, pg.size() as f64)?;
-    let work = all_reduce_sum(pg, &compressed)?;
+    let work = all_reduce(pg, &compressed, ReduceOp::Sum)?;
     Ok(
         BucketFuture::from_work(work, compressed).then(move |reduced| {
             cast_copy(&buf, &reduced)?;
@@ -108,6 +120,9 @@ impl CommHook for Fp16CompressHook {
     fn name(&self) -> String {
         "fp16_compress_hook".into()
     }
+    fn supports_device_buckets(&self) -> bool {
+        false
+    }
 }
 
 /// `bf16_compress_hook`: the bucket travels as bfloat16 (float32's range, about 2–3 significant
@@ -121,5 +136,8 @@ impl CommHook for Bf16CompressHook {
     }
     fn name(&self) -> String {
         "bf16_compress_hook".into()
+    }
+    fn supports_device_buckets(&self) -> bool {
+        false
     }
 }

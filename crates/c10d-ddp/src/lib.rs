@@ -71,8 +71,18 @@
 //!   `gradient_as_bucket_view`) written back at finalize; PyTorch re-points `param.grad`
 //!   instead. Bucket views change when buckets are rebuilt: fetch [`Reducer::grad`] each
 //!   iteration.
-//! - Dense, floating-point CPU parameters only (no sparse gradients, no mixed precision, no
-//!   `no_sync` accumulation); buckets live in host memory.
+//! - Dense, floating-point parameters only (no sparse gradients, no mixed precision, no
+//!   `no_sync` accumulation).
+//! - **Device parameters** (CUDA tensors of c10d-nccl, its views of the caller's memory such as
+//!   candle's, or any `DeviceStorage` that can allocate) get their buckets on their device, as
+//!   in PyTorch: gradients are copied into the buckets and back on the device
+//!   (`Tensor::copy_from`, `zero_`, `new_zeros`), in the order c10d-nccl's stream rule gives
+//!   (`c10d_nccl::stream`). The Reducer has no kernels of its own, so on a device it does not
+//!   divide gradients by the group size on the way in: the bucket's all_reduce averages
+//!   (`ReduceOp::Avg`; NCCL pre-multiplies floats by 1/size, the same pre-division). Hooks
+//!   that cast or compute on the host ([`Fp16CompressHook`], [`Bf16CompressHook`],
+//!   [`PowerSgdHook`]) are refused for device buckets at `register_comm_hook`;
+//!   [`AllReduceHook`] and the caller's own hooks work.
 //! - **A failed iteration** (a failed `finalize_backward` or bucket launch) leaves the Reducer
 //!   unusable: every later iteration call says the previous backward pass failed and that a
 //!   new Reducer must be built (PyTorch's Reducer is left in an undefined state there).
@@ -81,6 +91,7 @@
 
 pub mod broadcast_coalesced;
 pub mod bucket_assignment;
+mod bucket_memory;
 mod buckets;
 pub mod comm_hooks;
 mod elementwise;

@@ -247,6 +247,9 @@ impl CommHook for PowerSgdHook {
     fn name(&self) -> String {
         "powerSGD_hook".into()
     }
+    fn supports_device_buckets(&self) -> bool {
+        false
+    }
 }
 
 /// The second half of PowerSGD for one bucket, run once the `P` all_reduce completed.

@@ -3,6 +3,7 @@
 use super::bucket_assignment::{
     compute_bucket_assignment_by_size, default_bucket_size_limits, BucketAssignment, TensorMeta,
 };
+use super::bucket_memory::BucketMemory;
 use super::buckets::{build_buckets, Bucket, Locator};
 use super::comm_hooks::CommHook;
 use super::elementwise::{copy_scaled, div_in_place, not_float};
@@ -65,6 +66,7 @@ pub struct Reducer {
     shapes: Vec<Vec<usize>>,
     opts: ReducerOptions,
     timeout: Duration,
+    memory: BucketMemory,
     state: Mutex<State>,
 }
 
@@ -88,9 +90,14 @@ impl Reducer {
     /// bucket per dtype for the first iteration, rebuilt in gradient-arrival order afterwards;
     /// otherwise buckets by size over the parameters in reverse order.
     ///
+    /// Buckets live beside their parameters: host memory for CPU parameters, the device for
+    /// device parameters (allocated through their storage: c10d-nccl's CUDA tensors and its
+    /// views of the caller's memory can; see the [module docs](super) for what differs there).
+    ///
     /// # Errors
     /// [`DistError::InvalidArgument`] for an empty parameter list, a parameter that is not
-    /// floating point or not in host memory, or `param_names` of the wrong length.
+    /// floating point, or `param_names` of the wrong length; a device parameter whose storage
+    /// cannot allocate buckets there (naming the parameter).
     pub fn new(
         params: &[Tensor],
         process_group: ProcessGroup,
@@ -108,7 +115,8 @@ impl Reducer {
         // DDP hands the Reducer the buckets reversed: the last parameters' gradients come first.
         a.bucket_indices.reverse();
         a.per_bucket_size_limits.reverse();
-        let (buckets, locators) = build_buckets(&metas, &shapes, &a)?;
+        let memory = BucketMemory::for_params(params)?;
+        let (buckets, locators) = build_buckets(&metas, &shapes, &a, &memory)?;
         let timeout = match opts.timeout {
             Some(t) => t,
             None => process_group.default_backend()?.timeout(),
@@ -125,6 +133,7 @@ impl Reducer {
             shapes,
             opts,
             timeout,
+            memory,
             state: Mutex::new(State {
                 buckets,
                 locators,
@@ -185,9 +194,20 @@ impl Reducer {
     ///
     /// # Errors
     /// [`DistError::InvalidArgument`] when a hook is already registered or a backward pass is
-    /// under way.
+    /// under way; [`DistError::Unsupported`] for a hook that works on host buckets only
+    /// ([`CommHook::supports_device_buckets`]) when a bucket is on a device.
     pub fn register_comm_hook(&self, hook: impl CommHook + 'static) -> Result<()> {
         let mut st = self.lock();
+        if let Some(b) = st.buckets.iter().find(|b| !b.buffer.is_cpu()) {
+            if !hook.supports_device_buckets() {
+                return Err(DistError::unsupported(format!(
+                    "{} works on buckets in host memory; this Reducer keeps buckets on {} \
+                     (its parameters' device): use AllReduceHook, no hook, or a hook of your own",
+                    hook.name(),
+                    b.buffer.device()
+                )));
+            }
+        }
         if st.hook.is_some() {
             return Err(DistError::invalid(
                 "register_comm_hook or register_builtin_comm_hook can only be called once.",
@@ -256,7 +276,7 @@ impl Reducer {
     ///
     /// # Errors
     /// As [`Reducer::mark_variable_ready`]; a gradient of another dtype ("Expected torch.float32,
-    /// got torch.float64") or size.
+    /// got torch.float64"), size or device than the parameter's.
     pub fn mark_variable_ready_with_grad(&self, index: usize, grad: &Tensor) -> Result<()> {
         self.mark(index, Some(grad))
     }
@@ -346,13 +366,6 @@ fn check_params(params: &[Tensor], opts: &ReducerOptions) -> Result<()> {
         ) {
             return Err(not_float(p.dtype()).with_prefix(&format!("parameter {i}: ")));
         }
-        if !p.is_cpu() {
-            return Err(DistError::invalid(format!(
-                "parameter {i} is on {}: the Reducer keeps its buckets in host memory and \
-                 supports CPU parameters only for now",
-                p.device()
-            )));
-        }
     }
     if !opts.param_names.is_empty() && opts.param_names.len() != params.len() {
         return Err(DistError::invalid(format!(
@@ -415,6 +428,10 @@ impl Reducer {
         self.check_index(index)?;
         let mut st = self.lock();
         check_not_failed(&st)?;
+        if let Some(g) = grad {
+            let l = st.locators[index];
+            check_grad(index, g, &st.buckets[l.bucket].views[l.intra])?;
+        }
         if !st.in_backward {
             let r = self.begin(&mut st, &[]);
             poison_on_error(&mut st, r)?;
@@ -445,19 +462,30 @@ impl Reducer {
             return Err(errors::marked_twice(index, &self.opts.param_names));
         }
         let l = st.locators[index];
-        st.buckets[l.bucket].views[l.intra].write_bytes(|b| b.fill(0))?;
+        st.buckets[l.bucket].views[l.intra].zero_()?;
         st.unused.push(index);
         self.set_ready(st, index)
     }
 
-    /// Copies (or scales in place) the gradient into its bucket view. Without a comm hook the
-    /// gradient is divided by the group size on the way in, as PyTorch does.
+    /// Copies (or scales in place) the gradient into its bucket view. Without a comm hook a
+    /// host gradient is divided by the group size on the way in, as PyTorch does; a device
+    /// bucket is averaged by its collective instead ([`super::buckets::average_op`]).
     fn fill_view(&self, st: &State, index: usize, grad: Option<&Tensor>) -> Result<()> {
         let l = st.locators[index];
         let view = &st.buckets[l.bucket].views[l.intra];
-        let n = if st.hook.is_none() { self.pg.size() } else { 1 };
+        let n = if st.hook.is_none() && view.is_cpu() {
+            self.pg.size()
+        } else {
+            1
+        };
         match grad {
-            Some(g) if !is_same_view(g, view) => copy_scaled(view, g, 1.0 / n as f64),
+            Some(g) if !is_same_view(g, view) => {
+                if n > 1 {
+                    copy_scaled(view, g, 1.0 / n as f64)
+                } else {
+                    view.copy_from(&g.reshape(view.shape())?)
+                }
+            }
             _ if n > 1 => div_in_place(view, n as f64),
             _ => Ok(()),
         }
@@ -542,7 +570,7 @@ impl Reducer {
         let limits = default_bucket_size_limits(self.opts.bucket_cap_mb);
         let a: BucketAssignment =
             sync_rebuilt_assignment(&self.pg, &self.metas, &st.arrival, &limits, self.timeout)?;
-        let (buckets, locators) = build_buckets(&self.metas, &self.shapes, &a)?;
+        let (buckets, locators) = build_buckets(&self.metas, &self.shapes, &a, &self.memory)?;
         for (old, new) in st.locators.iter().zip(&locators) {
             buckets[new.bucket].views[new.intra]
                 .copy_from(&st.buckets[old.bucket].views[old.intra])?;
@@ -554,6 +582,29 @@ impl Reducer {
         st.has_rebuilt = true;
         Ok(())
     }
+}
+
+/// A gradient given for parameter `index` must match its bucket view in dtype, element count
+/// and device (or be the view itself).
+fn check_grad(index: usize, g: &Tensor, view: &Tensor) -> Result<()> {
+    let why = if is_same_view(g, view) {
+        return Ok(());
+    } else if g.dtype() != view.dtype() {
+        format!("Expected {}, got {}", view.dtype(), g.dtype())
+    } else if g.numel() != view.numel() {
+        format!("Expected {} elements, got {}", view.numel(), g.numel())
+    } else if g.device() != view.device() {
+        format!(
+            "Expected a gradient on {} (the parameter's device), got one on {}",
+            view.device(),
+            g.device()
+        )
+    } else {
+        return Ok(());
+    };
+    Err(DistError::invalid(format!(
+        "gradient of parameter {index}: {why}"
+    )))
 }
 
 /// True when `g` is exactly `view` (the caller passed the bucket view itself).

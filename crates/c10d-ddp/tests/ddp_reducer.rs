@@ -7,9 +7,10 @@ mod world_common;
 
 use c10d_core::{AllreduceOptions, DType, DistError, ErrorKind, ProcessGroup, ReduceOp, Tensor};
 use c10d_ddp::{
-    compute_bucket_assignment_by_size, AllReduceHook, BucketFuture, CommHook, GradBucket, Reducer,
-    ReducerOptions, TensorMeta,
+    compute_bucket_assignment_by_size, AllReduceHook, BucketFuture, CommHook, Fp16CompressHook,
+    GradBucket, Reducer, ReducerOptions, TensorMeta,
 };
+use c10d_testing::fake_device::HostBackedDevice;
 use c10d_world::World;
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,17 +41,29 @@ fn local_grad(rank: usize, iter: usize, param: usize) -> Tensor {
 /// Three iterations; every gradient after finalize must equal the all_reduce (AVG) of that
 /// gradient. Half the gradients are written into the bucket views, half passed as tensors.
 fn gradients_equal_all_reduce(w: &World, rank: usize) {
+    gradients_equal_all_reduce_placed(w, rank, &|t| t);
+}
+
+/// A host tensor's copy on the fake `cuda:0` (host memory behind `DeviceStorage`).
+fn on_fake_cuda(t: Tensor) -> Tensor {
+    HostBackedDevice::tensor(&t.to_vec::<f32>().unwrap(), t.shape(), 0)
+}
+
+/// As [`gradients_equal_all_reduce`], with parameters and gradients placed by `place` (on the
+/// host, or on a device: the buckets then live there too).
+fn gradients_equal_all_reduce_placed(w: &World, rank: usize, place: &dyn Fn(Tensor) -> Tensor) {
     let pg = w.world_group().unwrap();
     let opts = ReducerOptions {
         bucket_cap_mb: Some(200.0 / (1 << 20) as f64),
         timeout: Some(Duration::from_secs(20)),
         ..Default::default()
     };
-    let reducer = Reducer::new(&params(), pg.clone(), opts).unwrap();
+    let params: Vec<Tensor> = params().into_iter().map(place).collect();
+    let reducer = Reducer::new(&params, pg.clone(), opts).unwrap();
     for iter in 0..3 {
         let mut given = Vec::new();
         for p in (0..SHAPES.len()).rev() {
-            let g = local_grad(rank, iter, p);
+            let g = place(local_grad(rank, iter, p));
             if p % 2 == 0 {
                 reducer.grad(p).unwrap().copy_from(&g).unwrap();
                 reducer.mark_variable_ready(p).unwrap();
@@ -72,6 +85,11 @@ fn gradients_equal_all_reduce(w: &World, rank: usize) {
                 .unwrap();
             let got = reducer.grad(p).unwrap();
             assert_eq!(got.shape(), *shape);
+            assert_eq!(
+                got.device(),
+                params[p].device(),
+                "the bucket is beside its parameter"
+            );
             assert_eq!(
                 got.to_vec::<f32>().unwrap(),
                 expect.to_vec::<f32>().unwrap(),
@@ -99,6 +117,77 @@ fn gradients_equal_all_reduce(w: &World, rank: usize) {
 #[test]
 fn gradients_after_finalize_equal_an_all_reduce_of_each_gradient_gloo() {
     run_gloo(3, |_| {}, gradients_equal_all_reduce);
+}
+
+/// Device parameters (host memory behind `DeviceStorage`, through gloo's `"cuda:gloo"`
+/// staging): the buckets are allocated on the device, gradients are copied and zeroed there,
+/// and the collective averages (`ReduceOp::Avg`); the results are the host Reducer's.
+#[test]
+fn device_parameters_get_device_buckets_averaged_by_the_collective() {
+    run_gloo(
+        3,
+        |_| {},
+        |w, rank| {
+            gradients_equal_all_reduce_placed(w, rank, &on_fake_cuda);
+        },
+    );
+}
+
+#[test]
+fn a_device_reducer_zeroes_unused_gradients_on_the_device_and_refuses_host_only_hooks() {
+    run_gloo(
+        2,
+        |_| {},
+        |w, rank| {
+            let pg = w.world_group().unwrap();
+            let params: Vec<Tensor> = params().into_iter().map(on_fake_cuda).collect();
+            let opts = ReducerOptions {
+                find_unused_parameters: true,
+                ..Default::default()
+            };
+            let reducer = Reducer::new(&params, pg, opts).unwrap();
+            let e = reducer.register_comm_hook(Fp16CompressHook).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
+            assert!(
+                e.to_string()
+                    .contains("fp16_compress_hook works on buckets in host memory"),
+                "{e}"
+            );
+            assert!(e.to_string().contains("cuda:0"), "{e}");
+            reducer.register_comm_hook(AllReduceHook).unwrap();
+            let host = local_grad(rank, 0, 0);
+            let e = reducer.mark_variable_ready_with_grad(0, &host).unwrap_err();
+            assert!(
+                e.to_string().contains("Expected a gradient on cuda:0"),
+                "{e}"
+            );
+            // A stale value in the unused parameter's view: prepare_for_backward zeroes it.
+            reducer
+                .grad(1)
+                .unwrap()
+                .copy_from(&on_fake_cuda(Tensor::full(9f32, &[8])))
+                .unwrap();
+            let before = HostBackedDevice::device_ops(&reducer.grad(2).unwrap()).unwrap();
+            reducer.prepare_for_backward(&[1]).unwrap();
+            for p in [4, 3, 2, 0] {
+                reducer
+                    .mark_variable_ready_with_grad(p, &on_fake_cuda(local_grad(rank, 0, p)))
+                    .unwrap();
+            }
+            reducer.finalize_backward().unwrap();
+            assert_eq!(
+                reducer.grad(1).unwrap().to_vec::<f32>().unwrap(),
+                vec![0.0; 8]
+            );
+            let after = HostBackedDevice::device_ops(&reducer.grad(2).unwrap()).unwrap();
+            assert!(
+                after >= before + 5,
+                "zeroing and copies ran on the device: {before} → {after}"
+            );
+            let want = (grad_value(0, 0, 2, 5) + grad_value(1, 0, 2, 5)) / 2.0;
+            assert_eq!(reducer.grad(2).unwrap().to_vec::<f32>().unwrap()[5], want);
+        },
+    );
 }
 
 #[test]

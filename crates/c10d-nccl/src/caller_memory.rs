@@ -73,6 +73,7 @@
 //! ```
 
 use crate::device;
+use crate::device_copy;
 use crate::memory;
 use crate::stream;
 use c10d_core::{
@@ -96,7 +97,7 @@ macro_rules! nccl_element {
 nccl_element!(f32, f64, half::f16, half::bf16, i8, u8, i32, i64);
 
 /// Device memory some other owner keeps alive: a [`DeviceStorage`] that frees nothing.
-struct CallerMemory {
+pub(crate) struct CallerMemory {
     device: Device,
     ptr: sys::CUdeviceptr,
     nbytes: usize,
@@ -243,9 +244,42 @@ impl DeviceStorage for CallerMemory {
         // SAFETY: as in `copy_to_host`.
         unsafe { memory::copy_from_host(&self.stream, self.ptr, self.nbytes, offset, src) }
     }
+    fn copy_from_device(
+        &self,
+        offset: usize,
+        src: &dyn DeviceStorage,
+        src_offset: usize,
+        nbytes: usize,
+    ) -> Result<()> {
+        device_copy::copy(self, offset, src, src_offset, nbytes)
+    }
+    fn fill_zero(&self, offset: usize, nbytes: usize) -> Result<()> {
+        device_copy::zero(self, offset, nbytes)
+    }
+    fn alloc_zeroed(&self, nbytes: usize) -> Result<Arc<dyn DeviceStorage>> {
+        device_copy::alloc_zeroed(self.device, nbytes)
+    }
     fn as_any(&self) -> &dyn Any {
         self
     }
+}
+
+/// On-device copies of the caller's memory run on its stream (a scope's, for its views), under
+/// the same checks as its host copies.
+impl device_copy::OnDevice for CallerMemory {
+    fn base(&self) -> sys::CUdeviceptr {
+        self.ptr
+    }
+    fn copy_stream(&self, write: bool) -> Result<Option<Arc<CudaStream>>> {
+        self.check_copy(write)?;
+        Ok(Some(self.stream.clone()))
+    }
+}
+
+/// `any` as the caller's memory, for [`device_copy`].
+pub(crate) fn as_on_device(any: &dyn Any) -> Option<&dyn device_copy::OnDevice> {
+    any.downcast_ref::<CallerMemory>()
+        .map(|m| m as &dyn device_copy::OnDevice)
 }
 
 /// The CUDA device whose primary context `stream` belongs to (the context c10d-nccl, NCCL and

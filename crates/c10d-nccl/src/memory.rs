@@ -18,6 +18,7 @@
 //! the bytes have arrived, so they are ordered after the collectives whose `Work` was waited on.
 
 use crate::device::{self, driver_error};
+use crate::device_copy;
 use crate::pool::DevicePool;
 use crate::stream;
 use c10d_core::{DType, Device, DeviceStorage, Result, Tensor};
@@ -189,8 +190,32 @@ impl DeviceStorage for CudaMemory {
         // SAFETY: as in `copy_to_host`.
         unsafe { copy_from_host(&s, self.ptr, self.nbytes, offset, src) }
     }
+    fn copy_from_device(
+        &self,
+        offset: usize,
+        src: &dyn DeviceStorage,
+        src_offset: usize,
+        nbytes: usize,
+    ) -> Result<()> {
+        device_copy::copy(self, offset, src, src_offset, nbytes)
+    }
+    fn fill_zero(&self, offset: usize, nbytes: usize) -> Result<()> {
+        device_copy::zero(self, offset, nbytes)
+    }
+    fn alloc_zeroed(&self, nbytes: usize) -> Result<Arc<dyn DeviceStorage>> {
+        device_copy::alloc_zeroed(self.device, nbytes)
+    }
     fn as_any(&self) -> &dyn Any {
         self
+    }
+}
+
+impl device_copy::OnDevice for CudaMemory {
+    fn base(&self) -> sys::CUdeviceptr {
+        self.ptr
+    }
+    fn copy_stream(&self, _write: bool) -> Result<Option<Arc<CudaStream>>> {
+        Ok(None)
     }
 }
 

@@ -17,6 +17,8 @@
 //! never deleted, so a store grows with the number of collectives. `recv_anysource` is not
 //! supported.
 
+pub mod fake_device;
+
 use c10d_core::reduce::{finalize, prescale, reduce_into};
 use c10d_core::{
     AllToAllOptions, AllgatherOptions, AllreduceOptions, Backend, BackendOptions, BarrierOptions,

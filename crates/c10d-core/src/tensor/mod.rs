@@ -47,8 +47,63 @@ pub trait DeviceStorage: Send + Sync + 'static {
     /// # Errors
     /// A failed device call (the device's error text).
     fn copy_from_host(&self, offset: usize, src: &[u8]) -> Result<()>;
+    /// Copies `nbytes` bytes from `src` (starting `src_offset` bytes in) to this storage
+    /// (starting `offset` bytes in), both on one device (`Tensor.copy_` between two CUDA
+    /// tensors). The copy is ordered after the work queued on the caller's stream of the device
+    /// and by its return is either complete or queued on that stream, as the implementation
+    /// documents (c10d-nccl: queued on the stream the thread declared, complete where it
+    /// declared none). The default copies through host memory with
+    /// [`DeviceStorage::copy_to_host`] and [`DeviceStorage::copy_from_host`].
+    ///
+    /// # Errors
+    /// A range outside either storage; a failed device call (the device's error text).
+    fn copy_from_device(
+        &self,
+        offset: usize,
+        src: &dyn DeviceStorage,
+        src_offset: usize,
+        nbytes: usize,
+    ) -> Result<()> {
+        copy_through_host(self, offset, src, src_offset, nbytes)
+    }
+    /// Sets `nbytes` bytes starting `offset` bytes in to zero (`Tensor.zero_`), ordered as
+    /// [`DeviceStorage::copy_from_device`]. The default copies zeros from the host.
+    ///
+    /// # Errors
+    /// A range outside the storage; a failed device call.
+    fn fill_zero(&self, offset: usize, nbytes: usize) -> Result<()> {
+        self.copy_from_host(offset, &vec![0u8; nbytes])
+    }
+    /// New zeroed memory of `nbytes` bytes on the same device, usable from the caller's stream
+    /// of that device when this returns (what `Tensor.new_zeros` allocates). The default
+    /// refuses: storages lent by a caller that cannot allocate need not implement it.
+    ///
+    /// # Errors
+    /// [`DistError::Unsupported`] by default; out of memory and other device errors.
+    fn alloc_zeroed(&self, nbytes: usize) -> Result<Arc<dyn DeviceStorage>> {
+        Err(DistError::unsupported(format!(
+            "this device storage cannot allocate memory on {} ({nbytes} bytes asked for)",
+            self.device()
+        )))
+    }
     /// Downcasting hook for the backend that created it.
     fn as_any(&self) -> &dyn Any;
+}
+
+/// [`DeviceStorage::copy_from_device`] through a host buffer of `nbytes` bytes.
+///
+/// # Errors
+/// As [`DeviceStorage::copy_to_host`] and [`DeviceStorage::copy_from_host`].
+pub fn copy_through_host<D: DeviceStorage + ?Sized>(
+    dst: &D,
+    offset: usize,
+    src: &dyn DeviceStorage,
+    src_offset: usize,
+    nbytes: usize,
+) -> Result<()> {
+    let mut bytes = vec![0u8; nbytes];
+    src.copy_to_host(src_offset, &mut bytes)?;
+    dst.copy_from_host(offset, &bytes)
 }
 
 /// Host memory: owned by a type-erased `Vec<T>` (or what `from_raw_host` was given), or, for
@@ -757,7 +812,8 @@ impl Tensor {
         self.to_vec()
     }
 
-    /// Copies `src`'s bytes into this tensor (`Tensor.copy_`).
+    /// Copies `src`'s bytes into this tensor (`Tensor.copy_`): on the device when both are on
+    /// one device ([`DeviceStorage::copy_from_device`]), else through the host.
     ///
     /// # Errors
     /// Dtype or element-count mismatch, busy storages, a device copy error.
@@ -766,6 +822,9 @@ impl Tensor {
             return Err(DistError::invalid(format!(
                 "copy_: source {src:?} does not match destination {self:?}"
             )));
+        }
+        if let Some(done) = self.copy_on_device(src) {
+            return done;
         }
         if !src.is_cpu() {
             return self.copy_from(&src.to_cpu()?);
@@ -819,6 +878,7 @@ macro_rules! dispatch_dtype {
     };
 }
 
+mod device_ops;
 mod leases;
 pub use leases::TensorLeases;
 
