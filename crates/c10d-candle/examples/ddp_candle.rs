@@ -10,10 +10,14 @@
 //! c10drun --standalone --nproc-per-node 4 target/debug/examples/ddp_candle
 //! ```
 //!
+//! The gradients go to the Reducer as they are, candle tensors lent with
+//! `c10d_candle::with_tensor` (no copy on the way to the bucket but the bucket copy itself), and
+//! the averaged ones come back into fresh candle tensors the same way.
+//!
 //! `C10D_CANDLE_DEVICE=cuda` (c10d-candle built with its `cuda` feature) trains on
-//! `cuda:LOCAL_RANK`: the parameters' first broadcast runs on the CUDA tensors over NCCL; the
-//! Reducer's buckets are host memory (c10d-ddp's Reducer is CPU-only), so gradients are copied
-//! to the host and averaged over gloo, as PyTorch's DDP does with the gloo backend.
+//! `cuda:LOCAL_RANK` with the same code: the parameters' first broadcast runs on the CUDA
+//! tensors over NCCL, the Reducer's buckets are on the GPU, gradients are copied into them and
+//! back on the GPU on candle's stream, and the buckets are averaged over NCCL.
 //!
 //! The model is an MLP 8-32-32-1 (tanh) on a synthetic regression set of 256 samples; the
 //! global batch is the whole set, split evenly across the ranks (`WORLD_SIZE` must divide
@@ -92,17 +96,16 @@ impl Model {
         Ok(())
     }
 
-    /// One SGD step with the gradients `grads` (one `Vec` per parameter, in order).
-    fn sgd(&self, grads: &[Vec<f32>], lr: f32) -> candle_core::Result<()> {
+    /// One SGD step with the gradients `grads` (one per parameter, in order).
+    fn sgd(&self, grads: &[Tensor], lr: f32) -> candle_core::Result<()> {
         for ((_, v), g) in self.params.iter().zip(grads) {
-            let g = Tensor::from_slice(g, v.as_tensor().shape(), &self.dev)?;
             v.set(&(v.as_tensor() - (g * lr as f64)?)?)?;
         }
         Ok(())
     }
 
-    /// The mean squared error on (`x`, `y`) and each parameter's gradient.
-    fn grads(&self, x: &Tensor, y: &Tensor) -> candle_core::Result<(f32, Vec<Vec<f32>>)> {
+    /// The mean squared error on (`x`, `y`) and each parameter's gradient (contiguous).
+    fn grads(&self, x: &Tensor, y: &Tensor) -> candle_core::Result<(f32, Vec<Tensor>)> {
         let loss = candle_nn::loss::mse(&self.forward(x)?, y)?;
         let gs = loss.backward()?;
         let grads = self
@@ -112,7 +115,7 @@ impl Model {
                 let g = gs
                     .get(v.as_tensor())
                     .ok_or_else(|| candle_core::Error::Msg(format!("no gradient for {name}")))?;
-                g.flatten_all()?.to_vec1::<f32>()
+                g.contiguous()
             })
             .collect::<candle_core::Result<Vec<_>>>()?;
         Ok((loss.to_scalar::<f32>()?, grads))
@@ -173,20 +176,24 @@ fn run() -> Result<bool> {
     let initial = model.flat().map_err(c)?;
     let shard = SAMPLES / world;
     let (x, y) = data(rank * shard..(rank + 1) * shard, &dev).map_err(c)?;
-    let metas: Vec<c10d_core::Tensor> = model
+    // The Reducer reads the parameters' dtype, shape and device (its buckets go there).
+    let metas = model
         .params
         .iter()
-        .map(|(_, v)| c10d_core::Tensor::zeros(c10d_core::DType::F32, v.as_tensor().dims()))
-        .collect();
+        .map(|(_, v)| cc::empty_like(v.as_tensor()))
+        .collect::<Result<Vec<_>>>()?;
     let reducer = Reducer::new(
         &metas,
         w.world_group()?,
         ReducerOptions {
             bucket_cap_mb: Some(0.002), // ~2 KB buckets: several per step
             param_names: model.params.iter().map(|(n, _)| n.clone()).collect(),
+            // The lent gradients are copied in; the averages are copied out below.
+            gradient_as_bucket_view: true,
             ..Default::default()
         },
     )?;
+    drop(metas);
     let mut last = 0.0;
     for step in 0..steps {
         let (loss, grads) = model.grads(&x, &y).map_err(c)?;
@@ -198,24 +205,31 @@ fn run() -> Result<bool> {
         }
     }
     let stats = reducer.stats();
-    println!("ddp: {stats}; bucket bytes {:?}", stats.bucket_sizes);
+    let on = reducer.grad(0)?.device();
+    println!(
+        "ddp: {stats}; bucket bytes {:?} on {on}",
+        stats.bucket_sizes
+    );
     check(w, &model, &initial, (steps, lr), rank, world, last)
 }
 
 /// The Reducer's round: marks each gradient ready from the last parameter to the first (as
 /// backward produces them; full buckets start their all_reduce at once), waits, and returns
-/// the averaged gradients.
-fn reduce_grads(reducer: &Reducer, grads: &[Vec<f32>]) -> Result<Vec<Vec<f32>>> {
+/// the averaged gradients as new candle tensors on the gradients' device.
+fn reduce_grads(reducer: &Reducer, grads: &[Tensor]) -> Result<Vec<Tensor>> {
     reducer.prepare_for_backward(&[])?;
     for (i, g) in grads.iter().enumerate().rev() {
-        reducer
-            .grad(i)?
-            .write(|d: &mut [f32]| d.copy_from_slice(g))?;
-        reducer.mark_variable_ready(i)?;
+        cc::with_tensor(g, |t| reducer.mark_variable_ready_with_grad(i, t))?;
     }
     reducer.finalize_backward()?;
-    (0..grads.len())
-        .map(|i| reducer.grad(i)?.to_vec::<f32>())
+    grads
+        .iter()
+        .enumerate()
+        .map(|(i, g)| {
+            let avg = g.zeros_like().map_err(cc::from_candle)?;
+            cc::with_tensor(&avg, |t| t.copy_from(&reducer.grad(i)?))?;
+            Ok(avg)
+        })
         .collect()
 }
 

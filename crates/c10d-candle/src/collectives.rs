@@ -9,37 +9,10 @@
 #[cfg(feature = "cuda")]
 use crate::cuda_slices::{CudaMut, CudaRef};
 use crate::inplace::{check_device, device_refused, from_candle, on_elements};
-use crate::slices::{check_u32_op, slice_ref, SliceMut, SliceRef};
+use crate::slices::{check_u32_op, each_mut, slice_ref, SliceMut, SliceRef};
 use c10d_core::{DistError, ReduceOp, Result};
 use c10d_world::{GroupMember, World};
 use candle_core::{Storage, Tensor};
-
-/// `$body` with `$v` bound to the slice of whichever element type `$s` holds.
-macro_rules! each_mut {
-    ($s:expr, |$v:ident| $body:expr) => {
-        match $s {
-            SliceMut::F32($v) => $body,
-            SliceMut::F64($v) => $body,
-            SliceMut::F16($v) => $body,
-            SliceMut::BF16($v) => $body,
-            SliceMut::U8($v) => $body,
-            SliceMut::I16($v) => $body,
-            SliceMut::I32($v) => $body,
-            SliceMut::I64($v) => $body,
-            SliceMut::U32($v) => $body,
-            #[cfg(feature = "cuda")]
-            SliceMut::Cuda(c) => match c {
-                CudaMut::F32($v) => $body,
-                CudaMut::F64($v) => $body,
-                CudaMut::F16($v) => $body,
-                CudaMut::BF16($v) => $body,
-                CudaMut::U8($v) => $body,
-                CudaMut::I32($v) => $body,
-                CudaMut::I64($v) => $body,
-            },
-        }
-    };
-}
 
 /// `$body` with `$a` (output) and `$b` (input) bound to slices of one element type.
 macro_rules! each_pair {

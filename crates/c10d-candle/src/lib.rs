@@ -18,6 +18,7 @@
 //! | `cuda_slices.rs` | (feature `cuda`) a CUDA tensor's elements as cudarc views; CUDA dtype rules |
 //! | `inplace.rs` | running a collective on a tensor's storage (candle's `InplaceOp1`) |
 //! | `collectives.rs` | the collectives |
+//! | `tensors.rs` | a candle tensor as a c10d-rs tensor (`with_tensor`, `empty_like`): DDP's Reducer and other c10d-rs APIs |
 //! | `runtime.rs` | the device and backend chosen at run time (`"cpu"` → gloo, `"cuda"` → NCCL) |
 //!
 //! Compatible with candle 0.11 (whose cudarc, 0.19, is c10d-nccl's).
@@ -28,7 +29,9 @@ mod cuda_slices;
 mod inplace;
 mod runtime;
 mod slices;
+mod tensors;
 
 pub use collectives::{all_gather, all_reduce, all_reduced, broadcast, recv, reduce_scatter, send};
 pub use inplace::from_candle;
 pub use runtime::{device_and_backend, device_and_backend_from_env};
+pub use tensors::{c10d_dtype, empty_like, with_tensor};

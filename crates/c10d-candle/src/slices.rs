@@ -126,3 +126,31 @@ pub fn check_u32_op(op: ReduceOp, what: &str) -> Result<()> {
         ))),
     }
 }
+
+/// `$body` with `$v` bound to the slice of whichever element type `$s` holds.
+macro_rules! each_mut {
+    ($s:expr, |$v:ident| $body:expr) => {
+        match $s {
+            $crate::slices::SliceMut::F32($v) => $body,
+            $crate::slices::SliceMut::F64($v) => $body,
+            $crate::slices::SliceMut::F16($v) => $body,
+            $crate::slices::SliceMut::BF16($v) => $body,
+            $crate::slices::SliceMut::U8($v) => $body,
+            $crate::slices::SliceMut::I16($v) => $body,
+            $crate::slices::SliceMut::I32($v) => $body,
+            $crate::slices::SliceMut::I64($v) => $body,
+            $crate::slices::SliceMut::U32($v) => $body,
+            #[cfg(feature = "cuda")]
+            $crate::slices::SliceMut::Cuda(c) => match c {
+                $crate::cuda_slices::CudaMut::F32($v) => $body,
+                $crate::cuda_slices::CudaMut::F64($v) => $body,
+                $crate::cuda_slices::CudaMut::F16($v) => $body,
+                $crate::cuda_slices::CudaMut::BF16($v) => $body,
+                $crate::cuda_slices::CudaMut::U8($v) => $body,
+                $crate::cuda_slices::CudaMut::I32($v) => $body,
+                $crate::cuda_slices::CudaMut::I64($v) => $body,
+            },
+        }
+    };
+}
+pub(crate) use each_mut;

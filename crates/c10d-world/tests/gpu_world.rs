@@ -3,9 +3,12 @@
 //! else sharing one (each with its own `NCCL_HOSTID`), make a `"cpu:gloo,cuda:nccl"` world
 //! bound to their device, and run collectives on CUDA and CPU tensors
 //! in one group, a `new_group`, a `split_group` (made by `ncclCommSplit`), a barrier, CUDA
-//! tensors through `"gloo"`, and `shrink_group` (`ncclCommShrink`). Prints
+//! tensors through `"gloo"`, cudarc buffers, DDP's Reducer on CUDA parameters (`gpu_ddp`), and
+//! `shrink_group` (`ncclCommShrink`). Prints
 //! `skipped: no GPU` without a GPU (fails instead when `C10D_REQUIRE_GPU=1`), else one line per
 //! rank and `N passed, M failed`.
+
+mod gpu_ddp;
 
 use c10d_core::{DType, Device, ReduceOp, Tensor};
 use c10d_store::{ServerOptions, Store, TcpStore, TcpStoreOptions, TcpStoreServer};
@@ -26,7 +29,7 @@ fn dev() -> Device {
 
 fn main() {
     if std::env::args().any(|a| a == "--list") {
-        println!("world_layer_cpu_gloo_cuda_nccl (2 ranks: groups, split_group, shrink_group, gloo on CUDA tensors)");
+        println!("world_layer_cpu_gloo_cuda_nccl (2 ranks: groups, split_group, shrink_group, gloo on CUDA tensors, cudarc buffers, DDP Reducer with buckets on the GPU)");
         return;
     }
     if let Ok(r) = std::env::var("C10D_GPU_WORLD_RANK") {
@@ -182,6 +185,7 @@ fn rank_main(rank: usize) -> Result<(), String> {
         vec![0.0, 0.0, 1.0, 1.0],
     )?;
     cudarc_buffers(&w, rank)?;
+    gpu_ddp::device_reducer(&w, rank, dev())?;
     w.barrier().run().map_err(e)?;
     store.set(&format!("done{rank}"), b"1").map_err(e)?;
     store.wait(&["done0", "done1"]).map_err(e)?;
