@@ -104,7 +104,6 @@ mod collectives;
 pub mod comm;
 pub mod cuda;
 pub mod device;
-mod device_copy;
 pub mod env;
 mod events;
 pub mod heartbeat;

@@ -16,9 +16,16 @@
 //!
 //! Host copies run on the calling thread's current stream ([`crate::stream`]) and return when
 //! the bytes have arrived, so they are ordered after the collectives whose `Work` was waited on.
+//!
+//! Children: `caller.rs`, the caller's memory as a storage (what `crate::caller_memory`'s
+//! scopes and `from_raw_device` lend, with the rules its views follow); `device_copy.rs`, the
+//! on-device copies, zeroing and zeroed allocation of both storages (`Tensor::copy_from`
+//! between CUDA tensors of one device, `Tensor::zero_`, `Tensor::new_zeros`).
+
+pub(crate) mod caller;
+mod device_copy;
 
 use crate::device::{self, driver_error};
-use crate::device_copy;
 use crate::pool::DevicePool;
 use crate::stream;
 use c10d_core::{DType, Device, DeviceStorage, Result, Tensor};

@@ -16,8 +16,8 @@
 //! Storages of other crates (no device pointer c10d-nccl can vouch for) are copied through the
 //! host ([`copy_through_host`]).
 
+use super::CudaMemory;
 use crate::device::driver_error;
-use crate::memory::CudaMemory;
 use crate::stream;
 use c10d_core::{copy_through_host, Device, DeviceStorage, DistError, Result};
 use cudarc::driver::{result, sys, CudaStream};
@@ -41,7 +41,7 @@ fn on_device(storage: &dyn DeviceStorage) -> Option<&dyn OnDevice> {
     if let Some(m) = any.downcast_ref::<CudaMemory>() {
         return Some(m);
     }
-    crate::caller_memory::as_on_device(any)
+    super::caller::as_on_device(any)
 }
 
 /// [`DeviceStorage::copy_from_device`] for `dst`, one of c10d-nccl's storages.
