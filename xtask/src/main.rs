@@ -26,7 +26,8 @@
 //! - `cargo xtask test-multigpu [--bundle DIR] [--list]`: the GPU suites (see `test_multigpu`;
 //!   `--list` prints every case, no GPU needed); prints
 //!   "skipped: no GPU" and succeeds where no GPU exists. `cargo xtask gpu-bundle` builds them
-//!   (and the NCCL overhead benchmark) for a GPU machine without a Rust toolchain.
+//!   (and the NCCL overhead benchmark) for a GPU machine without a Rust toolchain, with
+//!   `run-all.sh`, the one prepared run of both (see `GPU_RUN_ALL`).
 //! - `cargo xtask chaos --trials N [--seed S] [--timeout SECS]`: the fault-injection harness
 //!   (see `chaos`): N randomized multi-process trials with a rank killed, stopped, slowed, a
 //!   connection closed or a network link cut; last line `chaos: K of N trials ok`.
@@ -797,6 +798,29 @@ fn gpu_bundle(args: &[String]) -> Res {
             .map_err(|e| format!("{} → {}: {e}", src.display(), dst.display()))?;
         run(Command::new("strip").arg(&dst))?;
     }
+    let script = dir.join("run-all.sh");
+    std::fs::write(&script, GPU_RUN_ALL).map_err(|e| format!("{}: {e}", script.display()))?;
+    run(Command::new("chmod").arg("+x").arg(&script))?;
     println!("{}", dir.display());
     Ok(())
 }
+
+/// The bundle's one prepared run (`run-all.sh [OUT_DIR]`): `nvidia-smi -L`, the GPU suites
+/// (bounded at 300 s), then the overhead benchmark at world sizes 1, 2 and 4 (bounded at 240 s);
+/// everything is also written to `OUT_DIR/gpu-run.log` (default `$OUT`, else `.`). Exits
+/// non-zero when either step failed.
+const GPU_RUN_ALL: &str = r#"#!/bin/bash
+here=$(cd "$(dirname "$0")" && pwd)
+out=${1:-${OUT:-.}}
+mkdir -p "$out"
+{
+  nvidia-smi -L
+  timeout 300 "$here/xtask" test-multigpu --bundle "$here"; suite=$?
+  echo "suite exit: $suite"
+  C10D_BENCH_WORLD_SIZES=${C10D_BENCH_WORLD_SIZES:-1,2,4} C10D_BENCH_LIMIT_S=230 \
+    timeout 240 "$here/overhead" 1000; bench=$?
+  echo "overhead exit: $bench"
+  [ "$suite" = 0 ] && [ "$bench" = 0 ]
+} 2>&1 | tee "$out/gpu-run.log"
+exit "${PIPESTATUS[0]}"
+"#;
