@@ -1,55 +1,65 @@
 //! Where the Reducer's buckets live: beside their parameters. Host parameters get host
 //! buckets; device parameters (CUDA tensors of c10d-nccl, or any [`c10d_core::DeviceStorage`]
 //! that can allocate) get buckets on their device, allocated with `Tensor::new_zeros` from an
-//! empty tensor kept per (device, dtype), so the Reducer never holds the parameters themselves
-//! (caller memory lent for a scope stays the caller's).
+//! empty tensor kept per device, so the Reducer never holds the parameters themselves (caller
+//! memory lent for a scope stays the caller's).
 
-use c10d_core::{DType, Device, Result, Tensor};
+use c10d_core::{DType, Device, DistError, Result, Tensor};
 
-/// One empty tensor per (device, dtype) of the parameters, to allocate buckets from.
+/// One empty tensor per device of the parameters, to allocate buckets (and the bucket
+/// rebuild's message) from.
 pub(crate) struct BucketMemory {
     anchors: Vec<Tensor>,
 }
 
 impl BucketMemory {
-    /// Anchors for the devices and dtypes of `params`.
+    /// Anchors for the devices of `params`.
     ///
     /// # Errors
     /// A device parameter whose storage cannot allocate, naming the parameter.
     pub fn for_params(params: &[Tensor]) -> Result<BucketMemory> {
         let mut anchors: Vec<Tensor> = Vec::new();
         for (i, p) in params.iter().enumerate() {
-            let known = anchors
-                .iter()
-                .any(|a| a.device() == p.device() && a.dtype() == p.dtype());
-            if !known {
-                let a = p.new_zeros(&[0]).map_err(|e| {
-                    e.with_prefix(&format!(
-                        "parameter {i} on {}: the Reducer keeps its buckets on the parameters' \
-                         device and could not allocate there: ",
-                        p.device()
-                    ))
-                })?;
-                anchors.push(a);
+            if anchors.iter().any(|a| a.device() == p.device()) {
+                continue;
             }
+            let a = p.new_zeros(p.dtype(), &[0]).map_err(|e| {
+                e.with_prefix(&format!(
+                    "parameter {i} on {}: the Reducer keeps its buckets on the parameters' \
+                     device and could not allocate there: ",
+                    p.device()
+                ))
+            })?;
+            anchors.push(a);
         }
         Ok(BucketMemory { anchors })
     }
 
-    /// A flat bucket of `numel` zeros of `dtype` on `device`.
+    /// A flat tensor of `numel` zeros of `dtype` on `device`.
     ///
     /// # Errors
-    /// A (device, dtype) no parameter had; the device's allocation error.
+    /// A device no parameter was on; the device's allocation error.
     pub fn zeros(&self, dtype: DType, device: Device, numel: usize) -> Result<Tensor> {
-        match self
-            .anchors
-            .iter()
-            .find(|a| a.device() == device && a.dtype() == dtype)
-        {
-            Some(a) => a.new_zeros(&[numel]),
-            None => Err(c10d_core::DistError::invalid(format!(
-                "no parameter of {dtype} on {device} was registered with this Reducer"
+        match self.anchors.iter().find(|a| a.device() == device) {
+            Some(a) => a.new_zeros(dtype, &[numel]),
+            None => Err(DistError::invalid(format!(
+                "no parameter on {device} was registered with this Reducer"
             ))),
         }
+    }
+
+    /// `host` (a CPU tensor) copied to `device` (itself when `device` is the CPU).
+    ///
+    /// # Errors
+    /// As [`BucketMemory::zeros`]; the device's copy error.
+    pub fn to_device(&self, host: &Tensor, device: Device) -> Result<Tensor> {
+        if device == Device::Cpu {
+            return Ok(host.clone());
+        }
+        let t = self
+            .zeros(host.dtype(), device, host.numel())?
+            .reshape(host.shape())?;
+        t.copy_from(host)?;
+        Ok(t)
     }
 }

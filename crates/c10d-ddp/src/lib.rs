@@ -77,12 +77,19 @@
 //!   candle's, or any `DeviceStorage` that can allocate) get their buckets on their device, as
 //!   in PyTorch: gradients are copied into the buckets and back on the device
 //!   (`Tensor::copy_from`, `zero_`, `new_zeros`), in the order c10d-nccl's stream rule gives
-//!   (`c10d_nccl::stream`). The Reducer has no kernels of its own, so on a device it does not
-//!   divide gradients by the group size on the way in: the bucket's all_reduce averages
-//!   (`ReduceOp::Avg`; NCCL pre-multiplies floats by 1/size, the same pre-division). Hooks
+//!   (`c10d_nccl::stream`), and the bucket rebuild's message travels on the first parameter's
+//!   device (so a group with only `"nccl"` carries it). The Reducer has no kernels of its own, so
+//!   on a device it does not divide gradients by the group size on the way in: the bucket's
+//!   all_reduce averages (`ReduceOp::Avg`; NCCL pre-multiplies floats by 1/size, the same
+//!   pre-division; a CPU backend that stages device tensors, `"cuda:gloo"`, sums and then
+//!   divides, which can overflow float16 where the pre-division would not). Hooks
 //!   that cast or compute on the host ([`Fp16CompressHook`], [`Bf16CompressHook`],
 //!   [`PowerSgdHook`]) are refused for device buckets at `register_comm_hook`;
 //!   [`AllReduceHook`] and the caller's own hooks work.
+//! - **Lent gradients** (views of a `c10d_core::borrowed::scope` or a
+//!   `c10d_nccl::caller_memory::scope`, `c10d_candle::with_tensor`) are cut off when their
+//!   scope ends: give them to [`Reducer::mark_variable_ready_with_grad`] with
+//!   `gradient_as_bucket_view`, or `finalize_backward` fails copying back into them.
 //! - **A failed iteration** (a failed `finalize_backward` or bucket launch) leaves the Reducer
 //!   unusable: every later iteration call says the previous backward pass failed and that a
 //!   new Reducer must be built (PyTorch's Reducer is left in an undefined state there).

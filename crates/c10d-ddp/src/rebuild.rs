@@ -3,11 +3,14 @@
 //! arrived in, and rank 0's is broadcast so that all ranks reduce the same buckets.
 
 use super::bucket_assignment::{compute_bucket_assignment_by_size, BucketAssignment, TensorMeta};
+use super::bucket_memory::BucketMemory;
 use c10d_core::{BroadcastOptions, DistError, ProcessGroup, Result, Tensor};
 use std::time::Duration;
 
 /// The rebuilt assignment: buckets by size over the parameters in `arrival` order (parameters
-/// that never arrived are appended in index order), as computed on rank 0.
+/// that never arrived are appended in index order), as computed on rank 0. The message travels
+/// on the first parameter's device (as PyTorch's `sync_bucket_indices` moves it there), so a
+/// group with only a device backend (`"nccl"`) can carry it.
 ///
 /// # Errors
 /// A failed or timed-out broadcast; [`DistError::InvalidArgument`] when rank 0's assignment does
@@ -18,6 +21,7 @@ pub(crate) fn sync_rebuilt_assignment(
     arrival: &[usize],
     limits: &[usize],
     timeout: Duration,
+    memory: &BucketMemory,
 ) -> Result<BucketAssignment> {
     let n = metas.len();
     let mut order: Vec<usize> = Vec::with_capacity(n);
@@ -29,7 +33,7 @@ pub(crate) fn sync_rebuilt_assignment(
     }
     let ordered: Vec<TensorMeta> = order.iter().map(|&i| metas[i]).collect();
     let local = compute_bucket_assignment_by_size(&ordered, limits, &order)?;
-    let msg = Tensor::from_vec(encode(&local, n));
+    let msg = memory.to_device(&Tensor::from_vec(encode(&local, n)), metas[0].device)?;
     let opts = BroadcastOptions {
         root_rank: 0,
         timeout: Some(timeout),

@@ -270,9 +270,11 @@ impl Reducer {
         self.mark(index, None)
     }
 
-    /// As [`Reducer::mark_variable_ready`] with the gradient in `grad` (same dtype and element
-    /// count as the parameter), which is copied into the bucket. Unless `gradient_as_bucket_view`,
-    /// `finalize_backward` writes the averaged gradient back into `grad`.
+    /// As [`Reducer::mark_variable_ready`] with the gradient in `grad` (same dtype, element
+    /// count and device as the parameter), which is copied into the bucket. Unless
+    /// `gradient_as_bucket_view`, `finalize_backward` writes the averaged gradient back into
+    /// `grad`, which must then still be usable: a view lent by a scope that has ended fails
+    /// there ("given back"); set `gradient_as_bucket_view` for lent gradients.
     ///
     /// # Errors
     /// As [`Reducer::mark_variable_ready`]; a gradient of another dtype ("Expected torch.float32,
@@ -568,8 +570,14 @@ impl Reducer {
     /// gradient values.
     fn rebuild(&self, st: &mut State) -> Result<()> {
         let limits = default_bucket_size_limits(self.opts.bucket_cap_mb);
-        let a: BucketAssignment =
-            sync_rebuilt_assignment(&self.pg, &self.metas, &st.arrival, &limits, self.timeout)?;
+        let a: BucketAssignment = sync_rebuilt_assignment(
+            &self.pg,
+            &self.metas,
+            &st.arrival,
+            &limits,
+            self.timeout,
+            &self.memory,
+        )?;
         let (buckets, locators) = build_buckets(&self.metas, &self.shapes, &a, &self.memory)?;
         for (old, new) in st.locators.iter().zip(&locators) {
             buckets[new.bucket].views[new.intra]

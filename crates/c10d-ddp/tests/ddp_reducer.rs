@@ -14,7 +14,7 @@ use c10d_testing::fake_device::HostBackedDevice;
 use c10d_world::World;
 use std::sync::Arc;
 use std::time::Duration;
-use world_common::{run, run_gloo};
+use world_common::{run, run_gloo, run_gloo_as};
 
 /// Shapes of a small model; params 0..5 in registration order.
 const SHAPES: [&[usize]; 5] = [&[8, 4], &[8], &[3, 8], &[3], &[5, 3]];
@@ -74,7 +74,7 @@ fn gradients_equal_all_reduce_placed(w: &World, rank: usize, place: &dyn Fn(Tens
         }
         reducer.finalize_backward().unwrap();
         for (p, shape) in SHAPES.iter().enumerate() {
-            let expect = local_grad(rank, iter, p);
+            let expect = place(local_grad(rank, iter, p));
             let avg = AllreduceOptions {
                 reduce_op: ReduceOp::Avg,
                 ..Default::default()
@@ -104,6 +104,11 @@ fn gradients_equal_all_reduce_placed(w: &World, rank: usize, place: &dyn Fn(Tens
             );
         }
     }
+    if let Some(n) = HostBackedDevice::device_ops(&reducer.grad(0).unwrap()) {
+        // 5 gradients copied into the buckets per iteration, 5 views moved by the rebuild: on
+        // the device, not through the host.
+        assert!(n >= 3 * 5 + 5, "{n} on-device copies");
+    }
     let s = reducer.stats();
     assert_eq!(s.iterations, 3);
     assert!(s.has_rebuilt_buckets);
@@ -126,6 +131,21 @@ fn gradients_after_finalize_equal_an_all_reduce_of_each_gradient_gloo() {
 fn device_parameters_get_device_buckets_averaged_by_the_collective() {
     run_gloo(
         3,
+        |_| {},
+        |w, rank| {
+            gradients_equal_all_reduce_placed(w, rank, &on_fake_cuda);
+        },
+    );
+}
+
+/// A group whose only backend takes device tensors (`"cuda:gloo"`, as `"nccl"`): the bucket
+/// rebuild's message travels on the parameters' device, as PyTorch's `sync_bucket_indices`
+/// moves it there (a host message would find no backend).
+#[test]
+fn a_device_only_group_carries_the_bucket_rebuild() {
+    run_gloo_as(
+        2,
+        "cuda:gloo",
         |_| {},
         |w, rank| {
             gradients_equal_all_reduce_placed(w, rank, &on_fake_cuda);

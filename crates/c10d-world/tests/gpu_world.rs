@@ -186,6 +186,7 @@ fn rank_main(rank: usize) -> Result<(), String> {
     )?;
     cudarc_buffers(&w, rank)?;
     gpu_ddp::device_reducer(&w, rank, dev())?;
+    gpu_ddp::device_reducer_on_a_declared_stream(&w, rank, dev())?;
     w.barrier().run().map_err(e)?;
     store.set(&format!("done{rank}"), b"1").map_err(e)?;
     store.wait(&["done0", "done1"]).map_err(e)?;

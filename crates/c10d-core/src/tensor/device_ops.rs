@@ -4,27 +4,28 @@
 //! CUDA tensors without linking CUDA.
 
 use super::{checked_numel, DeviceStorage, StorageGuard, StorageKind, Tensor};
+use crate::dtype::DType;
 use crate::error::{DistError, Result};
 use std::sync::Arc;
 
 impl Tensor {
-    /// A tensor of zeros of `shape` with this tensor's dtype, on this tensor's device
-    /// (`Tensor.new_zeros(shape)`). Device memory comes from [`DeviceStorage::alloc_zeroed`] of
-    /// this tensor's storage.
+    /// A tensor of zeros of `dtype` and `shape` on this tensor's device
+    /// (`Tensor.new_zeros(shape, dtype=dtype)`). Device memory comes from
+    /// [`DeviceStorage::alloc_zeroed`] of this tensor's storage.
     ///
     /// # Errors
     /// A shape whose byte size overflows; for a device tensor, what `alloc_zeroed` returns
     /// ([`DistError::Unsupported`] for storages that cannot allocate, out of memory).
-    pub fn new_zeros(&self, shape: &[usize]) -> Result<Tensor> {
+    pub fn new_zeros(&self, dtype: DType, shape: &[usize]) -> Result<Tensor> {
         let StorageKind::Device(d) = &self.storage.kind else {
-            return Ok(Tensor::zeros(self.dtype, shape));
+            return Ok(Tensor::zeros(dtype, shape));
         };
         let nbytes = checked_numel(shape)
-            .and_then(|n| n.checked_mul(self.dtype.size()))
+            .and_then(|n| n.checked_mul(dtype.size()))
             .ok_or_else(|| {
                 DistError::invalid(format!("new_zeros: shape {shape:?} is too large"))
             })?;
-        Tensor::from_device_storage(d.alloc_zeroed(nbytes)?, self.dtype, shape)
+        Tensor::from_device_storage(d.alloc_zeroed(nbytes)?, dtype, shape)
     }
 
     /// Sets every element to zero (`Tensor.zero_()`); on a device, as
@@ -70,7 +71,6 @@ impl Tensor {
 mod tests {
     use super::*;
     use crate::device::Device;
-    use crate::dtype::DType;
     use std::any::Any;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Mutex;
@@ -171,7 +171,7 @@ mod tests {
     #[test]
     fn new_zeros_lands_on_the_same_device_and_zero_clears_only_the_view() {
         let t = fake(3, &[5.0; 4]);
-        let z = t.new_zeros(&[2, 3]).unwrap();
+        let z = t.new_zeros(DType::F32, &[2, 3]).unwrap();
         assert_eq!(
             (z.device(), z.dtype(), z.shape()),
             (Device::Cuda(3), DType::F32, &[2, 3][..])
@@ -181,7 +181,10 @@ mod tests {
         assert_eq!(t.to_vec::<f32>().unwrap(), [5.0, 0.0, 0.0, 5.0]);
         let host = Tensor::from_vec(vec![1i64, 2]);
         assert_eq!(
-            host.new_zeros(&[3]).unwrap().to_vec::<i64>().unwrap(),
+            host.new_zeros(DType::I64, &[3])
+                .unwrap()
+                .to_vec::<i64>()
+                .unwrap(),
             [0, 0, 0]
         );
         host.zero_().unwrap();
@@ -191,7 +194,7 @@ mod tests {
     #[test]
     fn a_storage_that_cannot_allocate_says_so_and_a_busy_one_is_refused() {
         let t = crate::staging::tests::fake_cuda(&[1.0]);
-        let e = t.new_zeros(&[4]).unwrap_err();
+        let e = t.new_zeros(DType::F32, &[4]).unwrap_err();
         assert!(
             e.to_string().contains("cannot allocate memory on cuda:0"),
             "{e}"

@@ -51,8 +51,8 @@ pub trait DeviceStorage: Send + Sync + 'static {
     /// (starting `offset` bytes in), both on one device (`Tensor.copy_` between two CUDA
     /// tensors). The copy is ordered after the work queued on the caller's stream of the device
     /// and by its return is either complete or queued on that stream, as the implementation
-    /// documents (c10d-nccl: queued on the stream the thread declared, complete where it
-    /// declared none). The default copies through host memory with
+    /// documents (c10d-nccl: queued, ahead of later work on the stream the thread declared;
+    /// complete where it declared none). The default copies through host memory with
     /// [`DeviceStorage::copy_to_host`] and [`DeviceStorage::copy_from_host`].
     ///
     /// # Errors

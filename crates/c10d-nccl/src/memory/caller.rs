@@ -170,7 +170,10 @@ impl DeviceStorage for CallerMemory {
         super::device_copy::zero(self, offset, nbytes)
     }
     fn alloc_zeroed(&self, nbytes: usize) -> Result<Arc<dyn DeviceStorage>> {
-        super::device_copy::alloc_zeroed(self.device, nbytes)
+        Ok(Arc::new(super::CudaMemory::alloc_zeroed(
+            self.device,
+            nbytes,
+        )?))
     }
     fn as_any(&self) -> &dyn Any {
         self
@@ -186,6 +189,14 @@ impl super::device_copy::OnDevice for CallerMemory {
     fn copy_stream(&self, write: bool) -> Result<Option<Arc<CudaStream>>> {
         self.check_copy(write)?;
         Ok(Some(self.stream.clone()))
+    }
+    fn note_use(&self, s: &CudaStream, done: &Arc<CudaEvent>) -> Result<()> {
+        if s.cu_stream() == self.stream.cu_stream() {
+            return Ok(());
+        }
+        self.stream
+            .wait(done)
+            .map_err(|e| crate::device::driver_error("cuStreamWaitEvent", e))
     }
 }
 

@@ -1,26 +1,37 @@
 //! On-device copies, zeroing and zeroed allocation for c10d-nccl's two storages ([`CudaMemory`]
-//! and the caller's memory of `caller_memory`): what `Tensor::copy_from` between two CUDA
+//! and the caller's memory of [`super::caller`]): what `Tensor::copy_from` between two CUDA
 //! tensors of one device, `Tensor::zero_` and `Tensor::new_zeros` run (c10d-core's
 //! [`DeviceStorage`] hooks), so that device-agnostic code such as DDP's Reducer keeps its
 //! buckets on the GPU.
 //!
-//! # Which stream
-//! - A view of a `caller_memory::scope` is copied on the scope's stream, under the scope's rules
-//!   (its thread, before it ends, never written through a read-only view), after the ops that
-//!   used it, as its host copies are.
-//! - c10d-nccl's own memory follows the calling thread's current stream ([`crate::stream`]).
-//! - When the thread declared no stream for the device, the host waits for the copy before the
-//!   call returns (the crate's safe default: work the caller queues next, on any stream, sees
-//!   it); with a declared stream the copy is only queued there, as `Tensor.copy_` on CUDA.
+//! # Ordering
+//! The calling thread's stream rule ([`crate::stream`]) holds for these copies as for
+//! collectives:
+//! - **A thread that declared a stream D**: the copy is ordered after the work queued on D and
+//!   only queued (the host does not wait); work queued on D afterwards (a collective ordered
+//!   after D, a kernel, a host copy) comes after it.
+//! - **A thread that declared nothing**: the host first waits for all work queued on the device
+//!   (`cuCtxSynchronize`, as a collective does) and then for the copy itself.
+//!
+//! The copy runs on the caller's memory's own stream where one side is the caller's memory (a
+//! scope's stream for its views, checked by the scope's rules: its thread, before its end, no
+//! write through a read-only view), else on the thread's current stream; that stream is joined
+//! with the current stream both ways.
+//!
+//! # Lifetimes
+//! Every copy records an event where it ends and hands it to both sides
+//! ([`OnDevice::note_use`]): c10d-nccl's own memory orders its free after it (as PyTorch's
+//! `record_stream`), the caller's memory makes its stream wait for it (so its owner's later work,
+//! and a scope's end, come after the copy).
 //!
 //! Storages of other crates (no device pointer c10d-nccl can vouch for) are copied through the
 //! host ([`copy_through_host`]).
 
 use super::CudaMemory;
-use crate::device::driver_error;
+use crate::device::{self, driver_error};
 use crate::stream;
 use c10d_core::{copy_through_host, Device, DeviceStorage, DistError, Result};
-use cudarc::driver::{result, sys, CudaStream};
+use cudarc::driver::{result, sys, CudaEvent, CudaStream};
 use std::sync::Arc;
 
 /// What an on-device copy needs of one of c10d-nccl's storages.
@@ -28,11 +39,18 @@ pub(crate) trait OnDevice: DeviceStorage {
     /// The device address of the first byte.
     fn base(&self) -> sys::CUdeviceptr;
     /// The stream this storage's copies must run on, once checked for the access (`write`):
-    /// a scope's stream for its views, `None` for memory that follows the current stream.
+    /// the memory's own stream for the caller's memory, `None` for memory that follows the
+    /// thread's current stream.
     ///
     /// # Errors
     /// The scope's refusals (another thread, after its end, a write through a read-only view).
     fn copy_stream(&self, write: bool) -> Result<Option<Arc<CudaStream>>>;
+    /// Notes that work queued on `s` and ending at `done` used this memory: what reuses or frees
+    /// it afterwards is ordered after `done`.
+    ///
+    /// # Errors
+    /// The driver's error making a stream wait.
+    fn note_use(&self, s: &CudaStream, done: &Arc<CudaEvent>) -> Result<()>;
 }
 
 /// `storage` as one of c10d-nccl's storages, if it is one.
@@ -63,18 +81,14 @@ pub(crate) fn copy<D: OnDevice>(
     if nbytes == 0 {
         return Ok(());
     }
-    let s = copy_stream(
-        dst.device(),
-        dst.copy_stream(true)?,
-        from.copy_stream(false)?,
-    )?;
     let (d, f) = (dst.base() + offset as u64, from.base() + src_offset as u64);
-    // SAFETY: both ranges lie inside live allocations of this device (checked above; each
-    // storage keeps its memory alive while it exists, and the caller holds both); the copy is
-    // queued on a stream of their context, after the work that produced `src`.
-    unsafe { result::memcpy_dtod_async(d, f, nbytes, s.cu_stream()) }
-        .map_err(|e| driver_error("cuMemcpyDtoDAsync", e))?;
-    finish(dst.device(), &s)
+    run(dst.device(), &[(dst, true), (from, false)], |s| {
+        // SAFETY: both ranges lie inside live allocations of this device (checked above); each
+        // side orders its free or reuse after the copy's end event (`note_use`, called by
+        // `run` once the copy is queued), and the copy runs after the work that produced `src`.
+        unsafe { result::memcpy_dtod_async(d, f, nbytes, s.cu_stream()) }
+            .map_err(|e| driver_error("cuMemcpyDtoDAsync", e))
+    })
 }
 
 /// [`DeviceStorage::fill_zero`] for `dst`, one of c10d-nccl's storages.
@@ -86,55 +100,64 @@ pub(crate) fn zero<D: OnDevice>(dst: &D, offset: usize, nbytes: usize) -> Result
     if nbytes == 0 {
         return Ok(());
     }
-    let s = copy_stream(dst.device(), dst.copy_stream(true)?, None)?;
-    // SAFETY: the range lies inside `dst`'s live allocation (checked above); bytes of zero are
-    // a valid value of every element type c10d-rs has.
-    unsafe { result::memset_d8_async(dst.base() + offset as u64, 0, nbytes, s.cu_stream()) }
-        .map_err(|e| driver_error("cuMemsetD8Async", e))?;
-    finish(dst.device(), &s)
+    let at = dst.base() + offset as u64;
+    run(dst.device(), &[(dst, true)], |s| {
+        // SAFETY: the range lies inside `dst`'s live allocation (checked above), whose free or
+        // reuse is ordered after the fill (`note_use`); bytes of zero are a valid value of every
+        // element type c10d-rs has.
+        unsafe { result::memset_d8_async(at, 0, nbytes, s.cu_stream()) }
+            .map_err(|e| driver_error("cuMemsetD8Async", e))
+    })
 }
 
-/// [`DeviceStorage::alloc_zeroed`]: `nbytes` of c10d-nccl's own memory on `device`, zeroed.
-///
-/// # Errors
-/// As [`CudaMemory::alloc`] and [`zero`].
-pub(crate) fn alloc_zeroed(device: Device, nbytes: usize) -> Result<Arc<dyn DeviceStorage>> {
-    let mem = CudaMemory::alloc(device, nbytes)?;
-    zero(&mem, 0, nbytes)?;
-    Ok(Arc::new(mem))
-}
-
-/// The stream a copy runs on (see the module docs): the destination's scope stream, else the
-/// source's, else the thread's current stream; a destination stream first waits for the
-/// source's.
-fn copy_stream(
+/// Queues `work` on the stream the module docs name for `sides` (each with whether it is
+/// written), ordered by the thread's stream rule, and hands its end event to every side.
+fn run(
     device: Device,
-    dst: Option<Arc<CudaStream>>,
-    src: Option<Arc<CudaStream>>,
-) -> Result<Arc<CudaStream>> {
-    let s = match (dst, src) {
-        (Some(d), Some(s)) if d.cu_stream() != s.cu_stream() => {
-            d.join(&s)
-                .map_err(|e| driver_error("cuStreamWaitEvent", e))?;
-            d
+    sides: &[(&dyn OnDevice, bool)],
+    work: impl FnOnce(&CudaStream) -> Result<()>,
+) -> Result<()> {
+    let declared = stream::declared_stream(device)?;
+    let current = match &declared {
+        Some(d) => d.clone(),
+        None => {
+            device::context(device)?
+                .synchronize()
+                .map_err(|e| driver_error("cuCtxSynchronize", e))?;
+            stream::current_stream(device)?
         }
-        (Some(d), _) => d,
-        (None, Some(s)) => s,
-        (None, None) => stream::current_stream(device)?,
     };
+    let own = sides
+        .iter()
+        .map(|(m, write)| m.copy_stream(*write))
+        .collect::<Result<Vec<_>>>()?;
+    let s = own.iter().flatten().next().unwrap_or(&current).clone();
     s.context()
         .bind_to_thread()
         .map_err(|e| driver_error("cuCtxSetCurrent", e))?;
-    Ok(s)
-}
-
-/// Waits on the host for `s` when the thread declared no stream for `device`.
-fn finish(device: Device, s: &CudaStream) -> Result<()> {
-    if stream::declared_stream(device)?.is_some() {
-        return Ok(());
+    for o in own.iter().flatten().chain([&current]) {
+        if o.cu_stream() != s.cu_stream() {
+            s.join(o)
+                .map_err(|e| driver_error("cuStreamWaitEvent", e))?;
+        }
     }
-    s.synchronize()
-        .map_err(|e| driver_error("cuStreamSynchronize", e))
+    work(&s)?;
+    let done = Arc::new(
+        s.record_event(None)
+            .map_err(|e| driver_error("cuEventRecord", e))?,
+    );
+    for (m, _) in sides {
+        m.note_use(&s, &done)?;
+    }
+    match declared {
+        Some(d) if d.cu_stream() != s.cu_stream() => d
+            .wait(&done)
+            .map_err(|e| driver_error("cuStreamWaitEvent", e)),
+        Some(_) => Ok(()),
+        None => done
+            .synchronize()
+            .map_err(|e| driver_error("cuEventSynchronize", e)),
+    }
 }
 
 fn check_range(s: &dyn DeviceStorage, offset: usize, len: usize) -> Result<()> {

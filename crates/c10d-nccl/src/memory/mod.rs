@@ -29,10 +29,10 @@ use crate::device::{self, driver_error};
 use crate::pool::DevicePool;
 use crate::stream;
 use c10d_core::{DType, Device, DeviceStorage, Result, Tensor};
-use cudarc::driver::{result, sys, CudaContext, CudaStream};
+use cudarc::driver::{result, sys, CudaContext, CudaEvent, CudaStream};
 use std::any::Any;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// One block of device memory, freed when the last tensor over it is dropped.
 pub struct CudaMemory {
@@ -44,6 +44,10 @@ pub struct CudaMemory {
     /// Where the block came from: `None` for `cuMemAlloc`, else the stream whose
     /// stream-ordered allocation it is (freed there).
     ordered_on: Option<Arc<CudaStream>>,
+    /// The end events of on-device copies that used the block on other streams
+    /// (`device_copy`), the latest per stream (by its handle's address): the free waits for
+    /// them.
+    uses: Mutex<Vec<(usize, Arc<CudaEvent>)>>,
 }
 
 impl std::fmt::Debug for CudaMemory {
@@ -134,6 +138,52 @@ impl CudaMemory {
             nbytes,
             last_stream: AtomicU64::new(0),
             ordered_on,
+            uses: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// `nbytes` of zeros on `device`, usable from every stream (the zeros included) when this
+    /// returns: [`CudaMemory::alloc`] with the memset on the same stream before its wait.
+    ///
+    /// # Errors
+    /// As [`CudaMemory::alloc`]; the driver's error of the memset.
+    pub fn alloc_zeroed(device: Device, nbytes: usize) -> Result<CudaMemory> {
+        let pool = match DevicePool::of(device)? {
+            Some(pool) if nbytes > 0 => pool,
+            _ => {
+                let m = CudaMemory::alloc_sync(device, nbytes)?;
+                if nbytes > 0 {
+                    // SAFETY: the block was just allocated in this context (bound by
+                    // `alloc_sync`), `nbytes` long, and nobody else uses it yet.
+                    unsafe { result::memset_d8_sync(m.ptr, 0, nbytes) }
+                        .map_err(|e| driver_error("cuMemsetD8", e))?;
+                }
+                return Ok(m);
+            }
+        };
+        let m = CudaMemory::alloc_on_stream(device, nbytes, &pool.stream)?;
+        // SAFETY: the block was just allocated on `pool.stream` (its context bound by
+        // `alloc_on_stream`), `nbytes` long; the memset is queued there, after the allocation.
+        unsafe { result::memset_d8_async(m.ptr, 0, nbytes, pool.stream.cu_stream()) }
+            .map_err(|e| driver_error("cuMemsetD8Async", e))?;
+        pool.stream
+            .synchronize()
+            .map_err(|e| driver_error("cuStreamSynchronize", e))?;
+        Ok(m)
+    }
+
+    /// Orders the free of the block after the on-device copies noted on it (`uses`).
+    fn wait_for_uses(&self) {
+        let uses = std::mem::take(&mut *self.uses.lock().unwrap_or_else(|e| e.into_inner()));
+        for (_, done) in uses {
+            let waited = match &self.ordered_on {
+                Some(s) => s.wait(&done),
+                None => done.synchronize(),
+            };
+            if let Err(e) = waited {
+                log::warn!("c10d-nccl: ordering a free after a device copy failed: {e:?}");
+                let _ = done.synchronize();
+            }
         }
     }
 
@@ -153,13 +203,15 @@ impl Drop for CudaMemory {
             return;
         }
         let _ = self.ctx.bind_to_thread();
+        self.wait_for_uses();
         let freed = match &self.ordered_on {
             // SAFETY: `ptr` came from cuMemAlloc in this context and is freed once, here; every
             // collective using it holds a tensor (and so this storage) until its end event
             // fired or its communicator was aborted.
             None => unsafe { result::free_sync(self.ptr) },
             // SAFETY: `ptr` came from cuMemAllocAsync on `s` and is freed once, on `s`, after
-            // every use queued there (an op's temporary buffer is only used on `s`).
+            // every use queued there (an op's temporary buffer is only used on `s`) and after
+            // the device copies on other streams (`wait_for_uses` made `s` wait for them).
             Some(s) => unsafe { result::free_async(self.ptr, s.cu_stream()) },
         };
         if let Err(e) = freed {
@@ -210,7 +262,7 @@ impl DeviceStorage for CudaMemory {
         device_copy::zero(self, offset, nbytes)
     }
     fn alloc_zeroed(&self, nbytes: usize) -> Result<Arc<dyn DeviceStorage>> {
-        device_copy::alloc_zeroed(self.device, nbytes)
+        Ok(Arc::new(CudaMemory::alloc_zeroed(self.device, nbytes)?))
     }
     fn as_any(&self) -> &dyn Any {
         self
@@ -223,6 +275,20 @@ impl device_copy::OnDevice for CudaMemory {
     }
     fn copy_stream(&self, _write: bool) -> Result<Option<Arc<CudaStream>>> {
         Ok(None)
+    }
+    fn note_use(&self, s: &CudaStream, done: &Arc<CudaEvent>) -> Result<()> {
+        let on = s.cu_stream() as usize;
+        if self
+            .ordered_on
+            .as_ref()
+            .is_some_and(|o| o.cu_stream() as usize == on)
+        {
+            return Ok(()); // freed on that stream: after the copy already
+        }
+        let mut uses = self.uses.lock().unwrap_or_else(|e| e.into_inner());
+        uses.retain(|(stream, _)| *stream != on); // a later event on one stream covers earlier ones
+        uses.push((on, done.clone()));
+        Ok(())
     }
 }
 

@@ -4,9 +4,17 @@
 //! `c10d_nccl::memory` tensors, half as views of cudarc buffers on the caller's non-blocking
 //! stream (a `caller_memory::scope`), whose averaged gradients are copied back into cudarc
 //! buffers and read on that stream with no other synchronisation.
+//!
+//! [`device_reducer_on_a_declared_stream`] runs with a stream declared for the thread (the fast
+//! path: nothing waits on the host): each gradient's copy into its bucket is queued behind a
+//! producer that sleeps 100 ms on that stream, gradients given as temporaries are dropped at
+//! once (their memory must outlive the queued copy), the others are written back at finalize
+//! (`gradient_as_bucket_view` off), and one scope view is copied into its bucket view with
+//! another stream declared than its scope's.
 
 use c10d_core::{DType, Device, Tensor};
 use c10d_ddp::{Reducer, ReducerOptions};
+use c10d_nccl::cudarc::driver::{result, CudaStream};
 use c10d_world::World;
 use std::time::Duration;
 
@@ -29,6 +37,99 @@ fn average(world: usize, iter: usize, p: usize) -> Vec<f32> {
     (0..n)
         .map(|i| (0..world).map(|r| grad_value(r, iter, p, i)).sum::<f32>() / world as f32)
         .collect()
+}
+
+/// A host function that sleeps 100 ms, queued on `s`: what follows on `s` runs late.
+fn stall(s: &CudaStream) -> Result<(), String> {
+    unsafe extern "C" fn sleep_100ms(_: *mut std::ffi::c_void) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // SAFETY: a live stream; the callback only sleeps and touches no CUDA state.
+    unsafe {
+        result::stream::launch_host_function(s.cu_stream(), sleep_100ms, std::ptr::null_mut())
+    }
+    .map_err(|e| format!("cuLaunchHostFunc: {e:?}"))
+}
+
+/// Checks parameter `p`'s averaged gradient `got` (read back on the thread's stream).
+fn check(what: &str, got: &Tensor, world: usize, iter: usize, p: usize) -> Result<(), String> {
+    let host = got.to_vec::<f32>().map_err(|e| e.to_string())?;
+    let want = average(world, iter, p);
+    if host != want {
+        let bad = host.iter().zip(&want).position(|(a, b)| a != b);
+        return Err(format!(
+            "{what}, iteration {iter}, parameter {p}: first wrong element {bad:?} (got {:?}, \
+             expected {:?})",
+            bad.map(|i| host[i]),
+            bad.map(|i| want[i])
+        ));
+    }
+    Ok(())
+}
+
+/// Two iterations with a declared stream (see the module docs).
+pub fn device_reducer_on_a_declared_stream(
+    w: &World,
+    rank: usize,
+    dev: Device,
+) -> Result<(), String> {
+    let e = |e: c10d_core::DistError| e.to_string();
+    let d = |e: c10d_nccl::cudarc::driver::DriverError| format!("{e:?}");
+    let world = w.get_world_size(None).map_err(e)? as usize;
+    let ctx = c10d_nccl::device::context(dev).map_err(e)?;
+    let (declared, scope_stream) = (ctx.new_stream().map_err(d)?, ctx.new_stream().map_err(d)?);
+    let _on = c10d_nccl::stream::use_stream(dev, declared.clone()).map_err(e)?;
+    let params = SHAPES
+        .iter()
+        .map(|s| c10d_nccl::memory::zeros(DType::F32, s, dev))
+        .collect::<c10d_core::Result<Vec<Tensor>>>()
+        .map_err(e)?;
+    let opts = ReducerOptions {
+        bucket_cap_mb: Some(8192.0 / (1 << 20) as f64),
+        timeout: Some(Duration::from_secs(60)),
+        ..Default::default()
+    };
+    let reducer = Reducer::new(&params, w.world_group().map_err(e)?, opts).map_err(e)?;
+    for iter in 0..2 {
+        let mut kept = Vec::new();
+        reducer.prepare_for_backward(&[]).map_err(e)?;
+        for p in (0..SHAPES.len()).rev() {
+            let g = c10d_nccl::memory::from_cpu(&Tensor::from_vec(local(rank, iter, p)), dev)
+                .map_err(e)?;
+            stall(&declared)?;
+            if p == 3 {
+                let mut buf = scope_stream.clone_htod(&local(rank, iter, p)).map_err(d)?;
+                c10d_nccl::caller_memory::scope(&scope_stream, |sc| {
+                    let v = sc.view_mut_shaped(&mut buf, SHAPES[p])?;
+                    let _other = c10d_nccl::stream::use_stream(dev, declared.clone())?;
+                    // Into the bucket view, not given (a given view would be written back at
+                    // finalize, after its scope).
+                    reducer.grad(p)?.copy_from(&v)?;
+                    reducer.mark_variable_ready(p)
+                })
+                .map_err(e)?;
+            } else {
+                reducer.mark_variable_ready_with_grad(p, &g).map_err(e)?;
+                if p % 2 == 1 {
+                    kept.push((p, g));
+                } // else `g` is dropped here, its copy into the bucket still queued
+            }
+        }
+        reducer.finalize_backward().map_err(e)?;
+        for p in 0..SHAPES.len() {
+            check(
+                "declared stream",
+                &reducer.grad(p).map_err(e)?,
+                world,
+                iter,
+                p,
+            )?;
+        }
+        for (p, g) in &kept {
+            check("declared stream, written back", g, world, iter, *p)?;
+        }
+    }
+    Ok(())
 }
 
 /// Three iterations of the Reducer on `dev`'s parameters (buckets rebuilt after the first).

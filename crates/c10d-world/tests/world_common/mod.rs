@@ -96,6 +96,16 @@ pub fn run_gloo<R: Send + 'static>(
     setup: impl Fn(&World) + Send + Sync + 'static,
     f: impl Fn(&World, usize) -> R + Send + Sync + 'static,
 ) -> Vec<R> {
+    run_gloo_as(n, "gloo", setup, f)
+}
+
+/// As [`run_gloo`] with another backend string over gloo (`"cuda:gloo"`: device tensors only).
+pub fn run_gloo_as<R: Send + 'static>(
+    n: usize,
+    backend: &'static str,
+    setup: impl Fn(&World) + Send + Sync + 'static,
+    f: impl Fn(&World, usize) -> R + Send + Sync + 'static,
+) -> Vec<R> {
     let s = store();
     let f = Arc::new(f);
     let setup = Arc::new(setup);
@@ -109,7 +119,7 @@ pub fn run_gloo<R: Send + 'static>(
                     let w = World::new();
                     setup(&w);
                     w.init_process_group(InitOptions {
-                        backend: Some("gloo".into()),
+                        backend: Some(backend.into()),
                         store: Some(s),
                         world_size: Some(n),
                         rank: Some(r),
