@@ -24,6 +24,10 @@ pub(crate) struct DevicePool {
     /// Where tensors are allocated (and freed): waited for after each allocation, so a block
     /// is usable from any stream.
     pub stream: Arc<CudaStream>,
+    /// Where blocks that device copies used on other streams are freed, after those copies:
+    /// never waited for by an allocation (a free waiting behind a caller's stream must not
+    /// stall the next allocation).
+    pub free_stream: Arc<CudaStream>,
 }
 
 /// The raw pool handle, created once per device and never destroyed.
@@ -68,7 +72,14 @@ impl DevicePool {
         let stream = ctx
             .new_stream()
             .map_err(|e| driver_error("cuStreamCreate", e))?;
-        Ok(Some(DevicePool { pool, stream }))
+        let free_stream = ctx
+            .new_stream()
+            .map_err(|e| driver_error("cuStreamCreate", e))?;
+        Ok(Some(DevicePool {
+            pool,
+            stream,
+            free_stream,
+        }))
     }
 
     /// `nbytes` (non-zero) from the pool, ordered on `stream` (`cuMemAllocFromPoolAsync`).

@@ -120,12 +120,15 @@ impl CallerMemory {
             ));
         }
         // The copy runs on the scope's stream: after the ops on the view, even those whose
-        // `Work` another stream waited on.
-        for end in l.ends.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+        // `Work` another stream waited on. Once waited for, they are dropped (the stream stays
+        // ordered after them; the scope's end needs no more); kept if a wait failed.
+        let mut ends = l.ends.lock().unwrap_or_else(|e| e.into_inner());
+        for end in ends.iter() {
             self.stream
                 .wait(end)
                 .map_err(|e| crate::device::driver_error("cuStreamWaitEvent", e))?;
         }
+        ends.clear();
         Ok(())
     }
 }
@@ -189,6 +192,9 @@ impl super::device_copy::OnDevice for CallerMemory {
     fn copy_stream(&self, write: bool) -> Result<Option<Arc<CudaStream>>> {
         self.check_copy(write)?;
         Ok(Some(self.stream.clone()))
+    }
+    fn is_callers(&self) -> bool {
+        true
     }
     fn note_use(&self, s: &CudaStream, done: &Arc<CudaEvent>) -> Result<()> {
         if s.cu_stream() == self.stream.cu_stream() {

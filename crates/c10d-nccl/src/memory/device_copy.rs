@@ -18,6 +18,12 @@
 //! write through a read-only view), else on the thread's current stream; that stream is joined
 //! with the current stream both ways.
 //!
+//! While the thread's stream captures a CUDA graph, a copy is recorded into the graph on that
+//! stream and nothing else happens (c10d-nccl's memory used there must outlive the graph's
+//! replays, as with PyTorch's graph memory pools); the caller's memory is refused. A thread
+//! that declared nothing must not copy while another thread captures in the global mode (the
+//! device synchronisation would invalidate that capture), as for collectives.
+//!
 //! # Lifetimes
 //! Every copy records an event where it ends and hands it to both sides
 //! ([`OnDevice::note_use`]): c10d-nccl's own memory orders its free after it (as PyTorch's
@@ -51,6 +57,8 @@ pub(crate) trait OnDevice: DeviceStorage {
     /// # Errors
     /// The driver's error making a stream wait.
     fn note_use(&self, s: &CudaStream, done: &Arc<CudaEvent>) -> Result<()>;
+    /// True for the caller's memory (refused in CUDA graph capture).
+    fn is_callers(&self) -> bool;
 }
 
 /// `storage` as one of c10d-nccl's storages, if it is one.
@@ -118,6 +126,11 @@ fn run(
     work: impl FnOnce(&CudaStream) -> Result<()>,
 ) -> Result<()> {
     let declared = stream::declared_stream(device)?;
+    if let Some(d) = &declared {
+        if crate::capture::is_capturing(d)? {
+            return run_captured(d, sides, work);
+        }
+    }
     let current = match &declared {
         Some(d) => d.clone(),
         None => {
@@ -146,10 +159,9 @@ fn run(
         s.record_event(None)
             .map_err(|e| driver_error("cuEventRecord", e))?,
     );
-    for (m, _) in sides {
-        m.note_use(&s, &done)?;
-    }
-    match declared {
+    // Every side and the thread's stream learn of the copy, even when one of them fails.
+    let noted: Vec<Result<()>> = sides.iter().map(|(m, _)| m.note_use(&s, &done)).collect();
+    let waited = match declared {
         Some(d) if d.cu_stream() != s.cu_stream() => d
             .wait(&done)
             .map_err(|e| driver_error("cuStreamWaitEvent", e)),
@@ -157,7 +169,27 @@ fn run(
         None => done
             .synchronize()
             .map_err(|e| driver_error("cuEventSynchronize", e)),
+    };
+    noted.into_iter().collect::<Result<()>>()?;
+    waited
+}
+
+/// A copy while the thread's stream `d` captures a CUDA graph: recorded into the graph on `d`,
+/// with no event and no wait (as a captured collective). The caller's memory is refused: a
+/// replay would run after its scope or owner gave it back.
+fn run_captured(
+    d: &CudaStream,
+    sides: &[(&dyn OnDevice, bool)],
+    work: impl FnOnce(&CudaStream) -> Result<()>,
+) -> Result<()> {
+    if sides.iter().any(|(m, _)| m.is_callers()) {
+        return Err(DistError::invalid(
+            "a copy of the caller's memory (caller_memory) cannot be captured in a CUDA graph \
+             (a replay would run after the memory was given back); capture c10d_nccl::memory \
+             tensors",
+        ));
     }
+    work(d)
 }
 
 fn check_range(s: &dyn DeviceStorage, offset: usize, len: usize) -> Result<()> {

@@ -45,10 +45,20 @@ pub struct CudaMemory {
     /// stream-ordered allocation it is (freed there).
     ordered_on: Option<Arc<CudaStream>>,
     /// The end events of on-device copies that used the block on other streams
-    /// (`device_copy`), the latest per stream (by its handle's address): the free waits for
-    /// them.
-    uses: Mutex<Vec<(usize, Arc<CudaEvent>)>>,
+    /// (`device_copy`): the free is ordered after them (see [`CudaMemory::note_copy`]).
+    uses: Mutex<Vec<Use>>,
 }
+
+/// One on-device copy's end event, with the stream it ran on (its handle and the thread that
+/// queued it: `CU_STREAM_PER_THREAD` names another stream on every thread).
+struct Use {
+    stream: usize,
+    thread: std::thread::ThreadId,
+    done: Arc<CudaEvent>,
+}
+
+/// Most streams a block keeps copy events of; past it the oldest is waited for on the host.
+const MAX_USES: usize = 8;
 
 impl std::fmt::Debug for CudaMemory {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -157,6 +167,11 @@ impl CudaMemory {
                     // `alloc_sync`), `nbytes` long, and nobody else uses it yet.
                     unsafe { result::memset_d8_sync(m.ptr, 0, nbytes) }
                         .map_err(|e| driver_error("cuMemsetD8", e))?;
+                    // cuMemsetD8 may return before it ran (on the legacy stream, which
+                    // non-blocking streams do not follow): wait, so any stream sees zeros.
+                    m.ctx
+                        .synchronize()
+                        .map_err(|e| driver_error("cuCtxSynchronize", e))?;
                 }
                 return Ok(m);
             }
@@ -172,19 +187,50 @@ impl CudaMemory {
         Ok(m)
     }
 
-    /// Orders the free of the block after the on-device copies noted on it (`uses`).
-    fn wait_for_uses(&self) {
-        let uses = std::mem::take(&mut *self.uses.lock().unwrap_or_else(|e| e.into_inner()));
-        for (_, done) in uses {
-            let waited = match &self.ordered_on {
-                Some(s) => s.wait(&done),
-                None => done.synchronize(),
-            };
-            if let Err(e) = waited {
-                log::warn!("c10d-nccl: ordering a free after a device copy failed: {e:?}");
-                let _ = done.synchronize();
-            }
+    /// Notes an on-device copy on `s` ending at `done` (PyTorch's `record_stream`): the block's
+    /// free waits for it. One event per stream is kept (a later one on the same stream covers
+    /// the earlier); past [`MAX_USES`] streams the oldest event is waited for on the host.
+    fn note_copy(&self, s: &CudaStream, done: &Arc<CudaEvent>) {
+        let (stream, thread) = (s.cu_stream() as usize, std::thread::current().id());
+        let mut uses = self.uses.lock().unwrap_or_else(|e| e.into_inner());
+        uses.retain(|u| u.stream != stream || u.thread != thread);
+        if uses.len() >= MAX_USES {
+            let oldest = uses.remove(0);
+            wait_on_host(&oldest.done);
         }
+        uses.push(Use {
+            stream,
+            thread,
+            done: done.clone(),
+        });
+    }
+
+    /// Where the block is freed: its own stream when no copy on another stream used it; else
+    /// the device's free stream, made to wait for those copies and for the block's own stream
+    /// (for `cuMemAlloc` blocks, or when that fails, the host waits for the copies instead).
+    fn free_stream(&self) -> Option<Arc<CudaStream>> {
+        let uses = std::mem::take(&mut *self.uses.lock().unwrap_or_else(|e| e.into_inner()));
+        let own = self.ordered_on.clone();
+        let (Some(own_stream), false) = (&own, uses.is_empty()) else {
+            uses.iter().for_each(|u| wait_on_host(&u.done));
+            return own;
+        };
+        let free = match DevicePool::of(self.device) {
+            Ok(Some(pool)) => pool.free_stream,
+            _ => {
+                uses.iter().for_each(|u| wait_on_host(&u.done));
+                return own;
+            }
+        };
+        let ordered = free
+            .join(own_stream)
+            .and_then(|()| uses.iter().try_for_each(|u| free.wait(&u.done)));
+        if let Err(e) = ordered {
+            log::warn!("c10d-nccl: ordering a free after device copies failed: {e:?}");
+            uses.iter().for_each(|u| wait_on_host(&u.done));
+            return own;
+        }
+        Some(free)
     }
 
     /// Host copies run on the calling thread's current stream of this device
@@ -203,15 +249,15 @@ impl Drop for CudaMemory {
             return;
         }
         let _ = self.ctx.bind_to_thread();
-        self.wait_for_uses();
-        let freed = match &self.ordered_on {
+        let freed = match &self.free_stream() {
             // SAFETY: `ptr` came from cuMemAlloc in this context and is freed once, here; every
             // collective using it holds a tensor (and so this storage) until its end event
             // fired or its communicator was aborted.
             None => unsafe { result::free_sync(self.ptr) },
-            // SAFETY: `ptr` came from cuMemAllocAsync on `s` and is freed once, on `s`, after
-            // every use queued there (an op's temporary buffer is only used on `s`) and after
-            // the device copies on other streams (`wait_for_uses` made `s` wait for them).
+            // SAFETY: `ptr` came from cuMemAllocAsync and is freed once, on its own stream `s`
+            // after every use queued there (an op's temporary buffer is only used on `s`), or
+            // on the free stream made to wait for that stream and for the device copies on
+            // other streams (`free_stream`).
             Some(s) => unsafe { result::free_async(self.ptr, s.cu_stream()) },
         };
         if let Err(e) = freed {
@@ -276,19 +322,25 @@ impl device_copy::OnDevice for CudaMemory {
     fn copy_stream(&self, _write: bool) -> Result<Option<Arc<CudaStream>>> {
         Ok(None)
     }
+    fn is_callers(&self) -> bool {
+        false
+    }
     fn note_use(&self, s: &CudaStream, done: &Arc<CudaEvent>) -> Result<()> {
-        let on = s.cu_stream() as usize;
         if self
             .ordered_on
             .as_ref()
-            .is_some_and(|o| o.cu_stream() as usize == on)
+            .is_none_or(|o| o.cu_stream() != s.cu_stream())
         {
-            return Ok(()); // freed on that stream: after the copy already
+            self.note_copy(s, done);
         }
-        let mut uses = self.uses.lock().unwrap_or_else(|e| e.into_inner());
-        uses.retain(|(stream, _)| *stream != on); // a later event on one stream covers earlier ones
-        uses.push((on, done.clone()));
         Ok(())
+    }
+}
+
+/// Waits on the host for a device copy's end event (logged if that fails).
+fn wait_on_host(done: &CudaEvent) {
+    if let Err(e) = done.synchronize() {
+        log::warn!("c10d-nccl: waiting for a device copy failed: {e:?}");
     }
 }
 

@@ -7,10 +7,12 @@
 //!
 //! [`device_reducer_on_a_declared_stream`] runs with a stream declared for the thread (the fast
 //! path: nothing waits on the host): each gradient's copy into its bucket is queued behind a
-//! producer that sleeps 100 ms on that stream, gradients given as temporaries are dropped at
-//! once (their memory must outlive the queued copy), the others are written back at finalize
-//! (`gradient_as_bucket_view` off), and one scope view is copied into its bucket view with
-//! another stream declared than its scope's.
+//! producer that sleeps 100 ms on that stream; gradients given as temporaries are dropped at
+//! once and a block of the same size allocated (a free not ordered after the queued copy would
+//! let that block be the gradient's, zeroed); one scope view, on a stream that is late too, is
+//! copied into its bucket view with another stream declared than its scope's; and memory
+//! written late on the declared stream is copied into a scope view and read on the scope's
+//! stream.
 
 use c10d_core::{DType, Device, Tensor};
 use c10d_ddp::{Reducer, ReducerOptions};
@@ -86,50 +88,77 @@ pub fn device_reducer_on_a_declared_stream(
         .map_err(e)?;
     let opts = ReducerOptions {
         bucket_cap_mb: Some(8192.0 / (1 << 20) as f64),
+        gradient_as_bucket_view: true,
         timeout: Some(Duration::from_secs(60)),
         ..Default::default()
     };
     let reducer = Reducer::new(&params, w.world_group().map_err(e)?, opts).map_err(e)?;
     for iter in 0..2 {
-        let mut kept = Vec::new();
+        // Blocks allocated while the copies from dropped gradients are still queued: a free not
+        // ordered after its copy would hand the gradient's block to one of them, zeroed.
+        let mut spare = Vec::new();
         reducer.prepare_for_backward(&[]).map_err(e)?;
         for p in (0..SHAPES.len()).rev() {
-            let g = c10d_nccl::memory::from_cpu(&Tensor::from_vec(local(rank, iter, p)), dev)
-                .map_err(e)?;
+            let host = Tensor::from_vec(local(rank, iter, p));
+            let g = c10d_nccl::memory::from_cpu(&host, dev).map_err(e)?;
             stall(&declared)?;
             if p == 3 {
+                // The scope's stream is late too; the copy runs there, after `declared`.
+                stall(&scope_stream)?;
                 let mut buf = scope_stream.clone_htod(&local(rank, iter, p)).map_err(d)?;
                 c10d_nccl::caller_memory::scope(&scope_stream, |sc| {
                     let v = sc.view_mut_shaped(&mut buf, SHAPES[p])?;
                     let _other = c10d_nccl::stream::use_stream(dev, declared.clone())?;
-                    // Into the bucket view, not given (a given view would be written back at
-                    // finalize, after its scope).
                     reducer.grad(p)?.copy_from(&v)?;
                     reducer.mark_variable_ready(p)
                 })
                 .map_err(e)?;
             } else {
                 reducer.mark_variable_ready_with_grad(p, &g).map_err(e)?;
-                if p % 2 == 1 {
-                    kept.push((p, g));
-                } // else `g` is dropped here, its copy into the bucket still queued
+                let n = g.numel();
+                drop(g); // its copy into the bucket is still queued behind the stall
+                spare.push(params[0].new_zeros(DType::F32, &[n]).map_err(e)?);
             }
         }
         reducer.finalize_backward().map_err(e)?;
         for p in 0..SHAPES.len() {
-            check(
-                "declared stream",
-                &reducer.grad(p).map_err(e)?,
-                world,
-                iter,
-                p,
-            )?;
-        }
-        for (p, g) in &kept {
-            check("declared stream, written back", g, world, iter, *p)?;
+            let got = reducer.grad(p).map_err(e)?;
+            check("declared stream", &got, world, iter, p)?;
         }
     }
-    Ok(())
+    late_source_into_a_scope_view(&reducer, world, dev, &declared, &scope_stream)
+}
+
+/// A copy from memory written late on the declared stream into a view of a scope on another
+/// stream, read back on the scope's stream: the scope's stream must have joined the declared one.
+fn late_source_into_a_scope_view(
+    reducer: &Reducer,
+    world: usize,
+    dev: Device,
+    declared: &std::sync::Arc<CudaStream>,
+    scope_stream: &std::sync::Arc<CudaStream>,
+) -> Result<(), String> {
+    let e = |e: c10d_core::DistError| e.to_string();
+    let d = |e: c10d_nccl::cudarc::driver::DriverError| format!("{e:?}");
+    let avg = reducer.grad(0).map_err(e)?;
+    let late = c10d_nccl::memory::zeros(DType::F32, &[avg.numel()], dev).map_err(e)?;
+    stall(declared)?;
+    late.copy_from(&avg).map_err(e)?; // queued on `declared`, behind the stall
+    let mut out = scope_stream.alloc_zeros::<f32>(avg.numel()).map_err(d)?;
+    c10d_nccl::caller_memory::scope(scope_stream, |sc| {
+        let v = sc.view_mut(&mut out)?;
+        let _other = c10d_nccl::stream::use_stream(dev, declared.clone())?;
+        v.copy_from(&late)
+    })
+    .map_err(e)?;
+    let host = scope_stream.clone_dtoh(&out).map_err(d)?;
+    check(
+        "late source into a scope view",
+        &Tensor::from_vec(host),
+        world,
+        1,
+        0,
+    )
 }
 
 /// Three iterations of the Reducer on `dev`'s parameters (buckets rebuilt after the first).
