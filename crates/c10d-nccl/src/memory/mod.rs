@@ -17,6 +17,10 @@
 //! Host copies run on the calling thread's current stream ([`crate::stream`]) and return when
 //! the bytes have arrived, so they are ordered after the collectives whose `Work` was waited on.
 //!
+//! A block that an on-device copy (`device_copy.rs`) used on another stream than its own is
+//! freed on the device's free stream once that copy is done (PyTorch's `record_stream`), never
+//! making an allocation wait.
+//!
 //! Children: `caller.rs`, the caller's memory as a storage (what `crate::caller_memory`'s
 //! scopes and `from_raw_device` lend, with the rules its views follow); `device_copy.rs`, the
 //! on-device copies, zeroing and zeroed allocation of both storages (`Tensor::copy_from`
