@@ -134,21 +134,6 @@ impl CallerMemory {
 }
 
 impl DeviceStorage for CallerMemory {
-    fn device(&self) -> Device {
-        self.device
-    }
-    fn device_ptr(&self) -> u64 {
-        self.ptr
-    }
-    fn nbytes(&self) -> usize {
-        self.nbytes
-    }
-    fn last_stream(&self) -> Option<u64> {
-        Some(self.last_stream.load(Ordering::Relaxed)).filter(|&s| s != 0)
-    }
-    fn record_stream(&self, stream: u64) {
-        self.last_stream.store(stream, Ordering::Relaxed);
-    }
     fn copy_to_host(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
         self.check_copy(false)?;
         // SAFETY: `ptr` starts `nbytes` of device memory of the stream's context, valid while
@@ -160,24 +145,7 @@ impl DeviceStorage for CallerMemory {
         // SAFETY: as in `copy_to_host`.
         unsafe { super::copy_from_host(&self.stream, self.ptr, self.nbytes, offset, src) }
     }
-    fn copy_from_device(
-        &self,
-        offset: usize,
-        src: &dyn DeviceStorage,
-        src_offset: usize,
-        nbytes: usize,
-    ) -> Result<()> {
-        super::device_copy::copy(self, offset, src, src_offset, nbytes)
-    }
-    fn fill_zero(&self, offset: usize, nbytes: usize) -> Result<()> {
-        super::device_copy::zero(self, offset, nbytes)
-    }
-    fn alloc_zeroed(&self, nbytes: usize) -> Result<Arc<dyn DeviceStorage>> {
-        Ok(Arc::new(super::CudaMemory::alloc_zeroed(
-            self.device,
-            nbytes,
-        )?))
-    }
+    super::device_copy::device_storage_methods!();
     fn as_any(&self) -> &dyn Any {
         self
     }

@@ -61,6 +61,51 @@ pub(crate) trait OnDevice: DeviceStorage {
     fn is_callers(&self) -> bool;
 }
 
+/// What both storages' `impl DeviceStorage` blocks share: the accessors of their `device`,
+/// `ptr`, `nbytes` and `last_stream` fields, and the on-device hooks (`copy_from_device`,
+/// `fill_zero`, `alloc_zeroed`) of a storage implementing [`OnDevice`].
+macro_rules! device_storage_methods {
+    () => {
+        fn device(&self) -> c10d_core::Device {
+            self.device
+        }
+        fn device_ptr(&self) -> u64 {
+            self.ptr
+        }
+        fn nbytes(&self) -> usize {
+            self.nbytes
+        }
+        fn last_stream(&self) -> Option<u64> {
+            let s = self.last_stream.load(std::sync::atomic::Ordering::Relaxed);
+            Some(s).filter(|&s| s != 0)
+        }
+        fn record_stream(&self, stream: u64) {
+            self.last_stream
+                .store(stream, std::sync::atomic::Ordering::Relaxed);
+        }
+        fn copy_from_device(
+            &self,
+            offset: usize,
+            src: &dyn c10d_core::DeviceStorage,
+            src_offset: usize,
+            nbytes: usize,
+        ) -> c10d_core::Result<()> {
+            $crate::memory::device_copy::copy(self, offset, src, src_offset, nbytes)
+        }
+        fn fill_zero(&self, offset: usize, nbytes: usize) -> c10d_core::Result<()> {
+            $crate::memory::device_copy::zero(self, offset, nbytes)
+        }
+        fn alloc_zeroed(
+            &self,
+            nbytes: usize,
+        ) -> c10d_core::Result<std::sync::Arc<dyn c10d_core::DeviceStorage>> {
+            let mem = $crate::memory::CudaMemory::alloc_zeroed(self.device(), nbytes)?;
+            Ok(std::sync::Arc::new(mem))
+        }
+    };
+}
+pub(crate) use device_storage_methods;
+
 /// `storage` as one of c10d-nccl's storages, if it is one.
 fn on_device(storage: &dyn DeviceStorage) -> Option<&dyn OnDevice> {
     let any = storage.as_any();

@@ -35,7 +35,7 @@ use crate::stream;
 use c10d_core::{DType, Device, DeviceStorage, Result, Tensor};
 use cudarc::driver::{result, sys, CudaContext, CudaEvent, CudaStream};
 use std::any::Any;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
 /// One block of device memory, freed when the last tensor over it is dropped.
@@ -274,21 +274,6 @@ impl Drop for CudaMemory {
 }
 
 impl DeviceStorage for CudaMemory {
-    fn device(&self) -> Device {
-        self.device
-    }
-    fn device_ptr(&self) -> u64 {
-        self.ptr
-    }
-    fn nbytes(&self) -> usize {
-        self.nbytes
-    }
-    fn last_stream(&self) -> Option<u64> {
-        Some(self.last_stream.load(Ordering::Relaxed)).filter(|&s| s != 0)
-    }
-    fn record_stream(&self, stream: u64) {
-        self.last_stream.store(stream, Ordering::Relaxed);
-    }
     fn copy_to_host(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
         let s = self.host_copy_stream()?;
         // SAFETY: `ptr` is the start of this live allocation of `nbytes` bytes.
@@ -299,21 +284,7 @@ impl DeviceStorage for CudaMemory {
         // SAFETY: as in `copy_to_host`.
         unsafe { copy_from_host(&s, self.ptr, self.nbytes, offset, src) }
     }
-    fn copy_from_device(
-        &self,
-        offset: usize,
-        src: &dyn DeviceStorage,
-        src_offset: usize,
-        nbytes: usize,
-    ) -> Result<()> {
-        device_copy::copy(self, offset, src, src_offset, nbytes)
-    }
-    fn fill_zero(&self, offset: usize, nbytes: usize) -> Result<()> {
-        device_copy::zero(self, offset, nbytes)
-    }
-    fn alloc_zeroed(&self, nbytes: usize) -> Result<Arc<dyn DeviceStorage>> {
-        Ok(Arc::new(CudaMemory::alloc_zeroed(self.device, nbytes)?))
-    }
+    device_copy::device_storage_methods!();
     fn as_any(&self) -> &dyn Any {
         self
     }

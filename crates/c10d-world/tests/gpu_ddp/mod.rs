@@ -41,6 +41,25 @@ fn average(world: usize, iter: usize, p: usize) -> Vec<f32> {
         .collect()
 }
 
+/// CUDA parameters of [`SHAPES`] on `dev` and a Reducer over them (8 KiB buckets, gradients
+/// only in the bucket views).
+fn new_reducer(w: &World, dev: Device) -> Result<(Vec<Tensor>, Reducer), String> {
+    let e = |e: c10d_core::DistError| e.to_string();
+    let params = SHAPES
+        .iter()
+        .map(|s| c10d_nccl::memory::zeros(DType::F32, s, dev))
+        .collect::<c10d_core::Result<Vec<Tensor>>>()
+        .map_err(e)?;
+    let opts = ReducerOptions {
+        bucket_cap_mb: Some(8192.0 / (1 << 20) as f64),
+        gradient_as_bucket_view: true,
+        timeout: Some(Duration::from_secs(60)),
+        ..Default::default()
+    };
+    let reducer = Reducer::new(&params, w.world_group().map_err(e)?, opts).map_err(e)?;
+    Ok((params, reducer))
+}
+
 /// A host function that sleeps 100 ms, queued on `s`: what follows on `s` runs late.
 fn stall(s: &CudaStream) -> Result<(), String> {
     unsafe extern "C" fn sleep_100ms(_: *mut std::ffi::c_void) {
@@ -81,18 +100,7 @@ pub fn device_reducer_on_a_declared_stream(
     let ctx = c10d_nccl::device::context(dev).map_err(e)?;
     let (declared, scope_stream) = (ctx.new_stream().map_err(d)?, ctx.new_stream().map_err(d)?);
     let _on = c10d_nccl::stream::use_stream(dev, declared.clone()).map_err(e)?;
-    let params = SHAPES
-        .iter()
-        .map(|s| c10d_nccl::memory::zeros(DType::F32, s, dev))
-        .collect::<c10d_core::Result<Vec<Tensor>>>()
-        .map_err(e)?;
-    let opts = ReducerOptions {
-        bucket_cap_mb: Some(8192.0 / (1 << 20) as f64),
-        gradient_as_bucket_view: true,
-        timeout: Some(Duration::from_secs(60)),
-        ..Default::default()
-    };
-    let reducer = Reducer::new(&params, w.world_group().map_err(e)?, opts).map_err(e)?;
+    let (params, reducer) = new_reducer(w, dev)?;
     for iter in 0..2 {
         // Blocks allocated while the copies from dropped gradients are still queued: a free not
         // ordered after its copy would hand the gradient's block to one of them, zeroed.
@@ -166,18 +174,7 @@ pub fn device_reducer(w: &World, rank: usize, dev: Device) -> Result<(), String>
     let e = |e: c10d_core::DistError| e.to_string();
     let d = |e: c10d_nccl::cudarc::driver::DriverError| format!("{e:?}");
     let world = w.get_world_size(None).map_err(e)? as usize;
-    let params = SHAPES
-        .iter()
-        .map(|s| c10d_nccl::memory::zeros(DType::F32, s, dev))
-        .collect::<c10d_core::Result<Vec<Tensor>>>()
-        .map_err(e)?;
-    let opts = ReducerOptions {
-        bucket_cap_mb: Some(8192.0 / (1 << 20) as f64),
-        gradient_as_bucket_view: true,
-        timeout: Some(Duration::from_secs(60)),
-        ..Default::default()
-    };
-    let reducer = Reducer::new(&params, w.world_group().map_err(e)?, opts).map_err(e)?;
+    let (_params, reducer) = new_reducer(w, dev)?;
     let ctx = c10d_nccl::device::context(dev).map_err(e)?;
     let s = ctx.new_stream().map_err(d)?;
     for iter in 0..3 {
