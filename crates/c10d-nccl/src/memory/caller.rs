@@ -159,6 +159,13 @@ impl super::device_copy::OnDevice for CallerMemory {
     }
     fn copy_stream(&self, write: bool) -> Result<Option<Arc<CudaStream>>> {
         self.check_copy(write)?;
+        if crate::capture::is_capturing(&self.stream)? {
+            return Err(DistError::invalid(
+                "a copy of the caller's memory (caller_memory) cannot be captured in a CUDA \
+                 graph (a replay would run after the memory was given back); capture \
+                 c10d_nccl::memory tensors",
+            ));
+        }
         Ok(Some(self.stream.clone()))
     }
     fn is_callers(&self) -> bool {
@@ -168,9 +175,11 @@ impl super::device_copy::OnDevice for CallerMemory {
         if s.cu_stream() == self.stream.cu_stream() {
             return Ok(());
         }
+        // Ordered on the device, or else on the host.
         self.stream
             .wait(done)
-            .map_err(|e| crate::device::driver_error("cuStreamWaitEvent", e))
+            .or_else(|_| done.synchronize())
+            .map_err(|e| crate::device::driver_error("cuEventSynchronize", e))
     }
 }
 

@@ -200,16 +200,22 @@ fn run(
         }
     }
     work(&s)?;
-    let done = Arc::new(
-        s.record_event(None)
-            .map_err(|e| driver_error("cuEventRecord", e))?,
-    );
-    // Every side and the thread's stream learn of the copy, even when one of them fails.
+    let done = match s.record_event(None) {
+        Ok(e) => Arc::new(e),
+        Err(e) => {
+            // Nothing can be ordered after the copy on the device: finish it on the host.
+            let _ = s.synchronize();
+            return Err(driver_error("cuEventRecord", e));
+        }
+    };
+    // Every side and the thread's stream learn of the copy, even when one of them fails; a
+    // stream that cannot wait for it on the device gets the host's wait instead.
     let noted: Vec<Result<()>> = sides.iter().map(|(m, _)| m.note_use(&s, &done)).collect();
     let waited = match declared {
         Some(d) if d.cu_stream() != s.cu_stream() => d
             .wait(&done)
-            .map_err(|e| driver_error("cuStreamWaitEvent", e)),
+            .or_else(|_| done.synchronize())
+            .map_err(|e| driver_error("cuEventSynchronize", e)),
         Some(_) => Ok(()),
         None => done
             .synchronize()

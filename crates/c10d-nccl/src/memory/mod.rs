@@ -61,8 +61,25 @@ struct Use {
     done: Arc<CudaEvent>,
 }
 
-/// Most streams a block keeps copy events of; past it the oldest is waited for on the host.
+/// Most streams a block keeps copy events of; past it the oldest is folded into the free stream.
 const MAX_USES: usize = 8;
+
+impl Use {
+    /// The copy ending at `done`, queued on `s` by this thread.
+    fn on(s: &CudaStream, done: Arc<CudaEvent>) -> Use {
+        Use {
+            stream: s.cu_stream() as usize,
+            thread: std::thread::current().id(),
+            done,
+        }
+    }
+}
+
+/// Adds `u`, replacing the event of the same stream and thread (which `u` comes after).
+fn record(uses: &mut Vec<Use>, u: Use) {
+    uses.retain(|o| o.stream != u.stream || o.thread != u.thread);
+    uses.push(u);
+}
 
 impl std::fmt::Debug for CudaMemory {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -193,20 +210,35 @@ impl CudaMemory {
 
     /// Notes an on-device copy on `s` ending at `done` (PyTorch's `record_stream`): the block's
     /// free waits for it. One event per stream is kept (a later one on the same stream covers
-    /// the earlier); past [`MAX_USES`] streams the oldest event is waited for on the host.
+    /// the earlier); past [`MAX_USES`] streams the oldest is folded into the device's free
+    /// stream (which waits for it; an event recorded there then stands for it).
     fn note_copy(&self, s: &CudaStream, done: &Arc<CudaEvent>) {
-        let (stream, thread) = (s.cu_stream() as usize, std::thread::current().id());
         let mut uses = self.uses.lock().unwrap_or_else(|e| e.into_inner());
-        uses.retain(|u| u.stream != stream || u.thread != thread);
         if uses.len() >= MAX_USES {
             let oldest = uses.remove(0);
-            wait_on_host(&oldest.done);
+            if let Some(folded) = self.fold(&oldest.done) {
+                record(&mut uses, folded);
+            }
         }
-        uses.push(Use {
-            stream,
-            thread,
-            done: done.clone(),
-        });
+        record(&mut uses, Use::on(s, done.clone()));
+    }
+
+    /// `done` as an event of the device's free stream (made to wait for it); where that cannot
+    /// be, the host waits for `done` and `None` is returned.
+    fn fold(&self, done: &CudaEvent) -> Option<Use> {
+        let folded = match DevicePool::of(self.device) {
+            Ok(Some(pool)) => pool
+                .free_stream
+                .wait(done)
+                .and_then(|()| pool.free_stream.record_event(None))
+                .map(|e| Use::on(&pool.free_stream, Arc::new(e)))
+                .ok(),
+            _ => None,
+        };
+        if folded.is_none() {
+            wait_on_host(done);
+        }
+        folded
     }
 
     /// Where the block is freed: its own stream when no copy on another stream used it; else
