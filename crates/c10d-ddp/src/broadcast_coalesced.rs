@@ -1,22 +1,23 @@
 //! `broadcast_coalesced`: the initial parameter sync of DDP (`dist._broadcast_coalesced`), many
 //! tensors broadcast through a few flat buffers.
 
-use c10d_core::{BroadcastOptions, DType, DistError, ProcessGroup, Result, Tensor, Work};
+use c10d_core::{BroadcastOptions, DType, Device, DistError, ProcessGroup, Result, Tensor, Work};
 use std::time::Duration;
 
 /// DDP's `broadcast_bucket_size` for the initial sync: 250 MiB.
 pub const DEFAULT_BROADCAST_BUCKET_SIZE: usize = 250 * 1024 * 1024;
 
 /// Broadcasts `tensors` from group rank `src` to every rank, packed into flat buffers of one
-/// dtype and about `buffer_size` bytes each (a buffer is closed once it reaches the size), all
-/// launched at once and then awaited. Every rank must pass the same list of shapes and dtypes
+/// dtype and device and about `buffer_size` bytes each (a buffer is closed once it reaches the
+/// size), all launched at once and then awaited. Device tensors are packed on their device
+/// (`Tensor::new_zeros`, on-device copies). Every rank must pass the same list of shapes and dtypes
 /// (check with [`super::verify_params_across_processes`]).
 ///
 /// `timeout` bounds each broadcast (`None` = the group's default backend timeout).
 ///
 /// # Errors
-/// [`DistError::InvalidArgument`] for a tensor not in host memory or `src` outside the group; a
-/// failed or timed-out broadcast.
+/// [`DistError::InvalidArgument`] for `src` outside the group; a device whose storage cannot
+/// allocate the flat buffer; a failed or timed-out broadcast.
 pub fn broadcast_coalesced(
     pg: &ProcessGroup,
     tensors: &[Tensor],
@@ -28,12 +29,6 @@ pub fn broadcast_coalesced(
         return Err(DistError::invalid(format!(
             "broadcast_coalesced: src {src} is not a rank of a group of size {}",
             pg.size()
-        )));
-    }
-    if let Some((i, t)) = tensors.iter().enumerate().find(|(_, t)| !t.is_cpu()) {
-        return Err(DistError::invalid(format!(
-            "broadcast_coalesced: tensor {i} is on {}; only host tensors are supported",
-            t.device()
         )));
     }
     let timeout = match timeout {
@@ -60,15 +55,17 @@ pub fn broadcast_coalesced(
     Ok(())
 }
 
-/// Groups tensor indices by dtype, in order, closing a group once it holds `limit` bytes.
+/// Groups tensor indices by dtype and device, in order, closing a group once it holds `limit`
+/// bytes.
 fn take_tensors(tensors: &[Tensor], limit: usize) -> Vec<Vec<usize>> {
     let mut done = Vec::new();
-    let mut open: Vec<(DType, Vec<usize>, usize)> = Vec::new();
+    let mut open: Vec<((DType, Device), Vec<usize>, usize)> = Vec::new();
     for (i, t) in tensors.iter().enumerate() {
-        let pos = match open.iter().position(|g| g.0 == t.dtype()) {
+        let key = (t.dtype(), t.device());
+        let pos = match open.iter().position(|g| g.0 == key) {
             Some(p) => p,
             None => {
-                open.push((t.dtype(), Vec::new(), 0));
+                open.push((key, Vec::new(), 0));
                 open.len() - 1
             }
         };
@@ -84,10 +81,11 @@ fn take_tensors(tensors: &[Tensor], limit: usize) -> Vec<Vec<usize>> {
     done
 }
 
-/// A flat buffer for `group`, filled with the tensors' data when `fill`.
+/// A flat buffer for `group` on its device, filled with the tensors' data when `fill`.
 fn flatten(tensors: &[Tensor], group: &[usize], fill: bool) -> Result<Tensor> {
     let total: usize = group.iter().map(|&i| tensors[i].numel()).sum();
-    let flat = Tensor::zeros(tensors[group[0]].dtype(), &[total]);
+    let first = &tensors[group[0]];
+    let flat = first.new_zeros(first.dtype(), &[total])?;
     if fill {
         let mut at = 0;
         for &i in group {

@@ -51,15 +51,29 @@ impl BucketMemory {
     /// `host` (a CPU tensor) copied to `device` (itself when `device` is the CPU).
     ///
     /// # Errors
-    /// As [`BucketMemory::zeros`]; the device's copy error.
+    /// A device no parameter was on; the device's allocation or copy error.
     pub fn to_device(&self, host: &Tensor, device: Device) -> Result<Tensor> {
-        if device == Device::Cpu {
-            return Ok(host.clone());
+        match self.anchors.iter().find(|a| a.device() == device) {
+            Some(a) => beside(a, host),
+            None if device == Device::Cpu => Ok(host.clone()),
+            None => Err(DistError::invalid(format!(
+                "no parameter on {device} was registered with this Reducer"
+            ))),
         }
-        let t = self
-            .zeros(host.dtype(), device, host.numel())?
-            .reshape(host.shape())?;
-        t.copy_from(host)?;
-        Ok(t)
     }
+}
+
+/// `host` (a CPU tensor) copied to `like`'s device (itself when that is the CPU): what DDP's
+/// helper messages (bucket rebuild, parameter verification) travel in, on the parameters'
+/// device as PyTorch moves them there, so a group with only a device backend carries them.
+///
+/// # Errors
+/// The device's allocation or copy error.
+pub(crate) fn beside(like: &Tensor, host: &Tensor) -> Result<Tensor> {
+    if like.is_cpu() {
+        return Ok(host.clone());
+    }
+    let t = like.new_zeros(host.dtype(), host.shape())?;
+    t.copy_from(host)?;
+    Ok(t)
 }

@@ -78,7 +78,8 @@
 //!   in PyTorch: gradients are copied into the buckets and back on the device
 //!   (`Tensor::copy_from`, `zero_`, `new_zeros`), in the order c10d-nccl's stream rule gives
 //!   (`c10d_nccl::stream`), and the bucket rebuild's message travels on the first parameter's
-//!   device (so a group with only `"nccl"` carries it). The Reducer has no kernels of its own, so
+//!   device (so a group with only `"nccl"` carries it), as do [`verify_params_across_processes`]'s
+//!   gathers and [`broadcast_coalesced()`]'s flat buffers. The Reducer has no kernels of its own, so
 //!   on a device it does not divide gradients by the group size on the way in: the bucket's
 //!   all_reduce averages (`ReduceOp::Avg`; NCCL pre-multiplies floats by 1/size, the same
 //!   pre-division; a CPU backend that stages device tensors, `"cuda:gloo"`, sums and then

@@ -1,12 +1,13 @@
 //! `verify_params_across_processes`: every rank must hold the same parameters (count, shapes,
 //! dtypes) before data-parallel training starts (`dist._verify_params_across_processes`).
 
-use c10d_core::{AllgatherOptions, DistError, ProcessGroup, Result, Tensor};
+use super::bucket_memory::beside;
+use c10d_core::{AllgatherOptions, DType, DistError, ProcessGroup, Result, Tensor};
 use std::time::Duration;
 
 /// Checks that every rank of `pg` has the same parameters: their number, and each one's shape
-/// and dtype. Every rank gathers every rank's description (two all_gathers), so all ranks either
-/// pass or fail together.
+/// and dtype. Every rank gathers every rank's description (two all_gathers, on the first
+/// parameter's device, as PyTorch does), so all ranks either pass or fail together.
 ///
 /// `names` (empty, or one per parameter) are used in the message; `timeout` bounds each
 /// all_gather (`None` = the group's default backend timeout).
@@ -28,11 +29,15 @@ pub fn verify_params_across_processes(
         None => pg.default_backend()?.timeout(),
     };
     let mine = describe(params);
-    let lens = all_gather(pg, vec![mine.len() as i64], timeout)?;
+    let like = params
+        .first()
+        .cloned()
+        .unwrap_or_else(|| Tensor::zeros(DType::I64, &[0]));
+    let lens = all_gather(pg, &like, vec![mine.len() as i64], timeout)?;
     let width = lens.iter().copied().max().unwrap_or(0) as usize;
     let mut padded = mine.clone();
     padded.resize(width, -1);
-    let all = all_gather(pg, padded, timeout)?;
+    let all = all_gather(pg, &like, padded, timeout)?;
     let me = pg.rank();
     for (r, theirs) in all
         .chunks(width.max(1))
@@ -101,11 +106,16 @@ fn compare(me: usize, r: usize, mine: &[i64], theirs: &[i64], names: &[String]) 
     Ok(())
 }
 
-/// All ranks' `data` (equal lengths), concatenated in rank order.
-fn all_gather(pg: &ProcessGroup, data: Vec<i64>, timeout: Duration) -> Result<Vec<i64>> {
+/// All ranks' `data` (equal lengths), concatenated in rank order; gathered on `like`'s device.
+fn all_gather(
+    pg: &ProcessGroup,
+    like: &Tensor,
+    data: Vec<i64>,
+    timeout: Duration,
+) -> Result<Vec<i64>> {
     let n = data.len();
-    let input = Tensor::from_vec(data);
-    let output = Tensor::zeros(c10d_core::DType::I64, &[n * pg.size()]);
+    let input = beside(like, &Tensor::from_vec(data))?;
+    let output = like.new_zeros(DType::I64, &[n * pg.size()])?;
     let opts = AllgatherOptions {
         timeout: Some(timeout),
         ..Default::default()

@@ -7,8 +7,9 @@ mod world_common;
 
 use c10d_core::{DType, Tensor};
 use c10d_ddp::{broadcast_coalesced, verify_params_across_processes};
+use c10d_testing::fake_device::HostBackedDevice;
 use std::time::Duration;
-use world_common::run;
+use world_common::{run, run_gloo_as};
 
 const T: Option<Duration> = Some(Duration::from_secs(20));
 
@@ -103,4 +104,41 @@ fn broadcast_coalesced_copies_rank_0s_values() {
         assert_eq!(ts[3].to_vec::<i64>().unwrap(), vec![1; 2]);
         assert!(broadcast_coalesced(&pg, &ts, 24, 3, T).is_err());
     });
+}
+
+/// Device parameters on a group whose only backend takes device tensors (`"cuda:gloo"`, as
+/// `"nccl"`): the verification gathers and the initial sync packs on the parameters' device
+/// (on-device copies counted by the fake device), and a mismatch is still named.
+#[test]
+fn device_parameters_are_verified_and_synced_on_their_device() {
+    run_gloo_as(
+        2,
+        "cuda:gloo",
+        |_| {},
+        |w, rank| {
+            let pg = w.world_group().unwrap();
+            let v = |n: usize, k: usize| -> Vec<f32> {
+                (0..n).map(|i| (rank * 100 + k * 10 + i) as f32).collect()
+            };
+            let ps = vec![
+                HostBackedDevice::tensor(&v(12, 0), &[4, 3], 0),
+                HostBackedDevice::tensor(&[rank as f64 + 0.5; 5], &[5], 0),
+                HostBackedDevice::tensor(&v(4, 2), &[2, 2], 0),
+            ];
+            verify_params_across_processes(&pg, &ps, &names(3), T).unwrap();
+            broadcast_coalesced(&pg, &ps, 16, 0, T).unwrap();
+            let rank0 =
+                |n: usize, k: usize| -> Vec<f32> { (0..n).map(|i| (k * 10 + i) as f32).collect() };
+            assert_eq!(ps[0].to_vec::<f32>().unwrap(), rank0(12, 0));
+            assert_eq!(ps[1].to_vec::<f64>().unwrap(), vec![0.5; 5]);
+            assert_eq!(ps[2].to_vec::<f32>().unwrap(), rank0(4, 2));
+            assert!(
+                HostBackedDevice::device_ops(&ps[0]).unwrap() > 0,
+                "packed on the device"
+            );
+            let odd = HostBackedDevice::zeros(DType::F32, &[4 + rank, 3], 0);
+            let e = verify_params_across_processes(&pg, &[odd], &names(1), T).unwrap_err();
+            assert!(e.to_string().contains("params[0] (p0)"), "{e}");
+        },
+    );
 }
