@@ -171,7 +171,7 @@ impl super::device_copy::OnDevice for CallerMemory {
     fn is_callers(&self) -> bool {
         true
     }
-    fn note_use(&self, s: &CudaStream, done: &Arc<CudaEvent>) -> Result<()> {
+    fn note_use(&self, s: &Arc<CudaStream>, done: &Arc<CudaEvent>) -> Result<()> {
         if s.cu_stream() == self.stream.cu_stream() {
             return Ok(());
         }

@@ -56,7 +56,7 @@ pub(crate) trait OnDevice: DeviceStorage {
     ///
     /// # Errors
     /// The driver's error making a stream wait.
-    fn note_use(&self, s: &CudaStream, done: &Arc<CudaEvent>) -> Result<()>;
+    fn note_use(&self, s: &Arc<CudaStream>, done: &Arc<CudaEvent>) -> Result<()>;
     /// True for the caller's memory (refused in CUDA graph capture).
     fn is_callers(&self) -> bool;
 }

@@ -53,10 +53,11 @@ pub struct CudaMemory {
     uses: Mutex<Vec<Use>>,
 }
 
-/// One on-device copy's end event, with the stream it ran on (its handle and the thread that
-/// queued it: `CU_STREAM_PER_THREAD` names another stream on every thread).
+/// One on-device copy's end event, with the stream it ran on (held, so its handle is not
+/// reused while the entry lives) and the thread that queued it (`CU_STREAM_PER_THREAD` names
+/// another stream on every thread).
 struct Use {
-    stream: usize,
+    stream: Arc<CudaStream>,
     thread: std::thread::ThreadId,
     done: Arc<CudaEvent>,
 }
@@ -66,9 +67,9 @@ const MAX_USES: usize = 8;
 
 impl Use {
     /// The copy ending at `done`, queued on `s` by this thread.
-    fn on(s: &CudaStream, done: Arc<CudaEvent>) -> Use {
+    fn on(s: &Arc<CudaStream>, done: Arc<CudaEvent>) -> Use {
         Use {
-            stream: s.cu_stream() as usize,
+            stream: s.clone(),
             thread: std::thread::current().id(),
             done,
         }
@@ -77,7 +78,7 @@ impl Use {
 
 /// Adds `u`, replacing the event of the same stream and thread (which `u` comes after).
 fn record(uses: &mut Vec<Use>, u: Use) {
-    uses.retain(|o| o.stream != u.stream || o.thread != u.thread);
+    uses.retain(|o| o.stream.cu_stream() != u.stream.cu_stream() || o.thread != u.thread);
     uses.push(u);
 }
 
@@ -212,7 +213,7 @@ impl CudaMemory {
     /// free waits for it. One event per stream is kept (a later one on the same stream covers
     /// the earlier); past [`MAX_USES`] streams the oldest is folded into the device's free
     /// stream (which waits for it; an event recorded there then stands for it).
-    fn note_copy(&self, s: &CudaStream, done: &Arc<CudaEvent>) {
+    fn note_copy(&self, s: &Arc<CudaStream>, done: &Arc<CudaEvent>) {
         let mut uses = self.uses.lock().unwrap_or_else(|e| e.into_inner());
         if uses.len() >= MAX_USES {
             let oldest = uses.remove(0);
@@ -332,7 +333,7 @@ impl device_copy::OnDevice for CudaMemory {
     fn is_callers(&self) -> bool {
         false
     }
-    fn note_use(&self, s: &CudaStream, done: &Arc<CudaEvent>) -> Result<()> {
+    fn note_use(&self, s: &Arc<CudaStream>, done: &Arc<CudaEvent>) -> Result<()> {
         if self
             .ordered_on
             .as_ref()
