@@ -3,51 +3,25 @@
 //! `mark_variable_ready_with_grad`, copying averaged gradients out of its buckets),
 //! `Tensor::copy_from`, a `ProcessGroup`'s ops.
 //!
-//! [`with_tensor`] lends the candle tensor's own storage (no copy) for one closure: host memory
-//! through `c10d_core::borrowed::scope`, CUDA memory through `c10d_nccl::caller_memory::scope`
-//! on the storage's stream (candle's device stream), so what the closure queues is ordered after
-//! candle's kernels and candle's later kernels after it. [`empty_like`] makes a c10d-rs tensor
+//! [`with_tensor`] lends the candle tensor's own storage (no copy) for one closure, as
+//! c10d-world's [`c10d_world::Buffer`]s lend memory: host memory through
+//! `c10d_core::borrowed::scope`, CUDA memory through `c10d_nccl::caller_memory::scope` on the
+//! thread's declared stream, else the storage's stream (candle's device stream), so what the
+//! closure queues is ordered after candle's kernels and candle's later kernels after it. [`empty_like`] makes a c10d-rs tensor
 //! of the same dtype, shape and device.
 
 use crate::inplace::{device_refused, on_elements};
 use crate::slices::{each_mut, unsupported, SliceMut};
-use c10d_core::{DType, DistError, Element, Result, Tensor};
+use c10d_core::{DType, DistError, Result, Tensor};
 use std::cell::RefCell;
-
-/// Memory lent as a c10d-rs tensor of `dims` for one call of `f`.
-trait Lend {
-    fn lend(self, dims: &[usize], f: &mut dyn FnMut(&Tensor) -> Result<()>) -> Result<()>;
-}
-
-impl<T: Element> Lend for &mut [T] {
-    fn lend(self, dims: &[usize], f: &mut dyn FnMut(&Tensor) -> Result<()>) -> Result<()> {
-        c10d_core::borrowed::scope(|s| {
-            let v = s.view_mut_shaped(self, dims)?;
-            f(&v)
-        })
-    }
-}
-
-#[cfg(feature = "cuda")]
-impl<T: c10d_nccl::caller_memory::NcclElement> Lend
-    for c10d_nccl::cudarc::driver::CudaViewMut<'_, T>
-{
-    fn lend(mut self, dims: &[usize], f: &mut dyn FnMut(&Tensor) -> Result<()>) -> Result<()> {
-        use c10d_nccl::cudarc::driver::DeviceSlice;
-        let stream = self.stream().clone();
-        c10d_nccl::caller_memory::scope(&stream, |s| {
-            let v = s.view_mut_shaped(&mut self, dims)?;
-            f(&v)
-        })
-    }
-}
 
 /// Runs `f` with `t` as a c10d-rs tensor over `t`'s own storage (no copy): `t`'s shape, its
 /// dtype (U32 as I32 bits), its device, writable. Writes through it (a `copy_from`, an
-/// in-place collective) change `t` and every candle tensor sharing its storage. CUDA tensors
-/// (feature `cuda`) are lent on candle's stream for the storage, which is the thread's declared
-/// stream while `f` runs (see `c10d_nccl::caller_memory::scope`); handles cloned out of `f`
-/// stop working when it returns.
+/// in-place collective) change `t` and every candle tensor sharing its storage. The memory is
+/// lent as c10d-world's buffers lend it ([`c10d_world::Buffer`]): CUDA tensors (feature `cuda`)
+/// through a `c10d_nccl::caller_memory::scope` on the thread's declared stream, else candle's
+/// stream for the storage, declared while `f` runs; handles cloned out of `f` stop working when
+/// it returns.
 ///
 /// `f` must not use `t` through candle: candle holds `t`'s storage lock while `f` runs, and a
 /// candle op on `t` there would wait for itself.
@@ -59,16 +33,18 @@ pub fn with_tensor<R>(t: &candle_core::Tensor, f: impl FnOnce(&Tensor) -> Result
     let dims = t.dims().to_vec();
     let f = RefCell::new(Some(f));
     let out = RefCell::new(None);
-    let run = RefCell::new(|ct: &Tensor| -> Result<()> {
+    // The tensor over the elements, shaped as `t`: what `f` gets, once.
+    let run = |flat: &Tensor| -> Result<()> {
         let f = f.borrow_mut().take().ok_or_else(|| {
             DistError::invalid("c10d-candle: with_tensor's closure was asked to run twice")
         })?;
-        *out.borrow_mut() = Some(f(ct)?);
+        *out.borrow_mut() = Some(f(&flat.reshape(&dims)?)?);
         Ok(())
-    });
+    };
+    // c10d-world's buffers lend the memory: a borrow scope for host slices, a
+    // `caller_memory::scope` for cudarc views.
     on_elements(t, "with_tensor", &|s: SliceMut<'_>| {
-        let run = &mut *run.borrow_mut();
-        each_mut!(s, |v| v.lend(&dims, run))
+        each_mut!(s, |v| c10d_world::Buffer::with_tensor(v, run))
     })?;
     out.into_inner()
         .ok_or_else(|| DistError::invalid("c10d-candle: with_tensor's closure did not run"))

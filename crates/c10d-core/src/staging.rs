@@ -313,47 +313,88 @@ pub(crate) mod tests {
     use crate::device::DeviceType;
     use crate::tensor::DeviceStorage;
     use std::any::Any;
+    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Mutex;
     use std::time::Duration;
 
-    /// "Device" memory kept in a host buffer: exercises every device path without a GPU.
-    pub(crate) struct FakeDevice(pub Mutex<Vec<u8>>);
+    /// "Device" memory kept in a host buffer on `cuda:ordinal`: exercises every device path
+    /// without a GPU. Counts its on-device copies; allocates (`alloc_zeroed`) only when made
+    /// with `can_alloc`.
+    pub(crate) struct FakeDevice {
+        pub bytes: Mutex<Vec<u8>>,
+        pub ordinal: u32,
+        pub device_copies: AtomicUsize,
+        pub can_alloc: bool,
+    }
+
+    impl FakeDevice {
+        fn new(bytes: Vec<u8>, ordinal: u32, can_alloc: bool) -> FakeDevice {
+            FakeDevice {
+                bytes: Mutex::new(bytes),
+                ordinal,
+                device_copies: AtomicUsize::new(0),
+                can_alloc,
+            }
+        }
+    }
 
     impl DeviceStorage for FakeDevice {
         fn device(&self) -> Device {
-            Device::Cuda(0)
+            Device::Cuda(self.ordinal)
         }
         fn device_ptr(&self) -> u64 {
             0x1000
         }
         fn nbytes(&self) -> usize {
-            self.0.lock().unwrap().len()
+            self.bytes.lock().unwrap().len()
         }
         fn last_stream(&self) -> Option<u64> {
             None
         }
         fn record_stream(&self, _: u64) {}
         fn copy_to_host(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
-            dst.copy_from_slice(&self.0.lock().unwrap()[offset..offset + dst.len()]);
+            dst.copy_from_slice(&self.bytes.lock().unwrap()[offset..offset + dst.len()]);
             Ok(())
         }
         fn copy_from_host(&self, offset: usize, src: &[u8]) -> Result<()> {
-            self.0.lock().unwrap()[offset..offset + src.len()].copy_from_slice(src);
+            self.bytes.lock().unwrap()[offset..offset + src.len()].copy_from_slice(src);
             Ok(())
+        }
+        fn copy_from_device(
+            &self,
+            offset: usize,
+            src: &dyn DeviceStorage,
+            src_offset: usize,
+            nbytes: usize,
+        ) -> Result<()> {
+            self.device_copies.fetch_add(1, Ordering::Relaxed);
+            crate::copy_through_host(self, offset, src, src_offset, nbytes)
+        }
+        fn alloc_zeroed(&self, nbytes: usize) -> Result<Arc<dyn DeviceStorage>> {
+            if !self.can_alloc {
+                return Err(crate::tensor::cannot_allocate(self.device(), nbytes));
+            }
+            Ok(Arc::new(FakeDevice::new(
+                vec![0; nbytes],
+                self.ordinal,
+                true,
+            )))
         }
         fn as_any(&self) -> &dyn Any {
             self
         }
     }
 
+    /// `v` on the fake `cuda:0`, which cannot allocate.
     pub(crate) fn fake_cuda(v: &[f32]) -> Tensor {
+        fake_on(0, v, false)
+    }
+
+    /// `v` on the fake `cuda:ordinal`.
+    pub(crate) fn fake_on(ordinal: u32, v: &[f32], can_alloc: bool) -> Tensor {
         let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_ne_bytes()).collect();
-        Tensor::from_device_storage(
-            Arc::new(FakeDevice(Mutex::new(bytes))),
-            crate::DType::F32,
-            &[v.len()],
-        )
-        .unwrap()
+        let st = FakeDevice::new(bytes, ordinal, can_alloc);
+        Tensor::from_device_storage(Arc::new(st), crate::DType::F32, &[v.len()]).unwrap()
     }
 
     /// A one-rank CPU "backend" whose all_reduce doubles every element, on a thread, and

@@ -485,7 +485,7 @@ impl Reducer {
                 if n > 1 {
                     copy_scaled(view, g, 1.0 / n as f64)
                 } else {
-                    view.copy_from(&g.reshape(view.shape())?)
+                    view.copy_from(g)
                 }
             }
             _ if n > 1 => div_in_place(view, n as f64),

@@ -38,9 +38,9 @@ impl HostBackedDevice {
 
     /// Zeros of `dtype` and `shape` on `cuda:ordinal`.
     pub fn zeros(dtype: DType, shape: &[usize], ordinal: u32) -> Tensor {
-        let host = Tensor::zeros(dtype, shape);
+        let nbytes = shape.iter().product::<usize>() * dtype.size();
         let st = HostBackedDevice {
-            bytes: Mutex::new(vec![0; host.nbytes()]),
+            bytes: Mutex::new(vec![0; nbytes]),
             ordinal,
             device_ops: Arc::new(AtomicUsize::new(0)),
         };

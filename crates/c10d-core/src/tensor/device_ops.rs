@@ -71,74 +71,20 @@ impl Tensor {
 mod tests {
     use super::*;
     use crate::device::Device;
-    use std::any::Any;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::Mutex;
-
-    /// Device memory kept on the host, on `cuda:ordinal`; counts on-device copies.
-    struct Fake {
-        bytes: Mutex<Vec<u8>>,
-        ordinal: u32,
-        device_copies: AtomicUsize,
-    }
+    use crate::staging::tests::{fake_cuda, FakeDevice};
+    use std::sync::atomic::Ordering;
 
     fn fake(ordinal: u32, v: &[f32]) -> Tensor {
-        let bytes = v.iter().flat_map(|x| x.to_ne_bytes()).collect();
-        let st = Fake {
-            bytes: Mutex::new(bytes),
-            ordinal,
-            device_copies: AtomicUsize::new(0),
-        };
-        Tensor::from_device_storage(Arc::new(st), DType::F32, &[v.len()]).unwrap()
+        crate::staging::tests::fake_on(ordinal, v, true)
     }
 
     fn copies(t: &Tensor) -> usize {
-        let s = t.device_storage().unwrap().as_any().downcast_ref::<Fake>();
+        let s = t
+            .device_storage()
+            .unwrap()
+            .as_any()
+            .downcast_ref::<FakeDevice>();
         s.unwrap().device_copies.load(Ordering::Relaxed)
-    }
-
-    impl DeviceStorage for Fake {
-        fn device(&self) -> Device {
-            Device::Cuda(self.ordinal)
-        }
-        fn device_ptr(&self) -> u64 {
-            0x1000
-        }
-        fn nbytes(&self) -> usize {
-            self.bytes.lock().unwrap().len()
-        }
-        fn last_stream(&self) -> Option<u64> {
-            None
-        }
-        fn record_stream(&self, _: u64) {}
-        fn copy_to_host(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
-            dst.copy_from_slice(&self.bytes.lock().unwrap()[offset..offset + dst.len()]);
-            Ok(())
-        }
-        fn copy_from_host(&self, offset: usize, src: &[u8]) -> Result<()> {
-            self.bytes.lock().unwrap()[offset..offset + src.len()].copy_from_slice(src);
-            Ok(())
-        }
-        fn copy_from_device(
-            &self,
-            offset: usize,
-            src: &dyn DeviceStorage,
-            src_offset: usize,
-            nbytes: usize,
-        ) -> Result<()> {
-            self.device_copies.fetch_add(1, Ordering::Relaxed);
-            crate::copy_through_host(self, offset, src, src_offset, nbytes)
-        }
-        fn alloc_zeroed(&self, nbytes: usize) -> Result<Arc<dyn DeviceStorage>> {
-            Ok(Arc::new(Fake {
-                bytes: Mutex::new(vec![0; nbytes]),
-                ordinal: self.ordinal,
-                device_copies: AtomicUsize::new(0),
-            }))
-        }
-        fn as_any(&self) -> &dyn Any {
-            self
-        }
     }
 
     #[test]
@@ -193,7 +139,7 @@ mod tests {
 
     #[test]
     fn a_storage_that_cannot_allocate_says_so_and_a_busy_one_is_refused() {
-        let t = crate::staging::tests::fake_cuda(&[1.0]);
+        let t = fake_cuda(&[1.0]);
         let e = t.new_zeros(DType::F32, &[4]).unwrap_err();
         assert!(
             e.to_string().contains("cannot allocate memory on cuda:0"),

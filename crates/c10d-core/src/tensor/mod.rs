@@ -81,13 +81,17 @@ pub trait DeviceStorage: Send + Sync + 'static {
     /// # Errors
     /// [`DistError::Unsupported`] by default; out of memory and other device errors.
     fn alloc_zeroed(&self, nbytes: usize) -> Result<Arc<dyn DeviceStorage>> {
-        Err(DistError::unsupported(format!(
-            "this device storage cannot allocate memory on {} ({nbytes} bytes asked for)",
-            self.device()
-        )))
+        Err(cannot_allocate(self.device(), nbytes))
     }
     /// Downcasting hook for the backend that created it.
     fn as_any(&self) -> &dyn Any;
+}
+
+/// [`DeviceStorage::alloc_zeroed`]'s refusal by a storage that cannot allocate.
+pub(crate) fn cannot_allocate(device: Device, nbytes: usize) -> DistError {
+    DistError::unsupported(format!(
+        "this device storage cannot allocate memory on {device} ({nbytes} bytes asked for)"
+    ))
 }
 
 /// [`DeviceStorage::copy_from_device`] through a host buffer of `nbytes` bytes.

@@ -244,11 +244,5 @@ fn run_captured(
 }
 
 fn check_range(s: &dyn DeviceStorage, offset: usize, len: usize) -> Result<()> {
-    if offset.checked_add(len).is_none_or(|end| end > s.nbytes()) {
-        return Err(DistError::invalid(format!(
-            "device copy of {len} bytes at offset {offset} is outside a {}-byte CUDA allocation",
-            s.nbytes()
-        )));
-    }
-    Ok(())
+    super::check_range(s.nbytes(), offset, len)
 }

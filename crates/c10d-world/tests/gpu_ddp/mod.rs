@@ -207,16 +207,7 @@ pub fn device_reducer(w: &World, rank: usize, dev: Device) -> Result<(), String>
                     .map_err(e)?;
                 s.clone_dtoh(&out).map_err(d)?
             };
-            let want = average(world, iter, p);
-            if host != want {
-                let bad = host.iter().zip(&want).position(|(a, b)| a != b);
-                return Err(format!(
-                    "device Reducer, iteration {iter}, parameter {p}: first wrong element {bad:?} \
-                     (got {:?}, expected {:?})",
-                    bad.map(|i| host[i]),
-                    bad.map(|i| want[i])
-                ));
-            }
+            check("device Reducer", &Tensor::from_vec(host), world, iter, p)?;
         }
     }
     if !reducer.stats().has_rebuilt_buckets {
