@@ -31,8 +31,10 @@ pub(crate) struct InFlight {
 impl InFlight {
     /// Completes the work of an op that finished and releases what it held.
     pub fn finish(mut self) {
-        self.complete(Ok(()));
+        // The leases go first: a waiter that wakes on the completion may use the tensors at
+        // once (the simulator's delays showed `to_cpu` refused right after `wait`).
         self.leases.lock().unwrap_or_else(|e| e.into_inner()).take();
+        self.complete(Ok(()));
         drop(self.keep);
         if let Ok(end) = Arc::try_unwrap(self.end) {
             self.pool.give(end);

@@ -321,13 +321,21 @@ fn handle(shared: &Shared, report: PollReport<InFlight>) {
         f.probe.finish();
     }
     // Waiters hear of the failure before the abort, which may wait for the device; the ops'
-    // memory stays until their kernels are done.
+    // memory stays until their kernels are done. When the process is to be torn down they
+    // never hear of it: a waiter woken first could go on past the failure (with the data
+    // inconsistency the tear-down exists to prevent) while the communicators are aborted.
+    let tear_down = report
+        .response
+        .as_ref()
+        .is_some_and(|r| r.tear_down_process);
     let mut failed = Vec::new();
     for mut f in report.timed_out.into_iter().chain(report.failed) {
         let e = f
             .error
             .unwrap_or_else(|| c10d_core::DistError::backend("failed"));
-        f.probe.complete(Err(e));
+        if !tear_down {
+            f.probe.complete(Err(e));
+        }
         failed.push(f.probe);
     }
     if let Some(response) = report.response {

@@ -13,7 +13,9 @@ use super::api_context::code;
 use super::{capture, device, launch, memory, pool};
 use crate::abi::{self, CuResult};
 use crate::out;
+use std::collections::BTreeMap;
 use std::ffi::c_void;
+use std::sync::{LazyLock, Mutex};
 
 fn sync_checked() -> Result<usize, CuResult> {
     let d = device::current()?;
@@ -28,7 +30,18 @@ fn checked_copy(d: usize, dst: u64, dst_host: bool, src: u64, src_host: bool, n:
     }
 }
 
-/// Queues a copy on `stream` (either side host memory as the flags say).
+/// Host memory from `cuMemHostAlloc` (page-locked): start → length.
+static PINNED: LazyLock<Mutex<BTreeMap<u64, usize>>> = LazyLock::new(Default::default);
+
+fn is_pinned(addr: u64, n: usize) -> bool {
+    let p = PINNED.lock().unwrap_or_else(|e| e.into_inner());
+    p.range(..=addr).next_back().is_some_and(|(s, len)| addr + n as u64 <= s + *len as u64)
+}
+
+/// Queues a copy on `stream` (either side host memory as the flags say). As the driver API's
+/// "API synchronization behavior" states for pageable host memory: a host-to-device copy
+/// takes the source when called ("staged") and a device-to-host copy returns only once done;
+/// with page-locked memory (`cuMemHostAlloc`) both are fully asynchronous.
 fn copy_async(dst: u64, dst_host: bool, src: u64, src_host: bool, n: usize, stream: usize) -> CuResult {
     if !dst_host && memory::range_of(dst, n).is_none() || !src_host && memory::range_of(src, n).is_none() {
         return abi::INVALID_VALUE;
@@ -36,8 +49,18 @@ fn copy_async(dst: u64, dst_host: bool, src: u64, src_host: bool, n: usize, stre
     let r = device::stream(stream).and_then(|s| {
         let d = s.device;
         device::sticky(d)?;
+        if src_host && !is_pinned(src, n) {
+            // SAFETY: the caller's host buffer of `n` bytes, read now as the driver stages it.
+            let staged = unsafe { std::slice::from_raw_parts(src as *const u8, n) }.to_vec();
+            let work = move || checked_copy(d, dst, dst_host, staged.as_ptr() as u64, true, n);
+            return launch::enqueue_on(&s, launch::node(work));
+        }
         let work = move || checked_copy(d, dst, dst_host, src, src_host, n);
-        launch::enqueue_on(&s, launch::node(work))
+        launch::enqueue_on(&s, launch::node(work))?;
+        if dst_host && !is_pinned(dst, n) && capture::of(&s).is_none() {
+            s.synchronize();
+        }
+        Ok(())
     });
     code(r)
 }
@@ -173,6 +196,7 @@ pub unsafe extern "C" fn cuMemHostAlloc(p: *mut *mut c_void, size: usize, _flags
     if m.is_null() {
         return abi::OUT_OF_MEMORY;
     }
+    PINNED.lock().unwrap_or_else(|e| e.into_inner()).insert(m as u64, size);
     // SAFETY: as above.
     unsafe { out(p, m) }
 }
@@ -185,6 +209,7 @@ pub unsafe extern "C" fn cuMemAllocHost_v2(p: *mut *mut c_void, size: usize) -> 
 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemFreeHost(p: *mut c_void) -> CuResult {
+    PINNED.lock().unwrap_or_else(|e| e.into_inner()).remove(&(p as u64));
     // SAFETY: `p` came from cuMemHostAlloc (malloc).
     unsafe { libc::free(p) };
     abi::SUCCESS

@@ -208,11 +208,12 @@ pub unsafe extern "C" fn ncclCommShrink(
         Err(e) => return e,
     };
     let n = count.max(0) as usize;
-    if n > 0 && exclude.is_null() {
+    if n == 0 || exclude.is_null() {
+        parent.set_last_error("c10d-gpusim: ncclCommShrink: excludeRanksCount must be positive");
         return INVALID_ARGUMENT;
     }
     // SAFETY: `exclude` holds `count` ints (the API's contract).
-    let ranks = if n == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(exclude, n) } };
+    let ranks = unsafe { std::slice::from_raw_parts(exclude, n) };
     if ranks.contains(&(parent.rank() as c_int)) {
         return INVALID_ARGUMENT;
     }

@@ -73,8 +73,15 @@ impl Ctx {
         self.groups.set(n + 1);
         let store: Arc<dyn Store> =
             Arc::new(PrefixStore::new(&format!("g{n}/"), self.store.clone()));
+        // A name the case chose is kept (it names the unique id's store keys, which the case
+        // may read); else the group is `g{n}`.
+        let group_name = if opts.group_name.is_empty() {
+            format!("g{n}")
+        } else {
+            opts.group_name.clone()
+        };
         let opts = NcclOptions {
-            group_name: format!("g{n}"),
+            group_name,
             group_desc: format!("case group {n}"),
             ..opts
         };
