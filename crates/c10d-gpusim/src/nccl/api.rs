@@ -151,35 +151,59 @@ pub unsafe extern "C" fn ncclCommInitRankScalable(
 }
 
 /// A child communicator (split, shrink) placed by the parent's hub with `header` + `data`.
-fn child(parent: Arc<Comm>, out: *mut usize, header: OpHeader, data: Vec<u8>, config: *const c_void) -> c_int {
-    let comm = Comm::new(parent.port, parent.device, non_blocking(config));
-    let handle = COMMS.insert(comm.clone());
+/// A rank outside every child (`NCCL_SPLIT_NOCOLOR`) gets a null handle at once, as NCCL
+/// knows its color locally, and still takes part in the parent's exchange (in the background
+/// for a non-blocking parent, whose async error says `ncclInProgress` until it is done).
+fn child(parent: Arc<Comm>, out: *mut usize, header: OpHeader, data: Vec<u8>, member: bool, config: *const c_void) -> c_int {
+    let nb = non_blocking(config);
+    let p = parent.clone();
+    if !member {
+        w(out, 0usize);
+        let exchange = move || match parent.place(header, &data, &|| false) {
+            Ok(_) => {
+                parent.finished_finalize();
+                SUCCESS
+            }
+            Err((code, msg)) => {
+                parent.fail(code, &msg);
+                code
+            }
+        };
+        if !nb {
+            return exchange();
+        }
+        p.begin_finalize();
+        return match std::thread::Builder::new().name("gpusim-nccl-split".into()).spawn(exchange) {
+            Ok(_) => IN_PROGRESS,
+            Err(_) => 2,
+        };
+    }
+    let comm = Comm::new(parent.port, parent.device, nb);
+    w(out, COMMS.insert(comm.clone()));
     let make = move || {
         let c = comm.clone();
-        match parent.place(header, &data, &|| c.aborted()) {
-            Ok((0, _, _)) => {
-                COMMS.remove(handle);
-                (SUCCESS, false)
-            }
+        let placed = parent.place(header, &data, &|| c.aborted());
+        parent.finished_finalize();
+        match placed {
             Ok((key, rank, n)) => {
                 comm.set_place(key, rank, n);
                 comm.connect();
-                (comm.async_error(), true)
+                comm.async_error()
             }
             Err((code, msg)) => {
                 comm.fail(code, &msg);
-                (code, true)
+                code
             }
         }
     };
-    if non_blocking(config) {
-        w(out, handle);
-        let spawned = std::thread::Builder::new().name("gpusim-nccl-split".into()).spawn(make);
-        return if spawned.is_ok() { IN_PROGRESS } else { 2 };
+    if !nb {
+        return make();
     }
-    let (rc, made) = make();
-    w(out, if made { handle } else { 0 });
-    rc
+    p.begin_finalize();
+    match std::thread::Builder::new().name("gpusim-nccl-split".into()).spawn(make) {
+        Ok(_) => IN_PROGRESS,
+        Err(_) => 2,
+    }
 }
 
 #[no_mangle]
@@ -190,7 +214,7 @@ pub extern "C" fn ncclCommSplit(comm: usize, color: c_int, key: c_int, out: *mut
         Err(e) => return e,
     };
     let header = OpHeader { op: 6, dtype: 0, red: 0, root: color.max(-1), count: 0 };
-    child(parent, out, header, key.to_le_bytes().to_vec(), config)
+    child(parent, out, header, key.to_le_bytes().to_vec(), color >= 0, config)
 }
 
 #[no_mangle]
@@ -219,7 +243,7 @@ pub unsafe extern "C" fn ncclCommShrink(
     }
     let data: Vec<u8> = ranks.iter().flat_map(|r| (*r as u32).to_le_bytes()).collect();
     let header = OpHeader { op: 7, dtype: 0, red: 0, root: -1, count: n as u64 };
-    child(parent, out, header, data, config)
+    child(parent, out, header, data, true, config)
 }
 
 fn wait_idle(comm: &Comm) {

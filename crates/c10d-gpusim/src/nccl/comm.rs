@@ -111,7 +111,8 @@ impl Comm {
         eprintln!("{msg}");
     }
 
-    /// A non-blocking `ncclCommFinalize` began: `ncclInProgress` until [`Comm::finished_finalize`].
+    /// A non-blocking call on the communicator began (finalize, or a split or shrink of it):
+    /// `ncclInProgress` until [`Comm::finished_finalize`].
     pub fn begin_finalize(&self) {
         let _ = self.async_error.compare_exchange(SUCCESS, IN_PROGRESS, Ordering::AcqRel, Ordering::Acquire);
     }

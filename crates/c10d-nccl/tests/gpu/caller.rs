@@ -190,10 +190,12 @@ pub fn cudarc_views(c: &Ctx) -> R {
         )?;
     }
 
-    let lent = upload::<f32>(&s, &[1.0; 4])?;
+    // Writable: broadcast writes its tensor, and a read-only view would be refused for that
+    // before the block is looked at.
+    let mut lent = upload::<f32>(&s, &[1.0; 4])?;
     c.pg.start_coalescing().map_err(e2s)?;
     let in_block = scope(&s, |sc| {
-        let v = sc.view(&lent)?;
+        let v = sc.view_mut(&mut lent)?;
         Ok(c.pg
             .broadcast(&[(*v).clone()], &BroadcastOptions::default())
             .map(|_| ()))
@@ -213,7 +215,7 @@ pub fn cudarc_views(c: &Ctx) -> R {
     let other = stream_of()?;
     let pg = &c.pg;
     let (elsewhere, on_thread) = scope(&s, |sc| {
-        let v = sc.view(&lent)?;
+        let v = sc.view_mut(&mut lent)?;
         let o = BroadcastOptions::default();
         let declared = stream::use_stream(dev(), other.clone())?;
         let elsewhere = pg.broadcast(&[(*v).clone()], &o).map(|_| ());
