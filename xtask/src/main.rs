@@ -39,6 +39,7 @@
 
 mod candle_cuda;
 mod chaos;
+mod gpusim;
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -79,7 +80,7 @@ fn main() {
     }
 }
 
-type Res = Result<(), String>;
+pub(crate) type Res = Result<(), String>;
 
 /// The workspace this xtask was built in; a prebuilt xtask copied to another machine (a GPU
 /// machine without cargo, see `gpu-bundle`) uses the current directory instead.
@@ -96,7 +97,7 @@ fn workspace_root() -> PathBuf {
     }
 }
 
-fn run(cmd: &mut Command) -> Res {
+pub(crate) fn run(cmd: &mut Command) -> Res {
     eprintln!("xtask: running {cmd:?}");
     let st = cmd
         .status()
@@ -108,7 +109,7 @@ fn run(cmd: &mut Command) -> Res {
     }
 }
 
-fn cargo() -> Command {
+pub(crate) fn cargo() -> Command {
     Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
 }
 
@@ -582,6 +583,9 @@ fn test_multigpu(args: &[String]) -> Res {
     if args.iter().any(|a| a == "--list") {
         return list_gpu_cases(bundle.as_deref());
     }
+    if args.iter().any(|a| a == "--simulated") {
+        return gpusim::test_simulated(args);
+    }
     if !has_gpu() {
         println!("skipped: no GPU");
         return Ok(());
@@ -608,13 +612,35 @@ fn test_multigpu(args: &[String]) -> Res {
         }
     };
     let (mut passed, mut failed) = bench_every_op(&bench);
+    let (p, f) = run_gpu_binaries(&binaries, &[]);
+    passed += p;
+    failed += f;
+    println!("{passed} passed, {failed} failed");
+    if failed > 0 {
+        return Err(format!("{failed} GPU test(s) failed"));
+    }
+    Ok(())
+}
+
+/// Runs the GPU suite binaries with `envs` set: (passed, failed) from their summary lines (a
+/// binary that fails without one counts as one failure).
+pub(crate) fn run_gpu_binaries(binaries: &[PathBuf], envs: &[(String, String)]) -> (usize, usize) {
+    let (mut passed, mut failed) = (0, 0);
     for bin in binaries {
         eprintln!("xtask: running {}", bin.display());
-        let out = Command::new(&bin)
+        let out = Command::new(bin)
             .env("C10D_REQUIRE_GPU", "1")
+            .envs(envs.iter().map(|(k, v)| (k, v)))
             .stderr(std::process::Stdio::inherit())
-            .output()
-            .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
+            .output();
+        let out = match out {
+            Ok(o) => o,
+            Err(e) => {
+                println!("{} FAILED: cannot start: {e}", bin.display());
+                failed += 1;
+                continue;
+            }
+        };
         let text = String::from_utf8_lossy(&out.stdout);
         print!("{text}");
         let summary = text.lines().rev().find_map(parse_summary);
@@ -629,11 +655,7 @@ fn test_multigpu(args: &[String]) -> Res {
             failed += 1;
         }
     }
-    println!("{passed} passed, {failed} failed");
-    if failed > 0 {
-        return Err(format!("{failed} GPU test(s) failed"));
-    }
-    Ok(())
+    (passed, failed)
 }
 
 /// `cargo xtask test-multigpu --list`: every case of the GPU suites (no GPU needed), and the
@@ -659,9 +681,15 @@ fn list_gpu_cases(bundle: Option<&Path>) -> Res {
 /// `c10d-bench --backend nccl` on 2 ranks, every op, 1 KiB … 1 MiB with its result check
 /// (2 ranks share a GPU through distinct `NCCL_HOSTID`s when there is only one): (passed, failed).
 fn bench_every_op(bench: &Path) -> (usize, usize) {
+    bench_every_op_with(bench, &[])
+}
+
+/// [`bench_every_op`] with `envs` set for the benchmark.
+pub(crate) fn bench_every_op_with(bench: &Path, envs: &[(String, String)]) -> (usize, usize) {
     let (mut passed, mut failed) = (0, 0);
     for &op in chaos::BENCH_OPS {
         let out = Command::new(bench)
+            .envs(envs.iter().map(|(k, v)| (k, v)))
             .args([
                 op,
                 "--nproc",
@@ -716,7 +744,7 @@ fn parse_summary(line: &str) -> Option<(usize, usize)> {
 }
 
 /// Builds the GPU test binaries (release with `release`) and returns their paths.
-fn build_gpu_tests(release: bool) -> Result<Vec<PathBuf>, String> {
+pub(crate) fn build_gpu_tests(release: bool) -> Result<Vec<PathBuf>, String> {
     let mut paths = Vec::new();
     for (pkg, test) in [("c10d-nccl", "gpu"), ("c10d-world", "gpu_world")] {
         let mut cmd = cargo();
@@ -738,7 +766,7 @@ fn build_gpu_tests(release: bool) -> Result<Vec<PathBuf>, String> {
 }
 
 /// Runs a `--message-format=json` cargo build and returns the executable of target `name`.
-fn built_executable(cmd: &mut Command, name: &str) -> Result<PathBuf, String> {
+pub(crate) fn built_executable(cmd: &mut Command, name: &str) -> Result<PathBuf, String> {
     let out = cmd
         .stderr(std::process::Stdio::inherit())
         .output()

@@ -17,6 +17,7 @@ use crate::result::{self, error_string, last_error, result_name, NcclError, Prog
 use crate::sys;
 use c10d_core::{Device, DistError, Result};
 use std::ffi::c_int;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -39,6 +40,9 @@ pub const DROP_FINALIZE_LIMIT: Duration = Duration::from_secs(10);
 pub struct Communicator {
     lib: &'static NcclLibrary,
     handle: Mutex<Handle>,
+    /// Set before an abort takes the lock (`ncclCommAbort` holds it for its whole run), so
+    /// that a watchdog that cannot take the lock still learns that an abort is under way.
+    aborting: AtomicBool,
     rank: usize,
     size: usize,
     device: Device,
@@ -151,6 +155,7 @@ impl Communicator {
     ) -> Communicator {
         Communicator {
             lib,
+            aborting: AtomicBool::new(false),
             handle: Mutex::new(Handle {
                 comm,
                 aborted: comm.is_null(),
@@ -248,12 +253,19 @@ impl Communicator {
 
     /// The asynchronous error NCCL reports for this communicator, if any (the watchdog's
     /// question); an aborted communicator reports that it was aborted, one shut down in order
-    /// reports nothing. Never waits: while another thread holds the communicator (a blocking
-    /// communicator inside a long call), the answer is `None` for now.
+    /// reports nothing. Never waits: while another thread holds the communicator, an abort
+    /// under way is reported as the abort; anything else (a blocking communicator inside a
+    /// long call) is `None` for now, and [`Communicator::state_known`] says that it is not
+    /// known, so no op completes on it meanwhile.
     pub fn async_error(&self) -> Option<String> {
         let h = match self.handle.try_lock() {
             Ok(h) => h,
-            Err(std::sync::TryLockError::WouldBlock) => return None,
+            Err(std::sync::TryLockError::WouldBlock) => {
+                return self
+                    .aborting
+                    .load(Ordering::Acquire)
+                    .then(|| self.aborted_error().message().to_string());
+            }
             Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
         };
         if h.destroyed {
@@ -274,6 +286,20 @@ impl Communicator {
             ),
             Err(e) => Some(e.to_string()),
         }
+    }
+
+    /// Whether this communicator's state can be vouched for now: no abort was asked for and
+    /// no other thread holds it. An op must not be completed as a success otherwise: an
+    /// aborted kernel also ends and fires its end event, with results not to be trusted (a
+    /// busy lock means "unknown", never "fine").
+    pub fn state_known(&self) -> bool {
+        if self.aborting.load(Ordering::Acquire) {
+            return false;
+        }
+        !matches!(
+            self.handle.try_lock(),
+            Err(std::sync::TryLockError::WouldBlock)
+        )
     }
 
     /// The handle, locked for a sequence of NCCL calls.
@@ -318,6 +344,7 @@ impl Communicator {
     /// freeing a communicator an open group still holds would make the group's end use freed
     /// memory.
     pub fn abort(&self) {
+        self.aborting.store(true, Ordering::Release);
         let mut h = self.handle.lock().unwrap_or_else(|e| e.into_inner());
         if h.open_blocks > 0 {
             h.abort_pending = true;

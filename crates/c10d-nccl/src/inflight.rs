@@ -63,7 +63,9 @@ impl WorkProbe for InFlight {
     fn is_completed(&mut self) -> bool {
         // A CUDA error is reported by `async_error`'s next poll through the communicator; an
         // event that cannot be queried is treated as not done, so the timeout still applies.
-        self.end.try_is_complete().unwrap_or(false)
+        // While the communicator's state is unknown (an abort under way, or another thread in
+        // a long call) the op is not done either: an aborted kernel's end event fires too.
+        self.comm.state_known() && self.end.try_is_complete().unwrap_or(false)
     }
 
     fn async_error(&mut self) -> Option<String> {

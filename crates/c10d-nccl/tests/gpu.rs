@@ -295,7 +295,10 @@ fn run_world(w: usize) -> (usize, usize) {
                 .stderr(Stdio::piped());
             if !own_devices {
                 cmd.env("NCCL_HOSTID", format!("c10d-rank-{r}"))
-                    .env("NCCL_SOCKET_IFNAME", "lo");
+                    .env("NCCL_SOCKET_IFNAME", "lo")
+                    // The socket transport, as the suite says: not an InfiniBand loopback.
+                    .env("NCCL_NET", "Socket")
+                    .env("NCCL_IB_DISABLE", "1");
             }
             cmd.spawn().expect("spawn rank")
         })

@@ -71,7 +71,10 @@ fn main() {
                 .env("LOCAL_RANK", r.to_string());
             if gpus < WORLD {
                 cmd.env("NCCL_HOSTID", format!("c10d-world-rank-{r}"))
-                    .env("NCCL_SOCKET_IFNAME", "lo");
+                    .env("NCCL_SOCKET_IFNAME", "lo")
+                    // The socket transport, as the suite says: not an InfiniBand loopback.
+                    .env("NCCL_NET", "Socket")
+                    .env("NCCL_IB_DISABLE", "1");
             }
             cmd.spawn().unwrap()
         })

@@ -286,6 +286,9 @@ pub extern "C" fn ncclCommAbort(comm: usize) -> c_int {
     match COMMS.remove(comm) {
         Some(c) => {
             c.abort();
+            // As NCCL's abort, it returns only after the kernels left (their end events may
+            // fire meanwhile) and the resources are freed: that takes a while.
+            std::thread::sleep(std::time::Duration::from_millis(100));
             SUCCESS
         }
         None if comm == 0 => SUCCESS,
