@@ -24,7 +24,8 @@
 //! - `cargo xtask bench`: the benchmarks with their baselines (store server, reduction kernels,
 //!   collectives vs PyTorch's Gloo, and "c10drs" vs "gloo" inside torch.distributed).
 //! - `cargo xtask test-multigpu [--bundle DIR] [--list]`: the GPU suites (see `test_multigpu`;
-//!   `--list` prints every case, no GPU needed); prints
+//!   `--list` prints every case, no GPU needed; `--simulated [--filter S]` runs them on
+//!   c10d-gpusim, the simulated CUDA driver and NCCL, as `test` does: see `gpusim`); prints
 //!   "skipped: no GPU" and succeeds where no GPU exists. `cargo xtask gpu-bundle` builds them
 //!   (and the NCCL overhead benchmark) for a GPU machine without a Rust toolchain, with
 //!   `run-all.sh`, the one prepared run of both (see `GPU_RUN_ALL`).
@@ -69,7 +70,7 @@ fn main() {
         Some("candle-cuda-check") => candle_cuda::candle_cuda_check(),
         _ => {
             eprintln!(
-                "usage: cargo xtask <test [--no-interop] [--no-lint] | lint | publish-check | interop | python [pytest args] | pytorch-suite [unittest args] | gloo-tests --tests-dir DIR [-k PATTERN] | wheel | demo | bench | test-multigpu [--bundle DIR] [--list] | gpu-bundle [DIR] | chaos --trials N [--seed S] | candle-cuda-check>"
+                "usage: cargo xtask <test [--no-interop] [--no-lint] | lint | publish-check | interop | python [pytest args] | pytorch-suite [unittest args] | gloo-tests --tests-dir DIR [-k PATTERN] | wheel | demo | bench | test-multigpu [--bundle DIR] [--list] [--simulated [--filter S]] | gpu-bundle [DIR] | chaos --trials N [--seed S] | candle-cuda-check>"
             );
             exit(2);
         }
@@ -127,6 +128,9 @@ fn test(args: &[String]) -> Res {
         cmd.env("TORCH_FR_DUMP_TEMP_FILE", prefix);
     }
     run(&mut cmd)?;
+    // The GPU suites on the simulated CUDA driver and NCCL (c10d-gpusim): every commit runs
+    // c10d-nccl's GPU path, with random stream delays, without a GPU.
+    test_multigpu(&["--simulated".to_string()])?;
     if args.iter().any(|a| a == "--no-interop") {
         eprintln!("xtask: interop and Python package tests not run (--no-interop)");
         return Ok(());

@@ -6,7 +6,7 @@
 //! | `C10D_SIM_SEED` | seed of every random choice (delays) | 0 |
 //! | `C10D_SIM_DELAY_US` | each queued stream operation first sleeps a random 0..=MAX µs | 0 |
 //! | `C10D_SIM_DROP_STREAM_WAITS` | `1`: `cuStreamWaitEvent` does nothing (sabotage: ordering tests must fail) | off |
-//! | `C10D_SIM_FAULTS` | faults to inject, see [`crate::faults`] | none |
+//! | `C10D_SIM_FAULTS` | faults to inject, see [`crate::nccl::faults`] | none |
 //! | `C10D_SIM_MEMORY_GB` | memory of each simulated device (what `cuMemGetInfo` and `cuDeviceTotalMem` say; allocations past it fail) | 80 |
 
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -27,26 +27,26 @@ fn ordinal(dev: i32) -> Result<usize, CuResult> {
 /// What an H100 SXM answers for `attr` (`CUdevice_attribute`); 0 for the rest.
 fn attribute(attr: u32) -> i32 {
     match attr {
-        1 => 1024,         // MAX_THREADS_PER_BLOCK
-        2 | 3 => 1024,     // MAX_BLOCK_DIM_X / Y
-        4 => 64,           // MAX_BLOCK_DIM_Z
-        5 => i32::MAX,     // MAX_GRID_DIM_X
-        6 | 7 => 65535,    // MAX_GRID_DIM_Y / Z
-        8 => 49152,        // MAX_SHARED_MEMORY_PER_BLOCK
-        10 => 32,          // WARP_SIZE
-        13 => 1_980_000,   // CLOCK_RATE (kHz)
-        16 => 132,         // MULTIPROCESSOR_COUNT
-        33 => 0,           // PCI_BUS_ID (set per device below)
-        36 => 2_619_000,   // MEMORY_CLOCK_RATE
-        37 => 5120,        // GLOBAL_MEMORY_BUS_WIDTH
-        39 => 2048,        // MAX_THREADS_PER_MULTIPROCESSOR
-        41 => 1,           // UNIFIED_ADDRESSING
-        75 => 9,           // COMPUTE_CAPABILITY_MAJOR
-        76 => 0,           // COMPUTE_CAPABILITY_MINOR
-        89 => 1,           // CONCURRENT_MANAGED_ACCESS
-        92 => 1,           // CAN_USE_STREAM_MEM_OPS (CAN_USE_64_BIT_STREAM_MEM_OPS is 93)
+        1 => 1024,       // MAX_THREADS_PER_BLOCK
+        2 | 3 => 1024,   // MAX_BLOCK_DIM_X / Y
+        4 => 64,         // MAX_BLOCK_DIM_Z
+        5 => i32::MAX,   // MAX_GRID_DIM_X
+        6 | 7 => 65535,  // MAX_GRID_DIM_Y / Z
+        8 => 49152,      // MAX_SHARED_MEMORY_PER_BLOCK
+        10 => 32,        // WARP_SIZE
+        13 => 1_980_000, // CLOCK_RATE (kHz)
+        16 => 132,       // MULTIPROCESSOR_COUNT
+        33 => 0,         // PCI_BUS_ID (set per device below)
+        36 => 2_619_000, // MEMORY_CLOCK_RATE
+        37 => 5120,      // GLOBAL_MEMORY_BUS_WIDTH
+        39 => 2048,      // MAX_THREADS_PER_MULTIPROCESSOR
+        41 => 1,         // UNIFIED_ADDRESSING
+        75 => 9,         // COMPUTE_CAPABILITY_MAJOR
+        76 => 0,         // COMPUTE_CAPABILITY_MINOR
+        89 => 1,         // CONCURRENT_MANAGED_ACCESS
+        92 => 1,         // CAN_USE_STREAM_MEM_OPS (CAN_USE_64_BIT_STREAM_MEM_OPS is 93)
         93 => 1,
-        115 => 1,          // MEMORY_POOLS_SUPPORTED
+        115 => 1, // MEMORY_POOLS_SUPPORTED
         _ => 0,
     }
 }
@@ -125,7 +125,14 @@ pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: i32) -> CuR
 pub unsafe extern "C" fn cuDeviceGetUuid_v2(uuid: *mut [u8; 16], dev: i32) -> CuResult {
     match ordinal(dev) {
         // SAFETY: as above.
-        Ok(d) => unsafe { out(uuid, [0xc1, 0x0d, 0x51, 0x4d, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, d as u8]) },
+        Ok(d) => unsafe {
+            out(
+                uuid,
+                [
+                    0xc1, 0x0d, 0x51, 0x4d, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, d as u8,
+                ],
+            )
+        },
         Err(e) => e,
     }
 }
@@ -192,7 +199,10 @@ pub extern "C" fn cuCtxSynchronize() -> CuResult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuCtxGetStreamPriorityRange(least: *mut i32, greatest: *mut i32) -> CuResult {
+pub unsafe extern "C" fn cuCtxGetStreamPriorityRange(
+    least: *mut i32,
+    greatest: *mut i32,
+) -> CuResult {
     // SAFETY: both are writable ints or null (the API allows null for either).
     unsafe {
         if !least.is_null() {

@@ -35,15 +35,26 @@ static PINNED: LazyLock<Mutex<BTreeMap<u64, usize>>> = LazyLock::new(Default::de
 
 fn is_pinned(addr: u64, n: usize) -> bool {
     let p = PINNED.lock().unwrap_or_else(|e| e.into_inner());
-    p.range(..=addr).next_back().is_some_and(|(s, len)| addr + n as u64 <= s + *len as u64)
+    p.range(..=addr)
+        .next_back()
+        .is_some_and(|(s, len)| addr + n as u64 <= s + *len as u64)
 }
 
 /// Queues a copy on `stream` (either side host memory as the flags say). As the driver API's
 /// "API synchronization behavior" states for pageable host memory: a host-to-device copy
 /// takes the source when called ("staged") and a device-to-host copy returns only once done;
 /// with page-locked memory (`cuMemHostAlloc`) both are fully asynchronous.
-fn copy_async(dst: u64, dst_host: bool, src: u64, src_host: bool, n: usize, stream: usize) -> CuResult {
-    if !dst_host && memory::range_of(dst, n).is_none() || !src_host && memory::range_of(src, n).is_none() {
+fn copy_async(
+    dst: u64,
+    dst_host: bool,
+    src: u64,
+    src_host: bool,
+    n: usize,
+    stream: usize,
+) -> CuResult {
+    if !dst_host && memory::range_of(dst, n).is_none()
+        || !src_host && memory::range_of(src, n).is_none()
+    {
         return abi::INVALID_VALUE;
     }
     let r = device::stream(stream).and_then(|s| {
@@ -109,7 +120,12 @@ pub unsafe extern "C" fn cuMemAllocAsync(ptr: *mut u64, size: usize, stream: usi
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemAllocFromPoolAsync(ptr: *mut u64, size: usize, p: usize, stream: usize) -> CuResult {
+pub unsafe extern "C" fn cuMemAllocFromPoolAsync(
+    ptr: *mut u64,
+    size: usize,
+    p: usize,
+    stream: usize,
+) -> CuResult {
     match device::stream(stream).and_then(|s| pool::alloc(p, size, &s)) {
         // SAFETY: as above.
         Ok(v) => unsafe { out(ptr, v) },
@@ -196,7 +212,10 @@ pub unsafe extern "C" fn cuMemHostAlloc(p: *mut *mut c_void, size: usize, _flags
     if m.is_null() {
         return abi::OUT_OF_MEMORY;
     }
-    PINNED.lock().unwrap_or_else(|e| e.into_inner()).insert(m as u64, size);
+    PINNED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(m as u64, size);
     // SAFETY: as above.
     unsafe { out(p, m) }
 }
@@ -209,14 +228,22 @@ pub unsafe extern "C" fn cuMemAllocHost_v2(p: *mut *mut c_void, size: usize) -> 
 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemFreeHost(p: *mut c_void) -> CuResult {
-    PINNED.lock().unwrap_or_else(|e| e.into_inner()).remove(&(p as u64));
+    PINNED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .remove(&(p as u64));
     // SAFETY: `p` came from cuMemHostAlloc (malloc).
     unsafe { libc::free(p) };
     abi::SUCCESS
 }
 
 #[no_mangle]
-pub extern "C" fn cuMemcpyHtoDAsync_v2(dst: u64, src: *const c_void, n: usize, s: usize) -> CuResult {
+pub extern "C" fn cuMemcpyHtoDAsync_v2(
+    dst: u64,
+    src: *const c_void,
+    n: usize,
+    s: usize,
+) -> CuResult {
     copy_async(dst, false, src as u64, true, n, s)
 }
 
@@ -232,7 +259,14 @@ pub extern "C" fn cuMemcpyDtoDAsync_v2(dst: u64, src: u64, n: usize, s: usize) -
 
 #[no_mangle]
 pub extern "C" fn cuMemcpyAsync(dst: u64, src: u64, n: usize, s: usize) -> CuResult {
-    copy_async(dst, !memory::is_device_address(dst), src, !memory::is_device_address(src), n, s)
+    copy_async(
+        dst,
+        !memory::is_device_address(dst),
+        src,
+        !memory::is_device_address(src),
+        n,
+        s,
+    )
 }
 
 #[no_mangle]
@@ -252,7 +286,12 @@ pub extern "C" fn cuMemcpyDtoD_v2(dst: u64, src: u64, n: usize) -> CuResult {
 
 fn memset(d: usize, ptr: u64, bytes: Vec<u8>, count: usize) -> impl Fn() + Send + Sync {
     move || {
-        let pattern: Vec<u8> = bytes.iter().copied().cycle().take(bytes.len() * count).collect();
+        let pattern: Vec<u8> = bytes
+            .iter()
+            .copied()
+            .cycle()
+            .take(bytes.len() * count)
+            .collect();
         if let Err(m) = memory::write(ptr, &pattern) {
             device::fail(d, abi::ILLEGAL_ADDRESS, &m);
         }

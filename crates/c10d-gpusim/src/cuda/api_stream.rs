@@ -24,7 +24,11 @@ pub unsafe extern "C" fn cuStreamCreate(s: *mut usize, flags: u32) -> CuResult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuStreamCreateWithPriority(s: *mut usize, flags: u32, prio: i32) -> CuResult {
+pub unsafe extern "C" fn cuStreamCreateWithPriority(
+    s: *mut usize,
+    flags: u32,
+    prio: i32,
+) -> CuResult {
     match device::new_stream(flags, prio) {
         // SAFETY: the caller passes a writable CUstream.
         Ok(h) => unsafe { out(s, h) },
@@ -120,7 +124,9 @@ pub unsafe extern "C" fn cuEventCreate(e: *mut usize, _flags: u32) -> CuResult {
 
 #[no_mangle]
 pub extern "C" fn cuEventDestroy_v2(e: usize) -> CuResult {
-    EVENTS.remove(e).map_or(abi::INVALID_HANDLE, |_| abi::SUCCESS)
+    EVENTS
+        .remove(e)
+        .map_or(abi::INVALID_HANDLE, |_| abi::SUCCESS)
 }
 
 #[no_mangle]
@@ -175,7 +181,7 @@ pub unsafe extern "C" fn cuEventElapsedTime_v2(ms: *mut f32, start: usize, end: 
 }
 
 #[no_mangle]
-pub extern "C" fn cuThreadExchangeStreamCaptureMode(mode: *mut u32) -> CuResult {
+pub unsafe extern "C" fn cuThreadExchangeStreamCaptureMode(mode: *mut u32) -> CuResult {
     if mode.is_null() {
         return abi::INVALID_VALUE;
     }
@@ -214,7 +220,11 @@ pub unsafe extern "C" fn cuStreamIsCapturing(s: usize, status: *mut u32) -> CuRe
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphInstantiateWithFlags(exec: *mut usize, graph: usize, _flags: u64) -> CuResult {
+pub unsafe extern "C" fn cuGraphInstantiateWithFlags(
+    exec: *mut usize,
+    graph: usize,
+    _flags: u64,
+) -> CuResult {
     match GRAPHS.get(graph) {
         // SAFETY: as above; an executable graph is a copy of the graph's nodes.
         Some(g) => unsafe { out(exec, GRAPHS.insert(Arc::new((*g).clone()))) },
@@ -234,12 +244,16 @@ pub extern "C" fn cuGraphLaunch(exec: usize, s: usize) -> CuResult {
 
 #[no_mangle]
 pub extern "C" fn cuGraphUpload(exec: usize, _s: usize) -> CuResult {
-    GRAPHS.get(exec).map_or(abi::INVALID_HANDLE, |_| abi::SUCCESS)
+    GRAPHS
+        .get(exec)
+        .map_or(abi::INVALID_HANDLE, |_| abi::SUCCESS)
 }
 
 #[no_mangle]
 pub extern "C" fn cuGraphDestroy(g: usize) -> CuResult {
-    GRAPHS.remove(g).map_or(abi::INVALID_HANDLE, |_| abi::SUCCESS)
+    GRAPHS
+        .remove(g)
+        .map_or(abi::INVALID_HANDLE, |_| abi::SUCCESS)
 }
 
 #[no_mangle]
@@ -307,7 +321,12 @@ pub extern "C" fn cuStreamWaitValue32(s: usize, addr: u64, value: u32, flags: u3
 }
 
 #[no_mangle]
-pub extern "C" fn cuStreamWriteValue32_v2(s: usize, addr: u64, value: u32, _flags: u32) -> CuResult {
+pub extern "C" fn cuStreamWriteValue32_v2(
+    s: usize,
+    addr: u64,
+    value: u32,
+    _flags: u32,
+) -> CuResult {
     if memory::range_of(addr, 4).is_none() {
         return abi::INVALID_VALUE;
     }

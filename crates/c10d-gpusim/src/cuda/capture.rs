@@ -106,7 +106,11 @@ pub fn invalidate(cap: &Capture) {
 /// `cuStreamEndCapture`: the captured nodes, ending the capture on every joined stream.
 pub fn end(stream: &Arc<Stream>) -> Result<Vec<Node>, CuResult> {
     let cap = of(stream).ok_or(abi::CAPTURE_UNMATCHED)?;
-    if !cap.origin.upgrade().is_some_and(|o| Arc::ptr_eq(&o, stream)) {
+    if !cap
+        .origin
+        .upgrade()
+        .is_some_and(|o| Arc::ptr_eq(&o, stream))
+    {
         invalidate(&cap);
         return Err(abi::CAPTURE_UNMATCHED);
     }

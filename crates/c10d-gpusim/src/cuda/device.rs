@@ -103,7 +103,12 @@ pub fn fail(d: usize, code: CuResult, what: &str) {
 /// A new user stream on the current device.
 pub fn new_stream(flags: u32, priority: i32) -> Result<usize, CuResult> {
     let d = current()?;
-    let s = Stream::new(d, flags & abi::STREAM_NON_BLOCKING != 0, priority, next_salt());
+    let s = Stream::new(
+        d,
+        flags & abi::STREAM_NON_BLOCKING != 0,
+        priority,
+        next_salt(),
+    );
     lock(&DEVICES[d].streams).push(Arc::downgrade(&s));
     Ok(STREAMS.insert(s))
 }

@@ -119,8 +119,16 @@ pub fn copy(dst: u64, dst_host: bool, src: u64, src_host: bool, len: usize) -> R
     if len == 0 {
         return Ok(());
     }
-    let d = if dst_host { dst as *mut u8 } else { host_ptr(dst, len, "copy destination")? };
-    let s = if src_host { src as *const u8 } else { host_ptr(src, len, "copy source")? };
+    let d = if dst_host {
+        dst as *mut u8
+    } else {
+        host_ptr(dst, len, "copy destination")?
+    };
+    let s = if src_host {
+        src as *const u8
+    } else {
+        host_ptr(src, len, "copy source")?
+    };
     // SAFETY: both ranges were checked against live allocations (device side) or are the
     // caller's host buffers of `len` bytes, as the CUDA API requires of its caller; `copy`
     // allows overlap.

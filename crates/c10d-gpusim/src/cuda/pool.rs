@@ -43,7 +43,9 @@ pub fn create(device: usize) -> usize {
 
 /// The default pool of `device` (what `cuMemAllocAsync` uses).
 pub fn default_of(device: usize) -> usize {
-    *lock(&DEFAULTS).entry(device).or_insert_with(|| create(device))
+    *lock(&DEFAULTS)
+        .entry(device)
+        .or_insert_with(|| create(device))
 }
 
 /// Allocates `size` bytes from pool `handle` for use on `stream`.
@@ -80,9 +82,12 @@ pub fn free_async(ptr: u64, stream: &Arc<Stream>) -> Result<(), CuResult> {
         if memory::range_of(ptr, 0).is_none_or(|(_, start, _)| start != ptr) {
             return Err(abi::INVALID_VALUE);
         }
-        return launch::enqueue_on(stream, launch::node(move || {
-            memory::free(ptr);
-        }));
+        return launch::enqueue_on(
+            stream,
+            launch::node(move || {
+                memory::free(ptr);
+            }),
+        );
     };
     let pool = POOLS.get(handle).ok_or(abi::INVALID_HANDLE)?;
     lock(&pool.pending).push((stream.clone(), ptr, size));

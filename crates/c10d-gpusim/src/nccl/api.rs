@@ -82,7 +82,10 @@ fn non_blocking(config: *const c_void) -> bool {
     // `blocking` (int) at offset 16 in every layout since 2.14.
     let (magic, blocking) = unsafe {
         let p = config.cast::<u8>();
-        (p.add(8).cast::<u32>().read_unaligned(), p.add(16).cast::<i32>().read_unaligned())
+        (
+            p.add(8).cast::<u32>().read_unaligned(),
+            p.add(16).cast::<i32>().read_unaligned(),
+        )
     };
     magic == 0xcafe_beef && blocking == 0
 }
@@ -101,7 +104,13 @@ fn start(comm: Arc<Comm>) -> c_int {
     comm.async_error()
 }
 
-fn init(out: *mut usize, nranks: c_int, id: &UniqueId, rank: c_int, config: *const c_void) -> c_int {
+fn init(
+    out: *mut usize,
+    nranks: c_int,
+    id: &UniqueId,
+    rank: c_int,
+    config: *const c_void,
+) -> c_int {
     let Some((port, key)) = parse_id(id) else {
         return INVALID_ARGUMENT;
     };
@@ -118,7 +127,12 @@ fn init(out: *mut usize, nranks: c_int, id: &UniqueId, rank: c_int, config: *con
 }
 
 #[no_mangle]
-pub extern "C" fn ncclCommInitRank(out: *mut usize, nranks: c_int, id: UniqueId, rank: c_int) -> c_int {
+pub extern "C" fn ncclCommInitRank(
+    out: *mut usize,
+    nranks: c_int,
+    id: UniqueId,
+    rank: c_int,
+) -> c_int {
     init(out, nranks, &id, rank, std::ptr::null())
 }
 
@@ -154,7 +168,14 @@ pub unsafe extern "C" fn ncclCommInitRankScalable(
 /// A rank outside every child (`NCCL_SPLIT_NOCOLOR`) gets a null handle at once, as NCCL
 /// knows its color locally, and still takes part in the parent's exchange (in the background
 /// for a non-blocking parent, whose async error says `ncclInProgress` until it is done).
-fn child(parent: Arc<Comm>, out: *mut usize, header: OpHeader, data: Vec<u8>, member: bool, config: *const c_void) -> c_int {
+fn child(
+    parent: Arc<Comm>,
+    out: *mut usize,
+    header: OpHeader,
+    data: Vec<u8>,
+    member: bool,
+    config: *const c_void,
+) -> c_int {
     let nb = non_blocking(config);
     let p = parent.clone();
     if !member {
@@ -173,7 +194,10 @@ fn child(parent: Arc<Comm>, out: *mut usize, header: OpHeader, data: Vec<u8>, me
             return exchange();
         }
         p.begin_finalize();
-        return match std::thread::Builder::new().name("gpusim-nccl-split".into()).spawn(exchange) {
+        return match std::thread::Builder::new()
+            .name("gpusim-nccl-split".into())
+            .spawn(exchange)
+        {
             Ok(_) => IN_PROGRESS,
             Err(_) => 2,
         };
@@ -200,21 +224,43 @@ fn child(parent: Arc<Comm>, out: *mut usize, header: OpHeader, data: Vec<u8>, me
         return make();
     }
     p.begin_finalize();
-    match std::thread::Builder::new().name("gpusim-nccl-split".into()).spawn(make) {
+    match std::thread::Builder::new()
+        .name("gpusim-nccl-split".into())
+        .spawn(make)
+    {
         Ok(_) => IN_PROGRESS,
         Err(_) => 2,
     }
 }
 
 #[no_mangle]
-pub extern "C" fn ncclCommSplit(comm: usize, color: c_int, key: c_int, out: *mut usize, config: *const c_void) -> c_int {
+pub extern "C" fn ncclCommSplit(
+    comm: usize,
+    color: c_int,
+    key: c_int,
+    out: *mut usize,
+    config: *const c_void,
+) -> c_int {
     let parent = match comm_of(comm) {
         Ok(c) if c.usable() => c,
         Ok(_) => return INVALID_USAGE,
         Err(e) => return e,
     };
-    let header = OpHeader { op: 6, dtype: 0, red: 0, root: color.max(-1), count: 0 };
-    child(parent, out, header, key.to_le_bytes().to_vec(), color >= 0, config)
+    let header = OpHeader {
+        op: 6,
+        dtype: 0,
+        red: 0,
+        root: color.max(-1),
+        count: 0,
+    };
+    child(
+        parent,
+        out,
+        header,
+        key.to_le_bytes().to_vec(),
+        color >= 0,
+        config,
+    )
 }
 
 #[no_mangle]
@@ -241,8 +287,17 @@ pub unsafe extern "C" fn ncclCommShrink(
     if ranks.contains(&(parent.rank() as c_int)) {
         return INVALID_ARGUMENT;
     }
-    let data: Vec<u8> = ranks.iter().flat_map(|r| (*r as u32).to_le_bytes()).collect();
-    let header = OpHeader { op: 7, dtype: 0, red: 0, root: -1, count: n as u64 };
+    let data: Vec<u8> = ranks
+        .iter()
+        .flat_map(|r| (*r as u32).to_le_bytes())
+        .collect();
+    let header = OpHeader {
+        op: 7,
+        dtype: 0,
+        red: 0,
+        root: -1,
+        count: n as u64,
+    };
     child(parent, out, header, data, true, config)
 }
 
@@ -338,7 +393,13 @@ pub extern "C" fn ncclGroupEnd() -> c_int {
 
 /// NCCL's argument checks for one op: a live, initialised communicator; a known type; device
 /// pointers (as NCCL's `PtrCheck`); the reduction; the root or peer in range.
-fn check(comm: usize, dtype: c_int, ptrs: &[*const c_void], red: Option<c_int>, root: Option<c_int>) -> Result<(Arc<Comm>, Option<Vec<u8>>), c_int> {
+fn check(
+    comm: usize,
+    dtype: c_int,
+    ptrs: &[*const c_void],
+    red: Option<c_int>,
+    root: Option<c_int>,
+) -> Result<(Arc<Comm>, Option<Vec<u8>>), c_int> {
     let c = comm_of(comm)?;
     if !c.usable() {
         c.set_last_error("c10d-gpusim: op on a communicator that is not initialised, has an error, or was aborted");
@@ -355,64 +416,161 @@ fn check(comm: usize, dtype: c_int, ptrs: &[*const c_void], red: Option<c_int>, 
         }
     }
     if root.is_some_and(|r| r < 0 || r as u32 >= c.nranks()) {
-        return Err(fail(format!("root or peer {root:?} of {} ranks", c.nranks())));
+        return Err(fail(format!(
+            "root or peer {root:?} of {} ranks",
+            c.nranks()
+        )));
     }
     let premul = match red {
         Some(r) if (0..NUM_OPS).contains(&r) => None,
-        Some(r) => Some(c.premul.lock().unwrap_or_else(|e| e.into_inner()).get(&r).cloned().ok_or_else(|| fail(format!("reduction {r}")))?),
+        Some(r) => Some(
+            c.premul
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&r)
+                .cloned()
+                .ok_or_else(|| fail(format!("reduction {r}")))?,
+        ),
         None => None,
     };
     Ok((c, premul))
 }
 
 #[allow(clippy::too_many_arguments)]
-fn coll(op: u8, send: *const c_void, recv: *mut c_void, count: usize, dtype: c_int, red: c_int, root: c_int, comm: usize, stream: usize) -> c_int {
-    let ptrs: Vec<*const c_void> = if count == 0 { vec![] } else { vec![send, recv.cast_const()] };
+fn coll(
+    op: u8,
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    dtype: c_int,
+    red: c_int,
+    root: c_int,
+    comm: usize,
+    stream: usize,
+) -> c_int {
+    let ptrs: Vec<*const c_void> = if count == 0 {
+        vec![]
+    } else {
+        vec![send, recv.cast_const()]
+    };
     let reduces = matches!(op, 1 | 3 | 5);
     let rooted = matches!(op, 2 | 3);
-    match check(comm, dtype, &ptrs, reduces.then_some(red), rooted.then_some(root)) {
+    match check(
+        comm,
+        dtype,
+        &ptrs,
+        reduces.then_some(red),
+        rooted.then_some(root),
+    ) {
         Ok((c, premul)) => {
             let red = if premul.is_some() || !reduces { 0 } else { red };
-            let header = OpHeader { op, dtype, red, root: if rooted { root } else { -1 }, count: count as u64 };
-            group::add(c, stream, Spec::Coll { header, send: send as u64, recv: recv as u64, premul })
+            let header = OpHeader {
+                op,
+                dtype,
+                red,
+                root: if rooted { root } else { -1 },
+                count: count as u64,
+            };
+            group::add(
+                c,
+                stream,
+                Spec::Coll {
+                    header,
+                    send: send as u64,
+                    recv: recv as u64,
+                    premul,
+                },
+            )
         }
         Err(e) => e,
     }
 }
 
 #[no_mangle]
-pub extern "C" fn ncclAllReduce(send: *const c_void, recv: *mut c_void, count: usize, dtype: c_int, op: c_int, comm: usize, stream: usize) -> c_int {
+pub extern "C" fn ncclAllReduce(
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    dtype: c_int,
+    op: c_int,
+    comm: usize,
+    stream: usize,
+) -> c_int {
     coll(1, send, recv, count, dtype, op, 0, comm, stream)
 }
 
 #[no_mangle]
-pub extern "C" fn ncclBroadcast(send: *const c_void, recv: *mut c_void, count: usize, dtype: c_int, root: c_int, comm: usize, stream: usize) -> c_int {
+pub extern "C" fn ncclBroadcast(
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    dtype: c_int,
+    root: c_int,
+    comm: usize,
+    stream: usize,
+) -> c_int {
     coll(2, send, recv, count, dtype, 0, root, comm, stream)
 }
 
 #[no_mangle]
 #[allow(clippy::too_many_arguments)]
-pub extern "C" fn ncclReduce(send: *const c_void, recv: *mut c_void, count: usize, dtype: c_int, op: c_int, root: c_int, comm: usize, stream: usize) -> c_int {
+pub extern "C" fn ncclReduce(
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    dtype: c_int,
+    op: c_int,
+    root: c_int,
+    comm: usize,
+    stream: usize,
+) -> c_int {
     coll(3, send, recv, count, dtype, op, root, comm, stream)
 }
 
 #[no_mangle]
-pub extern "C" fn ncclAllGather(send: *const c_void, recv: *mut c_void, count: usize, dtype: c_int, comm: usize, stream: usize) -> c_int {
+pub extern "C" fn ncclAllGather(
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    dtype: c_int,
+    comm: usize,
+    stream: usize,
+) -> c_int {
     coll(4, send, recv, count, dtype, 0, 0, comm, stream)
 }
 
 #[no_mangle]
-pub extern "C" fn ncclReduceScatter(send: *const c_void, recv: *mut c_void, count: usize, dtype: c_int, op: c_int, comm: usize, stream: usize) -> c_int {
+pub extern "C" fn ncclReduceScatter(
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    dtype: c_int,
+    op: c_int,
+    comm: usize,
+    stream: usize,
+) -> c_int {
     coll(5, send, recv, count, dtype, op, 0, comm, stream)
 }
 
-fn p2p(buf: *const c_void, count: usize, dtype: c_int, peer: c_int, comm: usize, stream: usize, sending: bool) -> c_int {
+fn p2p(
+    buf: *const c_void,
+    count: usize,
+    dtype: c_int,
+    peer: c_int,
+    comm: usize,
+    stream: usize,
+    sending: bool,
+) -> c_int {
     let ptrs: Vec<*const c_void> = if count == 0 { vec![] } else { vec![buf] };
     match check(comm, dtype, &ptrs, None, Some(peer)) {
         Ok((c, _)) => {
             let bytes = count * reduce::dtype_size(dtype).unwrap_or(0);
             let (buf, peer) = (buf as u64, peer as u32);
-            let spec = if sending { Spec::Send { buf, bytes, peer } } else { Spec::Recv { buf, bytes, peer } };
+            let spec = if sending {
+                Spec::Send { buf, bytes, peer }
+            } else {
+                Spec::Recv { buf, bytes, peer }
+            };
             group::add(c, stream, spec)
         }
         Err(e) => e,
@@ -420,17 +578,37 @@ fn p2p(buf: *const c_void, count: usize, dtype: c_int, peer: c_int, comm: usize,
 }
 
 #[no_mangle]
-pub extern "C" fn ncclSend(buf: *const c_void, count: usize, dtype: c_int, peer: c_int, comm: usize, stream: usize) -> c_int {
+pub extern "C" fn ncclSend(
+    buf: *const c_void,
+    count: usize,
+    dtype: c_int,
+    peer: c_int,
+    comm: usize,
+    stream: usize,
+) -> c_int {
     p2p(buf, count, dtype, peer, comm, stream, true)
 }
 
 #[no_mangle]
-pub extern "C" fn ncclRecv(buf: *mut c_void, count: usize, dtype: c_int, peer: c_int, comm: usize, stream: usize) -> c_int {
+pub extern "C" fn ncclRecv(
+    buf: *mut c_void,
+    count: usize,
+    dtype: c_int,
+    peer: c_int,
+    comm: usize,
+    stream: usize,
+) -> c_int {
     p2p(buf.cast_const(), count, dtype, peer, comm, stream, false)
 }
 
 #[no_mangle]
-pub extern "C" fn ncclRedOpCreatePreMulSum(op: *mut c_int, scalar: *const c_void, dtype: c_int, residence: c_int, comm: usize) -> c_int {
+pub extern "C" fn ncclRedOpCreatePreMulSum(
+    op: *mut c_int,
+    scalar: *const c_void,
+    dtype: c_int,
+    residence: c_int,
+    comm: usize,
+) -> c_int {
     let c = match comm_of(comm) {
         Ok(c) => c,
         Err(e) => return e,
@@ -459,7 +637,12 @@ pub extern "C" fn ncclRedOpCreatePreMulSum(op: *mut c_int, scalar: *const c_void
 #[no_mangle]
 pub extern "C" fn ncclRedOpDestroy(op: c_int, comm: usize) -> c_int {
     match comm_of(comm) {
-        Ok(c) => match c.premul.lock().unwrap_or_else(|e| e.into_inner()).remove(&op) {
+        Ok(c) => match c
+            .premul
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&op)
+        {
             Some(_) => SUCCESS,
             None => INVALID_ARGUMENT,
         },
@@ -488,6 +671,6 @@ pub extern "C" fn ncclGetErrorString(code: c_int) -> *const c_char {
 pub extern "C" fn ncclGetLastError(comm: usize) -> *const c_char {
     match comm_of(comm) {
         Ok(c) => c.last_error_ptr(),
-        Err(_) => b"\0".as_ptr().cast(),
+        Err(_) => c"".as_ptr(),
     }
 }

@@ -101,12 +101,15 @@ impl Comm {
 
     /// Records a failure: the async error (the first one stays) and `ncclGetLastError`'s text.
     pub fn fail(&self, code: i32, msg: &str) {
-        let _ = self
-            .async_error
-            .compare_exchange(SUCCESS, code, Ordering::AcqRel, Ordering::Acquire);
-        let _ = self
-            .async_error
-            .compare_exchange(IN_PROGRESS, code, Ordering::AcqRel, Ordering::Acquire);
+        let _ =
+            self.async_error
+                .compare_exchange(SUCCESS, code, Ordering::AcqRel, Ordering::Acquire);
+        let _ = self.async_error.compare_exchange(
+            IN_PROGRESS,
+            code,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
         self.set_last_error(msg);
         eprintln!("{msg}");
     }
@@ -114,12 +117,22 @@ impl Comm {
     /// A non-blocking call on the communicator began (finalize, or a split or shrink of it):
     /// `ncclInProgress` until [`Comm::finished_finalize`].
     pub fn begin_finalize(&self) {
-        let _ = self.async_error.compare_exchange(SUCCESS, IN_PROGRESS, Ordering::AcqRel, Ordering::Acquire);
+        let _ = self.async_error.compare_exchange(
+            SUCCESS,
+            IN_PROGRESS,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
     }
 
     /// The finalize's flush is done.
     pub fn finished_finalize(&self) {
-        let _ = self.async_error.compare_exchange(IN_PROGRESS, SUCCESS, Ordering::AcqRel, Ordering::Acquire);
+        let _ = self.async_error.compare_exchange(
+            IN_PROGRESS,
+            SUCCESS,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
     }
 
     /// Sets `ncclGetLastError`'s text.
@@ -130,7 +143,10 @@ impl Comm {
 
     /// A pointer to the last error's text, valid until the next error of this communicator.
     pub fn last_error_ptr(&self) -> *const std::ffi::c_char {
-        self.last_error.lock().unwrap_or_else(|e| e.into_inner()).as_ptr()
+        self.last_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ptr()
     }
 
     /// The next collective sequence number (every rank numbers its collectives alike).
@@ -154,7 +170,10 @@ impl Comm {
     pub fn send(&self, f: &Frame) -> Result<(), (i32, String)> {
         match self.link() {
             Some(l) => l.send(f),
-            None => Err((INVALID_USAGE, "c10d-gpusim: communicator not connected".into())),
+            None => Err((
+                INVALID_USAGE,
+                "c10d-gpusim: communicator not connected".into(),
+            )),
         }
     }
 
@@ -167,7 +186,10 @@ impl Comm {
     /// Connects and joins the hub; blocks until every rank joined, an error, or an abort.
     pub fn connect(&self) {
         if faults::next_init_hangs() {
-            eprintln!("c10d-gpusim: injected fault: communicator init of rank {} never finishes", self.rank());
+            eprintln!(
+                "c10d-gpusim: injected fault: communicator init of rank {} never finishes",
+                self.rank()
+            );
             while !self.aborted() {
                 std::thread::sleep(std::time::Duration::from_millis(20));
             }
@@ -175,20 +197,37 @@ impl Comm {
         }
         let link = match Link::connect(self.port) {
             Ok(l) => l,
-            Err(e) => return self.fail(2, &format!("c10d-gpusim: cannot reach the hub on 127.0.0.1:{}: {e}", self.port)),
+            Err(e) => {
+                return self.fail(
+                    2,
+                    &format!(
+                        "c10d-gpusim: cannot reach the hub on 127.0.0.1:{}: {e}",
+                        self.port
+                    ),
+                )
+            }
         };
         *self.link.lock().unwrap_or_else(|e| e.into_inner()) = Some(link);
         let host = std::env::var("NCCL_HOSTID").unwrap_or_else(|_| "this host".into());
         let place = format!("host {host:?} device cuda:{}", self.device);
-        let hello = Frame::new(Kind::Hello, self.key(), 0, self.rank(), self.nranks()).with(place.into_bytes());
-        let answer = self.send(&hello).map_err(Some).and_then(|()| match self.wait(Kind::Ready, 0, 0) {
-            Some(Ok(_)) => Ok(()),
-            Some(Err(e)) => Err(Some(e)),
-            None => Err(None),
-        });
+        let hello = Frame::new(Kind::Hello, self.key(), 0, self.rank(), self.nranks())
+            .with(place.into_bytes());
+        let answer =
+            self.send(&hello)
+                .map_err(Some)
+                .and_then(|()| match self.wait(Kind::Ready, 0, 0) {
+                    Some(Ok(_)) => Ok(()),
+                    Some(Err(e)) => Err(Some(e)),
+                    None => Err(None),
+                });
         match answer {
             Ok(()) => {
-                let _ = self.async_error.compare_exchange(IN_PROGRESS, SUCCESS, Ordering::AcqRel, Ordering::Acquire);
+                let _ = self.async_error.compare_exchange(
+                    IN_PROGRESS,
+                    SUCCESS,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                );
             }
             Err(Some((code, msg))) => self.fail(code, &msg),
             Err(None) => {}
@@ -197,10 +236,21 @@ impl Comm {
 
     /// A host-side collective of the parent (split, shrink): sends `header` + `data` and waits
     /// for this rank's placement (new key, rank, size).
-    pub fn place(&self, header: OpHeader, data: &[u8], stop: &dyn Fn() -> bool) -> Result<(u64, u32, u32), (i32, String)> {
+    pub fn place(
+        &self,
+        header: OpHeader,
+        data: &[u8],
+        stop: &dyn Fn() -> bool,
+    ) -> Result<(u64, u32, u32), (i32, String)> {
         let seq = self.next_seq();
-        self.send(&Frame::new(Kind::Contribute, self.key(), seq, self.rank(), 0).with(header.encode(data)))?;
-        let link = self.link().ok_or((INVALID_USAGE, "c10d-gpusim: communicator not connected".to_string()))?;
+        self.send(
+            &Frame::new(Kind::Contribute, self.key(), seq, self.rank(), 0)
+                .with(header.encode(data)),
+        )?;
+        let link = self.link().ok_or((
+            INVALID_USAGE,
+            "c10d-gpusim: communicator not connected".to_string(),
+        ))?;
         match link.wait((Kind::Result, seq, 0), &|| self.aborted() || stop()) {
             Some(Ok(p)) if p.len() == 16 => Ok((
                 u64::from_le_bytes(p[..8].try_into().expect("8 bytes")),
@@ -209,7 +259,10 @@ impl Comm {
             )),
             Some(Ok(_)) => Err((3, "c10d-gpusim: malformed placement".into())),
             Some(Err(e)) => Err(e),
-            None => Err((INVALID_USAGE, "c10d-gpusim: communicator aborted during split".into())),
+            None => Err((
+                INVALID_USAGE,
+                "c10d-gpusim: communicator aborted during split".into(),
+            )),
         }
     }
 

@@ -58,19 +58,28 @@ pub fn check_matching(parts: &[Part]) -> Result<(), (u32, String)> {
 pub fn results(parts: &[Part]) -> Result<Vec<Vec<u8>>, String> {
     let h = parts[0].header;
     let n = parts.len();
-    let size = reduce::dtype_size(h.dtype).ok_or_else(|| format!("unknown data type {}", h.dtype))?;
+    let size =
+        reduce::dtype_size(h.dtype).ok_or_else(|| format!("unknown data type {}", h.dtype))?;
     let chunk = h.count as usize * size;
     let root = usize::try_from(h.root).unwrap_or(usize::MAX);
     Ok(match h.op {
         1 => vec![reduced(parts)?; n],
         2 => vec![parts.get(root).ok_or("bad root")?.data.clone(); n],
         3 => (0..n)
-            .map(|r| if r == root { reduced(parts) } else { Ok(Vec::new()) })
+            .map(|r| {
+                if r == root {
+                    reduced(parts)
+                } else {
+                    Ok(Vec::new())
+                }
+            })
             .collect::<Result<_, _>>()?,
         4 => vec![parts.iter().flat_map(|p| p.data.iter().copied()).collect(); n],
         5 => {
             let all = reduced(parts)?;
-            (0..n).map(|r| all[r * chunk..(r + 1) * chunk].to_vec()).collect()
+            (0..n)
+                .map(|r| all[r * chunk..(r + 1) * chunk].to_vec())
+                .collect()
         }
         other => return Err(format!("unknown collective {other}")),
     })

@@ -45,7 +45,11 @@ fn parse(spec: &str) -> Option<Planned> {
         "init_hang" => Fault::InitHang,
         _ => return None,
     };
-    Some(Planned { fault, rank: rank.parse().ok()?, at: at.parse().ok()? })
+    Some(Planned {
+        fault,
+        rank: rank.parse().ok()?,
+        at: at.parse().ok()?,
+    })
 }
 
 fn plan() -> &'static Vec<Planned> {

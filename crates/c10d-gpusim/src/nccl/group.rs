@@ -35,7 +35,11 @@ pub fn end() -> i32 {
             return None;
         }
         g.depth -= 1;
-        Some(if g.depth == 0 { std::mem::take(&mut g.pending) } else { Vec::new() })
+        Some(if g.depth == 0 {
+            std::mem::take(&mut g.pending)
+        } else {
+            Vec::new()
+        })
     });
     match pending {
         None => INVALID_USAGE,
@@ -60,7 +64,10 @@ pub fn add(comm: Arc<Comm>, stream: usize, spec: Spec) -> i32 {
 fn flush(pending: Vec<(Arc<Comm>, usize, Spec)>) -> i32 {
     let mut batches: Vec<(Arc<Comm>, usize, Vec<Spec>)> = Vec::new();
     for (comm, stream, spec) in pending {
-        match batches.iter_mut().find(|(c, s, _)| Arc::ptr_eq(c, &comm) && *s == stream) {
+        match batches
+            .iter_mut()
+            .find(|(c, s, _)| Arc::ptr_eq(c, &comm) && *s == stream)
+        {
             Some(b) => b.2.push(spec),
             None => batches.push((comm, stream, vec![spec])),
         }
@@ -90,7 +97,9 @@ fn queue(comm: Arc<Comm>, stream: usize, specs: Vec<Spec>) -> i32 {
     match launch::enqueue(stream, node) {
         Ok(_) => SUCCESS,
         Err(e) => {
-            comm.set_last_error(&format!("c10d-gpusim: queueing an NCCL op on stream {stream:#x} failed: CUDA error {e}"));
+            comm.set_last_error(&format!(
+                "c10d-gpusim: queueing an NCCL op on stream {stream:#x} failed: CUDA error {e}"
+            ));
             1 // ncclUnhandledCudaError
         }
     }

@@ -81,7 +81,9 @@ fn send_all(out: Outbox) {
 }
 
 fn serve(stream: TcpStream) {
-    let Ok(read_half) = stream.try_clone() else { return };
+    let Ok(read_half) = stream.try_clone() else {
+        return;
+    };
     let conn: Conn = Arc::new(Mutex::new(BufWriter::new(stream)));
     let mut reader = BufReader::new(read_half);
     let mut me: Option<(u64, u32)> = None;
@@ -97,10 +99,21 @@ fn serve(stream: TcpStream) {
     }
 }
 
-fn error(conn: &Conn, wait: Kind, comm: u64, seq: u64, aux: u32, code: u32, msg: &str) -> (Conn, Frame) {
+fn error(
+    conn: &Conn,
+    wait: Kind,
+    comm: u64,
+    seq: u64,
+    aux: u32,
+    code: u32,
+    msg: &str,
+) -> (Conn, Frame) {
     let mut payload = vec![wait as u8];
     payload.extend_from_slice(msg.as_bytes());
-    (conn.clone(), Frame::new(Kind::Error, comm, seq, code, aux).with(payload))
+    (
+        conn.clone(),
+        Frame::new(Kind::Error, comm, seq, code, aux).with(payload),
+    )
 }
 
 fn handle(conn: &Conn, f: Frame) -> Outbox {
@@ -133,20 +146,41 @@ fn hello(hub: &mut Hub, conn: &Conn, f: Frame) -> Outbox {
             "c10d-gpusim: ncclCommInitRank: rank {r} of {n} does not fit communicator of {} ranks (or joined twice)",
             c.nranks
         );
-        return vec![error(conn, Kind::Ready, f.comm, 0, 0, compute::INVALID_ARGUMENT, &msg)];
+        return vec![error(
+            conn,
+            Kind::Ready,
+            f.comm,
+            0,
+            0,
+            compute::INVALID_ARGUMENT,
+            &msg,
+        )];
     }
     let place = String::from_utf8_lossy(&f.payload).into_owned();
     if let Some(other) = c.places.iter().position(|p| p.as_deref() == Some(&place)) {
         let msg = format!(
             "c10d-gpusim: Duplicate GPU detected : rank {r} and rank {other} both on {place} (give ranks sharing a GPU distinct NCCL_HOSTIDs)"
         );
-        return vec![error(conn, Kind::Ready, f.comm, 0, 0, compute::INVALID_USAGE, &msg)];
+        return vec![error(
+            conn,
+            Kind::Ready,
+            f.comm,
+            0,
+            0,
+            compute::INVALID_USAGE,
+            &msg,
+        )];
     }
     c.conns[r] = Some(conn.clone());
     c.places[r] = Some(place);
     if c.conns.iter().all(Option::is_some) {
         let ready = Frame::new(Kind::Ready, f.comm, 0, 0, 0);
-        return c.conns.iter().flatten().map(|k| (k.clone(), ready.clone())).collect();
+        return c
+            .conns
+            .iter()
+            .flatten()
+            .map(|k| (k.clone(), ready.clone()))
+            .collect();
     }
     Vec::new()
 }
@@ -163,20 +197,49 @@ fn contribute(hub: &mut Hub, conn: &Conn, f: Frame) -> Outbox {
     };
     let Some(c) = hub.comms.get_mut(&f.comm) else {
         let msg = "c10d-gpusim: collective on an unknown communicator";
-        return vec![error(conn, Kind::Result, f.comm, f.seq, 0, compute::INVALID_USAGE, msg)];
+        return vec![error(
+            conn,
+            Kind::Result,
+            f.comm,
+            f.seq,
+            0,
+            compute::INVALID_USAGE,
+            msg,
+        )];
     };
     let n = c.nranks;
     let expected = c.expected.entry(f.seq).or_insert_with(|| {
-        let excluded = if header.op == 7 { ranks_of(data) } else { Vec::new() };
+        let excluded = if header.op == 7 {
+            ranks_of(data)
+        } else {
+            Vec::new()
+        };
         (0..n as u32).map(|r| !excluded.contains(&r)).collect()
     });
-    if c.lost.iter().any(|&l| expected.get(l as usize) == Some(&true)) {
+    if c.lost
+        .iter()
+        .any(|&l| expected.get(l as usize) == Some(&true))
+    {
         let msg = lost_message(f.comm, &c.lost);
-        return vec![error(conn, Kind::Result, f.comm, f.seq, 0, REMOTE_ERROR, &msg)];
+        return vec![error(
+            conn,
+            Kind::Result,
+            f.comm,
+            f.seq,
+            0,
+            REMOTE_ERROR,
+            &msg,
+        )];
     }
-    let parts = c.colls.entry(f.seq).or_insert_with(|| (0..n).map(|_| None).collect());
+    let parts = c
+        .colls
+        .entry(f.seq)
+        .or_insert_with(|| (0..n).map(|_| None).collect());
     if let Some(slot) = parts.get_mut(f.rank as usize) {
-        *slot = Some(Part { header, data: data.to_vec() });
+        *slot = Some(Part {
+            header,
+            data: data.to_vec(),
+        });
     }
     let expected = c.expected[&f.seq].clone();
     let done = parts.iter().zip(&expected).all(|(p, e)| p.is_some() || !e);
@@ -226,7 +289,12 @@ fn new_comm(hub: &mut Hub, n: usize) -> u64 {
     let key = new_key();
     hub.comms.insert(
         key,
-        Comm { nranks: n, conns: vec![None; n], places: vec![None; n], ..Default::default() },
+        Comm {
+            nranks: n,
+            conns: vec![None; n],
+            places: vec![None; n],
+            ..Default::default()
+        },
     );
     key
 }
@@ -243,11 +311,17 @@ fn placement(key: u64, rank: usize, n: usize) -> Vec<u8> {
 fn split(hub: &mut Hub, parts: &[Part]) -> Vec<Vec<u8>> {
     let key_of = |p: &Part| i32::from_le_bytes(p.data[..4].try_into().expect("4 bytes"));
     let mut out = vec![placement(0, 0, 0); parts.len()];
-    let mut colors: Vec<i32> = parts.iter().map(|p| p.header.root).filter(|&c| c >= 0).collect();
+    let mut colors: Vec<i32> = parts
+        .iter()
+        .map(|p| p.header.root)
+        .filter(|&c| c >= 0)
+        .collect();
     colors.sort_unstable();
     colors.dedup();
     for color in colors {
-        let mut members: Vec<usize> = (0..parts.len()).filter(|&r| parts[r].header.root == color).collect();
+        let mut members: Vec<usize> = (0..parts.len())
+            .filter(|&r| parts[r].header.root == color)
+            .collect();
         members.sort_by_key(|&r| (key_of(&parts[r]), r));
         let key = new_comm(hub, members.len());
         for (new_rank, &r) in members.iter().enumerate() {
@@ -267,13 +341,25 @@ fn p2p(hub: &mut Hub, conn: &Conn, f: Frame) -> Outbox {
     let Some(c) = hub.comms.get_mut(&f.comm) else {
         return Vec::new();
     };
-    let (src, dst) = if f.kind == Kind::Send { (f.rank, f.aux) } else { (f.aux, f.rank) };
+    let (src, dst) = if f.kind == Kind::Send {
+        (f.rank, f.aux)
+    } else {
+        (f.aux, f.rank)
+    };
     let key = (src, dst, f.seq);
     if f.kind == Kind::Send {
         c.sends.insert(key, f.payload);
     } else if c.lost.contains(&src) && !c.sends.contains_key(&key) {
         let msg = lost_message(f.comm, &c.lost);
-        return vec![error(conn, Kind::Deliver, f.comm, f.seq, src, REMOTE_ERROR, &msg)];
+        return vec![error(
+            conn,
+            Kind::Deliver,
+            f.comm,
+            f.seq,
+            src,
+            REMOTE_ERROR,
+            &msg,
+        )];
     } else {
         c.recvs.insert(key);
     }
@@ -285,7 +371,10 @@ fn p2p(hub: &mut Hub, conn: &Conn, f: Frame) -> Outbox {
     let Some(Some(to)) = c.conns.get(dst as usize).cloned() else {
         return Vec::new();
     };
-    vec![(to, Frame::new(Kind::Deliver, f.comm, f.seq, 0, src).with(data))]
+    vec![(
+        to,
+        Frame::new(Kind::Deliver, f.comm, f.seq, 0, src).with(data),
+    )]
 }
 
 /// Rank `rank` of `comm` closed its connection: unless it said `Bye`, every wait that needs

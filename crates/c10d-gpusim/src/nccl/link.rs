@@ -57,12 +57,16 @@ impl Link {
                         .into_iter()
                         .find(|k| *k as u8 == wait)
                         .unwrap_or(Kind::Result);
-                    let msg = String::from_utf8_lossy(f.payload.get(1..).unwrap_or(&[])).into_owned();
+                    let msg =
+                        String::from_utf8_lossy(f.payload.get(1..).unwrap_or(&[])).into_owned();
                     ((kind, f.seq, f.aux), Err((f.rank as i32, msg)))
                 }
                 k => ((k, f.seq, f.aux), Ok(f.payload)),
             };
-            self.answers.lock().unwrap_or_else(|e| e.into_inner()).insert(key, answer);
+            self.answers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(key, answer);
             self.cv.notify_all();
         }
         self.closed.store(true, Ordering::Release);
@@ -72,9 +76,12 @@ impl Link {
     /// Sends `f`; an error when the hub is gone.
     pub fn send(&self, f: &Frame) -> Result<(), (i32, String)> {
         let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
-        f.write_to(&mut *w)
-            .and_then(|()| w.flush())
-            .map_err(|e| (SYSTEM_ERROR, format!("c10d-gpusim: lost the connection to the communicator's hub: {e}")))
+        f.write_to(&mut *w).and_then(|()| w.flush()).map_err(|e| {
+            (
+                SYSTEM_ERROR,
+                format!("c10d-gpusim: lost the connection to the communicator's hub: {e}"),
+            )
+        })
     }
 
     /// Waits for the answer to `key`; `None` once `stop()` is true (checked every 20 ms).
@@ -85,7 +92,8 @@ impl Link {
                 return Some(a);
             }
             if self.closed.load(Ordering::Acquire) {
-                let msg = "c10d-gpusim: the communicator's hub closed the connection (its process ended)";
+                let msg =
+                    "c10d-gpusim: the communicator's hub closed the connection (its process ended)";
                 return Some(Err((SYSTEM_ERROR, msg.into())));
             }
             if stop() {

@@ -63,7 +63,11 @@ pub fn plan(comm: &Comm, specs: &[Spec]) -> Vec<Planned> {
                 Spec::Send { peer, .. } => comm.next_p2p(*peer, true),
                 Spec::Recv { peer, .. } => comm.next_p2p(*peer, false),
             };
-            Planned { spec: spec.clone(), seq, fault: faults::next_op() }
+            Planned {
+                spec: spec.clone(),
+                seq,
+                fault: faults::next_op(),
+            }
         })
         .collect()
 }
@@ -86,13 +90,23 @@ type Failure = (i32, String);
 fn input(comm: &Comm, spec: &Spec) -> Result<Frame, Failure> {
     let illegal = |m: String| (1, m); // ncclUnhandledCudaError
     Ok(match spec {
-        Spec::Coll { header, send, premul, .. } => {
+        Spec::Coll {
+            header,
+            send,
+            premul,
+            ..
+        } => {
             let (bytes, _) = sizes(header, comm.nranks(), comm.rank());
             let mut data = memory::read(*send, bytes).map_err(illegal)?;
             if let Some(s) = premul {
                 let mut out = vec![0u8; data.len()];
-                reduce::reduce(header.dtype, &RedOp::PreMulSum(s.clone()), &[&data], &mut out)
-                    .map_err(|m| (4, m))?;
+                reduce::reduce(
+                    header.dtype,
+                    &RedOp::PreMulSum(s.clone()),
+                    &[&data],
+                    &mut out,
+                )
+                .map_err(|m| (4, m))?;
                 data = out;
             }
             Frame::new(Kind::Contribute, comm.key(), 0, comm.rank(), 0).with(header.encode(&data))
@@ -107,7 +121,11 @@ fn input(comm: &Comm, spec: &Spec) -> Result<Frame, Failure> {
 
 fn output(comm: &Comm, p: &Planned) -> Result<(), Option<Failure>> {
     let (key, dst, want) = match &p.spec {
-        Spec::Coll { header, recv, .. } => ((Kind::Result, p.seq, 0), *recv, sizes(header, comm.nranks(), comm.rank()).1),
+        Spec::Coll { header, recv, .. } => (
+            (Kind::Result, p.seq, 0),
+            *recv,
+            sizes(header, comm.nranks(), comm.rank()).1,
+        ),
         Spec::Recv { buf, bytes, peer } => ((Kind::Deliver, p.seq, *peer), *buf, *bytes),
         Spec::Send { .. } => return Ok(()),
     };
@@ -128,14 +146,20 @@ fn hang_until_abort(comm: &Comm) {
 }
 
 fn inject(comm: &Comm, fault: Fault, seq: u64) {
-    let what = format!("c10d-gpusim: injected fault {fault:?} at op {seq} of rank {}", comm.rank());
+    let what = format!(
+        "c10d-gpusim: injected fault {fault:?} at op {seq} of rank {}",
+        comm.rank()
+    );
     match fault {
         Fault::Die => {
             eprintln!("{what}: killing the process");
             // SAFETY: kill(2) on our own pid with SIGKILL has no memory effects.
             unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
         }
-        Fault::RemoteError => comm.fail(6, &format!("{what} [remote process exited or there was a network error]")),
+        Fault::RemoteError => comm.fail(
+            6,
+            &format!("{what} [remote process exited or there was a network error]"),
+        ),
         Fault::SystemError => comm.fail(2, &format!("{what} [system error]")),
         Fault::Hang | Fault::InitHang => eprintln!("{what}: the op never completes"),
     }

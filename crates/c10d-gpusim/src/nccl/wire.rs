@@ -31,9 +31,11 @@ pub enum Kind {
 impl Kind {
     fn from_u8(v: u8) -> Option<Kind> {
         use Kind::*;
-        [Hello, Ready, Contribute, Result, Send, RecvPost, Deliver, Bye, Error]
-            .into_iter()
-            .find(|k| *k as u8 == v)
+        [
+            Hello, Ready, Contribute, Result, Send, RecvPost, Deliver, Bye, Error,
+        ]
+        .into_iter()
+        .find(|k| *k as u8 == v)
     }
 }
 
@@ -59,7 +61,14 @@ const HEADER: usize = 1 + 8 + 8 + 4 + 4;
 impl Frame {
     /// A frame with an empty payload.
     pub fn new(kind: Kind, comm: u64, seq: u64, rank: u32, aux: u32) -> Frame {
-        Frame { kind, comm, seq, rank, aux, payload: Vec::new() }
+        Frame {
+            kind,
+            comm,
+            seq,
+            rank,
+            aux,
+            payload: Vec::new(),
+        }
     }
 
     /// The frame with `payload`.

@@ -304,9 +304,9 @@ fn spawn_ranks(
             // rank poses as its own host and NCCL joins them through its socket transport.
             cmd.env("NCCL_HOSTID", format!("c10d-bench-rank-{rank}"))
                 .env("NCCL_SOCKET_IFNAME", "lo")
-                    // The socket transport, as the suite says: not an InfiniBand loopback.
-                    .env("NCCL_NET", "Socket")
-                    .env("NCCL_IB_DISABLE", "1");
+                // The socket transport, as the suite says: not an InfiniBand loopback.
+                .env("NCCL_NET", "Socket")
+                .env("NCCL_IB_DISABLE", "1");
         }
         die_with_parent(&mut cmd);
         match cmd.spawn() {
