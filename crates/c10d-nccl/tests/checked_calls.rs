@@ -31,17 +31,35 @@ fn raw_calls(text: &str) -> Vec<String> {
     found
 }
 
+/// Every `.rs` file under `dir`, subdirectories included (`src/memory/`,
+/// `src/process_group/` …), as paths relative to `root`.
+fn rust_files(dir: &Path, root: &Path, out: &mut Vec<std::path::PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("read_dir") {
+        let path = entry.expect("entry").path();
+        if path.is_dir() {
+            rust_files(&path, root, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path.strip_prefix(root).expect("under root").to_path_buf());
+        }
+    }
+}
+
 #[test]
 fn only_the_checked_layer_calls_nccl() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &src, &mut files);
+    assert!(
+        files.iter().any(|f| f.components().count() > 1),
+        "the walk must reach subdirectories: {files:?}"
+    );
     let mut offenders = Vec::new();
-    for entry in std::fs::read_dir(&src).expect("src") {
-        let path = entry.expect("entry").path();
-        let name = path.file_name().unwrap().to_string_lossy().into_owned();
-        if name == "result.rs" || name == "library.rs" || !name.ends_with(".rs") {
+    for rel in files {
+        let name = rel.display().to_string();
+        if name == "result.rs" || name == "library.rs" {
             continue;
         }
-        let text = std::fs::read_to_string(&path).expect("read");
+        let text = std::fs::read_to_string(src.join(&rel)).expect("read");
         offenders.extend(raw_calls(&text).into_iter().map(|l| format!("{name} {l}")));
     }
     assert!(

@@ -95,14 +95,16 @@ pub fn free_async(ptr: u64, stream: &Arc<Stream>) -> Result<(), CuResult> {
     launch::enqueue_on(stream, launch::node(move || complete_free(&p, ptr, size)))
 }
 
+/// The stream reached the free: the block is poisoned (a block already handed out again on
+/// the same stream too: its new owner's work is queued after this) and, unless reused, free.
 fn complete_free(pool: &Pool, ptr: u64, size: usize) {
+    memory::poison(ptr, size);
     let mut pending = lock(&pool.pending);
     let Some(i) = pending.iter().position(|(_, p, _)| *p == ptr) else {
         return; // already reused on its own stream
     };
     pending.remove(i);
     drop(pending);
-    memory::poison(ptr, size);
     lock(&pool.free).push((ptr, size));
 }
 
