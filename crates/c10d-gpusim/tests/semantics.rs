@@ -15,6 +15,7 @@ fn setup() {
     let mut ctx = 0usize;
     // SAFETY: a valid out-pointer.
     assert_eq!(
+        // SAFETY: valid out-pointers and handles of this test.
         unsafe { cuDevicePrimaryCtxRetain(&mut ctx, 0) },
         abi::SUCCESS
     );
@@ -215,6 +216,7 @@ fn a_synchronisation_during_a_capture_is_refused_and_invalidates_it() {
     let mut graph = 0usize;
     // SAFETY: a valid out-pointer.
     assert_eq!(
+        // SAFETY: valid out-pointers and handles of this test.
         unsafe { cuStreamEndCapture(s, &mut graph) },
         abi::CAPTURE_INVALIDATED
     );
@@ -226,12 +228,14 @@ fn a_synchronisation_during_a_capture_is_refused_and_invalidates_it() {
     );
     // SAFETY: a valid in/out pointer.
     assert_eq!(
+        // SAFETY: valid out-pointers and handles of this test.
         unsafe { cuThreadExchangeStreamCaptureMode(&mut mode) },
         abi::SUCCESS
     );
     assert_eq!(cuCtxSynchronize(), abi::SUCCESS);
     // SAFETY: as above.
     assert_eq!(
+        // SAFETY: valid out-pointers and handles of this test.
         unsafe { cuThreadExchangeStreamCaptureMode(&mut mode) },
         abi::SUCCESS
     );
