@@ -20,6 +20,7 @@
 use crate::abi::{self, CuResult};
 use crate::cuda::stream::{Stream, Work};
 use std::cell::Cell;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, Weak};
 use std::thread::ThreadId;
@@ -40,6 +41,12 @@ pub struct Capture {
 }
 
 static ACTIVE: LazyLock<Mutex<Vec<Weak<Capture>>>> = LazyLock::new(Default::default);
+/// The capture each capturing stream takes part in, by the stream's address.
+static MEMBERS: LazyLock<Mutex<HashMap<usize, Arc<Capture>>>> = LazyLock::new(Default::default);
+
+fn key(stream: &Stream) -> usize {
+    stream as *const Stream as usize
+}
 
 thread_local! {
     static MODE: Cell<u32> = const { Cell::new(abi::CAPTURE_MODE_GLOBAL) };
@@ -59,7 +66,7 @@ pub fn exchange_mode(mode: u32) -> Result<u32, CuResult> {
 
 /// The capture `stream` takes part in.
 pub fn of(stream: &Stream) -> Option<Arc<Capture>> {
-    lock(&stream.capture).clone()
+    lock(&MEMBERS).get(&key(stream)).cloned()
 }
 
 /// `cuStreamBeginCapture` on `stream` in `mode`.
@@ -67,8 +74,8 @@ pub fn begin(stream: &Arc<Stream>, mode: u32) -> Result<(), CuResult> {
     if mode > abi::CAPTURE_MODE_RELAXED {
         return Err(abi::INVALID_VALUE);
     }
-    let mut slot = lock(&stream.capture);
-    if slot.is_some() || crate::cuda::device::is_legacy(stream) {
+    let mut members = lock(&MEMBERS);
+    if members.contains_key(&key(stream)) || crate::cuda::device::is_legacy(stream) {
         return Err(abi::CAPTURE_UNSUPPORTED);
     }
     let cap = Arc::new(Capture {
@@ -80,15 +87,14 @@ pub fn begin(stream: &Arc<Stream>, mode: u32) -> Result<(), CuResult> {
         invalidated: AtomicBool::new(false),
     });
     lock(&ACTIVE).push(Arc::downgrade(&cap));
-    *slot = Some(cap);
+    members.insert(key(stream), cap);
     Ok(())
 }
 
 /// `stream` joins `cap` (it waited on an event recorded in the capture).
 pub fn join(stream: &Arc<Stream>, cap: &Arc<Capture>) {
-    let mut slot = lock(&stream.capture);
-    if slot.is_none() {
-        *slot = Some(cap.clone());
+    if let std::collections::hash_map::Entry::Vacant(e) = lock(&MEMBERS).entry(key(stream)) {
+        e.insert(cap.clone());
         lock(&cap.joined).push(Arc::downgrade(stream));
     }
 }
@@ -115,7 +121,7 @@ pub fn end(stream: &Arc<Stream>) -> Result<Vec<Node>, CuResult> {
         return Err(abi::CAPTURE_UNMATCHED);
     }
     for s in lock(&cap.joined).iter().filter_map(Weak::upgrade) {
-        *lock(&s.capture) = None;
+        lock(&MEMBERS).remove(&key(&s));
     }
     lock(&ACTIVE).retain(|w| w.upgrade().is_some_and(|c| !Arc::ptr_eq(&c, &cap)));
     if cap.invalidated.load(Ordering::Acquire) {

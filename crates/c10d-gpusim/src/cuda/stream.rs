@@ -36,8 +36,6 @@ pub struct Stream {
     queue: Mutex<Queue>,
     cv: Condvar,
     rng: AtomicU64,
-    /// The capture this stream takes part in, if any.
-    pub capture: Mutex<Option<Arc<crate::cuda::capture::Capture>>>,
 }
 
 impl Stream {
@@ -50,7 +48,6 @@ impl Stream {
             queue: Mutex::new(Queue::default()),
             cv: Condvar::new(),
             rng: config::rng_state(salt),
-            capture: Mutex::new(None),
         });
         let w = s.clone();
         std::thread::Builder::new()
