@@ -3,11 +3,14 @@
 //! (`cuMemFree` may: a watchdog thread releasing a timed-out op's tensors must not wait for the
 //! device it is watching). A tensor's block comes from c10d-nccl's own pool (`pool.rs`) on a
 //! per-device memory stream (waited for, so it is usable from any stream at once) and goes
-//! back with `cuMemFreeAsync` there; an op's temporary buffers are allocated and freed on the
-//! NCCL stream itself ([`CudaMemory::alloc_on_stream`]). Where the device has no
-//! stream-ordered allocator, `cuMemAlloc` / `cuMemFree` are used. As with PyTorch's caching allocator, a
-//! tensor must not be dropped while work the caller queued on its own streams still uses it
-//! (c10d-nccl's own ops hold their tensors until their end event).
+//! back with `cuMemFreeAsync` on the thread's current stream when the tensor was made (its
+//! declared stream, else the legacy default stream), after the work queued there before the
+//! drop, as PyTorch's caching allocator frees a block to its allocation stream; an op's
+//! temporary buffers are allocated and freed on the NCCL stream itself
+//! ([`CudaMemory::alloc_on_stream`]). Where the device has no stream-ordered allocator,
+//! `cuMemAlloc` / `cuMemFree` are used. As with PyTorch's caching allocator, a tensor used on
+//! another stream than that one must not be dropped while that work may still run (c10d-nccl's
+//! own ops hold their tensors until their end event).
 //!
 //! [`zeros`] / [`from_cpu`] / [`empty`] make `Device::Cuda(i)` tensors
 //! (`torch.zeros(..., device="cuda:i")`, `tensor.to("cuda:i")`). Views (`narrow`, `reshape`,
@@ -45,8 +48,10 @@ pub struct CudaMemory {
     ptr: sys::CUdeviceptr,
     nbytes: usize,
     last_stream: AtomicU64,
-    /// Where the block came from: `None` for `cuMemAlloc`, else the stream whose
-    /// stream-ordered allocation it is (freed there).
+    /// Where the block is freed: `None` for `cuMemAlloc`; an op's temporary buffer on the
+    /// stream it was allocated on; a tensor on the thread's current stream when it was made
+    /// (as PyTorch's caching allocator frees a block to its allocation stream), so that work
+    /// the caller queued there before the drop still sees the block.
     ordered_on: Option<Arc<CudaStream>>,
     /// The end events of on-device copies that used the block on other streams
     /// (`device_copy`): the free is ordered after them (see [`CudaMemory::note_copy`]).
@@ -105,7 +110,13 @@ impl CudaMemory {
         pool.stream
             .synchronize()
             .map_err(|e| driver_error("cuStreamSynchronize", e))?;
-        Ok(m)
+        m.freed_on_current_stream()
+    }
+
+    /// The block of a tensor is freed on the thread's current stream (see `ordered_on`).
+    fn freed_on_current_stream(mut self) -> Result<CudaMemory> {
+        self.ordered_on = Some(stream::current_stream(self.device)?);
+        Ok(self)
     }
 
     /// `nbytes` from `cuMemAlloc` (freed with `cuMemFree`): devices without a stream-ordered
@@ -206,7 +217,7 @@ impl CudaMemory {
         pool.stream
             .synchronize()
             .map_err(|e| driver_error("cuStreamSynchronize", e))?;
-        Ok(m)
+        m.freed_on_current_stream()
     }
 
     /// Notes an on-device copy on `s` ending at `done` (PyTorch's `record_stream`): the block's

@@ -228,6 +228,10 @@ pub fn cases() -> Vec<(String, Case)> {
             more::ordered_after_a_late_producer,
         ),
         (
+            "free_waits_for_the_callers_stream".into(),
+            more::free_waits_for_the_callers_stream,
+        ),
+        (
             "cuda_graph_capture_replayed_three_times".into(),
             more::graph_capture,
         ),

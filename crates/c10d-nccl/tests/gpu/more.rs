@@ -513,3 +513,28 @@ pub fn unique_id_schemes(c: &Ctx) -> R {
     }
     Ok(())
 }
+
+/// A tensor dropped while work queued on the caller's stream still reads it: its block must
+/// not be reused before that work ran (the free is ordered after the stream the tensor was
+/// made on, as PyTorch's caching allocator orders it). The consumer copies 300 ms late; a new
+/// tensor of the same size, made and written at once, must not land in the old block.
+pub fn free_waits_for_the_callers_stream(c: &Ctx) -> R {
+    let ctx = c10d_nccl::device::context(dev()).map_err(e2s)?;
+    let s = ctx.new_stream().map_err(|e| format!("{e:?}"))?;
+    let n = 1 << 16;
+    let guard = stream::use_stream(dev(), s.clone()).map_err(e2s)?;
+    let src = c.cuda(DType::F32, &values(c.rank, n, 0))?;
+    let out = c.zeros(DType::F32, n)?;
+    produce_late(&s, &out, &src, Duration::from_millis(300))?;
+    drop(src);
+    let other = c.cuda(DType::F32, &vec![-1.0; n])?;
+    s.synchronize().map_err(|e| format!("{e:?}"))?;
+    drop(guard);
+    check(
+        "a late consumer of a dropped tensor",
+        &read(&out),
+        &values(c.rank, n, 0),
+        DType::F32,
+    )?;
+    check("the new tensor", &read(&other), &vec![-1.0; n], DType::F32)
+}
