@@ -122,6 +122,11 @@ impl WatchdogThread {
         lock(&self.shared.retiring).push(op);
     }
 
+    /// Whether a failed op of the group may still have kernels running (see `shutdown_all`).
+    pub fn has_running_failures(&self) -> bool {
+        self.shared.has_running_failures()
+    }
+
     /// A handle for `Work::abort`.
     pub fn handle(&self) -> WatchdogHandle {
         WatchdogHandle(Arc::downgrade(&self.shared))
@@ -255,6 +260,12 @@ impl Shared {
             .iter()
             .filter_map(Weak::upgrade)
             .for_each(|c| c.abort());
+    }
+
+    /// Whether a failed op's kernels may still run (its end event has not fired): an orderly
+    /// `ncclCommFinalize` would wait for them, for ever if a peer is stuck or gone.
+    fn has_running_failures(&self) -> bool {
+        lock(&self.retiring).iter().any(|op| !op.kernels_done())
     }
 
     /// Releases the retiring ops whose kernels are done; true while some remain.

@@ -46,6 +46,17 @@ impl Coalesced {
         self.group_open
     }
 
+    /// `abort()` from a thread other than the one whose NCCL group the block holds open: the
+    /// block fails with `why`, and its communicator's abort is done when the block's own thread
+    /// ends it (closing an NCCL group is only possible on the thread that opened it).
+    pub fn abort_from_another_thread(&mut self, why: &str) {
+        self.failed
+            .get_or_insert_with(|| DistError::backend(why.to_string()));
+        if let Some(dc) = &self.dc {
+            dc.comm.abort();
+        }
+    }
+
     /// The block as one op numbered `seq`: its record, what its `Work` (or its retirement)
     /// holds, and the first error of its ops.
     fn into_pending(

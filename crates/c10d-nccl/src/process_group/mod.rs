@@ -776,18 +776,26 @@ impl ProcessGroupNccl {
         self.abandon_open_block("ended");
     }
 
-    /// Ends a coalesced block left open when the group `what` (see `abandon_block`).
+    /// Ends a coalesced block left open when the group `what` (see `abandon_block`). A block
+    /// whose NCCL group another thread holds open stays with that thread: it is marked failed
+    /// and its communicator's abort waits for the block's `end_coalescing`, which closes the
+    /// NCCL group (that thread's), does the abort and returns the error.
     fn abandon_open_block(&self, what: &str) {
-        let block = self
-            .coalescing
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
+        let why = format!(
+            "ProcessGroupNCCL (group {:?}, rank {}): the group {what} during a coalesced block",
+            self.options.group_name, self.rank
+        );
+        let mut co = self.coalescing.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(b) = co
+            .as_mut()
+            .filter(|b| b.group_open() && result::open_groups() == 0)
+        {
+            b.abort_from_another_thread(&why);
+            return;
+        }
+        let block = co.take();
+        drop(co);
         if let Some(block) = block {
-            let why = format!(
-                "ProcessGroupNCCL (group {:?}, rank {}): the group {what} during a coalesced block",
-                self.options.group_name, self.rank
-            );
             self.abandon_block(block, &why);
         }
     }
@@ -813,6 +821,15 @@ impl ProcessGroupNccl {
     pub(crate) fn shutdown_all(&self) {
         self.begin_ending();
         if let Some(dc) = self.current() {
+            // A failed op whose kernels still run (a stuck or dead peer, the work failed with
+            // TORCH_NCCL_ASYNC_ERROR_HANDLING=0) would hold an orderly finalize until the
+            // group's timeout (10 minutes by default): abort at once instead.
+            if self.watchdog.has_running_failures() {
+                dc.comm.abort();
+                self.watchdog
+                    .finish_everything("the group was shut down while the op was in flight");
+                return;
+            }
             let deadline = Instant::now() + self.default_timeout();
             if let Err(e) = dc.comm.shutdown(deadline) {
                 log::warn!(

@@ -288,6 +288,14 @@ pub fn cases() -> Vec<(String, Case)> {
             faults::abort_from_thread,
         ),
         ("watchdog_timeout".into(), faults::watchdog_timeout),
+        (
+            "abort_from_another_thread_during_a_block".into(),
+            faults::abort_from_another_thread_during_a_block,
+        ),
+        (
+            "shutdown_after_a_stuck_peer_is_prompt".into(),
+            faults::shutdown_after_a_stuck_peer_is_prompt,
+        ),
         // Last: the highest rank leaves the job.
         ("dead_peer_fails_the_survivors".into(), faults::dead_peer),
     ];

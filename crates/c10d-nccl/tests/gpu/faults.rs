@@ -146,3 +146,86 @@ pub fn dead_peer(c: &Ctx) -> R {
         other => Err(format!("the failed group accepted another op: {other:?}")),
     }
 }
+
+/// `abort()` from another thread while this thread's coalesced block holds the NCCL group
+/// open: the block's `end_coalescing` fails with the abort, closes this thread's NCCL group
+/// (so another group's ops run on this thread afterwards) and the abort is then done.
+pub fn abort_from_another_thread_during_a_block(c: &Ctx) -> R {
+    let g = c.cleanup_group(Duration::from_secs(60))?;
+    let t = c.cuda(DType::F32, &[1.0; 256])?;
+    wait(g.all_reduce(std::slice::from_ref(&t), &AllreduceOptions::default()))?;
+    g.start_coalescing().map_err(e2s)?;
+    let queued = g.all_reduce(std::slice::from_ref(&t), &AllreduceOptions::default());
+    std::thread::scope(|s| s.spawn(|| g.abort()).join())
+        .map_err(|_| "the aborting thread panicked".to_string())?;
+    let ended = g.end_coalescing();
+    if c10d_nccl::result::open_groups() != 0 {
+        return Err(format!(
+            "the block's NCCL group is still open on this thread after end_coalescing: {:?}",
+            ended.map(|_| ())
+        ));
+    }
+    match (queued, ended) {
+        (_, Err(e)) if e.message().contains("during a coalesced block") => {}
+        (q, e) => {
+            return Err(format!(
+                "end_coalescing after abort(): {:?} (op in the block: {:?})",
+                e.map(|_| ()),
+                q.map(|_| ())
+            ))
+        }
+    }
+    // The main group's ops still run on this thread.
+    let u = c.cuda(DType::F32, &[c.rank as f64; 4])?;
+    wait(c.pg.all_reduce(std::slice::from_ref(&u), &AllreduceOptions::default()))?;
+    let want = (0..c.world).sum::<usize>() as f64;
+    check(
+        "all_reduce after the aborted block",
+        &read(&u),
+        &[want; 4],
+        DType::F32,
+    )
+}
+
+/// A peer that never joins an op, with `TORCH_NCCL_ASYNC_ERROR_HANDLING=0` (the work fails at
+/// its timeout, nothing is aborted): `shutdown()` must not wait for the stuck kernels until
+/// the group's 10-minute timeout; it aborts at once.
+pub fn shutdown_after_a_stuck_peer_is_prompt(c: &Ctx) -> R {
+    if c.world < 2 {
+        return Ok(());
+    }
+    let env = NcclEnv {
+        async_error_handling: c10d_nccl::ErrorHandlingMode::NoHandling,
+        ..NcclEnv::default()
+    };
+    let g = c.group(Duration::from_secs(600), env)?;
+    g.bind(dev()).map_err(e2s)?;
+    let t = c.cuda(DType::F32, &[1.0; 1024])?;
+    if c.rank != c.world - 1 {
+        let o = AllreduceOptions {
+            timeout: Some(Duration::from_secs(1)),
+            ..Default::default()
+        };
+        let r = g
+            .all_reduce(std::slice::from_ref(&t), &o)
+            .and_then(|w| w.wait_timeout(Duration::from_secs(30)));
+        if r.is_ok() {
+            return Err("an all_reduce a peer never joined completed".into());
+        }
+    }
+    let start = Instant::now();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let g = Arc::new(g);
+    let h = g.clone();
+    std::thread::spawn(move || {
+        h.shutdown();
+        let _ = tx.send(());
+    });
+    match rx.recv_timeout(Duration::from_secs(20)) {
+        Ok(()) => Ok(()),
+        Err(_) => Err(format!(
+            "shutdown() still waiting after {:?} (the group's timeout is 600 s)",
+            start.elapsed()
+        )),
+    }
+}
