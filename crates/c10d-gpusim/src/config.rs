@@ -7,6 +7,7 @@
 //! | `C10D_SIM_DELAY_US` | each queued stream operation first sleeps a random 0..=MAX µs | 0 |
 //! | `C10D_SIM_DROP_STREAM_WAITS` | `1`: `cuStreamWaitEvent` does nothing (sabotage: ordering tests must fail) | off |
 //! | `C10D_SIM_FAULTS` | faults to inject, see [`crate::nccl::faults`] | none |
+//! | `C10D_SIM_GROUP_END_IN_PROGRESS` | `1`: on a non-blocking communicator, `ncclGroupEnd` (and a lone op) returns `ncclInProgress` and the communicator reports it for a few milliseconds, as NCCL may while it enqueues | off |
 //! | `C10D_SIM_MEMORY_GB` | memory of each simulated device (what `cuMemGetInfo` and `cuDeviceTotalMem` say; allocations past it fail) | 80 |
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -25,6 +26,8 @@ pub struct Config {
     pub drop_stream_waits: bool,
     /// Bytes of memory per device.
     pub memory_bytes: u64,
+    /// Non-blocking communicators answer `ncclInProgress` at a group's end.
+    pub group_end_in_progress: bool,
 }
 
 fn var<T: std::str::FromStr>(name: &str, default: T) -> T {
@@ -43,6 +46,7 @@ pub fn get() -> &'static Config {
         delay_us: var("C10D_SIM_DELAY_US", 0u64),
         drop_stream_waits: var("C10D_SIM_DROP_STREAM_WAITS", 0u8) == 1,
         memory_bytes: var("C10D_SIM_MEMORY_GB", 80u64) << 30,
+        group_end_in_progress: var("C10D_SIM_GROUP_END_IN_PROGRESS", 0u8) == 1,
     })
 }
 

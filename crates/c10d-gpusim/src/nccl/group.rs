@@ -5,7 +5,7 @@
 use crate::cuda::capture::Node;
 use crate::cuda::stream::Work;
 use crate::cuda::{device, launch};
-use crate::nccl::comm::{Comm, INVALID_USAGE, SUCCESS};
+use crate::nccl::comm::{Comm, INVALID_USAGE, IN_PROGRESS, SUCCESS};
 use crate::nccl::ops::{self, Spec};
 use std::cell::RefCell;
 use std::sync::atomic::Ordering;
@@ -74,12 +74,27 @@ fn flush(pending: Vec<(Arc<Comm>, usize, Spec)>) -> i32 {
     }
     let mut rc = SUCCESS;
     for (comm, stream, specs) in batches {
-        let r = queue(comm, stream, specs);
+        let slow = comm.non_blocking && crate::config::get().group_end_in_progress;
+        let r = queue(comm.clone(), stream, specs);
         if rc == SUCCESS {
             rc = r;
         }
+        if slow && r == SUCCESS {
+            enqueue_in_background(comm);
+            rc = IN_PROGRESS;
+        }
     }
     rc
+}
+
+/// `C10D_SIM_GROUP_END_IN_PROGRESS`: the communicator says `ncclInProgress` for 5 ms, as a
+/// non-blocking NCCL may while it finishes enqueueing (the work is queued already).
+fn enqueue_in_background(comm: Arc<Comm>) {
+    comm.begin_finalize();
+    std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        comm.finished_finalize();
+    });
 }
 
 fn queue(comm: Arc<Comm>, stream: usize, specs: Vec<Spec>) -> i32 {
