@@ -8,7 +8,9 @@
 //! default 1):
 //! 1. the suites (`gpu`, `gpu_world`) at world sizes 1, 2, 4 and 8, one simulated device per
 //!    rank (`C10D_GPU_WORLD_SIZES` overrides);
-//! 2. `gpu` at world 2 with both ranks on one device (distinct `NCCL_HOSTID`s);
+//! 2. `gpu` at world 2 with both ranks on one device (distinct `NCCL_HOSTID`s), and at world
+//!    2 with every non-blocking `ncclGroupEnd` answering `ncclInProgress` (graph capture
+//!    included: c10d-nccl's communicators are non-blocking by default);
 //! 3. `c10d-bench --backend nccl`, every op with its result check;
 //! 4. the sabotage check: the ordering cases again with `C10D_SIM_DROP_STREAM_WAITS=1`
 //!    (`cuStreamWaitEvent` ignored); they must fail, which proves they can.
@@ -137,6 +139,13 @@ pub fn test_simulated(args: &[String]) -> Res {
     println!("c10d-gpusim: world 2 on one shared device");
     let shared = with(&[("C10D_SIM_GPUS", "1"), ("C10D_GPU_WORLD_SIZES", "2")]);
     let (p, f) = run_gpu_binaries(&binaries[..1], &shared);
+    (passed, failed) = (passed + p, failed + f);
+    println!("c10d-gpusim: world 2, non-blocking ncclGroupEnd answering ncclInProgress");
+    let in_progress = with(&[
+        ("C10D_GPU_WORLD_SIZES", "2"),
+        ("C10D_SIM_GROUP_END_IN_PROGRESS", "1"),
+    ]);
+    let (p, f) = run_gpu_binaries(&binaries[..1], &in_progress);
     (passed, failed) = (passed + p, failed + f);
     if filter.is_none() {
         let (p, f) = crate::bench_every_op_with(&bench, &base);

@@ -66,6 +66,10 @@
 //! - Communicators are made non-blocking unless `NcclConfig::blocking` says otherwise, so that
 //!   initialisation, split and every enqueue are bounded by the group's timeout and can be
 //!   aborted from another thread (PyTorch is blocking unless `TORCH_NCCL_USE_COMM_NONBLOCKING=1`).
+//!   A non-blocking call answers `ncclInProgress` and is polled (`ncclCommGetAsyncError`, a
+//!   host call that CUDA graph capture allows) until done; the simulated suite runs every case
+//!   with each `ncclGroupEnd` answering `ncclInProgress` (`C10D_SIM_GROUP_END_IN_PROGRESS`),
+//!   graph capture included.
 //! - A tensor stays leased from the op until its `Work::wait` (or completion): passing it to a
 //!   second op before waiting on the first is refused (PyTorch queues it on the stream). Wait
 //!   on each op (cheap: a stream wait) to queue ops back to back.
