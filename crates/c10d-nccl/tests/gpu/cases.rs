@@ -289,6 +289,10 @@ pub fn cases() -> Vec<(String, Case)> {
         ),
         ("watchdog_timeout".into(), faults::watchdog_timeout),
         (
+            "async_error_during_an_abort_is_the_abort".into(),
+            faults::async_error_during_an_abort_is_the_abort,
+        ),
+        (
             "abort_from_another_thread_during_a_block".into(),
             faults::abort_from_another_thread_during_a_block,
         ),

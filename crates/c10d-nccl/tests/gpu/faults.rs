@@ -229,3 +229,34 @@ pub fn shutdown_after_a_stuck_peer_is_prompt(c: &Ctx) -> R {
         )),
     }
 }
+
+/// While `ncclCommAbort` runs on another thread (it holds the communicator for its whole run,
+/// and the aborted kernels' end events may fire meanwhile), the watchdog's questions must not
+/// read as "no error": the async error is the abort, and the state is not vouched for, so no
+/// op of the communicator completes as a success.
+pub fn async_error_during_an_abort_is_the_abort(c: &Ctx) -> R {
+    use c10d_nccl::comm::Communicator;
+    let lib = c10d_nccl::nccl_library().map_err(e2s)?;
+    let id = c10d_nccl::result::get_unique_id(lib).map_err(|e| e.to_string())?;
+    c10d_nccl::device::context(dev()).map_err(e2s)?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let comm = Arc::new(
+        Communicator::init(lib, id, 1, 0, dev(), &Default::default(), deadline).map_err(e2s)?,
+    );
+    if comm.async_error().is_some() || !comm.state_known() {
+        return Err("a fresh communicator reports an error or an unknown state".into());
+    }
+    let aborter = comm.clone();
+    let t = std::thread::spawn(move || aborter.abort());
+    // Ask while the abort runs (the simulator's takes 100 ms) and after it.
+    std::thread::sleep(Duration::from_millis(c.rank as u64 % 2 + 20));
+    let (during, known) = (comm.async_error(), comm.state_known());
+    t.join().map_err(|_| "the aborting thread panicked".to_string())?;
+    let after = comm.async_error();
+    match (during, known, after) {
+        (Some(d), false, Some(a)) if d.contains("aborted") && a.contains("aborted") => Ok(()),
+        other => Err(format!(
+            "during/after an abort: (async error, state known, async error after) = {other:?}"
+        )),
+    }
+}
