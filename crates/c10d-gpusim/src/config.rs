@@ -75,3 +75,14 @@ pub fn random_delay(state: &AtomicU64) {
         std::thread::sleep(std::time::Duration::from_micros(us));
     }
 }
+
+/// A line on stderr when `C10D_SIM_TRACE` is set (debugging the simulator and its users).
+pub fn trace(line: &str) {
+    static ON: OnceLock<bool> = OnceLock::new();
+    if *ON.get_or_init(|| std::env::var_os("C10D_SIM_TRACE").is_some()) {
+        eprintln!(
+            "c10d-gpusim trace [{:?}]: {line}",
+            std::thread::current().id()
+        );
+    }
+}

@@ -176,7 +176,8 @@ fn check_pointer(ptr: sys::CUdeviceptr, nbytes: usize, dtype: DType, device: Dev
 /// included) is dropped; host copies (`to_vec`) run on `stream`. Collectives on it are ordered
 /// by [`crate::stream`]'s rule: declare `stream` as the thread's stream
 /// ([`stream::use_stream`]) to order them after it without blocking the host; with nothing
-/// declared the host first waits for the whole device. A stream of another library is wrapped
+/// declared they are ordered after the legacy default stream, which does not wait for
+/// non-blocking streams. A stream of another library is wrapped
 /// with cudarc's `CudaContext::wrap_borrowed_stream`.
 ///
 /// # Errors
@@ -249,9 +250,11 @@ pub struct CudaScope<'scope, 'env: 'scope> {
 /// Runs `f` with a [`CudaScope`] on `stream` (declared as the thread's stream on its device
 /// while `f` runs, see the module docs); when `f` returns or panics, waits until no collective
 /// holds a view made in the scope, orders `stream` and the buffers' own streams after the
-/// collectives, cuts the views off and restores the thread's previously declared stream. The
-/// wait is bounded by the timeouts of the collectives still in flight (see the module docs for
-/// the exceptions).
+/// collectives, cuts the views off and restores the thread's previously declared stream, which
+/// (or the legacy default stream where none was declared) is then made to wait for `stream`:
+/// work queued after the scope (a collective, a copy, a DDP bucket's all_reduce) comes after
+/// what the scope queued on its stream. The wait is bounded by the timeouts of the collectives
+/// still in flight (see the module docs for the exceptions).
 ///
 /// # Errors
 /// `f`'s error; a `stream` not on a device's primary context.
@@ -274,9 +277,27 @@ where
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&s)));
     s.end();
     drop(declared);
+    join_after_scope(device, stream);
     match result {
         Ok(r) => r,
         Err(panic) => std::panic::resume_unwind(panic),
+    }
+}
+
+/// The thread's current stream on `device` after a scope waits for the scope's `stream` (on
+/// the device; on the host where that fails).
+fn join_after_scope(device: Device, stream: &Arc<CudaStream>) {
+    let joined = stream::current_stream(device).and_then(|current| {
+        if current.cu_stream() == stream.cu_stream() {
+            return Ok(());
+        }
+        current
+            .join(stream)
+            .map_err(|e| crate::device::driver_error("cuStreamWaitEvent", e))
+    });
+    if let Err(e) = joined {
+        log::warn!("c10d-nccl: ordering after a caller_memory scope on the device failed ({e}); waiting on the host");
+        let _ = stream.synchronize();
     }
 }
 

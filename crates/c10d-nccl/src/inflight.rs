@@ -76,11 +76,11 @@ impl WorkProbe for InFlight {
     }
 }
 
-/// `WorkNCCL::wait` without blocking wait: the stream the waiting thread declared on `device`
-/// ([`crate::stream`]) waits for `end`, the leases are given back, and the host returns at
-/// once. With `blocking` (or a timeout passed to `wait_timeout`), or when the waiting thread
-/// declared no stream (the safe default: its later work may run on any stream), the hook
-/// steps aside and the host blocks until the watchdog completes the work.
+/// `WorkNCCL::wait` without blocking wait: the waiting thread's current stream on `device`
+/// ([`crate::stream`]: its declared one, else the legacy default stream) waits for `end`, the
+/// leases are given back, and the host returns at once. With `blocking` (or a timeout passed
+/// to `wait_timeout`) the hook steps aside and the host blocks until the watchdog completes
+/// the work.
 pub(crate) fn stream_wait_hook(
     device: Device,
     end: Arc<CudaEvent>,
@@ -91,9 +91,8 @@ pub(crate) fn stream_wait_hook(
         if blocking || timeout.is_some() {
             return None;
         }
-        let declared = match stream::declared_stream(device) {
-            Ok(Some(s)) => s,
-            Ok(None) => return None,
+        let declared = match stream::current_stream(device) {
+            Ok(s) => s,
             Err(e) => return Some(Err(e)),
         };
         let waited = declared

@@ -51,15 +51,14 @@
 //!    none yet (rank 0's `ncclUniqueId` goes through the group's store, every rank calls
 //!    `ncclCommInitRankConfig`; `abort()` interrupts it), and leases the tensors.
 //! 3. The NCCL stream is ordered after the caller by [`stream`]'s rule (its declared stream, else
-//!    the whole device); the body runs between `ncclGroupStart` and `ncclGroupEnd` (or inside
+//!    the legacy default stream); the body runs between `ncclGroupStart` and `ncclGroupEnd` (or inside
 //!    the open coalesced block's group); an end event is recorded.
 //! 4. The `Work` goes to the group's watchdog thread, which completes it when the end event
 //!    fires, or fails it on its timeout or an NCCL error, and then aborts the communicator and/or
 //!    ends the process as `TORCH_NCCL_ASYNC_ERROR_HANDLING` says (default 3: end the process,
 //!    as PyTorch); a failed op's memory stays until its end event fired. `Work::wait` makes the
-//!    caller's declared stream wait on the end event and gives the tensors back; it blocks the
-//!    host with `TORCH_NCCL_BLOCKING_WAIT=1`, a `wait_timeout`, for `barrier`, or when the
-//!    waiting thread declared no stream. A captured op (CUDA graph) joins the caller's stream at
+//!    caller's current stream wait on the end event and gives the tensors back; it blocks the
+//!    host with `TORCH_NCCL_BLOCKING_WAIT=1`, a `wait_timeout` or for `barrier`. A captured op (CUDA graph) joins the caller's stream at
 //!    once and is not watched.
 //!
 //! # Departures from PyTorch
@@ -73,8 +72,6 @@
 //! - A tensor stays leased from the op until its `Work::wait` (or completion): passing it to a
 //!   second op before waiting on the first is refused (PyTorch queues it on the stream). Wait
 //!   on each op (cheap: a stream wait) to queue ops back to back.
-//! - Ordering without a declared stream is after the whole device (and `wait` blocks the host),
-//!   not after the legacy default stream: see [`stream`].
 //! - One device per process group; `barrier` runs a 1-byte all_reduce (of a byte allocated with
 //!   the communicator) on the bound device, else `cuda:LOCAL_RANK`, else the global rank
 //!   modulo the device count.

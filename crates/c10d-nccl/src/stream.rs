@@ -2,24 +2,23 @@
 //! rule by which a collective is ordered against the caller's work.
 //!
 //! # The ordering rule
-//! - **A thread that declared its stream** ([`set_current_stream`], or [`use_stream`] for a
-//!   scope, as `torch.cuda.set_stream` / `with torch.cuda.stream(s)`): every collective on that
-//!   device is ordered after the work queued on that stream when the collective is called (an
-//!   event recorded there, waited on by the NCCL stream; the host does not wait), and
-//!   `Work::wait` makes that stream wait for the collective. This is the fast path; a program
-//!   whose kernels run on its own stream (cudarc's non-blocking streams, candle's device
-//!   stream) declares it once per thread.
-//! - **A thread that declared nothing** gets the safe default: before the collective the host
-//!   waits for all work queued on the device (`cuCtxSynchronize`), so data produced on any
-//!   stream is complete, and `Work::wait` blocks the host until the collective has finished, so
-//!   work queued afterwards on any stream sees its result. (PyTorch instead orders after the
-//!   current stream, which in PyTorch every kernel also uses; c10d-nccl cannot know which
-//!   stream a Rust program's kernels ran on, so it does not guess.) The device
-//!   synchronisation is bounded by the watchdog: a collective that never finishes is timed
-//!   out and its communicator aborted (or the process ended), which ends the wait; with
-//!   `TORCH_NCCL_ASYNC_ERROR_HANDLING=0` nothing is aborted and the wait is not bounded. Such a
-//!   thread must not run collectives while another thread captures a CUDA graph in the global
-//!   capture mode: the device synchronisation would invalidate that capture.
+//! A collective on a device is ordered after the work queued on the calling thread's
+//! **current stream** there when it is called (an event recorded there, waited on by the NCCL
+//! stream; the host does not wait), and `Work::wait` makes the waiting thread's current stream
+//! wait for the collective. The current stream is:
+//! - **the stream the thread declared** ([`set_current_stream`], or [`use_stream`] for a scope,
+//!   as `torch.cuda.set_stream` / `with torch.cuda.stream(s)`): a program whose kernels run on
+//!   its own stream (cudarc's non-blocking streams, candle's device stream) declares it once
+//!   per thread;
+//! - else **the legacy default stream**, as in PyTorch, where it is the current stream until
+//!   one is set. The legacy stream is implicitly ordered with blocking streams, but not with
+//!   non-blocking ones: data produced on cudarc's or candle's streams (non-blocking) must come
+//!   from a declared stream (or from the caller's memory of [`crate::caller_memory`], which is
+//!   ordered after its own stream).
+//!
+//! Nothing here waits for the whole device: other groups' work in flight (a pipeline's
+//! outstanding receive on another group) and other threads' graph captures are left alone.
+//! `TORCH_NCCL_BLOCKING_WAIT=1`, a `wait_timeout` and `barrier` block the host as in PyTorch.
 //!
 //! Host copies of [`crate::memory`] tensors run on [`current_stream`] (the legacy default
 //! stream when nothing was declared) and return when the bytes have arrived.
@@ -66,7 +65,7 @@ pub fn declared_stream(device: Device) -> Result<Option<Arc<CudaStream>>> {
 }
 
 /// Makes `stream` the calling thread's current stream on `device` (`torch.cuda.set_stream`);
-/// `None` goes back to the safe default (nothing declared).
+/// `None` goes back to the legacy default stream (nothing declared).
 ///
 /// # Errors
 /// A device that is not a CUDA device.

@@ -23,7 +23,7 @@ use crate::comm::Communicator;
 use crate::heartbeat::HeartbeatConfig;
 use crate::inflight::InFlight;
 use crate::watchdog::{PollReport, Watchdog, WorkRecord};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -51,6 +51,9 @@ struct Shared {
     comms: Mutex<Vec<Weak<Communicator>>>,
     /// Failed ops whose kernels may still run: their memory goes once they are done.
     retiring: Mutex<Vec<InFlight>>,
+    /// Failed ops between their waiters hearing of it and their entry into `retiring` (so
+    /// that a `shutdown()` right after a failed `wait` sees them).
+    failing: AtomicUsize,
     /// Bumped on every turn of the loop (the heartbeat monitor watches it).
     beat: Arc<AtomicU64>,
     /// Set when the group goes away: the thread leaves at its next turn.
@@ -78,6 +81,7 @@ impl WatchdogThread {
             parked: AtomicBool::new(false),
             comms: Mutex::new(Vec::new()),
             retiring: Mutex::new(Vec::new()),
+            failing: AtomicUsize::new(0),
             beat: Arc::new(AtomicU64::new(0)),
             stop: AtomicBool::new(false),
         });
@@ -265,7 +269,8 @@ impl Shared {
     /// Whether a failed op's kernels may still run (its end event has not fired): an orderly
     /// `ncclCommFinalize` would wait for them, for ever if a peer is stuck or gone.
     fn has_running_failures(&self) -> bool {
-        lock(&self.retiring).iter().any(|op| !op.kernels_done())
+        self.failing.load(Ordering::Acquire) > 0
+            || lock(&self.retiring).iter().any(|op| !op.kernels_done())
     }
 
     /// Releases the retiring ops whose kernels are done; true while some remain.
@@ -339,8 +344,11 @@ fn handle(shared: &Shared, report: PollReport<InFlight>) {
         .response
         .as_ref()
         .is_some_and(|r| r.tear_down_process);
+    let failures: Vec<_> = report.timed_out.into_iter().chain(report.failed).collect();
+    shared.failing.fetch_add(failures.len(), Ordering::AcqRel);
+    let counted = failures.len();
     let mut failed = Vec::new();
-    for mut f in report.timed_out.into_iter().chain(report.failed) {
+    for mut f in failures {
         let e = f
             .error
             .unwrap_or_else(|| c10d_core::DistError::backend("failed"));
@@ -365,4 +373,5 @@ fn handle(shared: &Shared, report: PollReport<InFlight>) {
         }
     }
     lock(&shared.retiring).extend(failed);
+    shared.failing.fetch_sub(counted, Ordering::AcqRel);
 }

@@ -15,7 +15,7 @@ use crate::abi::{self, CuResult};
 use crate::out;
 use std::collections::BTreeMap;
 use std::ffi::c_void;
-use std::sync::{LazyLock, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 
 fn sync_checked() -> Result<usize, CuResult> {
     let d = device::current()?;
@@ -66,7 +66,16 @@ fn copy_async(
             let work = move || checked_copy(d, dst, dst_host, staged.as_ptr() as u64, true, n);
             return launch::enqueue_on(&s, launch::node(work));
         }
-        let work = move || checked_copy(d, dst, dst_host, src, src_host, n);
+        let sid = Arc::as_ptr(&s) as usize;
+        crate::config::trace(&format!(
+            "queue copy {src:#x}->{dst:#x} {n}B on stream {sid:#x}"
+        ));
+        let work = move || {
+            crate::config::trace(&format!(
+                "run copy {src:#x}->{dst:#x} {n}B on stream {sid:#x}"
+            ));
+            checked_copy(d, dst, dst_host, src, src_host, n)
+        };
         launch::enqueue_on(&s, launch::node(work))?;
         if dst_host && !is_pinned(dst, n) && capture::of(&s).is_none() {
             s.synchronize();

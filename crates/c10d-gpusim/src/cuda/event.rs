@@ -45,7 +45,17 @@ impl Event {
             s.recorded
         };
         let ev = self.clone();
-        launch::enqueue_on(stream, launch::node(move || ev.complete(gen)))
+        let (eid, sid) = (Arc::as_ptr(self) as usize, Arc::as_ptr(stream) as usize);
+        config::trace(&format!(
+            "record event {eid:#x} gen {gen} on stream {sid:#x}"
+        ));
+        launch::enqueue_on(
+            stream,
+            launch::node(move || {
+                config::trace(&format!("event {eid:#x} gen {gen} reached"));
+                ev.complete(gen)
+            }),
+        )
     }
 
     fn complete(&self, gen: u64) {
@@ -75,6 +85,8 @@ impl Event {
             return Ok(());
         }
         let ev = self.clone();
+        let (eid, sid) = (Arc::as_ptr(self) as usize, Arc::as_ptr(stream) as usize);
+        config::trace(&format!("stream {sid:#x} waits event {eid:#x} gen {gen}"));
         launch::enqueue_on(stream, launch::node(move || ev.block_until(gen)))
     }
 

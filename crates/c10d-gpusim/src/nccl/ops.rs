@@ -165,9 +165,25 @@ fn inject(comm: &Comm, fault: Fault, seq: u64) {
     }
 }
 
+fn trace(comm: &Comm, batch: &[Planned], what: &str) {
+    if std::env::var_os("C10D_SIM_TRACE").is_some() {
+        let ops: Vec<String> = batch
+            .iter()
+            .map(|p| format!("{:?}#{}", p.spec, p.seq))
+            .collect();
+        eprintln!(
+            "c10d-gpusim trace: comm {:#x} rank {}: {what} {ops:?}",
+            comm.key(),
+            comm.rank()
+        );
+    }
+}
+
 /// Runs a batch on the stream's worker.
 pub fn run(comm: &Arc<Comm>, batch: &[Planned]) {
+    trace(comm, batch, "start");
     let result = run_inner(comm, batch);
+    trace(comm, batch, &format!("end {:?}", result.as_ref().err()));
     if let Err(Some((code, msg))) = result {
         if code == 1 {
             device::fail(comm.device, crate::abi::ILLEGAL_ADDRESS, &msg);

@@ -7,11 +7,9 @@
 //! # Ordering
 //! The calling thread's stream rule ([`crate::stream`]) holds for these copies as for
 //! collectives:
-//! - **A thread that declared a stream D**: the copy is ordered after the work queued on D and
-//!   only queued (the host does not wait); work queued on D afterwards (a collective ordered
-//!   after D, a kernel, a host copy) comes after it.
-//! - **A thread that declared nothing**: the host first waits for all work queued on the device
-//!   (`cuCtxSynchronize`, as a collective does) and then for the copy itself.
+//! the copy is ordered after the work queued on the thread's current stream C (its declared
+//! stream, else the legacy default stream) and only queued (the host does not wait); work
+//! queued on C afterwards (a collective ordered after C, a kernel, a host copy) comes after it.
 //!
 //! The copy runs on the caller's memory's own stream where one side is the caller's memory (a
 //! scope's stream for its views, checked by the scope's rules: its thread, before its end, no
@@ -20,9 +18,7 @@
 //!
 //! While the thread's stream captures a CUDA graph, a copy is recorded into the graph on that
 //! stream and nothing else happens (c10d-nccl's memory used there must outlive the graph's
-//! replays, as with PyTorch's graph memory pools); the caller's memory is refused. A thread
-//! that declared nothing must not copy while another thread captures in the global mode (the
-//! device synchronisation would invalidate that capture), as for collectives.
+//! replays, as with PyTorch's graph memory pools); the caller's memory is refused.
 //!
 //! # Lifetimes
 //! Every copy records an event where it ends and hands it to both sides
@@ -34,7 +30,7 @@
 //! host ([`copy_through_host`]).
 
 use super::CudaMemory;
-use crate::device::{self, driver_error};
+use crate::device::driver_error;
 use crate::stream;
 use c10d_core::{copy_through_host, Device, DeviceStorage, DistError, Result};
 use cudarc::driver::{result, sys, CudaEvent, CudaStream};
@@ -170,21 +166,10 @@ fn run(
     sides: &[(&dyn OnDevice, bool)],
     work: impl FnOnce(&CudaStream) -> Result<()>,
 ) -> Result<()> {
-    let declared = stream::declared_stream(device)?;
-    if let Some(d) = &declared {
-        if crate::capture::is_capturing(d)? {
-            return run_captured(d, sides, work);
-        }
+    let current = stream::current_stream(device)?;
+    if crate::capture::is_capturing(&current)? {
+        return run_captured(&current, sides, work);
     }
-    let current = match &declared {
-        Some(d) => d.clone(),
-        None => {
-            device::context(device)?
-                .synchronize()
-                .map_err(|e| driver_error("cuCtxSynchronize", e))?;
-            stream::current_stream(device)?
-        }
-    };
     let own = sides
         .iter()
         .map(|(m, write)| m.copy_stream(*write))
@@ -211,15 +196,13 @@ fn run(
     // Every side and the thread's stream learn of the copy, even when one of them fails; a
     // stream that cannot wait for it on the device gets the host's wait instead.
     let noted: Vec<Result<()>> = sides.iter().map(|(m, _)| m.note_use(&s, &done)).collect();
-    let waited = match declared {
-        Some(d) if d.cu_stream() != s.cu_stream() => d
+    let waited = if current.cu_stream() != s.cu_stream() {
+        current
             .wait(&done)
             .or_else(|_| done.synchronize())
-            .map_err(|e| driver_error("cuEventSynchronize", e)),
-        Some(_) => Ok(()),
-        None => done
-            .synchronize()
-            .map_err(|e| driver_error("cuEventSynchronize", e)),
+            .map_err(|e| driver_error("cuEventSynchronize", e))
+    } else {
+        Ok(())
     };
     noted.into_iter().collect::<Result<()>>()?;
     waited

@@ -11,8 +11,7 @@
 //! 4. the op's NCCL calls run between `ncclGroupStart` / `ncclGroupEnd` (inside one group for
 //!    the whole of a coalesced block), then an end event is recorded on the NCCL stream;
 //! 5. the `Work` completes when the watchdog sees the end event; `Work::wait` only makes the
-//!    caller's declared stream wait on it (host-blocking with `TORCH_NCCL_BLOCKING_WAIT=1` or
-//!    when the thread declared no stream). A captured op (CUDA graph) joins the caller's stream
+//!    caller's current stream wait on it (host-blocking with `TORCH_NCCL_BLOCKING_WAIT=1`). A captured op (CUDA graph) joins the caller's stream
 //!    at once instead and is not watched.
 
 use crate::comm::Communicator;
@@ -542,18 +541,16 @@ impl ProcessGroupNccl {
     }
 
     /// Orders the NCCL stream after the caller's work, by the rule of [`crate::stream`]: after
-    /// the thread's `declared` stream (returned), else after everything queued on the device.
+    /// the thread's current stream (its `declared` one, else the legacy default stream),
+    /// which is returned. The host never waits.
     fn order_after_caller(
         &self,
         dc: &DeviceComm,
         declared: Option<Arc<CudaStream>>,
     ) -> Result<Option<Arc<CudaStream>>> {
-        let Some(caller) = declared else {
-            warn_device_sync_once();
-            dc.ctx
-                .synchronize()
-                .map_err(|e| driver_error("cuCtxSynchronize", e))?;
-            return Ok(None);
+        let caller = match declared {
+            Some(s) => s,
+            None => stream::current_stream(dc.device)?,
         };
         let ev = dc.sync_event.lock().unwrap_or_else(|e| e.into_inner());
         ev.record(&caller)
@@ -948,17 +945,6 @@ pub(crate) struct Calls<'a> {
     pub keep: &'a mut Vec<Tensor>,
     pub temps: &'a mut Vec<Tensor>,
     pub premul: &'a mut Vec<sys::ncclRedOp_t>,
-}
-
-/// Says once per process that a thread without a declared stream pays a device
-/// synchronisation per collective (see [`crate::stream`]).
-fn warn_device_sync_once() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        log::warn!(
-            "c10d-nccl: this thread declared no CUDA stream, so each collective first waits for all work on the device (safe, slower); declare the stream your kernels run on with c10d_nccl::stream::set_current_stream (torch.cuda.set_stream)"
-        )
-    });
 }
 
 #[cfg(test)]

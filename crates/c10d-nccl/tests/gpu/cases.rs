@@ -228,6 +228,10 @@ pub fn cases() -> Vec<(String, Case)> {
             more::ordered_after_a_late_producer,
         ),
         (
+            "outstanding_receive_on_another_group".into(),
+            more::outstanding_receive_on_another_group,
+        ),
+        (
             "free_waits_for_the_callers_stream".into(),
             more::free_waits_for_the_callers_stream,
         ),

@@ -251,7 +251,8 @@ pub fn async_error_during_an_abort_is_the_abort(c: &Ctx) -> R {
     // Ask while the abort runs (the simulator's takes 100 ms) and after it.
     std::thread::sleep(Duration::from_millis(c.rank as u64 % 2 + 20));
     let (during, known) = (comm.async_error(), comm.state_known());
-    t.join().map_err(|_| "the aborting thread panicked".to_string())?;
+    t.join()
+        .map_err(|_| "the aborting thread panicked".to_string())?;
     let after = comm.async_error();
     match (during, known, after) {
         (Some(d), false, Some(a)) if d.contains("aborted") && a.contains("aborted") => Ok(()),

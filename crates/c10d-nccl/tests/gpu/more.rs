@@ -105,9 +105,9 @@ fn produce_late(s: &CudaStream, t: &Tensor, src: &Tensor, delay: Duration) -> R 
         .map_err(|e| format!("cuMemcpyDtoDAsync: {e:?}"))
 }
 
-/// The ordering rule: a producer on a non-blocking stream writes the tensor 300 ms late; the
-/// all_reduce must see the written values, both with nothing declared (the safe default) and
-/// with the producer's stream declared.
+/// The ordering rule: a producer writes the tensor 300 ms late on the thread's current stream
+/// (the legacy default stream with nothing declared; a declared non-blocking stream); the
+/// all_reduce must see the written values.
 pub fn ordered_after_a_late_producer(c: &Ctx) -> R {
     let ctx = c10d_nccl::device::context(dev()).map_err(e2s)?;
     let n = 4096;
@@ -116,7 +116,13 @@ pub fn ordered_after_a_late_producer(c: &Ctx) -> R {
         .map(|i| (0..c.world).map(|r| distinct(r, i)).sum())
         .collect();
     for declared in [false, true] {
-        let producer = ctx.new_stream().map_err(|e| format!("{e:?}"))?;
+        // Nothing declared: the current stream is the legacy default stream, as in PyTorch, so
+        // that is where the producer runs; declared: cudarc's own (non-blocking) stream.
+        let producer = if declared {
+            ctx.new_stream().map_err(|e| format!("{e:?}"))?
+        } else {
+            ctx.default_stream()
+        };
         let t = c.zeros(DType::F32, n)?;
         produce_late(&producer, &t, &src, Duration::from_millis(300))?;
         let guard = if declared {
@@ -537,4 +543,57 @@ pub fn free_waits_for_the_callers_stream(c: &Ctx) -> R {
         DType::F32,
     )?;
     check("the new tensor", &read(&other), &vec![-1.0; n], DType::F32)
+}
+
+/// A pipeline schedule's pattern: a receive outstanding on one group while the thread (no
+/// stream declared) runs a collective on another, and the peer sends only after that
+/// collective. Nothing may wait for the whole device (the receive's kernel would hold it until
+/// its group's timeout).
+pub fn outstanding_receive_on_another_group(c: &Ctx) -> R {
+    if c.world < 2 {
+        return Ok(());
+    }
+    let b = c.cleanup_group(Duration::from_secs(20))?;
+    let (first, last, n) = (0, c.world - 1, 1024);
+    let inbox = c.zeros(DType::F32, n)?;
+    let recv = if c.rank == first {
+        Some(b.recv(std::slice::from_ref(&inbox), last, 0).map_err(e2s)?)
+    } else {
+        None
+    };
+    let t = c.cuda(DType::F32, &values(c.rank, n, 0))?;
+    let start = Instant::now();
+    wait(c.pg.all_reduce(std::slice::from_ref(&t), &AllreduceOptions::default()))?;
+    let want: Vec<f64> = (0..n)
+        .map(|i| (0..c.world).map(|r| distinct(r, i)).sum())
+        .collect();
+    check(
+        "all_reduce with a receive outstanding",
+        &read(&t),
+        &want,
+        DType::F32,
+    )?;
+    let took = start.elapsed();
+    if c.rank == last {
+        let sent = c.cuda(DType::F32, &values(99, n, 0))?;
+        wait(b.send(std::slice::from_ref(&sent), first, 0))?;
+        // The send is done once the current stream, which waits for it, has reached this read
+        // (dropping `b` before would abort it).
+        read(&sent);
+    }
+    if let Some(r) = recv {
+        r.wait().map_err(e2s)?;
+        check(
+            "the pipeline's receive",
+            &read(&inbox),
+            &values(99, n, 0),
+            DType::F32,
+        )?;
+    }
+    if took > Duration::from_secs(5) {
+        return Err(format!(
+            "the all_reduce waited {took:?} for another group's receive"
+        ));
+    }
+    Ok(())
 }
