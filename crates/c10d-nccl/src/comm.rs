@@ -308,7 +308,7 @@ impl Communicator {
     /// "NCCL communicator was aborted on rank R" once [`Communicator::abort`] ran.
     pub fn lock(&self) -> Result<Locked<'_>> {
         let guard = self.handle.lock().unwrap_or_else(|e| e.into_inner());
-        if guard.aborted || guard.abort_pending {
+        if guard.aborted || guard.abort_pending || self.aborting.load(Ordering::Acquire) {
             return Err(self.aborted_error());
         }
         Ok(Locked { guard })
@@ -336,6 +336,12 @@ impl Communicator {
         self.after_call(call, started, deadline)
     }
 
+    /// Marks the communicator as being aborted: every later use fails at once, as after
+    /// [`Communicator::abort`], which must follow (it does the abort).
+    pub fn begin_abort(&self) {
+        self.aborting.store(true, Ordering::Release);
+    }
+
     /// `ncclCommAbort`: stops every NCCL kernel of this communicator and frees it. Safe from any
     /// thread, idempotent; later uses fail with [`Communicator::aborted_error`].
     ///
@@ -344,7 +350,7 @@ impl Communicator {
     /// freeing a communicator an open group still holds would make the group's end use freed
     /// memory.
     pub fn abort(&self) {
-        self.aborting.store(true, Ordering::Release);
+        self.begin_abort();
         let mut h = self.handle.lock().unwrap_or_else(|e| e.into_inner());
         if h.open_blocks > 0 {
             h.abort_pending = true;

@@ -258,6 +258,16 @@ impl Shared {
         release_or_leak(ops, RETIRE_LIMIT, "of a dropped group, after the abort");
     }
 
+    /// Marks the communicators as being aborted (new ops are refused at once) before the
+    /// waiters of the failed ops hear of the failure; the aborts themselves come after.
+    fn mark_comms_aborting(&self) {
+        let comms = lock(&self.comms).clone();
+        comms
+            .iter()
+            .filter_map(Weak::upgrade)
+            .for_each(|c| c.begin_abort());
+    }
+
     fn abort_comms(&self) {
         let comms = lock(&self.comms).clone();
         comms
@@ -344,6 +354,19 @@ fn handle(shared: &Shared, report: PollReport<InFlight>) {
         .response
         .as_ref()
         .is_some_and(|r| r.tear_down_process);
+    if report
+        .response
+        .as_ref()
+        .is_some_and(|r| r.abort_communicators)
+    {
+        // A waiter that wakes must find the communicator refusing new ops already.
+        shared.mark_comms_aborting();
+        report
+            .failed
+            .iter()
+            .chain(&report.timed_out)
+            .for_each(|f| f.probe.comm.begin_abort());
+    }
     let failures: Vec<_> = report.timed_out.into_iter().chain(report.failed).collect();
     shared.failing.fetch_add(failures.len(), Ordering::AcqRel);
     let counted = failures.len();
