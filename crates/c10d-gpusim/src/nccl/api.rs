@@ -164,6 +164,26 @@ pub unsafe extern "C" fn ncclCommInitRankScalable(
     init(out, nranks, &first, rank, config)
 }
 
+/// Runs `job` on this thread (a blocking call: its result), or on a thread of its own while
+/// `busy` answers `ncclInProgress` (a non-blocking call).
+fn here_or_in_background(
+    nb: bool,
+    busy: &Comm,
+    job: impl FnOnce() -> c_int + Send + 'static,
+) -> c_int {
+    if !nb {
+        return job();
+    }
+    busy.begin_finalize();
+    match std::thread::Builder::new()
+        .name("gpusim-nccl-split".into())
+        .spawn(job)
+    {
+        Ok(_) => IN_PROGRESS,
+        Err(_) => 2,
+    }
+}
+
 /// A child communicator (split, shrink) placed by the parent's hub with `header` + `data`.
 /// A rank outside every child (`NCCL_SPLIT_NOCOLOR`) gets a null handle at once, as NCCL
 /// knows its color locally, and still takes part in the parent's exchange (in the background
@@ -180,31 +200,21 @@ fn child(
     let p = parent.clone();
     if !member {
         w(out, 0usize);
-        let exchange = move || match parent.place(header, &data, &|| false) {
-            Ok(_) => {
-                parent.finished_finalize();
-                SUCCESS
+        return here_or_in_background(nb, &p, move || {
+            let placed = parent.place(header, &data, &|| false);
+            parent.finished_finalize();
+            match placed {
+                Ok(_) => SUCCESS,
+                Err((code, msg)) => {
+                    parent.fail(code, &msg);
+                    code
+                }
             }
-            Err((code, msg)) => {
-                parent.fail(code, &msg);
-                code
-            }
-        };
-        if !nb {
-            return exchange();
-        }
-        p.begin_finalize();
-        return match std::thread::Builder::new()
-            .name("gpusim-nccl-split".into())
-            .spawn(exchange)
-        {
-            Ok(_) => IN_PROGRESS,
-            Err(_) => 2,
-        };
+        });
     }
     let comm = Comm::new(parent.port, parent.device, nb);
     w(out, COMMS.insert(comm.clone()));
-    let make = move || {
+    here_or_in_background(nb, &p, move || {
         let c = comm.clone();
         let placed = parent.place(header, &data, &|| c.aborted());
         parent.finished_finalize();
@@ -219,18 +229,7 @@ fn child(
                 code
             }
         }
-    };
-    if !nb {
-        return make();
-    }
-    p.begin_finalize();
-    match std::thread::Builder::new()
-        .name("gpusim-nccl-split".into())
-        .spawn(make)
-    {
-        Ok(_) => IN_PROGRESS,
-        Err(_) => 2,
-    }
+    })
 }
 
 #[no_mangle]

@@ -154,8 +154,12 @@ pub fn abort_from_another_thread_during_a_block(c: &Ctx) -> R {
     let g = c.cleanup_group(Duration::from_secs(60))?;
     let t = c.cuda(DType::F32, &[1.0; 256])?;
     wait(g.all_reduce(std::slice::from_ref(&t), &AllreduceOptions::default()))?;
+    read(&t); // done on every rank before any aborts
     g.start_coalescing().map_err(e2s)?;
     let queued = g.all_reduce(std::slice::from_ref(&t), &AllreduceOptions::default());
+    // Every rank has its op in the block before any rank aborts (an abort closes this rank's
+    // side of the communicator, which a peer's later enqueue would see as a lost rank).
+    c.agree("block queued", true)?;
     std::thread::scope(|s| s.spawn(|| g.abort()).join())
         .map_err(|_| "the aborting thread panicked".to_string())?;
     let ended = g.end_coalescing();
