@@ -40,6 +40,9 @@ const PARENT_CASES: [&str; 6] = [
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         PARENT_CASES.iter().for_each(|c| println!("{c}"));
+        SIM_FAULTS
+            .iter()
+            .for_each(|(k, _)| println!("simulated_fault_{k} (on c10d-gpusim only)"));
         for (name, _) in gpu::cases::cases() {
             println!("{name} (every world size)");
         }
@@ -50,6 +53,9 @@ fn main() {
     }
     if std::env::var_os("C10D_GPU_TEARDOWN").is_some() {
         gpu::cases::teardown_child();
+    }
+    if std::env::var_os("C10D_GPU_SIMFAULT").is_some() {
+        gpu::faults::simulated_fault_child();
     }
     if std::env::var_os("C10D_GPU_NCCL_CHECK").is_some() {
         // In a process of its own: opening PyTorch's libnccl.so.2 next to the one the loader
@@ -120,6 +126,11 @@ fn main() {
     for (mode, name) in PARENT_CASES[2..].iter().enumerate() {
         verdict(name, teardown(mode as i32));
     }
+    if simulated() {
+        for (kind, spec) in SIM_FAULTS {
+            verdict(&format!("simulated_fault_{kind}"), simulated_fault(kind, spec));
+        }
+    }
     for w in sizes {
         let (p, f) = run_world(w);
         passed += p;
@@ -127,6 +138,49 @@ fn main() {
     }
     println!("{passed} passed, {failed} failed");
     std::process::exit(if failed == 0 { 0 } else { 1 });
+}
+
+/// The simulator's injected faults, as `C10D_SIM_FAULTS` spells them for rank 0 (the second
+/// NCCL op, or the first communicator init).
+const SIM_FAULTS: [(&str, &str); 5] = [
+    ("hang", "hang@0:2"),
+    ("remote_error", "remote_error@0:2"),
+    ("system_error", "system_error@0:2"),
+    ("die", "die@0:2"),
+    ("init_hang", "init_hang@0:1"),
+];
+
+/// Whether the NCCL loaded is c10d-gpusim (its cases inject faults only it knows).
+fn simulated() -> bool {
+    c10d_nccl::nccl_library().is_ok_and(|l| l.location().contains("gpusim"))
+}
+
+/// A one-rank job meeting an injected fault (see `faults::simulated_fault_child`): the faulty
+/// op (or init) must fail with an error and never pass; a killed rank is killed.
+fn simulated_fault(kind: &str, spec: &str) -> Result<String, String> {
+    use std::os::unix::process::ExitStatusExt;
+    let start = Instant::now();
+    let child = Command::new(std::env::current_exe().expect("current exe"))
+        .env("C10D_GPU_SIMFAULT", kind)
+        .env("C10D_SIM_FAULTS", spec)
+        .env("RANK", "0")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    let out = output_within(child, std::time::Duration::from_secs(60))?;
+    let stdout = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let took = start.elapsed().as_secs_f64();
+    let ok = if kind == "die" {
+        out.status.signal() == Some(9)
+    } else {
+        out.status.success() && stdout.starts_with("failed:")
+    };
+    if ok {
+        Ok(format!("{} after {took:.1} s: {stdout}", out.status))
+    } else {
+        Err(format!("child {}: {stdout:?} stderr {:?}", out.status, String::from_utf8_lossy(&out.stderr)))
+    }
 }
 
 /// `TORCH_NCCL_ASYNC_ERROR_HANDLING=mode` on a one-rank job whose op can never finish

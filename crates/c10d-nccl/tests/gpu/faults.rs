@@ -265,3 +265,49 @@ pub fn async_error_during_an_abort_is_the_abort(c: &Ctx) -> R {
         )),
     }
 }
+
+/// The child of the simulator's fault cases (`C10D_GPU_SIMFAULT=KIND`, with `C10D_SIM_FAULTS`
+/// naming the fault at its second NCCL op or its first init): a one-rank group under
+/// `TORCH_NCCL_ASYNC_ERROR_HANDLING=2` (2 s timeouts) binds, runs one all_reduce that works
+/// and one that meets the fault. Prints `failed: …` (exit 0) when the faulty op or init failed
+/// with an error, `completed` (exit 1) when it passed as a success.
+pub fn simulated_fault_child() -> ! {
+    let store: Arc<dyn Store> = Arc::new(c10d_store::HashStore::new());
+    let env = NcclEnv {
+        async_error_handling: c10d_nccl::ErrorHandlingMode::CleanUpOnly,
+        ..NcclEnv::default()
+    };
+    let opts = NcclOptions {
+        timeout: Duration::from_secs(2),
+        ..NcclOptions::default()
+    };
+    let pg = ProcessGroupNccl::with_env(store, 0, 1, opts, env).expect("group");
+    let report = |r: c10d_core::Result<()>| -> ! {
+        match r {
+            Err(e) => {
+                println!("failed: {}", e.message().lines().next().unwrap_or(""));
+                std::process::exit(0)
+            }
+            Ok(()) => {
+                println!("completed");
+                std::process::exit(1)
+            }
+        }
+    };
+    if let Err(e) = pg.bind(dev()) {
+        report(Err(e));
+    }
+    let t = memory::zeros(DType::F32, &[4], dev()).expect("tensor");
+    let ok = pg
+        .all_reduce(std::slice::from_ref(&t), &AllreduceOptions::default())
+        .and_then(|w| w.wait_timeout(Duration::from_secs(20)));
+    if let Err(e) = ok {
+        println!("the op before the fault failed: {e}");
+        std::process::exit(2);
+    }
+    let r = pg
+        .all_reduce(std::slice::from_ref(&t), &AllreduceOptions::default())
+        .and_then(|w| w.wait_timeout(Duration::from_secs(20)))
+        .and_then(|()| t.to_vec::<f32>().map(|_| ()));
+    report(r)
+}
