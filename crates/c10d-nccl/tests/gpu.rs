@@ -128,7 +128,10 @@ fn main() {
     }
     if simulated() {
         for (kind, spec) in SIM_FAULTS {
-            verdict(&format!("simulated_fault_{kind}"), simulated_fault(kind, spec));
+            verdict(
+                &format!("simulated_fault_{kind}"),
+                simulated_fault(kind, spec),
+            );
         }
     }
     for w in sizes {
@@ -179,7 +182,11 @@ fn simulated_fault(kind: &str, spec: &str) -> Result<String, String> {
     if ok {
         Ok(format!("{} after {took:.1} s: {stdout}", out.status))
     } else {
-        Err(format!("child {}: {stdout:?} stderr {:?}", out.status, String::from_utf8_lossy(&out.stderr)))
+        Err(format!(
+            "child {}: {stdout:?} stderr {:?}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ))
     }
 }
 
