@@ -483,6 +483,18 @@ fn run_world(w: usize) -> (usize, usize) {
             used.join(", ")
         }
     );
+    if !own_devices {
+        // Ranks sharing a GPU are joined by the socket transport, as the suite sets them up
+        // (NCCL_NET=Socket, NCCL_IB_DISABLE=1): another transport means another setup.
+        let name = "socket_transport_between_ranks_sharing_a_gpu";
+        if !used.is_empty() && used.iter().all(|t| t == "NET/Socket") {
+            p += 1;
+            println!("world {w}: {name} ok");
+        } else {
+            f += 1;
+            println!("world {w}: {name} FAILED: transports reported: {used:?}");
+        }
+    }
     println!("world {w}: done in {:.1} s", start.elapsed().as_secs_f64());
     (p, f)
 }

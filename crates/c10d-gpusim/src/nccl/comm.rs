@@ -209,14 +209,17 @@ impl Comm {
         };
         *self.link.lock().unwrap_or_else(|e| e.into_inner()) = Some(link);
         let host = std::env::var("NCCL_HOSTID").unwrap_or_else(|_| "this host".into());
-        let place = format!("host {host:?} device cuda:{}", self.device);
+        let place = crate::nccl::transport::place(&host, self.device);
         let hello = Frame::new(Kind::Hello, self.key(), 0, self.rank(), self.nranks())
             .with(place.into_bytes());
         let answer =
             self.send(&hello)
                 .map_err(Some)
                 .and_then(|()| match self.wait(Kind::Ready, 0, 0) {
-                    Some(Ok(_)) => Ok(()),
+                    Some(Ok(places)) => {
+                        crate::nccl::transport::report(self.rank(), &places);
+                        Ok(())
+                    }
                     Some(Err(e)) => Err(Some(e)),
                     None => Err(None),
                 });

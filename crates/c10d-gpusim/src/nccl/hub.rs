@@ -159,7 +159,9 @@ fn hello(hub: &mut Hub, conn: &Conn, f: Frame) -> Outbox {
     let place = String::from_utf8_lossy(&f.payload).into_owned();
     if let Some(other) = c.places.iter().position(|p| p.as_deref() == Some(&place)) {
         let msg = format!(
-            "c10d-gpusim: Duplicate GPU detected : rank {r} and rank {other} both on {place} (give ranks sharing a GPU distinct NCCL_HOSTIDs)"
+            "c10d-gpusim: Duplicate GPU detected : rank {r} and rank {other} both on host {:?} device cuda:{} (give ranks sharing a GPU distinct NCCL_HOSTIDs)",
+            place.split('\t').next().unwrap_or(""),
+            place.split('\t').nth(1).unwrap_or("")
         );
         return vec![error(
             conn,
@@ -174,7 +176,9 @@ fn hello(hub: &mut Hub, conn: &Conn, f: Frame) -> Outbox {
     c.conns[r] = Some(conn.clone());
     c.places[r] = Some(place);
     if c.conns.iter().all(Option::is_some) {
-        let ready = Frame::new(Kind::Ready, f.comm, 0, 0, 0);
+        // Every rank's place, in rank order: what a rank's transport report needs.
+        let places: Vec<&str> = c.places.iter().flatten().map(String::as_str).collect();
+        let ready = Frame::new(Kind::Ready, f.comm, 0, 0, 0).with(places.join("\n").into_bytes());
         return c
             .conns
             .iter()

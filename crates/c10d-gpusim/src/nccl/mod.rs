@@ -1,4 +1,4 @@
-//! The simulated NCCL: the rank side (`comm`, `link`, `group`, `ops`, `faults`), the hub that
+//! The simulated NCCL: the rank side (`comm`, `link`, `group`, `ops`, `faults`, `transport`), the hub that
 //! joins ranks of different processes (`hub`, `compute`, over `wire`), and the exported
 //! `nccl*` functions (`api`).
 
@@ -10,4 +10,5 @@ pub mod group;
 pub mod hub;
 pub mod link;
 pub mod ops;
+pub mod transport;
 pub mod wire;
