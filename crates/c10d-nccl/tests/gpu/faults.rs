@@ -238,7 +238,7 @@ pub fn shutdown_after_a_stuck_peer_is_prompt(c: &Ctx) -> R {
 /// and the aborted kernels' end events may fire meanwhile), the watchdog's questions must not
 /// read as "no error": the async error is the abort, and the state is not vouched for, so no
 /// op of the communicator completes as a success.
-pub fn async_error_during_an_abort_is_the_abort(c: &Ctx) -> R {
+pub fn async_error_during_an_abort_is_the_abort(_c: &Ctx) -> R {
     use c10d_nccl::comm::Communicator;
     let lib = c10d_nccl::nccl_library().map_err(e2s)?;
     let id = c10d_nccl::result::get_unique_id(lib).map_err(|e| e.to_string())?;
@@ -252,8 +252,11 @@ pub fn async_error_during_an_abort_is_the_abort(c: &Ctx) -> R {
     }
     let aborter = comm.clone();
     let t = std::thread::spawn(move || aborter.abort());
-    // Ask while the abort runs (the simulator's takes 100 ms) and after it.
-    std::thread::sleep(Duration::from_millis(c.rank as u64 % 2 + 20));
+    // Ask while the abort runs (the simulator's takes 100 ms), once it has begun, and after it.
+    let begun = Instant::now();
+    while comm.state_known() && begun.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
     let (during, known) = (comm.async_error(), comm.state_known());
     t.join()
         .map_err(|_| "the aborting thread panicked".to_string())?;
