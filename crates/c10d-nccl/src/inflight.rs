@@ -91,11 +91,11 @@ pub(crate) fn stream_wait_hook(
         if blocking || timeout.is_some() {
             return None;
         }
-        let declared = match stream::current_stream(device) {
+        let current = match stream::current_stream(device) {
             Ok(s) => s,
             Err(e) => return Some(Err(e)),
         };
-        let waited = declared
+        let waited = current
             .wait(&end)
             .map_err(|e| driver_error("cuStreamWaitEvent", e));
         if waited.is_ok() {

@@ -258,22 +258,14 @@ impl Shared {
         release_or_leak(ops, RETIRE_LIMIT, "of a dropped group, after the abort");
     }
 
-    /// Marks the communicators as being aborted (new ops are refused at once) before the
-    /// waiters of the failed ops hear of the failure; the aborts themselves come after.
-    fn mark_comms_aborting(&self) {
+    /// Runs `f` on every live communicator of the group (outside the list's lock).
+    fn each_comm(&self, f: impl Fn(&Communicator)) {
         let comms = lock(&self.comms).clone();
-        comms
-            .iter()
-            .filter_map(Weak::upgrade)
-            .for_each(|c| c.begin_abort());
+        comms.iter().filter_map(Weak::upgrade).for_each(|c| f(&c));
     }
 
     fn abort_comms(&self) {
-        let comms = lock(&self.comms).clone();
-        comms
-            .iter()
-            .filter_map(Weak::upgrade)
-            .for_each(|c| c.abort());
+        self.each_comm(Communicator::abort);
     }
 
     /// Whether a failed op's kernels may still run (its end event has not fired): an orderly
@@ -350,26 +342,18 @@ fn handle(shared: &Shared, report: PollReport<InFlight>) {
     // memory stays until their kernels are done. When the process is to be torn down they
     // never hear of it: a waiter woken first could go on past the failure (with the data
     // inconsistency the tear-down exists to prevent) while the communicators are aborted.
-    let tear_down = report
-        .response
-        .as_ref()
-        .is_some_and(|r| r.tear_down_process);
-    if report
-        .response
-        .as_ref()
-        .is_some_and(|r| r.abort_communicators)
-    {
-        // A waiter that wakes must find the communicator refusing new ops already.
-        shared.mark_comms_aborting();
-        report
-            .failed
-            .iter()
-            .chain(&report.timed_out)
-            .for_each(|f| f.probe.comm.begin_abort());
-    }
+    let (abort, tear_down) = report.response.as_ref().map_or((false, false), |r| {
+        (r.abort_communicators, r.tear_down_process)
+    });
     let failures: Vec<_> = report.timed_out.into_iter().chain(report.failed).collect();
-    shared.failing.fetch_add(failures.len(), Ordering::AcqRel);
+    if abort {
+        // A waiter that wakes must find the communicators refusing new ops already; the
+        // aborts themselves come after.
+        shared.each_comm(Communicator::begin_abort);
+        failures.iter().for_each(|f| f.probe.comm.begin_abort());
+    }
     let counted = failures.len();
+    shared.failing.fetch_add(counted, Ordering::AcqRel);
     let mut failed = Vec::new();
     for mut f in failures {
         let e = f

@@ -107,7 +107,8 @@ pub(crate) struct Pending {
     pub outputs: Vec<Tensor>,
     pub host_blocking: bool,
     pub trace: Option<Trace>,
-    /// The caller's declared stream (see [`crate::stream`]), if any.
+    /// The caller's current stream the op was ordered after (see [`crate::stream`]); `None`
+    /// only for a coalesced block that queued no op.
     pub caller: Option<Arc<CudaStream>>,
     /// Issued while the caller's stream was capturing a CUDA graph.
     pub capturing: bool,
@@ -434,7 +435,7 @@ impl ProcessGroupNccl {
         if in_block {
             // Ordered before the block's lock is taken (a device synchronisation must not hold
             // up other threads' use of the group).
-            let caller = self.order_after_caller(&dc, declared)?;
+            let caller = Some(self.order_after_caller(&dc, declared)?);
             let mut co = self.coalescing.lock().unwrap_or_else(|e| e.into_inner());
             let block = co.as_mut().ok_or_else(|| {
                 DistError::invalid("ProcessGroupNCCL: the coalescing block ended while an op of it was being issued")
@@ -443,7 +444,7 @@ impl ProcessGroupNccl {
         }
         // Host-side refusals first: a refused op never waits for the device.
         let leases = TensorLeases::acquire(op.inputs, op.outputs)?;
-        let caller = self.order_after_caller(&dc, declared)?;
+        let caller = Some(self.order_after_caller(&dc, declared)?);
         let mut keep: Vec<Tensor> = op.inputs.iter().chain(op.outputs).cloned().collect();
         let mut temps = Vec::new();
         let mut premul = Vec::new();
@@ -547,7 +548,7 @@ impl ProcessGroupNccl {
         &self,
         dc: &DeviceComm,
         declared: Option<Arc<CudaStream>>,
-    ) -> Result<Option<Arc<CudaStream>>> {
+    ) -> Result<Arc<CudaStream>> {
         let caller = match declared {
             Some(s) => s,
             None => stream::current_stream(dc.device)?,
@@ -558,7 +559,7 @@ impl ProcessGroupNccl {
         dc.stream
             .wait(&ev)
             .map_err(|e| driver_error("cuStreamWaitEvent", e))?;
-        Ok(Some(caller))
+        Ok(caller)
     }
 
     /// Runs `body` under the communicator's lock, inside its own NCCL group when
@@ -818,17 +819,13 @@ impl ProcessGroupNccl {
     pub(crate) fn shutdown_all(&self) {
         self.begin_ending();
         if let Some(dc) = self.current() {
+            let deadline = Instant::now() + self.default_timeout();
             // A failed op whose kernels still run (a stuck or dead peer, the work failed with
             // TORCH_NCCL_ASYNC_ERROR_HANDLING=0) would hold an orderly finalize until the
             // group's timeout (10 minutes by default): abort at once instead.
             if self.watchdog.has_running_failures() {
                 dc.comm.abort();
-                self.watchdog
-                    .finish_everything("the group was shut down while the op was in flight");
-                return;
-            }
-            let deadline = Instant::now() + self.default_timeout();
-            if let Err(e) = dc.comm.shutdown(deadline) {
+            } else if let Err(e) = dc.comm.shutdown(deadline) {
                 log::warn!(
                     "c10d-nccl: shutdown of rank {} fell back to abort: {e}",
                     self.rank
