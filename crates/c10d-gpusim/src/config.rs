@@ -76,13 +76,20 @@ pub fn random_delay(state: &AtomicU64) {
     }
 }
 
-/// A line on stderr when `C10D_SIM_TRACE` is set (debugging the simulator and its users).
-pub fn trace(line: &str) {
+/// Whether `C10D_SIM_TRACE` is set (read once).
+pub fn tracing() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    if *ON.get_or_init(|| std::env::var_os("C10D_SIM_TRACE").is_some()) {
+    *ON.get_or_init(|| std::env::var_os("C10D_SIM_TRACE").is_some())
+}
+
+/// A line on stderr when `C10D_SIM_TRACE` is set (debugging the simulator and its users);
+/// `line` is only formatted then, so queued work pays nothing otherwise.
+pub fn trace(line: impl FnOnce() -> String) {
+    if tracing() {
         eprintln!(
-            "c10d-gpusim trace [{:?}]: {line}",
-            std::thread::current().id()
+            "c10d-gpusim trace [{:?}]: {}",
+            std::thread::current().id(),
+            line()
         );
     }
 }

@@ -67,13 +67,9 @@ fn copy_async(
             return launch::enqueue_on(&s, launch::node(work));
         }
         let sid = Arc::as_ptr(&s) as usize;
-        crate::config::trace(&format!(
-            "queue copy {src:#x}->{dst:#x} {n}B on stream {sid:#x}"
-        ));
+        crate::config::trace(|| format!("queue copy {src:#x}->{dst:#x} {n}B on stream {sid:#x}"));
         let work = move || {
-            crate::config::trace(&format!(
-                "run copy {src:#x}->{dst:#x} {n}B on stream {sid:#x}"
-            ));
+            crate::config::trace(|| format!("run copy {src:#x}->{dst:#x} {n}B on stream {sid:#x}"));
             checked_copy(d, dst, dst_host, src, src_host, n)
         };
         launch::enqueue_on(&s, launch::node(work))?;
@@ -293,14 +289,9 @@ pub extern "C" fn cuMemcpyDtoD_v2(dst: u64, src: u64, n: usize) -> CuResult {
     copy_sync(dst, false, src, false, n)
 }
 
-fn memset(d: usize, ptr: u64, bytes: Vec<u8>, count: usize) -> impl Fn() + Send + Sync {
+/// Writes `pattern` at `ptr` when the stream reaches it (again at each graph replay).
+fn memset(d: usize, ptr: u64, pattern: Vec<u8>) -> impl Fn() + Send + Sync {
     move || {
-        let pattern: Vec<u8> = bytes
-            .iter()
-            .copied()
-            .cycle()
-            .take(bytes.len() * count)
-            .collect();
         if let Err(m) = memory::write(ptr, &pattern) {
             device::fail(d, abi::ILLEGAL_ADDRESS, &m);
         }
@@ -308,12 +299,13 @@ fn memset(d: usize, ptr: u64, bytes: Vec<u8>, count: usize) -> impl Fn() + Send 
 }
 
 fn memset_async(ptr: u64, bytes: Vec<u8>, count: usize, s: usize) -> CuResult {
-    if memory::range_of(ptr, bytes.len() * count).is_none() {
+    let pattern = bytes.repeat(count);
+    if memory::range_of(ptr, pattern.len()).is_none() {
         return abi::INVALID_VALUE;
     }
     let r = device::stream(s).and_then(|s| {
         device::sticky(s.device)?;
-        launch::enqueue_on(&s, launch::node(memset(s.device, ptr, bytes, count)))
+        launch::enqueue_on(&s, launch::node(memset(s.device, ptr, pattern)))
     });
     code(r)
 }

@@ -46,13 +46,11 @@ impl Event {
         };
         let ev = self.clone();
         let (eid, sid) = (Arc::as_ptr(self) as usize, Arc::as_ptr(stream) as usize);
-        config::trace(&format!(
-            "record event {eid:#x} gen {gen} on stream {sid:#x}"
-        ));
+        config::trace(|| format!("record event {eid:#x} gen {gen} on stream {sid:#x}"));
         launch::enqueue_on(
             stream,
             launch::node(move || {
-                config::trace(&format!("event {eid:#x} gen {gen} reached"));
+                config::trace(|| format!("event {eid:#x} gen {gen} reached"));
                 ev.complete(gen)
             }),
         )
@@ -86,7 +84,7 @@ impl Event {
         }
         let ev = self.clone();
         let (eid, sid) = (Arc::as_ptr(self) as usize, Arc::as_ptr(stream) as usize);
-        config::trace(&format!("stream {sid:#x} waits event {eid:#x} gen {gen}"));
+        config::trace(|| format!("stream {sid:#x} waits event {eid:#x} gen {gen}"));
         launch::enqueue_on(stream, launch::node(move || ev.block_until(gen)))
     }
 

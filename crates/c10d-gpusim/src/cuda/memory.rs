@@ -19,7 +19,6 @@ struct Block {
     bytes: Box<[u8]>,
 }
 
-#[derive(Default)]
 struct Space {
     blocks: BTreeMap<u64, Block>,
     next: Vec<u64>,
@@ -28,7 +27,14 @@ struct Space {
 
 fn space() -> &'static Mutex<Space> {
     static SPACE: OnceLock<Mutex<Space>> = OnceLock::new();
-    SPACE.get_or_init(Default::default)
+    SPACE.get_or_init(|| {
+        let gpus = config::get().gpus as u64;
+        Mutex::new(Space {
+            blocks: BTreeMap::new(),
+            next: (0..gpus).map(|d| BASE + (d << 40)).collect(),
+            used: vec![0; gpus as usize],
+        })
+    })
 }
 
 fn lock() -> std::sync::MutexGuard<'static, Space> {
@@ -38,11 +44,6 @@ fn lock() -> std::sync::MutexGuard<'static, Space> {
 /// Allocates `size` bytes on `device`; `None` past the device's memory.
 pub fn alloc(device: usize, size: usize) -> Option<u64> {
     let mut s = lock();
-    let gpus = config::get().gpus;
-    if s.next.len() < gpus {
-        s.next = (0..gpus as u64).map(|d| BASE + (d << 40)).collect();
-        s.used = vec![0; gpus];
-    }
     if s.used[device] + size as u64 > config::get().memory_bytes {
         return None;
     }

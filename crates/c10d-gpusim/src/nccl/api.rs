@@ -34,13 +34,13 @@ pub struct UniqueId {
     pub internal: [u8; 128],
 }
 
+/// [`crate::out`] with NCCL's codes: `ncclInvalidArgument` for a null out-pointer.
 fn w<T>(p: *mut T, v: T) -> c_int {
-    if p.is_null() {
-        return INVALID_ARGUMENT;
+    // SAFETY: the caller passes null or writable storage of `T` (the API's contract).
+    match unsafe { crate::out(p, v) } {
+        crate::abi::SUCCESS => SUCCESS,
+        _ => INVALID_ARGUMENT,
     }
-    // SAFETY: non-null; the caller passes writable storage of `T` (the API's contract).
-    unsafe { p.write(v) };
-    SUCCESS
 }
 
 fn comm_of(h: usize) -> Result<Arc<Comm>, c_int> {

@@ -99,6 +99,14 @@ impl Comm {
         self.aborted.load(Ordering::Acquire)
     }
 
+    /// Blocks until `ncclCommAbort` (a kernel whose peers are gone, or an init that never
+    /// finishes, holds its stream or caller until then).
+    pub fn wait_until_aborted(&self) {
+        while !self.aborted() {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+
     /// Records a failure: the async error (the first one stays) and `ncclGetLastError`'s text.
     pub fn fail(&self, code: i32, msg: &str) {
         let _ =
@@ -190,9 +198,7 @@ impl Comm {
                 "c10d-gpusim: injected fault: communicator init of rank {} never finishes",
                 self.rank()
             );
-            while !self.aborted() {
-                std::thread::sleep(std::time::Duration::from_millis(20));
-            }
+            self.wait_until_aborted();
             return;
         }
         let link = match Link::connect(self.port) {

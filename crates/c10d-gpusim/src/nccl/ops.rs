@@ -139,12 +139,6 @@ fn output(comm: &Comm, p: &Planned) -> Result<(), Option<Failure>> {
     memory::write(dst, &data).map_err(|m| Some((1, m)))
 }
 
-fn hang_until_abort(comm: &Comm) {
-    while !comm.aborted() {
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-}
-
 fn inject(comm: &Comm, fault: Fault, seq: u64) {
     let what = format!(
         "c10d-gpusim: injected fault {fault:?} at op {seq} of rank {}",
@@ -166,17 +160,17 @@ fn inject(comm: &Comm, fault: Fault, seq: u64) {
 }
 
 fn trace(comm: &Comm, batch: &[Planned], what: &str) {
-    if std::env::var_os("C10D_SIM_TRACE").is_some() {
+    crate::config::trace(|| {
         let ops: Vec<String> = batch
             .iter()
             .map(|p| format!("{:?}#{}", p.spec, p.seq))
             .collect();
-        eprintln!(
-            "c10d-gpusim trace: comm {:#x} rank {}: {what} {ops:?}",
+        format!(
+            "comm {:#x} rank {}: {what} {ops:?}",
             comm.key(),
             comm.rank()
-        );
-    }
+        )
+    });
 }
 
 /// Runs a batch on the stream's worker.
@@ -189,7 +183,7 @@ pub fn run(comm: &Arc<Comm>, batch: &[Planned]) {
             device::fail(comm.device, crate::abi::ILLEGAL_ADDRESS, &msg);
         }
         comm.fail(code, &msg);
-        hang_until_abort(comm);
+        comm.wait_until_aborted();
     }
     comm.inflight.fetch_sub(1, Ordering::AcqRel);
 }
@@ -197,7 +191,7 @@ pub fn run(comm: &Arc<Comm>, batch: &[Planned]) {
 fn run_inner(comm: &Comm, batch: &[Planned]) -> Result<(), Option<Failure>> {
     if let Some(p) = batch.iter().find(|p| p.fault.is_some()) {
         inject(comm, p.fault.expect("found"), p.seq);
-        hang_until_abort(comm);
+        comm.wait_until_aborted();
         return Err(None);
     }
     if comm.aborted() {
