@@ -17,7 +17,7 @@
 //!
 //! With `--filter`, only the `gpu` cases whose names contain the substring run (steps 1, 2).
 
-use crate::{build_gpu_tests, built_executable, cargo, run_gpu_binaries, Res};
+use crate::{build_gpu_tests, built_artifact, built_executable, cargo, run_gpu_binaries, Res};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -53,22 +53,11 @@ fn build_simulator() -> Result<PathBuf, String> {
         "c10d-gpusim",
         "--lib",
     ]);
-    let out = cmd
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .map_err(|e| format!("cannot start cargo: {e}"))?;
-    if !out.status.success() {
-        return Err("building c10d-gpusim failed".into());
-    }
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| {
-            l.contains("\"name\":\"c10d_gpusim\"") || l.contains("\"name\":\"c10d-gpusim\"")
-        })
-        .flat_map(|l| l.split('"').map(str::to_string).collect::<Vec<_>>())
-        .find(|p| p.ends_with("libc10d_gpusim.so"))
-        .map(PathBuf::from)
-        .ok_or_else(|| "cargo did not report libc10d_gpusim.so".into())
+    built_artifact(&mut cmd, "c10d_gpusim", "shared library", |l| {
+        l.split('"')
+            .find(|p| p.ends_with("libc10d_gpusim.so"))
+            .map(PathBuf::from)
+    })
 }
 
 fn env_or(name: &str, default: &str) -> String {

@@ -771,6 +771,20 @@ pub(crate) fn build_gpu_tests(release: bool) -> Result<Vec<PathBuf>, String> {
 
 /// Runs a `--message-format=json` cargo build and returns the executable of target `name`.
 pub(crate) fn built_executable(cmd: &mut Command, name: &str) -> Result<PathBuf, String> {
+    built_artifact(cmd, name, "executable", |l| {
+        let rest = l.split("\"executable\":\"").nth(1)?;
+        Some(PathBuf::from(rest.split('"').next()?))
+    })
+}
+
+/// Runs a `--message-format=json` cargo build (failing when it fails) and returns what `pick`
+/// finds in the first JSON line about target `name` that has it (`what` names it in errors).
+pub(crate) fn built_artifact(
+    cmd: &mut Command,
+    name: &str,
+    what: &str,
+    pick: impl Fn(&str) -> Option<PathBuf>,
+) -> Result<PathBuf, String> {
     let out = cmd
         .stderr(std::process::Stdio::inherit())
         .output()
@@ -780,12 +794,9 @@ pub(crate) fn built_executable(cmd: &mut Command, name: &str) -> Result<PathBuf,
     }
     let text = String::from_utf8_lossy(&out.stdout);
     text.lines()
-        .filter(|l| l.contains("\"executable\":\"") && l.contains(&format!("\"name\":\"{name}\"")))
-        .find_map(|l| {
-            let rest = l.split("\"executable\":\"").nth(1)?;
-            Some(PathBuf::from(rest.split('"').next()?))
-        })
-        .ok_or_else(|| format!("cargo did not report the {name} executable"))
+        .filter(|l| l.contains(&format!("\"name\":\"{name}\"")))
+        .find_map(pick)
+        .ok_or_else(|| format!("cargo did not report the {name} {what}"))
 }
 
 /// `cargo xtask gpu-bundle [DIR]`: release builds of the GPU suites, the NCCL overhead

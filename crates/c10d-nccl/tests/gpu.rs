@@ -52,7 +52,7 @@ fn main() {
         std::process::exit(gpu::cases::worker(rank.parse().expect("rank")));
     }
     if std::env::var_os("C10D_GPU_TEARDOWN").is_some() {
-        gpu::cases::teardown_child();
+        gpu::faults::teardown_child();
     }
     if std::env::var_os("C10D_GPU_SIMFAULT").is_some() {
         gpu::faults::simulated_fault_child();

@@ -3,9 +3,8 @@
 
 use super::values::{applies, check, host, inputs, read, reduced, DTYPES};
 use c10d_core::*;
-use c10d_nccl::{memory, stream, NcclEnv, NcclOptions, ProcessGroupNccl};
+use c10d_nccl::{memory, NcclEnv, NcclOptions, ProcessGroupNccl};
 use c10d_store::{PrefixStore, Store, TcpStore, TcpStoreOptions};
-use cudarc::driver::sys as cusys;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -182,7 +181,7 @@ pub fn worker(rank: usize) -> i32 {
 type Case = fn(&Ctx) -> R;
 
 use super::caller;
-use super::faults;
+use super::faults::{self, Stuck};
 use super::more;
 
 /// Every case a rank runs, in order (`--list` prints them).
@@ -902,127 +901,5 @@ fn shrink(c: &Ctx) -> R {
         }
         None if exclude.contains(&c.rank) => Ok(()),
         None => Err("a survivor got no shrunk group".into()),
-    }
-}
-
-/// A user stream held by `cuStreamWaitValue32` on a flag nobody sets: ops queued after it can
-/// never finish until [`Stuck::release`].
-pub struct Stuck {
-    flag: Tensor,
-    stream: Arc<cudarc::driver::CudaStream>,
-    released: bool,
-}
-
-impl Stuck {
-    pub fn new() -> Result<Stuck, String> {
-        let ctx = c10d_nccl::device::context(dev()).map_err(e2s)?;
-        let flag = memory::zeros(DType::I32, &[1], dev()).map_err(e2s)?;
-        let stream = ctx.new_stream().map_err(|e| format!("{e:?}"))?;
-        // SAFETY: the flag is live device memory of this context; the stream is ours.
-        let rc = unsafe {
-            cusys::cuStreamWaitValue32_v2(
-                stream.cu_stream(),
-                flag.device_ptr().unwrap(),
-                1,
-                cusys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_EQ as u32,
-            )
-        };
-        if rc != cusys::CUresult::CUDA_SUCCESS {
-            return Err(format!("cuStreamWaitValue32: {rc:?}"));
-        }
-        stream::set_current_stream(dev(), Some(stream.clone())).map_err(e2s)?;
-        Ok(Stuck {
-            flag,
-            stream,
-            released: false,
-        })
-    }
-
-    /// Writes the flag (first: whatever else fails, the stream goes on), then forgets the
-    /// stream as the thread's current one and waits for it. Once.
-    fn unstick(&mut self) -> R {
-        if std::mem::replace(&mut self.released, true) {
-            return Ok(());
-        }
-        let ctx = c10d_nccl::device::context(dev()).map_err(e2s)?;
-        let s = ctx.new_stream().map_err(|e| format!("{e:?}"))?;
-        // SAFETY: as in `new`; writing the flag releases the waiting stream.
-        let rc = unsafe {
-            cusys::cuStreamWriteValue32_v2(s.cu_stream(), self.flag.device_ptr().unwrap(), 1, 0)
-        };
-        let reset = stream::set_current_stream(dev(), None).map_err(e2s);
-        if rc != cusys::CUresult::CUDA_SUCCESS {
-            return Err(format!("cuStreamWriteValue32: {rc:?}"));
-        }
-        reset?;
-        self.stream.synchronize().map_err(|e| format!("{e:?}"))
-    }
-
-    pub fn release(mut self) -> R {
-        self.unstick()
-    }
-}
-
-impl Drop for Stuck {
-    /// An early return or a panic between `new` and `release` must not leave the rank's
-    /// current stream stuck (every later op of the rank would hang, and the others with it).
-    fn drop(&mut self) {
-        let _ = self.unstick();
-    }
-}
-
-/// The child of the parent's watchdog-timeout checks: a one-rank group with the
-/// `TORCH_NCCL_ASYNC_ERROR_HANDLING` mode of its environment, an op stuck behind a stream that
-/// never runs, a 1 s timeout. Modes 1 and 3 must end the process (returning from the wait is
-/// then a failure); modes 0 and 2 must fail the work and keep the process, mode 2 aborting the
-/// communicator and mode 0 leaving it alone. Prints what happened and how long it took.
-pub fn teardown_child() -> ! {
-    let store: Arc<dyn Store> = Arc::new(c10d_store::HashStore::new());
-    let env = NcclEnv::from_process_env().expect("env");
-    let mode = env.async_error_handling;
-    let opts = NcclOptions {
-        timeout: Duration::from_secs(60),
-        ..NcclOptions::default()
-    };
-    let pg = ProcessGroupNccl::with_env(store, 0, 1, opts, env).expect("group");
-    pg.bind(dev()).expect("bind");
-    let t = memory::zeros(DType::F32, &[4], dev()).expect("tensor");
-    // Made before the stream is stuck: its upload runs on the thread's current stream.
-    let fresh = memory::zeros(DType::F32, &[4], dev()).expect("tensor");
-    let stuck = Stuck::new().expect("stuck stream");
-    let start = Instant::now();
-    let one_second = AllreduceOptions {
-        timeout: Some(Duration::from_secs(1)),
-        ..Default::default()
-    };
-    let w = pg
-        .all_reduce(std::slice::from_ref(&t), &one_second)
-        .expect("all_reduce");
-    let r = w.wait_timeout(Duration::from_secs(20));
-    let took = start.elapsed();
-    if mode.should_tear_down() {
-        println!("the process was not torn down after {took:?}: {r:?}");
-        std::process::exit(3);
-    }
-    // A fresh tensor: the timed-out op keeps its own until its end event fires.
-    let after = pg.all_reduce(std::slice::from_ref(&fresh), &one_second);
-    let aborted = matches!(&after, Err(e) if e.message().contains("aborted"));
-    stuck.release().expect("release");
-    match r {
-        Err(e)
-            if e.message()
-                .contains("Watchdog caught collective operation timeout") =>
-        {
-            println!(
-                "timed out after {} ms; communicator aborted: {aborted}",
-                took.as_millis()
-            );
-            let want_abort = mode.should_clean_up();
-            std::process::exit(if aborted == want_abort { 0 } else { 4 });
-        }
-        other => {
-            println!("expected a timeout, got {other:?} after {took:?}");
-            std::process::exit(5);
-        }
     }
 }

@@ -422,7 +422,7 @@ pub fn memory_on_this_rank_device(c: &Ctx) -> R {
 pub fn no_device_sync_while_a_stream_is_stuck(c: &Ctx) -> R {
     let ctx = c10d_nccl::device::context(dev()).map_err(e2s)?;
     let own = ctx.new_stream().map_err(|e| format!("{e:?}"))?;
-    let stuck = super::cases::Stuck::new()?;
+    let stuck = super::faults::Stuck::new()?;
     let guard = stream::use_stream(dev(), own).map_err(e2s)?;
     // Every rank issues every collective (errors are reported after all of them).
     let within = |w: Result<Work>| {
