@@ -11,7 +11,8 @@
 #![allow(non_snake_case, missing_docs, clippy::missing_safety_doc)]
 
 use crate::cuda::{device, memory};
-use crate::nccl::comm::{Comm, COMMS, INVALID_ARGUMENT, INVALID_USAGE, IN_PROGRESS, SUCCESS};
+use crate::nccl::codes::{INVALID_ARGUMENT, INVALID_USAGE, IN_PROGRESS, SUCCESS, SYSTEM_ERROR};
+use crate::nccl::comm::{Comm, COMMS};
 use crate::nccl::group;
 use crate::nccl::hub;
 use crate::nccl::ops::Spec;
@@ -55,7 +56,7 @@ pub extern "C" fn ncclGetVersion(v: *mut c_int) -> c_int {
 #[no_mangle]
 pub extern "C" fn ncclGetUniqueId(id: *mut UniqueId) -> c_int {
     let Ok(port) = hub::port() else {
-        return 2; // ncclSystemError
+        return SYSTEM_ERROR;
     };
     let mut internal = [0u8; 128];
     internal[..8].copy_from_slice(ID_MAGIC);
@@ -98,7 +99,11 @@ fn start(comm: Arc<Comm>) -> c_int {
         let spawned = std::thread::Builder::new()
             .name("gpusim-nccl-init".into())
             .spawn(move || c.connect());
-        return if spawned.is_ok() { IN_PROGRESS } else { 2 };
+        return if spawned.is_ok() {
+            IN_PROGRESS
+        } else {
+            SYSTEM_ERROR
+        };
     }
     comm.connect();
     comm.async_error()
@@ -180,7 +185,7 @@ fn here_or_in_background(
         .spawn(job)
     {
         Ok(_) => IN_PROGRESS,
-        Err(_) => 2,
+        Err(_) => SYSTEM_ERROR,
     }
 }
 

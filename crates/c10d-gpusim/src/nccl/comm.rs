@@ -12,14 +12,7 @@ use std::ffi::CString;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 
-/// `ncclSuccess`, `ncclInProgress` and the other codes the rank side sets.
-pub const SUCCESS: i32 = 0;
-/// `ncclInvalidArgument`.
-pub const INVALID_ARGUMENT: i32 = 4;
-/// `ncclInvalidUsage`.
-pub const INVALID_USAGE: i32 = 5;
-/// `ncclInProgress`.
-pub const IN_PROGRESS: i32 = 7;
+use crate::nccl::codes::{INTERNAL_ERROR, INVALID_USAGE, IN_PROGRESS, SUCCESS, SYSTEM_ERROR};
 
 /// Every live communicator, by `ncclComm_t` handle.
 pub static COMMS: LazyLock<Registry<Comm>> = LazyLock::new(|| Registry::new(0x9000_0000));
@@ -205,7 +198,7 @@ impl Comm {
             Ok(l) => l,
             Err(e) => {
                 return self.fail(
-                    2,
+                    SYSTEM_ERROR,
                     &format!(
                         "c10d-gpusim: cannot reach the hub on 127.0.0.1:{}: {e}",
                         self.port
@@ -266,7 +259,7 @@ impl Comm {
                 u32::from_le_bytes(p[8..12].try_into().expect("4 bytes")),
                 u32::from_le_bytes(p[12..16].try_into().expect("4 bytes")),
             )),
-            Some(Ok(_)) => Err((3, "c10d-gpusim: malformed placement".into())),
+            Some(Ok(_)) => Err((INTERNAL_ERROR, "c10d-gpusim: malformed placement".into())),
             Some(Err(e)) => Err(e),
             None => Err((
                 INVALID_USAGE,

@@ -4,10 +4,7 @@
 use crate::nccl::wire::OpHeader;
 use crate::reduce::{self, RedOp};
 
-/// NCCL result codes the hub answers with.
-pub const INVALID_USAGE: u32 = 5;
-/// `ncclInvalidArgument`.
-pub const INVALID_ARGUMENT: u32 = 4;
+use crate::nccl::codes::INVALID_USAGE;
 
 /// One rank's contribution.
 pub struct Part {
@@ -38,7 +35,7 @@ fn reduced(parts: &[Part]) -> Result<Vec<u8>, String> {
 
 /// Checks that every rank called the same collective with the same type, count, reduction and
 /// root: an error naming the first rank that differs from rank 0 (NCCL would hang or corrupt).
-pub fn check_matching(parts: &[Part]) -> Result<(), (u32, String)> {
+pub fn check_matching(parts: &[Part]) -> Result<(), (i32, String)> {
     let first = parts[0].header;
     for (r, p) in parts.iter().enumerate().skip(1) {
         if p.header != first {

@@ -5,7 +5,8 @@
 use crate::cuda::capture::Node;
 use crate::cuda::stream::Work;
 use crate::cuda::{device, launch};
-use crate::nccl::comm::{Comm, INVALID_USAGE, IN_PROGRESS, SUCCESS};
+use crate::nccl::codes::{INVALID_USAGE, IN_PROGRESS, SUCCESS, UNHANDLED_CUDA_ERROR};
+use crate::nccl::comm::Comm;
 use crate::nccl::ops::{self, Spec};
 use std::cell::RefCell;
 use std::sync::atomic::Ordering;
@@ -115,7 +116,7 @@ fn queue(comm: Arc<Comm>, stream: usize, specs: Vec<Spec>) -> i32 {
             comm.set_last_error(&format!(
                 "c10d-gpusim: queueing an NCCL op on stream {stream:#x} failed: CUDA error {e}"
             ));
-            1 // ncclUnhandledCudaError
+            UNHANDLED_CUDA_ERROR
         }
     }
 }

@@ -13,8 +13,7 @@ use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 
-/// `ncclRemoteError`.
-const REMOTE_ERROR: u32 = 6;
+use crate::nccl::codes::{INVALID_ARGUMENT, INVALID_USAGE, REMOTE_ERROR};
 
 type Conn = Arc<Mutex<BufWriter<TcpStream>>>;
 type Outbox = Vec<(Conn, Frame)>;
@@ -105,14 +104,14 @@ fn error(
     comm: u64,
     seq: u64,
     aux: u32,
-    code: u32,
+    code: i32,
     msg: &str,
 ) -> (Conn, Frame) {
     let mut payload = vec![wait as u8];
     payload.extend_from_slice(msg.as_bytes());
     (
         conn.clone(),
-        Frame::new(Kind::Error, comm, seq, code, aux).with(payload),
+        Frame::new(Kind::Error, comm, seq, code as u32, aux).with(payload),
     )
 }
 
@@ -152,7 +151,7 @@ fn hello(hub: &mut Hub, conn: &Conn, f: Frame) -> Outbox {
             f.comm,
             0,
             0,
-            compute::INVALID_ARGUMENT,
+            INVALID_ARGUMENT,
             &msg,
         )];
     }
@@ -163,15 +162,7 @@ fn hello(hub: &mut Hub, conn: &Conn, f: Frame) -> Outbox {
             place.split('\t').next().unwrap_or(""),
             place.split('\t').nth(1).unwrap_or("")
         );
-        return vec![error(
-            conn,
-            Kind::Ready,
-            f.comm,
-            0,
-            0,
-            compute::INVALID_USAGE,
-            &msg,
-        )];
+        return vec![error(conn, Kind::Ready, f.comm, 0, 0, INVALID_USAGE, &msg)];
     }
     c.conns[r] = Some(conn.clone());
     c.places[r] = Some(place);
@@ -207,7 +198,7 @@ fn contribute(hub: &mut Hub, conn: &Conn, f: Frame) -> Outbox {
             f.comm,
             f.seq,
             0,
-            compute::INVALID_USAGE,
+            INVALID_USAGE,
             msg,
         )];
     };
@@ -274,7 +265,7 @@ fn finish(hub: &mut Hub, comm: u64, seq: u64, parts: Vec<Option<Part>>) -> Outbo
         6 => Ok(split(hub, &present)),
         7 => Ok(shrink(hub, present.len())),
         _ => compute::check_matching(&present)
-            .and_then(|()| compute::results(&present).map_err(|m| (compute::INVALID_ARGUMENT, m))),
+            .and_then(|()| compute::results(&present).map_err(|m| (INVALID_ARGUMENT, m))),
     };
     match results {
         Ok(res) => conns

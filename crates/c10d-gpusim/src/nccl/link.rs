@@ -16,8 +16,7 @@ pub type WaitKey = (Kind, u64, u32);
 /// An answer: the data, or (NCCL result code, message).
 pub type Answer = Result<Vec<u8>, (i32, String)>;
 
-/// `ncclSystemError`: the hub's process went away.
-const SYSTEM_ERROR: i32 = 2;
+use crate::nccl::codes::SYSTEM_ERROR;
 
 /// One connection to a hub.
 pub struct Link {

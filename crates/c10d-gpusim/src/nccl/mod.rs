@@ -3,6 +3,7 @@
 //! `nccl*` functions (`api`).
 
 pub mod api;
+pub mod codes;
 pub mod comm;
 pub mod compute;
 pub mod faults;

@@ -5,6 +5,9 @@
 //! kernel whose peers are gone does, keeps the stream busy until the communicator is aborted.
 
 use crate::cuda::{device, memory};
+use crate::nccl::codes::{
+    INVALID_ARGUMENT, INVALID_USAGE, REMOTE_ERROR, SYSTEM_ERROR, UNHANDLED_CUDA_ERROR,
+};
 use crate::nccl::comm::Comm;
 use crate::nccl::faults::{self, Fault};
 use crate::nccl::wire::{Frame, Kind, OpHeader};
@@ -88,7 +91,7 @@ fn sizes(h: &OpHeader, nranks: u32, rank: u32) -> (usize, usize) {
 type Failure = (i32, String);
 
 fn input(comm: &Comm, spec: &Spec) -> Result<Frame, Failure> {
-    let illegal = |m: String| (1, m); // ncclUnhandledCudaError
+    let illegal = |m: String| (UNHANDLED_CUDA_ERROR, m);
     Ok(match spec {
         Spec::Coll {
             header,
@@ -106,7 +109,7 @@ fn input(comm: &Comm, spec: &Spec) -> Result<Frame, Failure> {
                     &[&data],
                     &mut out,
                 )
-                .map_err(|m| (4, m))?;
+                .map_err(|m| (INVALID_ARGUMENT, m))?;
                 data = out;
             }
             Frame::new(Kind::Contribute, comm.key(), 0, comm.rank(), 0).with(header.encode(&data))
@@ -131,12 +134,12 @@ fn output(comm: &Comm, p: &Planned) -> Result<(), Option<Failure>> {
     };
     let data = comm.wait(key.0, key.1, key.2).ok_or(None)?.map_err(Some)?;
     if data.len() != want {
-        return Err(Some((5, format!(
+        return Err(Some((INVALID_USAGE, format!(
             "c10d-gpusim: rank {} expected {want} bytes for op {} but its peers sent {} (a count mismatch between ranks)",
             comm.rank(), p.seq, data.len()
         ))));
     }
-    memory::write(dst, &data).map_err(|m| Some((1, m)))
+    memory::write(dst, &data).map_err(|m| Some((UNHANDLED_CUDA_ERROR, m)))
 }
 
 fn inject(comm: &Comm, fault: Fault, seq: u64) {
@@ -151,10 +154,10 @@ fn inject(comm: &Comm, fault: Fault, seq: u64) {
             unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
         }
         Fault::RemoteError => comm.fail(
-            6,
+            REMOTE_ERROR,
             &format!("{what} [remote process exited or there was a network error]"),
         ),
-        Fault::SystemError => comm.fail(2, &format!("{what} [system error]")),
+        Fault::SystemError => comm.fail(SYSTEM_ERROR, &format!("{what} [system error]")),
         Fault::Hang | Fault::InitHang => eprintln!("{what}: the op never completes"),
     }
 }
@@ -179,7 +182,7 @@ pub fn run(comm: &Arc<Comm>, batch: &[Planned]) {
     let result = run_inner(comm, batch);
     trace(comm, batch, &format!("end {:?}", result.as_ref().err()));
     if let Err(Some((code, msg))) = result {
-        if code == 1 {
+        if code == UNHANDLED_CUDA_ERROR {
             device::fail(comm.device, crate::abi::ILLEGAL_ADDRESS, &msg);
         }
         comm.fail(code, &msg);
