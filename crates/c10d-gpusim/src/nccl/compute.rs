@@ -1,10 +1,9 @@
 //! What each rank gets back from a collective, given every rank's contribution: the
 //! collectives' definitions (NCCL's "Collective Operations" page), on bytes.
 
+use crate::nccl::codes::INVALID_USAGE;
 use crate::nccl::wire::OpHeader;
 use crate::reduce::{self, RedOp};
-
-use crate::nccl::codes::INVALID_USAGE;
 
 /// One rank's contribution.
 pub struct Part {
