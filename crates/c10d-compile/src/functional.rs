@@ -15,6 +15,7 @@
 use crate::async_tensor::AsyncCollectiveTensor;
 use crate::group_ref::GroupRef;
 use crate::registry;
+use c10d_core::Collectives;
 use c10d_core::{
     AllToAllOptions, AllgatherOptions, AllreduceOptions, BroadcastOptions, DType, DistError,
     ProcessGroup, ReduceOp, ReduceScatterOptions, Result, Tensor, Work,

@@ -1,18 +1,17 @@
-//! The `Backend` trait: every c10d collective, implemented per device type.
+//! The `Backend` trait: a collective backend for one device type (mirrors `c10d::Backend`,
+//! the objects `ProcessGroup._get_backend` returns).
 //!
-//! Mirrors `c10d::Backend` (`torch.distributed.Backend` objects returned by
-//! `ProcessGroup._get_backend`). Every method has a default that returns
-//! [`DistError::Unsupported`] "Backend {name} does not support {op}" (PyTorch's text), so a
-//! backend implements only what it supports. Argument errors are returned synchronously as
-//! `Err`; communication errors fail the returned [`Work`].
-//!
-//! Ranks and roots are *group* ranks. Tensor lists follow PyTorch's C++ signatures: an
-//! `outputs: &[Vec<Tensor>]` is `std::vector<std::vector<at::Tensor>>`.
+//! A backend runs ops through its [`Collectives::run`] (one `match` over [`Op`]: an op it
+//! lacks answers [`Op::unsupported_by`], PyTorch's "Backend {name} does not support {op}");
+//! this trait adds what is not an op: identity, timeouts, sequence numbers, coalescing
+//! windows, splitting, shrinking, abort and shutdown. Ranks are *group* ranks.
 
+use crate::collectives::Collectives;
 use crate::device::DeviceType;
 use crate::error::{DistError, Result};
+#[cfg(doc)]
+use crate::op::Op;
 use crate::options::*;
-use crate::tensor::Tensor;
 use crate::work::Work;
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,7 +24,7 @@ fn unsupported<T>(backend: &str, op: &str) -> Result<T> {
 
 /// A collective backend for one device type within one process group.
 #[allow(unused_variables)]
-pub trait Backend: Send + Sync + 'static {
+pub trait Backend: Collectives + Send + Sync + 'static {
     /// Backend name ("gloo", "nccl", or a registered third-party name).
     fn name(&self) -> &str;
     /// This process's rank in the group.
@@ -52,147 +51,14 @@ pub trait Backend: Send + Sync + 'static {
         true
     }
 
-    /// `broadcast`: `tensors[opts.root_tensor]` of `opts.root_rank` to every rank's tensors.
-    fn broadcast(&self, tensors: &[Tensor], opts: &BroadcastOptions) -> Result<Work> {
-        unsupported(self.name(), "broadcast")
-    }
-    /// `allreduce`: in-place reduction of all tensors of all ranks into every tensor.
-    fn all_reduce(&self, tensors: &[Tensor], opts: &AllreduceOptions) -> Result<Work> {
-        unsupported(self.name(), "allreduce")
-    }
-    /// `allreduce_coalesced`: several tensors of one dtype reduced as one flat buffer.
-    fn all_reduce_coalesced(
-        &self,
-        tensors: &[Tensor],
-        opts: &AllreduceCoalescedOptions,
-    ) -> Result<Work> {
-        unsupported(self.name(), "allreduce_coalesced")
-    }
-    /// `reduce`: reduction into `tensors[opts.root_tensor]` on `opts.root_rank`.
-    fn reduce(&self, tensors: &[Tensor], opts: &ReduceOptions) -> Result<Work> {
-        unsupported(self.name(), "reduce")
-    }
-    /// `allgather`: `outputs[i][r]` receives `inputs[i]` of rank r.
-    fn all_gather(
-        &self,
-        outputs: &[Vec<Tensor>],
-        inputs: &[Tensor],
-        opts: &AllgatherOptions,
-    ) -> Result<Work> {
-        unsupported(self.name(), "allgather")
-    }
-    /// `_allgather_base` / `all_gather_into_tensor`: `output` is the dim-0 concatenation of every rank's `input`.
-    fn all_gather_into_tensor(
-        &self,
-        output: &Tensor,
-        input: &Tensor,
-        opts: &AllgatherOptions,
-    ) -> Result<Work> {
-        unsupported(self.name(), "_allgather_base")
-    }
-    /// `allgather_coalesced`: `outputs[r][i]` receives `inputs[i]` of rank r.
-    fn all_gather_coalesced(
-        &self,
-        outputs: &[Vec<Tensor>],
-        inputs: &[Tensor],
-        opts: &AllgatherOptions,
-    ) -> Result<Work> {
-        unsupported(self.name(), "allgather_coalesced")
-    }
-    /// `allgather_into_tensor_coalesced`: one `all_gather_into_tensor` per pair, as one op.
-    fn all_gather_into_tensor_coalesced(
-        &self,
-        outputs: &[Tensor],
-        inputs: &[Tensor],
-        opts: &AllgatherOptions,
-    ) -> Result<Work> {
-        unsupported(self.name(), "allgather_into_tensor_coalesced")
-    }
-    /// `gather`: on the root, `outputs[0][r]` receives rank r's `inputs[0]`; `outputs` empty elsewhere.
-    fn gather(
-        &self,
-        outputs: &[Vec<Tensor>],
-        inputs: &[Tensor],
-        opts: &GatherOptions,
-    ) -> Result<Work> {
-        unsupported(self.name(), "gather")
-    }
-    /// `scatter`: rank r's `outputs[0]` receives the root's `inputs[0][r]`.
-    fn scatter(
-        &self,
-        outputs: &[Tensor],
-        inputs: &[Vec<Tensor>],
-        opts: &ScatterOptions,
-    ) -> Result<Work> {
-        unsupported(self.name(), "scatter")
-    }
-    /// `reduce_scatter`: rank r's `outputs[0]` = op over ranks of `inputs[0][r]`.
-    fn reduce_scatter(
-        &self,
-        outputs: &[Tensor],
-        inputs: &[Vec<Tensor>],
-        opts: &ReduceScatterOptions,
-    ) -> Result<Work> {
-        unsupported(self.name(), "reduce_scatter")
-    }
-    /// `_reduce_scatter_base` / `reduce_scatter_tensor`: `input` is `size` × `output` along dim 0.
-    fn reduce_scatter_tensor(
-        &self,
-        output: &Tensor,
-        input: &Tensor,
-        opts: &ReduceScatterOptions,
-    ) -> Result<Work> {
-        unsupported(self.name(), "_reduce_scatter_base")
-    }
-    /// `reduce_scatter_tensor_coalesced`: one `reduce_scatter_tensor` per pair, as one op.
-    fn reduce_scatter_tensor_coalesced(
-        &self,
-        outputs: &[Tensor],
-        inputs: &[Tensor],
-        opts: &ReduceScatterOptions,
-    ) -> Result<Work> {
-        unsupported(self.name(), "reduce_scatter_tensor_coalesced")
-    }
-    /// `alltoall_base` / `all_to_all_single`: dim-0 splits of `input` go to each rank, received
-    /// splits land in `output` in rank order. Empty split lists mean equal splits.
-    fn all_to_all_single(
-        &self,
-        output: &Tensor,
-        input: &Tensor,
-        output_split_sizes: &[usize],
-        input_split_sizes: &[usize],
-        opts: &AllToAllOptions,
-    ) -> Result<Work> {
-        unsupported(self.name(), "alltoall_base")
-    }
-    /// `alltoall`: `outputs[j]` receives rank j's `inputs[self]`.
-    fn all_to_all(
-        &self,
-        outputs: &[Tensor],
-        inputs: &[Tensor],
-        opts: &AllToAllOptions,
-    ) -> Result<Work> {
-        unsupported(self.name(), "alltoall")
-    }
-    /// `barrier`: completes after every rank entered it and all earlier ops of this group finished.
-    fn barrier(&self, opts: &BarrierOptions) -> Result<Work> {
-        unsupported(self.name(), "barrier")
-    }
-    /// `monitored_barrier`: blocking barrier through rank 0 that names the ranks that did not arrive.
+    /// `monitored_barrier`: blocking barrier through rank 0 that names the ranks that did not
+    /// arrive (PyTorch's `monitoredBarrier`; not an [`Op`]: it blocks and returns no `Work`).
+    ///
+    /// # Errors
+    /// The ranks that did not arrive within `opts.timeout`, or "Backend {name} does not
+    /// support monitoredBarrier" (the default).
     fn monitored_barrier(&self, opts: &BarrierOptions, wait_all_ranks: bool) -> Result<()> {
         unsupported(self.name(), "monitoredBarrier")
-    }
-    /// `send` to group rank `dst` with `tag`.
-    fn send(&self, tensors: &[Tensor], dst: usize, tag: i64) -> Result<Work> {
-        unsupported(self.name(), "send")
-    }
-    /// `recv` from group rank `src` with `tag`.
-    fn recv(&self, tensors: &[Tensor], src: usize, tag: i64) -> Result<Work> {
-        unsupported(self.name(), "recv")
-    }
-    /// `recvAnysource`: receive from whichever rank sends with `tag` first; see [`Work::source_rank`].
-    fn recv_anysource(&self, tensors: &[Tensor], tag: i64) -> Result<Work> {
-        unsupported(self.name(), "recvAnysource")
     }
 
     /// True when the backend batches ops between [`Backend::start_coalescing`] and [`Backend::end_coalescing`].
@@ -255,8 +121,7 @@ pub trait Backend: Send + Sync + 'static {
 /// ```
 ///
 /// Methods it can delegate: `name`, `rank`, `size`, `device_type`, `timeout`, `set_timeout`,
-/// `sequence_number`, `set_sequence_number`, `is_initialized`, `barrier`,
-/// `monitored_barrier`, `supports_coalescing`, `start_coalescing`, `end_coalescing`,
+/// `sequence_number`, `set_sequence_number`, `is_initialized`, `monitored_barrier`, `supports_coalescing`, `start_coalescing`, `end_coalescing`,
 /// `supports_splitting`, `abort`, `shutdown` (those whose arguments and result need no
 /// translation).
 #[macro_export]
@@ -290,11 +155,6 @@ macro_rules! delegate_backend {
     };
     (@one $i:ident is_initialized) => {
         fn is_initialized(&self) -> bool { self.$i.is_initialized() }
-    };
-    (@one $i:ident barrier) => {
-        fn barrier(&self, opts: &$crate::BarrierOptions) -> $crate::Result<$crate::Work> {
-            self.$i.barrier(opts)
-        }
     };
     (@one $i:ident monitored_barrier) => {
         fn monitored_barrier(

@@ -6,7 +6,9 @@
 //!   [`DeviceStorage`] for accelerator memory without linking CUDA; [`borrowed`] tensors over
 //!   slices the caller owns, checked by the borrow checker;
 //! - [`ReduceOp`] with PyTorch's ids and the reduction kernels ([`reduce`]);
-//! - the options structs ([`options`]), [`Work`], the [`Backend`] trait and [`ProcessGroup`];
+//! - the options structs ([`options`]), [`Work`], [`Op`] (one call as a value), [`Collectives`]
+//!   (the one entry point that runs an op, and PyTorch's call forms on it), the [`Backend`]
+//!   trait and [`ProcessGroup`];
 //! - the argument checks every backend shares, with PyTorch's texts ([`checks`]), and
 //!   [`staging::Staged`], which lets a CPU backend take device tensors through host copies;
 //! - [`DistError`] with PyTorch's exception kinds, and [`DebugLevel`];
@@ -24,11 +26,13 @@
 pub mod backend;
 pub mod borrowed;
 pub mod checks;
+mod collectives;
 pub mod debug;
 pub mod device;
 pub mod dtype;
 pub mod error;
 pub mod flight_recorder;
+pub mod op;
 mod op_type;
 pub mod options;
 pub mod process_group;
@@ -39,11 +43,13 @@ pub mod work;
 
 pub use backend::Backend;
 pub use borrowed::{BorrowScope, TensorView};
+pub use collectives::Collectives;
 pub use debug::DebugLevel;
 pub use device::{Device, DeviceType};
 pub use dtype::{c32, c64, DType, Element};
 pub use error::{DistError, ErrorContext, ErrorKind, Result};
 pub use flight_recorder::FlightRecorder;
+pub use op::{Op, Side, TensorList};
 pub use options::*;
 pub use process_group::ProcessGroup;
 pub use reduce::ReduceOp;

@@ -6,9 +6,11 @@
 //! one call are refused.
 
 use crate::backend::{no_backend_error, Backend};
+use crate::collectives::Collectives;
 use crate::device::{Device, DeviceType};
 use crate::dtype::Element;
 use crate::error::{DistError, Result};
+use crate::op::Op;
 use crate::options::*;
 use crate::reduce::ReduceOp;
 use crate::tensor::Tensor;
@@ -200,200 +202,6 @@ impl ProcessGroup {
         self.backend(dt.unwrap_or_else(|| self.default_device_type()))
     }
 
-    /// `broadcast` (see [`Backend::broadcast`]).
-    ///
-    /// # Errors
-    /// Argument errors from the backend, or no backend for the tensors' device.
-    pub fn broadcast(&self, tensors: &[Tensor], opts: &BroadcastOptions) -> Result<Work> {
-        self.backend_for(tensors)?.broadcast(tensors, opts)
-    }
-    /// `allreduce` (see [`Backend::all_reduce`]).
-    ///
-    /// # Errors
-    /// As [`ProcessGroup::broadcast`].
-    pub fn all_reduce(&self, tensors: &[Tensor], opts: &AllreduceOptions) -> Result<Work> {
-        self.backend_for(tensors)?.all_reduce(tensors, opts)
-    }
-    /// `allreduce_coalesced`.
-    ///
-    /// # Errors
-    /// As [`ProcessGroup::broadcast`].
-    pub fn all_reduce_coalesced(
-        &self,
-        tensors: &[Tensor],
-        opts: &AllreduceCoalescedOptions,
-    ) -> Result<Work> {
-        self.backend_for(tensors)?
-            .all_reduce_coalesced(tensors, opts)
-    }
-    /// `reduce`.
-    ///
-    /// # Errors
-    /// As [`ProcessGroup::broadcast`].
-    pub fn reduce(&self, tensors: &[Tensor], opts: &ReduceOptions) -> Result<Work> {
-        self.backend_for(tensors)?.reduce(tensors, opts)
-    }
-    /// `allgather`.
-    ///
-    /// # Errors
-    /// As [`ProcessGroup::broadcast`].
-    pub fn all_gather(
-        &self,
-        outputs: &[Vec<Tensor>],
-        inputs: &[Tensor],
-        opts: &AllgatherOptions,
-    ) -> Result<Work> {
-        self.backend_for(inputs.iter().chain(outputs.iter().flatten()))?
-            .all_gather(outputs, inputs, opts)
-    }
-    /// `_allgather_base`.
-    ///
-    /// # Errors
-    /// As [`ProcessGroup::broadcast`].
-    pub fn all_gather_into_tensor(
-        &self,
-        output: &Tensor,
-        input: &Tensor,
-        opts: &AllgatherOptions,
-    ) -> Result<Work> {
-        self.backend_for([output, input])?
-            .all_gather_into_tensor(output, input, opts)
-    }
-    /// `allgather_coalesced`.
-    ///
-    /// # Errors
-    /// As [`ProcessGroup::broadcast`].
-    pub fn all_gather_coalesced(
-        &self,
-        outputs: &[Vec<Tensor>],
-        inputs: &[Tensor],
-        opts: &AllgatherOptions,
-    ) -> Result<Work> {
-        self.backend_for(inputs.iter().chain(outputs.iter().flatten()))?
-            .all_gather_coalesced(outputs, inputs, opts)
-    }
-    /// `allgather_into_tensor_coalesced`.
-    ///
-    /// # Errors
-    /// As [`ProcessGroup::broadcast`].
-    pub fn all_gather_into_tensor_coalesced(
-        &self,
-        outputs: &[Tensor],
-        inputs: &[Tensor],
-        opts: &AllgatherOptions,
-    ) -> Result<Work> {
-        self.backend_for(inputs.iter().chain(outputs))?
-            .all_gather_into_tensor_coalesced(outputs, inputs, opts)
-    }
-    /// `gather`.
-    ///
-    /// # Errors
-    /// As [`ProcessGroup::broadcast`].
-    pub fn gather(
-        &self,
-        outputs: &[Vec<Tensor>],
-        inputs: &[Tensor],
-        opts: &GatherOptions,
-    ) -> Result<Work> {
-        self.backend_for(inputs.iter().chain(outputs.iter().flatten()))?
-            .gather(outputs, inputs, opts)
-    }
-    /// `scatter`.
-    ///
-    /// # Errors
-    /// As [`ProcessGroup::broadcast`].
-    pub fn scatter(
-        &self,
-        outputs: &[Tensor],
-        inputs: &[Vec<Tensor>],
-        opts: &ScatterOptions,
-    ) -> Result<Work> {
-        self.backend_for(outputs.iter().chain(inputs.iter().flatten()))?
-            .scatter(outputs, inputs, opts)
-    }
-    /// `reduce_scatter`.
-    ///
-    /// # Errors
-    /// As [`ProcessGroup::broadcast`].
-    pub fn reduce_scatter(
-        &self,
-        outputs: &[Tensor],
-        inputs: &[Vec<Tensor>],
-        opts: &ReduceScatterOptions,
-    ) -> Result<Work> {
-        self.backend_for(outputs.iter().chain(inputs.iter().flatten()))?
-            .reduce_scatter(outputs, inputs, opts)
-    }
-    /// `_reduce_scatter_base`.
-    ///
-    /// # Errors
-    /// As [`ProcessGroup::broadcast`].
-    pub fn reduce_scatter_tensor(
-        &self,
-        output: &Tensor,
-        input: &Tensor,
-        opts: &ReduceScatterOptions,
-    ) -> Result<Work> {
-        self.backend_for([output, input])?
-            .reduce_scatter_tensor(output, input, opts)
-    }
-    /// `reduce_scatter_tensor_coalesced`.
-    ///
-    /// # Errors
-    /// As [`ProcessGroup::broadcast`].
-    pub fn reduce_scatter_tensor_coalesced(
-        &self,
-        outputs: &[Tensor],
-        inputs: &[Tensor],
-        opts: &ReduceScatterOptions,
-    ) -> Result<Work> {
-        self.backend_for(outputs.iter().chain(inputs))?
-            .reduce_scatter_tensor_coalesced(outputs, inputs, opts)
-    }
-    /// `alltoall_base`.
-    ///
-    /// # Errors
-    /// As [`ProcessGroup::broadcast`].
-    pub fn all_to_all_single(
-        &self,
-        output: &Tensor,
-        input: &Tensor,
-        output_split_sizes: &[usize],
-        input_split_sizes: &[usize],
-        opts: &AllToAllOptions,
-    ) -> Result<Work> {
-        self.backend_for([output, input])?.all_to_all_single(
-            output,
-            input,
-            output_split_sizes,
-            input_split_sizes,
-            opts,
-        )
-    }
-    /// `alltoall`.
-    ///
-    /// # Errors
-    /// As [`ProcessGroup::broadcast`].
-    pub fn all_to_all(
-        &self,
-        outputs: &[Tensor],
-        inputs: &[Tensor],
-        opts: &AllToAllOptions,
-    ) -> Result<Work> {
-        self.backend_for(outputs.iter().chain(inputs))?
-            .all_to_all(outputs, inputs, opts)
-    }
-    /// `barrier` on the default backend (or `opts.device`'s).
-    ///
-    /// # Errors
-    /// As [`ProcessGroup::broadcast`].
-    pub fn barrier(&self, opts: &BarrierOptions) -> Result<Work> {
-        let dt = opts
-            .device
-            .map(|d| d.device_type())
-            .unwrap_or_else(|| self.default_device_type());
-        self.backend(dt)?.barrier(opts)
-    }
     /// `monitored_barrier` on the CPU backend.
     ///
     /// # Errors
@@ -402,28 +210,6 @@ impl ProcessGroup {
         self.backend(DeviceType::Cpu)?
             .monitored_barrier(opts, wait_all_ranks)
     }
-    /// `send`.
-    ///
-    /// # Errors
-    /// As [`ProcessGroup::broadcast`].
-    pub fn send(&self, tensors: &[Tensor], dst: usize, tag: i64) -> Result<Work> {
-        self.backend_for(tensors)?.send(tensors, dst, tag)
-    }
-    /// `recv`.
-    ///
-    /// # Errors
-    /// As [`ProcessGroup::broadcast`].
-    pub fn recv(&self, tensors: &[Tensor], src: usize, tag: i64) -> Result<Work> {
-        self.backend_for(tensors)?.recv(tensors, src, tag)
-    }
-    /// `recvAnysource`.
-    ///
-    /// # Errors
-    /// As [`ProcessGroup::broadcast`].
-    pub fn recv_anysource(&self, tensors: &[Tensor], tag: i64) -> Result<Work> {
-        self.backend_for(tensors)?.recv_anysource(tensors, tag)
-    }
-
     /// Blocking all_reduce over a plain slice (copied into a tensor and back).
     ///
     /// # Errors
@@ -448,5 +234,25 @@ impl ProcessGroup {
     /// Shuts down every backend (`shutdown`).
     pub fn shutdown(&self) {
         self.backends().into_iter().for_each(|(_, b)| b.shutdown());
+    }
+}
+
+impl Collectives for ProcessGroup {
+    /// Runs `op` on the backend of its tensors' device type (a barrier: `opts.device`'s, else
+    /// the default device type's).
+    ///
+    /// # Errors
+    /// Tensors of several device types, no backend for the device type, or the backend's own
+    /// argument errors.
+    fn run(&self, op: Op) -> Result<Work> {
+        let backend = match &op {
+            Op::Barrier { opts } => self.backend(
+                opts.device
+                    .map(|d| d.device_type())
+                    .unwrap_or_else(|| self.default_device_type()),
+            )?,
+            _ => self.backend_for(op.tensors())?,
+        };
+        backend.run(op)
     }
 }

@@ -13,7 +13,9 @@
 //! `Work::wait` returns.
 
 use crate::backend::Backend;
+use crate::collectives::Collectives;
 use crate::error::Result;
+use crate::op::{Op, Side};
 use crate::options::*;
 use crate::tensor::Tensor;
 use crate::work::Work;
@@ -24,41 +26,24 @@ pub struct Staged {
     inner: Arc<dyn Backend>,
 }
 
-/// Host stand-ins for a list of tensors and the (device, host) pairs to copy back.
-struct Stage {
-    host: Vec<Tensor>,
-    back: Back,
-}
-
-fn stage(ts: &[Tensor]) -> Result<Stage> {
-    let mut st = Stage {
-        host: Vec::with_capacity(ts.len()),
-        back: Vec::new(),
-    };
-    for t in ts {
-        if t.is_cpu() {
-            st.host.push(t.clone());
-        } else {
-            let h = t.to_cpu()?;
-            st.back.push((t.clone(), h.clone()));
-            st.host.push(h);
-        }
-    }
-    Ok(st)
-}
-
 /// (device tensor, its host stand-in) pairs to copy back.
 type Back = Vec<(Tensor, Tensor)>;
 
-fn stage_lists(ls: &[Vec<Tensor>]) -> Result<(Vec<Vec<Tensor>>, Back)> {
-    let mut host = Vec::with_capacity(ls.len());
-    let mut back = Vec::new();
-    for l in ls {
-        let s = stage(l)?;
-        host.push(s.host);
-        back.extend(s.back);
-    }
-    Ok((host, back))
+/// `op` with every device tensor replaced by a host copy; the written ones are listed in
+/// the returned pairs, to copy back.
+fn stage(op: Op) -> Result<(Op, Back)> {
+    let mut back = Back::new();
+    let staged = op.try_map_tensors(|side, t| {
+        if t.is_cpu() {
+            return Ok(t);
+        }
+        let host = t.to_cpu()?;
+        if side == Side::Output {
+            back.push((t, host.clone()));
+        }
+        Ok(host)
+    })?;
+    Ok((staged, back))
 }
 
 /// The work that completes once `inner` did and `back` was copied into the device tensors.
@@ -94,40 +79,16 @@ impl Staged {
     pub fn inner(&self) -> &Arc<dyn Backend> {
         &self.inner
     }
-
-    /// Runs `op` on host stand-ins of `outs` (written back) and `ins` (read only).
-    fn run(
-        &self,
-        outs: &[Tensor],
-        ins: &[Tensor],
-        op: impl FnOnce(&[Tensor], &[Tensor]) -> Result<Work>,
-    ) -> Result<Work> {
-        if outs.iter().chain(ins).all(Tensor::is_cpu) {
-            return op(outs, ins);
-        }
-        let o = stage(outs)?;
-        let i = stage(ins)?;
-        Ok(copy_back(op(&o.host, &i.host)?, o.back))
-    }
-
-    /// As [`Staged::run`] with lists of lists on either side.
-    fn run_lists(
-        &self,
-        outs: &[Vec<Tensor>],
-        ins: &[Vec<Tensor>],
-        op: impl FnOnce(&[Vec<Tensor>], &[Vec<Tensor>]) -> Result<Work>,
-    ) -> Result<Work> {
-        if outs.iter().chain(ins).flatten().all(Tensor::is_cpu) {
-            return op(outs, ins);
-        }
-        let (o, back) = stage_lists(outs)?;
-        let (i, _) = stage_lists(ins)?;
-        Ok(copy_back(op(&o, &i)?, back))
-    }
 }
 
-fn one(t: &Tensor) -> Vec<Tensor> {
-    vec![t.clone()]
+impl Collectives for Staged {
+    fn run(&self, op: Op) -> Result<Work> {
+        if op.tensors().all(Tensor::is_cpu) {
+            return self.inner.run(op);
+        }
+        let (host_op, back) = stage(op)?;
+        Ok(copy_back(self.inner.run(host_op)?, back))
+    }
 }
 
 impl Backend for Staged {
@@ -141,7 +102,6 @@ impl Backend for Staged {
         sequence_number,
         set_sequence_number,
         is_initialized,
-        barrier,
         monitored_barrier,
         supports_coalescing,
         start_coalescing,
@@ -150,144 +110,6 @@ impl Backend for Staged {
         abort,
         shutdown,
     );
-    fn broadcast(&self, tensors: &[Tensor], opts: &BroadcastOptions) -> Result<Work> {
-        self.run(tensors, &[], |o, _| self.inner.broadcast(o, opts))
-    }
-    fn all_reduce(&self, tensors: &[Tensor], opts: &AllreduceOptions) -> Result<Work> {
-        self.run(tensors, &[], |o, _| self.inner.all_reduce(o, opts))
-    }
-    fn all_reduce_coalesced(
-        &self,
-        tensors: &[Tensor],
-        opts: &AllreduceCoalescedOptions,
-    ) -> Result<Work> {
-        self.run(tensors, &[], |o, _| {
-            self.inner.all_reduce_coalesced(o, opts)
-        })
-    }
-    fn reduce(&self, tensors: &[Tensor], opts: &ReduceOptions) -> Result<Work> {
-        self.run(tensors, &[], |o, _| self.inner.reduce(o, opts))
-    }
-    fn all_gather(
-        &self,
-        outputs: &[Vec<Tensor>],
-        inputs: &[Tensor],
-        opts: &AllgatherOptions,
-    ) -> Result<Work> {
-        self.run_lists(outputs, &[inputs.to_vec()], |o, i| {
-            self.inner.all_gather(o, &i[0], opts)
-        })
-    }
-    fn all_gather_into_tensor(
-        &self,
-        output: &Tensor,
-        input: &Tensor,
-        opts: &AllgatherOptions,
-    ) -> Result<Work> {
-        self.run(&one(output), &one(input), |o, i| {
-            self.inner.all_gather_into_tensor(&o[0], &i[0], opts)
-        })
-    }
-    fn all_gather_coalesced(
-        &self,
-        outputs: &[Vec<Tensor>],
-        inputs: &[Tensor],
-        opts: &AllgatherOptions,
-    ) -> Result<Work> {
-        self.run_lists(outputs, &[inputs.to_vec()], |o, i| {
-            self.inner.all_gather_coalesced(o, &i[0], opts)
-        })
-    }
-    fn all_gather_into_tensor_coalesced(
-        &self,
-        outputs: &[Tensor],
-        inputs: &[Tensor],
-        opts: &AllgatherOptions,
-    ) -> Result<Work> {
-        self.run(outputs, inputs, |o, i| {
-            self.inner.all_gather_into_tensor_coalesced(o, i, opts)
-        })
-    }
-    fn gather(
-        &self,
-        outputs: &[Vec<Tensor>],
-        inputs: &[Tensor],
-        opts: &GatherOptions,
-    ) -> Result<Work> {
-        self.run_lists(outputs, &[inputs.to_vec()], |o, i| {
-            self.inner.gather(o, &i[0], opts)
-        })
-    }
-    fn scatter(
-        &self,
-        outputs: &[Tensor],
-        inputs: &[Vec<Tensor>],
-        opts: &ScatterOptions,
-    ) -> Result<Work> {
-        self.run_lists(&[outputs.to_vec()], inputs, |o, i| {
-            self.inner.scatter(&o[0], i, opts)
-        })
-    }
-    fn reduce_scatter(
-        &self,
-        outputs: &[Tensor],
-        inputs: &[Vec<Tensor>],
-        opts: &ReduceScatterOptions,
-    ) -> Result<Work> {
-        self.run_lists(&[outputs.to_vec()], inputs, |o, i| {
-            self.inner.reduce_scatter(&o[0], i, opts)
-        })
-    }
-    fn reduce_scatter_tensor(
-        &self,
-        output: &Tensor,
-        input: &Tensor,
-        opts: &ReduceScatterOptions,
-    ) -> Result<Work> {
-        self.run(&one(output), &one(input), |o, i| {
-            self.inner.reduce_scatter_tensor(&o[0], &i[0], opts)
-        })
-    }
-    fn reduce_scatter_tensor_coalesced(
-        &self,
-        outputs: &[Tensor],
-        inputs: &[Tensor],
-        opts: &ReduceScatterOptions,
-    ) -> Result<Work> {
-        self.run(outputs, inputs, |o, i| {
-            self.inner.reduce_scatter_tensor_coalesced(o, i, opts)
-        })
-    }
-    fn all_to_all_single(
-        &self,
-        output: &Tensor,
-        input: &Tensor,
-        output_split_sizes: &[usize],
-        input_split_sizes: &[usize],
-        opts: &AllToAllOptions,
-    ) -> Result<Work> {
-        self.run(&one(output), &one(input), |o, i| {
-            self.inner
-                .all_to_all_single(&o[0], &i[0], output_split_sizes, input_split_sizes, opts)
-        })
-    }
-    fn all_to_all(
-        &self,
-        outputs: &[Tensor],
-        inputs: &[Tensor],
-        opts: &AllToAllOptions,
-    ) -> Result<Work> {
-        self.run(outputs, inputs, |o, i| self.inner.all_to_all(o, i, opts))
-    }
-    fn send(&self, tensors: &[Tensor], dst: usize, tag: i64) -> Result<Work> {
-        self.run(&[], tensors, |_, i| self.inner.send(i, dst, tag))
-    }
-    fn recv(&self, tensors: &[Tensor], src: usize, tag: i64) -> Result<Work> {
-        self.run(tensors, &[], |o, _| self.inner.recv(o, src, tag))
-    }
-    fn recv_anysource(&self, tensors: &[Tensor], tag: i64) -> Result<Work> {
-        self.run(tensors, &[], |o, _| self.inner.recv_anysource(o, tag))
-    }
     fn split(&self, ranks: &[usize], opts: &BackendOptions) -> Result<Option<Arc<dyn Backend>>> {
         Ok(self
             .inner
@@ -418,7 +240,13 @@ pub(crate) mod tests {
             Duration::from_secs(5)
         }
         fn set_timeout(&self, _: Duration) {}
-        fn all_reduce(&self, tensors: &[Tensor], _: &AllreduceOptions) -> Result<Work> {
+    }
+
+    impl Collectives for Doubler {
+        fn run(&self, op: Op) -> Result<Work> {
+            let Op::AllReduce { tensors, .. } = op else {
+                return Err(op.unsupported_by("doubler"));
+            };
             assert!(
                 tensors.iter().all(Tensor::is_cpu),
                 "a device tensor reached the CPU backend"

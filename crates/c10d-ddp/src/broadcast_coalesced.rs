@@ -1,6 +1,7 @@
 //! `broadcast_coalesced`: the initial parameter sync of DDP (`dist._broadcast_coalesced`), many
 //! tensors broadcast through a few flat buffers.
 
+use c10d_core::Collectives;
 use c10d_core::{BroadcastOptions, DType, Device, DistError, ProcessGroup, Result, Tensor, Work};
 use std::time::Duration;
 

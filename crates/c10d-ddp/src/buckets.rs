@@ -6,6 +6,7 @@ use super::bucket_memory::BucketMemory;
 use super::comm_hooks::CommHook;
 use super::grad_bucket::{check_hook_result, BucketFuture, GradBucket};
 use super::stats::DoneAt;
+use c10d_core::Collectives;
 use c10d_core::{AllreduceOptions, DistError, ProcessGroup, ReduceOp, Result, Tensor};
 use std::future::Future;
 use std::pin::Pin;

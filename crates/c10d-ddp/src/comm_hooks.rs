@@ -22,6 +22,7 @@
 use super::buckets::average_op;
 use super::elementwise::{cast_copy, div_in_place};
 use super::grad_bucket::{BucketFuture, GradBucket};
+use c10d_core::Collectives;
 use c10d_core::{AllreduceOptions, DType, ProcessGroup, ReduceOp, Result, Tensor};
 
 /// A communication hook (`register_comm_hook`'s `hook(state, bucket) -> Future[Tensor]`; the

@@ -2,6 +2,7 @@
 //! precision, the all_reduce hook equals DDP's own averaging, and a user closure sees every
 //! bucket and decides the result.
 
+use c10d_core::Collectives;
 #[path = "../../c10d-world/tests/world_common/mod.rs"]
 mod world_common;
 

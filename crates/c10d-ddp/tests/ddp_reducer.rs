@@ -2,6 +2,7 @@
 //! gradient (over gloo, asynchronous, and over the store test backend), buckets rebuilt in
 //! gradient-arrival order, unused parameters, static graphs and the errors PyTorch raises.
 
+use c10d_core::Collectives;
 #[path = "../../c10d-world/tests/world_common/mod.rs"]
 mod world_common;
 

@@ -5,7 +5,8 @@
 //!
 //!     cargo bench -p c10d-gloo --bench auth
 
-use c10d_core::{AllreduceOptions, Backend, Tensor};
+use c10d_core::Collectives;
+use c10d_core::{AllreduceOptions, Tensor};
 use c10d_gloo::{GlooOptions, ProcessGroupGloo};
 use c10d_store::{
     AuthSecret, HashStore, ServerOptions, Store, TcpStore, TcpStoreOptions, TcpStoreServer,

@@ -4,8 +4,9 @@
 //! TLS or with a certificate of another CA cannot join, and every rank fails with an error
 //! that names the problem.
 
+use c10d_core::Collectives;
 mod common;
-use c10d_core::{Backend, Tensor};
+use c10d_core::Tensor;
 use c10d_gloo::{GlooOptions, ProcessGroupGloo};
 use c10d_store::tls::{create_job_files, TlsConfig};
 use c10d_store::{HashStore, Store};

@@ -1,4 +1,4 @@
-//! Every collective of [`Backend`] on CUDA tensors, as PyTorch's `ProcessGroupNCCL` runs it:
+//! Every collective ([`Op`]) on CUDA tensors, as PyTorch's `ProcessGroupNCCL` runs it:
 //! each op is a few NCCL calls inside one NCCL group (see [`ProcessGroupNccl::launch`]), each
 //! through the checked calls of [`crate::result`]. List forms that NCCL has no call for: the
 //! list all_gather is one `ncclBroadcast` per rank straight into the output list (no buffer,
@@ -7,11 +7,11 @@
 //! all_to_all through send/recv pairs; barrier all-reduces the communicator's own byte.
 
 use crate::checks::NcclChecks;
-use crate::process_group::{Enqueue, Op, ProcessGroupNccl};
+use crate::process_group::{Enqueue, ProcessGroupNccl, Submit};
 use c10d_core::{
     AllToAllOptions, AllgatherOptions, AllreduceCoalescedOptions, AllreduceOptions, Backend,
-    BackendOptions, BarrierOptions, BroadcastOptions, DeviceType, GatherOptions, OpType,
-    ReduceOptions, ReduceScatterOptions, Result, ScatterOptions, Tensor, Work,
+    BackendOptions, BarrierOptions, BroadcastOptions, Collectives, DeviceType, GatherOptions, Op,
+    OpType, ReduceOptions, ReduceScatterOptions, Result, ScatterOptions, Tensor, Work,
 };
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -84,8 +84,8 @@ impl ProcessGroupNccl {
         inputs: &'a [Tensor],
         outputs: &'a [Tensor],
         timeout: Option<Duration>,
-    ) -> Op<'a> {
-        Op {
+    ) -> Submit<'a> {
+        Submit {
             kind,
             inputs,
             outputs,
@@ -128,324 +128,6 @@ impl Backend for ProcessGroupNccl {
     }
     fn is_initialized(&self) -> bool {
         self.current().is_some()
-    }
-
-    fn broadcast(&self, tensors: &[Tensor], opts: &BroadcastOptions) -> Result<Work> {
-        self.checks().broadcast(tensors, opts)?;
-        let t = tensors[0].clone();
-        self.launch(
-            self.op(OpType::Broadcast, tensors, tensors, opts.timeout),
-            |e| e.broadcast(&t, &t, opts.root_rank),
-        )
-    }
-
-    fn all_reduce(&self, tensors: &[Tensor], opts: &AllreduceOptions) -> Result<Work> {
-        self.checks().all_reduce(tensors, opts.reduce_op)?;
-        let t = tensors[0].clone();
-        self.launch(
-            self.op(OpType::Allreduce, tensors, tensors, opts.timeout),
-            |e| e.all_reduce(&t, opts.reduce_op),
-        )
-    }
-
-    fn all_reduce_coalesced(
-        &self,
-        tensors: &[Tensor],
-        opts: &AllreduceCoalescedOptions,
-    ) -> Result<Work> {
-        self.checks()
-            .all_reduce_coalesced(tensors, opts.reduce_op)?;
-        let ts = tensors.to_vec();
-        self.launch(
-            self.op(OpType::AllreduceCoalesced, tensors, tensors, opts.timeout),
-            |e| ts.iter().try_for_each(|t| e.all_reduce(t, opts.reduce_op)),
-        )
-    }
-
-    fn reduce(&self, tensors: &[Tensor], opts: &ReduceOptions) -> Result<Work> {
-        self.checks().reduce(tensors, opts)?;
-        let t = tensors[0].clone();
-        self.launch(
-            self.op(OpType::Reduce, tensors, tensors, opts.timeout),
-            |e| {
-                let red = e.reduction(opts.reduce_op, t.dtype())?;
-                let l = e.whole(&t)?;
-                // SAFETY: in-place on `t` (kept alive by the op); live, locked communicator.
-                Ok(unsafe {
-                    crate::result::reduce(e.lib, ptr(&t), ptr(&t), red, opts.root_rank, l)
-                }?)
-            },
-        )
-    }
-
-    fn all_gather(
-        &self,
-        outputs: &[Vec<Tensor>],
-        inputs: &[Tensor],
-        opts: &AllgatherOptions,
-    ) -> Result<Work> {
-        self.checks().all_gather(outputs, inputs)?;
-        let input = inputs[0].clone();
-        let outs = outputs[0].clone();
-        let me = self.rank;
-        self.launch(
-            self.op(OpType::Allgather, inputs, &outputs[0], opts.timeout),
-            |e| e.gather_list(&outs, &input, me),
-        )
-    }
-
-    fn all_gather_into_tensor(
-        &self,
-        output: &Tensor,
-        input: &Tensor,
-        opts: &AllgatherOptions,
-    ) -> Result<Work> {
-        self.checks().all_gather_into_tensor(output, input)?;
-        let (o, i) = (output.clone(), input.clone());
-        let (ins, outs) = (std::slice::from_ref(input), std::slice::from_ref(output));
-        self.launch(
-            self.op(OpType::AllgatherBase, ins, outs, opts.timeout),
-            |e| gather_into(e, &o, &i),
-        )
-    }
-
-    fn all_gather_coalesced(
-        &self,
-        outputs: &[Vec<Tensor>],
-        inputs: &[Tensor],
-        opts: &AllgatherOptions,
-    ) -> Result<Work> {
-        self.checks().all_gather_coalesced(outputs, inputs)?;
-        // outputs[r][i] receives inputs[i] of rank r: one list gather per input.
-        let flats: Vec<(Vec<Tensor>, Tensor)> = (0..inputs.len())
-            .map(|i| {
-                (
-                    outputs.iter().map(|o| o[i].clone()).collect(),
-                    inputs[i].clone(),
-                )
-            })
-            .collect();
-        let all_out: Vec<Tensor> = outputs.iter().flatten().cloned().collect();
-        let me = self.rank;
-        self.launch(
-            self.op(OpType::AllgatherCoalesced, inputs, &all_out, opts.timeout),
-            |e| {
-                flats
-                    .iter()
-                    .try_for_each(|(outs, input)| e.gather_list(outs, input, me))
-            },
-        )
-    }
-
-    fn all_gather_into_tensor_coalesced(
-        &self,
-        outputs: &[Tensor],
-        inputs: &[Tensor],
-        opts: &AllgatherOptions,
-    ) -> Result<Work> {
-        self.checks()
-            .all_gather_into_tensor_coalesced(outputs, inputs)?;
-        let pairs = pairs(outputs, inputs);
-        self.launch(
-            self.op(OpType::AllgatherCoalesced, inputs, outputs, opts.timeout),
-            |e| pairs.iter().try_for_each(|(o, i)| gather_into(e, o, i)),
-        )
-    }
-
-    fn gather(
-        &self,
-        outputs: &[Vec<Tensor>],
-        inputs: &[Tensor],
-        opts: &GatherOptions,
-    ) -> Result<Work> {
-        let root = opts.root_rank;
-        let outs = self.checks().gather(outputs, inputs, root)?.to_vec();
-        let input = inputs[0].clone();
-        let me = self.rank;
-        self.launch(self.op(OpType::Gather, inputs, &outs, opts.timeout), |e| {
-            if me != root {
-                return e.send(&input, root);
-            }
-            for (r, o) in outs.iter().enumerate() {
-                if r == root {
-                    e.copy(o, &input)?
-                } else {
-                    e.recv(o, r)?
-                }
-            }
-            Ok(())
-        })
-    }
-
-    fn scatter(
-        &self,
-        outputs: &[Tensor],
-        inputs: &[Vec<Tensor>],
-        opts: &ScatterOptions,
-    ) -> Result<Work> {
-        let root = opts.root_rank;
-        let ins = self.checks().scatter(outputs, inputs, root)?.to_vec();
-        let output = outputs[0].clone();
-        let me = self.rank;
-        self.launch(self.op(OpType::Scatter, &ins, outputs, opts.timeout), |e| {
-            if me != root {
-                return e.recv(&output, root);
-            }
-            for (r, i) in ins.iter().enumerate() {
-                if r == root {
-                    e.copy(&output, i)?
-                } else {
-                    e.send(i, r)?
-                }
-            }
-            Ok(())
-        })
-    }
-
-    fn reduce_scatter(
-        &self,
-        outputs: &[Tensor],
-        inputs: &[Vec<Tensor>],
-        opts: &ReduceScatterOptions,
-    ) -> Result<Work> {
-        const OP: &str = "reduce_scatter";
-        self.checks()
-            .reduce_scatter(outputs, inputs, opts.reduce_op)?;
-        let output = outputs[0].clone();
-        let ins = inputs[0].clone();
-        self.launch(
-            self.op(OpType::ReduceScatter, &ins, outputs, opts.timeout),
-            |e| {
-                let n = output.numel();
-                let flat = e.scratch(OP, output.dtype(), n * ins.len())?;
-                for (k, i) in ins.iter().enumerate() {
-                    e.copy(&flat.flat_slice(k * n, n)?, i)?;
-                }
-                scatter_from(e, &output, &flat, opts.reduce_op)
-            },
-        )
-    }
-
-    fn reduce_scatter_tensor(
-        &self,
-        output: &Tensor,
-        input: &Tensor,
-        opts: &ReduceScatterOptions,
-    ) -> Result<Work> {
-        self.checks()
-            .reduce_scatter_tensor(output, input, opts.reduce_op)?;
-        let (o, i) = (output.clone(), input.clone());
-        let (ins, outs) = (std::slice::from_ref(input), std::slice::from_ref(output));
-        self.launch(
-            self.op(OpType::ReduceScatterBase, ins, outs, opts.timeout),
-            |e| scatter_from(e, &o, &i, opts.reduce_op),
-        )
-    }
-
-    fn reduce_scatter_tensor_coalesced(
-        &self,
-        outputs: &[Tensor],
-        inputs: &[Tensor],
-        opts: &ReduceScatterOptions,
-    ) -> Result<Work> {
-        self.checks()
-            .reduce_scatter_tensor_coalesced(outputs, inputs, opts.reduce_op)?;
-        let pairs = pairs(outputs, inputs);
-        self.launch(
-            self.op(OpType::Coalesced, inputs, outputs, opts.timeout),
-            |e| {
-                pairs
-                    .iter()
-                    .try_for_each(|(o, i)| scatter_from(e, o, i, opts.reduce_op))
-            },
-        )
-    }
-
-    fn all_to_all_single(
-        &self,
-        output: &Tensor,
-        input: &Tensor,
-        output_split_sizes: &[usize],
-        input_split_sizes: &[usize],
-        opts: &AllToAllOptions,
-    ) -> Result<Work> {
-        let (out_counts, in_counts) = self.checks().all_to_all_single(
-            output,
-            input,
-            output_split_sizes,
-            input_split_sizes,
-        )?;
-        let (o, i) = (output.clone(), input.clone());
-        let (ins, outs) = (std::slice::from_ref(input), std::slice::from_ref(output));
-        self.launch(
-            self.op(OpType::AlltoallBase, ins, outs, opts.timeout),
-            |e| {
-                let (mut so, mut ro) = (0, 0);
-                for r in 0..out_counts.len() {
-                    e.send(&i.flat_slice(so, in_counts[r])?, r)?;
-                    e.recv(&o.flat_slice(ro, out_counts[r])?, r)?;
-                    so += in_counts[r];
-                    ro += out_counts[r];
-                }
-                Ok(())
-            },
-        )
-    }
-
-    fn all_to_all(
-        &self,
-        outputs: &[Tensor],
-        inputs: &[Tensor],
-        opts: &AllToAllOptions,
-    ) -> Result<Work> {
-        self.checks().all_to_all(outputs, inputs)?;
-        let (os, is) = (outputs.to_vec(), inputs.to_vec());
-        self.launch(
-            self.op(OpType::Alltoall, inputs, outputs, opts.timeout),
-            |e| {
-                for r in 0..os.len() {
-                    e.send(&is[r], r)?;
-                    e.recv(&os[r], r)?;
-                }
-                Ok(())
-            },
-        )
-    }
-
-    fn barrier(&self, opts: &BarrierOptions) -> Result<Work> {
-        let device = match (opts.device, opts.device_ids.first()) {
-            (Some(d), _) => d,
-            (None, Some(&i)) => c10d_core::Device::Cuda(i),
-            (None, None) => self.default_device()?,
-        };
-        let t = self.device_comm(device)?.barrier_byte.clone();
-        // No leases on the group's own byte: concurrent barriers of one group may share it.
-        let mut op = self.op(OpType::Barrier, &[], &[], opts.timeout);
-        op.host_blocking = true;
-        self.launch(op, |e| {
-            e.keep.push(t.clone());
-            e.all_reduce(&t, c10d_core::ReduceOp::Sum)
-        })
-    }
-
-    fn send(&self, tensors: &[Tensor], dst: usize, _tag: i64) -> Result<Work> {
-        self.checks().send(tensors, dst)?;
-        let t = tensors[0].clone();
-        let op = Op {
-            peer: Some(dst),
-            ..self.op(OpType::Send, tensors, &[], None)
-        };
-        self.launch(op, |e| e.send(&t, dst))
-    }
-
-    fn recv(&self, tensors: &[Tensor], src: usize, _tag: i64) -> Result<Work> {
-        self.checks().recv(tensors, src)?;
-        let t = tensors[0].clone();
-        let op = Op {
-            peer: Some(src),
-            ..self.op(OpType::Recv, &[], tensors, None)
-        };
-        self.launch(op, |e| e.recv(&t, src))
     }
 
     fn supports_coalescing(&self) -> bool {
@@ -505,6 +187,390 @@ impl Backend for ProcessGroupNccl {
     fn shutdown(&self) {
         self.shutdown_all();
     }
+}
+
+impl Collectives for ProcessGroupNccl {
+    fn run(&self, op: Op) -> Result<Work> {
+        match op {
+            Op::Broadcast { tensors, opts } => broadcast(self, &tensors, &opts),
+            Op::AllReduce { tensors, opts } => all_reduce(self, &tensors, &opts),
+            Op::AllReduceCoalesced { tensors, opts } => all_reduce_coalesced(self, &tensors, &opts),
+            Op::Reduce { tensors, opts } => reduce(self, &tensors, &opts),
+            Op::AllGather {
+                outputs,
+                inputs,
+                opts,
+            } => all_gather(self, &outputs, &inputs, &opts),
+            Op::AllGatherIntoTensor {
+                output,
+                input,
+                opts,
+            } => all_gather_into_tensor(self, &output, &input, &opts),
+            Op::AllGatherCoalesced {
+                outputs,
+                inputs,
+                opts,
+            } => all_gather_coalesced(self, &outputs, &inputs, &opts),
+            Op::AllGatherIntoTensorCoalesced {
+                outputs,
+                inputs,
+                opts,
+            } => all_gather_into_tensor_coalesced(self, &outputs, &inputs, &opts),
+            Op::Gather {
+                outputs,
+                inputs,
+                opts,
+            } => gather(self, &outputs, &inputs, &opts),
+            Op::Scatter {
+                outputs,
+                inputs,
+                opts,
+            } => scatter(self, &outputs, &inputs, &opts),
+            Op::ReduceScatter {
+                outputs,
+                inputs,
+                opts,
+            } => reduce_scatter(self, &outputs, &inputs, &opts),
+            Op::ReduceScatterTensor {
+                output,
+                input,
+                opts,
+            } => reduce_scatter_tensor(self, &output, &input, &opts),
+            Op::ReduceScatterTensorCoalesced {
+                outputs,
+                inputs,
+                opts,
+            } => reduce_scatter_tensor_coalesced(self, &outputs, &inputs, &opts),
+            Op::AllToAllSingle {
+                output,
+                input,
+                output_split_sizes,
+                input_split_sizes,
+                opts,
+            } => all_to_all_single(
+                self,
+                &output,
+                &input,
+                &output_split_sizes,
+                &input_split_sizes,
+                &opts,
+            ),
+            Op::AllToAll {
+                outputs,
+                inputs,
+                opts,
+            } => all_to_all(self, &outputs, &inputs, &opts),
+            Op::Barrier { opts } => barrier(self, &opts),
+            Op::Send { tensors, dst, tag } => send(self, &tensors, dst, tag),
+            Op::Recv { tensors, src, tag } => recv(self, &tensors, src, tag),
+            op => Err(op.unsupported_by("nccl")),
+        }
+    }
+}
+
+fn broadcast(pg: &ProcessGroupNccl, tensors: &[Tensor], opts: &BroadcastOptions) -> Result<Work> {
+    pg.checks().broadcast(tensors, opts)?;
+    let t = tensors[0].clone();
+    pg.launch(
+        pg.op(OpType::Broadcast, tensors, tensors, opts.timeout),
+        |e| e.broadcast(&t, &t, opts.root_rank),
+    )
+}
+
+fn all_reduce(pg: &ProcessGroupNccl, tensors: &[Tensor], opts: &AllreduceOptions) -> Result<Work> {
+    pg.checks().all_reduce(tensors, opts.reduce_op)?;
+    let t = tensors[0].clone();
+    pg.launch(
+        pg.op(OpType::Allreduce, tensors, tensors, opts.timeout),
+        |e| e.all_reduce(&t, opts.reduce_op),
+    )
+}
+
+fn all_reduce_coalesced(
+    pg: &ProcessGroupNccl,
+    tensors: &[Tensor],
+    opts: &AllreduceCoalescedOptions,
+) -> Result<Work> {
+    pg.checks().all_reduce_coalesced(tensors, opts.reduce_op)?;
+    let ts = tensors.to_vec();
+    pg.launch(
+        pg.op(OpType::AllreduceCoalesced, tensors, tensors, opts.timeout),
+        |e| ts.iter().try_for_each(|t| e.all_reduce(t, opts.reduce_op)),
+    )
+}
+
+fn reduce(pg: &ProcessGroupNccl, tensors: &[Tensor], opts: &ReduceOptions) -> Result<Work> {
+    pg.checks().reduce(tensors, opts)?;
+    let t = tensors[0].clone();
+    pg.launch(pg.op(OpType::Reduce, tensors, tensors, opts.timeout), |e| {
+        let red = e.reduction(opts.reduce_op, t.dtype())?;
+        let l = e.whole(&t)?;
+        // SAFETY: in-place on `t` (kept alive by the op); live, locked communicator.
+        Ok(unsafe { crate::result::reduce(e.lib, ptr(&t), ptr(&t), red, opts.root_rank, l) }?)
+    })
+}
+
+fn all_gather(
+    pg: &ProcessGroupNccl,
+    outputs: &[Vec<Tensor>],
+    inputs: &[Tensor],
+    opts: &AllgatherOptions,
+) -> Result<Work> {
+    pg.checks().all_gather(outputs, inputs)?;
+    let input = inputs[0].clone();
+    let outs = outputs[0].clone();
+    let me = pg.rank;
+    pg.launch(
+        pg.op(OpType::Allgather, inputs, &outputs[0], opts.timeout),
+        |e| e.gather_list(&outs, &input, me),
+    )
+}
+
+fn all_gather_into_tensor(
+    pg: &ProcessGroupNccl,
+    output: &Tensor,
+    input: &Tensor,
+    opts: &AllgatherOptions,
+) -> Result<Work> {
+    pg.checks().all_gather_into_tensor(output, input)?;
+    let (o, i) = (output.clone(), input.clone());
+    let (ins, outs) = (std::slice::from_ref(input), std::slice::from_ref(output));
+    pg.launch(pg.op(OpType::AllgatherBase, ins, outs, opts.timeout), |e| {
+        gather_into(e, &o, &i)
+    })
+}
+
+fn all_gather_coalesced(
+    pg: &ProcessGroupNccl,
+    outputs: &[Vec<Tensor>],
+    inputs: &[Tensor],
+    opts: &AllgatherOptions,
+) -> Result<Work> {
+    pg.checks().all_gather_coalesced(outputs, inputs)?;
+    // outputs[r][i] receives inputs[i] of rank r: one list gather per input.
+    let flats: Vec<(Vec<Tensor>, Tensor)> = (0..inputs.len())
+        .map(|i| {
+            (
+                outputs.iter().map(|o| o[i].clone()).collect(),
+                inputs[i].clone(),
+            )
+        })
+        .collect();
+    let all_out: Vec<Tensor> = outputs.iter().flatten().cloned().collect();
+    let me = pg.rank;
+    pg.launch(
+        pg.op(OpType::AllgatherCoalesced, inputs, &all_out, opts.timeout),
+        |e| {
+            flats
+                .iter()
+                .try_for_each(|(outs, input)| e.gather_list(outs, input, me))
+        },
+    )
+}
+
+fn all_gather_into_tensor_coalesced(
+    pg: &ProcessGroupNccl,
+    outputs: &[Tensor],
+    inputs: &[Tensor],
+    opts: &AllgatherOptions,
+) -> Result<Work> {
+    pg.checks()
+        .all_gather_into_tensor_coalesced(outputs, inputs)?;
+    let pairs = pairs(outputs, inputs);
+    pg.launch(
+        pg.op(OpType::AllgatherCoalesced, inputs, outputs, opts.timeout),
+        |e| pairs.iter().try_for_each(|(o, i)| gather_into(e, o, i)),
+    )
+}
+
+fn gather(
+    pg: &ProcessGroupNccl,
+    outputs: &[Vec<Tensor>],
+    inputs: &[Tensor],
+    opts: &GatherOptions,
+) -> Result<Work> {
+    let root = opts.root_rank;
+    let outs = pg.checks().gather(outputs, inputs, root)?.to_vec();
+    let input = inputs[0].clone();
+    let me = pg.rank;
+    pg.launch(pg.op(OpType::Gather, inputs, &outs, opts.timeout), |e| {
+        if me != root {
+            return e.send(&input, root);
+        }
+        for (r, o) in outs.iter().enumerate() {
+            if r == root {
+                e.copy(o, &input)?
+            } else {
+                e.recv(o, r)?
+            }
+        }
+        Ok(())
+    })
+}
+
+fn scatter(
+    pg: &ProcessGroupNccl,
+    outputs: &[Tensor],
+    inputs: &[Vec<Tensor>],
+    opts: &ScatterOptions,
+) -> Result<Work> {
+    let root = opts.root_rank;
+    let ins = pg.checks().scatter(outputs, inputs, root)?.to_vec();
+    let output = outputs[0].clone();
+    let me = pg.rank;
+    pg.launch(pg.op(OpType::Scatter, &ins, outputs, opts.timeout), |e| {
+        if me != root {
+            return e.recv(&output, root);
+        }
+        for (r, i) in ins.iter().enumerate() {
+            if r == root {
+                e.copy(&output, i)?
+            } else {
+                e.send(i, r)?
+            }
+        }
+        Ok(())
+    })
+}
+
+fn reduce_scatter(
+    pg: &ProcessGroupNccl,
+    outputs: &[Tensor],
+    inputs: &[Vec<Tensor>],
+    opts: &ReduceScatterOptions,
+) -> Result<Work> {
+    const OP: &str = "reduce_scatter";
+    pg.checks()
+        .reduce_scatter(outputs, inputs, opts.reduce_op)?;
+    let output = outputs[0].clone();
+    let ins = inputs[0].clone();
+    pg.launch(
+        pg.op(OpType::ReduceScatter, &ins, outputs, opts.timeout),
+        |e| {
+            let n = output.numel();
+            let flat = e.scratch(OP, output.dtype(), n * ins.len())?;
+            for (k, i) in ins.iter().enumerate() {
+                e.copy(&flat.flat_slice(k * n, n)?, i)?;
+            }
+            scatter_from(e, &output, &flat, opts.reduce_op)
+        },
+    )
+}
+
+fn reduce_scatter_tensor(
+    pg: &ProcessGroupNccl,
+    output: &Tensor,
+    input: &Tensor,
+    opts: &ReduceScatterOptions,
+) -> Result<Work> {
+    pg.checks()
+        .reduce_scatter_tensor(output, input, opts.reduce_op)?;
+    let (o, i) = (output.clone(), input.clone());
+    let (ins, outs) = (std::slice::from_ref(input), std::slice::from_ref(output));
+    pg.launch(
+        pg.op(OpType::ReduceScatterBase, ins, outs, opts.timeout),
+        |e| scatter_from(e, &o, &i, opts.reduce_op),
+    )
+}
+
+fn reduce_scatter_tensor_coalesced(
+    pg: &ProcessGroupNccl,
+    outputs: &[Tensor],
+    inputs: &[Tensor],
+    opts: &ReduceScatterOptions,
+) -> Result<Work> {
+    pg.checks()
+        .reduce_scatter_tensor_coalesced(outputs, inputs, opts.reduce_op)?;
+    let pairs = pairs(outputs, inputs);
+    pg.launch(
+        pg.op(OpType::Coalesced, inputs, outputs, opts.timeout),
+        |e| {
+            pairs
+                .iter()
+                .try_for_each(|(o, i)| scatter_from(e, o, i, opts.reduce_op))
+        },
+    )
+}
+
+fn all_to_all_single(
+    pg: &ProcessGroupNccl,
+    output: &Tensor,
+    input: &Tensor,
+    output_split_sizes: &[usize],
+    input_split_sizes: &[usize],
+    opts: &AllToAllOptions,
+) -> Result<Work> {
+    let (out_counts, in_counts) =
+        pg.checks()
+            .all_to_all_single(output, input, output_split_sizes, input_split_sizes)?;
+    let (o, i) = (output.clone(), input.clone());
+    let (ins, outs) = (std::slice::from_ref(input), std::slice::from_ref(output));
+    pg.launch(pg.op(OpType::AlltoallBase, ins, outs, opts.timeout), |e| {
+        let (mut so, mut ro) = (0, 0);
+        for r in 0..out_counts.len() {
+            e.send(&i.flat_slice(so, in_counts[r])?, r)?;
+            e.recv(&o.flat_slice(ro, out_counts[r])?, r)?;
+            so += in_counts[r];
+            ro += out_counts[r];
+        }
+        Ok(())
+    })
+}
+
+fn all_to_all(
+    pg: &ProcessGroupNccl,
+    outputs: &[Tensor],
+    inputs: &[Tensor],
+    opts: &AllToAllOptions,
+) -> Result<Work> {
+    pg.checks().all_to_all(outputs, inputs)?;
+    let (os, is) = (outputs.to_vec(), inputs.to_vec());
+    pg.launch(
+        pg.op(OpType::Alltoall, inputs, outputs, opts.timeout),
+        |e| {
+            for r in 0..os.len() {
+                e.send(&is[r], r)?;
+                e.recv(&os[r], r)?;
+            }
+            Ok(())
+        },
+    )
+}
+
+fn barrier(pg: &ProcessGroupNccl, opts: &BarrierOptions) -> Result<Work> {
+    let device = match (opts.device, opts.device_ids.first()) {
+        (Some(d), _) => d,
+        (None, Some(&i)) => c10d_core::Device::Cuda(i),
+        (None, None) => pg.default_device()?,
+    };
+    let t = pg.device_comm(device)?.barrier_byte.clone();
+    // No leases on the group's own byte: concurrent barriers of one group may share it.
+    let mut op = pg.op(OpType::Barrier, &[], &[], opts.timeout);
+    op.host_blocking = true;
+    pg.launch(op, |e| {
+        e.keep.push(t.clone());
+        e.all_reduce(&t, c10d_core::ReduceOp::Sum)
+    })
+}
+
+fn send(pg: &ProcessGroupNccl, tensors: &[Tensor], dst: usize, _tag: i64) -> Result<Work> {
+    pg.checks().send(tensors, dst)?;
+    let t = tensors[0].clone();
+    let op = Submit {
+        peer: Some(dst),
+        ..pg.op(OpType::Send, tensors, &[], None)
+    };
+    pg.launch(op, |e| e.send(&t, dst))
+}
+
+fn recv(pg: &ProcessGroupNccl, tensors: &[Tensor], src: usize, _tag: i64) -> Result<Work> {
+    pg.checks().recv(tensors, src)?;
+    let t = tensors[0].clone();
+    let op = Submit {
+        peer: Some(src),
+        ..pg.op(OpType::Recv, &[], tensors, None)
+    };
+    pg.launch(op, |e| e.recv(&t, src))
 }
 
 /// `output` = the concatenation of every rank's `input` (ncclAllGather).

@@ -22,8 +22,8 @@ pub mod fake_device;
 use c10d_core::reduce::{finalize, prescale, reduce_into};
 use c10d_core::{
     AllToAllOptions, AllgatherOptions, AllreduceOptions, Backend, BackendOptions, BarrierOptions,
-    BroadcastOptions, DeviceType, DistError, GatherOptions, OpType, ReduceOp, ReduceOptions,
-    ReduceScatterOptions, Result, ScatterOptions, Tensor, Work,
+    BroadcastOptions, Collectives, DeviceType, DistError, GatherOptions, Op, OpType, ReduceOp,
+    ReduceOptions, ReduceScatterOptions, Result, ScatterOptions, Tensor, Work,
 };
 use c10d_store::{PrefixStore, Store};
 use c10d_world::config::BackendCreateArgs;
@@ -260,380 +260,6 @@ impl Backend for StoreBackend {
         self.seq.load(Ordering::SeqCst)
     }
 
-    fn broadcast(&self, tensors: &[Tensor], opts: &BroadcastOptions) -> Result<Work> {
-        self.checks().broadcast(tensors, opts)?;
-        let (seq, cs) = self.begin(OpType::Broadcast)?;
-        let to = self.to(opts.timeout);
-        run(OpType::Broadcast, seq, tensors.to_vec(), || {
-            let mine = if self.rank == opts.root_rank {
-                Self::bytes_of(&tensors[opts.root_tensor..=opts.root_tensor])?
-            } else {
-                Vec::new()
-            };
-            let all = self.exchange(cs, &mine, to, OpType::Broadcast, seq)?;
-            for t in tensors {
-                if self.rank != opts.root_rank || !t.shares_storage_with(&tensors[opts.root_tensor])
-                {
-                    Self::write_concat(std::slice::from_ref(t), &all[opts.root_rank])?;
-                }
-            }
-            Ok(())
-        })
-    }
-
-    fn all_reduce(&self, tensors: &[Tensor], opts: &AllreduceOptions) -> Result<Work> {
-        self.checks().all_reduce(tensors, opts.reduce_op)?;
-        let (seq, cs) = self.begin(OpType::Allreduce)?;
-        let to = self.to(opts.timeout);
-        run(OpType::Allreduce, seq, tensors.to_vec(), || {
-            let n = tensors[0].nbytes();
-            let mine = Self::bytes_of(tensors)?;
-            let all = self.exchange(cs, &mine, to, OpType::Allreduce, seq)?;
-            let parts: Vec<&[u8]> = all
-                .iter()
-                .flat_map(|b| b.chunks(n.max(1)).take(tensors.len()))
-                .collect();
-            let res = self.reduce_blobs(opts.reduce_op, tensors[0].dtype(), &parts)?;
-            for t in tensors {
-                t.write_bytes(|d| d.copy_from_slice(&res))?;
-            }
-            Ok(())
-        })
-    }
-
-    fn all_reduce_coalesced(&self, tensors: &[Tensor], opts: &AllreduceOptions) -> Result<Work> {
-        self.checks()
-            .all_reduce_coalesced(tensors, opts.reduce_op)?;
-        let (seq, cs) = self.begin(OpType::AllreduceCoalesced)?;
-        let to = self.to(opts.timeout);
-        run(OpType::AllreduceCoalesced, seq, tensors.to_vec(), || {
-            let mine = Self::bytes_of(tensors)?;
-            let all = self.exchange(cs, &mine, to, OpType::AllreduceCoalesced, seq)?;
-            let parts: Vec<&[u8]> = all.iter().map(|b| b.as_slice()).collect();
-            let res = self.reduce_blobs(opts.reduce_op, tensors[0].dtype(), &parts)?;
-            Self::write_concat(tensors, &res)
-        })
-    }
-
-    fn reduce(&self, tensors: &[Tensor], opts: &ReduceOptions) -> Result<Work> {
-        self.checks().reduce(tensors, opts)?;
-        let (seq, cs) = self.begin(OpType::Reduce)?;
-        let to = self.to(opts.timeout);
-        run(OpType::Reduce, seq, tensors.to_vec(), || {
-            let mine = Self::bytes_of(tensors)?;
-            let all = self.exchange(cs, &mine, to, OpType::Reduce, seq)?;
-            if self.rank == opts.root_rank {
-                let parts: Vec<&[u8]> = all.iter().map(|b| b.as_slice()).collect();
-                let res = self.reduce_blobs(opts.reduce_op, tensors[0].dtype(), &parts)?;
-                Self::write_concat(tensors, &res)?;
-            }
-            Ok(())
-        })
-    }
-
-    fn all_gather(
-        &self,
-        outputs: &[Vec<Tensor>],
-        inputs: &[Tensor],
-        opts: &AllgatherOptions,
-    ) -> Result<Work> {
-        self.checks().all_gather(outputs, inputs)?;
-        let (seq, cs) = self.begin(OpType::Allgather)?;
-        let to = self.to(opts.timeout);
-        run(
-            OpType::Allgather,
-            seq,
-            outputs.iter().flatten().cloned().collect(),
-            || {
-                let mine = Self::bytes_of(inputs)?;
-                let all = self.exchange(cs, &mine, to, OpType::Allgather, seq)?;
-                for (r, blob) in all.iter().enumerate() {
-                    let col: Vec<Tensor> = outputs.iter().map(|o| o[r].clone()).collect();
-                    Self::write_concat(&col, blob)?;
-                }
-                Ok(())
-            },
-        )
-    }
-
-    fn all_gather_into_tensor(
-        &self,
-        output: &Tensor,
-        input: &Tensor,
-        opts: &AllgatherOptions,
-    ) -> Result<Work> {
-        self.checks().all_gather_into_tensor(output, input)?;
-        let (seq, cs) = self.begin(OpType::AllgatherBase)?;
-        let to = self.to(opts.timeout);
-        run(OpType::AllgatherBase, seq, vec![output.clone()], || {
-            let all = self.exchange(
-                cs,
-                &Self::bytes_of(std::slice::from_ref(input))?,
-                to,
-                OpType::AllgatherBase,
-                seq,
-            )?;
-            Self::write_concat(std::slice::from_ref(output), &all.concat())
-        })
-    }
-
-    fn all_gather_coalesced(
-        &self,
-        outputs: &[Vec<Tensor>],
-        inputs: &[Tensor],
-        opts: &AllgatherOptions,
-    ) -> Result<Work> {
-        self.checks().all_gather_coalesced(outputs, inputs)?;
-        let (seq, cs) = self.begin(OpType::AllgatherCoalesced)?;
-        let to = self.to(opts.timeout);
-        run(
-            OpType::AllgatherCoalesced,
-            seq,
-            outputs.iter().flatten().cloned().collect(),
-            || {
-                let all = self.exchange(
-                    cs,
-                    &Self::bytes_of(inputs)?,
-                    to,
-                    OpType::AllgatherCoalesced,
-                    seq,
-                )?;
-                for (r, blob) in all.iter().enumerate() {
-                    Self::write_concat(&outputs[r], blob)?;
-                }
-                Ok(())
-            },
-        )
-    }
-
-    fn all_gather_into_tensor_coalesced(
-        &self,
-        outputs: &[Tensor],
-        inputs: &[Tensor],
-        opts: &AllgatherOptions,
-    ) -> Result<Work> {
-        self.checks()
-            .all_gather_into_tensor_coalesced(outputs, inputs)?;
-        let (seq, cs) = self.begin(OpType::Coalesced)?;
-        let to = self.to(opts.timeout);
-        run(OpType::Coalesced, seq, outputs.to_vec(), || {
-            let all = self.exchange(cs, &Self::bytes_of(inputs)?, to, OpType::Coalesced, seq)?;
-            for (i, (out, inp)) in outputs.iter().zip(inputs).enumerate() {
-                let off: usize = inputs[..i].iter().map(|t| t.nbytes()).sum();
-                let mut data = Vec::new();
-                for blob in &all {
-                    data.extend_from_slice(&blob[off..off + inp.nbytes()]);
-                }
-                Self::write_concat(std::slice::from_ref(out), &data)?;
-            }
-            Ok(())
-        })
-    }
-
-    fn gather(
-        &self,
-        outputs: &[Vec<Tensor>],
-        inputs: &[Tensor],
-        opts: &GatherOptions,
-    ) -> Result<Work> {
-        self.checks().gather(outputs, inputs, opts.root_rank)?;
-        let (seq, cs) = self.begin(OpType::Gather)?;
-        let to = self.to(opts.timeout);
-        run(
-            OpType::Gather,
-            seq,
-            outputs.iter().flatten().cloned().collect(),
-            || {
-                let all = self.exchange(cs, &Self::bytes_of(inputs)?, to, OpType::Gather, seq)?;
-                if self.rank == opts.root_rank {
-                    for (r, blob) in all.iter().enumerate() {
-                        Self::write_concat(std::slice::from_ref(&outputs[0][r]), blob)?;
-                    }
-                }
-                Ok(())
-            },
-        )
-    }
-
-    fn scatter(
-        &self,
-        outputs: &[Tensor],
-        inputs: &[Vec<Tensor>],
-        opts: &ScatterOptions,
-    ) -> Result<Work> {
-        self.checks().scatter(outputs, inputs, opts.root_rank)?;
-        let (seq, cs) = self.begin(OpType::Scatter)?;
-        let to = self.to(opts.timeout);
-        run(OpType::Scatter, seq, outputs.to_vec(), || {
-            let mine = if self.rank == opts.root_rank {
-                Self::bytes_of(&inputs[0])?
-            } else {
-                Vec::new()
-            };
-            let all = self.exchange(cs, &mine, to, OpType::Scatter, seq)?;
-            let n = outputs[0].nbytes();
-            let root = &all[opts.root_rank];
-            let chunk = root
-                .get(self.rank * n..(self.rank + 1) * n)
-                .ok_or_else(|| DistError::backend("StoreBackend::scatter: invalid tensor size"))?;
-            Self::write_concat(outputs, chunk)
-        })
-    }
-
-    fn reduce_scatter(
-        &self,
-        outputs: &[Tensor],
-        inputs: &[Vec<Tensor>],
-        opts: &ReduceScatterOptions,
-    ) -> Result<Work> {
-        self.checks()
-            .reduce_scatter(outputs, inputs, opts.reduce_op)?;
-        let (seq, cs) = self.begin(OpType::ReduceScatter)?;
-        let to = self.to(opts.timeout);
-        run(OpType::ReduceScatter, seq, outputs.to_vec(), || {
-            let all = self.exchange(
-                cs,
-                &Self::bytes_of(&inputs[0])?,
-                to,
-                OpType::ReduceScatter,
-                seq,
-            )?;
-            let off: usize = inputs[0][..self.rank].iter().map(|t| t.nbytes()).sum();
-            let n = inputs[0][self.rank].nbytes();
-            let parts: Vec<&[u8]> = all.iter().map(|b| &b[off..off + n]).collect();
-            let res = self.reduce_blobs(opts.reduce_op, outputs[0].dtype(), &parts)?;
-            Self::write_concat(outputs, &res)
-        })
-    }
-
-    fn reduce_scatter_tensor(
-        &self,
-        output: &Tensor,
-        input: &Tensor,
-        opts: &ReduceScatterOptions,
-    ) -> Result<Work> {
-        self.checks()
-            .reduce_scatter_tensor(output, input, opts.reduce_op)?;
-        let (seq, cs) = self.begin(OpType::ReduceScatterBase)?;
-        let to = self.to(opts.timeout);
-        run(OpType::ReduceScatterBase, seq, vec![output.clone()], || {
-            let all = self.exchange(
-                cs,
-                &Self::bytes_of(std::slice::from_ref(input))?,
-                to,
-                OpType::ReduceScatterBase,
-                seq,
-            )?;
-            let n = output.nbytes();
-            let parts: Vec<&[u8]> = all
-                .iter()
-                .map(|b| &b[self.rank * n..(self.rank + 1) * n])
-                .collect();
-            let res = self.reduce_blobs(opts.reduce_op, output.dtype(), &parts)?;
-            Self::write_concat(std::slice::from_ref(output), &res)
-        })
-    }
-
-    fn reduce_scatter_tensor_coalesced(
-        &self,
-        outputs: &[Tensor],
-        inputs: &[Tensor],
-        opts: &ReduceScatterOptions,
-    ) -> Result<Work> {
-        self.checks()
-            .reduce_scatter_tensor_coalesced(outputs, inputs, opts.reduce_op)?;
-        let (seq, cs) = self.begin(OpType::Coalesced)?;
-        let to = self.to(opts.timeout);
-        run(OpType::Coalesced, seq, outputs.to_vec(), || {
-            let all = self.exchange(cs, &Self::bytes_of(inputs)?, to, OpType::Coalesced, seq)?;
-            let mut off = 0;
-            for (out, inp) in outputs.iter().zip(inputs) {
-                let n = out.nbytes();
-                let parts: Vec<&[u8]> = all
-                    .iter()
-                    .map(|b| &b[off + self.rank * n..off + (self.rank + 1) * n])
-                    .collect();
-                let res = self.reduce_blobs(opts.reduce_op, out.dtype(), &parts)?;
-                Self::write_concat(std::slice::from_ref(out), &res)?;
-                off += inp.nbytes();
-            }
-            Ok(())
-        })
-    }
-
-    fn all_to_all(
-        &self,
-        outputs: &[Tensor],
-        inputs: &[Tensor],
-        opts: &AllToAllOptions,
-    ) -> Result<Work> {
-        self.checks().all_to_all(outputs, inputs)?;
-        let (seq, cs) = self.begin(OpType::Alltoall)?;
-        let to = self.to(opts.timeout);
-        run(OpType::Alltoall, seq, outputs.to_vec(), || {
-            let all = self.exchange(cs, &Self::bytes_of(inputs)?, to, OpType::Alltoall, seq)?;
-            for (r, blob) in all.iter().enumerate() {
-                let n = outputs[r].nbytes();
-                let off = self.rank * n;
-                let chunk = blob.get(off..off + n).ok_or_else(|| {
-                    DistError::backend("StoreBackend::alltoall: invalid tensor size")
-                })?;
-                Self::write_concat(std::slice::from_ref(&outputs[r]), chunk)?;
-            }
-            Ok(())
-        })
-    }
-
-    fn all_to_all_single(
-        &self,
-        output: &Tensor,
-        input: &Tensor,
-        out_splits: &[usize],
-        in_splits: &[usize],
-        opts: &AllToAllOptions,
-    ) -> Result<Work> {
-        let (outs, ins) = self
-            .checks()
-            .all_to_all_single(output, input, out_splits, in_splits)?;
-        let elem = input.dtype().size();
-        let (seq, cs) = self.begin(OpType::AlltoallBase)?;
-        let to = self.to(opts.timeout);
-        run(OpType::AlltoallBase, seq, vec![output.clone()], || {
-            let mut mine = Vec::new();
-            for s in &ins {
-                mine.extend_from_slice(&(s * elem).to_le_bytes());
-            }
-            mine.extend(Self::bytes_of(std::slice::from_ref(input))?);
-            let all = self.exchange(cs, &mine, to, OpType::AlltoallBase, seq)?;
-            let mut data = Vec::new();
-            for (r, blob) in all.iter().enumerate() {
-                let (hdr, body) = blob.split_at(8 * self.size);
-                let sizes: Vec<usize> = hdr
-                    .chunks(8)
-                    .map(|c| usize::from_le_bytes(c.try_into().unwrap_or([0; 8])))
-                    .collect();
-                let off: usize = sizes[..self.rank].iter().sum();
-                let n = sizes[self.rank];
-                if n != outs[r] * elem {
-                    return Err(DistError::backend(format!(
-                        "StoreBackend::alltoall_base: rank {r} sends {n} bytes, expected {}",
-                        outs[r] * elem
-                    )));
-                }
-                data.extend_from_slice(&body[off..off + n]);
-            }
-            Self::write_concat(std::slice::from_ref(output), &data)
-        })
-    }
-
-    fn barrier(&self, opts: &BarrierOptions) -> Result<Work> {
-        let (seq, cs) = self.begin(OpType::Barrier)?;
-        let to = self.to(opts.timeout);
-        run(OpType::Barrier, seq, Vec::new(), || {
-            self.exchange(cs, &[], to, OpType::Barrier, seq).map(|_| ())
-        })
-    }
-
     fn monitored_barrier(&self, opts: &BarrierOptions, wait_all_ranks: bool) -> Result<()> {
         let (seq, cs) = self.begin(OpType::MonitoredBarrier)?;
         let to = self.to(opts.timeout);
@@ -677,71 +303,6 @@ impl Backend for StoreBackend {
         }
     }
 
-    fn send(&self, tensors: &[Tensor], dst: usize, tag: i64) -> Result<Work> {
-        self.checks().send(tensors, dst, true)?;
-        if self.closed.load(Ordering::SeqCst) {
-            return Err(DistError::backend(
-                "StoreBackend: send on a shut down group",
-            ));
-        }
-        let seq = self.seq.fetch_add(1, Ordering::SeqCst);
-        let n = {
-            let mut m = self.p2p.lock().unwrap_or_else(|e| e.into_inner());
-            let c = m.entry((self.rank, dst, tag)).or_insert(0);
-            *c += 1;
-            *c - 1
-        };
-        run(OpType::Send, seq, tensors.to_vec(), || {
-            self.store.set(
-                &format!("p2p/{}/{dst}/{tag}/{n}", self.rank),
-                &Self::bytes_of(tensors)?,
-            )
-        })
-    }
-
-    fn recv(&self, tensors: &[Tensor], src: usize, tag: i64) -> Result<Work> {
-        self.checks().recv(tensors, Some(src), true)?;
-        if self.closed.load(Ordering::SeqCst) {
-            return Err(DistError::backend(
-                "StoreBackend: recv on a shut down group",
-            ));
-        }
-        let seq = self.seq.fetch_add(1, Ordering::SeqCst);
-        let n = {
-            let mut m = self.p2p.lock().unwrap_or_else(|e| e.into_inner());
-            let c = m.entry((src, self.rank, tag)).or_insert(0);
-            *c += 1;
-            *c - 1
-        };
-        let to = self.to(None);
-        let (w, c) = Work::new(OpType::Recv, seq);
-        let store = self.store.clone();
-        let key = format!("p2p/{src}/{}/{tag}/{n}", self.rank);
-        let (me, name) = (self.rank, self.name.clone());
-        let tensors = tensors.to_vec();
-        // Receives complete on a helper thread so that isend/irecv pairs in any order cannot
-        // deadlock; the wait is bounded by the timeout.
-        std::thread::Builder::new()
-            .name(format!("store-backend-recv-{me}"))
-            .spawn(move || {
-                let r = store
-                    .wait_timeout(&[key.as_str()], to)
-                    .map_err(|e| {
-                        DistError::backend(format!(
-                            "StoreBackend {name} RECV (seq {seq}) on rank {me}: Timed out waiting {}ms for rank {src}: {e}",
-                            to.as_millis()
-                        ))
-                    })
-                    .and_then(|_| store.get(&key))
-                    .and_then(|data| Self::write_concat(&tensors, &data));
-                c.set_outputs(tensors);
-                c.set_source_rank(src);
-                c.complete(r);
-            })
-            .map_err(|e| DistError::backend(format!("StoreBackend: cannot spawn a receive thread: {e}")))?;
-        Ok(w)
-    }
-
     fn supports_splitting(&self) -> bool {
         true
     }
@@ -773,4 +334,548 @@ impl Backend for StoreBackend {
     fn shutdown(&self) {
         self.closed.store(true, Ordering::SeqCst);
     }
+}
+
+impl Collectives for StoreBackend {
+    fn run(&self, op: Op) -> Result<Work> {
+        match op {
+            Op::Broadcast { tensors, opts } => broadcast(self, &tensors, &opts),
+            Op::AllReduce { tensors, opts } => all_reduce(self, &tensors, &opts),
+            Op::AllReduceCoalesced { tensors, opts } => all_reduce_coalesced(self, &tensors, &opts),
+            Op::Reduce { tensors, opts } => reduce(self, &tensors, &opts),
+            Op::AllGather {
+                outputs,
+                inputs,
+                opts,
+            } => all_gather(self, &outputs, &inputs, &opts),
+            Op::AllGatherIntoTensor {
+                output,
+                input,
+                opts,
+            } => all_gather_into_tensor(self, &output, &input, &opts),
+            Op::AllGatherCoalesced {
+                outputs,
+                inputs,
+                opts,
+            } => all_gather_coalesced(self, &outputs, &inputs, &opts),
+            Op::AllGatherIntoTensorCoalesced {
+                outputs,
+                inputs,
+                opts,
+            } => all_gather_into_tensor_coalesced(self, &outputs, &inputs, &opts),
+            Op::Gather {
+                outputs,
+                inputs,
+                opts,
+            } => gather(self, &outputs, &inputs, &opts),
+            Op::Scatter {
+                outputs,
+                inputs,
+                opts,
+            } => scatter(self, &outputs, &inputs, &opts),
+            Op::ReduceScatter {
+                outputs,
+                inputs,
+                opts,
+            } => reduce_scatter(self, &outputs, &inputs, &opts),
+            Op::ReduceScatterTensor {
+                output,
+                input,
+                opts,
+            } => reduce_scatter_tensor(self, &output, &input, &opts),
+            Op::ReduceScatterTensorCoalesced {
+                outputs,
+                inputs,
+                opts,
+            } => reduce_scatter_tensor_coalesced(self, &outputs, &inputs, &opts),
+            Op::AllToAll {
+                outputs,
+                inputs,
+                opts,
+            } => all_to_all(self, &outputs, &inputs, &opts),
+            Op::AllToAllSingle {
+                output,
+                input,
+                output_split_sizes,
+                input_split_sizes,
+                opts,
+            } => all_to_all_single(
+                self,
+                &output,
+                &input,
+                &output_split_sizes,
+                &input_split_sizes,
+                &opts,
+            ),
+            Op::Barrier { opts } => barrier(self, &opts),
+            Op::Send { tensors, dst, tag } => send(self, &tensors, dst, tag),
+            Op::Recv { tensors, src, tag } => recv(self, &tensors, src, tag),
+            op => Err(op.unsupported_by(&self.name)),
+        }
+    }
+}
+
+fn broadcast(pg: &StoreBackend, tensors: &[Tensor], opts: &BroadcastOptions) -> Result<Work> {
+    pg.checks().broadcast(tensors, opts)?;
+    let (seq, cs) = pg.begin(OpType::Broadcast)?;
+    let to = pg.to(opts.timeout);
+    run(OpType::Broadcast, seq, tensors.to_vec(), || {
+        let mine = if pg.rank == opts.root_rank {
+            StoreBackend::bytes_of(&tensors[opts.root_tensor..=opts.root_tensor])?
+        } else {
+            Vec::new()
+        };
+        let all = pg.exchange(cs, &mine, to, OpType::Broadcast, seq)?;
+        for t in tensors {
+            if pg.rank != opts.root_rank || !t.shares_storage_with(&tensors[opts.root_tensor]) {
+                StoreBackend::write_concat(std::slice::from_ref(t), &all[opts.root_rank])?;
+            }
+        }
+        Ok(())
+    })
+}
+
+fn all_reduce(pg: &StoreBackend, tensors: &[Tensor], opts: &AllreduceOptions) -> Result<Work> {
+    pg.checks().all_reduce(tensors, opts.reduce_op)?;
+    let (seq, cs) = pg.begin(OpType::Allreduce)?;
+    let to = pg.to(opts.timeout);
+    run(OpType::Allreduce, seq, tensors.to_vec(), || {
+        let n = tensors[0].nbytes();
+        let mine = StoreBackend::bytes_of(tensors)?;
+        let all = pg.exchange(cs, &mine, to, OpType::Allreduce, seq)?;
+        let parts: Vec<&[u8]> = all
+            .iter()
+            .flat_map(|b| b.chunks(n.max(1)).take(tensors.len()))
+            .collect();
+        let res = pg.reduce_blobs(opts.reduce_op, tensors[0].dtype(), &parts)?;
+        for t in tensors {
+            t.write_bytes(|d| d.copy_from_slice(&res))?;
+        }
+        Ok(())
+    })
+}
+
+fn all_reduce_coalesced(
+    pg: &StoreBackend,
+    tensors: &[Tensor],
+    opts: &AllreduceOptions,
+) -> Result<Work> {
+    pg.checks().all_reduce_coalesced(tensors, opts.reduce_op)?;
+    let (seq, cs) = pg.begin(OpType::AllreduceCoalesced)?;
+    let to = pg.to(opts.timeout);
+    run(OpType::AllreduceCoalesced, seq, tensors.to_vec(), || {
+        let mine = StoreBackend::bytes_of(tensors)?;
+        let all = pg.exchange(cs, &mine, to, OpType::AllreduceCoalesced, seq)?;
+        let parts: Vec<&[u8]> = all.iter().map(|b| b.as_slice()).collect();
+        let res = pg.reduce_blobs(opts.reduce_op, tensors[0].dtype(), &parts)?;
+        StoreBackend::write_concat(tensors, &res)
+    })
+}
+
+fn reduce(pg: &StoreBackend, tensors: &[Tensor], opts: &ReduceOptions) -> Result<Work> {
+    pg.checks().reduce(tensors, opts)?;
+    let (seq, cs) = pg.begin(OpType::Reduce)?;
+    let to = pg.to(opts.timeout);
+    run(OpType::Reduce, seq, tensors.to_vec(), || {
+        let mine = StoreBackend::bytes_of(tensors)?;
+        let all = pg.exchange(cs, &mine, to, OpType::Reduce, seq)?;
+        if pg.rank == opts.root_rank {
+            let parts: Vec<&[u8]> = all.iter().map(|b| b.as_slice()).collect();
+            let res = pg.reduce_blobs(opts.reduce_op, tensors[0].dtype(), &parts)?;
+            StoreBackend::write_concat(tensors, &res)?;
+        }
+        Ok(())
+    })
+}
+
+fn all_gather(
+    pg: &StoreBackend,
+    outputs: &[Vec<Tensor>],
+    inputs: &[Tensor],
+    opts: &AllgatherOptions,
+) -> Result<Work> {
+    pg.checks().all_gather(outputs, inputs)?;
+    let (seq, cs) = pg.begin(OpType::Allgather)?;
+    let to = pg.to(opts.timeout);
+    run(
+        OpType::Allgather,
+        seq,
+        outputs.iter().flatten().cloned().collect(),
+        || {
+            let mine = StoreBackend::bytes_of(inputs)?;
+            let all = pg.exchange(cs, &mine, to, OpType::Allgather, seq)?;
+            for (r, blob) in all.iter().enumerate() {
+                let col: Vec<Tensor> = outputs.iter().map(|o| o[r].clone()).collect();
+                StoreBackend::write_concat(&col, blob)?;
+            }
+            Ok(())
+        },
+    )
+}
+
+fn all_gather_into_tensor(
+    pg: &StoreBackend,
+    output: &Tensor,
+    input: &Tensor,
+    opts: &AllgatherOptions,
+) -> Result<Work> {
+    pg.checks().all_gather_into_tensor(output, input)?;
+    let (seq, cs) = pg.begin(OpType::AllgatherBase)?;
+    let to = pg.to(opts.timeout);
+    run(OpType::AllgatherBase, seq, vec![output.clone()], || {
+        let all = pg.exchange(
+            cs,
+            &StoreBackend::bytes_of(std::slice::from_ref(input))?,
+            to,
+            OpType::AllgatherBase,
+            seq,
+        )?;
+        StoreBackend::write_concat(std::slice::from_ref(output), &all.concat())
+    })
+}
+
+fn all_gather_coalesced(
+    pg: &StoreBackend,
+    outputs: &[Vec<Tensor>],
+    inputs: &[Tensor],
+    opts: &AllgatherOptions,
+) -> Result<Work> {
+    pg.checks().all_gather_coalesced(outputs, inputs)?;
+    let (seq, cs) = pg.begin(OpType::AllgatherCoalesced)?;
+    let to = pg.to(opts.timeout);
+    run(
+        OpType::AllgatherCoalesced,
+        seq,
+        outputs.iter().flatten().cloned().collect(),
+        || {
+            let all = pg.exchange(
+                cs,
+                &StoreBackend::bytes_of(inputs)?,
+                to,
+                OpType::AllgatherCoalesced,
+                seq,
+            )?;
+            for (r, blob) in all.iter().enumerate() {
+                StoreBackend::write_concat(&outputs[r], blob)?;
+            }
+            Ok(())
+        },
+    )
+}
+
+fn all_gather_into_tensor_coalesced(
+    pg: &StoreBackend,
+    outputs: &[Tensor],
+    inputs: &[Tensor],
+    opts: &AllgatherOptions,
+) -> Result<Work> {
+    pg.checks()
+        .all_gather_into_tensor_coalesced(outputs, inputs)?;
+    let (seq, cs) = pg.begin(OpType::Coalesced)?;
+    let to = pg.to(opts.timeout);
+    run(OpType::Coalesced, seq, outputs.to_vec(), || {
+        let all = pg.exchange(
+            cs,
+            &StoreBackend::bytes_of(inputs)?,
+            to,
+            OpType::Coalesced,
+            seq,
+        )?;
+        for (i, (out, inp)) in outputs.iter().zip(inputs).enumerate() {
+            let off: usize = inputs[..i].iter().map(|t| t.nbytes()).sum();
+            let mut data = Vec::new();
+            for blob in &all {
+                data.extend_from_slice(&blob[off..off + inp.nbytes()]);
+            }
+            StoreBackend::write_concat(std::slice::from_ref(out), &data)?;
+        }
+        Ok(())
+    })
+}
+
+fn gather(
+    pg: &StoreBackend,
+    outputs: &[Vec<Tensor>],
+    inputs: &[Tensor],
+    opts: &GatherOptions,
+) -> Result<Work> {
+    pg.checks().gather(outputs, inputs, opts.root_rank)?;
+    let (seq, cs) = pg.begin(OpType::Gather)?;
+    let to = pg.to(opts.timeout);
+    run(
+        OpType::Gather,
+        seq,
+        outputs.iter().flatten().cloned().collect(),
+        || {
+            let all = pg.exchange(
+                cs,
+                &StoreBackend::bytes_of(inputs)?,
+                to,
+                OpType::Gather,
+                seq,
+            )?;
+            if pg.rank == opts.root_rank {
+                for (r, blob) in all.iter().enumerate() {
+                    StoreBackend::write_concat(std::slice::from_ref(&outputs[0][r]), blob)?;
+                }
+            }
+            Ok(())
+        },
+    )
+}
+
+fn scatter(
+    pg: &StoreBackend,
+    outputs: &[Tensor],
+    inputs: &[Vec<Tensor>],
+    opts: &ScatterOptions,
+) -> Result<Work> {
+    pg.checks().scatter(outputs, inputs, opts.root_rank)?;
+    let (seq, cs) = pg.begin(OpType::Scatter)?;
+    let to = pg.to(opts.timeout);
+    run(OpType::Scatter, seq, outputs.to_vec(), || {
+        let mine = if pg.rank == opts.root_rank {
+            StoreBackend::bytes_of(&inputs[0])?
+        } else {
+            Vec::new()
+        };
+        let all = pg.exchange(cs, &mine, to, OpType::Scatter, seq)?;
+        let n = outputs[0].nbytes();
+        let root = &all[opts.root_rank];
+        let chunk = root
+            .get(pg.rank * n..(pg.rank + 1) * n)
+            .ok_or_else(|| DistError::backend("StoreBackend::scatter: invalid tensor size"))?;
+        StoreBackend::write_concat(outputs, chunk)
+    })
+}
+
+fn reduce_scatter(
+    pg: &StoreBackend,
+    outputs: &[Tensor],
+    inputs: &[Vec<Tensor>],
+    opts: &ReduceScatterOptions,
+) -> Result<Work> {
+    pg.checks()
+        .reduce_scatter(outputs, inputs, opts.reduce_op)?;
+    let (seq, cs) = pg.begin(OpType::ReduceScatter)?;
+    let to = pg.to(opts.timeout);
+    run(OpType::ReduceScatter, seq, outputs.to_vec(), || {
+        let all = pg.exchange(
+            cs,
+            &StoreBackend::bytes_of(&inputs[0])?,
+            to,
+            OpType::ReduceScatter,
+            seq,
+        )?;
+        let off: usize = inputs[0][..pg.rank].iter().map(|t| t.nbytes()).sum();
+        let n = inputs[0][pg.rank].nbytes();
+        let parts: Vec<&[u8]> = all.iter().map(|b| &b[off..off + n]).collect();
+        let res = pg.reduce_blobs(opts.reduce_op, outputs[0].dtype(), &parts)?;
+        StoreBackend::write_concat(outputs, &res)
+    })
+}
+
+fn reduce_scatter_tensor(
+    pg: &StoreBackend,
+    output: &Tensor,
+    input: &Tensor,
+    opts: &ReduceScatterOptions,
+) -> Result<Work> {
+    pg.checks()
+        .reduce_scatter_tensor(output, input, opts.reduce_op)?;
+    let (seq, cs) = pg.begin(OpType::ReduceScatterBase)?;
+    let to = pg.to(opts.timeout);
+    run(OpType::ReduceScatterBase, seq, vec![output.clone()], || {
+        let all = pg.exchange(
+            cs,
+            &StoreBackend::bytes_of(std::slice::from_ref(input))?,
+            to,
+            OpType::ReduceScatterBase,
+            seq,
+        )?;
+        let n = output.nbytes();
+        let parts: Vec<&[u8]> = all
+            .iter()
+            .map(|b| &b[pg.rank * n..(pg.rank + 1) * n])
+            .collect();
+        let res = pg.reduce_blobs(opts.reduce_op, output.dtype(), &parts)?;
+        StoreBackend::write_concat(std::slice::from_ref(output), &res)
+    })
+}
+
+fn reduce_scatter_tensor_coalesced(
+    pg: &StoreBackend,
+    outputs: &[Tensor],
+    inputs: &[Tensor],
+    opts: &ReduceScatterOptions,
+) -> Result<Work> {
+    pg.checks()
+        .reduce_scatter_tensor_coalesced(outputs, inputs, opts.reduce_op)?;
+    let (seq, cs) = pg.begin(OpType::Coalesced)?;
+    let to = pg.to(opts.timeout);
+    run(OpType::Coalesced, seq, outputs.to_vec(), || {
+        let all = pg.exchange(
+            cs,
+            &StoreBackend::bytes_of(inputs)?,
+            to,
+            OpType::Coalesced,
+            seq,
+        )?;
+        let mut off = 0;
+        for (out, inp) in outputs.iter().zip(inputs) {
+            let n = out.nbytes();
+            let parts: Vec<&[u8]> = all
+                .iter()
+                .map(|b| &b[off + pg.rank * n..off + (pg.rank + 1) * n])
+                .collect();
+            let res = pg.reduce_blobs(opts.reduce_op, out.dtype(), &parts)?;
+            StoreBackend::write_concat(std::slice::from_ref(out), &res)?;
+            off += inp.nbytes();
+        }
+        Ok(())
+    })
+}
+
+fn all_to_all(
+    pg: &StoreBackend,
+    outputs: &[Tensor],
+    inputs: &[Tensor],
+    opts: &AllToAllOptions,
+) -> Result<Work> {
+    pg.checks().all_to_all(outputs, inputs)?;
+    let (seq, cs) = pg.begin(OpType::Alltoall)?;
+    let to = pg.to(opts.timeout);
+    run(OpType::Alltoall, seq, outputs.to_vec(), || {
+        let all = pg.exchange(
+            cs,
+            &StoreBackend::bytes_of(inputs)?,
+            to,
+            OpType::Alltoall,
+            seq,
+        )?;
+        for (r, blob) in all.iter().enumerate() {
+            let n = outputs[r].nbytes();
+            let off = pg.rank * n;
+            let chunk = blob
+                .get(off..off + n)
+                .ok_or_else(|| DistError::backend("StoreBackend::alltoall: invalid tensor size"))?;
+            StoreBackend::write_concat(std::slice::from_ref(&outputs[r]), chunk)?;
+        }
+        Ok(())
+    })
+}
+
+fn all_to_all_single(
+    pg: &StoreBackend,
+    output: &Tensor,
+    input: &Tensor,
+    out_splits: &[usize],
+    in_splits: &[usize],
+    opts: &AllToAllOptions,
+) -> Result<Work> {
+    let (outs, ins) = pg
+        .checks()
+        .all_to_all_single(output, input, out_splits, in_splits)?;
+    let elem = input.dtype().size();
+    let (seq, cs) = pg.begin(OpType::AlltoallBase)?;
+    let to = pg.to(opts.timeout);
+    run(OpType::AlltoallBase, seq, vec![output.clone()], || {
+        let mut mine = Vec::new();
+        for s in &ins {
+            mine.extend_from_slice(&(s * elem).to_le_bytes());
+        }
+        mine.extend(StoreBackend::bytes_of(std::slice::from_ref(input))?);
+        let all = pg.exchange(cs, &mine, to, OpType::AlltoallBase, seq)?;
+        let mut data = Vec::new();
+        for (r, blob) in all.iter().enumerate() {
+            let (hdr, body) = blob.split_at(8 * pg.size);
+            let sizes: Vec<usize> = hdr
+                .chunks(8)
+                .map(|c| usize::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+                .collect();
+            let off: usize = sizes[..pg.rank].iter().sum();
+            let n = sizes[pg.rank];
+            if n != outs[r] * elem {
+                return Err(DistError::backend(format!(
+                    "StoreBackend::alltoall_base: rank {r} sends {n} bytes, expected {}",
+                    outs[r] * elem
+                )));
+            }
+            data.extend_from_slice(&body[off..off + n]);
+        }
+        StoreBackend::write_concat(std::slice::from_ref(output), &data)
+    })
+}
+
+fn barrier(pg: &StoreBackend, opts: &BarrierOptions) -> Result<Work> {
+    let (seq, cs) = pg.begin(OpType::Barrier)?;
+    let to = pg.to(opts.timeout);
+    run(OpType::Barrier, seq, Vec::new(), || {
+        pg.exchange(cs, &[], to, OpType::Barrier, seq).map(|_| ())
+    })
+}
+
+fn send(pg: &StoreBackend, tensors: &[Tensor], dst: usize, tag: i64) -> Result<Work> {
+    pg.checks().send(tensors, dst, true)?;
+    if pg.closed.load(Ordering::SeqCst) {
+        return Err(DistError::backend(
+            "StoreBackend: send on a shut down group",
+        ));
+    }
+    let seq = pg.seq.fetch_add(1, Ordering::SeqCst);
+    let n = {
+        let mut m = pg.p2p.lock().unwrap_or_else(|e| e.into_inner());
+        let c = m.entry((pg.rank, dst, tag)).or_insert(0);
+        *c += 1;
+        *c - 1
+    };
+    run(OpType::Send, seq, tensors.to_vec(), || {
+        pg.store.set(
+            &format!("p2p/{}/{dst}/{tag}/{n}", pg.rank),
+            &StoreBackend::bytes_of(tensors)?,
+        )
+    })
+}
+
+fn recv(pg: &StoreBackend, tensors: &[Tensor], src: usize, tag: i64) -> Result<Work> {
+    pg.checks().recv(tensors, Some(src), true)?;
+    if pg.closed.load(Ordering::SeqCst) {
+        return Err(DistError::backend(
+            "StoreBackend: recv on a shut down group",
+        ));
+    }
+    let seq = pg.seq.fetch_add(1, Ordering::SeqCst);
+    let n = {
+        let mut m = pg.p2p.lock().unwrap_or_else(|e| e.into_inner());
+        let c = m.entry((src, pg.rank, tag)).or_insert(0);
+        *c += 1;
+        *c - 1
+    };
+    let to = pg.to(None);
+    let (w, c) = Work::new(OpType::Recv, seq);
+    let store = pg.store.clone();
+    let key = format!("p2p/{src}/{}/{tag}/{n}", pg.rank);
+    let (me, name) = (pg.rank, pg.name.clone());
+    let tensors = tensors.to_vec();
+    // Receives complete on a helper thread so that isend/irecv pairs in any order cannot
+    // deadlock; the wait is bounded by the timeout.
+    std::thread::Builder::new()
+        .name(format!("store-backend-recv-{me}"))
+        .spawn(move || {
+            let r = store
+                .wait_timeout(&[key.as_str()], to)
+                .map_err(|e| {
+                    DistError::backend(format!(
+                        "StoreBackend {name} RECV (seq {seq}) on rank {me}: Timed out waiting {}ms for rank {src}: {e}",
+                        to.as_millis()
+                    ))
+                })
+                .and_then(|_| store.get(&key))
+                .and_then(|data| StoreBackend::write_concat(&tensors, &data));
+            c.set_outputs(tensors);
+            c.set_source_rank(src);
+            c.complete(r);
+        })
+        .map_err(|e| DistError::backend(format!("StoreBackend: cannot spawn a receive thread: {e}")))?;
+    Ok(w)
 }

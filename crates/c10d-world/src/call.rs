@@ -97,7 +97,7 @@ pub(crate) use sealed::Sealed;
 
 /// The per-op part of a collective call (its positional arguments and op-specific keywords).
 /// Implemented by this crate's argument types only (`AllReduce`, `Broadcast`, ...).
-pub trait Op: sealed::Sealed {
+pub trait Call: sealed::Sealed {
     /// What [`Collective::run`] returns: `()`, or the sender's global rank for `recv`.
     type Output;
     /// Runs the op to completion (`async_op=False`).
@@ -108,7 +108,7 @@ pub trait Op: sealed::Sealed {
 /// Ops that can run asynchronously ([`Collective::start`]): those PyTorch runs with
 /// `async_op=True` (all but `monitored_barrier`), on [`c10d_core::Tensor`]s or
 /// [`c10d_core::TensorView`]s — not on plain slices, which are borrowed only for the call.
-pub trait AsyncOp: Op {
+pub trait AsyncCall: Call {
     /// The op name in PyTorch's texts.
     #[doc(hidden)]
     const NAME: &'static str;
@@ -133,7 +133,7 @@ pub struct Collective<'a, A> {
     pub(crate) args: A,
 }
 
-impl<'a, A: Op> Collective<'a, A> {
+impl<'a, A: Call> Collective<'a, A> {
     /// A call of `args` on `world` with every keyword at its default.
     pub(crate) fn new(world: &'a World, args: A) -> Self {
         Collective {
@@ -187,7 +187,7 @@ impl<'a, A: Op> Collective<'a, A> {
     }
 }
 
-impl<'a, A: AsyncOp> Collective<'a, A> {
+impl<'a, A: AsyncCall> Collective<'a, A> {
     /// Launches the op and returns its [`Work`] (PyTorch's `async_op=True`).
     ///
     /// Where PyTorch returns `None`, this returns a [`Work`] that is already complete: on a
@@ -214,18 +214,18 @@ impl<'a, A: AsyncOp> Collective<'a, A> {
     }
 }
 
-/// Implements [`Op`] and [`AsyncOp`] for an argument type whose blocking form returns `()`:
+/// Implements [`Call`] and [`AsyncCall`] for an argument type whose blocking form returns `()`:
 /// `unit_op!([generics] Type, "name", OpType::X, |args, world, kw| launch-expression);`.
 macro_rules! unit_op {
     ([$($g:tt)*] $ty:ty, $name:literal, $op_type:expr, |$a:ident, $w:ident, $kw:ident| $launch:expr) => {
         impl<$($g)*> $crate::call::Sealed for $ty {}
-        impl<$($g)*> $crate::call::Op for $ty {
+        impl<$($g)*> $crate::call::Call for $ty {
             type Output = ();
             fn run(self, world: &World, kw: &$crate::call::Keywords<'_>) -> Result<()> {
-                $crate::call::AsyncOp::launch(&self, world, kw).map(drop)
+                $crate::call::AsyncCall::launch(&self, world, kw).map(drop)
             }
         }
-        impl<$($g)*> $crate::call::AsyncOp for $ty {
+        impl<$($g)*> $crate::call::AsyncCall for $ty {
             const NAME: &'static str = $name;
             const OP_TYPE: c10d_core::OpType = $op_type;
             fn launch(

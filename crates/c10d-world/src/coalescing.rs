@@ -1,121 +1,120 @@
-//! What an open `coalescing_manager` block records (the ops, to launch fused or one by one at
-//! its end) — kept in the world's state, filled and launched by `collectives`.
+//! What an open `coalescing_manager` block records — the [`Op`]s issued in it, to launch fused
+//! or one by one at its end — kept in the world's state, filled and launched by `collectives`.
 
 use c10d_core::{
-    AllgatherOptions, AllreduceOptions, DistError, ProcessGroup, ReduceOp, ReduceScatterOptions,
-    Result, Tensor, Work,
+    AllgatherOptions, AllreduceOptions, DistError, Op, ProcessGroup, ReduceOp,
+    ReduceScatterOptions, Result, Tensor, Work,
 };
 
 /// Recorded state of an open `World::coalescing_manager` block.
 pub(crate) struct CoalescingState {
     pub(crate) pg: ProcessGroup,
-    pub(crate) ops: Vec<CollOp>,
+    pub(crate) ops: Vec<Op>,
     pub(crate) works: Vec<Work>,
 }
 
-pub(crate) enum CollOp {
-    AllReduce(Tensor, ReduceOp),
-    AllGatherIntoTensor(Tensor, Tensor),
-    ReduceScatterTensor(Tensor, Tensor, ReduceOp),
+/// The Python name of a recorded op, for PyTorch's coalescing-manager texts.
+pub(crate) fn python_name(op: &Op) -> &'static str {
+    match op {
+        Op::AllReduce { .. } => "all_reduce",
+        Op::AllGatherIntoTensor { .. } => "all_gather_into_tensor",
+        Op::ReduceScatterTensor { .. } => "reduce_scatter_tensor",
+        other => other.name(),
+    }
 }
 
-impl CollOp {
-    pub(crate) fn name(&self) -> &'static str {
-        match self {
-            CollOp::AllReduce(..) => "all_reduce",
-            CollOp::AllGatherIntoTensor(..) => "all_gather_into_tensor",
-            CollOp::ReduceScatterTensor(..) => "reduce_scatter_tensor",
-        }
+/// `op` as the block launches it alone (a backend without the fused op): the block's
+/// `async_op`.
+pub(crate) fn alone(op: &Op, async_op: bool) -> Op {
+    let mut op = op.clone();
+    match &mut op {
+        Op::AllReduce { opts, .. } => opts.async_op = async_op,
+        Op::AllGatherIntoTensor { opts, .. } => opts.async_op = async_op,
+        Op::ReduceScatterTensor { opts, .. } => opts.async_op = async_op,
+        _ => {}
     }
+    op
+}
 
-    /// Issues this op alone (a backend without the fused op).
-    pub(crate) fn launch(&self, pg: &ProcessGroup, async_op: bool) -> Result<Work> {
-        match self {
-            CollOp::AllReduce(t, op) => pg.all_reduce(
-                std::slice::from_ref(t),
-                &AllreduceOptions {
-                    reduce_op: *op,
+/// The one op that runs `ops` (non-empty, all of `ops[0]`'s kind) together: their
+/// `*_coalesced` form.
+///
+/// # Errors
+/// Ops of one kind with different reduce ops, or a kind with no coalesced form.
+pub(crate) fn fuse(ops: &[Op], async_op: bool) -> Result<Op> {
+    match &ops[0] {
+        Op::AllReduce { opts, .. } => Ok(Op::AllReduceCoalesced {
+            tensors: ops
+                .iter()
+                .map(|o| in_place(o, opts.reduce_op))
+                .collect::<Result<_>>()?,
+            opts: AllreduceOptions {
+                reduce_op: opts.reduce_op,
+                timeout: None,
+                async_op,
+            },
+        }),
+        Op::AllGatherIntoTensor { .. } => {
+            let (outputs, inputs) = pairs(ops, None)?;
+            Ok(Op::AllGatherIntoTensorCoalesced {
+                outputs,
+                inputs,
+                opts: AllgatherOptions {
                     timeout: None,
                     async_op,
                 },
-            ),
-            CollOp::AllGatherIntoTensor(out, inp) => pg.all_gather_into_tensor(
-                out,
-                inp,
-                &AllgatherOptions {
-                    timeout: None,
-                    async_op,
-                },
-            ),
-            CollOp::ReduceScatterTensor(out, inp, op) => pg.reduce_scatter_tensor(
-                out,
-                inp,
-                &ReduceScatterOptions {
-                    reduce_op: *op,
-                    timeout: None,
-                    async_op,
-                },
-            ),
+            })
         }
+        Op::ReduceScatterTensor { opts, .. } => {
+            let (outputs, inputs) = pairs(ops, Some(opts.reduce_op))?;
+            Ok(Op::ReduceScatterTensorCoalesced {
+                outputs,
+                inputs,
+                opts: ReduceScatterOptions {
+                    reduce_op: opts.reduce_op,
+                    timeout: None,
+                    async_op,
+                },
+            })
+        }
+        other => Err(DistError::invalid(format!(
+            "Coalescing manager does not support fast-path coalescing of {}",
+            python_name(other)
+        ))),
     }
+}
 
-    /// Issues `ops` (non-empty, all of `ops[0]`'s kind) as one coalesced op.
-    pub(crate) fn launch_fused(pg: &ProcessGroup, ops: &[CollOp], async_op: bool) -> Result<Work> {
-        match &ops[0] {
-            CollOp::AllReduce(_, op) => {
-                let mut ts = Vec::new();
-                for o in ops {
-                    if let CollOp::AllReduce(t, o2) = o {
-                        if o2 != op {
-                            return Err(DistError::invalid("coalescing_manager: all_reduce ops with different reduce ops cannot be coalesced"));
-                        }
-                        ts.push(t.clone());
-                    }
-                }
-                pg.all_reduce_coalesced(
-                    &ts,
-                    &AllreduceOptions {
-                        reduce_op: *op,
-                        timeout: None,
-                        async_op,
-                    },
-                )
-            }
-            CollOp::AllGatherIntoTensor(..) => {
-                let (mut outs, mut ins) = (Vec::new(), Vec::new());
-                for o in ops {
-                    if let CollOp::AllGatherIntoTensor(out, inp) = o {
-                        outs.push(out.clone());
-                        ins.push(inp.clone());
-                    }
-                }
-                pg.all_gather_into_tensor_coalesced(
-                    &outs,
-                    &ins,
-                    &AllgatherOptions {
-                        timeout: None,
-                        async_op,
-                    },
-                )
-            }
-            CollOp::ReduceScatterTensor(_, _, op) => {
-                let (mut outs, mut ins) = (Vec::new(), Vec::new());
-                for o in ops {
-                    if let CollOp::ReduceScatterTensor(out, inp, _) = o {
-                        outs.push(out.clone());
-                        ins.push(inp.clone());
-                    }
-                }
-                pg.reduce_scatter_tensor_coalesced(
-                    &outs,
-                    &ins,
-                    &ReduceScatterOptions {
-                        reduce_op: *op,
-                        timeout: None,
-                        async_op,
-                    },
-                )
-            }
-        }
+fn mixed(what: &str) -> DistError {
+    DistError::invalid(format!(
+        "coalescing_manager: {what} ops with different reduce ops cannot be coalesced"
+    ))
+}
+
+/// The tensor of a recorded all_reduce with reduce op `want`.
+fn in_place(op: &Op, want: ReduceOp) -> Result<Tensor> {
+    match op {
+        Op::AllReduce { tensors, opts } if opts.reduce_op == want => Ok(tensors[0].clone()),
+        _ => Err(mixed("all_reduce")),
     }
+}
+
+/// The (outputs, inputs) of recorded `*_tensor` ops; `want`: their reduce op, if any.
+fn pairs(ops: &[Op], want: Option<ReduceOp>) -> Result<(Vec<Tensor>, Vec<Tensor>)> {
+    let pair = |op: &Op| match op {
+        Op::AllGatherIntoTensor { output, input, .. } => Ok((output.clone(), input.clone())),
+        Op::ReduceScatterTensor {
+            output,
+            input,
+            opts,
+        } if Some(opts.reduce_op) == want => Ok((output.clone(), input.clone())),
+        _ => Err(mixed("reduce_scatter_tensor")),
+    };
+    let mut outs = Vec::with_capacity(ops.len());
+    let mut ins = Vec::with_capacity(ops.len());
+    for op in ops {
+        let (o, i) = pair(op)?;
+        outs.push(o);
+        ins.push(i);
+    }
+    Ok((outs, ins))
 }

@@ -4,9 +4,9 @@
 //! which keeps PyTorch's optional (`peer`, `group_peer`) pair: giving both fails with "Can't
 //! specify both group_rank and global_rank".
 
-use crate::coalescing::{CoalescingState, CollOp};
+use crate::coalescing::{alone, fuse, python_name, CoalescingState};
 use crate::world::{GroupMember, World, NOT_INITIALIZED};
-use c10d_core::{DType, DistError, ProcessGroup, ReduceOp, Result, Tensor, Work};
+use c10d_core::{Collectives, DType, DistError, Op, ProcessGroup, ReduceOp, Result, Tensor, Work};
 use std::time::Duration;
 
 /// The works of a coalescing block (`_CoalescingManager`).
@@ -240,18 +240,14 @@ impl World {
     }
 
     /// Inside a [`World::coalescing_manager`] block on `pg`: records `op` for the fused launch
-    /// at the block's end and returns true; otherwise false.
-    pub(crate) fn defer_if_coalescing(
-        &self,
-        pg: &ProcessGroup,
-        op: impl FnOnce() -> CollOp,
-    ) -> bool {
+    /// at the block's end and returns `None`; otherwise gives `op` back, to run now.
+    pub(crate) fn defer_if_coalescing(&self, pg: &ProcessGroup, op: Op) -> Option<Op> {
         match self.lock().coalescing.as_mut() {
             Some(c) if c.pg.ptr_eq(pg) => {
-                c.ops.push(op());
-                true
+                c.ops.push(op);
+                None
             }
-            _ => false,
+            _ => Some(op),
         }
     }
 
@@ -425,18 +421,18 @@ impl World {
             {
                 return Err(DistError::invalid(format!(
                     "Coalescing manager does not support fast-path coalescing of {}, yet {} is still recorded in coalescing manager.",
-                    op0.name(),
-                    bad.name()
+                    python_name(op0),
+                    python_name(bad)
                 )));
             }
-            let fused = CollOp::launch_fused(&pg, &state.ops, async_ops);
+            let fused = fuse(&state.ops, async_ops).and_then(|op| pg.run(op));
             match fused {
                 Ok(w) => works.push(w),
                 // A backend without the fused op: issue the recorded ops one by one, in order
                 // (every rank takes the same branch, as the backend is the same everywhere).
                 Err(e) if e.kind() == c10d_core::ErrorKind::Unsupported => {
                     for o in &state.ops {
-                        works.push(o.launch(&pg, async_ops)?);
+                        works.push(pg.run(alone(o, async_ops))?);
                     }
                 }
                 Err(e) => return Err(e),

@@ -18,9 +18,8 @@
 //! all-to-all, barrier and uneven all-gather/reduce-scatter lists. Point-to-point ops are not checked.
 
 use c10d_core::{
-    AllToAllOptions, AllgatherOptions, AllreduceCoalescedOptions, AllreduceOptions, Backend,
-    BackendOptions, BarrierOptions, BroadcastOptions, DType, DeviceType, DistError, GatherOptions,
-    OpType, ReduceOptions, ReduceScatterOptions, Result, ScatterOptions, Tensor, Work,
+    AllgatherOptions, Backend, BackendOptions, BarrierOptions, Collectives, DType, DeviceType,
+    DistError, Op, OpType, Result, Tensor, Work,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -288,6 +287,40 @@ fn same_size(ts: &[Tensor]) -> bool {
     ts.windows(2).all(|w| w[0].shape() == w[1].shape())
 }
 
+/// What PyTorch's `ProcessGroupWrapper` fingerprints of `op`: its op type and tensors (inputs
+/// for most ops; outputs for scatter and reduce_scatter; input and output for
+/// `_reduce_scatter_base`; none for coalesced ops, all-to-all, barrier and uneven lists).
+/// `None`: not checked (point-to-point ops).
+fn fingerprinted(op: &Op) -> Option<(OpType, Vec<&Tensor>)> {
+    let tensors: Vec<&Tensor> = match op {
+        Op::Send { .. } | Op::Recv { .. } | Op::RecvAnysource { .. } => return None,
+        Op::Broadcast { tensors, .. }
+        | Op::AllReduce { tensors, .. }
+        | Op::Reduce { tensors, .. } => tensors.iter().collect(),
+        Op::AllGather {
+            outputs, inputs, ..
+        } if outputs.last().is_none_or(|o| same_size(o)) => inputs.iter().collect(),
+        Op::AllGatherIntoTensor { input, .. } => vec![input],
+        Op::Gather { inputs, .. } => inputs.iter().collect(),
+        Op::Scatter { outputs, .. } => outputs.iter().collect(),
+        Op::ReduceScatter {
+            outputs, inputs, ..
+        } if inputs.last().is_none_or(|i| same_size(i)) => outputs.iter().collect(),
+        Op::ReduceScatterTensor { output, input, .. } => vec![input, output],
+        _ => Vec::new(),
+    };
+    Some((op.op_type(), tensors))
+}
+
+impl Collectives for DetailWrapper {
+    fn run(&self, op: Op) -> Result<Work> {
+        if let Some((kind, tensors)) = fingerprinted(&op) {
+            self.run_collective_checks(kind, &tensors)?;
+        }
+        self.inner.run(op)
+    }
+}
+
 impl Backend for DetailWrapper {
     c10d_core::delegate_backend!(
         inner: name,
@@ -307,155 +340,6 @@ impl Backend for DetailWrapper {
     fn set_timeout(&self, timeout: Duration) {
         self.inner.set_timeout(timeout);
         self.helper.set_timeout(timeout);
-    }
-    fn broadcast(&self, tensors: &[Tensor], opts: &BroadcastOptions) -> Result<Work> {
-        self.run_collective_checks(OpType::Broadcast, &tensors.iter().collect::<Vec<_>>())?;
-        self.inner.broadcast(tensors, opts)
-    }
-    fn all_reduce(&self, tensors: &[Tensor], opts: &AllreduceOptions) -> Result<Work> {
-        self.run_collective_checks(OpType::Allreduce, &tensors.iter().collect::<Vec<_>>())?;
-        self.inner.all_reduce(tensors, opts)
-    }
-    fn all_reduce_coalesced(
-        &self,
-        tensors: &[Tensor],
-        opts: &AllreduceCoalescedOptions,
-    ) -> Result<Work> {
-        self.run_collective_checks(OpType::AllreduceCoalesced, &[])?;
-        self.inner.all_reduce_coalesced(tensors, opts)
-    }
-    fn reduce(&self, tensors: &[Tensor], opts: &ReduceOptions) -> Result<Work> {
-        self.run_collective_checks(OpType::Reduce, &tensors.iter().collect::<Vec<_>>())?;
-        self.inner.reduce(tensors, opts)
-    }
-    fn all_gather(
-        &self,
-        outputs: &[Vec<Tensor>],
-        inputs: &[Tensor],
-        opts: &AllgatherOptions,
-    ) -> Result<Work> {
-        let even = outputs.last().is_none_or(|o| same_size(o));
-        let ts: Vec<&Tensor> = if even {
-            inputs.iter().collect()
-        } else {
-            Vec::new()
-        };
-        self.run_collective_checks(OpType::Allgather, &ts)?;
-        self.inner.all_gather(outputs, inputs, opts)
-    }
-    fn all_gather_into_tensor(
-        &self,
-        output: &Tensor,
-        input: &Tensor,
-        opts: &AllgatherOptions,
-    ) -> Result<Work> {
-        self.run_collective_checks(OpType::AllgatherBase, &[input])?;
-        self.inner.all_gather_into_tensor(output, input, opts)
-    }
-    fn all_gather_coalesced(
-        &self,
-        outputs: &[Vec<Tensor>],
-        inputs: &[Tensor],
-        opts: &AllgatherOptions,
-    ) -> Result<Work> {
-        self.run_collective_checks(OpType::AllgatherCoalesced, &[])?;
-        self.inner.all_gather_coalesced(outputs, inputs, opts)
-    }
-    fn all_gather_into_tensor_coalesced(
-        &self,
-        outputs: &[Tensor],
-        inputs: &[Tensor],
-        opts: &AllgatherOptions,
-    ) -> Result<Work> {
-        self.run_collective_checks(OpType::Coalesced, &[])?;
-        self.inner
-            .all_gather_into_tensor_coalesced(outputs, inputs, opts)
-    }
-    fn gather(
-        &self,
-        outputs: &[Vec<Tensor>],
-        inputs: &[Tensor],
-        opts: &GatherOptions,
-    ) -> Result<Work> {
-        self.run_collective_checks(OpType::Gather, &inputs.iter().collect::<Vec<_>>())?;
-        self.inner.gather(outputs, inputs, opts)
-    }
-    fn scatter(
-        &self,
-        outputs: &[Tensor],
-        inputs: &[Vec<Tensor>],
-        opts: &ScatterOptions,
-    ) -> Result<Work> {
-        self.run_collective_checks(OpType::Scatter, &outputs.iter().collect::<Vec<_>>())?;
-        self.inner.scatter(outputs, inputs, opts)
-    }
-    fn reduce_scatter(
-        &self,
-        outputs: &[Tensor],
-        inputs: &[Vec<Tensor>],
-        opts: &ReduceScatterOptions,
-    ) -> Result<Work> {
-        let even = inputs.last().is_none_or(|i| same_size(i));
-        let ts: Vec<&Tensor> = if even {
-            outputs.iter().collect()
-        } else {
-            Vec::new()
-        };
-        self.run_collective_checks(OpType::ReduceScatter, &ts)?;
-        self.inner.reduce_scatter(outputs, inputs, opts)
-    }
-    fn reduce_scatter_tensor(
-        &self,
-        output: &Tensor,
-        input: &Tensor,
-        opts: &ReduceScatterOptions,
-    ) -> Result<Work> {
-        self.run_collective_checks(OpType::ReduceScatterBase, &[input, output])?;
-        self.inner.reduce_scatter_tensor(output, input, opts)
-    }
-    fn reduce_scatter_tensor_coalesced(
-        &self,
-        outputs: &[Tensor],
-        inputs: &[Tensor],
-        opts: &ReduceScatterOptions,
-    ) -> Result<Work> {
-        self.run_collective_checks(OpType::Coalesced, &[])?;
-        self.inner
-            .reduce_scatter_tensor_coalesced(outputs, inputs, opts)
-    }
-    fn all_to_all_single(
-        &self,
-        output: &Tensor,
-        input: &Tensor,
-        output_split_sizes: &[usize],
-        input_split_sizes: &[usize],
-        opts: &AllToAllOptions,
-    ) -> Result<Work> {
-        self.run_collective_checks(OpType::AlltoallBase, &[])?;
-        self.inner
-            .all_to_all_single(output, input, output_split_sizes, input_split_sizes, opts)
-    }
-    fn all_to_all(
-        &self,
-        outputs: &[Tensor],
-        inputs: &[Tensor],
-        opts: &AllToAllOptions,
-    ) -> Result<Work> {
-        self.run_collective_checks(OpType::Alltoall, &[])?;
-        self.inner.all_to_all(outputs, inputs, opts)
-    }
-    fn barrier(&self, opts: &BarrierOptions) -> Result<Work> {
-        self.run_collective_checks(OpType::Barrier, &[])?;
-        self.inner.barrier(opts)
-    }
-    fn send(&self, tensors: &[Tensor], dst: usize, tag: i64) -> Result<Work> {
-        self.inner.send(tensors, dst, tag)
-    }
-    fn recv(&self, tensors: &[Tensor], src: usize, tag: i64) -> Result<Work> {
-        self.inner.recv(tensors, src, tag)
-    }
-    fn recv_anysource(&self, tensors: &[Tensor], tag: i64) -> Result<Work> {
-        self.inner.recv_anysource(tensors, tag)
     }
     fn split(&self, ranks: &[usize], opts: &BackendOptions) -> Result<Option<Arc<dyn Backend>>> {
         self.inner.split(ranks, opts)

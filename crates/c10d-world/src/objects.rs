@@ -20,7 +20,7 @@
 //! PyTorch: the root is a [`Rank`] (global or group rank, default global 0, any source for
 //! `recv_object_list`); non-members get a warning and return without communicating.
 
-use crate::call::{keyword, Collective, Keywords, Op, Rank};
+use crate::call::{keyword, Call, Collective, Keywords, Rank};
 use crate::world::{GroupMember, World};
 use c10d_core::{DType, DistError, ProcessGroup, Result, Tensor};
 use serde::de::DeserializeOwned;
@@ -231,13 +231,13 @@ impl World {
 
 type Timeout = Option<std::time::Duration>;
 
-/// Implements the sealed [`Op`] for an object collective's arguments: `object_op!(Type,
+/// Implements the sealed [`Call`] for an object collective's arguments: `object_op!(Type,
 /// "name", [bounds], Output, |args, world, kw| body)` (blocking only, as in PyTorch). Errors
 /// of this module's helpers ("object collective: ...") are told with the op's name.
 macro_rules! object_op {
     ($ty:ident, $name:literal, [$($b:tt)*], $out:ty, |$a:ident, $w:ident, $kw:ident| $body:block) => {
         impl<T: $($b)*> crate::call::Sealed for $ty<'_, T> {}
-        impl<T: $($b)*> Op for $ty<'_, T> {
+        impl<T: $($b)*> Call for $ty<'_, T> {
             type Output = $out;
             fn run(self, $w: &World, $kw: &Keywords<'_>) -> Result<$out> {
                 let $a = self;

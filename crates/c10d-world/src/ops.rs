@@ -11,17 +11,16 @@
 //!   a complex tensor counts as its real dtype).
 
 use crate::buffer::{with_tensors, Buffer, BufferMut, SharedBuffer};
-use crate::call::{keyword, unit_op, AsyncOp, Collective, Keywords, Op, Rank};
-use crate::coalescing::CollOp;
+use crate::call::{keyword, unit_op, AsyncCall, Call, Collective, Keywords, Rank};
 use crate::collectives::{check_complex_op, ensure_same_dtype, root_only_list};
 use crate::world::World;
 use c10d_core::{
     AllToAllOptions, AllgatherOptions, AllreduceOptions, BarrierOptions, BroadcastOptions,
-    DistError, GatherOptions, OpType, ProcessGroup, ReduceOp, ReduceOptions, ReduceScatterOptions,
-    Result, ScatterOptions, Tensor, Work,
+    Collectives, DistError, GatherOptions, Op, OpType, ProcessGroup, ReduceOp, ReduceOptions,
+    ReduceScatterOptions, Result, ScatterOptions, Tensor, Work,
 };
 
-/// Implements [`Op`] and [`AsyncOp`] for an argument type generic over its memory (the
+/// Implements [`Call`] and [`AsyncCall`] for an argument type generic over its memory (the
 /// [`Buffer`]s named in brackets): `run` views each buffer as a tensor for the call, `start`
 /// exists when every buffer is a [`SharedBuffer`]; both end in the type's `launch_on` over
 /// tensors: `buffer_op!(Type<[lifetime,] P: Bound, ..>, "name", OpType::X, |args| [fields]
@@ -30,7 +29,7 @@ macro_rules! buffer_op {
     ($ty:ident<$($l:lifetime,)? $($P:ident: $B:ident),+>, $name:literal, $op_type:expr,
      |$a:ident| [$($buf:ident),+] $resolved:expr) => {
         impl<$($l,)? $($P: $B),+> crate::call::Sealed for $ty<$($l,)? $($P),+> {}
-        impl<$($l,)? $($P: $B),+> Op for $ty<$($l,)? $($P),+> {
+        impl<$($l,)? $($P: $B),+> Call for $ty<$($l,)? $($P),+> {
             type Output = ();
             fn run(self, w: &World, kw: &Keywords<'_>) -> Result<()> {
                 refuse_borrowed_in_coalescing(w, $name, $(<$P as Buffer>::BORROWED)||+)?;
@@ -38,7 +37,7 @@ macro_rules! buffer_op {
                 buffer_op!(@with $a, [$($buf),+], $resolved.launch_on(w, kw)).map(drop)
             }
         }
-        impl<$($l,)? $($P: SharedBuffer),+> AsyncOp for $ty<$($l,)? $($P),+> {
+        impl<$($l,)? $($P: SharedBuffer),+> AsyncCall for $ty<$($l,)? $($P),+> {
             const NAME: &'static str = $name;
             const OP_TYPE: OpType = $op_type;
             fn launch(&self, w: &World, kw: &Keywords<'_>) -> Result<Option<Work>> {
@@ -76,15 +75,18 @@ impl AllReduce<&Tensor> {
         let Some(pg) = w.op_group(kw.group, "all_reduce")? else {
             return Ok(None);
         };
-        if w.defer_if_coalescing(&pg, || CollOp::AllReduce(a.tensor.clone(), a.op)) {
-            return Ok(None);
-        }
-        let opts = AllreduceOptions {
-            reduce_op: a.op,
-            timeout: kw.timeout,
-            async_op: kw.async_op,
+        let op = Op::AllReduce {
+            tensors: vec![a.tensor.clone()],
+            opts: AllreduceOptions {
+                reduce_op: a.op,
+                timeout: kw.timeout,
+                async_op: kw.async_op,
+            },
         };
-        let work = pg.all_reduce(std::slice::from_ref(a.tensor), &opts)?;
+        let Some(op) = w.defer_if_coalescing(&pg, op) else {
+            return Ok(None);
+        };
+        let work = pg.run(op)?;
         w.launched(&pg, work, kw.async_op)
     }
 }
@@ -214,12 +216,15 @@ impl AllGatherIntoTensor<&Tensor, &Tensor> {
         let Some(pg) = w.op_group(kw.group, "all_gather_into_tensor")? else {
             return Ok(None);
         };
-        if w.defer_if_coalescing(&pg, || {
-            CollOp::AllGatherIntoTensor(a.output.clone(), a.input.clone())
-        }) {
+        let op = Op::AllGatherIntoTensor {
+            output: a.output.clone(),
+            input: a.input.clone(),
+            opts: allgather_opts(kw),
+        };
+        let Some(op) = w.defer_if_coalescing(&pg, op) else {
             return Ok(None);
-        }
-        let work = pg.all_gather_into_tensor(a.output, a.input, &allgather_opts(kw))?;
+        };
+        let work = pg.run(op)?;
         w.launched(&pg, work, kw.async_op)
     }
 }
@@ -410,13 +415,15 @@ impl ReduceScatterTensor<&Tensor, &Tensor> {
         let Some(pg) = w.op_group(kw.group, "reduce_scatter_tensor")? else {
             return Ok(None);
         };
-        if w.defer_if_coalescing(&pg, || {
-            CollOp::ReduceScatterTensor(a.output.clone(), a.input.clone(), a.op)
-        }) {
+        let op = Op::ReduceScatterTensor {
+            output: a.output.clone(),
+            input: a.input.clone(),
+            opts: reduce_scatter_opts(a.op, kw),
+        };
+        let Some(op) = w.defer_if_coalescing(&pg, op) else {
             return Ok(None);
-        }
-        let opts = reduce_scatter_opts(a.op, kw);
-        let work = pg.reduce_scatter_tensor(a.output, a.input, &opts)?;
+        };
+        let work = pg.run(op)?;
         w.launched(&pg, work, kw.async_op)
     }
 }
@@ -505,7 +512,7 @@ pub struct MonitoredBarrier {
     wait_all_ranks: bool,
 }
 impl crate::call::Sealed for MonitoredBarrier {}
-impl Op for MonitoredBarrier {
+impl Call for MonitoredBarrier {
     type Output = ();
     fn run(self, w: &World, kw: &Keywords<'_>) -> Result<()> {
         let Some(pg) = w.op_group(kw.group, "monitored_barrier")? else {
@@ -540,7 +547,7 @@ pub struct SendTensor<D> {
     tag: i64,
 }
 impl<D: Buffer> crate::call::Sealed for SendTensor<D> {}
-impl<D: Buffer> Op for SendTensor<D> {
+impl<D: Buffer> Call for SendTensor<D> {
     type Output = ();
     fn run(self, w: &World, kw: &Keywords<'_>) -> Result<()> {
         let (dst, tag) = (self.dst, self.tag);
@@ -551,7 +558,7 @@ impl<D: Buffer> Op for SendTensor<D> {
             })
     }
 }
-impl<D: SharedBuffer> AsyncOp for SendTensor<D> {
+impl<D: SharedBuffer> AsyncCall for SendTensor<D> {
     const NAME: &'static str = "isend";
     const OP_TYPE: OpType = OpType::Send;
     fn launch(&self, w: &World, kw: &Keywords<'_>) -> Result<Option<Work>> {
@@ -575,7 +582,7 @@ pub struct RecvTensor<D> {
     tag: i64,
 }
 impl<D: BufferMut> crate::call::Sealed for RecvTensor<D> {}
-impl<D: BufferMut> Op for RecvTensor<D> {
+impl<D: BufferMut> Call for RecvTensor<D> {
     /// The sender's global rank (−1 on a non-member).
     type Output = i64;
     fn run(self, w: &World, kw: &Keywords<'_>) -> Result<i64> {
@@ -584,7 +591,7 @@ impl<D: BufferMut> Op for RecvTensor<D> {
             .with_tensor(|t| recv_blocking(w, kw, t, src, tag))
     }
 }
-impl<D: SharedBuffer> AsyncOp for RecvTensor<D> {
+impl<D: SharedBuffer> AsyncCall for RecvTensor<D> {
     const NAME: &'static str = "irecv";
     const OP_TYPE: OpType = OpType::Recv;
     fn launch(&self, w: &World, kw: &Keywords<'_>) -> Result<Option<Work>> {

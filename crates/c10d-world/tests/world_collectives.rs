@@ -599,15 +599,14 @@ impl c10d_core::Backend for NoFuse {
     fn set_timeout(&self, t: std::time::Duration) {
         self.0.set_timeout(t)
     }
-    fn all_reduce(
-        &self,
-        tensors: &[Tensor],
-        opts: &c10d_core::AllreduceOptions,
-    ) -> c10d_core::Result<c10d_core::Work> {
-        self.0.all_reduce(tensors, opts)
-    }
-    fn barrier(&self, opts: &c10d_core::BarrierOptions) -> c10d_core::Result<c10d_core::Work> {
-        self.0.barrier(opts)
+}
+
+impl c10d_core::Collectives for NoFuse {
+    fn run(&self, op: c10d_core::Op) -> c10d_core::Result<c10d_core::Work> {
+        match op {
+            c10d_core::Op::AllReduce { .. } | c10d_core::Op::Barrier { .. } => self.0.run(op),
+            op => Err(op.unsupported_by("nofuse")),
+        }
     }
 }
 
@@ -717,29 +716,25 @@ impl Coalescer {
     }
 }
 
+impl c10d_core::Collectives for Coalescer {
+    /// all_reduce, send and recv wait for the block's end; barrier runs at once.
+    fn run(&self, op: c10d_core::Op) -> c10d_core::Result<c10d_core::Work> {
+        use c10d_core::Op;
+        match op {
+            Op::AllReduce { .. } | Op::Send { .. } | Op::Recv { .. } => {
+                let (b, kind) = (self.inner.clone(), op.op_type());
+                self.run_or_defer(kind, move || b.run(op))
+            }
+            Op::Barrier { .. } => self.inner.run(op),
+            op => Err(op.unsupported_by("coalescer")),
+        }
+    }
+}
+
 impl c10d_core::Backend for Coalescer {
     c10d_core::delegate_backend!(inner: rank, size, device_type, timeout, set_timeout);
     fn name(&self) -> &str {
         "coalescer"
-    }
-    fn all_reduce(
-        &self,
-        tensors: &[Tensor],
-        opts: &c10d_core::AllreduceOptions,
-    ) -> c10d_core::Result<c10d_core::Work> {
-        let (b, t, o) = (self.inner.clone(), tensors.to_vec(), opts.clone());
-        self.run_or_defer(c10d_core::OpType::Allreduce, move || b.all_reduce(&t, &o))
-    }
-    fn send(&self, t: &[Tensor], dst: usize, tag: i64) -> c10d_core::Result<c10d_core::Work> {
-        let (b, t) = (self.inner.clone(), t.to_vec());
-        self.run_or_defer(c10d_core::OpType::Send, move || b.send(&t, dst, tag))
-    }
-    fn recv(&self, t: &[Tensor], src: usize, tag: i64) -> c10d_core::Result<c10d_core::Work> {
-        let (b, t) = (self.inner.clone(), t.to_vec());
-        self.run_or_defer(c10d_core::OpType::Recv, move || b.recv(&t, src, tag))
-    }
-    fn barrier(&self, opts: &c10d_core::BarrierOptions) -> c10d_core::Result<c10d_core::Work> {
-        self.inner.barrier(opts)
     }
     fn supports_coalescing(&self) -> bool {
         true

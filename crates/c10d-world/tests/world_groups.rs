@@ -599,6 +599,12 @@ struct Spy {
     log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
+impl c10d_core::Collectives for Spy {
+    fn run(&self, op: c10d_core::Op) -> c10d_core::Result<c10d_core::Work> {
+        Err(op.unsupported_by("spyshut"))
+    }
+}
+
 impl c10d_core::Backend for Spy {
     fn name(&self) -> &str {
         "spyshut"

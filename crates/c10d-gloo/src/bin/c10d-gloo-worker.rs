@@ -10,6 +10,7 @@
 //!     "ERROR <unix-ms> <message>" and exits with status 3. Used by the kill test.
 //! ```
 
+use c10d_core::Collectives;
 use c10d_core::{
     AllToAllOptions, AllgatherOptions, AllreduceOptions, Backend, BarrierOptions, BroadcastOptions,
     DType, ReduceScatterOptions, Tensor,

@@ -14,7 +14,7 @@
 //! - Temporary buffers and PREMUL_SUM reductions of the block's ops live until its group ended.
 
 use super::ProcessGroupNccl;
-use super::{destroy_premul, Calls, DeviceComm, Enqueue, Op, Pending};
+use super::{destroy_premul, Calls, DeviceComm, Enqueue, Pending, Submit};
 use crate::result;
 use crate::sys;
 use crate::watchdog::WorkRecord;
@@ -120,7 +120,7 @@ impl ProcessGroupNccl {
         &self,
         c: &mut Coalesced,
         dc: &Arc<DeviceComm>,
-        op: &Op<'_>,
+        op: &Submit<'_>,
         (caller, capturing): (Option<Arc<CudaStream>>, bool),
         body: impl FnOnce(&mut Enqueue<'_>) -> Result<()>,
     ) -> Result<Work> {

@@ -55,7 +55,7 @@ pub(crate) struct DeviceComm {
 }
 
 /// What an op is, for its `Work`, the checks and the watchdog.
-pub(crate) struct Op<'a> {
+pub(crate) struct Submit<'a> {
     pub kind: OpType,
     pub inputs: &'a [Tensor],
     pub outputs: &'a [Tensor],
@@ -338,7 +338,7 @@ impl ProcessGroupNccl {
     /// # Errors
     /// "Tensors must be CUDA and dense" (PyTorch's text) for a CPU tensor; tensors on two
     /// devices.
-    fn device_of(&self, op: &Op<'_>) -> Result<Device> {
+    fn device_of(&self, op: &Submit<'_>) -> Result<Device> {
         let mut found = None;
         for t in op.inputs.iter().chain(op.outputs) {
             let d = t.device();
@@ -390,7 +390,7 @@ impl ProcessGroupNccl {
     /// block, a failure is also remembered for `end_coalescing`.
     pub(crate) fn launch(
         &self,
-        op: Op<'_>,
+        op: Submit<'_>,
         body: impl FnOnce(&mut Enqueue<'_>) -> Result<()>,
     ) -> Result<Work> {
         let r = self.launch_op(op, body);
@@ -405,7 +405,7 @@ impl ProcessGroupNccl {
 
     fn launch_op(
         &self,
-        op: Op<'_>,
+        op: Submit<'_>,
         body: impl FnOnce(&mut Enqueue<'_>) -> Result<()>,
     ) -> Result<Work> {
         let device = self.device_of(&op)?;
@@ -521,7 +521,7 @@ impl ProcessGroupNccl {
     /// (another group's coalesced block, or a user's `ncclGroupStart`): its calls would only
     /// launch when that group ends, after this op's `Work` had been recorded as enqueued.
     /// Returns whether this group has a coalesced block open (one look at the block).
-    fn check_thread_groups(&self, op: &Op<'_>) -> Result<bool> {
+    fn check_thread_groups(&self, op: &Submit<'_>) -> Result<bool> {
         let (in_block, own) = match self
             .coalescing
             .lock()
