@@ -79,29 +79,29 @@ impl Collectives for ProcessGroupGloo {
     fn run(&self, op: Op) -> Result<Work> {
         match op {
             Op::Broadcast { tensors, opts } => broadcast(self, &tensors, &opts),
-            Op::AllReduce { tensors, opts } => all_reduce(self, &tensors, &opts),
-            Op::AllReduceCoalesced { tensors, opts } => all_reduce_coalesced(self, &tensors, &opts),
+            Op::AllReduce { tensors, opts } => allreduce(self, &tensors, &opts),
+            Op::AllReduceCoalesced { tensors, opts } => allreduce_coalesced(self, &tensors, &opts),
             Op::Reduce { tensors, opts } => reduce(self, &tensors, &opts),
             Op::AllGather {
                 outputs,
                 inputs,
                 opts,
-            } => all_gather(self, &outputs, &inputs, &opts),
+            } => allgather(self, &outputs, &inputs, &opts),
             Op::AllGatherIntoTensor {
                 output,
                 input,
                 opts,
-            } => all_gather_into_tensor(self, &output, &input, &opts),
+            } => allgather_base(self, &output, &input, &opts),
             Op::AllGatherCoalesced {
                 outputs,
                 inputs,
                 opts,
-            } => all_gather_coalesced(self, &outputs, &inputs, &opts),
+            } => allgather_coalesced(self, &outputs, &inputs, &opts),
             Op::AllGatherIntoTensorCoalesced {
                 outputs,
                 inputs,
                 opts,
-            } => all_gather_into_tensor_coalesced(self, &outputs, &inputs, &opts),
+            } => allgather_into_tensor_coalesced(self, &outputs, &inputs, &opts),
             Op::Gather {
                 outputs,
                 inputs,
@@ -121,7 +121,7 @@ impl Collectives for ProcessGroupGloo {
                 output,
                 input,
                 opts,
-            } => reduce_scatter_tensor(self, &output, &input, &opts),
+            } => reduce_scatter_base(self, &output, &input, &opts),
             Op::ReduceScatterTensorCoalesced {
                 outputs,
                 inputs,
@@ -133,7 +133,7 @@ impl Collectives for ProcessGroupGloo {
                 output_split_sizes,
                 input_split_sizes,
                 opts,
-            } => all_to_all_single(
+            } => alltoall_base(
                 self,
                 &output,
                 &input,
@@ -145,7 +145,7 @@ impl Collectives for ProcessGroupGloo {
                 outputs,
                 inputs,
                 opts,
-            } => all_to_all(self, &outputs, &inputs, &opts),
+            } => alltoall(self, &outputs, &inputs, &opts),
             Op::Barrier { opts } => barrier(self, &opts),
             Op::Send { tensors, dst, tag } => send(self, &tensors, dst, tag),
             Op::Recv { tensors, src, tag } => recv(self, &tensors, src, tag),
@@ -188,8 +188,8 @@ fn broadcast(pg: &ProcessGroupGloo, tensors: &[Tensor], opts: &BroadcastOptions)
     })
 }
 
-fn all_reduce(pg: &ProcessGroupGloo, tensors: &[Tensor], opts: &AllreduceOptions) -> Result<Work> {
-    pg.checks().all_reduce(tensors, opts.reduce_op)?;
+fn allreduce(pg: &ProcessGroupGloo, tensors: &[Tensor], opts: &AllreduceOptions) -> Result<Work> {
+    pg.checks().allreduce(tensors, opts.reduce_op)?;
     cpu("allreduce", tensors)?;
     let dtype = tensors[0].dtype();
     let body = all_reduce_body(pg.algo, opts.reduce_op, dtype, pg.id.size);
@@ -206,13 +206,13 @@ fn all_reduce(pg: &ProcessGroupGloo, tensors: &[Tensor], opts: &AllreduceOptions
     })
 }
 
-fn all_reduce_coalesced(
+fn allreduce_coalesced(
     pg: &ProcessGroupGloo,
     tensors: &[Tensor],
     opts: &AllreduceCoalescedOptions,
 ) -> Result<Work> {
     let rop = opts.reduce_op;
-    pg.checks().all_reduce_coalesced(tensors, rop)?;
+    pg.checks().allreduce_coalesced(tensors, rop)?;
     cpu("allreduce_coalesced", tensors)?;
     let dtype = tensors[0].dtype();
     let total = nbytes(tensors) as usize;
@@ -285,13 +285,13 @@ fn reduce(pg: &ProcessGroupGloo, tensors: &[Tensor], opts: &ReduceOptions) -> Re
     })
 }
 
-fn all_gather(
+fn allgather(
     pg: &ProcessGroupGloo,
     outputs: &[Vec<Tensor>],
     inputs: &[Tensor],
     opts: &AllgatherOptions,
 ) -> Result<Work> {
-    pg.checks().all_gather(outputs, inputs)?;
+    pg.checks().allgather(outputs, inputs)?;
     cpu("allgather", inputs.iter().chain(outputs.iter().flatten()))?;
     let flat: Vec<Tensor> = outputs.iter().flatten().cloned().collect();
     let algo = pg.algo;
@@ -310,13 +310,13 @@ fn all_gather(
     })
 }
 
-fn all_gather_into_tensor(
+fn allgather_base(
     pg: &ProcessGroupGloo,
     output: &Tensor,
     input: &Tensor,
     opts: &AllgatherOptions,
 ) -> Result<Work> {
-    pg.checks().all_gather_into_tensor(output, input)?;
+    pg.checks().allgather_base(output, input)?;
     cpu("_allgather_base", [output, input])?;
     let n = pg.id.size;
     let algo = pg.algo;
@@ -338,13 +338,13 @@ fn all_gather_into_tensor(
     })
 }
 
-fn all_gather_coalesced(
+fn allgather_coalesced(
     pg: &ProcessGroupGloo,
     outputs: &[Vec<Tensor>],
     inputs: &[Tensor],
     opts: &AllgatherOptions,
 ) -> Result<Work> {
-    pg.checks().all_gather_coalesced(outputs, inputs)?;
+    pg.checks().allgather_coalesced(outputs, inputs)?;
     cpu(
         "allgather_coalesced",
         inputs.iter().chain(outputs.iter().flatten()),
@@ -372,14 +372,14 @@ fn all_gather_coalesced(
     })
 }
 
-fn all_gather_into_tensor_coalesced(
+fn allgather_into_tensor_coalesced(
     pg: &ProcessGroupGloo,
     outputs: &[Tensor],
     inputs: &[Tensor],
     opts: &AllgatherOptions,
 ) -> Result<Work> {
     pg.checks()
-        .all_gather_into_tensor_coalesced(outputs, inputs)?;
+        .allgather_into_tensor_coalesced(outputs, inputs)?;
     cpu(
         "allgather_into_tensor_coalesced",
         inputs.iter().chain(outputs),
@@ -486,7 +486,7 @@ fn reduce_scatter(
     })
 }
 
-fn reduce_scatter_tensor(
+fn reduce_scatter_base(
     pg: &ProcessGroupGloo,
     output: &Tensor,
     input: &Tensor,
@@ -494,7 +494,7 @@ fn reduce_scatter_tensor(
 ) -> Result<Work> {
     let n = pg.id.size;
     pg.checks()
-        .reduce_scatter_tensor(output, input, opts.reduce_op)?;
+        .reduce_scatter_base(output, input, opts.reduce_op)?;
     cpu("_reduce_scatter_base", [output, input])?;
     let (dtype, rop) = (output.dtype(), opts.reduce_op);
     let algo = pg.algo;
@@ -551,7 +551,7 @@ fn reduce_scatter_tensor_coalesced(
     })
 }
 
-fn all_to_all_single(
+fn alltoall_base(
     pg: &ProcessGroupGloo,
     output: &Tensor,
     input: &Tensor,
@@ -561,7 +561,7 @@ fn all_to_all_single(
 ) -> Result<Work> {
     let (outs, ins) =
         pg.checks()
-            .all_to_all_single(output, input, output_split_sizes, input_split_sizes)?;
+            .alltoall_base(output, input, output_split_sizes, input_split_sizes)?;
     cpu("alltoall_base", [output, input])?;
     let elem = input.dtype().size();
     let out_b: Vec<usize> = outs.into_iter().map(|c| c * elem).collect();
@@ -587,13 +587,13 @@ fn all_to_all_single(
     })
 }
 
-fn all_to_all(
+fn alltoall(
     pg: &ProcessGroupGloo,
     outputs: &[Tensor],
     inputs: &[Tensor],
     opts: &AllToAllOptions,
 ) -> Result<Work> {
-    pg.checks().all_to_all(outputs, inputs)?;
+    pg.checks().alltoall(outputs, inputs)?;
     cpu("alltoall", inputs.iter().chain(outputs))?;
     let dtype = inputs[0].dtype();
     let body: CollBody =

@@ -48,8 +48,8 @@ impl NcclChecks {
     ///
     /// # Errors
     /// The shared texts; "requires a single-element tensor list".
-    pub fn all_reduce(&self, tensors: &[Tensor], op: ReduceOp) -> Result<()> {
-        self.0.all_reduce(tensors, op)?;
+    pub fn allreduce(&self, tensors: &[Tensor], op: ReduceOp) -> Result<()> {
+        self.0.allreduce(tensors, op)?;
         at("allreduce").single(tensors)
     }
 
@@ -57,8 +57,8 @@ impl NcclChecks {
     ///
     /// # Errors
     /// The shared texts; "requires a single-element input tensor list".
-    pub fn all_gather(&self, outputs: &[Vec<Tensor>], inputs: &[Tensor]) -> Result<()> {
-        self.0.all_gather(outputs, inputs)?;
+    pub fn allgather(&self, outputs: &[Vec<Tensor>], inputs: &[Tensor]) -> Result<()> {
+        self.0.allgather(outputs, inputs)?;
         at("allgather").single_of(inputs.len(), "input")
     }
 

@@ -193,29 +193,29 @@ impl Collectives for ProcessGroupNccl {
     fn run(&self, op: Op) -> Result<Work> {
         match op {
             Op::Broadcast { tensors, opts } => broadcast(self, &tensors, &opts),
-            Op::AllReduce { tensors, opts } => all_reduce(self, &tensors, &opts),
-            Op::AllReduceCoalesced { tensors, opts } => all_reduce_coalesced(self, &tensors, &opts),
+            Op::AllReduce { tensors, opts } => allreduce(self, &tensors, &opts),
+            Op::AllReduceCoalesced { tensors, opts } => allreduce_coalesced(self, &tensors, &opts),
             Op::Reduce { tensors, opts } => reduce(self, &tensors, &opts),
             Op::AllGather {
                 outputs,
                 inputs,
                 opts,
-            } => all_gather(self, &outputs, &inputs, &opts),
+            } => allgather(self, &outputs, &inputs, &opts),
             Op::AllGatherIntoTensor {
                 output,
                 input,
                 opts,
-            } => all_gather_into_tensor(self, &output, &input, &opts),
+            } => allgather_base(self, &output, &input, &opts),
             Op::AllGatherCoalesced {
                 outputs,
                 inputs,
                 opts,
-            } => all_gather_coalesced(self, &outputs, &inputs, &opts),
+            } => allgather_coalesced(self, &outputs, &inputs, &opts),
             Op::AllGatherIntoTensorCoalesced {
                 outputs,
                 inputs,
                 opts,
-            } => all_gather_into_tensor_coalesced(self, &outputs, &inputs, &opts),
+            } => allgather_into_tensor_coalesced(self, &outputs, &inputs, &opts),
             Op::Gather {
                 outputs,
                 inputs,
@@ -235,7 +235,7 @@ impl Collectives for ProcessGroupNccl {
                 output,
                 input,
                 opts,
-            } => reduce_scatter_tensor(self, &output, &input, &opts),
+            } => reduce_scatter_base(self, &output, &input, &opts),
             Op::ReduceScatterTensorCoalesced {
                 outputs,
                 inputs,
@@ -247,7 +247,7 @@ impl Collectives for ProcessGroupNccl {
                 output_split_sizes,
                 input_split_sizes,
                 opts,
-            } => all_to_all_single(
+            } => alltoall_base(
                 self,
                 &output,
                 &input,
@@ -259,7 +259,7 @@ impl Collectives for ProcessGroupNccl {
                 outputs,
                 inputs,
                 opts,
-            } => all_to_all(self, &outputs, &inputs, &opts),
+            } => alltoall(self, &outputs, &inputs, &opts),
             Op::Barrier { opts } => barrier(self, &opts),
             Op::Send { tensors, dst, tag } => send(self, &tensors, dst, tag),
             Op::Recv { tensors, src, tag } => recv(self, &tensors, src, tag),
@@ -277,8 +277,8 @@ fn broadcast(pg: &ProcessGroupNccl, tensors: &[Tensor], opts: &BroadcastOptions)
     )
 }
 
-fn all_reduce(pg: &ProcessGroupNccl, tensors: &[Tensor], opts: &AllreduceOptions) -> Result<Work> {
-    pg.checks().all_reduce(tensors, opts.reduce_op)?;
+fn allreduce(pg: &ProcessGroupNccl, tensors: &[Tensor], opts: &AllreduceOptions) -> Result<Work> {
+    pg.checks().allreduce(tensors, opts.reduce_op)?;
     let t = tensors[0].clone();
     pg.launch(
         pg.op(OpType::Allreduce, tensors, tensors, opts.timeout),
@@ -286,12 +286,12 @@ fn all_reduce(pg: &ProcessGroupNccl, tensors: &[Tensor], opts: &AllreduceOptions
     )
 }
 
-fn all_reduce_coalesced(
+fn allreduce_coalesced(
     pg: &ProcessGroupNccl,
     tensors: &[Tensor],
     opts: &AllreduceCoalescedOptions,
 ) -> Result<Work> {
-    pg.checks().all_reduce_coalesced(tensors, opts.reduce_op)?;
+    pg.checks().allreduce_coalesced(tensors, opts.reduce_op)?;
     let ts = tensors.to_vec();
     pg.launch(
         pg.op(OpType::AllreduceCoalesced, tensors, tensors, opts.timeout),
@@ -310,13 +310,13 @@ fn reduce(pg: &ProcessGroupNccl, tensors: &[Tensor], opts: &ReduceOptions) -> Re
     })
 }
 
-fn all_gather(
+fn allgather(
     pg: &ProcessGroupNccl,
     outputs: &[Vec<Tensor>],
     inputs: &[Tensor],
     opts: &AllgatherOptions,
 ) -> Result<Work> {
-    pg.checks().all_gather(outputs, inputs)?;
+    pg.checks().allgather(outputs, inputs)?;
     let input = inputs[0].clone();
     let outs = outputs[0].clone();
     let me = pg.rank;
@@ -326,13 +326,13 @@ fn all_gather(
     )
 }
 
-fn all_gather_into_tensor(
+fn allgather_base(
     pg: &ProcessGroupNccl,
     output: &Tensor,
     input: &Tensor,
     opts: &AllgatherOptions,
 ) -> Result<Work> {
-    pg.checks().all_gather_into_tensor(output, input)?;
+    pg.checks().allgather_base(output, input)?;
     let (o, i) = (output.clone(), input.clone());
     let (ins, outs) = (std::slice::from_ref(input), std::slice::from_ref(output));
     pg.launch(pg.op(OpType::AllgatherBase, ins, outs, opts.timeout), |e| {
@@ -340,13 +340,13 @@ fn all_gather_into_tensor(
     })
 }
 
-fn all_gather_coalesced(
+fn allgather_coalesced(
     pg: &ProcessGroupNccl,
     outputs: &[Vec<Tensor>],
     inputs: &[Tensor],
     opts: &AllgatherOptions,
 ) -> Result<Work> {
-    pg.checks().all_gather_coalesced(outputs, inputs)?;
+    pg.checks().allgather_coalesced(outputs, inputs)?;
     // outputs[r][i] receives inputs[i] of rank r: one list gather per input.
     let flats: Vec<(Vec<Tensor>, Tensor)> = (0..inputs.len())
         .map(|i| {
@@ -368,14 +368,14 @@ fn all_gather_coalesced(
     )
 }
 
-fn all_gather_into_tensor_coalesced(
+fn allgather_into_tensor_coalesced(
     pg: &ProcessGroupNccl,
     outputs: &[Tensor],
     inputs: &[Tensor],
     opts: &AllgatherOptions,
 ) -> Result<Work> {
     pg.checks()
-        .all_gather_into_tensor_coalesced(outputs, inputs)?;
+        .allgather_into_tensor_coalesced(outputs, inputs)?;
     let pairs = pairs(outputs, inputs);
     pg.launch(
         pg.op(OpType::AllgatherCoalesced, inputs, outputs, opts.timeout),
@@ -457,14 +457,14 @@ fn reduce_scatter(
     )
 }
 
-fn reduce_scatter_tensor(
+fn reduce_scatter_base(
     pg: &ProcessGroupNccl,
     output: &Tensor,
     input: &Tensor,
     opts: &ReduceScatterOptions,
 ) -> Result<Work> {
     pg.checks()
-        .reduce_scatter_tensor(output, input, opts.reduce_op)?;
+        .reduce_scatter_base(output, input, opts.reduce_op)?;
     let (o, i) = (output.clone(), input.clone());
     let (ins, outs) = (std::slice::from_ref(input), std::slice::from_ref(output));
     pg.launch(
@@ -492,7 +492,7 @@ fn reduce_scatter_tensor_coalesced(
     )
 }
 
-fn all_to_all_single(
+fn alltoall_base(
     pg: &ProcessGroupNccl,
     output: &Tensor,
     input: &Tensor,
@@ -502,7 +502,7 @@ fn all_to_all_single(
 ) -> Result<Work> {
     let (out_counts, in_counts) =
         pg.checks()
-            .all_to_all_single(output, input, output_split_sizes, input_split_sizes)?;
+            .alltoall_base(output, input, output_split_sizes, input_split_sizes)?;
     let (o, i) = (output.clone(), input.clone());
     let (ins, outs) = (std::slice::from_ref(input), std::slice::from_ref(output));
     pg.launch(pg.op(OpType::AlltoallBase, ins, outs, opts.timeout), |e| {
@@ -517,13 +517,13 @@ fn all_to_all_single(
     })
 }
 
-fn all_to_all(
+fn alltoall(
     pg: &ProcessGroupNccl,
     outputs: &[Tensor],
     inputs: &[Tensor],
     opts: &AllToAllOptions,
 ) -> Result<Work> {
-    pg.checks().all_to_all(outputs, inputs)?;
+    pg.checks().alltoall(outputs, inputs)?;
     let (os, is) = (outputs.to_vec(), inputs.to_vec());
     pg.launch(
         pg.op(OpType::Alltoall, inputs, outputs, opts.timeout),

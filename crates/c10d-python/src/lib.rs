@@ -13,6 +13,7 @@
 //! Layout: [`engine`] (one process group and its ops), [`work`] (works and completion
 //! callbacks), [`store`], [`tensor`], [`errors`].
 
+pub mod call;
 pub mod engine;
 pub mod errors;
 pub mod store;

@@ -340,29 +340,29 @@ impl Collectives for StoreBackend {
     fn run(&self, op: Op) -> Result<Work> {
         match op {
             Op::Broadcast { tensors, opts } => broadcast(self, &tensors, &opts),
-            Op::AllReduce { tensors, opts } => all_reduce(self, &tensors, &opts),
-            Op::AllReduceCoalesced { tensors, opts } => all_reduce_coalesced(self, &tensors, &opts),
+            Op::AllReduce { tensors, opts } => allreduce(self, &tensors, &opts),
+            Op::AllReduceCoalesced { tensors, opts } => allreduce_coalesced(self, &tensors, &opts),
             Op::Reduce { tensors, opts } => reduce(self, &tensors, &opts),
             Op::AllGather {
                 outputs,
                 inputs,
                 opts,
-            } => all_gather(self, &outputs, &inputs, &opts),
+            } => allgather(self, &outputs, &inputs, &opts),
             Op::AllGatherIntoTensor {
                 output,
                 input,
                 opts,
-            } => all_gather_into_tensor(self, &output, &input, &opts),
+            } => allgather_base(self, &output, &input, &opts),
             Op::AllGatherCoalesced {
                 outputs,
                 inputs,
                 opts,
-            } => all_gather_coalesced(self, &outputs, &inputs, &opts),
+            } => allgather_coalesced(self, &outputs, &inputs, &opts),
             Op::AllGatherIntoTensorCoalesced {
                 outputs,
                 inputs,
                 opts,
-            } => all_gather_into_tensor_coalesced(self, &outputs, &inputs, &opts),
+            } => allgather_into_tensor_coalesced(self, &outputs, &inputs, &opts),
             Op::Gather {
                 outputs,
                 inputs,
@@ -382,7 +382,7 @@ impl Collectives for StoreBackend {
                 output,
                 input,
                 opts,
-            } => reduce_scatter_tensor(self, &output, &input, &opts),
+            } => reduce_scatter_base(self, &output, &input, &opts),
             Op::ReduceScatterTensorCoalesced {
                 outputs,
                 inputs,
@@ -392,14 +392,14 @@ impl Collectives for StoreBackend {
                 outputs,
                 inputs,
                 opts,
-            } => all_to_all(self, &outputs, &inputs, &opts),
+            } => alltoall(self, &outputs, &inputs, &opts),
             Op::AllToAllSingle {
                 output,
                 input,
                 output_split_sizes,
                 input_split_sizes,
                 opts,
-            } => all_to_all_single(
+            } => alltoall_base(
                 self,
                 &output,
                 &input,
@@ -435,8 +435,8 @@ fn broadcast(pg: &StoreBackend, tensors: &[Tensor], opts: &BroadcastOptions) -> 
     })
 }
 
-fn all_reduce(pg: &StoreBackend, tensors: &[Tensor], opts: &AllreduceOptions) -> Result<Work> {
-    pg.checks().all_reduce(tensors, opts.reduce_op)?;
+fn allreduce(pg: &StoreBackend, tensors: &[Tensor], opts: &AllreduceOptions) -> Result<Work> {
+    pg.checks().allreduce(tensors, opts.reduce_op)?;
     let (seq, cs) = pg.begin(OpType::Allreduce)?;
     let to = pg.to(opts.timeout);
     run(OpType::Allreduce, seq, tensors.to_vec(), || {
@@ -455,12 +455,12 @@ fn all_reduce(pg: &StoreBackend, tensors: &[Tensor], opts: &AllreduceOptions) ->
     })
 }
 
-fn all_reduce_coalesced(
+fn allreduce_coalesced(
     pg: &StoreBackend,
     tensors: &[Tensor],
     opts: &AllreduceOptions,
 ) -> Result<Work> {
-    pg.checks().all_reduce_coalesced(tensors, opts.reduce_op)?;
+    pg.checks().allreduce_coalesced(tensors, opts.reduce_op)?;
     let (seq, cs) = pg.begin(OpType::AllreduceCoalesced)?;
     let to = pg.to(opts.timeout);
     run(OpType::AllreduceCoalesced, seq, tensors.to_vec(), || {
@@ -488,13 +488,13 @@ fn reduce(pg: &StoreBackend, tensors: &[Tensor], opts: &ReduceOptions) -> Result
     })
 }
 
-fn all_gather(
+fn allgather(
     pg: &StoreBackend,
     outputs: &[Vec<Tensor>],
     inputs: &[Tensor],
     opts: &AllgatherOptions,
 ) -> Result<Work> {
-    pg.checks().all_gather(outputs, inputs)?;
+    pg.checks().allgather(outputs, inputs)?;
     let (seq, cs) = pg.begin(OpType::Allgather)?;
     let to = pg.to(opts.timeout);
     run(
@@ -513,13 +513,13 @@ fn all_gather(
     )
 }
 
-fn all_gather_into_tensor(
+fn allgather_base(
     pg: &StoreBackend,
     output: &Tensor,
     input: &Tensor,
     opts: &AllgatherOptions,
 ) -> Result<Work> {
-    pg.checks().all_gather_into_tensor(output, input)?;
+    pg.checks().allgather_base(output, input)?;
     let (seq, cs) = pg.begin(OpType::AllgatherBase)?;
     let to = pg.to(opts.timeout);
     run(OpType::AllgatherBase, seq, vec![output.clone()], || {
@@ -534,13 +534,13 @@ fn all_gather_into_tensor(
     })
 }
 
-fn all_gather_coalesced(
+fn allgather_coalesced(
     pg: &StoreBackend,
     outputs: &[Vec<Tensor>],
     inputs: &[Tensor],
     opts: &AllgatherOptions,
 ) -> Result<Work> {
-    pg.checks().all_gather_coalesced(outputs, inputs)?;
+    pg.checks().allgather_coalesced(outputs, inputs)?;
     let (seq, cs) = pg.begin(OpType::AllgatherCoalesced)?;
     let to = pg.to(opts.timeout);
     run(
@@ -563,14 +563,14 @@ fn all_gather_coalesced(
     )
 }
 
-fn all_gather_into_tensor_coalesced(
+fn allgather_into_tensor_coalesced(
     pg: &StoreBackend,
     outputs: &[Tensor],
     inputs: &[Tensor],
     opts: &AllgatherOptions,
 ) -> Result<Work> {
     pg.checks()
-        .all_gather_into_tensor_coalesced(outputs, inputs)?;
+        .allgather_into_tensor_coalesced(outputs, inputs)?;
     let (seq, cs) = pg.begin(OpType::Coalesced)?;
     let to = pg.to(opts.timeout);
     run(OpType::Coalesced, seq, outputs.to_vec(), || {
@@ -675,14 +675,14 @@ fn reduce_scatter(
     })
 }
 
-fn reduce_scatter_tensor(
+fn reduce_scatter_base(
     pg: &StoreBackend,
     output: &Tensor,
     input: &Tensor,
     opts: &ReduceScatterOptions,
 ) -> Result<Work> {
     pg.checks()
-        .reduce_scatter_tensor(output, input, opts.reduce_op)?;
+        .reduce_scatter_base(output, input, opts.reduce_op)?;
     let (seq, cs) = pg.begin(OpType::ReduceScatterBase)?;
     let to = pg.to(opts.timeout);
     run(OpType::ReduceScatterBase, seq, vec![output.clone()], || {
@@ -736,13 +736,13 @@ fn reduce_scatter_tensor_coalesced(
     })
 }
 
-fn all_to_all(
+fn alltoall(
     pg: &StoreBackend,
     outputs: &[Tensor],
     inputs: &[Tensor],
     opts: &AllToAllOptions,
 ) -> Result<Work> {
-    pg.checks().all_to_all(outputs, inputs)?;
+    pg.checks().alltoall(outputs, inputs)?;
     let (seq, cs) = pg.begin(OpType::Alltoall)?;
     let to = pg.to(opts.timeout);
     run(OpType::Alltoall, seq, outputs.to_vec(), || {
@@ -765,7 +765,7 @@ fn all_to_all(
     })
 }
 
-fn all_to_all_single(
+fn alltoall_base(
     pg: &StoreBackend,
     output: &Tensor,
     input: &Tensor,
@@ -775,7 +775,7 @@ fn all_to_all_single(
 ) -> Result<Work> {
     let (outs, ins) = pg
         .checks()
-        .all_to_all_single(output, input, out_splits, in_splits)?;
+        .alltoall_base(output, input, out_splits, in_splits)?;
     let elem = input.dtype().size();
     let (seq, cs) = pg.begin(OpType::AlltoallBase)?;
     let to = pg.to(opts.timeout);

@@ -144,31 +144,31 @@ fn broadcast_and_reductions() -> Vec<Case> {
             "allreduce of an empty list",
             "allreduce",
             |b| b.all_reduce(&[], &ar(ReduceOp::Sum)),
-            |c| c.all_reduce(&[], ReduceOp::Sum)
+            |c| c.allreduce(&[], ReduceOp::Sum)
         ),
         case!(
             "allreduce of mixed sizes",
             "allreduce",
             |b| b.all_reduce(&[f32s(2), f32s(3)], &ar(ReduceOp::Sum)),
-            |c| c.all_reduce(&[f32s(2), f32s(3)], ReduceOp::Sum)
+            |c| c.allreduce(&[f32s(2), f32s(3)], ReduceOp::Sum)
         ),
         case!(
             "bitwise allreduce of floats",
             "allreduce",
             |b| b.all_reduce(&[f32s(2)], &ar(ReduceOp::Band)),
-            |c| c.all_reduce(&[f32s(2)], ReduceOp::Band)
+            |c| c.allreduce(&[f32s(2)], ReduceOp::Band)
         ),
         case!(
             "allreduce_coalesced of an empty list",
             "allreduce_coalesced",
             |b| b.all_reduce_coalesced(&[], &AllreduceCoalescedOptions::default()),
-            |c| c.all_reduce_coalesced(&[], ReduceOp::Sum)
+            |c| c.allreduce_coalesced(&[], ReduceOp::Sum)
         ),
         case!(
             "allreduce_coalesced of mixed dtypes",
             "allreduce_coalesced",
             |b| b.all_reduce_coalesced(&[f32s(2), i64s(3)], &AllreduceCoalescedOptions::default()),
-            |c| c.all_reduce_coalesced(&[f32s(2), i64s(3)], ReduceOp::Sum)
+            |c| c.allreduce_coalesced(&[f32s(2), i64s(3)], ReduceOp::Sum)
         ),
         case!(
             "reduce root out of range",
@@ -197,79 +197,79 @@ fn gathers() -> Vec<Case> {
             "allgather of no inputs",
             "allgather",
             |b| b.all_gather(&[], &[], &ag()),
-            |c| c.all_gather(&[], &[])
+            |c| c.allgather(&[], &[])
         ),
         case!(
             "allgather with one output list too many",
             "allgather",
             |b| b.all_gather(&[list(2, 2), list(2, 2)], &[f32s(2)], &ag()),
-            |c| c.all_gather(&[list(2, 2), list(2, 2)], &[f32s(2)])
+            |c| c.allgather(&[list(2, 2), list(2, 2)], &[f32s(2)])
         ),
         case!(
             "allgather output list shorter than the group",
             "allgather",
             |b| b.all_gather(&[list(1, 2)], &[f32s(2)], &ag()),
-            |c| c.all_gather(&[list(1, 2)], &[f32s(2)])
+            |c| c.allgather(&[list(1, 2)], &[f32s(2)])
         ),
         case!(
             "allgather output of another dtype",
             "allgather",
             |b| b.all_gather(&[vec![f32s(2), i64s(2)]], &[f32s(2)], &ag()),
-            |c| c.all_gather(&[vec![f32s(2), i64s(2)]], &[f32s(2)])
+            |c| c.allgather(&[vec![f32s(2), i64s(2)]], &[f32s(2)])
         ),
         case!(
             "allgather output of another size",
             "allgather",
             |b| b.all_gather(&[vec![f32s(2), f32s(3)]], &[f32s(2)], &ag()),
-            |c| c.all_gather(&[vec![f32s(2), f32s(3)]], &[f32s(2)])
+            |c| c.allgather(&[vec![f32s(2), f32s(3)]], &[f32s(2)])
         ),
         case!(
             "_allgather_base dtypes differ",
             "_allgather_base",
             |b| b.all_gather_into_tensor(&i64s(4), &f32s(2), &ag()),
-            |c| c.all_gather_into_tensor(&i64s(4), &f32s(2))
+            |c| c.allgather_base(&i64s(4), &f32s(2))
         ),
         case!(
             "_allgather_base output not group-size times the input",
             "_allgather_base",
             |b| b.all_gather_into_tensor(&f32s(3), &f32s(2), &ag()),
-            |c| c.all_gather_into_tensor(&f32s(3), &f32s(2))
+            |c| c.allgather_base(&f32s(3), &f32s(2))
         ),
         case!(
             "allgather_coalesced of no inputs",
             "allgather_coalesced",
             |b| b.all_gather_coalesced(&[vec![], vec![]], &[], &ag()),
-            |c| c.all_gather_coalesced(&[vec![], vec![]], &[])
+            |c| c.allgather_coalesced(&[vec![], vec![]], &[])
         ),
         case!(
             "allgather_coalesced with one output list per input",
             "allgather_coalesced",
             |b| b.all_gather_coalesced(&[list(2, 2)], &[f32s(2)], &ag()),
-            |c| c.all_gather_coalesced(&[list(2, 2)], &[f32s(2)])
+            |c| c.allgather_coalesced(&[list(2, 2)], &[f32s(2)])
         ),
         case!(
             "allgather_coalesced output list of the wrong length",
             "allgather_coalesced",
             |b| b.all_gather_coalesced(&[list(2, 2), list(1, 2)], &list(2, 2), &ag()),
-            |c| c.all_gather_coalesced(&[list(2, 2), list(1, 2)], &list(2, 2))
+            |c| c.allgather_coalesced(&[list(2, 2), list(1, 2)], &list(2, 2))
         ),
         case!(
             "allgather_coalesced output of another size",
             "allgather_coalesced",
             |b| b.all_gather_coalesced(&[list(1, 2), list(1, 3)], &list(1, 2), &ag()),
-            |c| c.all_gather_coalesced(&[list(1, 2), list(1, 3)], &list(1, 2))
+            |c| c.allgather_coalesced(&[list(1, 2), list(1, 3)], &list(1, 2))
         ),
         case!(
             "allgather_into_tensor_coalesced lists of two lengths",
             "allgather_into_tensor_coalesced",
             |b| b.all_gather_into_tensor_coalesced(&[f32s(4)], &list(2, 2), &ag()),
-            |c| c.all_gather_into_tensor_coalesced(&[f32s(4)], &list(2, 2))
+            |c| c.allgather_into_tensor_coalesced(&[f32s(4)], &list(2, 2))
         ),
         case!(
             "allgather_into_tensor_coalesced output too small",
             "allgather_into_tensor_coalesced",
             |b| b.all_gather_into_tensor_coalesced(&[f32s(4), f32s(3)], &list(2, 2), &ag()),
-            |c| c.all_gather_into_tensor_coalesced(&[f32s(4), f32s(3)], &list(2, 2))
+            |c| c.allgather_into_tensor_coalesced(&[f32s(4), f32s(3)], &list(2, 2))
         ),
         case!(
             "gather root out of range",
@@ -364,13 +364,13 @@ fn scatters() -> Vec<Case> {
             "_reduce_scatter_base dtypes differ",
             "_reduce_scatter_base",
             |b| b.reduce_scatter_tensor(&f32s(2), &i64s(4), &rs()),
-            |c| c.reduce_scatter_tensor(&f32s(2), &i64s(4), ReduceOp::Sum)
+            |c| c.reduce_scatter_base(&f32s(2), &i64s(4), ReduceOp::Sum)
         ),
         case!(
             "_reduce_scatter_base input not group-size times the output",
             "_reduce_scatter_base",
             |b| b.reduce_scatter_tensor(&f32s(2), &f32s(5), &rs()),
-            |c| c.reduce_scatter_tensor(&f32s(2), &f32s(5), ReduceOp::Sum)
+            |c| c.reduce_scatter_base(&f32s(2), &f32s(5), ReduceOp::Sum)
         ),
         case!(
             "reduce_scatter_tensor_coalesced of no pairs",
@@ -393,55 +393,55 @@ fn all_to_all_and_p2p() -> Vec<Case> {
             "dim 0 not divisible by the group size",
             "alltoall_base",
             |b| b.all_to_all_single(&f32s(3), &f32s(3), &[], &[], &a2a()),
-            |c| c.all_to_all_single(&f32s(3), &f32s(3), &[], &[])
+            |c| c.alltoall_base(&f32s(3), &f32s(3), &[], &[])
         ),
         case!(
             "wrong number of split sizes",
             "alltoall_base",
             |b| b.all_to_all_single(&f32s(4), &f32s(4), &[4], &[2, 2], &a2a()),
-            |c| c.all_to_all_single(&f32s(4), &f32s(4), &[4], &[2, 2])
+            |c| c.alltoall_base(&f32s(4), &f32s(4), &[4], &[2, 2])
         ),
         case!(
             "split sizes that do not sum to dim 0",
             "alltoall_base",
             |b| b.all_to_all_single(&f32s(4), &f32s(4), &[2, 2], &[1, 2], &a2a()),
-            |c| c.all_to_all_single(&f32s(4), &f32s(4), &[2, 2], &[1, 2])
+            |c| c.alltoall_base(&f32s(4), &f32s(4), &[2, 2], &[1, 2])
         ),
         case!(
             "alltoall_base dtypes differ",
             "alltoall_base",
             |b| b.all_to_all_single(&f32s(2), &i64s(2), &[], &[], &a2a()),
-            |c| c.all_to_all_single(&f32s(2), &i64s(2), &[], &[])
+            |c| c.alltoall_base(&f32s(2), &i64s(2), &[], &[])
         ),
         case!(
             "what a rank sends itself differs from what it expects",
             "alltoall_base",
             |b| b.all_to_all_single(&f32s(4), &f32s(4), &[1, 3], &[2, 2], &a2a()),
-            |c| c.all_to_all_single(&f32s(4), &f32s(4), &[1, 3], &[2, 2])
+            |c| c.alltoall_base(&f32s(4), &f32s(4), &[1, 3], &[2, 2])
         ),
         case!(
             "alltoall input list shorter than the group",
             "alltoall",
             |b| b.all_to_all(&list(2, 2), &list(1, 2), &a2a()),
-            |c| c.all_to_all(&list(2, 2), &list(1, 2))
+            |c| c.alltoall(&list(2, 2), &list(1, 2))
         ),
         case!(
             "alltoall output list longer than the group",
             "alltoall",
             |b| b.all_to_all(&list(3, 2), &list(2, 2), &a2a()),
-            |c| c.all_to_all(&list(3, 2), &list(2, 2))
+            |c| c.alltoall(&list(3, 2), &list(2, 2))
         ),
         case!(
             "alltoall dtypes differ",
             "alltoall",
             |b| b.all_to_all(&[f32s(2), i64s(2)], &list(2, 2), &a2a()),
-            |c| c.all_to_all(&[f32s(2), i64s(2)], &list(2, 2))
+            |c| c.alltoall(&[f32s(2), i64s(2)], &list(2, 2))
         ),
         case!(
             "alltoall own block of another size",
             "alltoall",
             |b| b.all_to_all(&[f32s(3), f32s(2)], &list(2, 2), &a2a()),
-            |c| c.all_to_all(&[f32s(3), f32s(2)], &list(2, 2))
+            |c| c.alltoall(&[f32s(3), f32s(2)], &list(2, 2))
         ),
         case!(
             "send to a rank outside the group",
@@ -505,7 +505,7 @@ fn every_backend_gives_the_same_text_for_each_bad_call() {
 #[test]
 fn backend_rules_come_after_the_shared_checks() {
     let c = NcclChecks::new(0, 2);
-    let e = c.all_reduce(&list(2, 2), ReduceOp::Sum).unwrap_err();
+    let e = c.allreduce(&list(2, 2), ReduceOp::Sum).unwrap_err();
     assert_eq!(
         e.message(),
         "ProcessGroupNCCL::allreduce: requires a single-element tensor list"

@@ -45,7 +45,7 @@ impl<'a> Checks<'a> {
     ///
     /// # Errors
     /// "requires non-empty tensor list", "invalid tensor type/size …", the reduce-op texts.
-    pub fn all_reduce(&self, tensors: &[Tensor], op: ReduceOp) -> Result<()> {
+    pub fn allreduce(&self, tensors: &[Tensor], op: ReduceOp) -> Result<()> {
         let at = self.at("allreduce");
         at.non_empty(tensors, "")?;
         at.same(tensors, &tensors[0])?;
@@ -56,7 +56,7 @@ impl<'a> Checks<'a> {
     ///
     /// # Errors
     /// "requires non-empty tensor list", "tensors must all have the same type", the reduce-op texts.
-    pub fn all_reduce_coalesced(&self, tensors: &[Tensor], op: ReduceOp) -> Result<()> {
+    pub fn allreduce_coalesced(&self, tensors: &[Tensor], op: ReduceOp) -> Result<()> {
         let at = self.at("allreduce_coalesced");
         at.non_empty(tensors, "")?;
         let dtype = tensors[0].dtype();
@@ -85,7 +85,7 @@ impl<'a> Checks<'a> {
     /// "requires non-empty input tensor list", "requires input/output tensor lists to have the
     /// same length", "invalid output tensor list at index i (expected length n, got m)",
     /// "invalid tensor type/size …".
-    pub fn all_gather(&self, outputs: &[Vec<Tensor>], inputs: &[Tensor]) -> Result<()> {
+    pub fn allgather(&self, outputs: &[Vec<Tensor>], inputs: &[Tensor]) -> Result<()> {
         let at = self.at("allgather");
         at.non_empty(inputs, "input")?;
         if outputs.len() != inputs.len() {
@@ -110,7 +110,7 @@ impl<'a> Checks<'a> {
     /// # Errors
     /// "output tensor must have the same type as input tensor", "output tensor size must be
     /// equal to world_size times input tensor size".
-    pub fn all_gather_into_tensor(&self, output: &Tensor, input: &Tensor) -> Result<()> {
+    pub fn allgather_base(&self, output: &Tensor, input: &Tensor) -> Result<()> {
         let at = self.at("_allgather_base");
         if output.dtype() != input.dtype() {
             return Err(at.invalid("output tensor must have the same type as input tensor"));
@@ -129,7 +129,7 @@ impl<'a> Checks<'a> {
     /// "requires non-empty input tensor list", "output lists should be equal to world size",
     /// "invalid output size", "invalid size of output tensor at index i", "invalid tensor type
     /// at index i".
-    pub fn all_gather_coalesced(&self, outputs: &[Vec<Tensor>], inputs: &[Tensor]) -> Result<()> {
+    pub fn allgather_coalesced(&self, outputs: &[Vec<Tensor>], inputs: &[Tensor]) -> Result<()> {
         let at = self.at("allgather_coalesced");
         at.non_empty(inputs, "input")?;
         if outputs.len() != self.size {
@@ -157,7 +157,7 @@ impl<'a> Checks<'a> {
     /// # Errors
     /// The [`At::pairs`] text, "invalid tensor type at index i", "invalid size of output tensor
     /// at index i: must be world_size times the input size".
-    pub fn all_gather_into_tensor_coalesced(
+    pub fn allgather_into_tensor_coalesced(
         &self,
         outputs: &[Tensor],
         inputs: &[Tensor],
@@ -272,7 +272,7 @@ impl<'a> Checks<'a> {
     /// # Errors
     /// "input tensor must be the same type as the output tensor.", "input tensor must be the
     /// same size as output size times world size", the reduce-op texts.
-    pub fn reduce_scatter_tensor(
+    pub fn reduce_scatter_base(
         &self,
         output: &Tensor,
         input: &Tensor,
@@ -324,7 +324,7 @@ impl<'a> Checks<'a> {
     /// # Errors
     /// "input tensor list size k does not match world size n" (and the output's), "input and
     /// output tensors must have the same type", [`At::self_exchange`]'s text.
-    pub fn all_to_all(&self, outputs: &[Tensor], inputs: &[Tensor]) -> Result<()> {
+    pub fn alltoall(&self, outputs: &[Tensor], inputs: &[Tensor]) -> Result<()> {
         let (at, n, r) = (self.at("alltoall"), self.size, self.rank);
         for (what, list) in [("input", inputs), ("output", outputs)] {
             if list.len() != n {
@@ -353,7 +353,7 @@ impl<'a> Checks<'a> {
     /// # Errors
     /// "input and output tensors must have the same dtype (input: .., output: ..)"; the
     /// split-size texts; [`At::self_exchange`]'s text.
-    pub fn all_to_all_single(
+    pub fn alltoall_base(
         &self,
         output: &Tensor,
         input: &Tensor,
@@ -448,7 +448,7 @@ mod tests {
 
     #[test]
     fn bitwise_ops_need_integers() {
-        let e = C.all_reduce(&[f32s(2)], ReduceOp::Band).unwrap_err();
+        let e = C.allreduce(&[f32s(2)], ReduceOp::Band).unwrap_err();
         assert!(
             e.message()
                 .starts_with("B::allreduce: Cannot use ReduceOp.BAND"),

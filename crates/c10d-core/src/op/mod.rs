@@ -505,23 +505,23 @@ impl Op {
         let c = checks;
         match self {
             Op::Broadcast { tensors, opts } => c.broadcast(tensors, opts),
-            Op::AllReduce { tensors, opts } => c.all_reduce(tensors, opts.reduce_op),
+            Op::AllReduce { tensors, opts } => c.allreduce(tensors, opts.reduce_op),
             Op::AllReduceCoalesced { tensors, opts } => {
-                c.all_reduce_coalesced(tensors, opts.reduce_op)
+                c.allreduce_coalesced(tensors, opts.reduce_op)
             }
             Op::Reduce { tensors, opts } => c.reduce(tensors, opts),
             Op::AllGather {
                 outputs, inputs, ..
-            } => c.all_gather(outputs, inputs),
+            } => c.allgather(outputs, inputs),
             Op::AllGatherIntoTensor { output, input, .. } => {
-                c.all_gather_into_tensor(output, input)
+                c.allgather_base(output, input)
             }
             Op::AllGatherCoalesced {
                 outputs, inputs, ..
-            } => c.all_gather_coalesced(outputs, inputs),
+            } => c.allgather_coalesced(outputs, inputs),
             Op::AllGatherIntoTensorCoalesced {
                 outputs, inputs, ..
-            } => c.all_gather_into_tensor_coalesced(outputs, inputs),
+            } => c.allgather_into_tensor_coalesced(outputs, inputs),
             Op::Gather {
                 outputs,
                 inputs,
@@ -541,7 +541,7 @@ impl Op {
                 output,
                 input,
                 opts,
-            } => c.reduce_scatter_tensor(output, input, opts.reduce_op),
+            } => c.reduce_scatter_base(output, input, opts.reduce_op),
             Op::ReduceScatterTensorCoalesced {
                 outputs,
                 inputs,
@@ -554,11 +554,11 @@ impl Op {
                 input_split_sizes,
                 ..
             } => c
-                .all_to_all_single(output, input, output_split_sizes, input_split_sizes)
+                .alltoall_base(output, input, output_split_sizes, input_split_sizes)
                 .map(drop),
             Op::AllToAll {
                 outputs, inputs, ..
-            } => c.all_to_all(outputs, inputs),
+            } => c.alltoall(outputs, inputs),
             Op::Barrier { .. } => Ok(()),
             Op::Send { tensors, dst, .. } => c.send(tensors, *dst, to_self),
             Op::Recv { tensors, src, .. } => c.recv(tensors, Some(*src), to_self),

@@ -213,13 +213,13 @@ pub(crate) mod tests {
                         let inp = Tensor::from_vec(data);
                         let out = Tensor::zeros(DType::I32, &[out_splits.iter().sum()]);
                         let w = pg
-                            .all_to_all_single(
-                                &out,
-                                &inp,
-                                &out_splits,
-                                &in_splits,
-                                &AllToAllOptions::default(),
-                            )
+                            .run(Op::AllToAllSingle {
+                                output: out.clone(),
+                                input: inp,
+                                output_split_sizes: out_splits.clone(),
+                                input_split_sizes: in_splits.clone(),
+                                opts: AllToAllOptions::default(),
+                            })
                             .unwrap();
                         (out, w)
                     })
@@ -254,7 +254,13 @@ pub(crate) mod tests {
             let out = Tensor::zeros(DType::I32, &[2]);
             let t0 = Instant::now();
             let res = pg
-                .all_to_all_single(&out, &inp, &outs, &ins, &AllToAllOptions::default())
+                .run(Op::AllToAllSingle {
+                    output: out,
+                    input: inp,
+                    output_split_sizes: outs.to_vec(),
+                    input_split_sizes: ins.to_vec(),
+                    opts: AllToAllOptions::default(),
+                })
                 .unwrap()
                 .wait();
             (res.err().map(|e| e.to_string()), t0.elapsed())

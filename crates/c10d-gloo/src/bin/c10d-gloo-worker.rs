@@ -10,7 +10,7 @@
 //!     "ERROR <unix-ms> <message>" and exits with status 3. Used by the kill test.
 //! ```
 
-use c10d_core::Collectives;
+use c10d_core::{Collectives, Op};
 use c10d_core::{
     AllToAllOptions, AllgatherOptions, AllreduceOptions, Backend, BarrierOptions, BroadcastOptions,
     DType, ReduceScatterOptions, Tensor,
@@ -114,16 +114,16 @@ fn run_op(pg: &ProcessGroupGloo, op: &str, t: &Tensor, out: &Tensor) {
                 },
             )
         }
-        "all_to_all" => pg.all_to_all_single(
-            &out.flat_slice(0, t.numel()).expect("slice"),
-            t,
-            &[],
-            &[],
-            &AllToAllOptions {
+        "all_to_all" => pg.run(Op::AllToAllSingle {
+            output: out.flat_slice(0, t.numel()).expect("slice"),
+            input: t.clone(),
+            output_split_sizes: Vec::new(),
+            input_split_sizes: Vec::new(),
+            opts: AllToAllOptions {
                 async_op: false,
                 ..Default::default()
             },
-        ),
+        }),
         other => panic!("unknown op {other}"),
     };
     w.expect("launch").wait().expect("collective failed");

@@ -349,7 +349,7 @@ class ProcessGroupC10dRs(_CBackend):
         return self._collective(
             "all_reduce",
             opts,
-            lambda s, to, a: e.allreduce(s.descs(ts, True), op, factor, to, a),
+            lambda s, to, a: e.run("allreduce", [s.descs(ts, True)], [], to, a, reduce_op=op, factor=factor),
             ts,
         )
 
@@ -362,7 +362,7 @@ class ProcessGroupC10dRs(_CBackend):
 
         def all_gather(outs: List[torch.Tensor], inp: torch.Tensor) -> None:
             s = _Staging()
-            w = self._engine.allgather([s.descs(outs, True)], s.descs([inp], False), to, False)
+            w = self._engine.run("allgather", [s.descs(outs, True)], [s.descs([inp], False)], to, False)
             w.wait(None)
             last[:] = [w]
 
@@ -378,7 +378,9 @@ class ProcessGroupC10dRs(_CBackend):
         return self._collective(
             "all_reduce",
             opts,
-            lambda s, to, a: e.allreduce_coalesced(s.descs(tensors, True), op, factor, to, a),
+            lambda s, to, a: e.run(
+                "allreduce_coalesced", [s.descs(tensors, True)], [], to, a, reduce_op=op, factor=factor
+            ),
             tensors,
         )
 
@@ -392,7 +394,9 @@ class ProcessGroupC10dRs(_CBackend):
         return self._collective(
             "broadcast",
             opts,
-            lambda s, to, a: e.broadcast(s.descs(ts, True), root, root_tensor, to, a),
+            lambda s, to, a: e.run(
+                "broadcast", [s.descs(ts, True)], [], to, a, root=root, root_tensor=root_tensor
+            ),
             ts,
         )
 
@@ -407,7 +411,10 @@ class ProcessGroupC10dRs(_CBackend):
         return self._collective(
             "reduce",
             opts,
-            lambda s, to, a: e.reduce(s.descs(ts, True), root, root_tensor, op, factor, to, a),
+            lambda s, to, a: e.run(
+                "reduce", [s.descs(ts, True)], [], to, a,
+                root=root, root_tensor=root_tensor, reduce_op=op, factor=factor,
+            ),
             ts,
         )
 
@@ -421,7 +428,7 @@ class ProcessGroupC10dRs(_CBackend):
         return self._collective(
             "all_gather",
             opts,
-            lambda s, to, a: e.allgather(s.lists(lists, True), s.descs(ins, False), to, a),
+            lambda s, to, a: e.run("allgather", s.lists(lists, True), [s.descs(ins, False)], to, a),
             outputs[0] if len(outputs) == 1 else outputs,
         )
 
@@ -433,8 +440,8 @@ class ProcessGroupC10dRs(_CBackend):
         return self._collective(
             "all_gather",
             opts,
-            lambda s, to, a: e.allgather_coalesced(
-                s.lists(outputs, True), s.descs(inputs, False), to, a
+            lambda s, to, a: e.run(
+                "allgather_coalesced", s.lists(outputs, True), [s.descs(inputs, False)], to, a
             ),
             [t for ts in outputs for t in ts],
         )
@@ -446,8 +453,8 @@ class ProcessGroupC10dRs(_CBackend):
         return self._collective(
             "all_gather_into_tensor",
             opts,
-            lambda s, to, a: e.allgather_into_tensor(
-                s.desc(output, True), s.desc(input, False), to, a
+            lambda s, to, a: e.run(
+                "_allgather_base", [[s.desc(output, True)]], [[s.desc(input, False)]], to, a
             ),
             [output],
         )
@@ -461,8 +468,9 @@ class ProcessGroupC10dRs(_CBackend):
         return self._collective(
             "all_gather_into_tensor",
             opts,
-            lambda s, to, a: e.allgather_into_tensor_coalesced(
-                s.descs(outputs, True), s.descs(inputs, False), to, a
+            lambda s, to, a: e.run(
+                "allgather_into_tensor_coalesced",
+                [s.descs(outputs, True)], [s.descs(inputs, False)], to, a,
             ),
             outputs,
         )
@@ -481,7 +489,9 @@ class ProcessGroupC10dRs(_CBackend):
         return self._collective(
             "gather",
             opts,
-            lambda s, to, a: e.gather(s.lists(outputs, True), s.descs(inputs, False), root, to, a),
+            lambda s, to, a: e.run(
+                "gather", s.lists(outputs, True), [s.descs(inputs, False)], to, a, root=root
+            ),
             [t for ts in outputs for t in ts],
         )
 
@@ -497,7 +507,9 @@ class ProcessGroupC10dRs(_CBackend):
         return self._collective(
             "scatter",
             opts,
-            lambda s, to, a: e.scatter(s.descs(outputs, True), s.lists(inputs, False), root, to, a),
+            lambda s, to, a: e.run(
+                "scatter", [s.descs(outputs, True)], s.lists(inputs, False), to, a, root=root
+            ),
             outputs,
         )
 
@@ -511,8 +523,9 @@ class ProcessGroupC10dRs(_CBackend):
         return self._collective(
             "reduce_scatter",
             opts,
-            lambda s, to, a: e.reduce_scatter(
-                s.descs(outputs, True), s.lists(inputs, False), op, factor, to, a
+            lambda s, to, a: e.run(
+                "reduce_scatter", [s.descs(outputs, True)], s.lists(inputs, False), to, a,
+                reduce_op=op, factor=factor,
             ),
             outputs,
         )
@@ -526,8 +539,9 @@ class ProcessGroupC10dRs(_CBackend):
         return self._collective(
             "reduce_scatter_tensor",
             opts,
-            lambda s, to, a: e.reduce_scatter_tensor(
-                s.desc(output, True), s.desc(input, False), op, factor, to, a
+            lambda s, to, a: e.run(
+                "_reduce_scatter_base", [[s.desc(output, True)]], [[s.desc(input, False)]], to, a,
+                reduce_op=op, factor=factor,
             ),
             [output],
         )
@@ -543,8 +557,9 @@ class ProcessGroupC10dRs(_CBackend):
         return self._collective(
             "reduce_scatter_tensor",
             opts,
-            lambda s, to, a: e.reduce_scatter_tensor_coalesced(
-                s.descs(outputs, True), s.descs(inputs, False), op, factor, to, a
+            lambda s, to, a: e.run(
+                "reduce_scatter_tensor_coalesced", [s.descs(outputs, True)],
+                [s.descs(inputs, False)], to, a, reduce_op=op, factor=factor,
             ),
             outputs,
         )
@@ -559,7 +574,7 @@ class ProcessGroupC10dRs(_CBackend):
         return self._collective(
             "all_to_all",
             opts,
-            lambda s, to, a: e.alltoall(s.descs(outputs, True), s.descs(inputs, False), to, a),
+            lambda s, to, a: e.run("alltoall", [s.descs(outputs, True)], [s.descs(inputs, False)], to, a),
             outputs,
         )
 
@@ -581,8 +596,9 @@ class ProcessGroupC10dRs(_CBackend):
         return self._collective(
             "all_to_all_single",
             opts,
-            lambda s, to, a: e.alltoall_base(
-                s.desc(output, True), s.desc(input, False), outs, ins, to, a
+            lambda s, to, a: e.run(
+                "alltoall_base", [[s.desc(output, True)]], [[s.desc(input, False)]], to, a,
+                output_splits=outs, input_splits=ins,
             ),
             [output],
         )
@@ -592,7 +608,7 @@ class ProcessGroupC10dRs(_CBackend):
     def barrier(self, *args: Any, **kw: Any) -> Work:
         opts = options("barrier", _c10d.BarrierOptions, args, kw, ())
         e = self._engine
-        return self._collective("barrier", opts, lambda s, to, a: e.barrier(to, a), [])
+        return self._collective("barrier", opts, lambda s, to, a: e.run("barrier", [], [], to, a), [])
 
     def monitored_barrier(self, timeout: Any = None, wait_all_ranks: bool = False) -> None:
         """``(timeout=None, wait_all_ranks=False)``; an options object's timeout is taken too."""
@@ -603,19 +619,19 @@ class ProcessGroupC10dRs(_CBackend):
         _dense(tensors, RuntimeError, "input tensor has to be contiguous")
         _nonnegative(tag, "Tag must be nonnegative")
         _nonnegative(dst, f"ProcessGroupGloo::send: invalid destination rank {dst}")
-        return self._launch("send", lambda s: self._engine.send(s.descs(tensors, False), dst, tag), [])
+        return self._launch("send", lambda s: self._engine.run("send", [], [s.descs(tensors, False)], peer=dst, tag=tag), [])
 
     def recv(self, tensors: List[torch.Tensor], src: int, tag: int = 0) -> Work:
         _dense(tensors, RuntimeError, "output tensor has to be contiguous")
         _nonnegative(tag, "Tag must be nonnegative")
         _nonnegative(src, f"ProcessGroupGloo::recv: invalid source rank {src}")
-        return self._launch("recv", lambda s: self._engine.recv(s.descs(tensors, True), src, tag), tensors)
+        return self._launch("recv", lambda s: self._engine.run("recv", [s.descs(tensors, True)], [], peer=src, tag=tag), tensors)
 
     def recv_anysource(self, tensors: List[torch.Tensor], tag: int = 0) -> Work:
         _dense(tensors, RuntimeError, "output tensor has to be contiguous")
         _nonnegative(tag, "Tag must be nonnegative")
         return self._launch("recv_anysource",
-            lambda s: self._engine.recv_anysource(s.descs(tensors, True), tag), tensors
+            lambda s: self._engine.run("recvAnysource", [s.descs(tensors, True)], [], tag=tag), tensors
         )
 
     # -- lifetime ------------------------------------------------------------------------

@@ -80,7 +80,8 @@ fn signature(e: &DumpEntry) -> Signature {
     match op.as_str() {
         "gather" => (op, is, vec![], id, vec![]),
         "scatter" => (op, vec![], os, vec![], od),
-        "all_to_all" | "all_to_all_single" => (op, vec![], vec![], id, od),
+        // "all_to_all" and PyTorch's "all_to_all_single"
+        o if o.starts_with("all_to_all") => (op, vec![], vec![], id, od),
         _ => (op, is, os, id, od),
     }
 }
