@@ -15,10 +15,9 @@
 use crate::async_tensor::AsyncCollectiveTensor;
 use crate::group_ref::GroupRef;
 use crate::registry;
-use c10d_core::Collectives;
 use c10d_core::{
-    AllToAllOptions, AllgatherOptions, AllreduceOptions, BroadcastOptions, DType, DistError,
-    ProcessGroup, ReduceOp, ReduceScatterOptions, Result, Tensor, Work,
+    AllToAllOptions, AllgatherOptions, AllreduceOptions, BroadcastOptions, Collectives, DType,
+    DistError, ProcessGroup, ReduceOp, ReduceScatterOptions, Result, Tensor, Work,
 };
 use c10d_world::World;
 

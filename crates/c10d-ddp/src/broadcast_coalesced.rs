@@ -1,8 +1,9 @@
 //! `broadcast_coalesced`: the initial parameter sync of DDP (`dist._broadcast_coalesced`), many
 //! tensors broadcast through a few flat buffers.
 
-use c10d_core::Collectives;
-use c10d_core::{BroadcastOptions, DType, Device, DistError, ProcessGroup, Result, Tensor, Work};
+use c10d_core::{
+    BroadcastOptions, Collectives, DType, Device, DistError, ProcessGroup, Result, Tensor, Work,
+};
 use std::time::Duration;
 
 /// DDP's `broadcast_bucket_size` for the initial sync: 250 MiB.

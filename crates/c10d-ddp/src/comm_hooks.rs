@@ -7,7 +7,7 @@
 //!
 //! ```
 //! use c10d_ddp::{BucketFuture, GradBucket};
-//! use c10d_core::{AllreduceOptions, ProcessGroup, Result};
+//! use c10d_core::{AllreduceOptions, Collectives, ProcessGroup, Result};
 //! // Sum without averaging.
 //! let hook = |pg: &ProcessGroup, bucket: &GradBucket| -> Result<BucketFuture> {
 //!     let work = pg.all_reduce(&[bucket.buffer().clone()], &AllreduceOptions::default())?;
@@ -22,8 +22,7 @@
 use super::buckets::average_op;
 use super::elementwise::{cast_copy, div_in_place};
 use super::grad_bucket::{BucketFuture, GradBucket};
-use c10d_core::Collectives;
-use c10d_core::{AllreduceOptions, DType, ProcessGroup, ReduceOp, Result, Tensor};
+use c10d_core::{AllreduceOptions, Collectives, DType, ProcessGroup, ReduceOp, Result, Tensor};
 
 /// A communication hook (`register_comm_hook`'s `hook(state, bucket) -> Future[Tensor]`; the
 /// state is whatever the implementing type holds).

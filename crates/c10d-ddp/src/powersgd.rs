@@ -17,8 +17,9 @@
 
 use super::comm_hooks::{AllReduceHook, CommHook};
 use super::grad_bucket::{BucketFuture, GradBucket};
-use c10d_core::Collectives;
-use c10d_core::{AllreduceOptions, DType, DistError, ProcessGroup, Result, Tensor, Work};
+use c10d_core::{
+    AllreduceOptions, Collectives, DType, DistError, ProcessGroup, Result, Tensor, Work,
+};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

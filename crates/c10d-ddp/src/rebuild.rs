@@ -4,8 +4,7 @@
 
 use super::bucket_assignment::{compute_bucket_assignment_by_size, BucketAssignment, TensorMeta};
 use super::bucket_memory::BucketMemory;
-use c10d_core::Collectives;
-use c10d_core::{BroadcastOptions, DistError, ProcessGroup, Result, Tensor};
+use c10d_core::{BroadcastOptions, Collectives, DistError, ProcessGroup, Result, Tensor};
 use std::time::Duration;
 
 /// The rebuilt assignment: buckets by size over the parameters in `arrival` order (parameters

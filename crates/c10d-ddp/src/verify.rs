@@ -2,8 +2,7 @@
 //! dtypes) before data-parallel training starts (`dist._verify_params_across_processes`).
 
 use super::bucket_memory::beside;
-use c10d_core::Collectives;
-use c10d_core::{AllgatherOptions, DType, DistError, ProcessGroup, Result, Tensor};
+use c10d_core::{AllgatherOptions, Collectives, DType, DistError, ProcessGroup, Result, Tensor};
 use std::time::Duration;
 
 /// Checks that every rank of `pg` has the same parameters: their number, and each one's shape

@@ -2,11 +2,10 @@
 //! precision, the all_reduce hook equals DDP's own averaging, and a user closure sees every
 //! bucket and decides the result.
 
-use c10d_core::Collectives;
 #[path = "../../c10d-world/tests/world_common/mod.rs"]
 mod world_common;
 
-use c10d_core::{AllreduceOptions, DType, ProcessGroup, Result, Tensor};
+use c10d_core::{AllreduceOptions, Collectives, DType, ProcessGroup, Result, Tensor};
 use c10d_ddp::{
     AllReduceHook, Bf16CompressHook, BucketFuture, CommHook, Fp16CompressHook, GradBucket, Reducer,
     ReducerOptions,

@@ -2,11 +2,12 @@
 //! gradient (over gloo, asynchronous, and over the store test backend), buckets rebuilt in
 //! gradient-arrival order, unused parameters, static graphs and the errors PyTorch raises.
 
-use c10d_core::Collectives;
 #[path = "../../c10d-world/tests/world_common/mod.rs"]
 mod world_common;
 
-use c10d_core::{AllreduceOptions, DType, DistError, ErrorKind, ProcessGroup, ReduceOp, Tensor};
+use c10d_core::{
+    AllreduceOptions, Collectives, DType, DistError, ErrorKind, ProcessGroup, ReduceOp, Tensor,
+};
 use c10d_ddp::{
     compute_bucket_assignment_by_size, AllReduceHook, BucketFuture, CommHook, Fp16CompressHook,
     GradBucket, Reducer, ReducerOptions, TensorMeta,

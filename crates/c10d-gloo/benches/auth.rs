@@ -5,8 +5,7 @@
 //!
 //!     cargo bench -p c10d-gloo --bench auth
 
-use c10d_core::Collectives;
-use c10d_core::{AllreduceOptions, Tensor};
+use c10d_core::{AllreduceOptions, Collectives, Tensor};
 use c10d_gloo::{GlooOptions, ProcessGroupGloo};
 use c10d_store::{
     AuthSecret, HashStore, ServerOptions, Store, TcpStore, TcpStoreOptions, TcpStoreServer,

@@ -5,9 +5,8 @@
 //! Gloo's 2026 out-of-bounds write cannot happen); another group of the same process is
 //! unaffected.
 
-use c10d_core::Collectives;
 mod common;
-use c10d_core::{AllreduceOptions, Tensor};
+use c10d_core::{AllreduceOptions, Collectives, Tensor};
 use c10d_gloo::{GlooOptions, ProcessGroupGloo};
 use c10d_store::{HashStore, Store};
 use common::*;

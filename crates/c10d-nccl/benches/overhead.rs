@@ -24,8 +24,7 @@
 //! fewer for large sizes: 256 MiB of traffic per loop, at least 10). Every world size is bounded
 //! by `C10D_BENCH_LIMIT_S` (default 600 s); a rank that fails ends the others.
 
-use c10d_core::Collectives;
-use c10d_core::{AllreduceOptions, DType, Device, Tensor};
+use c10d_core::{AllreduceOptions, Collectives, DType, Device, Tensor};
 use c10d_nccl::{caller_memory, memory, stream, sys, NcclOptions, ProcessGroupNccl};
 use c10d_store::{PrefixStore, ServerOptions, Store, TcpStore, TcpStoreOptions, TcpStoreServer};
 use std::process::{Command, Stdio};

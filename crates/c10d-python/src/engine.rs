@@ -9,9 +9,9 @@
 //! on the calling thread when the engine is free, as a blocking call of c10d-gloo does — on a
 //! 2-core VM that saves two thread wake-ups (≈ 30 µs each) per op.
 
+use crate::call::{self, CallOptions};
 use crate::errors::py_result;
 use crate::store::PyStore;
-use crate::call::{self, CallOptions};
 use crate::tensor::{tensor_lists, TensorArg};
 use crate::work::PyWork;
 use c10d_core::*;

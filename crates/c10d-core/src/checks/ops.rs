@@ -272,12 +272,7 @@ impl<'a> Checks<'a> {
     /// # Errors
     /// "input tensor must be the same type as the output tensor.", "input tensor must be the
     /// same size as output size times world size", the reduce-op texts.
-    pub fn reduce_scatter_base(
-        &self,
-        output: &Tensor,
-        input: &Tensor,
-        op: ReduceOp,
-    ) -> Result<()> {
+    pub fn reduce_scatter_base(&self, output: &Tensor, input: &Tensor, op: ReduceOp) -> Result<()> {
         let at = self.at("_reduce_scatter_base");
         if output.dtype() != input.dtype() {
             return Err(at.invalid("input tensor must be the same type as the output tensor."));

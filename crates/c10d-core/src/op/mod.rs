@@ -513,9 +513,7 @@ impl Op {
             Op::AllGather {
                 outputs, inputs, ..
             } => c.allgather(outputs, inputs),
-            Op::AllGatherIntoTensor { output, input, .. } => {
-                c.allgather_base(output, input)
-            }
+            Op::AllGatherIntoTensor { output, input, .. } => c.allgather_base(output, input),
             Op::AllGatherCoalesced {
                 outputs, inputs, ..
             } => c.allgather_coalesced(outputs, inputs),

@@ -10,11 +10,11 @@
 //!     "ERROR <unix-ms> <message>" and exits with status 3. Used by the kill test.
 //! ```
 
-use c10d_core::{Collectives, Op};
 use c10d_core::{
     AllToAllOptions, AllgatherOptions, AllreduceOptions, Backend, BarrierOptions, BroadcastOptions,
     DType, ReduceScatterOptions, Tensor,
 };
+use c10d_core::{Collectives, Op};
 use c10d_gloo::{AllreduceAlgorithm, GlooOptions, ProcessGroupGloo};
 use c10d_store::{ServerOptions, Store, TcpStore, TcpStoreOptions, TcpStoreServer};
 use std::collections::HashMap;

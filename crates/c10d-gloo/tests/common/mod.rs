@@ -1,8 +1,7 @@
 //! Shared helpers: run N ranks as threads over one HashStore.
 #![allow(dead_code)]
 
-use c10d_core::Collectives;
-use c10d_core::{Backend, Tensor};
+use c10d_core::{Backend, Collectives, Tensor};
 use c10d_gloo::{GlooOptions, ProcessGroupGloo};
 use c10d_store::{HashStore, Store};
 use std::sync::Arc;

@@ -4,8 +4,7 @@
 #![allow(dead_code)]
 
 use c10d_core::flight_recorder::{Dump, DumpEntry, PgConfig};
-use c10d_core::Collectives;
-use c10d_core::{AllreduceOptions, Tensor};
+use c10d_core::{AllreduceOptions, Collectives, Tensor};
 use c10d_gloo::{GlooOptions, ProcessGroupGloo};
 use c10d_store::{ServerOptions, Store, TcpStore, TcpStoreOptions, TcpStoreServer};
 use std::path::{Path, PathBuf};
