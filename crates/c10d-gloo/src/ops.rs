@@ -1,5 +1,7 @@
-//! The ops of [`ProcessGroupGloo`] (the `Backend` trait): argument checks, the op's body, and
-//! its submission.
+//! The ops of [`ProcessGroupGloo`]: `Collectives::run` sends each [`Op`] to the function
+//! named as its method in PyTorch's `ProcessGroupGloo.cpp` (`allreduce`, `allgather_base` for
+//! `_allgather_base`, `alltoall_base` …), which checks the arguments, builds the op's body and
+//! submits it; the `Backend` trait's non-op methods come first.
 
 use crate::algo;
 use crate::bodies::*;

@@ -58,7 +58,7 @@
 //! bf16, i8, u8, i32, i64).
 //!
 //! ```no_run
-//! use c10d_core::{AllreduceOptions, Backend};
+//! use c10d_core::{AllreduceOptions, Collectives};
 //! # fn f(pg: &c10d_nccl::ProcessGroupNccl, ctx: std::sync::Arc<cudarc::driver::CudaContext>) -> c10d_core::Result<()> {
 //! let stream = ctx.new_stream().unwrap();
 //! let mut grads = stream.clone_htod(&vec![1.0f32; 1024]).unwrap();

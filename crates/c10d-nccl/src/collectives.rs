@@ -1,4 +1,5 @@
-//! Every collective ([`Op`]) on CUDA tensors, as PyTorch's `ProcessGroupNCCL` runs it:
+//! Every collective ([`Op`]) on CUDA tensors, as PyTorch's `ProcessGroupNCCL` runs it (one
+//! function per op, named as its `ProcessGroupNCCL.cpp` method, reached from `run`'s `match`):
 //! each op is a few NCCL calls inside one NCCL group (see [`ProcessGroupNccl::launch`]), each
 //! through the checked calls of [`crate::result`]. List forms that NCCL has no call for: the
 //! list all_gather is one `ncclBroadcast` per rank straight into the output list (no buffer,

@@ -5,7 +5,7 @@
 //! [`is_nccl_available`] is false and [`ProcessGroupNccl::new`] fails with what was looked for.
 //!
 //! ```no_run
-//! use c10d_core::{AllreduceOptions, Backend, DType, Device};
+//! use c10d_core::{AllreduceOptions, Collectives, DType, Device};
 //! use c10d_nccl::{memory, NcclOptions, ProcessGroupNccl};
 //! # fn main() -> c10d_core::Result<()> {
 //! # let store: std::sync::Arc<dyn c10d_store::Store> = std::sync::Arc::new(c10d_store::HashStore::new());
