@@ -5,7 +5,8 @@
 //!   `interop`).
 //! - `cargo xtask lint`: clippy and rustdoc with warnings as errors, c10d-world with only
 //!   its `gloo` feature (nothing of CUDA in its graph), `cargo deny check licenses bans
-//!   sources` (cargo-deny installed first where missing), then `publish-check`.
+//!   sources` (cargo-deny installed first where missing), `cargo machete` (unused
+//!   dependencies, see `unused_deps`), then `publish-check`.
 //! - `cargo xtask publish-check`: `cargo publish --dry-run` of every published crate, in
 //!   dependency order (cargo packages them all and verifies each against the others).
 //! - `cargo xtask interop`: provisions PyTorch 2.15 (CPU use) into a cached virtualenv
@@ -41,6 +42,7 @@
 mod candle_cuda;
 mod chaos;
 mod gpusim;
+mod unused_deps;
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -171,6 +173,7 @@ fn lint() -> Res {
         ]))?;
     }
     run(cargo().args(["deny", "check", "licenses", "bans", "sources"]))?;
+    unused_deps::check_unused_deps()?;
     publish_check()
 }
 

@@ -9,10 +9,15 @@
 //! An error of an op also carries what a program needs without parsing the text
 //! ([`DistError::context`]): the group, the reporting rank, the op and its sequence number,
 //! and the ranks at fault (PyTorch has no counterpart; its exceptions carry only the text).
+//!
+//! An error that came from an I/O error keeps it ([`DistError::io_error`],
+//! [`DistError::io_kind`], and [`std::error::Error::source`]): a program can tell a time-out from
+//! a refused connection without reading the text, which stays what it was.
 
 use crate::op_type::OpType;
 use std::fmt;
 use std::ops::Deref;
+use std::sync::Arc;
 
 /// What an error of an op is about, for a program to read (the text says the same in words).
 /// Fields a backend does not know stay `None` / empty.
@@ -53,12 +58,15 @@ impl ErrorContext {
     }
 }
 
-/// The text of a [`DistError`] and its [`ErrorContext`], if any. Reads as the text
-/// (`Deref<Target = str>`, `Display`); two messages are equal when their texts are.
-#[derive(Clone, Eq)]
+/// The text of a [`DistError`], its [`ErrorContext`] and the I/O error it came from, if any.
+/// Reads as the text (`Deref<Target = str>`, `Display`); two messages are equal when their
+/// texts are.
+#[derive(Clone)]
 pub struct Message {
     text: String,
     context: Option<Box<ErrorContext>>,
+    /// Shared, so that the error stays cheap to clone (one failure reaches every waiter).
+    io: Option<Arc<std::io::Error>>,
 }
 
 impl Message {
@@ -73,6 +81,8 @@ impl PartialEq for Message {
         self.text == other.text
     }
 }
+
+impl Eq for Message {}
 
 impl Deref for Message {
     type Target = str;
@@ -98,6 +108,7 @@ impl From<String> for Message {
         Message {
             text,
             context: None,
+            io: None,
         }
     }
 }
@@ -130,30 +141,41 @@ pub enum ErrorKind {
 /// The single error type of c10d-rs.
 ///
 /// Cloneable so one failure can be reported to every waiter of a [`crate::Work`].
-/// `Display` prints only the message, exactly like `str(exc)` in PyTorch.
-#[derive(Clone, PartialEq, Eq, thiserror::Error)]
+/// `Display` prints only the message, exactly like `str(exc)` in PyTorch. Non-exhaustive: a
+/// match needs a `_` arm, so that a kind PyTorch adds can be added here. An error made from an
+/// [`std::io::Error`] keeps it as its [`source`](std::error::Error::source) (see
+/// [`DistError::io_kind`]).
+#[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum DistError {
     /// Mirrors `DistError`.
-    #[error("{0}")]
     Dist(Message),
     /// Mirrors `DistBackendError`.
-    #[error("{0}")]
     Backend(Message),
     /// Mirrors `DistNetworkError`.
-    #[error("{0}")]
     Network(Message),
     /// Mirrors `DistStoreError`.
-    #[error("{0}")]
     Store(Message),
     /// Mirrors `QueueEmptyError`.
-    #[error("{0}")]
     QueueEmpty(Message),
     /// Mirrors Python's `ValueError` for bad arguments.
-    #[error("{0}")]
     InvalidArgument(Message),
     /// Mirrors `NotImplementedError` / unsupported-op `RuntimeError`.
-    #[error("{0}")]
     Unsupported(Message),
+}
+
+impl fmt::Display for DistError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self.payload(), f)
+    }
+}
+
+impl std::error::Error for DistError {
+    /// The I/O error this error came from, if any.
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        let io = self.payload().io.as_deref()?;
+        Some(io)
+    }
 }
 
 impl fmt::Debug for DistError {
@@ -218,6 +240,24 @@ impl DistError {
         self
     }
 
+    /// The I/O error this error came from (its kind, OS error code and text), if any.
+    pub fn io_error(&self) -> Option<&std::io::Error> {
+        self.payload().io.as_deref()
+    }
+
+    /// The kind of the I/O error this error came from, if any: a program can tell a time-out
+    /// (`TimedOut`, `WouldBlock`) from a refused or reset connection without reading the text.
+    pub fn io_kind(&self) -> Option<std::io::ErrorKind> {
+        self.io_error().map(std::io::Error::kind)
+    }
+
+    /// The same error (kind, text, context) carrying `e` as its source (replacing any it had):
+    /// for an error whose text says more than `e` does, such as which file or address failed.
+    pub fn with_io_source(mut self, e: std::io::Error) -> DistError {
+        self.payload_mut().io = Some(Arc::new(e));
+        self
+    }
+
     /// True for the kinds PyTorch derives from `DistStoreError` (`Store`, `QueueEmpty`).
     pub fn is_store_error(&self) -> bool {
         matches!(self, DistError::Store(_) | DistError::QueueEmpty(_))
@@ -274,9 +314,10 @@ impl DistError {
 
 impl From<std::io::Error> for DistError {
     /// I/O failures are network errors (`DistNetworkError`) unless they are time-outs of a store wait,
-    /// which the stores map themselves.
+    /// which the stores map themselves. The text is the I/O error's; the error itself is kept
+    /// ([`DistError::io_kind`], [`std::error::Error::source`]).
     fn from(e: std::io::Error) -> Self {
-        DistError::Network(e.to_string().into())
+        DistError::network(e.to_string()).with_io_source(e)
     }
 }
 
@@ -301,5 +342,34 @@ mod tests {
         assert_eq!(e, DistError::backend("Timed out"));
         assert_ne!(e, DistError::network("Timed out"));
         assert_eq!(DistError::invalid("bad").context(), None);
+    }
+
+    #[test]
+    fn an_io_error_keeps_its_kind_and_is_the_source() {
+        use std::error::Error as _;
+        use std::io;
+        let e = DistError::from(io::Error::new(io::ErrorKind::TimedOut, "connect timed out"));
+        assert_eq!(e.kind(), ErrorKind::Network);
+        assert_eq!(e.to_string(), "connect timed out");
+        assert_eq!(e.io_kind(), Some(io::ErrorKind::TimedOut));
+        // The kind survives a clone, a prefix and a context, and the source is the I/O error.
+        let e = e
+            .clone()
+            .with_prefix("rank 1: ")
+            .with_context(ErrorContext::default());
+        assert_eq!(e.io_kind(), Some(io::ErrorKind::TimedOut));
+        let src = e.source().expect("a source");
+        let io = src.downcast_ref::<io::Error>().expect("an io::Error");
+        assert_eq!(io.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(src.to_string(), "connect timed out");
+        // A text of its own, the I/O error kept.
+        let refused = io::Error::from(io::ErrorKind::ConnectionRefused);
+        let e = DistError::store("FileStore /x: open failed").with_io_source(refused);
+        assert_eq!(e.to_string(), "FileStore /x: open failed");
+        assert_eq!(e.io_kind(), Some(io::ErrorKind::ConnectionRefused));
+        assert!(matches!(e, DistError::Store(_)));
+        // Errors not made from I/O have none.
+        assert_eq!(DistError::invalid("bad").io_kind(), None);
+        assert!(DistError::invalid("bad").source().is_none());
     }
 }

@@ -4,20 +4,20 @@
 //!
 //! A pickle is a program: loading one runs whatever callable it names, which is how pickled
 //! store values become remote code execution in the stacks that load them. Nothing here loads a
-//! pickle. [`decode`] walks the opcodes and accepts exactly one shape, the one CPython writes
-//! for this object with protocol 3, 4 or 5:
+//! pickle. [`decode`] reads it with the workspace's one pickle codec, `serde-pickle` (as the
+//! object collectives and the flight recorder do), which resolves no global and runs nothing: a
+//! call of an unknown global is kept as its arguments. It then accepts exactly one shape, a
+//! call on `(class, ({}, 128 bytes))`, from a pickle of protocol 3, 4 or 5 of at most 1 KiB
+//! that names `_ctypes`, `_unpickle` and `ncclUniqueId` (serde-pickle keeps no global's name, so
+//! the names are looked for in the pickle's bytes; the 128 bytes are all that is ever read from
+//! it). Anything else is refused, with serde-pickle's reason where it is a malformed pickle.
 //!
-//! ```text
-//! PROTO n [FRAME len] GLOBAL("_ctypes", "_unpickle") GLOBAL(<module>, "ncclUniqueId")
-//! EMPTY_DICT BYTES(128) TUPLE2 TUPLE2 REDUCE STOP        (memo puts allowed anywhere)
-//! ```
-//!
-//! where GLOBAL is `GLOBAL` (protocol 3) or two strings and `STACK_GLOBAL` (4 and 5), and BYTES
-//! is `SHORT_BINBYTES` or `BINBYTES`; anything else (and anything over 1 KiB) is refused with
-//! the offending opcode and its offset. [`encode`] writes what CPython's `pickle.dumps(id, protocol=4)` writes for
-//! vLLM's class (byte for byte), so vLLM's workers load it as their own.
+//! [`encode`] writes what CPython's `pickle.dumps(id, protocol=4)` writes for vLLM's class (byte
+//! for byte, a fixed template around the id: serde-pickle writes no globals), so vLLM's workers
+//! load it as their own.
 
 use c10d_core::{DistError, Result};
+use serde_pickle::{DeOptions, Value};
 
 /// The module vLLM defines `ncclUniqueId` in.
 pub const VLLM_MODULE: &str = "vllm.distributed.device_communicators.pynccl_wrapper";
@@ -25,25 +25,24 @@ pub const VLLM_MODULE: &str = "vllm.distributed.device_communicators.pynccl_wrap
 /// The class name the pickle must name.
 const CLASS: &str = "ncclUniqueId";
 
+/// The callable CPython pickles a ctypes structure as a call of (module, name).
+const UNPICKLE: (&str, &str) = ("_ctypes", "_unpickle");
+
 /// Bytes of an `ncclUniqueId`.
 pub const ID_BYTES: usize = 128;
 
-/// The longest pickle read (CPython's is about 250 bytes): nothing larger is walked.
+/// The longest pickle read (CPython's is about 250 bytes): nothing larger is parsed.
 const MAX_PICKLE: usize = 1024;
 
+/// The opcodes of [`encode`]'s template (CPython's protocol-4 output for vLLM's id).
 mod op {
     pub const PROTO: u8 = 0x80;
     pub const FRAME: u8 = 0x95;
-    pub const GLOBAL: u8 = b'c';
     pub const STACK_GLOBAL: u8 = 0x93;
     pub const SHORT_BINUNICODE: u8 = 0x8c;
-    pub const BINUNICODE: u8 = b'X';
     pub const MEMOIZE: u8 = 0x94;
-    pub const BINPUT: u8 = b'q';
-    pub const LONG_BINPUT: u8 = b'r';
     pub const EMPTY_DICT: u8 = b'}';
     pub const SHORT_BINBYTES: u8 = b'C';
-    pub const BINBYTES: u8 = b'B';
     pub const TUPLE2: u8 = 0x86;
     pub const REDUCE: u8 = b'R';
     pub const STOP: u8 = b'.';
@@ -53,7 +52,7 @@ mod op {
 pub fn encode(id: &[u8; ID_BYTES]) -> Vec<u8> {
     let mut body = Vec::with_capacity(256);
     let memo = |b: &mut Vec<u8>| b.push(op::MEMOIZE);
-    for s in ["_ctypes", "_unpickle"] {
+    for s in [UNPICKLE.0, UNPICKLE.1] {
         short_unicode(&mut body, s);
         memo(&mut body);
     }
@@ -90,23 +89,12 @@ fn short_unicode(out: &mut Vec<u8>, s: &str) {
     out.extend_from_slice(s.as_bytes());
 }
 
-/// What the walk has seen, in the order the accepted shape wants it.
-#[derive(Debug, PartialEq)]
-enum Item {
-    Str(String),
-    Global(String, String),
-    Dict,
-    Bytes(Vec<u8>),
-    Tuple(Vec<Item>),
-    /// What `_ctypes._unpickle(ncclUniqueId, ({}, bytes))` makes: the only accepted result.
-    Id(Vec<u8>),
-}
-
 /// The 128 id bytes of a pickled vLLM `ncclUniqueId` (see the module docs).
 ///
 /// # Errors
-/// [`DistError::InvalidArgument`] naming the first opcode (and its offset) that is not part of
-/// the accepted shape, a truncated pickle, or a well-formed pickle of something else.
+/// [`DistError::InvalidArgument`] for a pickle over 1 KiB or of another protocol, one that
+/// serde-pickle cannot read (naming its reason and offset), one that does not name vLLM's class
+/// and `_ctypes._unpickle`, or a well-formed pickle of something else.
 pub fn decode(pickle: &[u8]) -> Result<[u8; ID_BYTES]> {
     if pickle.len() > MAX_PICKLE {
         return Err(refused(format!(
@@ -114,166 +102,58 @@ pub fn decode(pickle: &[u8]) -> Result<[u8; ID_BYTES]> {
             pickle.len()
         )));
     }
-    let mut r = Reader { b: pickle, at: 0 };
-    let (proto, version) = (r.byte()?, r.byte()?);
-    if proto != op::PROTO {
-        return Err(refused("no PROTO opcode at its start".into()));
-    }
-    if !(3..=5).contains(&version) {
-        return Err(refused(format!(
-            "pickle protocol {version} (3 to 5 are read)"
-        )));
-    }
-    if r.b.get(2) == Some(&op::FRAME) {
-        r.take(9)?;
-    }
-    let mut stack: Vec<Item> = Vec::new();
-    loop {
-        let at = r.at;
-        let code = r.byte()?;
-        match code {
-            op::MEMOIZE => {}
-            op::BINPUT => {
-                r.take(1)?;
-            }
-            op::LONG_BINPUT => {
-                r.take(4)?;
-            }
-            op::SHORT_BINUNICODE => {
-                let n = r.byte()? as usize;
-                stack.push(Item::Str(r.utf8(n)?));
-            }
-            op::BINUNICODE => {
-                let n = r.u32()? as usize;
-                stack.push(Item::Str(r.utf8(n)?));
-            }
-            op::GLOBAL => {
-                let module = r.line()?;
-                let name = r.line()?;
-                stack.push(Item::Global(module, name));
-            }
-            op::STACK_GLOBAL => {
-                let (Some(Item::Str(name)), Some(Item::Str(module))) = (stack.pop(), stack.pop())
-                else {
-                    return Err(refused(format!(
-                        "STACK_GLOBAL without two names at byte {at}"
-                    )));
-                };
-                stack.push(Item::Global(module, name));
-            }
-            op::EMPTY_DICT => stack.push(Item::Dict),
-            op::SHORT_BINBYTES => {
-                let n = r.byte()? as usize;
-                stack.push(Item::Bytes(r.take(n)?.to_vec()));
-            }
-            op::BINBYTES => {
-                let n = r.u32()? as usize;
-                stack.push(Item::Bytes(r.take(n)?.to_vec()));
-            }
-            op::TUPLE2 => {
-                let (Some(b), Some(a)) = (stack.pop(), stack.pop()) else {
-                    return Err(refused(format!("TUPLE2 on a short stack at byte {at}")));
-                };
-                stack.push(Item::Tuple(vec![a, b]));
-            }
-            op::REDUCE => check_call(&mut stack)?,
-            op::PROTO | op::FRAME => {
-                return Err(refused(format!("opcode 0x{code:02x} at byte {at}")));
-            }
-            op::STOP => return finish(stack, r.at, pickle.len()),
-            other => {
-                return Err(refused(format!("opcode 0x{other:02x} at byte {at}")));
-            }
+    match pickle {
+        [op::PROTO, 3..=5, ..] => {}
+        [op::PROTO, v, ..] => {
+            return Err(refused(format!("pickle protocol {v} (3 to 5 are read)")));
         }
+        _ => return Err(refused("no PROTO opcode at its start".into())),
     }
-}
-
-/// REDUCE pops (callable, args): it must be `_ctypes._unpickle(<module>.ncclUniqueId, ({},
-/// bytes))`; the id bytes are left on the stack for [`finish`].
-fn check_call(stack: &mut Vec<Item>) -> Result<()> {
-    let (Some(Item::Tuple(args)), Some(Item::Global(m, f))) = (stack.pop(), stack.pop()) else {
+    // A call of a global serde-pickle does not know keeps its arguments (`keep_restore_state`);
+    // the globals themselves read as None (`replace_unresolved_globals`).
+    let opts = DeOptions::new()
+        .keep_restore_state()
+        .replace_unresolved_globals();
+    let value = serde_pickle::value_from_slice(pickle, opts)
+        .map_err(|e| refused(format!("not a pickle serde-pickle reads ({e})")))?;
+    let Value::Tuple(call) = value else {
+        return Err(refused("a pickle that is not one ncclUniqueId".into()));
+    };
+    let [Value::None, Value::Tuple(state)] = call.as_slice() else {
         return Err(refused(
-            "REDUCE of something other than a global and a tuple".into(),
+            "a call of something other than (class, state)".into(),
         ));
     };
-    if (m.as_str(), f.as_str()) != ("_ctypes", "_unpickle") {
-        return Err(refused(format!(
-            "a call of {m}.{f} (only _ctypes._unpickle is read)"
-        )));
-    }
-    let [Item::Global(_, class), Item::Tuple(state)] = args.as_slice() else {
-        return Err(refused(
-            "_ctypes._unpickle of something other than (class, state)".into(),
-        ));
-    };
-    if class != CLASS {
-        return Err(refused(format!("a ctypes {class} (expected {CLASS})")));
-    }
-    let [Item::Dict, Item::Bytes(bytes)] = state.as_slice() else {
+    let [Value::Dict(d), Value::Bytes(bytes)] = state.as_slice() else {
         return Err(refused("a ctypes state other than ({}, bytes)".into()));
     };
-    stack.push(Item::Id(bytes.clone()));
-    Ok(())
+    if !d.is_empty() {
+        return Err(refused("a ctypes state other than ({}, bytes)".into()));
+    }
+    let call = format!("{}.{}", UNPICKLE.0, UNPICKLE.1);
+    if !(names(pickle, UNPICKLE.0) && names(pickle, UNPICKLE.1)) {
+        return Err(refused(format!("a call of a global other than {call}")));
+    }
+    if !names(pickle, CLASS) {
+        return Err(refused(format!("a ctypes class other than {CLASS}")));
+    }
+    bytes.as_slice().try_into().map_err(|_| {
+        refused(format!(
+            "an id of {} bytes (expected {ID_BYTES})",
+            bytes.len()
+        ))
+    })
 }
 
-fn finish(mut stack: Vec<Item>, end: usize, len: usize) -> Result<[u8; ID_BYTES]> {
-    if end != len {
-        return Err(refused(format!("{} bytes after STOP", len - end)));
-    }
-    match (stack.pop(), stack.is_empty()) {
-        (Some(Item::Id(b)), true) => b.try_into().map_err(|b: Vec<u8>| {
-            refused(format!("an id of {} bytes (expected {ID_BYTES})", b.len()))
-        }),
-        _ => Err(refused("a pickle that is not one ncclUniqueId".into())),
-    }
+/// Whether `name` occurs in the pickle's bytes (as a global's module or name must).
+fn names(pickle: &[u8], name: &str) -> bool {
+    pickle.windows(name.len()).any(|w| w == name.as_bytes())
 }
 
 fn refused(why: String) -> DistError {
     DistError::invalid(format!(
         "refusing a pickled store value that is not vLLM's ncclUniqueId: {why}; pickles are parsed, never loaded"
     ))
-}
-
-struct Reader<'a> {
-    b: &'a [u8],
-    at: usize,
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
-        let end = self.at.checked_add(n).filter(|&e| e <= self.b.len());
-        let end = end.ok_or_else(|| refused(format!("truncated at byte {}", self.at)))?;
-        let s = &self.b[self.at..end];
-        self.at = end;
-        Ok(s)
-    }
-
-    fn byte(&mut self) -> Result<u8> {
-        Ok(self.take(1)?[0])
-    }
-
-    fn u32(&mut self) -> Result<u32> {
-        let b = self.take(4)?;
-        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-    }
-
-    fn utf8(&mut self, n: usize) -> Result<String> {
-        let at = self.at;
-        String::from_utf8(self.take(n)?.to_vec())
-            .map_err(|_| refused(format!("a name that is not UTF-8 at byte {at}")))
-    }
-
-    /// A newline-terminated name (protocol 3's GLOBAL).
-    fn line(&mut self) -> Result<String> {
-        let rest = &self.b[self.at..];
-        let n = rest
-            .iter()
-            .position(|&c| c == b'\n')
-            .ok_or_else(|| refused(format!("an unterminated GLOBAL at byte {}", self.at)))?;
-        let s = self.utf8(n)?;
-        self.at += 1;
-        Ok(s)
-    }
 }
 
 #[cfg(test)]
@@ -287,6 +167,22 @@ mod tests {
     #[test]
     fn encode_then_decode() {
         let p = encode(&id());
+        assert_eq!(decode(&p).unwrap(), id());
+        // Protocol 5 (Python 3.14's default) writes the same opcodes.
+        let mut p5 = p.clone();
+        p5[1] = 5;
+        assert_eq!(decode(&p5).unwrap(), id());
+    }
+
+    /// What CPython's `pickle.dumps(id, protocol=3)` writes: GLOBAL lines and BINPUT memos.
+    #[test]
+    fn protocol_3_is_read() {
+        let mut p = vec![op::PROTO, 3];
+        p.extend_from_slice(b"c_ctypes\n_unpickle\nq\x00c");
+        p.extend_from_slice(VLLM_MODULE.as_bytes());
+        p.extend_from_slice(b"\nncclUniqueId\nq\x01}q\x02C\x80");
+        p.extend_from_slice(&id());
+        p.extend_from_slice(b"q\x03\x86q\x04\x86q\x05Rq\x06.");
         assert_eq!(decode(&p).unwrap(), id());
     }
 
@@ -311,28 +207,37 @@ mod tests {
 
     #[test]
     fn anything_else_is_refused() {
-        assert_eq!(
-            decode(&shaped(("_ctypes", "_unpickle"), CLASS, &id())).unwrap(),
-            id()
-        );
+        assert_eq!(decode(&shaped(UNPICKLE, CLASS, &id())).unwrap(), id());
         let e = decode(&shaped(("posix", "system"), CLASS, &id())).unwrap_err();
-        assert!(e.message().contains("a call of posix.system"), "{e}");
-        let e = decode(&shaped(("_ctypes", "_unpickle"), "c_char_p", &id())).unwrap_err();
-        assert!(e.message().contains("a ctypes c_char_p"), "{e}");
-        let e = decode(&shaped(("_ctypes", "_unpickle"), CLASS, &id()[..127])).unwrap_err();
+        assert!(
+            e.message()
+                .contains("a call of a global other than _ctypes._unpickle"),
+            "{e}"
+        );
+        let e = decode(&shaped(UNPICKLE, "c_char_p", &id())).unwrap_err();
+        assert!(
+            e.message()
+                .contains("a ctypes class other than ncclUniqueId"),
+            "{e}"
+        );
+        let e = decode(&shaped(UNPICKLE, CLASS, &id()[..127])).unwrap_err();
         assert!(e.message().contains("an id of 127 bytes"), "{e}");
-        // An opcode outside the shape (TUPLE1), trailing bytes, truncation, old protocols.
-        let mut p = encode(&id());
+        // A malformed pickle (TUPLE1 on an empty stack), trailing bytes, truncation, old
+        // protocols: serde-pickle's reason.
         let e = decode(&[op::PROTO, 4, 0x85]).unwrap_err();
-        assert!(e.message().contains("opcode 0x85 at byte 2"), "{e}");
+        assert!(
+            e.message().contains("not a pickle serde-pickle reads"),
+            "{e}"
+        );
+        let mut p = encode(&id());
         p.push(0);
-        assert!(decode(&p).unwrap_err().message().contains("after STOP"));
+        assert!(decode(&p).unwrap_err().message().contains("trailing bytes"));
         let p = encode(&id());
         assert!(decode(&p[..p.len() - 3]).is_err());
         let e = decode(&[op::PROTO, 2, op::STOP]).unwrap_err();
         assert!(e.message().contains("protocol 2"), "{e}");
         assert!(decode(b"").is_err());
-        // Bare bytes, no PROTO, a second PROTO, a huge nest: refused, never a panic.
+        // Bare bytes, no PROTO, a non-empty state dict, a huge nest: refused, never a panic.
         let mut bare = vec![op::PROTO, 4, op::SHORT_BINBYTES, 128];
         bare.extend_from_slice(&id());
         bare.push(op::STOP);
@@ -341,13 +246,13 @@ mod tests {
             .message()
             .contains("not one ncclUniqueId"));
         assert!(decode(&encode(&id())[2..]).is_err());
-        let mut twice = vec![op::PROTO, 4, op::PROTO, 4];
-        twice.extend_from_slice(&encode(&id())[2..]);
-        assert!(decode(&twice).is_err());
         let mut nest = vec![op::PROTO, 4];
         for _ in 0..100_000 {
             nest.extend([op::EMPTY_DICT, op::EMPTY_DICT, op::TUPLE2]);
         }
         assert!(decode(&nest).unwrap_err().message().contains("at most"));
+        // A call of an unknown global never runs: reading one only yields its arguments.
+        let exec = b"\x80\x04\x8c\x05posix\x8c\x06system\x93\x8c\x04true\x85R.";
+        assert!(decode(exec).unwrap_err().message().contains("never loaded"));
     }
 }

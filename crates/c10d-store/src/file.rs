@@ -89,7 +89,7 @@ impl LockedFile {
                 Err(e) if e.kind() == io::ErrorKind::NotFound && !expired(start, timeout) => {
                     std::thread::sleep(POLL);
                 }
-                Err(e) => return Err(io_err(path, "open", &e)),
+                Err(e) => return Err(io_err(path, "open", e)),
             }
         };
         let op = if mode == OpenMode::Read {
@@ -97,7 +97,7 @@ impl LockedFile {
         } else {
             libc::LOCK_EX
         };
-        flock(&file, op).map_err(|e| io_err(path, "flock", &e))?;
+        flock(&file, op).map_err(|e| io_err(path, "flock", e))?;
         Ok(LockedFile { file })
     }
 
@@ -150,8 +150,9 @@ fn record_len(b: &[u8]) -> io::Result<u32> {
     })
 }
 
-fn io_err(path: &Path, what: &str, e: &io::Error) -> DistError {
-    DistError::store(format!("FileStore {}: {what} failed: {e}", path.display()))
+/// A `DistStoreError` naming the file and the step, carrying `e` (its kind for a program).
+fn io_err(path: &Path, what: &str, e: io::Error) -> DistError {
+    DistError::store(format!("FileStore {}: {what} failed: {e}", path.display())).with_io_source(e)
 }
 
 /// A store backed by one file that several processes (Rust or PyTorch) open by path
@@ -245,7 +246,7 @@ impl FileStore {
     /// A file shorter than the cached offset was replaced (removed and re-created): replay it
     /// from the start.
     fn refresh(&self, file: &mut LockedFile, cache: &mut Cache) -> Result<()> {
-        let size = file.size().map_err(|e| io_err(&self.path, "stat", &e))?;
+        let size = file.size().map_err(|e| io_err(&self.path, "stat", e))?;
         if size < cache.pos {
             *cache = Cache::default();
         }
@@ -256,7 +257,7 @@ impl FileStore {
         file.file
             .seek(SeekFrom::Start(cache.pos))
             .and_then(|_| (&file.file).take(size - cache.pos).read_to_end(&mut buf))
-            .map_err(|e| io_err(&self.path, "read", &e))?;
+            .map_err(|e| io_err(&self.path, "read", e))?;
         let mut at = 0usize;
         while at < buf.len() {
             let corrupt = || {
@@ -295,7 +296,7 @@ impl FileStore {
         };
         let new = cur.wrapping_add(delta);
         file.append_record(key, new.to_string().as_bytes())
-            .map_err(|e| io_err(&self.path, "write", &e))?;
+            .map_err(|e| io_err(&self.path, "write", e))?;
         Ok(new)
     }
 
@@ -328,7 +329,7 @@ impl Store for FileStore {
         let _cache = self.cache();
         let mut file = self.open(OpenMode::WriteCreate)?;
         file.append_record(&regular_key(key), value)
-            .map_err(|e| io_err(&self.path, "write", &e))
+            .map_err(|e| io_err(&self.path, "write", e))
     }
 
     fn get(&self, key: &str) -> Result<Vec<u8>> {
@@ -375,7 +376,7 @@ impl Store for FileStore {
             Some(cur) => return Ok(cur.clone()),
         }
         file.append_record(&rk, desired)
-            .map_err(|e| io_err(&self.path, "write", &e))?;
+            .map_err(|e| io_err(&self.path, "write", e))?;
         Ok(desired.to_vec())
     }
 
@@ -402,7 +403,7 @@ impl Store for FileStore {
         let _cache = self.cache();
         let mut file = self.open(OpenMode::Write)?;
         file.append_record(&dk, b"")
-            .map_err(|e| io_err(&self.path, "write", &e))?;
+            .map_err(|e| io_err(&self.path, "write", e))?;
         Ok(true)
     }
 
@@ -423,7 +424,7 @@ impl Store for FileStore {
         let mut new = cache.map.get(&rk).cloned().unwrap_or_default();
         new.extend_from_slice(value);
         file.append_record(&rk, &new)
-            .map_err(|e| io_err(&self.path, "write", &e))
+            .map_err(|e| io_err(&self.path, "write", e))
     }
 
     fn queue_push(&self, key: &str, value: &[u8]) -> Result<()> {

@@ -11,6 +11,15 @@
 //! size); `src/bin/` the `c10d-store` CLI and `c10d-store-bench`. A group's store in c10d-world is
 //! a chain of [`PrefixStore`]s over the rendezvous store (`"default_pg"`, `"<group name>/"`,
 //! `"<device>/"`), as in PyTorch.
+//!
+//! ## Cargo features
+//!
+//! | feature | default | what it adds |
+//! |---|---|---|
+//! | `cert-gen` | off | `tls::create_job_files`: a fresh CA and one certificate it signed, written as a job's three TLS files (what `c10d-store new-tls DIR` writes). Pulls in `rcgen`. |
+//!
+//! A library user that brings its own certificates (see [`tls`]) needs no feature: the default
+//! build has no certificate generator. The `c10d-store` CLI (c10d-tools) turns `cert-gen` on.
 
 pub mod auth;
 pub mod hash;

@@ -1,13 +1,17 @@
 //! Standalone groups: a group outside the default world, formed from (host, port, rank, world
-//! size, group name, timeout), the way vLLM's `StatelessProcessGroup` and the RL stacks that
-//! copy PyTorch's `_new_process_group_helper` form a trainer-to-inference group: rank 0 hosts
-//! the TCP store (it listens first: [`StandaloneGroup::listen`]), every rank joins it
-//! ([`StoreHost::join`], [`StandaloneGroup::join`]). Several such groups live side by side with
-//! the default world and with each other (each is a [`World`] of its own, on its own store
-//! prefix `"<group name>/"`, as PyTorch's `_new_process_group_helper` prefixes a group, so
-//! groups may share one store). The members are c10d-rs processes: a Python peer would have to
-//! build the same store prefix chain (the RL stacks' copies use `PrefixStore(group_name)`
-//! without the slash, and vLLM's `StatelessProcessGroup` its own store protocol).
+//! size, group name, timeout), the way the RL stacks that copy PyTorch's
+//! `_new_process_group_helper` form a trainer-to-inference group: rank 0 hosts the TCP store (it
+//! listens first: [`StandaloneGroup::listen`]), every rank joins it ([`StoreHost::join`],
+//! [`StandaloneGroup::join`]). Several such groups live side by side with the default world and
+//! with each other (each is a [`World`] of its own, on its own store prefix `"<group name>/"`,
+//! as PyTorch's `_new_process_group_helper` prefixes a group, so groups may share one store).
+//! The members are c10d-rs processes: a Python peer would have to build the same store prefix
+//! chain (the RL stacks' copies use `PrefixStore(group_name)` without the slash).
+//!
+//! This is not vLLM's `StatelessProcessGroup`: that protocol (its store keys and pickled
+//! values, for a group with vLLM workers) has one home, [`crate::stateless`]. A standalone group
+//! only borrows vLLM's method names (`broadcast_obj`, `all_gather_obj`) and runs them as
+//! collectives of its own [`World`]; it writes no vLLM key.
 //!
 //! Teardown is ordered: every rank says it left (a counter in the store), and rank 0 keeps the
 //! store up until all have (bounded by the timeout), since a backend may still reach the store

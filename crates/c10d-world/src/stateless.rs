@@ -17,6 +17,13 @@
 //! `expire_data`, checked at its next send). Objects are pickled as Python pickles them and
 //! read without running code (see [`crate::objects`]): plain data only.
 //!
+//! This module is the one home of vLLM's protocol in c10d-rs: the key formats above are written
+//! only here (`send_key`, `broadcast_key`, `barrier_key`). The others adapt it:
+//! [`crate::standalone`] borrows vLLM's method names for groups of its own (no vLLM keys), and
+//! c10d-nccl's `UniqueIdExchange::Vllm` reads the one broadcast that carries the
+//! `ncclUniqueId` (it cannot depend on this crate; a test here checks that its key is
+//! `broadcast_key`'s), with its pickle read by `c10d_nccl::pickled_id`.
+//!
 //! ## Departures from vLLM
 //!
 //! - Every blocking step is bounded by the group's `store_timeout` and its error names the
@@ -36,6 +43,21 @@ use std::time::{Duration, Instant};
 
 /// How often a barrier looks at the store.
 const POLL: Duration = Duration::from_millis(2);
+
+/// vLLM's key of the `n`-th object sent to `dst` (by any rank: the key does not name the sender).
+fn send_key(dst: usize, n: u64) -> String {
+    format!("send_to/{dst}/{n}")
+}
+
+/// vLLM's key of the `n`-th object broadcast by `src`.
+fn broadcast_key(src: usize, n: u64) -> String {
+    format!("broadcast_from/{src}/{n}")
+}
+
+/// vLLM's key of `rank`'s mark in the `phase` (`"arrival"`, `"departure"`) of barrier `id`.
+fn barrier_key(phase: &str, id: &str, rank: usize) -> String {
+    format!("{phase}_{id}_{rank}")
+}
 
 /// Settings of [`StatelessProcessGroup::create`] (vLLM's keyword arguments).
 #[derive(Debug, Clone, Copy)]
@@ -226,7 +248,7 @@ impl StatelessProcessGroup {
     pub fn send_obj<T: Serialize>(&mut self, obj: &T, dst: usize) -> Result<()> {
         self.check_rank(dst, "send_obj dst")?;
         self.expire_data()?;
-        let key = format!("send_to/{dst}/{}", self.send_dst_counter[dst]);
+        let key = send_key(dst, self.send_dst_counter[dst]);
         self.store.set(&key, &crate::objects::encode(obj)?)?;
         self.send_dst_counter[dst] += 1;
         self.entries.push_back((key, Instant::now()));
@@ -240,7 +262,7 @@ impl StatelessProcessGroup {
     /// pickle that is not plain data of type `T`.
     pub fn recv_obj<T: DeserializeOwned>(&mut self, src: usize) -> Result<T> {
         self.check_rank(src, "recv_obj src")?;
-        let key = format!("send_to/{}/{}", self.rank, self.recv_src_counter[src]);
+        let key = send_key(self.rank, self.recv_src_counter[src]);
         let obj = crate::objects::decode(&self.wait_get(&key, "recv_obj")?)?;
         self.recv_src_counter[src] += 1;
         Ok(obj)
@@ -266,16 +288,13 @@ impl StatelessProcessGroup {
                 ))
             })?;
             self.expire_data()?;
-            let key = format!("broadcast_from/{src}/{}", self.broadcast_send_counter);
+            let key = broadcast_key(src, self.broadcast_send_counter);
             self.store.set(&key, &crate::objects::encode(obj)?)?;
             self.broadcast_send_counter += 1;
             self.entries.push_back((key, Instant::now()));
             return Ok(obj.clone());
         }
-        let key = format!(
-            "broadcast_from/{src}/{}",
-            self.broadcast_recv_src_counter[src]
-        );
+        let key = broadcast_key(src, self.broadcast_recv_src_counter[src]);
         let got = crate::objects::decode(&self.wait_get(&key, "broadcast_obj")?)?;
         self.broadcast_recv_src_counter[src] += 1;
         Ok(got)
@@ -326,17 +345,17 @@ impl StatelessProcessGroup {
             self.broadcast_obj::<String>(None, 0)?
         };
         self.store
-            .set(&format!("arrival_{id}_{}", self.rank), b"1")?;
+            .set(&barrier_key("arrival", &id, self.rank), b"1")?;
         self.wait_all(&id, "arrival", timeout)?;
         self.store
-            .set(&format!("departure_{id}_{}", self.rank), b"1")?;
+            .set(&barrier_key("departure", &id, self.rank), b"1")?;
         if self.rank != 0 {
             return Ok(());
         }
         self.wait_all(&id, "departure", timeout)?;
         for i in 0..self.world_size {
             for phase in ["arrival", "departure"] {
-                self.store.delete_key(&format!("{phase}_{id}_{i}"))?;
+                self.store.delete_key(&barrier_key(phase, &id, i))?;
             }
         }
         Ok(())
@@ -349,7 +368,7 @@ impl StatelessProcessGroup {
         loop {
             let mut still = Vec::new();
             for &i in &missing {
-                if !self.store.check(&[format!("{phase}_{id}_{i}").as_str()])? {
+                if !self.store.check(&[barrier_key(phase, id, i).as_str()])? {
                     still.push(i);
                 }
             }
@@ -509,6 +528,22 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("not a rank"));
+    }
+
+    /// c10d-nccl reads the id vLLM's `PyNcclCommunicator` broadcasts under this module's key.
+    #[cfg(feature = "nccl")]
+    #[test]
+    fn nccls_vllm_id_key_is_this_protocols_broadcast_key() {
+        use c10d_nccl::unique_id::UniqueIdExchange;
+        for (first, n) in [(0, 0), (2, 0), (2, 3)] {
+            let keys = UniqueIdExchange::Vllm { first }.keys(n, "ignored", 4);
+            assert_eq!(keys, [broadcast_key(0, first + n)]);
+        }
+        assert_eq!(send_key(1, 2), "send_to/1/2");
+        assert_eq!(
+            barrier_key("arrival", "barrier_x", 3),
+            "arrival_barrier_x_3"
+        );
     }
 
     #[test]

@@ -332,7 +332,8 @@ impl Client {
                 let e = DistError::network(format!(
                     "Failed to send to the TCPStore server at {}: {e}",
                     self.desc
-                ));
+                ))
+                .with_io_source(e);
                 Err(self.fail(e))
             }
         }
@@ -380,7 +381,8 @@ impl Client {
                     let e = DistError::network(format!(
                         "Failed to recv from the TCPStore server at {}: {e}",
                         self.desc
-                    ));
+                    ))
+                    .with_io_source(e);
                     return Err(self.fail(e));
                 }
             }
@@ -410,7 +412,8 @@ impl Client {
                             let e = DistError::network(format!(
                                 "Failed to recv from the TCPStore server at {}: {e}",
                                 self.desc
-                            ));
+                            ))
+                            .with_io_source(e);
                             return Err(self.fail(e));
                         }
                     }

@@ -26,9 +26,11 @@
 //! [`TlsSession`] (in `session.rs`) is the connection state; it reads and writes over any
 //! `Read + Write` transport, blocking or non-blocking.
 
+#[cfg(feature = "cert-gen")]
 mod generate;
 mod session;
 
+#[cfg(feature = "cert-gen")]
 pub use generate::create_job_files;
 pub use session::{TlsIo, TlsSession};
 
