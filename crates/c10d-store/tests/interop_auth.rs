@@ -4,7 +4,7 @@
 use c10d_store::{AuthSecret, ServerOptions, Store, TcpStore, TcpStoreOptions, TcpStoreServer};
 use std::process::{Command, Stdio};
 use std::time::Duration;
-mod interop_common;
+use c10d_testing::interop as interop_common;
 use interop_common::*;
 
 #[test]

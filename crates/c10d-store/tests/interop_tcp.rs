@@ -8,7 +8,7 @@ use c10d_core::ErrorKind;
 use c10d_store::{ServerOptions, Store, TcpStore, TcpStoreOptions, TcpStoreServer};
 use std::process::{Command, Stdio};
 use std::time::Duration;
-mod interop_common;
+use c10d_testing::interop as interop_common;
 use interop_common::*;
 
 #[test]

@@ -7,7 +7,7 @@ use proptest::prelude::*;
 use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
-mod wire_common;
+use c10d_testing::wire as wire_common;
 use wire_common::{closed_by_server, HELLO};
 
 fn raw(port: u16) -> TcpStream {

@@ -9,8 +9,7 @@ use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
-#[path = "../../c10d-store/tests/wire_common/mod.rs"]
-mod wire_common;
+use c10d_testing::wire as wire_common;
 use wire_common::HELLO;
 
 /// The child's descriptor limit: a few for stdio, epoll, waker, listener and reserve; the

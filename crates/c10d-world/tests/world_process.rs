@@ -4,7 +4,7 @@
 
 use c10d_core::Tensor;
 use c10d_world as dist;
-mod world_common;
+use c10d_testing::world as world_common;
 use std::time::{Duration, Instant};
 
 const CHILD: &str = "C10D_WORLD_PROCESS_CHILD";

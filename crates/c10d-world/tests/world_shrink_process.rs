@@ -6,7 +6,7 @@
 
 use c10d_core::Tensor;
 use c10d_world as dist;
-mod world_common;
+use c10d_testing::world as world_common;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
