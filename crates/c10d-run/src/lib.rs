@@ -7,13 +7,13 @@
 //! attempts and reports how each worker ended. Install it with `cargo install c10d-run`; see
 //! `c10drun --help`.
 //!
-//! The library holds the whole launcher ([`launch`] runs it from a parsed command line,
-//! [`Args`]; the `c10drun` binary is only that call) and what other process launchers of the
-//! workspace share ([`die_with_parent`]).
+//! The library holds the whole launcher ([`launch`](fn@launch) runs it from a parsed command
+//! line, [`Args`]; the `c10drun` binary is only that call) and what other process launchers of
+//! the workspace share ([`die_with_parent`](fn@die_with_parent)).
 //!
 //! Inside, the arrows go one way, from the job down to the pieces it uses:
 //!
-//! - [`launch`](launch()) (`launch.rs`): the static job (hosting the store, attempts, restarts);
+//! - `launch`: the static job (hosting the store, attempts, restarts);
 //!   `elastic_job` runs the elastic one (`--nnodes MIN:MAX`, rounds of `elastic`'s rendezvous).
 //! - `finish`: the exit barrier and the end of a failed job; `summary`: the failure summary.
 //! - `attempt`: one attempt of the local workers (start, supervise, stop), with its context

@@ -8,8 +8,8 @@
 //! to stop. Needs root and `ip netns`; skips with a printed reason otherwise.
 
 mod launcher_util;
-use c10d_testing::netns;
 use c10d_core::Tensor;
+use c10d_testing::netns;
 use c10d_world as dist;
 use launcher_util::*;
 use netns::Lan;

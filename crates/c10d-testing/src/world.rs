@@ -2,8 +2,8 @@
 //! threads, each with its own `World`, over one `HashStore`, using the store-backed test backend
 //! registered as "store" (or gloo: [`run_gloo`], [`ranks`]); ranks as processes.
 
-use c10d_store::{HashStore, Store};
 use crate::StoreBackend;
+use c10d_store::{HashStore, Store};
 use c10d_world::{register_backend, InitOptions, World};
 use std::sync::{Arc, Once};
 use std::time::Duration;

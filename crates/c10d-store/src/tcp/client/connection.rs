@@ -105,7 +105,12 @@ pub(super) enum Attempt {
 
 impl Client {
     /// Connects with PyTorch's retry loop and performs the VALIDATE + PING handshake.
-    pub(super) fn connect(host: &str, port: u16, timeout: Duration, sec: &Security) -> Result<Client> {
+    pub(super) fn connect(
+        host: &str,
+        port: u16,
+        timeout: Duration,
+        sec: &Security,
+    ) -> Result<Client> {
         let start = Instant::now();
         let deadline = start + timeout;
         let mut backoff = Backoff::new();

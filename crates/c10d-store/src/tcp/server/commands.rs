@@ -71,7 +71,13 @@ impl EventLoop {
 
     /// COMPARE_SET: missing with empty `expected`, or equal: store and reply `desired`; missing
     /// otherwise: reply `expected`; else reply the current value.
-    pub(super) fn compare_set(&mut self, id: usize, k: Vec<u8>, expected: Vec<u8>, desired: Vec<u8>) {
+    pub(super) fn compare_set(
+        &mut self,
+        id: usize,
+        k: Vec<u8>,
+        expected: Vec<u8>,
+        desired: Vec<u8>,
+    ) {
         let swap = self
             .kv
             .get(&k)
@@ -108,7 +114,12 @@ impl EventLoop {
     ///
     /// # Errors
     /// The key holds something other than an integer.
-    pub(super) fn add(&mut self, id: usize, k: Vec<u8>, delta: i64) -> std::result::Result<(), String> {
+    pub(super) fn add(
+        &mut self,
+        id: usize,
+        k: Vec<u8>,
+        delta: i64,
+    ) -> std::result::Result<(), String> {
         let cur = match self.kv.get(&k) {
             None => 0,
             Some(v) => parse_stoll(v).ok_or_else(|| {
