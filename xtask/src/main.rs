@@ -42,6 +42,7 @@
 mod candle_cuda;
 mod chaos;
 mod gpusim;
+mod line_cap;
 mod unused_deps;
 
 use std::env;
@@ -147,6 +148,7 @@ const CARGO_DENY_VERSION: &str = "0.20.2";
 /// Clippy and rustdoc with warnings as errors, then cargo-deny's license, ban and source checks
 /// (`deny.toml`; advisories are checked by hand, see `docs/dependencies.md`).
 fn lint() -> Res {
+    line_cap::check(Path::new("."))?;
     run(cargo().args([
         "clippy",
         "--workspace",

@@ -8,8 +8,7 @@
 //!
 //! `cargo bench -p c10d-candle --bench candle_overhead [-- MiB ITERS]` (default 64 MiB, 40).
 
-#[path = "../tests/common/mod.rs"]
-mod common;
+use c10d_testing::world as common;
 
 use c10d_core::ReduceOp;
 use c10d_world::World;

@@ -23,8 +23,6 @@
 //! global batch is the whole set, split evenly across the ranks (`WORLD_SIZE` must divide
 //! 256). `C10D_STEPS` (default 60) and `C10D_LR` (default 0.05) set the schedule.
 
-#[path = "common/mod.rs"]
-mod common;
 use c10d_candle as cc;
 use c10d_core::Result;
 use c10d_ddp::{Reducer, ReducerOptions};
@@ -153,13 +151,22 @@ fn env<T: std::str::FromStr>(k: &str, default: T) -> T {
         .unwrap_or(default)
 }
 
+/// Success when the run's checks passed; failure when they did not, or when it failed (the
+/// error on stderr).
 fn main() -> std::process::ExitCode {
-    common::exit_code("ddp_candle", run())
+    match run() {
+        Ok(true) => std::process::ExitCode::SUCCESS,
+        Ok(false) => std::process::ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("ddp_candle: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
 }
 
 fn run() -> Result<bool> {
     let c = cc::from_candle;
-    let dev = common::init_on_chosen_device()?;
+    let dev = cc::init_on_chosen_device()?;
     let w = c10d_world::World::global();
     let (rank, world) = (w.get_rank(None)? as usize, w.get_world_size(None)? as usize);
     if !SAMPLES.is_multiple_of(world) {

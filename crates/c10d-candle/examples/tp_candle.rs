@@ -20,8 +20,6 @@
 //! `C10D_TP_DIMS=B,D,H,O` sets the sizes (default `8,64,128,32`; `H` must be a multiple of the
 //! world size).
 
-#[path = "common/mod.rs"]
-mod common;
 use c10d_candle as cc;
 use c10d_core::{DistError, ReduceOp, Result};
 use candle_core::{Device, Tensor, D};
@@ -56,13 +54,22 @@ fn dims() -> Result<[usize; 4]> {
         .map_err(|_| DistError::invalid(format!("tp_candle: C10D_TP_DIMS={s}: expected B,D,H,O")))
 }
 
+/// Success when the run's checks passed; failure when they did not, or when it failed (the
+/// error on stderr).
 fn main() -> std::process::ExitCode {
-    common::exit_code("tp_candle", run())
+    match run() {
+        Ok(true) => std::process::ExitCode::SUCCESS,
+        Ok(false) => std::process::ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("tp_candle: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
 }
 
 fn run() -> Result<bool> {
     let c = cc::from_candle;
-    let dev = common::init_on_chosen_device()?;
+    let dev = cc::init_on_chosen_device()?;
     let w = c10d_world::World::global();
     let (rank, n) = (w.get_rank(None)? as usize, w.get_world_size(None)? as usize);
     let [b, d, h, o] = dims()?;

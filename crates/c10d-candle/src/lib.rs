@@ -33,5 +33,5 @@ mod tensors;
 
 pub use collectives::{all_gather, all_reduce, all_reduced, broadcast, recv, reduce_scatter, send};
 pub use inplace::from_candle;
-pub use runtime::{device_and_backend, device_and_backend_from_env};
+pub use runtime::{device_and_backend, device_and_backend_from_env, init_on_chosen_device};
 pub use tensors::{c10d_dtype, empty_like, with_tensor};

@@ -42,6 +42,22 @@ pub fn device_and_backend_from_env() -> Result<(Device, String)> {
     device_and_backend(&choice, local)
 }
 
+/// Joins the job on the device `C10D_CANDLE_DEVICE` chooses: `init_process_group` (env://
+/// rendezvous, the environment `c10drun` / torchrun gives, 60 s timeout) with the backend of
+/// [`device_and_backend_from_env`]; returns the device. What the candle examples start with.
+///
+/// # Errors
+/// As [`device_and_backend_from_env`] and `init_process_group`.
+pub fn init_on_chosen_device() -> Result<Device> {
+    let (dev, backend) = device_and_backend_from_env()?;
+    c10d_world::init_process_group(c10d_world::InitOptions {
+        backend: Some(backend),
+        timeout: Some(std::time::Duration::from_secs(60)),
+        ..Default::default()
+    })?;
+    Ok(dev)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,7 +2,7 @@
 //! `HashStore`): values differ per rank and element, so an offset or order bug shows; views
 //! that share storage see in-place results; bad input is a clear error.
 
-mod common;
+use c10d_testing::world as common;
 
 use c10d_candle as cc;
 use c10d_core::ReduceOp;

@@ -2,8 +2,7 @@
 //! precision, the all_reduce hook equals DDP's own averaging, and a user closure sees every
 //! bucket and decides the result.
 
-#[path = "../../c10d-world/tests/world_common/mod.rs"]
-mod world_common;
+use c10d_testing::world as world_common;
 
 use c10d_core::{AllreduceOptions, Collectives, DType, ProcessGroup, Result, Tensor};
 use c10d_ddp::{

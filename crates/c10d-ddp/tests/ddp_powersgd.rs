@@ -1,8 +1,7 @@
 //! The PowerSGD comm hook with ranks as threads: plain averaging before `start_powersgd_iter`,
 //! exact recovery of a rank-1 average, small matrices sent uncompressed, and error feedback.
 
-#[path = "../../c10d-world/tests/world_common/mod.rs"]
-mod world_common;
+use c10d_testing::world as world_common;
 
 use c10d_core::{DType, Tensor};
 use c10d_ddp::{PowerSgdHook, PowerSgdOptions, Reducer, ReducerOptions};

@@ -2,8 +2,7 @@
 //! gradient (over gloo, asynchronous, and over the store test backend), buckets rebuilt in
 //! gradient-arrival order, unused parameters, static graphs and the errors PyTorch raises.
 
-#[path = "../../c10d-world/tests/world_common/mod.rs"]
-mod world_common;
+use c10d_testing::world as world_common;
 
 use c10d_core::{
     AllreduceOptions, Collectives, DType, DistError, ErrorKind, ProcessGroup, ReduceOp, Tensor,

@@ -2,8 +2,7 @@
 //! the rank and parameter that differ, and `broadcast_coalesced` copies rank 0's values into
 //! every rank's tensors through a few flat buffers.
 
-#[path = "../../c10d-world/tests/world_common/mod.rs"]
-mod world_common;
+use c10d_testing::world as world_common;
 
 use c10d_core::{DType, Tensor};
 use c10d_ddp::{broadcast_coalesced, verify_params_across_processes};

@@ -2,8 +2,7 @@
 //! programs as workers: a node arriving at MAX waits as a spare and ends with the job; a
 //! failure of live nodes counts against `--max-restarts` (and restarts with
 //! `TORCHELASTIC_RESTART_COUNT` raised), past it the job fails. Joining and leaving nodes,
-//! with real collectives, are tested across network namespaces in c10d-world's
-//! `launcher_elastic`.
+//! with real collectives, are tested across network namespaces in `launcher_elastic_world`.
 
 mod launcher_util;
 use launcher_util::*;

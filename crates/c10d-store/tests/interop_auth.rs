@@ -2,10 +2,10 @@
 //! (it cannot answer the challenge), and nothing it sent is applied. Needs `C10D_TORCH_PYTHON`.
 
 use c10d_store::{AuthSecret, ServerOptions, Store, TcpStore, TcpStoreOptions, TcpStoreServer};
+use c10d_testing::interop as interop_common;
+use interop_common::*;
 use std::process::{Command, Stdio};
 use std::time::Duration;
-mod interop_common;
-use interop_common::*;
 
 #[test]
 fn pytorch_client_is_refused_and_nothing_it_sent_is_applied() {

@@ -6,10 +6,10 @@
 
 use c10d_core::ErrorKind;
 use c10d_store::{ServerOptions, Store, TcpStore, TcpStoreOptions, TcpStoreServer};
+use c10d_testing::interop as interop_common;
+use interop_common::*;
 use std::process::{Command, Stdio};
 use std::time::Duration;
-mod interop_common;
-use interop_common::*;
 
 #[test]
 fn pytorch_client_drives_our_server() {

@@ -3,11 +3,11 @@
 
 use c10d_store::tcp::protocol::{Decoder, Limits, Request};
 use c10d_store::{ServerOptions, Store, TcpStore, TcpStoreOptions, TcpStoreServer};
+use c10d_testing::wire as wire_common;
 use proptest::prelude::*;
 use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
-mod wire_common;
 use wire_common::{closed_by_server, HELLO};
 
 fn raw(port: u16) -> TcpStream {

@@ -7,10 +7,10 @@
 
 use c10d_store::tcp::protocol::{cmd, put_bytes, put_u64};
 use c10d_store::{ServerOptions, Store, TcpStore, TcpStoreOptions, TcpStoreServer};
+use c10d_testing::wire as wire_common;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
-mod wire_common;
 use wire_common::{closed_by_server, HELLO};
 
 const MIB: usize = 1 << 20;

@@ -9,8 +9,7 @@
 //! both ranks, the veth pair's copies, and the reduction. Environment: `TLS_BENCH_ROUNDS`
 //! (default 3), `TLS_BENCH_BYTES` (default 16M).
 
-#[path = "../tests/netns/mod.rs"]
-mod netns;
+use c10d_testing::netns;
 use netns::Hosts;
 use std::process::Output;
 

@@ -4,7 +4,7 @@
 //! all_reduce over 2 hosts of 2 ranks"), so the test fails if the group silently stayed on the
 //! flat algorithms. Needs root and `ip netns`; skips with a printed reason otherwise.
 
-mod netns;
+use c10d_testing::netns;
 use netns::Hosts;
 use std::process::Output;
 

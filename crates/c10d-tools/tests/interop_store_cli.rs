@@ -3,8 +3,7 @@
 //! - two PyTorch ranks run `init_process_group("gloo")` + all_reduce through `env://` with
 //!   `TORCHELASTIC_USE_AGENT_STORE=True` against `c10d-store serve`.
 
-#[path = "../../c10d-store/tests/interop_common/mod.rs"]
-mod interop_common;
+use c10d_testing::interop as interop_common;
 
 use c10d_store::{Store, TcpStore, TcpStoreOptions};
 use interop_common::*;

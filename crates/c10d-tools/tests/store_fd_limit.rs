@@ -3,14 +3,13 @@
 //! once (its clients retry) and serve a retrying client as soon as descriptors free up.
 
 use c10d_store::{Store, TcpStore, TcpStoreOptions};
+use c10d_testing::wire as wire_common;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
-#[path = "../../c10d-store/tests/wire_common/mod.rs"]
-mod wire_common;
 use wire_common::HELLO;
 
 /// The child's descriptor limit: a few for stdio, epoll, waker, listener and reserve; the

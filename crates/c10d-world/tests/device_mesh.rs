@@ -5,7 +5,7 @@
 //! of a world bound to a device; PyTorch's error texts; and the cross-rank argument check.
 
 mod mesh_common;
-mod world_common;
+use c10d_testing::world as world_common;
 
 use c10d_core::Tensor;
 use c10d_world::{

@@ -5,7 +5,7 @@
 //! grid, and an all_reduce along each dimension by value.
 
 mod mesh_common;
-mod world_common;
+use c10d_testing::world as world_common;
 
 use c10d_core::Tensor;
 use c10d_store::{ServerOptions, TcpStoreServer};

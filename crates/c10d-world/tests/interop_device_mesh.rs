@@ -8,9 +8,8 @@
 //!
 //! Run: `C10D_TORCH_PYTHON=~/.cache/c10d-rs/torch-venv/bin/python cargo test -p c10d-world --test interop_device_mesh`
 
-#[path = "../../c10d-store/tests/interop_common/mod.rs"]
-mod interop_common;
-mod world_common;
+use c10d_testing::interop as interop_common;
+use c10d_testing::world as world_common;
 
 use c10d_world::{DeviceMesh, MeshArray, MeshOptions, World};
 use std::process::Command;

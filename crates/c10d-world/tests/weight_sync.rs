@@ -2,7 +2,7 @@
 //! the others receive them bit for bit, unpacked and packed (buffers smaller than a tensor, two
 //! in flight), and a receiver expecting another model fails before any data moves.
 
-mod world_common;
+use c10d_testing::world as world_common;
 
 use c10d_core::{DType, Tensor};
 use c10d_world::weight_sync::{ReceiveOptions, TensorSpec};

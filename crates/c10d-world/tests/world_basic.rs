@@ -1,6 +1,6 @@
 //! init_process_group, free-style collectives and the default-group rules.
 
-mod world_common;
+use c10d_testing::world as world_common;
 
 use c10d_core::{DType, ErrorKind, Tensor};
 use c10d_world::{GroupMember, GroupOptions, World};

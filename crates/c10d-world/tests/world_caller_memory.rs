@@ -3,7 +3,7 @@
 //! (asynchronous), and `ndarray` views (the `ndarray` feature, enabled for tests through the
 //! crate's dev-dependency on itself).
 
-mod world_common;
+use c10d_testing::world as world_common;
 
 use c10d_core::borrowed::scope;
 use c10d_core::half::{bf16, f16};

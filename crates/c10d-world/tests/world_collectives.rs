@@ -1,7 +1,7 @@
 //! Free-function collectives: Python-layer checks, p2p and batch_isend_irecv, coalescing,
 //! object collectives and TORCH_DISTRIBUTED_DEBUG=DETAIL mismatch reports.
 
-mod world_common;
+use c10d_testing::world as world_common;
 
 use c10d_core::{c32, DType, DebugLevel, ErrorKind, ReduceOp, Tensor};
 use c10d_world::{GroupMember, GroupOptions, P2POp, Rank};

@@ -6,7 +6,7 @@
 //! shuts down right after finishing it while other groups are busy in the same process (seen with
 //! plain `ProcessGroupGloo`s too); the barrier keeps these world-layer tests independent of that.
 
-mod world_common;
+use c10d_testing::world as world_common;
 
 use c10d_core::{DType, DebugLevel, ReduceOp, Tensor};
 use c10d_world::{GroupOptions, InitOptions, Rank, SplitOptions, World};

@@ -1,7 +1,7 @@
 //! Group management behaviours of pytorch-behaviours.md §3: naming, tags, non-members,
 //! subgroups, split_group, destroy/re-init, rank translation, registry.
 
-mod world_common;
+use c10d_testing::world as world_common;
 
 use c10d_core::{ErrorKind, Tensor};
 use c10d_world::{hash_ranks_to_str, GroupMember, GroupOptions, Rank, SplitOptions, World};

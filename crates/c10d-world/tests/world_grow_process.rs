@@ -11,10 +11,10 @@
 
 use c10d_core::Tensor;
 use c10d_ddp::{broadcast_coalesced, Reducer, ReducerOptions};
+use c10d_testing::world as world_common;
 use c10d_world as dist;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
-mod world_common;
 
 const CHILD: &str = "C10D_WORLD_GROW_CHILD";
 /// Set on the replacement: the UNIX time (ns) the parent started it.

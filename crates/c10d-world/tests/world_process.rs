@@ -3,8 +3,8 @@
 //! c10drun/torchrun (agent TcpStore hosted by the parent, `TORCHELASTIC_USE_AGENT_STORE=True`).
 
 use c10d_core::Tensor;
+use c10d_testing::world as world_common;
 use c10d_world as dist;
-mod world_common;
 use std::time::{Duration, Instant};
 
 const CHILD: &str = "C10D_WORLD_PROCESS_CHILD";

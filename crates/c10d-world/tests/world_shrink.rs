@@ -2,7 +2,7 @@
 //! 4-rank gloo world shrink WORLD and a subgroup and go on with collectives; argument errors.
 //! The process test (a rank really SIGKILLed mid-training) is `world_shrink_process.rs`.
 
-mod world_common;
+use c10d_testing::world as world_common;
 
 use c10d_core::Tensor;
 use c10d_world::{GroupMember, GroupOptions, World};

@@ -5,8 +5,8 @@
 //! makes the shrunk group the new WORLD), redo the failed step and finish the job on 3 ranks.
 
 use c10d_core::Tensor;
+use c10d_testing::world as world_common;
 use c10d_world as dist;
-mod world_common;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 

@@ -1,6 +1,7 @@
-//! Helpers shared by the launcher tests (of c10d-run, and of the crates whose examples and
-//! tools run under it, which include this file by path): run `c10drun` (or another binary)
-//! with a deadline and capture its output while it runs; find the workspace's binaries.
+//! Helpers shared by the launcher tests (all in c10d-run's `tests/`, also those running the
+//! examples and tools of other crates under `c10drun`): run `c10drun` (or another binary) with
+//! a deadline and capture its output while it runs; find the workspace's binaries and examples
+//! (built with cargo when missing).
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read};

@@ -23,6 +23,7 @@ pub fn ip(args: &[&str]) -> Result<(), String> {
 
 /// Two namespaces `c10d-<tag>-<pid>-{a,b}` joined by veth `v0` (in a) / `v1` (in b).
 pub struct Hosts {
+    /// The two namespaces (a, b).
     pub names: [String; 2],
     subnet: u8,
 }
@@ -137,8 +138,8 @@ impl Drop for Hosts {
 /// peer sits on a bridge in namespace `c10d-<tag>-<pid>-sw`, addresses `10.231.<subnet>.<i+1>`
 /// that exist only inside them. Needs root and `ip netns`; removed on drop. Hosts can be cut
 /// off one by one ([`Lan::unplug`]).
-#[allow(dead_code)]
 pub struct Lan {
+    /// The hosts' namespaces, in order (not the switch's).
     pub names: Vec<String>,
     switch: String,
     subnet: u8,

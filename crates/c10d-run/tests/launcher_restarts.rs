@@ -6,7 +6,6 @@
 //! keys (a dead peer's address, a passed barrier) would fail or finish early. This test binary
 //! re-runs itself as the workers.
 
-#[path = "../../c10d-run/tests/launcher_util/mod.rs"]
 mod launcher_util;
 use c10d_core::Tensor;
 use c10d_world as dist;

@@ -23,11 +23,8 @@
 //! collective of any rank. `-v` also prints every rank's ops of every group. Exit status: 0
 //! when nothing is wrong, 1 when something is reported, 2 when the dumps cannot be read.
 
-#[path = "c10d-fr-trace/analyze.rs"]
 mod analyze;
-#[path = "c10d-fr-trace/load.rs"]
 mod load;
-#[path = "c10d-fr-trace/report.rs"]
 mod report;
 
 use clap::Parser;

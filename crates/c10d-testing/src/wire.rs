@@ -1,8 +1,6 @@
 //! Raw-wire helpers of the TcpStore server tests, written from the protocol's bytes rather than
 //! the client's code so that they check the wire format independently.
 
-#![allow(dead_code)]
-
 use std::io::Read;
 use std::net::TcpStream;
 

@@ -2,7 +2,6 @@
 //! parallel training checked against one process. Each rank must print its coordinate and
 //! its groups (global ranks) as the grid gives them, and rank 0 the passed check.
 
-#[path = "../../c10d-run/tests/launcher_util/mod.rs"]
 mod launcher_util;
 use launcher_util::*;
 use std::time::Duration;

@@ -3,7 +3,6 @@
 //! (parameters bit-identical on all ranks, single-process reference within 1e-4), that it reports
 //! its DDP buckets on a `ddp:` line, and that the loss curves of the runs agree.
 
-#[path = "../../c10d-run/tests/launcher_util/mod.rs"]
 mod launcher_util;
 use launcher_util::*;
 use std::time::Duration;

@@ -7,11 +7,9 @@
 //! re-run: `init_process_group("gloo")` over env://, then all_reduces until the test asks them
 //! to stop. Needs root and `ip netns`; skips with a printed reason otherwise.
 
-#[path = "../../c10d-run/tests/launcher_util/mod.rs"]
 mod launcher_util;
-#[path = "../../c10d-tools/tests/netns/mod.rs"]
-mod netns;
 use c10d_core::Tensor;
+use c10d_testing::netns;
 use c10d_world as dist;
 use launcher_util::*;
 use netns::Lan;

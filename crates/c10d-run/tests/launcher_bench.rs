@@ -1,12 +1,13 @@
 //! `c10d-bench`: table format, every op on 1–3 ranks with a real element check, the check
 //! catching a corrupted element, running under `c10drun`, and clear errors.
 
-#[path = "../../c10d-run/tests/launcher_util/mod.rs"]
 mod launcher_util;
 use launcher_util::*;
 use std::time::Duration;
 
-const BENCH: &str = env!("CARGO_BIN_EXE_c10d-bench");
+/// The `c10d-bench` binary of c10d-tools (built with cargo when missing).
+static BENCH: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| workspace_bin("c10d-tools", "c10d-bench"));
 
 /// One data row: size, count, type, redop, time(us), algbw, busbw, #wrong.
 #[derive(Debug)]
@@ -48,7 +49,7 @@ fn rows(stdout: &str, prefix: &str) -> Vec<Row> {
 }
 
 fn bench(args: &[&str], envs: &[(&str, &str)]) -> Output {
-    spawn(BENCH, args, envs).finish(Duration::from_secs(180))
+    spawn(BENCH.as_str(), args, envs).finish(Duration::from_secs(180))
 }
 
 #[test]
@@ -201,7 +202,7 @@ fn runs_as_ranks_of_a_c10drun_job() {
             "2",
             "--master-port",
             "0",
-            BENCH,
+            BENCH.as_str(),
             "reduce_scatter",
             "-b",
             "1K",

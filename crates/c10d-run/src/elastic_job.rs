@@ -3,10 +3,15 @@
 //! or was lost) starts the next round without counting against `--max-restarts`; a failure
 //! counts, as in torchrun.
 
-use super::agent::{AgentKeys, AgentStore};
-use super::elastic::{Elastic, RoundWatch, Seat};
-use super::summary::print_summary;
-use super::{exit_barrier, finish_failed, run_attempt, say, worker_store, Ctx, LogDir, StopReason};
+use crate::agent::{AgentKeys, AgentStore};
+use crate::attempt::{run_attempt, Ctx, StopReason};
+use crate::cli::Config;
+use crate::elastic::{Elastic, RoundWatch, Seat};
+use crate::finish::{exit_barrier, finish_failed};
+use crate::log_dir::LogDir;
+use crate::output::say;
+use crate::summary::print_summary;
+use crate::worker_store;
 use c10d_store::tcp::TcpStoreServer;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -19,7 +24,7 @@ const KEPT_STORES: usize = 3;
 ///
 /// Errors: the rendezvous times out, the store fails, a worker cannot start.
 pub(super) fn run_elastic(
-    cfg: &super::Config,
+    cfg: &Config,
     el: &Elastic,
     server: Option<TcpStoreServer>,
     agent_port: u16,

@@ -21,9 +21,10 @@
 //!   which does not count against `--max-restarts` (a failure does, as in torchrun).
 //! - **The end.** An agent whose job ended for good sets `job_closed`; spares then exit.
 
-use super::agent::{fail_text, AgentKeys, AgentStore, Remote};
-use super::cli::ElasticConf;
-use super::say;
+use crate::agent::{fail_text, AgentKeys, AgentStore, Remote};
+use crate::cli::ElasticConf;
+use crate::host::hostname;
+use crate::output::say;
 use c10d_store::Store;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
@@ -317,7 +318,7 @@ fn parse_count(v: &[u8], what: &str) -> Result<usize, String> {
 fn describe_self(local_addr: Option<&str>) -> String {
     let host = match local_addr {
         Some(a) => a.to_string(),
-        None => super::hostname().unwrap_or_else(|| "?".into()),
+        None => hostname().unwrap_or_else(|| "?".into()),
     };
     format!("{host}, pid {}", std::process::id())
 }

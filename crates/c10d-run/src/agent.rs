@@ -312,3 +312,21 @@ pub fn watch(
         }
     });
 }
+
+/// Tells the other nodes' agents why this node is stopping (bounded; single-node runs have no
+/// store client). Returns a note when the store could not be told.
+pub(crate) fn publish_failure(
+    store: &mut Option<AgentStore>,
+    keys: &AgentKeys,
+    attempt: u32,
+    msg: &str,
+) -> Option<String> {
+    let s = store.as_mut()?;
+    let (key, msg) = (keys.failed(attempt), msg.to_string());
+    match s.bounded("publishing the failure", Duration::ZERO, move |st| {
+        st.set(&key, msg.as_bytes())
+    }) {
+        Ok(()) => None,
+        Err(e) => Some(fail_text(&e)),
+    }
+}

@@ -1,10 +1,9 @@
-//! Shared helpers of the c10d-world tests: N ranks as threads, each with its own `World`, over
-//! one `HashStore`, using the store-backed test backend registered as "store".
+//! Shared helpers of the world-level tests (c10d-world, c10d-ddp, c10d-candle): N ranks as
+//! threads, each with its own `World`, over one `HashStore`, using the store-backed test backend
+//! registered as "store" (or gloo: [`run_gloo`], [`ranks`]); ranks as processes.
 
-#![allow(dead_code)]
-
+use crate::StoreBackend;
 use c10d_store::{HashStore, Store};
-use c10d_testing::StoreBackend;
 use c10d_world::{register_backend, InitOptions, World};
 use std::sync::{Arc, Once};
 use std::time::Duration;
@@ -200,4 +199,37 @@ pub fn spawn_lines(
         }
     });
     (k, reader)
+}
+
+/// Runs `f(world, rank)` on `n` threads with an initialised gloo `World` each (one `HashStore`,
+/// every wait bounded by `timeout`); returns the results in rank order.
+pub fn ranks<R: Send + 'static>(
+    n: usize,
+    timeout: Duration,
+    f: impl Fn(&World, usize) -> R + Send + Sync + 'static,
+) -> Vec<R> {
+    let store: Arc<dyn Store> = Arc::new(HashStore::new());
+    store.set_timeout(timeout);
+    let f = Arc::new(f);
+    let hs: Vec<_> = (0..n)
+        .map(|r| {
+            let (store, f) = (store.clone(), f.clone());
+            std::thread::spawn(move || {
+                let w = World::new();
+                w.init_process_group(InitOptions {
+                    backend: Some("gloo".into()),
+                    store: Some(store),
+                    rank: Some(r),
+                    world_size: Some(n),
+                    timeout: Some(timeout),
+                    ..Default::default()
+                })
+                .unwrap();
+                let out = f(&w, r);
+                w.destroy_process_group(None).unwrap();
+                out
+            })
+        })
+        .collect();
+    hs.into_iter().map(|h| h.join().unwrap()).collect()
 }

@@ -2,7 +2,6 @@
 //! Reducer's `ddp:` line, every rank must report bit-identical parameters across ranks, and
 //! rank 0 must report a match with one process trained on the full batch.
 
-#[path = "../../c10d-run/tests/launcher_util/mod.rs"]
 mod launcher_util;
 use launcher_util::*;
 use std::time::Duration;

@@ -2,7 +2,6 @@
 //! row-parallel (all_reduce) and the MLP block must each match the single-device matmul on
 //! every rank; a hidden size the world size does not divide is refused by every rank.
 
-#[path = "../../c10d-run/tests/launcher_util/mod.rs"]
 mod launcher_util;
 use launcher_util::*;
 use std::time::Duration;

@@ -2,8 +2,9 @@
 //! rank with its exit and its own error, another node's failure, a signal, a lost store), the
 //! other failures, the workers c10drun stopped, and those that finished.
 
-use super::report::{describe_status, signal_name, worker_error_lines};
-use super::{Ctx, StopReason, Worker};
+use crate::attempt::{Ctx, StopReason};
+use crate::report::{describe_status, signal_name, worker_error_lines};
+use crate::worker::Worker;
 use std::io::Write;
 use std::os::unix::process::ExitStatusExt;
 use std::time::{Duration, Instant};

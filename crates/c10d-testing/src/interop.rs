@@ -1,8 +1,6 @@
 //! Helpers of the interop tests against real PyTorch (`C10D_TORCH_PYTHON`): its Python,
-//! the scripts under `tests/py`, and child processes with deadlines. Also included by path by
-//! c10d-tools' `interop_store_cli.rs`.
-#![allow(dead_code)]
-
+//! the scripts under c10d-store's `tests/py`, and child processes with deadlines. Used by the
+//! interop tests of c10d-store, c10d-tools and c10d-world.
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;

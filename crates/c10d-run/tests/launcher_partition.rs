@@ -5,14 +5,15 @@
 //! must exit, bounded, with summaries that say what went wrong. Needs root and `ip netns`;
 //! skips with a printed reason otherwise. The namespaces are removed even when the test fails.
 
-#[path = "../../c10d-run/tests/launcher_util/mod.rs"]
 mod launcher_util;
-mod netns;
+use c10d_testing::netns;
 use launcher_util::*;
 use netns::Hosts;
 use std::time::{Duration, Instant};
 
-const BENCH: &str = env!("CARGO_BIN_EXE_c10d-bench");
+/// The `c10d-bench` binary of c10d-tools (built with cargo when missing).
+static BENCH: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| workspace_bin("c10d-tools", "c10d-bench"));
 
 /// `c10drun` for node `node` of the 2-node job, inside its namespace (node 0 picks the store's
 /// port: pass "0").
@@ -42,7 +43,7 @@ fn node(hosts: &Hosts, node: usize, port: &str) -> Job {
         "2",
         "--rdzv-conf",
         "read_timeout=8",
-        BENCH,
+        BENCH.as_str(),
         "all_reduce",
         "-b",
         "1K",

@@ -1,7 +1,7 @@
 //! Copies a worker's stdout or stderr line by line: to c10drun's own stream (prefixed with the
 //! rank), to a log file (--redirects / --tee), and into the tail kept for the failure summary.
 
-use super::report::{push_tail, Tail};
+use crate::report::{push_tail, Tail};
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::sync::{Arc, Mutex};
@@ -70,4 +70,10 @@ pub fn pump(src: impl Read, mut sink: Sink) {
             Err(_) => return,
         }
     }
+}
+
+/// Prints one of c10drun's own messages on stderr, prefixed with `c10drun: `.
+pub(crate) fn say(msg: &str) {
+    let mut e = std::io::stderr().lock();
+    let _ = writeln!(e, "c10drun: {msg}");
 }

@@ -3,12 +3,16 @@
 //! ended (forwarding signals, stopping the group on the first failure, SIGKILL after the grace
 //! period).
 
-use super::agent::{self, AgentStore, Remote};
-use super::elastic;
-use super::output::{pump, Duplicate, Sink};
-use super::report::{describe_status, signal_name, Tail};
-use super::{publish_failure, say, Ctx, LogDir, StopReason, Worker, PENDING_SIGNAL};
-use c10d_run::die_with_parent;
+use crate::agent::{self, publish_failure, AgentKeys, AgentStore, Remote};
+use crate::cli::Config;
+use crate::die_with_parent;
+use crate::elastic;
+use crate::host::hostname;
+use crate::log_dir::LogDir;
+use crate::output::{pump, say, Duplicate, Sink};
+use crate::report::{describe_status, signal_name, Tail};
+use crate::signals::PENDING_SIGNAL;
+use crate::worker::Worker;
 use std::io::Read;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -17,6 +21,37 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// Why the launcher stopped the workers.
+pub(crate) enum StopReason {
+    /// A local worker failed (index into `workers`).
+    LocalFailure(usize),
+    /// Another node reported a failure (its message).
+    RemoteFailure(String),
+    /// c10drun received a signal.
+    Signal(i32),
+    /// The store stopped answering (why).
+    StoreLost(String),
+    /// Elastic: a node joined or was lost (why).
+    Membership(String),
+}
+
+/// Where this node stands in the job.
+pub(crate) struct Ctx<'a> {
+    pub(crate) cfg: &'a Config,
+    /// The attempt (elastic: the round) the workers run in.
+    pub(crate) attempt: u32,
+    /// Nodes in this attempt.
+    pub(crate) nnodes: usize,
+    /// Restarts after failures so far (`TORCHELASTIC_RESTART_COUNT`).
+    pub(crate) restarts: u32,
+    /// Elastic: what the watcher of the round watches.
+    pub(crate) watch: Option<elastic::RoundWatch>,
+    pub(crate) node_rank: usize,
+    pub(crate) master_addr: String,
+    pub(crate) port: u16,
+    pub(crate) keys: AgentKeys,
+}
 
 /// A worker's end as its reaper thread reports it: (index into the workers, wait's result).
 type Exit = (usize, std::io::Result<ExitStatus>);
@@ -171,7 +206,7 @@ fn abort_start(
 }
 
 /// The attempt's `filtered_stdout.log` / `filtered_stderr.log` when filters were given.
-fn open_duplicates(cfg: &super::cli::Config, dir: &Path) -> Result<[Option<Duplicate>; 2], String> {
+fn open_duplicates(cfg: &Config, dir: &Path) -> Result<[Option<Duplicate>; 2], String> {
     let open = |filters: &Vec<String>, name: &str| -> Result<Option<Duplicate>, String> {
         if filters.is_empty() {
             return Ok(None);
@@ -210,7 +245,7 @@ fn line_prefix(ctx: &Ctx, rank: usize, local_rank: usize) -> Option<String> {
     let Some(t) = &cfg.prefix_template else {
         return Some(format!("[rank {rank}]: "));
     };
-    let host = super::hostname().unwrap_or_default();
+    let host = hostname().unwrap_or_default();
     let mut p = t.clone();
     for (k, v) in [
         ("role_name", cfg.role.clone()),
