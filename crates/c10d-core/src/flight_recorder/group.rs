@@ -2,7 +2,7 @@
 
 use super::clock::now_ms;
 use super::entry::{is_p2p, GroupInfo, Head, NO_PEER};
-use super::hold::defer_dump;
+use super::hold::{defer_dump, HeldDump};
 use super::ring::Place;
 use super::shapes::Packing;
 use super::FlightRecorder;
@@ -127,6 +127,12 @@ impl GroupCore {
                 eprintln!("[c10d flight recorder] could not write the dump: {e}");
             }
         }
+    }
+}
+
+impl HeldDump for GroupCore {
+    fn write_dump(&self) {
+        GroupCore::write_dump(self);
     }
 }
 

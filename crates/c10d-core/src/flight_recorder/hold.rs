@@ -11,7 +11,6 @@
 //! one that holds; a plain thread-local flag costs a few nanoseconds and no atomic operation.
 //! A failure reported on another thread meanwhile dumps at once, as without a hold.
 
-use super::group::GroupCore;
 use std::cell::{Cell, RefCell};
 use std::marker::PhantomData;
 
@@ -19,7 +18,13 @@ thread_local! {
     /// How many holds the thread has open (a const `Cell`: usable until the thread is gone).
     static HOLDS: Cell<u32> = const { Cell::new(0) };
     /// The groups whose failure wanted a dump while the thread held (each dumps once).
-    static WANTED: RefCell<Vec<&'static GroupCore>> = const { RefCell::new(Vec::new()) };
+    static WANTED: RefCell<Vec<&'static dyn HeldDump>> = const { RefCell::new(Vec::new()) };
+}
+
+/// What a failure held back on a thread writes once the hold ends (a group's dump).
+pub(super) trait HeldDump: Sync {
+    /// Writes the dump now.
+    fn write_dump(&self);
 }
 
 /// While alive, failures reported on this thread write their flight-recorder dump when it is
@@ -62,19 +67,19 @@ impl Drop for DumpHold {
         wanted
             .unwrap_or_default()
             .into_iter()
-            .for_each(GroupCore::write_dump);
+            .for_each(|d| d.write_dump());
     }
 }
 
 /// Whether the calling thread holds dumps; if so, notes that `core` wants one (once).
 /// Returns false when the note cannot be kept (thread-local teardown): the dump is then
 /// written at once.
-pub(super) fn defer_dump(core: &'static GroupCore) -> bool {
+pub(super) fn defer_dump(core: &'static dyn HeldDump) -> bool {
     HOLDS.with(|h| h.get() > 0)
         && WANTED
             .try_with(|w| {
                 let mut w = w.borrow_mut();
-                if !w.iter().any(|c| std::ptr::eq(*c, core)) {
+                if !w.iter().any(|c| std::ptr::addr_eq(*c, core)) {
                     w.push(core);
                 }
             })
