@@ -44,7 +44,7 @@ impl NcclChecks {
         at("broadcast").single(tensors)
     }
 
-    /// [`Checks::all_reduce`], one tensor.
+    /// [`Checks::allreduce`], one tensor.
     ///
     /// # Errors
     /// The shared texts; "requires a single-element tensor list".
@@ -53,7 +53,7 @@ impl NcclChecks {
         at("allreduce").single(tensors)
     }
 
-    /// [`Checks::all_gather`], one input (and so one output list).
+    /// [`Checks::allgather`], one input (and so one output list).
     ///
     /// # Errors
     /// The shared texts; "requires a single-element input tensor list".

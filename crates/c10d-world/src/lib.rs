@@ -71,9 +71,10 @@
 //! `dist::all_reduce(&t).run()`: the free function calls [`World::all_reduce`] on
 //! [`World::global`], which returns a [`Collective`]; `.run()` checks the arguments, resolves
 //! the group (`None` → WORLD; a non-member warns and does nothing) and calls
-//! [`ProcessGroup::all_reduce`], which picks the backend of the tensors' device type and calls
-//! [`c10d_core::Backend::all_reduce`] (for `"gloo"`, `c10d_gloo::ProcessGroupGloo` submits the op
-//! to its group's engine); the backend returns a [`Work`] that `.run()` waits on and `.start()`
+//! [`ProcessGroup`]'s [`all_reduce`](c10d_core::Collectives::all_reduce), which builds an
+//! [`Op`](c10d_core::Op) and hands it to the backend of the tensors' device type
+//! ([`Collectives::run`](c10d_core::Collectives::run); for `"gloo"`,
+//! `c10d_gloo::ProcessGroupGloo` submits the op to its group's engine); the backend returns a [`Work`] that `.run()` waits on and `.start()`
 //! returns. The whole picture, across crates: `docs/architecture.md` in the repository.
 //!
 //! ## Departures from PyTorch
