@@ -24,16 +24,25 @@ fn install_args() -> [&'static str; 5] {
     ]
 }
 
+/// `cargo machete`, without the package variables cargo set for xtask itself: cargo-machete
+/// reads `CARGO_PKG_NAME` as "run by cargo as a build step" and then takes its own name for a
+/// path to scan.
+fn machete() -> std::process::Command {
+    let mut c = cargo();
+    c.arg("machete").env_remove("CARGO_PKG_NAME");
+    c
+}
+
 /// Fails when a crate of the workspace declares a dependency it does not use.
 pub(crate) fn check_unused_deps() -> Res {
-    let have = cargo()
-        .args(["machete", "--version"])
+    let have = machete()
+        .arg("--version")
         .output()
         .is_ok_and(|o| o.status.success());
     if !have {
         run(cargo().args(install_args()))?;
     }
-    run(cargo().arg("machete")).map_err(|e| {
+    run(&mut machete()).map_err(|e| {
         format!(
             "{e}: a crate declares a dependency it does not use (remove it, or list a false \
              positive in its [package.metadata.cargo-machete] ignored = [...] with a comment why)"
