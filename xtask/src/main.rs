@@ -41,6 +41,7 @@
 mod candle_cuda;
 mod chaos;
 mod gpusim;
+mod module_cycles;
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -145,6 +146,7 @@ const CARGO_DENY_VERSION: &str = "0.20.2";
 /// Clippy and rustdoc with warnings as errors, then cargo-deny's license, ban and source checks
 /// (`deny.toml`; advisories are checked by hand, see `docs/dependencies.md`).
 fn lint() -> Res {
+    module_cycles::check(&workspace_root())?;
     run(cargo().args([
         "clippy",
         "--workspace",
