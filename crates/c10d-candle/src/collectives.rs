@@ -54,7 +54,9 @@ fn with_input<R>(t: &Tensor, what: &str, f: impl FnOnce(SliceRef<'_>) -> Result<
     match &*storage {
         Storage::Cpu(cs) => f(slice_ref(cs, layout, what)?),
         #[cfg(feature = "cuda")]
-        Storage::Cuda(cs) => f(crate::cuda_slices::cuda_slice_ref(cs, layout, what)?),
+        Storage::Cuda(cs) => f(SliceRef::Cuda(crate::cuda_slices::cuda_slice_ref(
+            cs, layout, what,
+        )?)),
         _ => Err(device_refused(t, what)),
     }
 }

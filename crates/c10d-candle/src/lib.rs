@@ -14,6 +14,7 @@
 //!
 //! | file | what |
 //! |---|---|
+//! | `checks.rs` | a tensor's contiguous span and the unsupported-dtype error (shared by both slice kinds) |
 //! | `slices.rs` | a CPU tensor's elements as the slice type collectives take; dtype rules |
 //! | `cuda_slices.rs` | (feature `cuda`) a CUDA tensor's elements as cudarc views; CUDA dtype rules |
 //! | `inplace.rs` | running a collective on a tensor's storage (candle's `InplaceOp1`) |
@@ -23,6 +24,7 @@
 //!
 //! Compatible with candle 0.11 (whose cudarc, 0.19, is c10d-nccl's).
 
+mod checks;
 mod collectives;
 #[cfg(feature = "cuda")]
 mod cuda_slices;
