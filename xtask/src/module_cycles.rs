@@ -7,9 +7,10 @@
 //! another where it names it in a path: `use crate::a::b`, `crate::a::b::f()`, `$crate::a` in a
 //! macro, `super::…`, `self::…`, or a child module's name. A re-export (`pub use`,
 //! `pub(crate) use`) is not a dependency of the module that re-exports: a path through it is
-//! followed to the module that defines the name. Edges to the module itself, and every edge of a
-//! module declared `#[cfg(test)]` (a test child uses its parent through `super::`), are left
-//! out. Comments and string literals are blanked before reading, so prose and messages do not
+//! followed to the module that defines the name. Left out: a module's use of itself or of an
+//! ancestor (a child module is a part of its parent, often methods of the parent's type, and
+//! the parent its facade: the rule is about siblings and unrelated modules), and test code (a
+//! module declared `#[cfg(test)]`, an inline `#[cfg(test)] mod … { … }`). Comments and string literals are blanked before reading, so prose and messages do not
 //! count. The reader is textual, not rustc's resolver; it errs towards seeing an edge.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -19,11 +20,34 @@ use std::path::{Path, PathBuf};
 /// One module's path inside its crate (`[]` is the crate root).
 type ModPath = Vec<String>;
 
+/// Cycles known and being broken elsewhere: (crate directory, "cycle among …" line). Each is
+/// reported as a note, not an error; remove its entry when its fix lands.
+const PENDING: &[(&str, &str)] = &[
+    // c10d-core's flight recorder is being rewritten with the Backend trait (issue 37): `group`
+    // uses `hold::defer_dump`, `hold` uses `group::GroupCore`.
+    (
+        "c10d-core",
+        "cycle among flight_recorder::group, flight_recorder::hold",
+    ),
+];
+
 /// Fails with every cycle of every crate under `root` (its `crates/*` and `xtask`).
 pub(crate) fn check(root: &Path) -> crate::Res {
     let mut report = String::new();
     for krate in crate_dirs(root) {
+        let dir = krate.file_name().map(|n| n.to_string_lossy().into_owned());
         for cycle in cycles(&krate.join("src")) {
+            let head = cycle.lines().next().unwrap_or_default();
+            if PENDING
+                .iter()
+                .any(|(c, h)| dir.as_deref() == Some(c) && head == *h)
+            {
+                eprintln!(
+                    "xtask: known module cycle (being fixed) in {c}: {head}",
+                    c = krate.display()
+                );
+                continue;
+            }
             report.push_str(&format!("{}: {}\n", krate.display(), cycle));
         }
     }
@@ -762,6 +786,33 @@ mod tests {
         use_tree(&t, &mut Vec::new(), &mut out);
         let joined: Vec<String> = out.iter().map(|p| p.join("::")).collect();
         assert_eq!(joined, ["crate::a::b", "crate::a::c::as d", "crate::e::*"]);
+    }
+
+    /// Two siblings naming each other are a cycle; a child naming its parent and a test child
+    /// are not.
+    #[test]
+    fn finds_sibling_cycles_only() {
+        let src = std::env::temp_dir().join(format!("xtask-module-cycles-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&src);
+        fs::create_dir_all(src.join("p")).unwrap();
+        let files = [
+            ("lib.rs", "mod a; mod b; mod p; pub use a::A;"),
+            ("a.rs", "pub struct A; fn f() { crate::b::g(); }"),
+            ("b.rs", "pub fn g() {} use super::A; // crate::p::q"),
+            (
+                "p/mod.rs",
+                "mod q; #[cfg(test)] mod tests; pub struct P; use q::Q;",
+            ),
+            ("p/q.rs", "pub struct Q; use super::P;"),
+            ("p/tests.rs", "use super::q::Q;"),
+        ];
+        for (f, text) in files {
+            fs::write(src.join(f), text).unwrap();
+        }
+        let found = cycles(&src);
+        fs::remove_dir_all(&src).unwrap();
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].starts_with("cycle among a, b"), "{found:?}");
     }
 
     /// The workspace itself: no crate has a module cycle left.
