@@ -13,7 +13,8 @@
 //! The engine sits behind a mutex and is driven by whoever holds it:
 //! * a **blocking call** (`async_op == false`, what `dist.all_reduce(t)` does) that finds the
 //!   engine free runs its op (and anything queued before it) on the calling thread — no thread
-//!   hop at all; this is what brings a 2-rank 1 KiB all-reduce over sockets to 9.2–14 µs (the README's table);
+//!   hop at all; this is what brings a 2-rank 1 KiB all-reduce over sockets to 9.2–14 µs (the
+//!   README's table);
 //! * otherwise the group's **worker thread** drives: it runs queued collectives in issue
 //!   order and keeps polling while point-to-point ops or unsent frames are pending. With
 //!   nothing to do it sleeps on a condvar, not in epoll, so an inline driver owns the sockets
