@@ -43,6 +43,7 @@ mod candle_cuda;
 mod chaos;
 mod gpusim;
 mod line_cap;
+mod module_cycles;
 mod unused_deps;
 
 use std::env;
@@ -149,6 +150,7 @@ const CARGO_DENY_VERSION: &str = "0.20.2";
 /// (`deny.toml`; advisories are checked by hand, see `docs/dependencies.md`).
 fn lint() -> Res {
     line_cap::check(Path::new("."))?;
+    module_cycles::check(&workspace_root())?;
     run(cargo().args([
         "clippy",
         "--workspace",

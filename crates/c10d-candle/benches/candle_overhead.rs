@@ -30,7 +30,11 @@ fn rank(w: &World, bytes: usize, iters: usize, go: &Barrier) -> (Vec<Duration>, 
     let candle = || {
         go.wait();
         let t0 = Instant::now();
-        c10d_candle::all_reduce(w, &t, ReduceOp::Sum, None).expect("candle all_reduce");
+        c10d_candle::all_reduce(&t)
+            .op(ReduceOp::Sum)
+            .world(w)
+            .run()
+            .expect("candle all_reduce");
         t0.elapsed()
     };
     for i in 0..iters + 2 {

@@ -178,7 +178,7 @@ fn run() -> Result<bool> {
     let model = Model::new(&dev).map_err(c)?;
     // DDP's first step: every rank starts from rank 0's parameters.
     for (_, v) in &model.params {
-        cc::broadcast(w, v.as_tensor(), 0, None)?;
+        cc::broadcast(v.as_tensor(), 0).run()?;
     }
     let initial = model.flat().map_err(c)?;
     let shard = SAMPLES / world;
@@ -217,7 +217,7 @@ fn run() -> Result<bool> {
         "ddp: {stats}; bucket bytes {:?} on {on}",
         stats.bucket_sizes
     );
-    check(w, &model, &initial, (steps, lr), rank, world, last)
+    check(&model, &initial, (steps, lr), rank, world, last)
 }
 
 /// The Reducer's round: marks each gradient ready from the last parameter to the first (as
@@ -243,7 +243,6 @@ fn reduce_grads(reducer: &Reducer, grads: &[Tensor]) -> Result<Vec<Tensor>> {
 /// Every rank's parameters bit-identical (all_gather of their bits), and rank 0's equal to a
 /// single process trained on the full batch from the same start (within 1e-4 relative).
 fn check(
-    w: &c10d_world::World,
     model: &Model,
     initial: &[f32],
     (steps, lr): (usize, f32),
@@ -256,7 +255,10 @@ fn check(
     let bits: Vec<u32> = mine.iter().map(|x| x.to_bits()).collect();
     let n = bits.len();
     let t = Tensor::from_vec(bits, n, &Device::Cpu).map_err(c)?;
-    let all = cc::all_gather(w, &t, None)?.to_vec1::<u32>().map_err(c)?;
+    let all = cc::all_gather_into_tensor(&t)
+        .run()?
+        .to_vec1::<u32>()
+        .map_err(c)?;
     let same = all.chunks(n).all(|r| r == &all[..n]);
     println!(
         "ddp_candle: rank {rank}: parameters {} on all {world} ranks (final shard loss {last_loss:.6})",

@@ -95,7 +95,8 @@ fn run() -> Result<bool> {
 
     // Column-parallel: (x·W1_r)ᵀ gathered along dim 0 is (x·W1)ᵀ.
     let y_r = x.matmul(&w1_r).map_err(c)?;
-    let y_t = cc::all_gather(w, &y_r.t().and_then(|t| t.contiguous()).map_err(c)?, None)?;
+    let y_t =
+        cc::all_gather_into_tensor(&y_r.t().and_then(|t| t.contiguous()).map_err(c)?).run()?;
     let y = y_t.t().map_err(c)?;
     let col = max_rel_diff(&y, &x.matmul(&w1).map_err(c)?).map_err(c)?;
 
@@ -106,7 +107,7 @@ fn run() -> Result<bool> {
         .and_then(|t| t.contiguous())
         .map_err(c)?;
     let z = h_r.matmul(&w2_r).map_err(c)?;
-    cc::all_reduce(w, &z, ReduceOp::Sum, None)?;
+    cc::all_reduce(&z).op(ReduceOp::Sum).run()?;
     let want_z = h_full.matmul(&w2).map_err(c)?;
     let row = max_rel_diff(&z, &want_z).map_err(c)?;
 
@@ -116,7 +117,7 @@ fn run() -> Result<bool> {
         .and_then(|t| t.tanh())
         .and_then(|t| t.matmul(&w2_r))
         .map_err(c)?;
-    cc::all_reduce(w, &m, ReduceOp::Sum, None)?;
+    cc::all_reduce(&m).op(ReduceOp::Sum).run()?;
     let mlp = max_rel_diff(&m, &want_z).map_err(c)?;
 
     let ok = [col, row, mlp].iter().all(|&e| e <= 1e-4);

@@ -11,7 +11,7 @@
 //! | U32, I16 | refused (c10d-rs has no u32 dtype, NCCL no int16) |
 //! | F8E4M3, F6E2M3, F6E3M2, F4, F8E8M0 | refused |
 
-use crate::slices::{span, unsupported, SliceMut, SliceRef};
+use crate::checks::{span, unsupported};
 use c10d_core::{DistError, Result};
 use c10d_nccl::cudarc::driver::{CudaView, CudaViewMut};
 use candle_core::backend::BackendStorage;
@@ -59,10 +59,10 @@ pub fn cuda_slice_mut<'a>(
     storage: &'a mut CudaStorage,
     layout: &Layout,
     what: &str,
-) -> Result<SliceMut<'a>> {
+) -> Result<CudaMut<'a>> {
     let r = span(layout, what)?;
     let dtype = storage.dtype();
-    Ok(SliceMut::Cuda(match &mut storage.slice {
+    Ok(match &mut storage.slice {
         CudaStorageSlice::F32(s) => CudaMut::F32(s.slice_mut(r)),
         CudaStorageSlice::F64(s) => CudaMut::F64(s.slice_mut(r)),
         CudaStorageSlice::F16(s) => CudaMut::F16(s.slice_mut(r)),
@@ -71,7 +71,7 @@ pub fn cuda_slice_mut<'a>(
         CudaStorageSlice::I32(s) => CudaMut::I32(s.slice_mut(r)),
         CudaStorageSlice::I64(s) => CudaMut::I64(s.slice_mut(r)),
         _ => return Err(refused(dtype, what)),
-    }))
+    })
 }
 
 /// The elements of `storage` under `layout`, read only.
@@ -82,9 +82,9 @@ pub fn cuda_slice_ref<'a>(
     storage: &'a CudaStorage,
     layout: &Layout,
     what: &str,
-) -> Result<SliceRef<'a>> {
+) -> Result<CudaRef<'a>> {
     let r = span(layout, what)?;
-    Ok(SliceRef::Cuda(match &storage.slice {
+    Ok(match &storage.slice {
         CudaStorageSlice::F32(s) => CudaRef::F32(s.slice(r)),
         CudaStorageSlice::F64(s) => CudaRef::F64(s.slice(r)),
         CudaStorageSlice::F16(s) => CudaRef::F16(s.slice(r)),
@@ -93,5 +93,5 @@ pub fn cuda_slice_ref<'a>(
         CudaStorageSlice::I32(s) => CudaRef::I32(s.slice(r)),
         CudaStorageSlice::I64(s) => CudaRef::I64(s.slice(r)),
         _ => return Err(refused(storage.dtype(), what)),
-    }))
+    })
 }

@@ -34,7 +34,7 @@ impl candle_core::InplaceOp1 for InPlace<'_> {
         layout: &Layout,
     ) -> candle_core::Result<()> {
         let run = crate::cuda_slices::cuda_slice_mut(storage, layout, self.what)
-            .and_then(|s| (self.body)(s));
+            .and_then(|s| (self.body)(crate::slices::SliceMut::Cuda(s)));
         self.carry(run)
     }
 }

@@ -7,9 +7,10 @@
 //! | U32 | its bits as `i32` | SUM and PRODUCT (wrapping, bit-identical to `u32`); others refused |
 //! | F8E4M3, F6E2M3, F6E3M2, F4, F8E8M0 | refused | |
 
+use crate::checks::{span, unsupported};
 use c10d_core::{DistError, ReduceOp, Result};
 use candle_core::backend::BackendStorage;
-use candle_core::{CpuStorage, DType, Layout};
+use candle_core::{CpuStorage, Layout};
 use half::{bf16, f16};
 
 /// A tensor's elements, writable.
@@ -44,29 +45,6 @@ pub enum SliceRef<'a> {
     /// A CUDA tensor's elements (feature `cuda`; `cuda_slices.rs`).
     #[cfg(feature = "cuda")]
     Cuda(crate::cuda_slices::CudaRef<'a>),
-}
-
-/// The span of `layout` in its storage.
-///
-/// # Errors
-/// [`DistError::InvalidArgument`] for a non-contiguous layout, naming `what`.
-pub(crate) fn span(layout: &Layout, what: &str) -> Result<std::ops::Range<usize>> {
-    match layout.contiguous_offsets() {
-        Some((a, b)) => Ok(a..b),
-        None => Err(DistError::invalid(format!(
-            "c10d-candle: {what} needs a contiguous tensor, got shape {:?} with strides {:?}; \
-             call .contiguous() first",
-            layout.shape().dims(),
-            layout.stride()
-        ))),
-    }
-}
-
-pub(crate) fn unsupported(dtype: DType, what: &str) -> DistError {
-    DistError::invalid(format!(
-        "c10d-candle: {what} does not take {dtype:?} tensors (supported: f32, f64, f16, bf16, \
-         u8, u32, i16, i32, i64)"
-    ))
 }
 
 /// The elements of `storage` under `layout`, writable.

@@ -10,8 +10,9 @@
 //! closure queues is ordered after candle's kernels and candle's later kernels after it. [`empty_like`] makes a c10d-rs tensor
 //! of the same dtype, shape and device.
 
+use crate::checks::unsupported;
 use crate::inplace::{device_refused, on_elements};
-use crate::slices::{each_mut, unsupported, SliceMut};
+use crate::slices::{each_mut, SliceMut};
 use c10d_core::{DType, DistError, Result, Tensor};
 use std::cell::RefCell;
 

@@ -1,12 +1,13 @@
 //! The Reducer's buckets: one flat buffer per bucket, per-parameter views into it, and the
 //! in-flight reduction of each bucket with its timing.
 
+use super::average::average_op;
 use super::bucket_assignment::{BucketAssignment, TensorMeta};
 use super::bucket_memory::BucketMemory;
 use super::comm_hooks::CommHook;
 use super::grad_bucket::{check_hook_result, BucketFuture, GradBucket};
 use super::stats::DoneAt;
-use c10d_core::{AllreduceOptions, Collectives, DistError, ProcessGroup, ReduceOp, Result, Tensor};
+use c10d_core::{AllreduceOptions, Collectives, DistError, ProcessGroup, Result, Tensor};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -111,19 +112,6 @@ pub(crate) fn build_buckets(
         .map(|(i, l)| l.ok_or_else(|| DistError::invalid(format!("parameter {i} is in no bucket"))))
         .collect::<Result<Vec<_>>>()?;
     Ok((buckets, locators))
-}
-
-/// How DDP's own reduction averages `buffer`: host buffers were divided by the group size on
-/// the way in (PyTorch's `div_` before the sum) and are summed; device buffers, which the Reducer
-/// cannot scale without kernels of its own, are averaged by the collective (`ReduceOp::Avg`:
-/// NCCL multiplies floats by 1/size before summing, the same pre-division; a CPU backend staging
-/// device tensors sums, then divides).
-pub(crate) fn average_op(buffer: &Tensor) -> ReduceOp {
-    if buffer.is_cpu() {
-        ReduceOp::Sum
-    } else {
-        ReduceOp::Avg
-    }
 }
 
 fn out_of_range(i: usize, n: usize) -> DistError {

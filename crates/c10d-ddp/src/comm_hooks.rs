@@ -19,7 +19,7 @@
 //! As in PyTorch, a registered hook replaces the Reducer's own averaging: gradients are copied
 //! into the bucket unscaled and the hook decides what the reduced value is.
 
-use super::buckets::average_op;
+use super::average::average_op;
 use super::elementwise::{cast_copy, div_in_place};
 use super::grad_bucket::{BucketFuture, GradBucket};
 use c10d_core::{AllreduceOptions, Collectives, DType, ProcessGroup, ReduceOp, Result, Tensor};

@@ -97,6 +97,7 @@
 //! - [`PowerSgdHook`] is PyTorch's `powerSGD_hook` for float32 buckets (differences in
 //!   [`powersgd`]); the batched variant and the other stateful hooks are not provided.
 
+mod average;
 pub mod broadcast_coalesced;
 pub mod bucket_assignment;
 mod bucket_memory;

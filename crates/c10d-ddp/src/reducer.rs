@@ -471,7 +471,7 @@ impl Reducer {
 
     /// Copies (or scales in place) the gradient into its bucket view. Without a comm hook a
     /// host gradient is divided by the group size on the way in, as PyTorch does; a device
-    /// bucket is averaged by its collective instead ([`super::buckets::average_op`]).
+    /// bucket is averaged by its collective instead ([`super::average::average_op`]).
     fn fill_view(&self, st: &State, index: usize, grad: Option<&Tensor>) -> Result<()> {
         let l = st.locators[index];
         let view = &st.buckets[l.bucket].views[l.intra];

@@ -1,7 +1,7 @@
 //! What the flight recorder costs: a 1 KiB all-reduce between 2 rank processes (blocking calls,
 //! as `dist.all_reduce(t)` makes them) with recording off and on (PyTorch's default, 2000
-//! entries), over shared memory (about 1.2 µs an op) and over sockets
-//! (`C10D_GLOO_SHM=0 C10D_GLOO_CMA=0`), plus the recorder's own cost per op in a loop, part by
+//! entries), over shared memory (1.15 µs an op in the README's "Flight recorder" table) and over
+//! sockets (`C10D_GLOO_SHM=0 C10D_GLOO_CMA=0`; 33.5 µs there), plus the recorder's own cost per op in a loop, part by
 //! part (the check of a recorder that is off, record, start, finish).
 //!
 //! Run: `cargo bench -p c10d-gloo --bench flight_recorder`. The bench re-runs itself as the two

@@ -38,14 +38,16 @@
 //! * Every frame carries a header (see `wire`); a rank that runs a different collective, dtype
 //!   or size than its peer fails with an error naming both ranks and both ops.
 //!
-//! Performance (2-core machine, loopback, best of N alternating runs vs PyTorch 2.15 Gloo in the
-//! same run; `bash crates/c10d-world/benches/compare.sh`, which drives `c10d-bench`): 2 ranks
-//! 1 KiB all-reduce ≈ 9–14 µs (PyTorch ≈ 1 ms), 4 ranks ≈ 40 µs (PyTorch ≈ 5.5 ms); 16 MiB
-//! busbw ≈ 3.3–3.9× PyTorch's with 2 ranks, ≈ 2.1–2.35× with 4 (cross-memory attach; over Unix
-//! sockets alone ≈ 2× and ≈ 1.4×); 4-rank broadcast 512 KiB–64 MiB 1.5–5.6×, all_to_all
-//! ≥ 512 KiB 1.3–10×. With `C10D_GLOO_TCP_ONLY=1` (loopback TCP like PyTorch): 1 KiB ≈ 10–18 µs
-//! / ≈ 100 µs, 16 MiB busbw ≈ 1.7× (2 ranks) and ≈ 1.2× (4 ranks), the rest being the kernel's
-//! TCP cost.
+//! Performance: the README's measured table ("Figures", `bash crates/c10d-world/benches/compare.sh`,
+//! which drives `c10d-bench`; 2-core machine, loopback, best of N alternating runs against
+//! PyTorch 2.15's Gloo in the same run). A 1 KiB all-reduce takes 1.57 µs with 2 ranks over
+//! shared memory (9.2–14 µs over sockets; PyTorch 0.40 ms) and 4.21 µs with 4 (37–45 µs over
+//! sockets; PyTorch 4.8 ms); 16 MiB busbw is 5.7× PyTorch's with 2 ranks (earlier runs
+//! 3.3–3.9×) and 2.70× with 4 (earlier 2.1–2.35×), with cross-memory attach. With
+//! `C10D_GLOO_TCP_ONLY=1` (loopback TCP like PyTorch) 16 MiB is 1.74× (2 ranks) and 1.18–1.25×
+//! (4 ranks), the rest being the kernel's TCP cost. With 4 ranks, broadcast from 512 KiB to
+//! 64 MiB is 1.5–5.6× faster and all_to_all from 512 KiB up 1.3–10×. Update these with the
+//! README's table.
 //!
 //! # Which file owns what
 //!

@@ -62,10 +62,18 @@
 //! one backend-creation path of every group), `registry`, `queries`, `teardown`); [`call`] the
 //! builder; [`ops`] one argument type per collective with PyTorch's Python-layer checks;
 //! [`collectives`] what ops share (group resolution, roots, dtype checks, coalescing,
-//! `batch_isend_irecv`); [`buffer`] the memory a collective accepts; [`config`] backend strings
-//! and the backend registry; `gloo` the built-in creator; [`detail`] DETAIL mode;
-//! [`device_mesh`] n-dimensional grids of groups (`init_device_mesh`); [`shrink`],
-//! [`objects`] as named. DDP's Reducer is the crate `c10d-ddp`, the launcher `c10d-run`, the
+//! `batch_isend_irecv`), with `coalescing` what an open `coalescing_manager` block records;
+//! [`buffer`] the memory a collective accepts; [`config`] backend strings and the backend
+//! registry, `plugin` what the registry holds and hands a creator; `gloo` and `nccl` (features
+//! of those names) the built-in creators; [`detail`] DETAIL mode; [`device_mesh`]
+//! n-dimensional grids of groups (`init_device_mesh`); [`shrink`] (a group without its failed
+//! ranks) and [`grow`] (WORLD taking replacements back: `grow_group`, `join_process_group`);
+//! [`standalone`] groups outside the default world, formed from host, port, rank and size (as
+//! vLLM and the RL stacks form a trainer-to-inference group); [`stateless`] vLLM's
+//! `StatelessProcessGroup`, spoken from Rust; [`weight_sync`] the receiving side of
+//! trainer-to-inference weight sync; [`objects`] the object collectives;
+//! [`flight_recorder`] the flight recorder's record, from a program's side; [`panic_hook`]
+//! `[rank{N}]: ` on panic messages. DDP's Reducer is the crate `c10d-ddp`, the launcher `c10d-run`, the
 //! command-line tools `c10d-tools`.
 //!
 //! `dist::all_reduce(&t).run()`: the free function calls [`World::all_reduce`] on

@@ -2,8 +2,10 @@
 //! sends and receives, waits (with the op's deadline, liveness probes and the time-out text),
 //! the group's checks for the shared-memory and cross-memory-attach paths, scratch buffers.
 
-use super::faults::{blaming, op_failed, rank_list};
-use super::{deadline_after, liveness, lock, Engine, OpInfo};
+use super::fault_texts::{blaming, op_failed, rank_list};
+use super::lock::lock;
+use super::op_info::OpInfo;
+use super::{deadline_after, liveness, Engine};
 use crate::hosts::Hosts;
 use crate::shm::ShmState;
 use crate::wire::{Header, Kind};

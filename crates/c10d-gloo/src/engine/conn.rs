@@ -2,8 +2,8 @@
 //! (`TxMsg`, gathered writes, `flush`, `linger`) and the receive state machine that stages
 //! headers and reads payloads (`read_step`), with SO_RCVLOWAT for large payloads on TCP.
 
-use super::matching::{dest_slice, Dest};
-use super::{Connector, Engine};
+use super::dest::{dest_slice, Dest};
+use super::Engine;
 use crate::transport::Conn;
 use crate::wire::{Header, Kind, HDR};
 use c10d_core::{DType, OpType};
@@ -26,8 +26,6 @@ pub(super) struct Net {
     pub(super) poll: Poll,
     pub(super) events: Events,
     pub(super) peers: Vec<Option<Peer>>,
-    /// How to connect under lazy init (`None` once connected).
-    pub(super) connector: Option<Connector>,
 }
 
 /// The payload of a queued frame: borrowed from the op's buffer until written, or owned.

@@ -2,14 +2,17 @@
 //! noticed and handled after the step that noticed it (`handle_faults`, with the sweep that reads
 //! what the other peers already sent so that the error names every broken connection, or an
 //! error frame explains more), failing the group (every pending and later op gets the error;
-//! the peers are told), detaching the buffers of ops that failed or timed out, and the error
-//! texts of failed ops.
+//! the peers are told), and detaching the buffers of ops that failed or timed out. The error
+//! texts of failed ops are `fault_texts.rs`.
 
 use super::conn::{control_header, Owner, Rx, TxData, LINGER};
-use super::matching::Dest;
-use super::{lock, CollOp, Engine, Ident, OpInfo};
+use super::dest::Dest;
+use super::fault_texts::{blaming, op_failed, p2p_failed};
+use super::lock::lock;
+use super::submit::CollOp;
+use super::Engine;
 use crate::wire::Kind;
-use c10d_core::{DistError, ErrorContext, OpType};
+use c10d_core::DistError;
 use mio::unix::SourceFd;
 use std::time::Instant;
 
@@ -51,43 +54,6 @@ impl Faults {
         self.lost.clear();
         self.needed.clear();
     }
-}
-
-/// The message of a caught panic ("" when it is not a string).
-pub(super) fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
-    p.downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| p.downcast_ref::<String>().cloned())
-        .unwrap_or_default()
-}
-
-/// "1, 3, 4".
-pub(super) fn rank_list(ranks: &[usize]) -> String {
-    ranks
-        .iter()
-        .map(|p| p.to_string())
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-/// "{op} (seq n) on rank r failed: {e}", carrying the op's [`ErrorContext`] (with the ranks
-/// `e` blamed).
-pub(super) fn op_failed(info: &OpInfo, id: &Ident, e: &DistError) -> DistError {
-    p2p_failed(info.op, info.seq, id, e)
-}
-
-/// [`op_failed`] for a send or receive (or any op known by type and sequence number).
-pub(super) fn p2p_failed(op: OpType, seq: u64, id: &Ident, e: &DistError) -> DistError {
-    let rank = id.rank;
-    let peers = e.context().map(|c| c.peers.clone()).unwrap_or_default();
-    e.map_message(|m| format!("{op} (seq {seq}) on rank {rank} failed: {m}"))
-        .with_context(ErrorContext::op(&id.group_name, rank, op, seq).blaming(peers))
-}
-
-/// `e` blaming `peers` (group ranks), for a program to read (see [`ErrorContext`]).
-pub(crate) fn blaming(e: DistError, peers: impl IntoIterator<Item = usize>) -> DistError {
-    let ctx = e.context().cloned().unwrap_or_default().blaming(peers);
-    e.with_context(ctx)
 }
 
 impl Engine {

@@ -5,7 +5,10 @@
 //! early); the mismatch error that names both ranks and both ops.
 
 use super::conn::{Owner, Peer, Rx, TxData};
-use super::{CollOp, Engine, OpInfo};
+use super::dest::Dest;
+use super::op_info::OpInfo;
+use super::submit::CollOp;
+use super::Engine;
 use crate::wire::{Header, Kind};
 use c10d_core::{DType, DistError};
 use std::collections::{HashSet, VecDeque};
@@ -41,15 +44,6 @@ impl Colls {
             spare: Vec::new(),
         }
     }
-}
-
-pub(super) enum Dest {
-    Coll { id: u64, ptr: *mut u8 },
-    P2p { id: u64, ptr: *mut u8 },
-    Early(Vec<u8>),
-    Unexpected(Vec<u8>),
-    ErrorText(Vec<u8>),
-    Discard,
 }
 
 pub(super) struct PostedRecv {
@@ -89,26 +83,6 @@ pub(super) fn try_zeroed(n: usize) -> Option<Vec<u8>> {
     // SAFETY: `p` comes from the global allocator with exactly the layout of a `Vec<u8>` of
     // capacity `n`, and all `n` bytes are initialised (zeroed).
     Some(unsafe { Vec::from_raw_parts(p, n, n) })
-}
-
-pub(super) fn dest_slice(dest: &mut Dest, at: usize, len: usize) -> Option<&mut [u8]> {
-    match dest {
-        Dest::Coll { ptr, .. } | Dest::P2p { ptr, .. } => {
-            // SAFETY: posted destinations stay valid until their id completes or is detached
-            // (detaching turns the destination into `Discard` before the memory is released),
-            // `at + len` never exceeds the posted length, and the engine is the only writer.
-            Some(unsafe { std::slice::from_raw_parts_mut(ptr.add(at), len) })
-        }
-        Dest::Early(v) | Dest::Unexpected(v) => Some(&mut v[at..at + len]),
-        Dest::ErrorText(v) => {
-            if at + len <= v.len() {
-                Some(&mut v[at..at + len])
-            } else {
-                None
-            }
-        }
-        Dest::Discard => None,
-    }
 }
 
 impl Engine {
@@ -313,7 +287,7 @@ impl Engine {
             self.id.rank,
             self.id.peer_name(peer)
         ));
-        super::faults::blaming(e, [peer])
+        super::fault_texts::blaming(e, [peer])
     }
 
     /// Decides where the payload of a frame from `p` goes.

@@ -13,7 +13,8 @@
 //! The engine sits behind a mutex and is driven by whoever holds it:
 //! * a **blocking call** (`async_op == false`, what `dist.all_reduce(t)` does) that finds the
 //!   engine free runs its op (and anything queued before it) on the calling thread — no thread
-//!   hop at all; this is what brings a 2-rank 1 KiB all-reduce to ~12 µs;
+//!   hop at all; this is what brings a 2-rank 1 KiB all-reduce over sockets to 9.2–14 µs (the
+//!   README's table);
 //! * otherwise the group's **worker thread** drives: it runs queued collectives in issue
 //!   order and keeps polling while point-to-point ops or unsent frames are pending. With
 //!   nothing to do it sleeps on a condvar, not in epoll, so an inline driver owns the sockets
@@ -63,17 +64,23 @@
 //! | file | owns |
 //! |------|------|
 //! | `mod.rs` | [`Engine`] (its state, grouped by the parts below) and its constructor, [`Ident`], [`deadline_after`] |
-//! | `submit.rs` | [`Queue`] and [`Shared`] (what the user-facing handle shares with the engine), the submitted ops ([`CollOp`], [`P2pOp`], [`OpInfo`]), [`worker_loop`], the drive loops, `drain` (taking submissions), `run_coll`, `finish`, `guarded` (a panic fails the group) |
+//! | `submit.rs` | [`Queue`] and [`Shared`] (what the user-facing handle shares with the engine), the submitted ops ([`CollOp`], [`P2pOp`]), [`worker_loop`], the drive loops, `drain` (taking submissions), `run_coll`, `finish`, `guarded` (a panic fails the group) |
 //! | `setup.rs` | [`Connector`] (the mesh, at construction or under lazy init), installing the sockets, the shared-memory verdict |
 //! | `poll.rs` | the event loop: `poll_once` (one `epoll` wait and its batch of events), `on_readable` / `read_all` (reading a peer frame by frame) |
 //! | `conn.rs` | connection I/O: `Peer` (over `transport::Conn`, the one connection type for TCP and Unix streams), the write queue (`push_tx`, `flush`, `linger`), the receive state machine (`read_step`), SO_RCVLOWAT |
-//! | `matching.rs` | where an arriving frame goes (`classify`) and what its end means (`finish_frame`); posting a collective's sends and receives; early frames; the mismatch error |
+//! | `matching.rs` | where an arriving frame goes (`classify`, deciding its `Dest`) and what its end means (`finish_frame`); posting a collective's sends and receives; early frames; the mismatch error |
 //! | `p2p.rs` | point-to-point ops: start, matching by tag and source, the unexpected queue, completion, deadlines |
-//! | `faults.rs` | a peer lost or gone, recording and handling faults (`handle_faults`, the sweep), `fail_group`, detaching buffers, the texts of failed ops |
+//! | `faults.rs` | a peer lost or gone, recording and handling faults (`handle_faults`, the sweep), `fail_group`, detaching buffers |
 //! | `comm.rs` | [`Comm`], the algorithms' view of the engine (waits, whole-buffer exchanges, time-out texts, checks for the shared-memory and cross-memory-attach paths, verdicts, scratch buffers) |
 //! | `posts.rs` | [`Posts`]: posting sends and receives of parts of registered buffers by handle and byte range, folds and copies between parts — the only place that turns an algorithm's buffers into pointers (and argues why that is sound) |
 //! | `flow.rs` | read budget per event and back-pressure on peers that run ahead |
 //! | `liveness.rs` | ping/pong probes that name a silent rank; time-out notes |
+//! | `dest.rs` | leaf: `Dest`, where an arriving frame's payload lands, and the bytes a read fills (`dest_slice`) |
+//! | `op_info.rs` | leaf: [`OpInfo`], what identifies a collective on the wire and in error texts |
+//! | `fault_texts.rs` | leaf: the error texts of failed ops (`op_failed`, `p2p_failed`, [`blaming`], `rank_list`, `panic_text`) |
+//! | `lock.rs` | leaf: [`lock`], a shared mutex locked, poisoned or not |
+//! |||
+//! | **layers** | leaves (`dest`, `op_info` ← `fault_texts`, `lock`, `flow`) ← `conn` ← `setup`, `liveness`, `poll` ← `comm` ← `posts`, `submit` ← `faults`, `matching` ← `p2p`; a module names only modules to its left (`mod.rs` names them all; children use the [`Engine`] it defines). `cargo xtask lint` checks that no two modules import each other (`xtask/src/module_cycles.rs`) |
 //!
 //! # How a collective flows through the engine
 //!
@@ -98,10 +105,14 @@
 
 mod comm;
 mod conn;
+mod dest;
+mod fault_texts;
 mod faults;
 mod flow;
 mod liveness;
+mod lock;
 mod matching;
+mod op_info;
 mod p2p;
 mod poll;
 mod posts;
@@ -109,12 +120,12 @@ mod setup;
 mod submit;
 
 pub(crate) use comm::Comm;
-pub(crate) use faults::blaming;
+pub(crate) use fault_texts::blaming;
+pub(crate) use lock::lock;
+pub(crate) use op_info::OpInfo;
 pub(crate) use posts::{Buf, Posts};
 pub(crate) use setup::Connector;
-pub(crate) use submit::{
-    lock, worker_loop, CollBody, CollOp, OpInfo, P2pOp, Queue, Shared, Submission,
-};
+pub(crate) use submit::{worker_loop, CollBody, CollOp, P2pOp, Queue, Shared, Submission};
 
 use crate::transport::Conn;
 use c10d_core::Result;
@@ -157,6 +168,8 @@ pub(crate) struct Engine {
     pub(crate) id: Ident,
     /// The peer connections and their poll set (`conn.rs`, `setup.rs`, `poll.rs`).
     net: Net,
+    /// How to connect under lazy init (`None` once connected; `setup.rs`).
+    connector: Option<Connector>,
     /// Queued and running collectives, their posted receives and early frames (`matching.rs`).
     colls: Colls,
     /// Pending point-to-point ops and the frames nobody waits for yet (`p2p.rs`).
@@ -200,8 +213,8 @@ impl Engine {
                 poll,
                 events: Events::with_capacity(256),
                 peers: (0..n).map(|_| None).collect(),
-                connector,
             },
+            connector,
             colls: Colls::new(n),
             p2p: P2p::default(),
             faults: Faults::new(n),

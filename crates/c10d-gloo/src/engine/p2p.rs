@@ -3,9 +3,11 @@
 //! unexpected queue), completing them, and their deadlines.
 
 use super::conn::{Owner, TxData};
-use super::faults::p2p_failed;
-use super::matching::{try_zeroed, Dest};
-use super::{deadline_after, liveness, Engine, P2pOp};
+use super::dest::Dest;
+use super::fault_texts::p2p_failed;
+use super::matching::try_zeroed;
+use super::submit::P2pOp;
+use super::{deadline_after, liveness, Engine};
 use crate::wire::{Header, Kind};
 use c10d_core::{DistError, OpType, Result, TensorLeases, WorkCompleter};
 use std::collections::{HashMap, VecDeque};

@@ -3,7 +3,8 @@
 //! shared-memory segment and verdict.
 
 use super::conn::Peer;
-use super::{lock, Engine, Ident};
+use super::lock::lock;
+use super::{Engine, Ident};
 use crate::shm::ShmState;
 use crate::transport::{self, Conn, MeshSpec};
 use c10d_core::Result;
@@ -107,7 +108,7 @@ impl Engine {
     }
 
     pub(super) fn ensure_connected(&mut self) -> Result<()> {
-        if let Some(c) = self.net.connector.take() {
+        if let Some(c) = self.connector.take() {
             let shared = self.shared.clone();
             let aborted = move || lock(&shared.queue).stop.is_some();
             let streams = c.connect(&self.id, &aborted)?;

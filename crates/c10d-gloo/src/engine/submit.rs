@@ -4,7 +4,9 @@
 
 use super::comm::{Comm, RecordHook};
 use super::conn::{control_header, Owner, TxData};
-use super::faults::{op_failed, panic_text};
+use super::fault_texts::{op_failed, panic_text};
+use super::lock::lock;
+use super::op_info::OpInfo;
 use super::Engine;
 use crate::wire::Kind;
 use c10d_core::{DType, DistError, OpType, Result, TensorLeases, WorkCompleter};
@@ -13,19 +15,6 @@ use std::collections::VecDeque;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-/// What a collective frame is checked against.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct OpInfo {
-    /// Index among the group's collectives (equal on every rank).
-    pub coll_seq: u64,
-    /// PyTorch sequence number on this rank.
-    pub seq: u64,
-    pub op: OpType,
-    pub dtype: DType,
-    /// Total bytes of this rank's op (mismatch detection and messages).
-    pub total: u64,
-}
 
 /// The algorithm of one collective, run on the worker with host views of the leased tensors.
 pub(crate) type CollBody = Box<
@@ -85,10 +74,6 @@ pub(crate) struct Shared {
     pub cma: std::sync::atomic::AtomicU8,
     /// The group's shared-memory verdict, coded as `cma`.
     pub shm: std::sync::atomic::AtomicU8,
-}
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Shared {
@@ -331,7 +316,7 @@ impl Engine {
             body,
             mut completer,
         } = op;
-        if self.faults.failed.is_some() || self.net.connector.is_some() {
+        if self.faults.failed.is_some() || self.connector.is_some() {
             if let Some(r) = record.take() {
                 completer.set_trace(r());
             }

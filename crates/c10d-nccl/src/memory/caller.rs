@@ -182,9 +182,3 @@ impl super::device_copy::OnDevice for CallerMemory {
             .map_err(|e| crate::device::driver_error("cuEventSynchronize", e))
     }
 }
-
-/// `any` as the caller's memory, for [`device_copy`].
-pub(crate) fn as_on_device(any: &dyn Any) -> Option<&dyn super::device_copy::OnDevice> {
-    any.downcast_ref::<CallerMemory>()
-        .map(|m| m as &dyn super::device_copy::OnDevice)
-}

@@ -1,5 +1,6 @@
-//! On-device copies, zeroing and zeroed allocation for c10d-nccl's two storages ([`CudaMemory`]
-//! and the caller's memory of [`super::caller`]): what `Tensor::copy_from` between two CUDA
+//! On-device copies, zeroing and zeroed allocation for c10d-nccl's two storages ([`super::CudaMemory`]
+//! and the caller's memory of `caller.rs`, both [`OnDevice`]; the parent tells which a storage
+//! is, [`super::on_device`], so this module does not know its sibling): what `Tensor::copy_from` between two CUDA
 //! tensors of one device, `Tensor::zero_` and `Tensor::new_zeros` run (c10d-core's
 //! [`DeviceStorage`] hooks), so that device-agnostic code such as DDP's Reducer keeps its
 //! buckets on the GPU.
@@ -29,7 +30,6 @@
 //! Storages of other crates (no device pointer c10d-nccl can vouch for) are copied through the
 //! host ([`copy_through_host`]).
 
-use super::CudaMemory;
 use crate::device::driver_error;
 use crate::stream;
 use c10d_core::{copy_through_host, Device, DeviceStorage, DistError, Result};
@@ -102,15 +102,6 @@ macro_rules! device_storage_methods {
 }
 pub(crate) use device_storage_methods;
 
-/// `storage` as one of c10d-nccl's storages, if it is one.
-fn on_device(storage: &dyn DeviceStorage) -> Option<&dyn OnDevice> {
-    let any = storage.as_any();
-    if let Some(m) = any.downcast_ref::<CudaMemory>() {
-        return Some(m);
-    }
-    super::caller::as_on_device(any)
-}
-
 /// [`DeviceStorage::copy_from_device`] for `dst`, one of c10d-nccl's storages.
 ///
 /// # Errors
@@ -122,7 +113,7 @@ pub(crate) fn copy<D: OnDevice>(
     src_offset: usize,
     nbytes: usize,
 ) -> Result<()> {
-    let Some(from) = on_device(src).filter(|s| s.device() == dst.device()) else {
+    let Some(from) = super::on_device(src).filter(|s| s.device() == dst.device()) else {
         return copy_through_host(dst, offset, src, src_offset, nbytes);
     };
     check_range(dst, offset, nbytes)?;

@@ -334,6 +334,17 @@ impl DeviceStorage for CudaMemory {
     }
 }
 
+/// `storage` as one of c10d-nccl's storages (this module's [`CudaMemory`] or the caller's memory
+/// of `caller.rs`), if it is one: what an on-device copy needs of its source.
+fn on_device(storage: &dyn DeviceStorage) -> Option<&dyn device_copy::OnDevice> {
+    let any = storage.as_any();
+    if let Some(m) = any.downcast_ref::<CudaMemory>() {
+        return Some(m);
+    }
+    any.downcast_ref::<caller::CallerMemory>()
+        .map(|m| m as &dyn device_copy::OnDevice)
+}
+
 impl device_copy::OnDevice for CudaMemory {
     fn base(&self) -> sys::CUdeviceptr {
         self.ptr

@@ -11,7 +11,11 @@ The package is also found through the ``torch.distributed.backends`` entry point
 Everything PyTorch's own CPU backend (Gloo) offers is there: every collective and ReduceOp
 (AVG and PREMUL_SUM too), point-to-point with any-source receives, barriers and monitored
 barriers, coalesced ops, abort and shutdown. Contiguous tensors are used in place; the engine
-runs in Rust threads that never hold the GIL. See ``ProcessGroupC10dRs`` and ``Work``.
+runs in Rust threads that never hold the GIL. See ``ProcessGroupC10dRs`` (the backend, as
+``ProcessGroupGloo`` is Gloo's; the package's one group class) and ``Work``.
+
+Supported PyTorch: ``SUPPORTED_TORCH`` (">=2.15,<2.16"); importing under another version raises
+``ImportError`` naming that range (see ``_version``).
 
 ``Work`` objects tell the truth: ``w.wait(); w.is_completed()`` holds, ``w.exception()`` is
 the failure, and ``dist.recv(tensor)`` without ``src`` returns the sender. PyTorch forwards only
@@ -23,7 +27,14 @@ receives from any source there. ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` runs no cross
 "c10drs" groups (PyTorch's checking wrapper cannot wrap a Python backend).
 """
 
-from ._backend import (
+import torch as _torch
+
+from ._version import SUPPORTED as SUPPORTED_TORCH
+from ._version import check_torch as _check_torch
+
+_check_torch(_torch.__version__)
+
+from ._backend import (  # noqa: E402 (after the version check)
     BACKEND_NAME,
     ProcessGroupC10dRs,
     Work,
@@ -31,11 +42,12 @@ from ._backend import (
     recv_any,
     register,
 )
-from ._engine import __version__
+from ._engine import __version__  # noqa: E402
 
 __all__ = [
     "BACKEND_NAME",
     "ProcessGroupC10dRs",
+    "SUPPORTED_TORCH",
     "Work",
     "__version__",
     "create_backend",

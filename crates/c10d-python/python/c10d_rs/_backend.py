@@ -671,7 +671,7 @@ def recv_any(
 
 def create_backend(dist_backend_opts: Any, backend_options: Any = None) -> Any:
     """The creator PyTorch calls (``extended_api=True``) for every group on "c10drs": the
-    group itself (a ``C10dRsProcessGroup``, so that users get our ``Work``) where PyTorch
+    group itself (a ``_group.Group``, so that users get our ``Work``) where PyTorch
     allows it, else the backend (see ``_group``)."""
     o = dist_backend_opts
     backend = ProcessGroupC10dRs(
@@ -684,7 +684,7 @@ def create_backend(dist_backend_opts: Any, backend_options: Any = None) -> Any:
         global_ranks=list(o.global_ranks_in_group or []),
     )
     if _group.usable():
-        return _group.C10dRsProcessGroup(o.store, o.group_rank, o.group_size, backend)
+        return _group.Group(o.store, o.group_rank, o.group_size, backend)
     return backend
 
 

@@ -10,9 +10,9 @@ group itself; this subclass registers the c10drs backend for "cpu" on itself, an
 its ops runs PyTorch's own path (the dispatcher, hooks, flight recorder, profiler, all as for
 any group) and then returns the ``Work`` our backend made for the call instead of the holder.
 
-Every method below must have the name of the C++ method it overrides in its code object:
-pybind11 skips a Python override only when the calling frame is that very method (any other
-name would recurse into itself).
+Every op below is a plain method of the C++ method's name (see ``Group``): pybind11 skips a
+Python override only when the calling frame is that very method (any other name would recurse
+into itself).
 
 Used when every device of the group's backend string is "c10drs"; a "cpu:c10drs,cuda:nccl"
 group keeps the plain backend (PyTorch stops registering backends once a creator returns a
@@ -46,62 +46,127 @@ def _take() -> Optional[Any]:
     return work
 
 
-#: The ops of ``ProcessGroup`` that return a ``Work`` from the backend.
-_WORK_OPS = (
-    "allreduce",
-    "allreduce_coalesced",
-    "broadcast",
-    "reduce",
-    "allgather",
-    "_allgather_base",
-    "allgather_coalesced",
-    "allgather_into_tensor_coalesced",
-    "gather",
-    "scatter",
-    "reduce_scatter",
-    "_reduce_scatter_base",
-    "reduce_scatter_tensor_coalesced",
-    "alltoall_base",
-    "alltoall",
-    "send",
-    "recv",
-    "recv_anysource",
-    "barrier",
-)
+def _ours(held: Any) -> Any:
+    """The ``Work`` our backend made during the call that returned ``held``, else ``held``."""
+    ours = _take()
+    return ours if ours is not None else held
 
 
-class C10dRsProcessGroup(ProcessGroup):
-    """A ``ProcessGroup`` whose CPU backend is ``backend`` (a ``ProcessGroupC10dRs``)."""
+class Group(ProcessGroup):
+    """The ``ProcessGroup`` of an all-"c10drs" group: PyTorch's class, with our backend
+    (``ProcessGroupC10dRs``, the package's one public group class) registered for "cpu", and
+    each op that returns a ``Work`` returning our backend's own. Not public: users see a
+    ``torch.distributed.ProcessGroup`` (``isinstance`` holds).
+
+    Every op is a plain ``def`` of the C++ method's own name with ``self`` first: pybind11 skips
+    a Python override of a virtual method only when the calling frame is a function of that name
+    whose first argument is the same object (pybind11's ``get_type_override``; no code object is
+    rewritten). Each clears the thread's last ``Work`` (``made``), runs PyTorch's own path
+    (``super()``: the dispatcher, hooks, flight recorder, profiler) and hands back our ``Work``.
+    """
 
     def __init__(self, store: Any, rank: int, size: int, backend: Any) -> None:
         super().__init__(store, rank, size)
         self._c10drs = backend
         cpu, custom = torch.device("cpu"), ProcessGroup.BackendType.CUSTOM
+        # ``_register_backend`` and ``_set_default_backend`` are private ``ProcessGroup``
+        # methods (PyTorch's own ``_new_process_group_helper`` sets up every group with them);
+        # no public API registers a backend on a group a creator returns.
         self._register_backend(cpu, custom, backend)
         self._set_default_backend(custom)
 
-
-def _through(name: str) -> Any:
-    def op(self: C10dRsProcessGroup, *args: Any, **kw: Any) -> Any:
+    def allreduce(self, *args: Any, **kw: Any) -> Any:
         _TLS.work = None
-        held = getattr(super(C10dRsProcessGroup, self), name)(*args, **kw)
-        ours = _take()
-        return ours if ours is not None else held
+        return _ours(super().allreduce(*args, **kw))
 
-    op.__name__ = op.__qualname__ = name
-    op.__code__ = op.__code__.replace(co_name=name)
-    op.__doc__ = f"PyTorch's ``ProcessGroup.{name}``, returning the backend's own ``Work``."
-    return op
+    def allreduce_coalesced(self, *args: Any, **kw: Any) -> Any:
+        _TLS.work = None
+        return _ours(super().allreduce_coalesced(*args, **kw))
 
+    def broadcast(self, *args: Any, **kw: Any) -> Any:
+        _TLS.work = None
+        return _ours(super().broadcast(*args, **kw))
 
-for _name in _WORK_OPS:
-    setattr(C10dRsProcessGroup, _name, _through(_name))
+    def reduce(self, *args: Any, **kw: Any) -> Any:
+        _TLS.work = None
+        return _ours(super().reduce(*args, **kw))
+
+    def allgather(self, *args: Any, **kw: Any) -> Any:
+        _TLS.work = None
+        return _ours(super().allgather(*args, **kw))
+
+    def _allgather_base(self, *args: Any, **kw: Any) -> Any:
+        _TLS.work = None
+        return _ours(super()._allgather_base(*args, **kw))
+
+    def allgather_coalesced(self, *args: Any, **kw: Any) -> Any:
+        _TLS.work = None
+        return _ours(super().allgather_coalesced(*args, **kw))
+
+    def allgather_into_tensor_coalesced(self, *args: Any, **kw: Any) -> Any:
+        _TLS.work = None
+        return _ours(super().allgather_into_tensor_coalesced(*args, **kw))
+
+    def gather(self, *args: Any, **kw: Any) -> Any:
+        _TLS.work = None
+        return _ours(super().gather(*args, **kw))
+
+    def scatter(self, *args: Any, **kw: Any) -> Any:
+        _TLS.work = None
+        return _ours(super().scatter(*args, **kw))
+
+    def reduce_scatter(self, *args: Any, **kw: Any) -> Any:
+        _TLS.work = None
+        return _ours(super().reduce_scatter(*args, **kw))
+
+    def _reduce_scatter_base(self, *args: Any, **kw: Any) -> Any:
+        _TLS.work = None
+        return _ours(super()._reduce_scatter_base(*args, **kw))
+
+    def reduce_scatter_tensor_coalesced(self, *args: Any, **kw: Any) -> Any:
+        _TLS.work = None
+        return _ours(super().reduce_scatter_tensor_coalesced(*args, **kw))
+
+    def alltoall_base(self, *args: Any, **kw: Any) -> Any:
+        _TLS.work = None
+        return _ours(super().alltoall_base(*args, **kw))
+
+    def alltoall(self, *args: Any, **kw: Any) -> Any:
+        _TLS.work = None
+        return _ours(super().alltoall(*args, **kw))
+
+    def send(self, *args: Any, **kw: Any) -> Any:
+        _TLS.work = None
+        return _ours(super().send(*args, **kw))
+
+    def recv(self, *args: Any, **kw: Any) -> Any:
+        _TLS.work = None
+        return _ours(super().recv(*args, **kw))
+
+    def recv_anysource(self, *args: Any, **kw: Any) -> Any:
+        _TLS.work = None
+        return _ours(super().recv_anysource(*args, **kw))
+
+    def barrier(self, *args: Any, **kw: Any) -> Any:
+        _TLS.work = None
+        return _ours(super().barrier(*args, **kw))
+
 
 
 def usable() -> bool:
-    """Whether the group being created may be a ``C10dRsProcessGroup``: every device of its
-    backend string on c10drs (read from PyTorch's ``_new_process_group_helper``, the creator's
-    caller; False when it cannot be found)."""
+    """Whether the group being created may be a ``Group``: every device of its backend string
+    on c10drs (False when that cannot be read).
+
+    No supported hook tells a backend creator the rest of the group's backend string (its
+    ``_DistributedBackendOptions`` carry store, ranks, timeout, group name and the half-built
+    ``ProcessGroup``, not the device map), and returning a group for "cpu:c10drs,cuda:nccl"
+    would drop the CUDA backend (PyTorch stops at a creator that returns a group). So this
+    relies on private PyTorch names, checked for the supported versions (``_version``): the
+    creator's caller is ``torch.distributed.distributed_c10d._new_process_group_helper``, whose
+    local ``backend_config`` (a ``BackendConfig``) it reads from the call stack. A PyTorch that
+    renames either makes this False: the group is then PyTorch's, which works, with PyTorch's
+    ``Work`` (see the module docs).
+    """
     frame = inspect.currentframe()
     try:
         while frame is not None:
