@@ -11,6 +11,7 @@ use crate::op::Op;
 use crate::options::*;
 use crate::tensor::Tensor;
 use crate::work::Work;
+use std::borrow::Cow;
 
 /// Runs ops: a backend, a wrapper of one, or a process group (which picks the backend of the
 /// tensors' device type).
@@ -25,7 +26,7 @@ pub trait Collectives {
     /// [`DistError::Unsupported`](crate::DistError::Unsupported) "Backend {name} does not
     /// support {op}" for an op the backend lacks; a failure after the op was accepted fails
     /// the returned work instead.
-    fn run(&self, op: Op) -> Result<Work>;
+    fn run(&self, op: Op<'_>) -> Result<Work>;
 
     /// `broadcast` ([`Op::Broadcast`]).
     ///
@@ -33,7 +34,7 @@ pub trait Collectives {
     /// As [`Collectives::run`].
     fn broadcast(&self, tensors: &[Tensor], opts: &BroadcastOptions) -> Result<Work> {
         self.run(Op::Broadcast {
-            tensors: tensors.to_vec(),
+            tensors: Cow::Borrowed(tensors),
             opts: opts.clone(),
         })
     }
@@ -43,7 +44,7 @@ pub trait Collectives {
     /// As [`Collectives::run`].
     fn all_reduce(&self, tensors: &[Tensor], opts: &AllreduceOptions) -> Result<Work> {
         self.run(Op::AllReduce {
-            tensors: tensors.to_vec(),
+            tensors: Cow::Borrowed(tensors),
             opts: opts.clone(),
         })
     }
@@ -57,7 +58,7 @@ pub trait Collectives {
         opts: &AllreduceCoalescedOptions,
     ) -> Result<Work> {
         self.run(Op::AllReduceCoalesced {
-            tensors: tensors.to_vec(),
+            tensors: Cow::Borrowed(tensors),
             opts: opts.clone(),
         })
     }
@@ -67,7 +68,7 @@ pub trait Collectives {
     /// As [`Collectives::run`].
     fn reduce(&self, tensors: &[Tensor], opts: &ReduceOptions) -> Result<Work> {
         self.run(Op::Reduce {
-            tensors: tensors.to_vec(),
+            tensors: Cow::Borrowed(tensors),
             opts: opts.clone(),
         })
     }
@@ -82,8 +83,8 @@ pub trait Collectives {
         opts: &AllgatherOptions,
     ) -> Result<Work> {
         self.run(Op::AllGather {
-            outputs: outputs.to_vec(),
-            inputs: inputs.to_vec(),
+            outputs: Cow::Borrowed(outputs),
+            inputs: Cow::Borrowed(inputs),
             opts: opts.clone(),
         })
     }
@@ -98,8 +99,8 @@ pub trait Collectives {
         opts: &AllgatherOptions,
     ) -> Result<Work> {
         self.run(Op::AllGatherIntoTensor {
-            output: output.clone(),
-            input: input.clone(),
+            output: Cow::Borrowed(output),
+            input: Cow::Borrowed(input),
             opts: opts.clone(),
         })
     }
@@ -114,8 +115,8 @@ pub trait Collectives {
         opts: &AllgatherOptions,
     ) -> Result<Work> {
         self.run(Op::AllGatherCoalesced {
-            outputs: outputs.to_vec(),
-            inputs: inputs.to_vec(),
+            outputs: Cow::Borrowed(outputs),
+            inputs: Cow::Borrowed(inputs),
             opts: opts.clone(),
         })
     }
@@ -130,8 +131,8 @@ pub trait Collectives {
         opts: &AllgatherOptions,
     ) -> Result<Work> {
         self.run(Op::AllGatherIntoTensorCoalesced {
-            outputs: outputs.to_vec(),
-            inputs: inputs.to_vec(),
+            outputs: Cow::Borrowed(outputs),
+            inputs: Cow::Borrowed(inputs),
             opts: opts.clone(),
         })
     }
@@ -146,8 +147,8 @@ pub trait Collectives {
         opts: &GatherOptions,
     ) -> Result<Work> {
         self.run(Op::Gather {
-            outputs: outputs.to_vec(),
-            inputs: inputs.to_vec(),
+            outputs: Cow::Borrowed(outputs),
+            inputs: Cow::Borrowed(inputs),
             opts: opts.clone(),
         })
     }
@@ -162,8 +163,8 @@ pub trait Collectives {
         opts: &ScatterOptions,
     ) -> Result<Work> {
         self.run(Op::Scatter {
-            outputs: outputs.to_vec(),
-            inputs: inputs.to_vec(),
+            outputs: Cow::Borrowed(outputs),
+            inputs: Cow::Borrowed(inputs),
             opts: opts.clone(),
         })
     }
@@ -178,8 +179,8 @@ pub trait Collectives {
         opts: &ReduceScatterOptions,
     ) -> Result<Work> {
         self.run(Op::ReduceScatter {
-            outputs: outputs.to_vec(),
-            inputs: inputs.to_vec(),
+            outputs: Cow::Borrowed(outputs),
+            inputs: Cow::Borrowed(inputs),
             opts: opts.clone(),
         })
     }
@@ -194,8 +195,8 @@ pub trait Collectives {
         opts: &ReduceScatterOptions,
     ) -> Result<Work> {
         self.run(Op::ReduceScatterTensor {
-            output: output.clone(),
-            input: input.clone(),
+            output: Cow::Borrowed(output),
+            input: Cow::Borrowed(input),
             opts: opts.clone(),
         })
     }
@@ -210,8 +211,8 @@ pub trait Collectives {
         opts: &ReduceScatterOptions,
     ) -> Result<Work> {
         self.run(Op::ReduceScatterTensorCoalesced {
-            outputs: outputs.to_vec(),
-            inputs: inputs.to_vec(),
+            outputs: Cow::Borrowed(outputs),
+            inputs: Cow::Borrowed(inputs),
             opts: opts.clone(),
         })
     }
@@ -228,10 +229,10 @@ pub trait Collectives {
         opts: &AllToAllOptions,
     ) -> Result<Work> {
         self.run(Op::AllToAllSingle {
-            output: output.clone(),
-            input: input.clone(),
-            output_split_sizes: output_split_sizes.to_vec(),
-            input_split_sizes: input_split_sizes.to_vec(),
+            output: Cow::Borrowed(output),
+            input: Cow::Borrowed(input),
+            output_split_sizes: Cow::Borrowed(output_split_sizes),
+            input_split_sizes: Cow::Borrowed(input_split_sizes),
             opts: opts.clone(),
         })
     }
@@ -246,8 +247,8 @@ pub trait Collectives {
         opts: &AllToAllOptions,
     ) -> Result<Work> {
         self.run(Op::AllToAll {
-            outputs: outputs.to_vec(),
-            inputs: inputs.to_vec(),
+            outputs: Cow::Borrowed(outputs),
+            inputs: Cow::Borrowed(inputs),
             opts: opts.clone(),
         })
     }
@@ -264,7 +265,7 @@ pub trait Collectives {
     /// As [`Collectives::run`].
     fn send(&self, tensors: &[Tensor], dst: usize, tag: i64) -> Result<Work> {
         self.run(Op::Send {
-            tensors: tensors.to_vec(),
+            tensors: Cow::Borrowed(tensors),
             dst,
             tag,
         })
@@ -275,7 +276,7 @@ pub trait Collectives {
     /// As [`Collectives::run`].
     fn recv(&self, tensors: &[Tensor], src: usize, tag: i64) -> Result<Work> {
         self.run(Op::Recv {
-            tensors: tensors.to_vec(),
+            tensors: Cow::Borrowed(tensors),
             src,
             tag,
         })
@@ -286,7 +287,7 @@ pub trait Collectives {
     /// As [`Collectives::run`].
     fn recv_anysource(&self, tensors: &[Tensor], tag: i64) -> Result<Work> {
         self.run(Op::RecvAnysource {
-            tensors: tensors.to_vec(),
+            tensors: Cow::Borrowed(tensors),
             tag,
         })
     }

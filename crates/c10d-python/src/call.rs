@@ -5,6 +5,7 @@
 use c10d_core::*;
 use pyo3::exceptions::PyValueError;
 use pyo3::PyResult;
+use std::borrow::Cow;
 use std::time::Duration;
 
 /// The options of one call, as `Engine.run` receives them (unused ones keep their defaults).
@@ -30,10 +31,10 @@ fn flat(lists: Vec<Vec<Tensor>>) -> Vec<Tensor> {
     lists.into_iter().flatten().collect()
 }
 
-fn single(name: &str, lists: Vec<Vec<Tensor>>) -> PyResult<Tensor> {
+fn single(name: &str, lists: Vec<Vec<Tensor>>) -> PyResult<Cow<'static, Tensor>> {
     let mut ts = flat(lists);
     match (ts.pop(), ts.is_empty()) {
-        (Some(t), true) => Ok(t),
+        (Some(t), true) => Ok(Cow::Owned(t)),
         _ => Err(PyValueError::new_err(format!(
             "c10drs: {name} takes one output and one input tensor"
         ))),
@@ -50,7 +51,7 @@ pub fn build(
     outs: Vec<Vec<Tensor>>,
     ins: Vec<Vec<Tensor>>,
     o: CallOptions,
-) -> PyResult<Op> {
+) -> PyResult<Op<'static>> {
     let (timeout, async_op, reduce_op) = (o.timeout, o.async_op, o.reduce_op);
     let gather = AllgatherOptions { timeout, async_op };
     let scatter = ReduceScatterOptions {
@@ -65,7 +66,7 @@ pub fn build(
     };
     Ok(match name {
         "broadcast" => Op::Broadcast {
-            tensors: flat(outs),
+            tensors: flat(outs).into(),
             opts: BroadcastOptions {
                 root_rank: o.root,
                 root_tensor: o.root_tensor,
@@ -74,15 +75,15 @@ pub fn build(
             },
         },
         "allreduce" => Op::AllReduce {
-            tensors: flat(outs),
+            tensors: flat(outs).into(),
             opts: all,
         },
         "allreduce_coalesced" => Op::AllReduceCoalesced {
-            tensors: flat(outs),
+            tensors: flat(outs).into(),
             opts: all,
         },
         "reduce" => Op::Reduce {
-            tensors: flat(outs),
+            tensors: flat(outs).into(),
             opts: ReduceOptions {
                 reduce_op,
                 root_rank: o.root,
@@ -92,8 +93,8 @@ pub fn build(
             },
         },
         "allgather" => Op::AllGather {
-            outputs: outs,
-            inputs: flat(ins),
+            outputs: outs.into(),
+            inputs: flat(ins).into(),
             opts: gather,
         },
         "_allgather_base" => Op::AllGatherIntoTensor {
@@ -102,18 +103,18 @@ pub fn build(
             opts: gather,
         },
         "allgather_coalesced" => Op::AllGatherCoalesced {
-            outputs: outs,
-            inputs: flat(ins),
+            outputs: outs.into(),
+            inputs: flat(ins).into(),
             opts: gather,
         },
         "allgather_into_tensor_coalesced" => Op::AllGatherIntoTensorCoalesced {
-            outputs: flat(outs),
-            inputs: flat(ins),
+            outputs: flat(outs).into(),
+            inputs: flat(ins).into(),
             opts: gather,
         },
         "gather" => Op::Gather {
-            outputs: outs,
-            inputs: flat(ins),
+            outputs: outs.into(),
+            inputs: flat(ins).into(),
             opts: GatherOptions {
                 root_rank: o.root,
                 timeout,
@@ -121,8 +122,8 @@ pub fn build(
             },
         },
         "scatter" => Op::Scatter {
-            outputs: flat(outs),
-            inputs: ins,
+            outputs: flat(outs).into(),
+            inputs: ins.into(),
             opts: ScatterOptions {
                 root_rank: o.root,
                 timeout,
@@ -130,8 +131,8 @@ pub fn build(
             },
         },
         "reduce_scatter" => Op::ReduceScatter {
-            outputs: flat(outs),
-            inputs: ins,
+            outputs: flat(outs).into(),
+            inputs: ins.into(),
             opts: scatter,
         },
         "_reduce_scatter_base" => Op::ReduceScatterTensor {
@@ -140,20 +141,20 @@ pub fn build(
             opts: scatter,
         },
         "reduce_scatter_tensor_coalesced" => Op::ReduceScatterTensorCoalesced {
-            outputs: flat(outs),
-            inputs: flat(ins),
+            outputs: flat(outs).into(),
+            inputs: flat(ins).into(),
             opts: scatter,
         },
         "alltoall_base" => Op::AllToAllSingle {
             output: single(name, outs)?,
             input: single(name, ins)?,
-            output_split_sizes: o.splits.0,
-            input_split_sizes: o.splits.1,
+            output_split_sizes: o.splits.0.into(),
+            input_split_sizes: o.splits.1.into(),
             opts: AllToAllOptions { timeout, async_op },
         },
         "alltoall" => Op::AllToAll {
-            outputs: flat(outs),
-            inputs: flat(ins),
+            outputs: flat(outs).into(),
+            inputs: flat(ins).into(),
             opts: AllToAllOptions { timeout, async_op },
         },
         "barrier" => Op::Barrier {
@@ -164,17 +165,17 @@ pub fn build(
             },
         },
         "send" => Op::Send {
-            tensors: flat(ins),
+            tensors: flat(ins).into(),
             dst: o.peer.0,
             tag: o.peer.1,
         },
         "recv" => Op::Recv {
-            tensors: flat(outs),
+            tensors: flat(outs).into(),
             src: o.peer.0,
             tag: o.peer.1,
         },
         "recvAnysource" => Op::RecvAnysource {
-            tensors: flat(outs),
+            tensors: flat(outs).into(),
             tag: o.peer.1,
         },
         other => {

@@ -1,6 +1,8 @@
 //! What an open `coalescing_manager` block records — the [`Op`]s issued in it, to launch fused
 //! or one by one at its end — kept in the world's state, filled and launched by `collectives`.
 
+use std::borrow::Cow;
+
 use c10d_core::{
     AllgatherOptions, AllreduceOptions, DistError, Op, ProcessGroup, ReduceOp,
     ReduceScatterOptions, Result, Tensor, Work,
@@ -9,12 +11,12 @@ use c10d_core::{
 /// Recorded state of an open `World::coalescing_manager` block.
 pub(crate) struct CoalescingState {
     pub(crate) pg: ProcessGroup,
-    pub(crate) ops: Vec<Op>,
+    pub(crate) ops: Vec<Op<'static>>,
     pub(crate) works: Vec<Work>,
 }
 
 /// The Python name of a recorded op, for PyTorch's coalescing-manager texts.
-pub(crate) fn python_name(op: &Op) -> &'static str {
+pub(crate) fn python_name(op: &Op<'_>) -> &'static str {
     match op {
         Op::AllReduce { .. } => "all_reduce",
         Op::AllGatherIntoTensor { .. } => "all_gather_into_tensor",
@@ -25,8 +27,8 @@ pub(crate) fn python_name(op: &Op) -> &'static str {
 
 /// `op` as the block launches it alone (a backend without the fused op): the block's
 /// `async_op`.
-pub(crate) fn alone(op: &Op, async_op: bool) -> Op {
-    let mut op = op.clone();
+pub(crate) fn alone(op: &Op<'_>, async_op: bool) -> Op<'static> {
+    let mut op = op.clone().into_owned();
     match &mut op {
         Op::AllReduce { opts, .. } => opts.async_op = async_op,
         Op::AllGatherIntoTensor { opts, .. } => opts.async_op = async_op,
@@ -41,7 +43,7 @@ pub(crate) fn alone(op: &Op, async_op: bool) -> Op {
 ///
 /// # Errors
 /// Ops of one kind with different reduce ops, or a kind with no coalesced form.
-pub(crate) fn fuse(ops: &[Op], async_op: bool) -> Result<Op> {
+pub(crate) fn fuse(ops: &[Op<'_>], async_op: bool) -> Result<Op<'static>> {
     match &ops[0] {
         Op::AllReduce { opts, .. } => Ok(Op::AllReduceCoalesced {
             tensors: ops
@@ -57,8 +59,8 @@ pub(crate) fn fuse(ops: &[Op], async_op: bool) -> Result<Op> {
         Op::AllGatherIntoTensor { .. } => {
             let (outputs, inputs) = pairs(ops, None)?;
             Ok(Op::AllGatherIntoTensorCoalesced {
-                outputs,
-                inputs,
+                outputs: outputs.into(),
+                inputs: inputs.into(),
                 opts: AllgatherOptions {
                     timeout: None,
                     async_op,
@@ -68,8 +70,8 @@ pub(crate) fn fuse(ops: &[Op], async_op: bool) -> Result<Op> {
         Op::ReduceScatterTensor { opts, .. } => {
             let (outputs, inputs) = pairs(ops, Some(opts.reduce_op))?;
             Ok(Op::ReduceScatterTensorCoalesced {
-                outputs,
-                inputs,
+                outputs: outputs.into(),
+                inputs: inputs.into(),
                 opts: ReduceScatterOptions {
                     reduce_op: opts.reduce_op,
                     timeout: None,
@@ -91,7 +93,7 @@ fn mixed(what: &str) -> DistError {
 }
 
 /// The tensor of a recorded all_reduce with reduce op `want`.
-fn in_place(op: &Op, want: ReduceOp) -> Result<Tensor> {
+fn in_place(op: &Op<'_>, want: ReduceOp) -> Result<Tensor> {
     match op {
         Op::AllReduce { tensors, opts } if opts.reduce_op == want => Ok(tensors[0].clone()),
         _ => Err(mixed("all_reduce")),
@@ -99,14 +101,14 @@ fn in_place(op: &Op, want: ReduceOp) -> Result<Tensor> {
 }
 
 /// The (outputs, inputs) of recorded `*_tensor` ops; `want`: their reduce op, if any.
-fn pairs(ops: &[Op], want: Option<ReduceOp>) -> Result<(Vec<Tensor>, Vec<Tensor>)> {
-    let pair = |op: &Op| match op {
-        Op::AllGatherIntoTensor { output, input, .. } => Ok((output.clone(), input.clone())),
+fn pairs(ops: &[Op<'_>], want: Option<ReduceOp>) -> Result<(Vec<Tensor>, Vec<Tensor>)> {
+    let pair = |op: &Op<'_>| match op {
+        Op::AllGatherIntoTensor { output, input, .. } => Ok((owned(output), owned(input))),
         Op::ReduceScatterTensor {
             output,
             input,
             opts,
-        } if Some(opts.reduce_op) == want => Ok((output.clone(), input.clone())),
+        } if Some(opts.reduce_op) == want => Ok((owned(output), owned(input))),
         _ => Err(mixed("reduce_scatter_tensor")),
     };
     let mut outs = Vec::with_capacity(ops.len());
@@ -117,4 +119,9 @@ fn pairs(ops: &[Op], want: Option<ReduceOp>) -> Result<(Vec<Tensor>, Vec<Tensor>
         ins.push(i);
     }
     Ok((outs, ins))
+}
+
+/// A handle of the tensor an op holds.
+fn owned(t: &Cow<'_, Tensor>) -> Tensor {
+    Tensor::clone(t)
 }

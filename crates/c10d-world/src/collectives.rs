@@ -241,10 +241,10 @@ impl World {
 
     /// Inside a [`World::coalescing_manager`] block on `pg`: records `op` for the fused launch
     /// at the block's end and returns `None`; otherwise gives `op` back, to run now.
-    pub(crate) fn defer_if_coalescing(&self, pg: &ProcessGroup, op: Op) -> Option<Op> {
+    pub(crate) fn defer_if_coalescing<'a>(&self, pg: &ProcessGroup, op: Op<'a>) -> Option<Op<'a>> {
         match self.lock().coalescing.as_mut() {
             Some(c) if c.pg.ptr_eq(pg) => {
-                c.ops.push(op);
+                c.ops.push(op.into_owned());
                 None
             }
             _ => Some(op),

@@ -291,7 +291,7 @@ fn same_size(ts: &[Tensor]) -> bool {
 /// for most ops; outputs for scatter and reduce_scatter; input and output for
 /// `_reduce_scatter_base`; none for coalesced ops, all-to-all, barrier and uneven lists).
 /// `None`: not checked (point-to-point ops).
-fn fingerprinted(op: &Op) -> Option<(OpType, Vec<&Tensor>)> {
+fn fingerprinted<'o>(op: &'o Op<'_>) -> Option<(OpType, Vec<&'o Tensor>)> {
     let tensors: Vec<&Tensor> = match op {
         Op::Send { .. } | Op::Recv { .. } | Op::RecvAnysource { .. } => return None,
         Op::Broadcast { tensors, .. }
@@ -300,20 +300,20 @@ fn fingerprinted(op: &Op) -> Option<(OpType, Vec<&Tensor>)> {
         Op::AllGather {
             outputs, inputs, ..
         } if outputs.last().is_none_or(|o| same_size(o)) => inputs.iter().collect(),
-        Op::AllGatherIntoTensor { input, .. } => vec![input],
+        Op::AllGatherIntoTensor { input, .. } => vec![input.as_ref()],
         Op::Gather { inputs, .. } => inputs.iter().collect(),
         Op::Scatter { outputs, .. } => outputs.iter().collect(),
         Op::ReduceScatter {
             outputs, inputs, ..
         } if inputs.last().is_none_or(|i| same_size(i)) => outputs.iter().collect(),
-        Op::ReduceScatterTensor { output, input, .. } => vec![input, output],
+        Op::ReduceScatterTensor { output, input, .. } => vec![input.as_ref(), output.as_ref()],
         _ => Vec::new(),
     };
     Some((op.op_type(), tensors))
 }
 
 impl Collectives for DetailWrapper {
-    fn run(&self, op: Op) -> Result<Work> {
+    fn run(&self, op: Op<'_>) -> Result<Work> {
         if let Some((kind, tensors)) = fingerprinted(&op) {
             self.run_collective_checks(kind, &tensors)?;
         }

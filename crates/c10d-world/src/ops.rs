@@ -19,6 +19,7 @@ use c10d_core::{
     Collectives, DistError, GatherOptions, Op, OpType, ProcessGroup, ReduceOp, ReduceOptions,
     ReduceScatterOptions, Result, ScatterOptions, Tensor, Work,
 };
+use std::borrow::Cow;
 
 /// Implements [`Call`] and [`AsyncCall`] for an argument type generic over its memory (the
 /// [`Buffer`]s named in brackets): `run` views each buffer as a tensor for the call, `start`
@@ -76,7 +77,7 @@ impl AllReduce<&Tensor> {
             return Ok(None);
         };
         let op = Op::AllReduce {
-            tensors: vec![a.tensor.clone()],
+            tensors: Cow::Borrowed(std::slice::from_ref(a.tensor)),
             opts: AllreduceOptions {
                 reduce_op: a.op,
                 timeout: kw.timeout,
@@ -217,8 +218,8 @@ impl AllGatherIntoTensor<&Tensor, &Tensor> {
             return Ok(None);
         };
         let op = Op::AllGatherIntoTensor {
-            output: a.output.clone(),
-            input: a.input.clone(),
+            output: Cow::Borrowed(a.output),
+            input: Cow::Borrowed(a.input),
             opts: allgather_opts(kw),
         };
         let Some(op) = w.defer_if_coalescing(&pg, op) else {
@@ -416,8 +417,8 @@ impl ReduceScatterTensor<&Tensor, &Tensor> {
             return Ok(None);
         };
         let op = Op::ReduceScatterTensor {
-            output: a.output.clone(),
-            input: a.input.clone(),
+            output: Cow::Borrowed(a.output),
+            input: Cow::Borrowed(a.input),
             opts: reduce_scatter_opts(a.op, kw),
         };
         let Some(op) = w.defer_if_coalescing(&pg, op) else {

@@ -723,6 +723,7 @@ impl c10d_core::Collectives for Coalescer {
         match op {
             Op::AllReduce { .. } | Op::Send { .. } | Op::Recv { .. } => {
                 let (b, kind) = (self.inner.clone(), op.op_type());
+                let op = op.into_owned();
                 self.run_or_defer(kind, move || b.run(op))
             }
             Op::Barrier { .. } => self.inner.run(op),

@@ -18,47 +18,54 @@ use crate::error::{DistError, Result};
 use crate::op_type::OpType;
 use crate::options::*;
 use crate::tensor::Tensor;
+use std::borrow::Cow;
+use std::convert::Infallible;
 
 /// One op with its tensors and options (PyTorch's `Backend` call, as a value).
 ///
-/// Cloning clones the tensor handles (the data is shared). See the module docs.
+/// Tensor lists, single tensors and split sizes are [`Cow`]s: the call forms of
+/// [`Collectives`](crate::Collectives) borrow the caller's slices (an op costs no allocation
+/// and no reference count on its way to the backend, as PyTorch's `std::vector<at::Tensor>&`
+/// arguments); [`Op::into_owned`] keeps one beyond the call (a coalescing block does), and
+/// ops built from scratch (the Python engine, staging) own theirs (`Cow::Owned`, or
+/// `vec.into()`). Cloning clones the tensor handles (the data is shared). See the module docs.
 #[derive(Clone)]
 #[non_exhaustive]
-pub enum Op {
+pub enum Op<'a> {
     /// `broadcast`: `tensors[opts.root_tensor]` of `opts.root_rank` to every rank's tensors.
     Broadcast {
         /// In place: read on the root, written elsewhere.
-        tensors: Vec<Tensor>,
+        tensors: Cow<'a, [Tensor]>,
         /// Root rank and tensor.
         opts: BroadcastOptions,
     },
     /// `allreduce`: in-place reduction of all tensors of all ranks into every tensor.
     AllReduce {
         /// In place, one dtype and element count.
-        tensors: Vec<Tensor>,
+        tensors: Cow<'a, [Tensor]>,
         /// The reduction.
         opts: AllreduceOptions,
     },
     /// `allreduce_coalesced`: several tensors of one dtype reduced as one flat buffer.
     AllReduceCoalesced {
         /// In place, one dtype, any sizes.
-        tensors: Vec<Tensor>,
+        tensors: Cow<'a, [Tensor]>,
         /// The reduction.
         opts: AllreduceCoalescedOptions,
     },
     /// `reduce`: reduction into `tensors[opts.root_tensor]` on `opts.root_rank`.
     Reduce {
         /// One tensor, in place.
-        tensors: Vec<Tensor>,
+        tensors: Cow<'a, [Tensor]>,
         /// Root and reduction.
         opts: ReduceOptions,
     },
     /// `allgather`: `outputs[i][r]` receives `inputs[i]` of rank r.
     AllGather {
         /// One list of group-size tensors per input.
-        outputs: Vec<Vec<Tensor>>,
+        outputs: Cow<'a, [Vec<Tensor>]>,
         /// This rank's contributions.
-        inputs: Vec<Tensor>,
+        inputs: Cow<'a, [Tensor]>,
         /// Timeout.
         opts: AllgatherOptions,
     },
@@ -66,18 +73,18 @@ pub enum Op {
     /// every rank's `input`.
     AllGatherIntoTensor {
         /// Group size × `input`'s elements.
-        output: Tensor,
+        output: Cow<'a, Tensor>,
         /// This rank's block.
-        input: Tensor,
+        input: Cow<'a, Tensor>,
         /// Timeout.
         opts: AllgatherOptions,
     },
     /// `allgather_coalesced`: `outputs[r][i]` receives `inputs[i]` of rank r.
     AllGatherCoalesced {
         /// One list per rank, shaped as `inputs`.
-        outputs: Vec<Vec<Tensor>>,
+        outputs: Cow<'a, [Vec<Tensor>]>,
         /// This rank's tensors.
-        inputs: Vec<Tensor>,
+        inputs: Cow<'a, [Tensor]>,
         /// Timeout.
         opts: AllgatherOptions,
     },
@@ -85,9 +92,9 @@ pub enum Op {
     /// one op.
     AllGatherIntoTensorCoalesced {
         /// One output per input.
-        outputs: Vec<Tensor>,
+        outputs: Cow<'a, [Tensor]>,
         /// This rank's blocks.
-        inputs: Vec<Tensor>,
+        inputs: Cow<'a, [Tensor]>,
         /// Timeout.
         opts: AllgatherOptions,
     },
@@ -95,27 +102,27 @@ pub enum Op {
     /// elsewhere.
     Gather {
         /// On the root one list of group-size tensors; empty elsewhere.
-        outputs: Vec<Vec<Tensor>>,
+        outputs: Cow<'a, [Vec<Tensor>]>,
         /// One tensor.
-        inputs: Vec<Tensor>,
+        inputs: Cow<'a, [Tensor]>,
         /// Root.
         opts: GatherOptions,
     },
     /// `scatter`: rank r's `outputs[0]` receives the root's `inputs[0][r]`.
     Scatter {
         /// One tensor.
-        outputs: Vec<Tensor>,
+        outputs: Cow<'a, [Tensor]>,
         /// On the root one list of group-size tensors; empty elsewhere.
-        inputs: Vec<Vec<Tensor>>,
+        inputs: Cow<'a, [Vec<Tensor>]>,
         /// Root.
         opts: ScatterOptions,
     },
     /// `reduce_scatter`: rank r's `outputs[0]` = op over ranks of `inputs[0][r]`.
     ReduceScatter {
         /// One tensor.
-        outputs: Vec<Tensor>,
+        outputs: Cow<'a, [Tensor]>,
         /// One list of group-size tensors.
-        inputs: Vec<Vec<Tensor>>,
+        inputs: Cow<'a, [Vec<Tensor>]>,
         /// The reduction.
         opts: ReduceScatterOptions,
     },
@@ -123,18 +130,18 @@ pub enum Op {
     /// along dim 0.
     ReduceScatterTensor {
         /// This rank's block of the result.
-        output: Tensor,
+        output: Cow<'a, Tensor>,
         /// Every rank's block, in rank order.
-        input: Tensor,
+        input: Cow<'a, Tensor>,
         /// The reduction.
         opts: ReduceScatterOptions,
     },
     /// `reduce_scatter_tensor_coalesced`: one `_reduce_scatter_base` per pair, as one op.
     ReduceScatterTensorCoalesced {
         /// One output per input.
-        outputs: Vec<Tensor>,
+        outputs: Cow<'a, [Tensor]>,
         /// Group size × each output.
-        inputs: Vec<Tensor>,
+        inputs: Cow<'a, [Tensor]>,
         /// The reduction.
         opts: ReduceScatterOptions,
     },
@@ -142,22 +149,22 @@ pub enum Op {
     /// received splits land in `output` in rank order. Empty split lists mean equal splits.
     AllToAllSingle {
         /// Received blocks in rank order.
-        output: Tensor,
+        output: Cow<'a, Tensor>,
         /// Blocks to send, in rank order.
-        input: Tensor,
+        input: Cow<'a, Tensor>,
         /// Dim-0 rows received from each rank (empty: equal).
-        output_split_sizes: Vec<usize>,
+        output_split_sizes: Cow<'a, [usize]>,
         /// Dim-0 rows sent to each rank (empty: equal).
-        input_split_sizes: Vec<usize>,
+        input_split_sizes: Cow<'a, [usize]>,
         /// Timeout.
         opts: AllToAllOptions,
     },
     /// `alltoall`: `outputs[j]` receives rank j's `inputs[self]`.
     AllToAll {
         /// One tensor per rank.
-        outputs: Vec<Tensor>,
+        outputs: Cow<'a, [Tensor]>,
         /// One tensor per rank.
-        inputs: Vec<Tensor>,
+        inputs: Cow<'a, [Tensor]>,
         /// Timeout.
         opts: AllToAllOptions,
     },
@@ -170,7 +177,7 @@ pub enum Op {
     /// `send` to group rank `dst` with `tag`.
     Send {
         /// One tensor.
-        tensors: Vec<Tensor>,
+        tensors: Cow<'a, [Tensor]>,
         /// Group rank.
         dst: usize,
         /// Matches the receiver's tag.
@@ -179,7 +186,7 @@ pub enum Op {
     /// `recv` from group rank `src` with `tag`.
     Recv {
         /// One tensor.
-        tensors: Vec<Tensor>,
+        tensors: Cow<'a, [Tensor]>,
         /// Group rank.
         src: usize,
         /// Matches the sender's tag.
@@ -189,7 +196,7 @@ pub enum Op {
     /// [`Work::source_rank`](crate::Work::source_rank)).
     RecvAnysource {
         /// One tensor.
-        tensors: Vec<Tensor>,
+        tensors: Cow<'a, [Tensor]>,
         /// Matches the sender's tag.
         tag: i64,
     },
@@ -231,7 +238,7 @@ impl<'a> TensorList<'a> {
 
 const NONE: TensorList<'static> = TensorList::Flat(&[]);
 
-impl Op {
+impl<'a> Op<'a> {
     /// PyTorch's name of the op as a `Backend` method (`"allreduce"`, `"_allgather_base"`,
     /// `"alltoall_base"`, `"recvAnysource"` …), the name argument errors carry.
     pub fn name(&self) -> &'static str {
@@ -322,7 +329,9 @@ impl Op {
             } => (Nested(inputs), Flat(outputs)),
             Op::AllGatherIntoTensor { output, input, .. }
             | Op::ReduceScatterTensor { output, input, .. }
-            | Op::AllToAllSingle { output, input, .. } => (Flat(one(input)), Flat(one(output))),
+            | Op::AllToAllSingle { output, input, .. } => {
+                (Flat(one(input.as_ref())), Flat(one(output.as_ref())))
+            }
             Op::AllGatherIntoTensorCoalesced {
                 outputs, inputs, ..
             }
@@ -352,10 +361,31 @@ impl Op {
     ///
     /// # Errors
     /// The first error `f` returns.
-    pub fn try_map_tensors(self, mut f: impl FnMut(Side, Tensor) -> Result<Tensor>) -> Result<Op> {
-        let mut flat = |side, ts: Vec<Tensor>| -> Result<Vec<Tensor>> {
-            ts.into_iter().map(|t| f(side, t)).collect()
-        };
+    pub fn try_map_tensors(
+        self,
+        f: impl FnMut(Side, Tensor) -> Result<Tensor>,
+    ) -> Result<Op<'static>> {
+        self.map_tensors(f)
+    }
+
+    /// The op owning its tensors and lists (for keeping it beyond the call that made it, as a
+    /// coalescing block does). Clones the tensor handles a borrowed op points at.
+    pub fn into_owned(self) -> Op<'static> {
+        let Ok(op) = self.map_tensors(|_, t| Ok::<_, Infallible>(t));
+        op
+    }
+
+    /// [`Op::try_map_tensors`] for any error type.
+    fn map_tensors<E>(
+        self,
+        mut f: impl FnMut(Side, Tensor) -> std::result::Result<Tensor, E>,
+    ) -> std::result::Result<Op<'static>, E> {
+        let mut flat =
+            |side, ts: Cow<'_, [Tensor]>| -> std::result::Result<Cow<'static, [Tensor]>, E> {
+                let mapped: std::result::Result<Vec<Tensor>, E> =
+                    ts.into_owned().into_iter().map(|t| f(side, t)).collect();
+                Ok(Cow::Owned(mapped?))
+            };
         use Side::{Input as I, Output as O};
         Ok(match self {
             Op::Broadcast { tensors, opts } => Op::Broadcast {
@@ -379,7 +409,7 @@ impl Op {
                 inputs,
                 opts,
             } => Op::AllGather {
-                outputs: map_nested(outputs, |l| flat(O, l))?,
+                outputs: map_nested(outputs, |l| flat(O, l.into()))?,
                 inputs: flat(I, inputs)?,
                 opts,
             },
@@ -388,8 +418,8 @@ impl Op {
                 input,
                 opts,
             } => Op::AllGatherIntoTensor {
-                output: pop(flat(O, vec![output])?),
-                input: pop(flat(I, vec![input])?),
+                output: single(O, output, &mut flat)?,
+                input: single(I, input, &mut flat)?,
                 opts,
             },
             Op::AllGatherCoalesced {
@@ -397,7 +427,7 @@ impl Op {
                 inputs,
                 opts,
             } => Op::AllGatherCoalesced {
-                outputs: map_nested(outputs, |l| flat(O, l))?,
+                outputs: map_nested(outputs, |l| flat(O, l.into()))?,
                 inputs: flat(I, inputs)?,
                 opts,
             },
@@ -415,7 +445,7 @@ impl Op {
                 inputs,
                 opts,
             } => Op::Gather {
-                outputs: map_nested(outputs, |l| flat(O, l))?,
+                outputs: map_nested(outputs, |l| flat(O, l.into()))?,
                 inputs: flat(I, inputs)?,
                 opts,
             },
@@ -425,7 +455,7 @@ impl Op {
                 opts,
             } => Op::Scatter {
                 outputs: flat(O, outputs)?,
-                inputs: map_nested(inputs, |l| flat(I, l))?,
+                inputs: map_nested(inputs, |l| flat(I, l.into()))?,
                 opts,
             },
             Op::ReduceScatter {
@@ -434,7 +464,7 @@ impl Op {
                 opts,
             } => Op::ReduceScatter {
                 outputs: flat(O, outputs)?,
-                inputs: map_nested(inputs, |l| flat(I, l))?,
+                inputs: map_nested(inputs, |l| flat(I, l.into()))?,
                 opts,
             },
             Op::ReduceScatterTensor {
@@ -442,8 +472,8 @@ impl Op {
                 input,
                 opts,
             } => Op::ReduceScatterTensor {
-                output: pop(flat(O, vec![output])?),
-                input: pop(flat(I, vec![input])?),
+                output: single(O, output, &mut flat)?,
+                input: single(I, input, &mut flat)?,
                 opts,
             },
             Op::ReduceScatterTensorCoalesced {
@@ -462,10 +492,10 @@ impl Op {
                 input_split_sizes,
                 opts,
             } => Op::AllToAllSingle {
-                output: pop(flat(O, vec![output])?),
-                input: pop(flat(I, vec![input])?),
-                output_split_sizes,
-                input_split_sizes,
+                output: single(O, output, &mut flat)?,
+                input: single(I, input, &mut flat)?,
+                output_split_sizes: Cow::Owned(output_split_sizes.into_owned()),
+                input_split_sizes: Cow::Owned(input_split_sizes.into_owned()),
                 opts,
             },
             Op::AllToAll {
@@ -565,19 +595,30 @@ impl Op {
     }
 }
 
-fn map_nested(
-    lists: Vec<Vec<Tensor>>,
-    mut f: impl FnMut(Vec<Tensor>) -> Result<Vec<Tensor>>,
-) -> Result<Vec<Vec<Tensor>>> {
-    lists.into_iter().map(&mut f).collect()
+fn map_nested<E>(
+    lists: Cow<'_, [Vec<Tensor>]>,
+    mut f: impl FnMut(Vec<Tensor>) -> std::result::Result<Cow<'static, [Tensor]>, E>,
+) -> std::result::Result<Cow<'static, [Vec<Tensor>]>, E> {
+    lists
+        .into_owned()
+        .into_iter()
+        .map(|l| f(l).map(Cow::into_owned))
+        .collect()
 }
 
-/// The one tensor of a list made from one tensor.
-fn pop(mut v: Vec<Tensor>) -> Tensor {
-    v.pop().expect("a list made from one tensor keeps it")
+/// One tensor through a list mapper (`flat`).
+fn single<E>(
+    side: Side,
+    t: Cow<'_, Tensor>,
+    flat: &mut impl FnMut(Side, Cow<'_, [Tensor]>) -> std::result::Result<Cow<'static, [Tensor]>, E>,
+) -> std::result::Result<Cow<'static, Tensor>, E> {
+    let mut mapped = flat(side, Cow::Owned(vec![t.into_owned()]))?.into_owned();
+    Ok(Cow::Owned(
+        mapped.pop().expect("a list made from one tensor keeps it"),
+    ))
 }
 
-impl std::fmt::Debug for Op {
+impl std::fmt::Debug for Op<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let (ins, outs) = self.sides();
         write!(

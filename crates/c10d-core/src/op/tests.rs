@@ -1,102 +1,103 @@
 use super::*;
 use crate::ReduceOp;
+use std::borrow::Cow;
 
 fn t(v: &[f32]) -> Tensor {
     Tensor::from_vec(v.to_vec())
 }
 
 /// One op of every variant, with distinct tensors on each side.
-fn every_op() -> Vec<Op> {
+fn every_op() -> Vec<Op<'static>> {
     let (a, b) = (t(&[1.0]), t(&[1.0, 2.0]));
     vec![
         Op::Broadcast {
-            tensors: vec![a.clone()],
+            tensors: vec![a.clone()].into(),
             opts: Default::default(),
         },
         Op::AllReduce {
-            tensors: vec![a.clone()],
+            tensors: vec![a.clone()].into(),
             opts: Default::default(),
         },
         Op::AllReduceCoalesced {
-            tensors: vec![a.clone(), b.clone()],
+            tensors: vec![a.clone(), b.clone()].into(),
             opts: Default::default(),
         },
         Op::Reduce {
-            tensors: vec![a.clone()],
+            tensors: vec![a.clone()].into(),
             opts: Default::default(),
         },
         Op::AllGather {
-            outputs: vec![vec![b.clone(), b.clone()]],
-            inputs: vec![a.clone()],
+            outputs: vec![vec![b.clone(), b.clone()]].into(),
+            inputs: vec![a.clone()].into(),
             opts: Default::default(),
         },
         Op::AllGatherIntoTensor {
-            output: b.clone(),
-            input: a.clone(),
+            output: Cow::Owned(b.clone()),
+            input: Cow::Owned(a.clone()),
             opts: Default::default(),
         },
         Op::AllGatherCoalesced {
-            outputs: vec![vec![b.clone()]],
-            inputs: vec![a.clone()],
+            outputs: vec![vec![b.clone()]].into(),
+            inputs: vec![a.clone()].into(),
             opts: Default::default(),
         },
         Op::AllGatherIntoTensorCoalesced {
-            outputs: vec![b.clone()],
-            inputs: vec![a.clone()],
+            outputs: vec![b.clone()].into(),
+            inputs: vec![a.clone()].into(),
             opts: Default::default(),
         },
         Op::Gather {
-            outputs: vec![vec![b.clone()]],
-            inputs: vec![a.clone()],
+            outputs: vec![vec![b.clone()]].into(),
+            inputs: vec![a.clone()].into(),
             opts: Default::default(),
         },
         Op::Scatter {
-            outputs: vec![b.clone()],
-            inputs: vec![vec![a.clone()]],
+            outputs: vec![b.clone()].into(),
+            inputs: vec![vec![a.clone()]].into(),
             opts: Default::default(),
         },
         Op::ReduceScatter {
-            outputs: vec![b.clone()],
-            inputs: vec![vec![a.clone()]],
+            outputs: vec![b.clone()].into(),
+            inputs: vec![vec![a.clone()]].into(),
             opts: Default::default(),
         },
         Op::ReduceScatterTensor {
-            output: b.clone(),
-            input: a.clone(),
+            output: Cow::Owned(b.clone()),
+            input: Cow::Owned(a.clone()),
             opts: Default::default(),
         },
         Op::ReduceScatterTensorCoalesced {
-            outputs: vec![b.clone()],
-            inputs: vec![a.clone()],
+            outputs: vec![b.clone()].into(),
+            inputs: vec![a.clone()].into(),
             opts: Default::default(),
         },
         Op::AllToAllSingle {
-            output: b.clone(),
-            input: a.clone(),
-            output_split_sizes: vec![],
-            input_split_sizes: vec![],
+            output: Cow::Owned(b.clone()),
+            input: Cow::Owned(a.clone()),
+            output_split_sizes: vec![].into(),
+            input_split_sizes: vec![].into(),
             opts: Default::default(),
         },
         Op::AllToAll {
-            outputs: vec![b.clone()],
-            inputs: vec![a.clone()],
+            outputs: vec![b.clone()].into(),
+            inputs: vec![a.clone()].into(),
             opts: Default::default(),
         },
         Op::Barrier {
             opts: Default::default(),
         },
         Op::Send {
-            tensors: vec![a.clone()],
+            tensors: vec![a.clone()].into(),
             dst: 1,
             tag: 0,
         },
         Op::Recv {
-            tensors: vec![a.clone()],
+            tensors: vec![a.clone()].into(),
             src: 1,
             tag: 0,
         },
         Op::RecvAnysource {
-            tensors: vec![a],
+            tensors: vec![a].into(),
             tag: 0,
         },
     ]
@@ -204,12 +205,12 @@ fn check_applies_the_ops_own_check() {
         size: 2,
     };
     let ok = Op::AllReduce {
-        tensors: vec![t(&[1.0])],
+        tensors: vec![t(&[1.0])].into(),
         opts: Default::default(),
     };
     ok.check(&checks, false).unwrap();
     let bad = Op::AllReduce {
-        tensors: vec![t(&[1.0]), t(&[1.0, 2.0])],
+        tensors: vec![t(&[1.0]), t(&[1.0, 2.0])].into(),
         opts: AllreduceOptions {
             reduce_op: ReduceOp::Sum,
             ..Default::default()
@@ -218,7 +219,7 @@ fn check_applies_the_ops_own_check() {
     let e = bad.check(&checks, false).unwrap_err().to_string();
     assert!(e.contains("ProcessGroupGloo::allreduce"), "{e}");
     let to_self = Op::Send {
-        tensors: vec![t(&[1.0])],
+        tensors: vec![t(&[1.0])].into(),
         dst: 0,
         tag: 0,
     };

@@ -157,6 +157,7 @@ pub(crate) mod tests {
     use crate::{GlooOptions, ProcessGroupGloo};
     use c10d_core::*;
     use c10d_store::{HashStore, Store};
+    use std::borrow::Cow;
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 
@@ -214,10 +215,10 @@ pub(crate) mod tests {
                         let out = Tensor::zeros(DType::I32, &[out_splits.iter().sum()]);
                         let w = pg
                             .run(Op::AllToAllSingle {
-                                output: out.clone(),
-                                input: inp,
-                                output_split_sizes: out_splits.clone(),
-                                input_split_sizes: in_splits.clone(),
+                                output: Cow::Owned(out.clone()),
+                                input: Cow::Owned(inp),
+                                output_split_sizes: out_splits.clone().into(),
+                                input_split_sizes: in_splits.clone().into(),
                                 opts: AllToAllOptions::default(),
                             })
                             .unwrap();
@@ -255,10 +256,10 @@ pub(crate) mod tests {
             let t0 = Instant::now();
             let res = pg
                 .run(Op::AllToAllSingle {
-                    output: out,
-                    input: inp,
-                    output_split_sizes: outs.to_vec(),
-                    input_split_sizes: ins.to_vec(),
+                    output: Cow::Owned(out),
+                    input: Cow::Owned(inp),
+                    output_split_sizes: outs.to_vec().into(),
+                    input_split_sizes: ins.to_vec().into(),
                     opts: AllToAllOptions::default(),
                 })
                 .unwrap()

@@ -115,10 +115,10 @@ fn run_op(pg: &ProcessGroupGloo, op: &str, t: &Tensor, out: &Tensor) {
             )
         }
         "all_to_all" => pg.run(Op::AllToAllSingle {
-            output: out.flat_slice(0, t.numel()).expect("slice"),
-            input: t.clone(),
-            output_split_sizes: Vec::new(),
-            input_split_sizes: Vec::new(),
+            output: std::borrow::Cow::Owned(out.flat_slice(0, t.numel()).expect("slice")),
+            input: std::borrow::Cow::Borrowed(t),
+            output_split_sizes: Vec::new().into(),
+            input_split_sizes: Vec::new().into(),
             opts: AllToAllOptions {
                 async_op: false,
                 ..Default::default()
