@@ -1,8 +1,6 @@
 //! What an open `coalescing_manager` block records — the [`Op`]s issued in it, to launch fused
 //! or one by one at its end — kept in the world's state, filled and launched by `collectives`.
 
-use std::borrow::Cow;
-
 use c10d_core::{
     AllgatherOptions, AllreduceOptions, DistError, Op, ProcessGroup, ReduceOp,
     ReduceScatterOptions, Result, Tensor, Work,
@@ -103,12 +101,14 @@ fn in_place(op: &Op<'_>, want: ReduceOp) -> Result<Tensor> {
 /// The (outputs, inputs) of recorded `*_tensor` ops; `want`: their reduce op, if any.
 fn pairs(ops: &[Op<'_>], want: Option<ReduceOp>) -> Result<(Vec<Tensor>, Vec<Tensor>)> {
     let pair = |op: &Op<'_>| match op {
-        Op::AllGatherIntoTensor { output, input, .. } => Ok((owned(output), owned(input))),
+        Op::AllGatherIntoTensor { output, input, .. } => {
+            Ok((Tensor::clone(output), Tensor::clone(input)))
+        }
         Op::ReduceScatterTensor {
             output,
             input,
             opts,
-        } if Some(opts.reduce_op) == want => Ok((owned(output), owned(input))),
+        } if Some(opts.reduce_op) == want => Ok((Tensor::clone(output), Tensor::clone(input))),
         _ => Err(mixed("reduce_scatter_tensor")),
     };
     let mut outs = Vec::with_capacity(ops.len());
@@ -119,9 +119,4 @@ fn pairs(ops: &[Op<'_>], want: Option<ReduceOp>) -> Result<(Vec<Tensor>, Vec<Ten
         ins.push(i);
     }
     Ok((outs, ins))
-}
-
-/// A handle of the tensor an op holds.
-fn owned(t: &Cow<'_, Tensor>) -> Tensor {
-    Tensor::clone(t)
 }
