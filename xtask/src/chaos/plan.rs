@@ -22,6 +22,20 @@ pub enum FaultKind {
 }
 
 impl FaultKind {
+    /// Every kind, in report order.
+    pub const ALL: [FaultKind; 5] = [
+        FaultKind::Kill,
+        FaultKind::Stop,
+        FaultKind::CloseSocket,
+        FaultKind::Slow,
+        FaultKind::LinkDown,
+    ];
+
+    /// The kind named `name` ([`FaultKind::name`]).
+    pub fn named(name: &str) -> Option<FaultKind> {
+        FaultKind::ALL.into_iter().find(|k| k.name() == name)
+    }
+
     /// The name printed in the report.
     pub fn name(self) -> &'static str {
         match self {
@@ -65,10 +79,9 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// Draws a trial. `kinds` are the fault kinds available here (no `LinkDown` without
-    /// namespaces); `two_hosts` says whether jobs may be spread over two namespaces.
-    pub fn draw(rng: &mut Rng, kinds: &[FaultKind], two_hosts: bool, timeout_ms: u64) -> Plan {
-        let kind = *rng.pick(kinds);
+    /// Draws a trial of `kind`; `two_hosts` says whether jobs may be spread over two
+    /// namespaces.
+    pub fn draw(rng: &mut Rng, kind: FaultKind, two_hosts: bool, timeout_ms: u64) -> Plan {
         let world = rng.range(2, 4) as usize;
         // 64 B .. 4 MiB, powers of 4.
         let size = 64usize << (2 * rng.range(0, 8));

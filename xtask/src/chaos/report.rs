@@ -1,20 +1,21 @@
 //! The summary of a chaos run: per fault kind, trials ok and the distribution of detection
 //! times (min / median / p90 / max over every survivor of every trial of that kind).
 
-use super::plan::FaultKind;
+use super::layer::TrialOut;
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::time::Duration;
 
 /// Results gathered over the run.
 #[derive(Default)]
 pub struct Tally {
     /// kind -> (trials, ok trials, detection times of every survivor).
-    kinds: BTreeMap<FaultKind, (usize, usize, Vec<Duration>)>,
+    kinds: BTreeMap<&'static str, (usize, usize, Vec<Duration>)>,
 }
 
 impl Tally {
     /// Records one trial.
-    pub fn add(&mut self, kind: FaultKind, ok: bool, detect: impl Iterator<Item = Duration>) {
+    pub fn add(&mut self, kind: &'static str, ok: bool, detect: impl Iterator<Item = Duration>) {
         let e = self.kinds.entry(kind).or_default();
         e.0 += 1;
         e.1 += usize::from(ok);
@@ -29,7 +30,7 @@ impl Tally {
             timeout.as_millis()
         );
         println!(
-            "  {:<14} {:>7} {:>5} {:>9} {:>8} {:>8} {:>8} {:>8}",
+            "  {:<28} {:>7} {:>5} {:>9} {:>8} {:>8} {:>8} {:>8}",
             "fault", "trials", "ok", "samples", "min", "median", "p90", "max"
         );
         for (kind, (n, ok, d)) in &self.kinds {
@@ -43,8 +44,8 @@ impl Tally {
                 format!("{:.1}", ms[i])
             };
             println!(
-                "  {:<14} {:>7} {:>5} {:>9} {:>8} {:>8} {:>8} {:>8}",
-                kind.name(),
+                "  {:<28} {:>7} {:>5} {:>9} {:>8} {:>8} {:>8} {:>8}",
+                kind,
                 n,
                 ok,
                 ms.len(),
@@ -55,4 +56,46 @@ impl Tally {
             );
         }
     }
+}
+
+impl Tally {
+    /// Trials that passed, over every kind.
+    pub fn passed(&self) -> usize {
+        self.kinds.values().map(|(_, ok, _)| ok).sum()
+    }
+
+    /// `kind ×n, …`: how often each kind was drawn.
+    pub fn counts(&self) -> String {
+        let v: Vec<String> = self
+            .kinds
+            .iter()
+            .map(|(k, (n, _, _))| format!("{k} ×{n}"))
+            .collect();
+        v.join(", ")
+    }
+}
+
+/// Prints trial `t`'s line; a failed trial's problems too, its log kept under `logs`.
+pub fn trial_line(t: usize, out: &TrialOut, logs: &Path) {
+    let good = out.problems.is_empty();
+    let worst = out
+        .detect
+        .iter()
+        .max()
+        .map(|d| format!("{} ms", d.as_millis()));
+    println!(
+        "trial {t:>3} {}  {}; detected in {}",
+        if good { "ok  " } else { "FAIL" },
+        out.desc,
+        worst.unwrap_or_else(|| "-".into())
+    );
+    if good {
+        return;
+    }
+    let log = logs.join(format!("trial-{t}.log"));
+    let _ = std::fs::write(&log, &out.log);
+    for p in &out.problems {
+        println!("    {}", p.lines().next().unwrap_or(""));
+    }
+    println!("    (output of every process: {})", log.display());
 }
