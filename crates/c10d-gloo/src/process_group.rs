@@ -81,6 +81,7 @@ fn spawn_worker(
         .spawn(move || worker_loop(e2, s2))
         .map_err(|e| {
             DistError::backend(format!("ProcessGroupGloo: cannot start worker thread: {e}"))
+                .with_io_source(e)
         })
 }
 

@@ -185,6 +185,7 @@ pub(crate) fn listen(addr: IpAddr, local: bool) -> Result<Listeners> {
     s.bind(&SockAddr::from(SocketAddr::new(addr, 0)))
         .map_err(|e| {
             DistError::network(format!("ProcessGroupGloo: cannot listen on {addr}:0: {e}"))
+                .with_io_source(e)
         })?;
     s.listen(1024)?;
     let unix = if local { listen_unix() } else { None };

@@ -22,7 +22,8 @@ impl Engine {
         };
         if let Err(e) = self.net.poll.poll(&mut self.net.events, t) {
             if e.kind() != std::io::ErrorKind::Interrupted {
-                let err = DistError::network(format!("{}: epoll failed: {e}", self.ctx()));
+                let err = DistError::network(format!("{}: epoll failed: {e}", self.ctx()))
+                    .with_io_source(e);
                 self.fail_group(err, false);
             }
             return;

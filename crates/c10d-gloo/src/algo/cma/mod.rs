@@ -202,7 +202,8 @@ pub(crate) fn read_error(comm: &mut Comm<'_>, p: usize, e: std::io::Error) -> Di
     let e = DistError::backend(format!(
         "{}: reading rank {p}'s buffer (process_vm_readv) failed: {e}{gone}",
         comm.ctx()
-    ));
+    ))
+    .with_io_source(e);
     comm.fail_group(crate::engine::blaming(e, [p]))
 }
 

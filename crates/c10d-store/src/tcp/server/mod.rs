@@ -202,6 +202,7 @@ impl TcpStoreServer {
             DistError::network(format!(
                 "The server socket has failed to listen on master_listen_fd {fd}: {e}"
             ))
+            .with_io_source(e)
         })?;
         let std_l: std::net::TcpListener = sock.into();
         Ok(TcpStoreServer {
@@ -271,7 +272,10 @@ pub(crate) fn bind_listener(host: Option<&str>, port: u16) -> Result<std::net::T
             let h = h.trim_start_matches('[').trim_end_matches(']');
             let addrs: Vec<SocketAddr> = (h, port)
                 .to_socket_addrs()
-                .map_err(|e| DistError::invalid(format!("cannot resolve server host {h}: {e}")))?
+                .map_err(|e| {
+                    DistError::invalid(format!("cannot resolve server host {h}: {e}"))
+                        .with_io_source(e)
+                })?
                 .collect();
             let mut last = String::from("no address");
             for a in addrs {
@@ -327,7 +331,10 @@ pub(crate) fn start(
     let thread = std::thread::Builder::new()
         .name(format!("c10d-store-server:{}", addr.port()))
         .spawn(move || lp.run())
-        .map_err(|e| DistError::network(format!("cannot start the store server thread: {e}")))?;
+        .map_err(|e| {
+            DistError::network(format!("cannot start the store server thread: {e}"))
+                .with_io_source(e)
+        })?;
     log::debug!("c10d-store server listening on {addr}");
     Ok(Arc::new(ServerHandle {
         addr,
