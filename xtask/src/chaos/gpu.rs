@@ -246,8 +246,8 @@ impl Gpu {
         }
         job::kill_all(&mut ranks);
         if ranks.len() == 2 {
-            for r in 0..2 {
-                let (problems, detect) = judge(plan, r, &ranks[r]);
+            for (r, rank) in ranks.iter().enumerate() {
+                let (problems, detect) = judge(plan, r, rank);
                 out.problems
                     .extend(problems.into_iter().map(|p| format!("rank {r}: {p}")));
                 out.detect.extend(detect);
@@ -307,7 +307,13 @@ fn judge(plan: &Plan, r: usize, rank: &Rank) -> (Vec<String>, Option<Duration>) 
     let ms = failed
         .as_deref()
         .and_then(|l| number_after(l, "failed after "));
-    let detect = ms.map(|m| Duration::from_millis(m as u64));
+    // From the op's launch; an aborting rank's fault is its abort, `abort_ms` into the op.
+    let since = if plan.fault == Fault::Abort && victim {
+        u128::from(plan.abort_ms)
+    } else {
+        0
+    };
+    let detect = ms.map(|m| Duration::from_millis(m.saturating_sub(since) as u64));
     if plan.fault == Fault::Dies && victim {
         if rank.signal != Some(libc::SIGKILL) || !has("injected fault Die") {
             p.push(format!(
