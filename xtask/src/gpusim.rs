@@ -27,7 +27,9 @@ use std::process::Command;
 /// that park a stream fail too, but as a consequence of the first failures.)
 const ORDERING_CASES: &str = "ordered_after_a_late_producer,cuda_graph_capture_replayed_three_times,cudarc_slices_every_dtype,cudarc_views_and_parts_of_buffers";
 
-fn layout(lib: &Path) -> Result<PathBuf, String> {
+/// Links the simulator library `lib` under the names the real libraries are found by, in
+/// `target/gpusim`; returns that directory.
+pub(crate) fn layout(lib: &Path) -> Result<PathBuf, String> {
     let dir = lib
         .parent()
         .and_then(Path::parent)
@@ -44,7 +46,8 @@ fn layout(lib: &Path) -> Result<PathBuf, String> {
     Ok(dir)
 }
 
-fn build_simulator() -> Result<PathBuf, String> {
+/// Builds c10d-gpusim's shared library; returns its path.
+pub(crate) fn build_simulator() -> Result<PathBuf, String> {
     let mut cmd = cargo();
     cmd.args([
         "build",

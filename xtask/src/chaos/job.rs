@@ -21,6 +21,8 @@ pub struct Rank {
     /// Exit status once reaped: `Some(code)`, `None` when killed by a signal.
     pub exit: Option<Option<i32>>,
     pub exited_at: Option<Instant>,
+    /// The signal that ended it, once reaped (SIGKILL when [`kill_all`] ended it).
+    pub signal: Option<i32>,
     /// The threads reading its stdout and stderr (joined once it exited, so that its last
     /// lines are in `lines` before anyone judges them).
     readers: Vec<std::thread::JoinHandle<()>>,
@@ -105,23 +107,8 @@ pub fn start(plan: &Plan, s: &Setup) -> Result<Vec<Rank>, String> {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        match cmd.spawn() {
-            Ok(mut child) => {
-                let lines: Lines = Arc::default();
-                let readers = vec![
-                    read_lines(child.stdout.take().expect("piped"), lines.clone()),
-                    read_lines(child.stderr.take().expect("piped"), lines.clone()),
-                ];
-                let pid = child.id() as i32;
-                ranks.push(Rank {
-                    child,
-                    pid,
-                    lines,
-                    exit: None,
-                    exited_at: None,
-                    readers,
-                });
-            }
+        match spawn(&mut cmd) {
+            Ok(rank) => ranks.push(rank),
             Err(e) => {
                 kill_all(&mut ranks);
                 return Err(format!("cannot start rank {r}: {e}"));
@@ -129,6 +116,33 @@ pub fn start(plan: &Plan, s: &Setup) -> Result<Vec<Rank>, String> {
         }
     }
     Ok(ranks)
+}
+
+/// Starts `cmd` with its stdout and stderr read into the rank's lines (stdin closed).
+///
+/// # Errors
+/// The spawn's.
+pub fn spawn(cmd: &mut Command) -> std::io::Result<Rank> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let lines: Lines = Arc::default();
+    let readers = vec![
+        read_lines(child.stdout.take().expect("piped"), lines.clone()),
+        read_lines(child.stderr.take().expect("piped"), lines.clone()),
+    ];
+    let pid = child.id() as i32;
+    Ok(Rank {
+        child,
+        pid,
+        lines,
+        exit: None,
+        exited_at: None,
+        signal: None,
+        readers,
+    })
 }
 
 fn read_lines(src: impl Read + Send + 'static, lines: Lines) -> std::thread::JoinHandle<()> {
@@ -162,6 +176,7 @@ impl Rank {
         if self.exit.is_none() {
             if let Ok(Some(st)) = self.child.try_wait() {
                 self.exit = Some(st.code());
+                self.signal = std::os::unix::process::ExitStatusExt::signal(&st);
                 self.exited_at = Some(Instant::now());
                 self.join_readers();
             }
@@ -218,6 +233,7 @@ pub fn kill_all(ranks: &mut [Rank]) {
             r.signal(libc::SIGKILL);
             let _ = r.child.wait();
             r.exit = Some(None);
+            r.signal = Some(libc::SIGKILL);
             r.join_readers();
         }
     }

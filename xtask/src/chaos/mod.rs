@@ -3,7 +3,9 @@
 //!
 //! Faults are injected at every layer a job can fail in; each layer is a module with its own
 //! kinds and verdicts (see [`layer::Layer`]): `ranks` (a rank of a running `c10d-bench` job
-//! killed, stopped, slowed, a connection closed, a link cut). Every trial draws its kind
+//! killed, stopped, slowed, a connection closed, a link cut) and `gpu` (c10d-nccl on the simulated
+//! CUDA and NCCL: a hang, an async error, a dead rank, an abort, an init that never ends, in
+//! every `TORCH_NCCL_ASYNC_ERROR_HANDLING` mode). Every trial draws its kind
 //! (seeded, `--seed`): each run of as many trials as there are kinds is a random order of all
 //! kinds, so `N` trials draw every kind at least `N / kinds` times. `--kinds` keeps the kinds
 //! whose names contain one of the given texts. Every trial checks what it leaves behind
@@ -13,6 +15,7 @@
 //! K < N. A layer that cannot run here (no root for namespaces, say) is skipped, said so at
 //! the start.
 
+mod gpu;
 mod hosts;
 mod inject;
 mod job;
@@ -88,6 +91,7 @@ pub fn chaos(
     let ranks = ranks::Ranks::new(bench()?);
     let namespaces = ranks.namespaces();
     let mut layers: Vec<Box<dyn Layer>> = vec![Box::new(ranks)];
+    layers.extend(gpu::layer());
     let kinds = kinds_of(&layers, &o.kinds);
     if kinds.is_empty() {
         return Err(format!("chaos: no fault kind matches {:?}", o.kinds));
