@@ -57,14 +57,8 @@ fn live(dev: Device, ptr: u64) -> bool {
     let mut host = vec![0f32; N];
     // SAFETY: `host` has room for N floats and outlives the synchronised copy; a bad device
     // address is answered with an error code.
-    let rc = unsafe {
-        cusys::cuMemcpyDtoHAsync_v2(
-            host.as_mut_ptr().cast(),
-            ptr,
-            N * 4,
-            s.cu_stream(),
-        )
-    };
+    let rc =
+        unsafe { cusys::cuMemcpyDtoHAsync_v2(host.as_mut_ptr().cast(), ptr, N * 4, s.cu_stream()) };
     rc == cusys::CUresult::CUDA_SUCCESS
         && s.synchronize().is_ok()
         && host.iter().all(|v| *v == 1.0 || *v == 2.0)
@@ -108,7 +102,8 @@ fn main() {
         timeout: Duration::from_secs(2),
         ..NcclOptions::default()
     };
-    let pg = Arc::new(ProcessGroupNccl::with_env(store.clone(), rank, 2, opts, env).expect("group"));
+    let pg =
+        Arc::new(ProcessGroupNccl::with_env(store.clone(), rank, 2, opts, env).expect("group"));
     let start = Instant::now();
     if let Err(e) = pg.bind(dev) {
         println!(

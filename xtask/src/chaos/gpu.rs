@@ -1,7 +1,8 @@
 //! The `gpu` layer: faults of c10d-nccl's jobs on c10d-gpusim, the simulated CUDA driver and
 //! NCCL (no GPU needed). Each trial runs a 2-rank job of `chaos_rank` (c10d-nccl's example: a
 //! group bound to one simulated device per rank, 2 s op timeout, a few all_reduces that must
-//! work, then the faulted one) under one `TORCH_NCCL_ASYNC_ERROR_HANDLING` mode, with one fault
+//! work, then the faulted one) under one `TORCH_NCCL_ASYNC_ERROR_HANDLING` mode (a kind's
+//! trials take modes 0, 1, 2, 3 in turn, so every 4 trials of a kind cover them), with one fault
 //! on a drawn rank at a drawn op:
 //! - `gpu hang`: `C10D_SIM_FAULTS=hang@R:N`, the op never completes (both ranks wait);
 //! - `gpu async error`: `remote_error` or `system_error` (drawn), `ncclCommGetAsyncError`
@@ -60,33 +61,21 @@ enum Fault {
 }
 
 /// Every kind: (name, fault, mode).
-const KINDS: [(&str, Fault, i32); 20] = [
-    ("gpu hang (mode 0)", Fault::Hang, 0),
-    ("gpu hang (mode 1)", Fault::Hang, 1),
-    ("gpu hang (mode 2)", Fault::Hang, 2),
-    ("gpu hang (mode 3)", Fault::Hang, 3),
-    ("gpu async error (mode 0)", Fault::AsyncError, 0),
-    ("gpu async error (mode 1)", Fault::AsyncError, 1),
-    ("gpu async error (mode 2)", Fault::AsyncError, 2),
-    ("gpu async error (mode 3)", Fault::AsyncError, 3),
-    ("gpu rank dies (mode 0)", Fault::Dies, 0),
-    ("gpu rank dies (mode 1)", Fault::Dies, 1),
-    ("gpu rank dies (mode 2)", Fault::Dies, 2),
-    ("gpu rank dies (mode 3)", Fault::Dies, 3),
-    ("gpu abort during op (mode 0)", Fault::Abort, 0),
-    ("gpu abort during op (mode 1)", Fault::Abort, 1),
-    ("gpu abort during op (mode 2)", Fault::Abort, 2),
-    ("gpu abort during op (mode 3)", Fault::Abort, 3),
-    ("gpu init hang (mode 0)", Fault::InitHang, 0),
-    ("gpu init hang (mode 1)", Fault::InitHang, 1),
-    ("gpu init hang (mode 2)", Fault::InitHang, 2),
-    ("gpu init hang (mode 3)", Fault::InitHang, 3),
+const KINDS: [(&str, Fault); 5] = [
+    ("gpu hang", Fault::Hang),
+    ("gpu async error", Fault::AsyncError),
+    ("gpu rank dies", Fault::Dies),
+    ("gpu abort during op", Fault::Abort),
+    ("gpu init hang", Fault::InitHang),
 ];
 
 /// The layer: `chaos_rank` and the directory of the simulated libraries.
 pub struct Gpu {
     rank_bin: PathBuf,
     libs: PathBuf,
+    /// Trials run so far of each kind (index in `KINDS`): a kind's trials take the four
+    /// `TORCH_NCCL_ASYNC_ERROR_HANDLING` modes in turn, so every 4 trials of it cover them all.
+    runs: [u32; KINDS.len()],
 }
 
 impl Gpu {
@@ -107,7 +96,11 @@ impl Gpu {
         ]);
         let rank_bin = crate::built_executable(&mut cmd, "chaos_rank")?;
         let libs = std::fs::canonicalize(&libs).map_err(|e| format!("{}: {e}", libs.display()))?;
-        Ok(Gpu { rank_bin, libs })
+        Ok(Gpu {
+            rank_bin,
+            libs,
+            runs: [0; KINDS.len()],
+        })
     }
 }
 
@@ -142,10 +135,12 @@ impl Layer for Gpu {
     }
 
     fn trial(&mut self, kind: &'static str, ctx: &mut Ctx<'_>) -> TrialOut {
-        let &(_, fault, mode) = KINDS
+        let i = KINDS
             .iter()
-            .find(|k| k.0 == kind)
+            .position(|k| k.0 == kind)
             .expect("one of this layer's kinds");
+        let (fault, mode) = (KINDS[i].1, (self.runs[i] % 4) as i32);
+        self.runs[i] += 1;
         let victim = ctx.rng.range(0, 1) as usize;
         let op = ctx.rng.range(2, 4);
         let spec = match fault {
