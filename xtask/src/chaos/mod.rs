@@ -122,7 +122,7 @@ pub fn chaos(
             logs: logs.clone(),
         };
         let out = layers[l].trial(kind, &mut ctx);
-        report::trial_line(t, &out, &logs);
+        report::trial_line(t, kind, &out, &logs);
         tally.add(kind, out.problems.is_empty(), out.detect.into_iter());
     }
     drop(layers);

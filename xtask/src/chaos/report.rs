@@ -75,8 +75,8 @@ impl Tally {
     }
 }
 
-/// Prints trial `t`'s line; a failed trial's problems too, its log kept under `logs`.
-pub fn trial_line(t: usize, out: &TrialOut, logs: &Path) {
+/// Prints trial `t`'s line (its kind and what was drawn); a failed trial's problems too, its log kept under `logs`.
+pub fn trial_line(t: usize, kind: &str, out: &TrialOut, logs: &Path) {
     let good = out.problems.is_empty();
     let worst = out
         .detect
@@ -84,7 +84,7 @@ pub fn trial_line(t: usize, out: &TrialOut, logs: &Path) {
         .max()
         .map(|d| format!("{} ms", d.as_millis()));
     println!(
-        "trial {t:>3} {}  {}; detected in {}",
+        "trial {t:>3} {}  [{kind}] {}; detected in {}",
         if good { "ok  " } else { "FAIL" },
         out.desc,
         worst.unwrap_or_else(|| "-".into())
