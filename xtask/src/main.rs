@@ -135,12 +135,24 @@ fn test(args: &[String]) -> Res {
     // The GPU suites on the simulated CUDA driver and NCCL (c10d-gpusim): every commit runs
     // c10d-nccl's GPU path, with random stream delays, without a GPU.
     test_multigpu(&["--simulated".to_string()])?;
+    chaos_subset()?;
     if args.iter().any(|a| a == "--no-interop") {
         eprintln!("xtask: interop and Python package tests not run (--no-interop)");
         return Ok(());
     }
     interop()?;
     python_tests(&[])
+}
+
+/// Trials of the fault-injection harness that `cargo xtask test` runs: one block (every fault
+/// kind of every layer once, in the seeded order), so that a regression in how any fault ends
+/// fails CI. The full harness (`cargo xtask chaos --trials 200`) is not part of CI.
+const CHAOS_SUBSET: [&str; 6] = ["--trials", "each", "--seed", "2026", "--timeout", "3"];
+
+/// Runs [`CHAOS_SUBSET`].
+fn chaos_subset() -> Res {
+    let args: Vec<String> = CHAOS_SUBSET.iter().map(|a| a.to_string()).collect();
+    chaos::chaos(&args, build_bench)
 }
 
 /// The cargo-deny release `lint` installs where none is found.

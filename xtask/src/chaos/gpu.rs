@@ -139,6 +139,10 @@ impl Layer for Gpu {
             .iter()
             .position(|k| k.0 == kind)
             .expect("one of this layer's kinds");
+        if self.runs[i] == 0 {
+            // The first mode of each kind is drawn; the next trials take the others in turn.
+            self.runs[i] = ctx.rng.range(0, 3) as u32;
+        }
         let (fault, mode) = (KINDS[i].1, (self.runs[i] % 4) as i32);
         self.runs[i] += 1;
         let victim = ctx.rng.range(0, 1) as usize;

@@ -1,5 +1,5 @@
-//! `cargo xtask chaos --trials N [--seed S] [--timeout SECS] [--kinds A,B]`: the
-//! fault-injection harness.
+//! `cargo xtask chaos --trials N|each [--seed S] [--timeout SECS] [--kinds A,B]`: the
+//! fault-injection harness (`each`: one trial of every kind; `cargo xtask test` runs that).
 //!
 //! Faults are injected at every layer a job can fail in; each layer is a module with its own
 //! kinds and verdicts (see [`layer::Layer`]): `ranks` (a rank of a running `c10d-bench` job
@@ -36,7 +36,8 @@ use std::time::Duration;
 
 /// Options of a run.
 struct Opts {
-    trials: usize,
+    /// `None`: one trial of each kind (`--trials each`).
+    trials: Option<usize>,
     seed: u64,
     timeout: Duration,
     /// Texts a kind's name must contain one of (empty: every kind).
@@ -45,7 +46,7 @@ struct Opts {
 
 fn parse(args: &[String]) -> Result<Opts, String> {
     let mut o = Opts {
-        trials: 20,
+        trials: Some(20),
         seed: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
@@ -55,13 +56,18 @@ fn parse(args: &[String]) -> Result<Opts, String> {
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
+        let each = it.clone().next().is_some_and(|v| v == "each");
         let mut val = |name: &str| -> Result<u64, String> {
             it.next()
                 .and_then(|v| v.parse().ok())
                 .ok_or_else(|| format!("{name} needs a number"))
         };
         match a.as_str() {
-            "--trials" => o.trials = val("--trials")? as usize,
+            "--trials" if each => {
+                o.trials = None;
+                it.next();
+            }
+            "--trials" => o.trials = Some(val("--trials")? as usize),
             "--seed" => o.seed = val("--seed")?,
             "--timeout" => o.timeout = Duration::from_secs(val("--timeout")?.max(1)),
             "--kinds" => {
@@ -70,7 +76,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
             }
             other => {
                 return Err(format!(
-                    "chaos: unknown argument {other}; usage: cargo xtask chaos --trials N [--seed S] [--timeout SECS] [--kinds A,B]"
+                    "chaos: unknown argument {other}; usage: cargo xtask chaos --trials N|each [--seed S] [--timeout SECS] [--kinds A,B]"
                 ))
             }
         }
@@ -96,9 +102,10 @@ pub fn chaos(
     if kinds.is_empty() {
         return Err(format!("chaos: no fault kind matches {:?}", o.kinds));
     }
+    let trials = o.trials.unwrap_or(kinds.len());
     println!(
         "chaos: {} trials, seed {}, op timeout {} s, {} kinds",
-        o.trials,
+        trials,
         o.seed,
         o.timeout.as_secs(),
         kinds.len()
@@ -110,7 +117,7 @@ pub fn chaos(
     let mut rng = rng::Rng::new(o.seed);
     let mut tally = report::Tally::default();
     let mut order = Vec::new();
-    for t in 0..o.trials {
+    for t in 0..trials {
         if order.is_empty() {
             order = shuffled(&kinds, &mut rng);
         }
@@ -136,13 +143,9 @@ pub fn chaos(
         println!("chaos: namespaces left behind: {}", left.join(", "));
         ok = 0;
     }
-    println!("chaos: {ok} of {} trials ok ({})", o.trials, tally.counts());
-    if ok < o.trials {
-        return Err(format!(
-            "chaos: {} of {} trials failed",
-            o.trials - ok,
-            o.trials
-        ));
+    println!("chaos: {ok} of {trials} trials ok ({})", tally.counts());
+    if ok < trials {
+        return Err(format!("chaos: {} of {trials} trials failed", trials - ok));
     }
     Ok(())
 }
