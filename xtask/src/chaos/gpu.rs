@@ -76,6 +76,8 @@ pub struct Gpu {
     /// Trials run so far of each kind (index in `KINDS`): a kind's trials take the four
     /// `TORCH_NCCL_ASYNC_ERROR_HANDLING` modes in turn, so every 4 trials of it cover them all.
     runs: [u32; KINDS.len()],
+    /// The mode each kind's first trial drew.
+    first: [Option<u32>; KINDS.len()],
 }
 
 impl Gpu {
@@ -100,6 +102,7 @@ impl Gpu {
             rank_bin,
             libs,
             runs: [0; KINDS.len()],
+            first: [None; KINDS.len()],
         })
     }
 }
@@ -139,11 +142,9 @@ impl Layer for Gpu {
             .iter()
             .position(|k| k.0 == kind)
             .expect("one of this layer's kinds");
-        if self.runs[i] == 0 {
-            // The first mode of each kind is drawn; the next trials take the others in turn.
-            self.runs[i] = ctx.rng.range(0, 3) as u32;
-        }
-        let (fault, mode) = (KINDS[i].1, (self.runs[i] % 4) as i32);
+        // The first mode of each kind is drawn; the next trials take the others in turn.
+        let first = *self.first[i].get_or_insert_with(|| ctx.rng.range(0, 3) as u32);
+        let (fault, mode) = (KINDS[i].1, ((first + self.runs[i]) % 4) as i32);
         self.runs[i] += 1;
         let victim = ctx.rng.range(0, 1) as usize;
         let op = ctx.rng.range(2, 4);
