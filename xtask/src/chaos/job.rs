@@ -105,23 +105,8 @@ pub fn start(plan: &Plan, s: &Setup) -> Result<Vec<Rank>, String> {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        match cmd.spawn() {
-            Ok(mut child) => {
-                let lines: Lines = Arc::default();
-                let readers = vec![
-                    read_lines(child.stdout.take().expect("piped"), lines.clone()),
-                    read_lines(child.stderr.take().expect("piped"), lines.clone()),
-                ];
-                let pid = child.id() as i32;
-                ranks.push(Rank {
-                    child,
-                    pid,
-                    lines,
-                    exit: None,
-                    exited_at: None,
-                    readers,
-                });
-            }
+        match spawn(&mut cmd) {
+            Ok(rank) => ranks.push(rank),
             Err(e) => {
                 kill_all(&mut ranks);
                 return Err(format!("cannot start rank {r}: {e}"));
@@ -129,6 +114,32 @@ pub fn start(plan: &Plan, s: &Setup) -> Result<Vec<Rank>, String> {
         }
     }
     Ok(ranks)
+}
+
+/// Starts `cmd` with its stdout and stderr read line by line (stdin closed).
+///
+/// # Errors
+/// The process could not be started.
+pub fn spawn(cmd: &mut Command) -> std::io::Result<Rank> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let lines: Lines = Arc::default();
+    let readers = vec![
+        read_lines(child.stdout.take().expect("piped"), lines.clone()),
+        read_lines(child.stderr.take().expect("piped"), lines.clone()),
+    ];
+    let pid = child.id() as i32;
+    Ok(Rank {
+        child,
+        pid,
+        lines,
+        exit: None,
+        exited_at: None,
+        readers,
+    })
 }
 
 fn read_lines(src: impl Read + Send + 'static, lines: Lines) -> std::thread::JoinHandle<()> {

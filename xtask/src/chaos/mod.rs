@@ -13,9 +13,11 @@
 //! K < N. A layer that cannot run here (no root for namespaces, say) is skipped, said so at
 //! the start.
 
+mod elastic;
 mod hosts;
 mod inject;
 mod job;
+mod launcher;
 mod layer;
 mod leaks;
 mod plan;
@@ -84,9 +86,32 @@ pub fn chaos(
     bench: impl FnOnce() -> Result<PathBuf, String>,
 ) -> Result<(), String> {
     let o = parse(args)?;
-    let ranks = ranks::Ranks::new(bench()?);
+    let bench = bench()?;
+    let ranks = ranks::Ranks::new(bench.clone());
     let namespaces = ranks.namespaces();
     let mut layers: Vec<Box<dyn Layer>> = vec![Box::new(ranks)];
+    let wanted = |kinds: &[&str]| {
+        o.kinds.is_empty()
+            || kinds
+                .iter()
+                .any(|k| o.kinds.iter().any(|f| k.contains(f.as_str())))
+    };
+    // The other layers build their programs only when one of their kinds is wanted.
+    add(&mut layers, "launcher", wanted(&launcher::KINDS), || {
+        launcher::Launcher::new(
+            bench.clone(),
+            built(&["-p", "c10d-run", "--bin", "c10drun"], "c10drun"),
+        )
+    });
+    add(&mut layers, "elastic", wanted(&elastic::KINDS), || {
+        elastic::Elastic::new(
+            built(&["-p", "c10d-run", "--bin", "c10drun"], "c10drun"),
+            built(
+                &["-p", "c10d-ddp", "--example", "ddp_elastic"],
+                "examples/ddp_elastic",
+            ),
+        )
+    });
     let kinds = kinds_of(&layers, &o.kinds);
     if kinds.is_empty() {
         return Err(format!("chaos: no fault kind matches {:?}", o.kinds));
@@ -136,6 +161,30 @@ pub fn chaos(
         std::process::exit(1);
     }
     Ok(())
+}
+
+/// Adds the layer `make` builds when `wanted`, or says why it is skipped.
+fn add<L: Layer + 'static>(
+    layers: &mut Vec<Box<dyn Layer>>,
+    name: &str,
+    wanted: bool,
+    make: impl FnOnce() -> Result<L, String>,
+) {
+    if !wanted {
+        return;
+    }
+    match make() {
+        Ok(l) => layers.push(Box::new(l)),
+        Err(why) => println!("chaos: {name} layer skipped: {why}"),
+    }
+}
+
+/// Builds `cargo build ARGS` and returns `target/debug/<path>`.
+fn built(args: &[&str], path: &str) -> Result<PathBuf, String> {
+    crate::run(crate::cargo().arg("build").args(args))?;
+    let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
+    std::fs::canonicalize(format!("{target}/debug/{path}"))
+        .map_err(|e| format!("{path} not built: {e}"))
 }
 
 /// (layer index, kind) of every kind of every layer that `filter` keeps.
