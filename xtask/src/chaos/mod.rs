@@ -3,7 +3,9 @@
 //!
 //! Faults are injected at every layer a job can fail in; each layer is a module with its own
 //! kinds and verdicts (see [`layer::Layer`]): `ranks` (a rank of a running `c10d-bench` job
-//! killed, stopped, slowed, a connection closed, a link cut). Every trial draws its kind
+//! killed, stopped, slowed, a connection closed, a link cut), `launcher` (a `c10drun` agent of
+//! a 2-node job killed or stopped, the store's host killed) and `elastic` (nodes joining and
+//! leaving an elastic training job that checkpoints every step). Every trial draws its kind
 //! (seeded, `--seed`): each run of as many trials as there are kinds is a random order of all
 //! kinds, so `N` trials draw every kind at least `N / kinds` times. `--kinds` keeps the kinds
 //! whose names contain one of the given texts. Every trial checks what it leaves behind
