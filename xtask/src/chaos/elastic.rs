@@ -28,14 +28,14 @@ const LEAVES: &str = "elastic node leaves";
 /// The layer's kinds.
 pub const KINDS: [&str; 2] = [JOINS, LEAVES];
 
-/// Steps of the training and the milliseconds each sleeps: at least 3 s of training, so that
+/// Steps of the training and the milliseconds each sleeps: at least 5 s of training, so that
 /// joins and leaves drawn in the first seconds land while it runs.
-const STEPS: usize = 60;
+const STEPS: usize = 100;
 const STEP_MS: u64 = 50;
 /// A node is lost after `keep_alive_interval × keep_alive_max_attempt` = 2 s of silence.
 const RDZV_CONF: &str =
     "last_call_timeout=0.5,keep_alive_interval=0.5,keep_alive_max_attempt=4,join_timeout=30,read_timeout=5";
-/// The whole job's limit. Training takes 3 s; each membership change costs at most the loss
+/// The whole job's limit. Training takes 5 s; each membership change costs at most the loss
 /// limit (2 s) + the last call (0.5 s) + stopping the workers (stop timeout 2 s) + starting
 /// new ones and their gloo rendezvous (~3 s on a loaded 2-core machine): < 8 s, and a trial
 /// has at most 3 changes, < 30 s in all; 120 s is four times that.
