@@ -644,13 +644,15 @@ pub(crate) mod tests {
         p
     }
 
+    type Plain = (Vec<i64>, String, Vec<(u8, Vec<String>)>, Option<f64>);
+
     fn refused(p: &[u8]) -> Refused {
         check(p, &PickleLimits::default()).expect_err("refused")
     }
 
     #[test]
     fn plain_objects_pass_and_read() {
-        let obj: (Vec<i64>, String, Vec<(u8, Vec<String>)>, Option<f64>) = (
+        let obj: Plain = (
             (0..100_000).collect(),
             "x".repeat(1 << 20),
             (0..1000)
@@ -660,8 +662,7 @@ pub(crate) mod tests {
         );
         let p = crate::objects::encode(&obj).unwrap();
         check(&p, &PickleLimits::default()).unwrap();
-        let back: (Vec<i64>, String, Vec<(u8, Vec<String>)>, Option<f64>) =
-            crate::objects::decode(&p).unwrap();
+        let back: Plain = crate::objects::decode(&p).unwrap();
         assert_eq!(back, obj);
         // A big list of small ints (2 pickle bytes per value) stays under 32 bytes per byte.
         let ints: Vec<u8> = vec![7; 3 << 20];
