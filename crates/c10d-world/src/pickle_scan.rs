@@ -131,6 +131,9 @@ struct Entry {
 
 struct Node {
     own: u64,
+    /// Its nesting as the reader holds it while parsing (a memo reference is a leaf there):
+    /// dropping or copying the reader's state recurses this deep, even when it then fails.
+    depth: usize,
     /// First edge (index into `edges`), `usize::MAX` when none.
     head: usize,
 }
@@ -238,7 +241,13 @@ impl Scan<'_> {
     fn push_new(&mut self, own: u64, children: &[Entry]) -> Step<()> {
         self.charge(own)?;
         let node = self.nodes.len();
-        self.nodes.push(Node { own, head: NONE });
+        let depth = 1 + children.iter().map(|c| self.held(*c)).max().unwrap_or(0);
+        self.deep_enough(depth)?;
+        self.nodes.push(Node {
+            own,
+            depth,
+            head: NONE,
+        });
         for c in children {
             self.edge(node, c.node);
         }
@@ -246,6 +255,22 @@ impl Scan<'_> {
             node,
             memo_ref: false,
         });
+        Ok(())
+    }
+
+    /// How deep `e` nests where the reader holds it (1 for a memo reference).
+    fn held(&self, e: Entry) -> usize {
+        if e.memo_ref {
+            1
+        } else {
+            self.nodes[e.node].depth
+        }
+    }
+
+    fn deep_enough(&self, depth: usize) -> Step<()> {
+        if depth > self.depth {
+            return Err(Stop::Refused(Refused::Deep { bound: self.depth }));
+        }
         Ok(())
     }
 
@@ -283,6 +308,10 @@ impl Scan<'_> {
     fn extend_top(&mut self, items: &[Entry]) -> Step<()> {
         let top = self.top()?;
         for i in items {
+            let d = 1 + self.held(*i);
+            self.deep_enough(d)?;
+            let n = &mut self.nodes[top.node];
+            n.depth = n.depth.max(d);
             self.edge(top.node, i.node);
         }
         Ok(())
@@ -720,6 +749,12 @@ pub(crate) mod tests {
     #[test]
     fn deep_nesting_is_refused_and_python_depths_read() {
         assert_eq!(refused(&deep(100_000)), Refused::Deep { bound: 500 });
+        // Refused while parsing, even when the pickle then goes wrong: the reader's error
+        // path drops what it holds, recursively.
+        let mut bad = deep(100_000);
+        bad.pop();
+        bad.extend(b"a.");
+        assert_eq!(refused(&bad), Refused::Deep { bound: 500 });
         assert!(refused(&deep(501)).to_string().contains("500 levels"));
         let ok = deep(500);
         check(&ok, &PickleLimits::default()).unwrap();
