@@ -101,27 +101,9 @@ pub fn start(plan: &Plan, s: &Setup) -> Result<Vec<Rank>, String> {
             .env("C10D_CHAOS_TRIAL", marker(trial))
             .env("TMPDIR", tmp)
             .env("TORCH_FR_DUMP_TEMP_FILE", fr_prefix)
-            .env_remove("RUST_LOG")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        match cmd.spawn() {
-            Ok(mut child) => {
-                let lines: Lines = Arc::default();
-                let readers = vec![
-                    read_lines(child.stdout.take().expect("piped"), lines.clone()),
-                    read_lines(child.stderr.take().expect("piped"), lines.clone()),
-                ];
-                let pid = child.id() as i32;
-                ranks.push(Rank {
-                    child,
-                    pid,
-                    lines,
-                    exit: None,
-                    exited_at: None,
-                    readers,
-                });
-            }
+            .env_remove("RUST_LOG");
+        match spawn(cmd) {
+            Ok(rank) => ranks.push(rank),
             Err(e) => {
                 kill_all(&mut ranks);
                 return Err(format!("cannot start rank {r}: {e}"));
@@ -129,6 +111,31 @@ pub fn start(plan: &Plan, s: &Setup) -> Result<Vec<Rank>, String> {
         }
     }
     Ok(ranks)
+}
+
+/// Starts `cmd` (its output piped and read line by line) as a [`Rank`].
+///
+/// # Errors
+/// The spawn's error.
+pub fn spawn(mut cmd: Command) -> Result<Rank, String> {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().map_err(|e| e.to_string())?;
+    let lines: Lines = Arc::default();
+    let readers = vec![
+        read_lines(child.stdout.take().expect("piped"), lines.clone()),
+        read_lines(child.stderr.take().expect("piped"), lines.clone()),
+    ];
+    let pid = child.id() as i32;
+    Ok(Rank {
+        child,
+        pid,
+        lines,
+        exit: None,
+        exited_at: None,
+        readers,
+    })
 }
 
 fn read_lines(src: impl Read + Send + 'static, lines: Lines) -> std::thread::JoinHandle<()> {

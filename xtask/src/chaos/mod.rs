@@ -3,7 +3,9 @@
 //!
 //! Faults are injected at every layer a job can fail in; each layer is a module with its own
 //! kinds and verdicts (see [`layer::Layer`]): `ranks` (a rank of a running `c10d-bench` job
-//! killed, stopped, slowed, a connection closed, a link cut). Every trial draws its kind
+//! killed, stopped, slowed, a connection closed, a link cut), `objects` (hostile pickles through
+//! the object collectives), `tls` (faults during the store's TLS handshake and the job secret's
+//! challenge). Every trial draws its kind
 //! (seeded, `--seed`): each run of as many trials as there are kinds is a random order of all
 //! kinds, so `N` trials draw every kind at least `N / kinds` times. `--kinds` keeps the kinds
 //! whose names contain one of the given texts. Every trial checks what it leaves behind
@@ -18,10 +20,12 @@ mod inject;
 mod job;
 mod layer;
 mod leaks;
+mod objects;
 mod plan;
 mod ranks;
 mod report;
 mod rng;
+mod tls;
 mod verdict;
 
 /// Every op `c10d-bench` runs (its names).
@@ -87,6 +91,8 @@ pub fn chaos(
     let ranks = ranks::Ranks::new(bench()?);
     let namespaces = ranks.namespaces();
     let mut layers: Vec<Box<dyn Layer>> = vec![Box::new(ranks)];
+    layers.push(Box::new(objects::Objects::new()));
+    layers.push(Box::new(tls::Tls::new()));
     let kinds = kinds_of(&layers, &o.kinds);
     if kinds.is_empty() {
         return Err(format!("chaos: no fault kind matches {:?}", o.kinds));
