@@ -137,7 +137,9 @@ fn receive(w: &World, op: &str) -> Result<()> {
 }
 
 fn main() -> Result<()> {
-    let rank: usize = var("RANK")?.parse().map_err(|_| DistError::invalid("RANK"))?;
+    let rank: usize = var("RANK")?
+        .parse()
+        .map_err(|_| DistError::invalid("RANK"))?;
     let (kind, op) = (var("HOSTILE")?, var("HOSTILE_OP")?);
     let n: usize = var("HOSTILE_N")?
         .parse()

@@ -154,7 +154,10 @@ impl Layer for Tls {
         // chunks, never fewer, so chunk 0..=2 lands inside the handshake.
         let at = ctx.rng.range(0, 2) as usize;
         let mut out = TrialOut {
-            desc: format!("{action:?} before handshake chunk {at}"),
+            desc: format!(
+                "{} store: {action:?} before handshake chunk {at}",
+                if tls { "TLS" } else { "secret" }
+            ),
             ..TrialOut::default()
         };
         let bin = match self.setup() {
