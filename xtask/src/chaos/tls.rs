@@ -295,6 +295,12 @@ fn run(
             }
             let named = format!("(127.0.0.1, {proxy_port})");
             let text = client.output();
+            if matches!(action, Action::Stop | Action::Stall) && text.contains("certificate") {
+                out.problems.push(format!(
+                    "the client blames certificates for a silent store: {}",
+                    text.lines().last().unwrap_or("")
+                ));
+            }
             if !text.contains(&named) && !text.contains(&addr) {
                 out.problems.push(format!(
                     "the client's error does not name the store {named}: {}",
