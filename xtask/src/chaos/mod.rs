@@ -5,9 +5,11 @@
 //! kinds and verdicts (see [`layer::Layer`]): `ranks` (a rank of a running `c10d-bench` job
 //! killed, stopped, slowed, a connection closed, a link cut), `launcher` (a `c10drun` agent of
 //! a 2-node job killed or stopped, the store's host killed), `elastic` (nodes joining and
-//! leaving an elastic training job that checkpoints every step) and `gpu` (c10d-nccl on the
-//! simulated CUDA and NCCL: a hang, an async error, a dead rank, an abort, an init that never
-//! ends, in every `TORCH_NCCL_ASYNC_ERROR_HANDLING` mode). Every trial draws its kind
+//! leaving an elastic training job that checkpoints every step), `tls` (faults during the
+//! store's TLS handshake and the job secret's challenge), `objects` (hostile pickles through
+//! the object collectives) and `gpu` (c10d-nccl on the simulated CUDA and NCCL: a hang, an
+//! async error, a dead rank, an abort, an init that never ends, in every
+//! `TORCH_NCCL_ASYNC_ERROR_HANDLING` mode). Every trial draws its kind
 //! (seeded, `--seed`): each run of as many trials as there are kinds is a random order of all
 //! kinds, so `N` trials draw every kind at least `N / kinds` times. `--kinds` keeps the kinds
 //! whose names contain one of the given texts. Every trial checks what it leaves behind
@@ -25,10 +27,12 @@ mod job;
 mod launcher;
 mod layer;
 mod leaks;
+mod objects;
 mod plan;
 mod ranks;
 mod report;
 mod rng;
+mod tls;
 mod verdict;
 
 /// Every op `c10d-bench` runs (its names).
@@ -125,6 +129,8 @@ pub fn chaos(
         )
     });
     add(&mut layers, "gpu", wanted(&gpu::KIND_NAMES), gpu::Gpu::new);
+    layers.push(Box::new(objects::Objects::new()));
+    layers.push(Box::new(tls::Tls::new()));
     let kinds = kinds_of(&layers, &o.kinds);
     if kinds.is_empty() {
         return Err(format!("chaos: no fault kind matches {:?}", o.kinds));
