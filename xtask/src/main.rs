@@ -30,9 +30,11 @@
 //!   "skipped: no GPU" and succeeds where no GPU exists. `cargo xtask gpu-bundle` builds them
 //!   (and the NCCL overhead benchmark) for a GPU machine without a Rust toolchain, with
 //!   `run-all.sh`, the one prepared run of both (see `GPU_RUN_ALL`).
-//! - `cargo xtask chaos --trials N [--seed S] [--timeout SECS]`: the fault-injection harness
-//!   (see `chaos`): N randomized multi-process trials with a rank killed, stopped, slowed, a
-//!   connection closed or a network link cut; last line `chaos: K of N trials ok`.
+//! - `cargo xtask chaos --trials N [--seed S] [--timeout SECS] [--kinds A,B]`: the
+//!   fault-injection harness (see `chaos`): N randomized multi-process trials with a rank
+//!   killed, stopped, slowed, a connection closed or a network link cut, a hostile pickle sent
+//!   to an object collective, a store's TLS handshake or secret challenge broken; last line
+//!   `chaos: K of N trials ok`.
 //!
 //! - `cargo xtask candle-cuda-check`: clippy on c10d-candle's `cuda` feature, with `nvcc` from
 //!   PyPI (see `candle_cuda`; minutes; not part of `test`).

@@ -167,3 +167,26 @@ fn bad_tls_files_are_named_in_the_error() {
     let e = TlsConfig::from_files(&swapped).unwrap_err();
     assert!(e.message().contains("ca.pem"), "{e}");
 }
+
+#[test]
+fn a_silent_store_fails_the_tls_handshake_at_the_timeout_saying_so() {
+    let (tls, _dir) = job_tls();
+    // Accepts and never answers (a stopped store, a stalled connection).
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let _hold = std::thread::spawn(move || {
+        let held: Vec<_> = l.incoming().take(1).collect();
+        std::thread::sleep(Duration::from_secs(5));
+        drop(held);
+    });
+    let t0 = Instant::now();
+    let e = client(port, Some(tls), None, Duration::from_millis(500)).unwrap_err();
+    assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+    let m = e.message();
+    assert!(
+        m.contains(&format!(
+            "TLS handshake with the store at (127.0.0.1, {port}) failed: no answer within"
+        )) && !m.contains("certificate"),
+        "{m}"
+    );
+}

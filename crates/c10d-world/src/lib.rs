@@ -131,6 +131,7 @@ mod nccl;
 pub mod objects;
 pub mod ops;
 pub mod panic_hook;
+mod pickle_scan;
 mod plugin;
 pub mod shrink;
 pub mod standalone;

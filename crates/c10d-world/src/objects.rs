@@ -9,7 +9,24 @@
 //! module) is refused with an error, and a plain instance arrives as its attribute dict, so a
 //! Python rank should send plain data. Limits of `serde-pickle` (c10d-rs's reader): integers
 //! fit in `i64`, strings and bytes under 4 GiB; a memoised value referenced many times is
-//! copied each time. The wire pattern follows PyTorch 2.15 so that the same collectives run:
+//! copied each time.
+//!
+//! **Hostile pickles.** Unlike PyTorch (whose `pickle.loads` reads anything, and runs code),
+//! a peer's pickle is first scanned, opcode by opcode and without building anything, by a
+//! bounded walker ([`PickleLimits`]), and refused when the reader would hold more than the
+//! bound: a memoised value counts as its size at every reference (the "billion laughs", a
+//! list of a million references to one list), copies made while parsing count (`DUP`, a `PUT`
+//! of a `GET`), a declared length (`BINUNICODE`, `BINBYTES8`, `LONG4`) must fit in the bytes
+//! received, and nesting must stay within the depth bound. The bounds: the expanded size at
+//! most max(64 MiB, 32 × the pickle's length) (no pickle without shared references reaches it:
+//! an opcode byte makes at most one 32-byte value), depth at most 500; `C10D_OBJECT_MAX_BYTES`
+//! (the 64 MiB floor) and `C10D_OBJECT_MAX_DEPTH` change them. The op then fails with an
+//! [`DistError::InvalidArgument`] naming the sender and the bound, e.g.
+//! `recv_object_list: refused the object from rank 1 (global rank 1) (212 pickle bytes):
+//! pickle expands past the 64 MiB bound (...)`; the scan's own memory is a few words per
+//! opcode and it stops at the bound.
+//!
+//! The wire pattern follows PyTorch 2.15 so that the same collectives run:
 //! `all_gather_object` = one `all_gather_into_tensor` of the sizes (int64) + one of the payloads
 //! padded to the largest (uint8); `gather_object` = all-gather (list) of
 //! sizes + gather; `broadcast_object_list` = broadcast of the sizes + broadcast of the
@@ -26,6 +43,8 @@ use c10d_core::{DType, DistError, ProcessGroup, Result, Tensor};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+pub use crate::pickle_scan::PickleLimits;
+
 /// The pickle of `obj` (protocol 3, which every Python 3 reads): what the object collectives
 /// send, and what a Python peer's `pickle.loads` reads.
 ///
@@ -37,17 +56,58 @@ pub fn encode<T: Serialize>(obj: &T) -> Result<Vec<u8>> {
 }
 
 /// `T` from a pickle (protocols 0 to 5, e.g. a Python peer's `pickle.dumps`), never running
-/// code: calls of callables other than `serde-pickle`'s few known builtins are refused.
+/// code: calls of callables other than `serde-pickle`'s few known builtins are refused. The
+/// pickle is first checked against [`PickleLimits::from_env`] (see the module docs).
 ///
 /// # Errors
 /// [`DistError::InvalidArgument`] for a pickle that names a class or function, a malformed
-/// pickle, or data that does not fit `T`.
+/// pickle, data that does not fit `T`, or a pickle past the limits.
 pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
+    decode_limited(bytes, &PickleLimits::from_env(), None)
+}
+
+/// Who sent an object: its group rank and global rank.
+#[derive(Clone, Copy, Debug)]
+struct Peer {
+    group: usize,
+    global: usize,
+}
+
+impl Peer {
+    /// Group rank `r` of `pg`, with its global rank.
+    fn of(w: &World, pg: &ProcessGroup, r: usize) -> Result<Peer> {
+        Ok(Peer {
+            group: r,
+            global: w.get_global_rank(pg, r)?,
+        })
+    }
+}
+
+/// [`decode`] under `limits`; errors name `from` when given.
+fn decode_limited<T: DeserializeOwned>(
+    bytes: &[u8],
+    limits: &PickleLimits,
+    from: Option<Peer>,
+) -> Result<T> {
+    let who = from.map_or(String::new(), |p| {
+        format!(" from rank {} (global rank {})", p.group, p.global)
+    });
+    if let Err(why) = crate::pickle_scan::check(bytes, limits) {
+        return Err(DistError::invalid(format!(
+            "object collective: refused the object{who} ({} pickle bytes): {why}",
+            bytes.len()
+        )));
+    }
     serde_pickle::from_slice(bytes, serde_pickle::DeOptions::new()).map_err(|e| {
         DistError::invalid(format!(
-            "object collective: cannot read the object (a pickle of plain data is expected; calls of unknown callables are refused): {e}"
+            "object collective: cannot read the object{who} (a pickle of plain data is expected; calls of unknown callables are refused): {e}"
         ))
     })
+}
+
+/// [`decode`] of the object `from` sent.
+fn decode_from<T: DeserializeOwned>(bytes: &[u8], from: Peer) -> Result<T> {
+    decode_limited(bytes, &PickleLimits::from_env(), Some(from))
 }
 
 /// Largest serialized object a peer may announce (bytes); anything larger is taken as garbage.
@@ -79,11 +139,21 @@ fn padded(mut bytes: Vec<u8>, len: usize) -> Tensor {
     Tensor::from_vec(bytes)
 }
 
-/// One object per padded uint8 tensor, each the first `sizes[i]` bytes of `outs[i]`.
-fn decode_each<T: DeserializeOwned>(outs: &[Tensor], sizes: &[usize]) -> Result<Vec<T>> {
+/// One object per padded uint8 tensor, each the first `sizes[i]` bytes of `outs[i]`, sent by
+/// group rank `i` of `pg`.
+fn decode_each<T: DeserializeOwned>(
+    w: &World,
+    pg: &ProcessGroup,
+    outs: &[Tensor],
+    sizes: &[usize],
+) -> Result<Vec<T>> {
     outs.iter()
         .zip(sizes)
-        .map(|(t, &s)| t.read(|b: &[u8]| decode(&b[..s]))?)
+        .enumerate()
+        .map(|(r, (t, &s))| {
+            let from = Peer::of(w, pg, r)?;
+            t.read(|b: &[u8]| decode_from(&b[..s], from))?
+        })
         .collect()
 }
 
@@ -92,11 +162,12 @@ fn decode_concat<T: DeserializeOwned>(
     payload: &Tensor,
     sizes: &[usize],
     objs: &mut [T],
+    from: Peer,
 ) -> Result<()> {
     payload.read(|b: &[u8]| -> Result<()> {
         let mut off = 0;
         for (slot, s) in objs.iter_mut().zip(sizes) {
-            *slot = decode(&b[off..off + s])?;
+            *slot = decode_from(&b[off..off + s], from)?;
             off += s;
         }
         Ok(())
@@ -291,7 +362,7 @@ object_op!(
         let outs = (0..n)
             .map(|r| flat.flat_slice(r * max, max))
             .collect::<Result<Vec<Tensor>>>()?;
-        decode_each(&outs, &sizes)
+        decode_each(w, &pg, &outs, &sizes)
     }
 );
 
@@ -331,7 +402,7 @@ object_op!(
         let gather = w.gather(&input).gather_list(&outs).dst(Rank::Group(root));
         gather.group(&g).within(kw.timeout).run()?;
         Ok(if is_root {
-            Some(decode_each(&outs, &sizes)?)
+            Some(decode_each(w, &pg, &outs, &sizes)?)
         } else {
             None
         })
@@ -355,8 +426,9 @@ object_op!(
         let Some((pg, g)) = w.object_group(kw, "broadcast_object_list")? else {
             return Ok(());
         };
-        let root = Rank::Group(root_or_global0(w, &pg, a.src)?);
-        let me = root == Rank::Group(pg.rank());
+        let root_group = root_or_global0(w, &pg, a.src)?;
+        let root = Rank::Group(root_group);
+        let me = root_group == pg.rank();
         let encoded: Vec<Vec<u8>> = if me {
             a.object_list.iter().map(encode).collect::<Result<_>>()?
         } else {
@@ -383,7 +455,8 @@ object_op!(
             .within(kw.timeout)
             .run()?;
         if !me {
-            decode_concat(&payload, &sizes, a.object_list)?;
+            let from = Peer::of(w, &pg, root_group)?;
+            decode_concat(&payload, &sizes, a.object_list, from)?;
         }
         Ok(())
     }
@@ -436,7 +509,10 @@ object_op!(
         let scatter = w.scatter(&size_out).scatter_list(&size_ins).src(src);
         scatter.group(&g).within(t).run()?;
         let s = peer_sizes(size_out.to_vec::<i64>()?)?[0];
-        Ok(Some(out.read(|b: &[u8]| decode(&b[..s.min(b.len())]))??))
+        let from = Peer::of(w, &pg, root)?;
+        Ok(Some(out.read(|b: &[u8]| {
+            decode_from(&b[..s.min(b.len())], from)
+        })??))
     }
 );
 keyword!([T] ScatterObjectList<'a, T>, /// PyTorch's `scatter_object_input_list=`: one object per group rank, on the source only.
@@ -496,7 +572,11 @@ object_op!(
             .group(&g)
             .within(kw.timeout)
             .run()?;
-        decode_concat(&payload, &sizes, a.object_list)?;
+        let from = Peer {
+            group: w.get_group_rank(&pg, sender as usize)?,
+            global: sender as usize,
+        };
+        decode_concat(&payload, &sizes, a.object_list, from)?;
         Ok(sender)
     }
 );
@@ -531,5 +611,45 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("limit"));
+    }
+}
+
+#[cfg(test)]
+mod hostile {
+    use super::{decode_limited, Peer, PickleLimits};
+    use crate::pickle_scan::tests::{deep, huge_length, memo_bomb};
+
+    #[test]
+    fn refusals_name_the_sender_and_the_bound() {
+        let from = Some(Peer {
+            group: 1,
+            global: 3,
+        });
+        let l = PickleLimits::default();
+        let e = decode_limited::<serde_pickle::Value>(&memo_bomb(9, 10), &l, from).unwrap_err();
+        let e = super::name_the_op(e, "recv_object_list").to_string();
+        assert!(
+            e.contains("recv_object_list: refused the object from rank 1 (global rank 3)")
+                && e.contains("pickle expands past the 64 MiB bound"),
+            "{e}"
+        );
+        let e = decode_limited::<serde_pickle::Value>(&deep(5000), &l, from).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("deeper than the bound of 500 levels"),
+            "{e}"
+        );
+        let e = decode_limited::<String>(&huge_length(), &l, from).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("declares a length of 4294967295 bytes"),
+            "{e}"
+        );
+        let e = decode_limited::<String>(b"\x80\x02K\x01.", &l, from).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("cannot read the object from rank 1 (global rank 3)"),
+            "{e}"
+        );
     }
 }

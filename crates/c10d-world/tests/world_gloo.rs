@@ -278,3 +278,55 @@ fn set_timeout_and_recv_from_any_source() {
     let e = out[0].1.as_ref().unwrap();
     assert!(e.contains("Timed out waiting 50ms"), "{e}");
 }
+
+/// A memo bomb (ten levels of ten references: 10^9 values once expanded) from group rank 1
+/// (global rank 2) of the group {0, 2}, sent with the wire pattern of `send_object_list`:
+/// rank 0's `recv_object_list` fails naming the sender and the bound, without expanding it;
+/// the group still works afterwards.
+#[test]
+fn a_hostile_pickle_fails_the_receiving_op_naming_the_sender() {
+    let mut bomb = vec![0x80, 2, b']', b'q', 0];
+    for i in 1..=10u8 {
+        bomb.extend([b']', b'q', i, b'(']);
+        for _ in 0..10 {
+            bomb.extend([b'h', i - 1]);
+        }
+        bomb.push(b'e');
+    }
+    bomb.push(b'.');
+    let out = run_gloo(
+        3,
+        |_| {},
+        move |w, r| {
+            let g = w.new_group(Some(&[0, 2]), GroupOptions::default()).unwrap();
+            let mut msg = String::new();
+            if r == 2 {
+                let len = Tensor::from_vec(vec![bomb.len() as i64]);
+                w.send(&len, 0).group(&g).run().unwrap();
+                w.send(&Tensor::from_vec(bomb.clone()), 0)
+                    .group(&g)
+                    .run()
+                    .unwrap();
+            } else if r == 0 {
+                let mut objs: Vec<Vec<String>> = vec![Vec::new()];
+                let t = std::time::Instant::now();
+                let e = w.recv_object_list(&mut objs).group(&g).run().unwrap_err();
+                assert!(t.elapsed() < Duration::from_secs(10));
+                msg = e.to_string();
+            }
+            if r != 1 {
+                let x = Tensor::from_vec(vec![1i64]);
+                w.all_reduce(&x).group(&g).run().unwrap();
+                assert_eq!(x.to_vec::<i64>().unwrap(), vec![2]);
+            }
+            w.barrier().run().unwrap();
+            msg
+        },
+    );
+    assert!(
+        out[0].contains("recv_object_list: refused the object from rank 1 (global rank 2)")
+            && out[0].contains("pickle expands past the 64 MiB bound"),
+        "{}",
+        out[0]
+    );
+}

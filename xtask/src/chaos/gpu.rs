@@ -61,12 +61,21 @@ enum Fault {
 }
 
 /// Every kind: (name, fault, mode).
+/// The names of [`KINDS`].
+pub const KIND_NAMES: [&str; 5] = [
+    "gpu hang",
+    "gpu async error",
+    "gpu rank dies",
+    "gpu abort during op",
+    "gpu init hang",
+];
+
 const KINDS: [(&str, Fault); 5] = [
-    ("gpu hang", Fault::Hang),
-    ("gpu async error", Fault::AsyncError),
-    ("gpu rank dies", Fault::Dies),
-    ("gpu abort during op", Fault::Abort),
-    ("gpu init hang", Fault::InitHang),
+    (KIND_NAMES[0], Fault::Hang),
+    (KIND_NAMES[1], Fault::AsyncError),
+    (KIND_NAMES[2], Fault::Dies),
+    (KIND_NAMES[3], Fault::Abort),
+    (KIND_NAMES[4], Fault::InitHang),
 ];
 
 /// The layer: `chaos_rank` and the directory of the simulated libraries.
@@ -104,17 +113,6 @@ impl Gpu {
             runs: [0; KINDS.len()],
             first: [None; KINDS.len()],
         })
-    }
-}
-
-/// The layer, or `None` (saying why) when it cannot run here.
-pub fn layer() -> Option<Box<dyn Layer>> {
-    match Gpu::new() {
-        Ok(g) => Some(Box::new(g)),
-        Err(why) => {
-            println!("chaos: gpu layer skipped: {why}");
-            None
-        }
     }
 }
 

@@ -17,7 +17,7 @@ pub fn shm() -> BTreeSet<String> {
 }
 
 /// Pids of live processes whose environment holds `C10D_CHAOS_TRIAL=<marker>`.
-fn marked(marker: &str) -> Vec<i32> {
+pub fn marked(marker: &str) -> Vec<i32> {
     let want = format!("C10D_CHAOS_TRIAL={marker}");
     let mut out = Vec::new();
     let Ok(d) = std::fs::read_dir("/proc") else {
@@ -35,6 +35,21 @@ fn marked(marker: &str) -> Vec<i32> {
         }
     }
     out
+}
+
+/// Waits up to `limit` for the processes of trial `marker` to be gone (a parent's death
+/// reaches its children a moment later); true when none is left.
+pub fn settle(marker: &str, limit: std::time::Duration) -> bool {
+    let end = std::time::Instant::now() + limit;
+    loop {
+        if marked(marker).is_empty() {
+            return true;
+        }
+        if std::time::Instant::now() > end {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }
 
 /// Everything trial `marker` left behind (pids of its ranks in `pids`); empty when clean.

@@ -3,9 +3,13 @@
 //!
 //! Faults are injected at every layer a job can fail in; each layer is a module with its own
 //! kinds and verdicts (see [`layer::Layer`]): `ranks` (a rank of a running `c10d-bench` job
-//! killed, stopped, slowed, a connection closed, a link cut) and `gpu` (c10d-nccl on the simulated
-//! CUDA and NCCL: a hang, an async error, a dead rank, an abort, an init that never ends, in
-//! every `TORCH_NCCL_ASYNC_ERROR_HANDLING` mode). Every trial draws its kind
+//! killed, stopped, slowed, a connection closed, a link cut), `launcher` (a `c10drun` agent of
+//! a 2-node job killed or stopped, the store's host killed), `elastic` (nodes joining and
+//! leaving an elastic training job that checkpoints every step), `tls` (faults during the
+//! store's TLS handshake and the job secret's challenge), `objects` (hostile pickles through
+//! the object collectives) and `gpu` (c10d-nccl on the simulated CUDA and NCCL: a hang, an
+//! async error, a dead rank, an abort, an init that never ends, in every
+//! `TORCH_NCCL_ASYNC_ERROR_HANDLING` mode). Every trial draws its kind
 //! (seeded, `--seed`): each run of as many trials as there are kinds is a random order of all
 //! kinds, so `N` trials draw every kind at least `N / kinds` times. `--kinds` keeps the kinds
 //! whose names contain one of the given texts. Every trial checks what it leaves behind
@@ -15,16 +19,20 @@
 //! K < N. A layer that cannot run here (no root for namespaces, say) is skipped, said so at
 //! the start.
 
+mod elastic;
 mod gpu;
 mod hosts;
 mod inject;
 mod job;
+mod launcher;
 mod layer;
 mod leaks;
+mod objects;
 mod plan;
 mod ranks;
 mod report;
 mod rng;
+mod tls;
 mod verdict;
 
 /// Every op `c10d-bench` runs (its names).
@@ -94,10 +102,35 @@ pub fn chaos(
     bench: impl FnOnce() -> Result<PathBuf, String>,
 ) -> Result<(), String> {
     let o = parse(args)?;
-    let ranks = ranks::Ranks::new(bench()?);
+    let bench = bench()?;
+    let ranks = ranks::Ranks::new(bench.clone());
     let namespaces = ranks.namespaces();
     let mut layers: Vec<Box<dyn Layer>> = vec![Box::new(ranks)];
-    layers.extend(gpu::layer());
+    let wanted = |kinds: &[&str]| {
+        o.kinds.is_empty()
+            || kinds
+                .iter()
+                .any(|k| o.kinds.iter().any(|f| k.contains(f.as_str())))
+    };
+    // The other layers build their programs only when one of their kinds is wanted.
+    add(&mut layers, "launcher", wanted(&launcher::KINDS), || {
+        launcher::Launcher::new(
+            bench.clone(),
+            built(&["-p", "c10d-run", "--bin", "c10drun"], "c10drun"),
+        )
+    });
+    add(&mut layers, "elastic", wanted(&elastic::KINDS), || {
+        elastic::Elastic::new(
+            built(&["-p", "c10d-run", "--bin", "c10drun"], "c10drun"),
+            built(
+                &["-p", "c10d-ddp", "--example", "ddp_elastic"],
+                "examples/ddp_elastic",
+            ),
+        )
+    });
+    add(&mut layers, "gpu", wanted(&gpu::KIND_NAMES), gpu::Gpu::new);
+    layers.push(Box::new(objects::Objects::new()));
+    layers.push(Box::new(tls::Tls::new()));
     let kinds = kinds_of(&layers, &o.kinds);
     if kinds.is_empty() {
         return Err(format!("chaos: no fault kind matches {:?}", o.kinds));
@@ -148,6 +181,30 @@ pub fn chaos(
         return Err(format!("chaos: {} of {trials} trials failed", trials - ok));
     }
     Ok(())
+}
+
+/// Adds the layer `make` builds when `wanted`, or says why it is skipped.
+fn add<L: Layer + 'static>(
+    layers: &mut Vec<Box<dyn Layer>>,
+    name: &str,
+    wanted: bool,
+    make: impl FnOnce() -> Result<L, String>,
+) {
+    if !wanted {
+        return;
+    }
+    match make() {
+        Ok(l) => layers.push(Box::new(l)),
+        Err(why) => println!("chaos: {name} layer skipped: {why}"),
+    }
+}
+
+/// Builds `cargo build ARGS` and returns `target/debug/<path>`.
+fn built(args: &[&str], path: &str) -> Result<PathBuf, String> {
+    crate::run(crate::cargo().arg("build").args(args))?;
+    let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
+    std::fs::canonicalize(format!("{target}/debug/{path}"))
+        .map_err(|e| format!("{path} not built: {e}"))
 }
 
 /// (layer index, kind) of every kind of every layer that `filter` keeps.

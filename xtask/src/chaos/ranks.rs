@@ -93,7 +93,7 @@ fn fr_dir(logs: &Path, t: usize) -> PathBuf {
 }
 
 /// A free port on 127.0.0.1 for rank 0's store.
-fn free_port() -> u16 {
+pub(super) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())

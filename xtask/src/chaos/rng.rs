@@ -25,7 +25,6 @@ impl Rng {
     }
 
     /// One element of `items` (non-empty).
-    #[allow(dead_code)] // for the layers that draw from a list
     pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
         &items[self.range(0, items.len() as u64 - 1) as usize]
     }

@@ -189,8 +189,20 @@ impl Client {
         if let Some(tls) = &sec.tls {
             let mut t = tls.client_session();
             t.handshake(&mut c.sock).map_err(|e| {
+                let why = if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) {
+                    // A read timeout: a silent peer, not a certificate problem.
+                    format!(
+                        "no answer within {} ms (the store is stopped or overloaded, or the connection stalled)",
+                        limit.as_millis()
+                    )
+                } else {
+                    format!("{e} (does the server use TLS with a certificate of the job's CA?)")
+                };
                 Attempt::Refused(DistError::network(format!(
-                    "TLS handshake with the store at {} failed: {e} (does the server use TLS with a certificate of the job's CA?)",
+                    "TLS handshake with the store at {} failed: {why}",
                     c.desc
                 )))
             })?;
