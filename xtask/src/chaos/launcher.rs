@@ -66,7 +66,8 @@ impl Layer for Launcher {
         let delay = Duration::from_millis(ctx.rng.range(100, 800));
         let mut out = TrialOut {
             desc: format!(
-                "{kind}: 2 nodes × {nproc} all_reduce 1 KiB, fault {} ms into the job",
+                "{kind}: 2 nodes × {nproc} all_reduce {}, fault {} ms into the job",
+                if kind == STOP { "1 MiB × 1500" } else { "1 KiB" },
                 delay.as_millis()
             ),
             ..Default::default()
@@ -81,8 +82,11 @@ impl Layer for Launcher {
             c10drun: &self.c10drun,
             bench: &self.bench,
             nproc,
-            // The stopped agent's job must end by itself: ~2 s of all_reduces (more when loaded).
-            iters: if kind == STOP { 20_000 } else { 1 << 30 },
+            // The stopped agent's job must end by itself, but only after the fault (drawn up to
+            // 0.8 s in): 1,500 all_reduces of 1 MiB took about 1.8 s with 2 ranks and 4.5 s
+            // with 4 here (bandwidth-bound, so far steadier than 1 KiB ones, which ran
+            // 1.3–100 µs each), well under the 60 s cap on a loaded machine.
+            iters: if kind == STOP { 1_500 } else { 1 << 30 },
             timeout_s: ctx.timeout.as_secs(),
             tmp: &tmp,
             logs: &logs,
@@ -137,6 +141,8 @@ impl Static<'_> {
             STOP_S.to_string(),
         );
         let (iters, t) = (self.iters.to_string(), self.timeout_s.to_string());
+        // A finite job moves 1 MiB per op (see `iters`); the endless ones 1 KiB.
+        let size = if self.iters < 1 << 30 { "1M" } else { "1K" };
         cmd.args([
             "--nnodes",
             "2",
@@ -162,9 +168,9 @@ impl Static<'_> {
         .args([
             "all_reduce",
             "-b",
-            "1K",
+            size,
             "-e",
-            "1K",
+            size,
             "-n",
             &iters,
             "--timeout",
@@ -381,7 +387,7 @@ fn run(
                 .lock()
                 .expect("lines")
                 .iter()
-                .find(|(_, l)| l.starts_with("[rank 0]:") && l.contains(" 1024 "))
+                .find(|(_, l)| l.starts_with("[rank 0]:") && l.contains(" 1048576 "))
                 .map(|(t, _)| *t);
             let bound = Duration::from_secs(RDZV_S + STOP_S) + SLACK;
             match row {
