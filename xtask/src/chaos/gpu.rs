@@ -34,7 +34,7 @@
 //! so only c10d-nccl keeps it.
 
 use super::job::{self, Rank};
-use super::layer::{Ctx, Layer, TrialOut};
+use super::layer::{Ctx, Layer, TrialOut, Turns};
 use super::leaks;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -82,11 +82,9 @@ const KINDS: [(&str, Fault); 5] = [
 pub struct Gpu {
     rank_bin: PathBuf,
     libs: PathBuf,
-    /// Trials run so far of each kind (index in `KINDS`): a kind's trials take the four
-    /// `TORCH_NCCL_ASYNC_ERROR_HANDLING` modes in turn, so every 4 trials of it cover them all.
-    runs: [u32; KINDS.len()],
-    /// The mode each kind's first trial drew.
-    first: [Option<u32>; KINDS.len()],
+    /// Per kind (index in `KINDS`): its trials take the four `TORCH_NCCL_ASYNC_ERROR_HANDLING`
+    /// modes in turn, the first drawn, so every 4 trials of it cover them all.
+    modes: [Turns; KINDS.len()],
 }
 
 impl Gpu {
@@ -110,8 +108,7 @@ impl Gpu {
         Ok(Gpu {
             rank_bin,
             libs,
-            runs: [0; KINDS.len()],
-            first: [None; KINDS.len()],
+            modes: Default::default(),
         })
     }
 }
@@ -140,10 +137,7 @@ impl Layer for Gpu {
             .iter()
             .position(|k| k.0 == kind)
             .expect("one of this layer's kinds");
-        // The first mode of each kind is drawn; the next trials take the others in turn.
-        let first = *self.first[i].get_or_insert_with(|| ctx.rng.range(0, 3) as u32);
-        let (fault, mode) = (KINDS[i].1, ((first + self.runs[i]) % 4) as i32);
-        self.runs[i] += 1;
+        let (fault, mode) = (KINDS[i].1, self.modes[i].next(4, ctx.rng) as i32);
         let victim = ctx.rng.range(0, 1) as usize;
         let op = ctx.rng.range(2, 4);
         let spec = match fault {

@@ -67,7 +67,11 @@ impl Layer for Launcher {
         let mut out = TrialOut {
             desc: format!(
                 "{kind}: 2 nodes × {nproc} all_reduce {}, fault {} ms into the job",
-                if kind == STOP { "1 MiB × 1500" } else { "1 KiB" },
+                if kind == STOP {
+                    "1 MiB × 1500"
+                } else {
+                    "1 KiB"
+                },
                 delay.as_millis()
             ),
             ..Default::default()

@@ -43,3 +43,21 @@ pub trait Layer {
     /// Runs one trial of `kind` (one of [`Layer::kinds`]).
     fn trial(&mut self, kind: &'static str, ctx: &mut Ctx<'_>) -> TrialOut;
 }
+
+/// Variants of one kind taken in turn, the first drawn: every `n` trials of the kind cover
+/// all `n` variants (a GPU fault's four error-handling modes, a TLS fault's four actions).
+#[derive(Debug, Default)]
+pub struct Turns {
+    first: Option<u64>,
+    runs: u64,
+}
+
+impl Turns {
+    /// The next variant of `n` (`0..n`).
+    pub fn next(&mut self, n: u64, rng: &mut Rng) -> usize {
+        let first = *self.first.get_or_insert_with(|| rng.range(0, n - 1));
+        let v = (first + self.runs) % n;
+        self.runs += 1;
+        v as usize
+    }
+}

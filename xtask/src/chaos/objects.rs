@@ -9,15 +9,17 @@
 //! ranks then leave cleanly and nothing is left behind.
 
 use super::job::{self, Rank};
-use super::layer::{Ctx, Layer, TrialOut};
+use super::layer::{Ctx, Layer, TrialOut, Turns};
 use super::leaks;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-const MEMO: &str = "hostile pickle: memo bomb";
-const DEEP: &str = "hostile pickle: deep nesting";
-const LENGTH: &str = "hostile pickle: huge length";
+/// The layer's one kind; its variants (below) are taken in turn.
+const KIND: &str = "hostile pickle";
+const MEMO: &str = "memo bomb";
+const DEEP: &str = "deep nesting";
+const LENGTH: &str = "huge length";
 
 /// From rank 1's send to rank 0's refusal. The scan of the largest pickle drawn (620 kB)
 /// takes about 100 ms in a debug build; 5 s leaves room for a loaded 2-core machine.
@@ -36,11 +38,15 @@ const JOB: Duration = Duration::from_secs(60);
 /// The layer, with the example binary once built.
 pub struct Objects {
     bin: Option<PathBuf>,
+    variants: Turns,
 }
 
 impl Objects {
     pub fn new() -> Objects {
-        Objects { bin: None }
+        Objects {
+            bin: None,
+            variants: Turns::default(),
+        }
     }
 
     fn bin(&mut self) -> Result<PathBuf, String> {
@@ -71,10 +77,11 @@ impl Objects {
 
 impl Layer for Objects {
     fn kinds(&self) -> Vec<&'static str> {
-        vec![MEMO, DEEP, LENGTH]
+        vec![KIND]
     }
 
-    fn trial(&mut self, kind: &'static str, ctx: &mut Ctx<'_>) -> TrialOut {
+    fn trial(&mut self, _kind: &'static str, ctx: &mut Ctx<'_>) -> TrialOut {
+        let kind = [MEMO, DEEP, LENGTH][self.variants.next(3, ctx.rng)];
         let (variant, n, expect) = match kind {
             MEMO if ctx.rng.range(0, 1) == 0 => (
                 "memo",

@@ -13,7 +13,7 @@
 //! [`SERVED`] while the broken connection is still held; nothing is left behind.
 
 use super::job::{self, Rank};
-use super::layer::{Ctx, Layer, TrialOut};
+use super::layer::{Ctx, Layer, TrialOut, Turns};
 use super::leaks;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -25,7 +25,13 @@ use std::time::{Duration, Instant};
 
 /// "handshake": TLS only; "auth challenge": the job secret only (plain TCP, so that the
 /// proxy's chunks are the challenge's messages).
-const KINDS: [&str; 8] = [
+/// The layer's kinds: a fault in the TLS handshake, or in the job secret's challenge; each
+/// takes its four actions (the store killed or stopped, the connection cut or stalled) in
+/// turn, as [`VARIANTS`] names them.
+const KINDS: [&str; 2] = ["tls: handshake fault", "tls: auth challenge fault"];
+
+/// Every (kind, action) pair, as the trial reads it.
+const VARIANTS: [&str; 8] = [
     "tls: handshake, store killed",
     "tls: handshake, store stopped",
     "tls: handshake, conn cut",
@@ -58,6 +64,8 @@ enum Action {
 pub struct Tls {
     bin: Option<PathBuf>,
     dir: PathBuf,
+    /// Actions taken in turn, per kind.
+    actions: [Turns; 2],
 }
 
 impl Tls {
@@ -65,6 +73,7 @@ impl Tls {
         Tls {
             bin: None,
             dir: std::env::temp_dir().join(format!("c10d-chaos-tls-{}", std::process::id())),
+            actions: Default::default(),
         }
     }
 
@@ -136,6 +145,8 @@ impl Layer for Tls {
     }
 
     fn trial(&mut self, kind: &'static str, ctx: &mut Ctx<'_>) -> TrialOut {
+        let k = usize::from(kind != KINDS[0]);
+        let kind = VARIANTS[4 * k + self.actions[k].next(4, ctx.rng)];
         let tls = kind.contains("handshake");
         let action = if kind.contains("killed") {
             Action::Kill
