@@ -148,13 +148,28 @@ fn test(args: &[String]) -> Res {
 
 /// Trials of the fault-injection harness that `cargo xtask test` runs: one block (every fault
 /// kind of every layer once, in the seeded order), so that a regression in how any fault ends
-/// fails CI. The full harness (`cargo xtask chaos --trials 200`) is not part of CI.
-const CHAOS_SUBSET: [&str; 6] = ["--trials", "each", "--seed", "2026", "--timeout", "3"];
-
-/// Runs [`CHAOS_SUBSET`].
+/// fails CI. A kind whose trial failed is tried once more (another seed): a regression fails
+/// both times, while a verdict's timing bound met late once on a loaded 2-core machine (about
+/// 1 trial in 100 over the full harness) does not fail CI. The full harness
+/// (`cargo xtask chaos --trials 200`) is not part of CI.
 fn chaos_subset() -> Res {
-    let args: Vec<String> = CHAOS_SUBSET.iter().map(|a| a.to_string()).collect();
-    chaos::chaos(&args, build_bench)
+    let args = |seed: &str, kinds: &[&str]| -> Vec<String> {
+        let mut a = vec!["--trials", "each", "--seed", seed, "--timeout", "3"];
+        let filter = kinds.join(",");
+        if !kinds.is_empty() {
+            a.extend(["--kinds", filter.as_str()]);
+        }
+        a.into_iter().map(str::to_string).collect()
+    };
+    let failed = chaos::run(&args("2026", &[]), build_bench)?;
+    if failed.is_empty() {
+        return Ok(());
+    }
+    println!(
+        "xtask: chaos: trying the failed kinds again: {}",
+        failed.join(", ")
+    );
+    chaos::chaos(&args("2027", &failed), build_bench)
 }
 
 /// The cargo-deny release `lint` installs where none is found.

@@ -372,10 +372,13 @@ fn handle(shared: &Shared, report: PollReport<InFlight>) {
             failed.iter().for_each(|op| op.comm.abort());
         }
         if response.tear_down_process {
-            eprintln!(
-                "{reason}\nTo avoid data inconsistency, we are taking the entire process down (TORCH_NCCL_ASYNC_ERROR_HANDLING={}).",
+            // One write, so that the last words are not interleaved with what another part of
+            // the process (a CUDA or NCCL library with its own stderr lock) prints meanwhile.
+            let last_words = format!(
+                "{reason}\nTo avoid data inconsistency, we are taking the entire process down (TORCH_NCCL_ASYNC_ERROR_HANDLING={}).\n",
                 shared.lock().mode().code()
             );
+            let _ = std::io::Write::write_all(&mut std::io::stderr(), last_words.as_bytes());
             std::process::abort();
         }
     }

@@ -92,15 +92,31 @@ fn parse(args: &[String]) -> Result<Opts, String> {
     Ok(o)
 }
 
-/// Runs the harness.
+/// Runs the harness ([`run`]).
 ///
 /// # Errors
-/// A failed trial, bad arguments, a binary that could not be built, or no kind left by
-/// `--kinds`.
+/// A failed trial, or [`run`]'s errors.
 pub fn chaos(
     args: &[String],
     bench: impl FnOnce() -> Result<PathBuf, String>,
 ) -> Result<(), String> {
+    let failed = run(args, bench)?;
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("chaos: trials of {} failed", failed.join(", ")))
+    }
+}
+
+/// Runs the harness; returns the kinds of which a trial failed (empty: every trial ok).
+///
+/// # Errors
+/// Bad arguments, a binary that could not be built, no kind left by `--kinds`, or
+/// namespaces left behind.
+pub fn run(
+    args: &[String],
+    bench: impl FnOnce() -> Result<PathBuf, String>,
+) -> Result<Vec<&'static str>, String> {
     let o = parse(args)?;
     let bench = bench()?;
     let ranks = ranks::Ranks::new(bench.clone());
@@ -167,20 +183,22 @@ pub fn chaos(
     }
     drop(layers);
     tally.print(o.timeout);
-    let mut ok = tally.passed();
     let left: Vec<String> = hosts::list()
         .into_iter()
         .filter(|n| namespaces.contains(n))
         .collect();
+    println!(
+        "chaos: {} of {trials} trials ok ({})",
+        tally.passed(),
+        tally.counts()
+    );
     if !left.is_empty() {
-        println!("chaos: namespaces left behind: {}", left.join(", "));
-        ok = 0;
+        return Err(format!(
+            "chaos: namespaces left behind: {}",
+            left.join(", ")
+        ));
     }
-    println!("chaos: {ok} of {trials} trials ok ({})", tally.counts());
-    if ok < trials {
-        return Err(format!("chaos: {} of {trials} trials failed", trials - ok));
-    }
-    Ok(())
+    Ok(tally.failed())
 }
 
 /// Adds the layer `make` builds when `wanted`, or says why it is skipped.

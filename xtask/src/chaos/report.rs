@@ -59,6 +59,15 @@ impl Tally {
 }
 
 impl Tally {
+    /// The kinds of which a trial failed.
+    pub fn failed(&self) -> Vec<&'static str> {
+        self.kinds
+            .iter()
+            .filter(|(_, (n, ok, _))| ok < n)
+            .map(|(k, _)| *k)
+            .collect()
+    }
+
     /// Trials that passed, over every kind.
     pub fn passed(&self) -> usize {
         self.kinds.values().map(|(_, ok, _)| ok).sum()

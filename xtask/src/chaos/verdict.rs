@@ -76,12 +76,14 @@ pub struct Verdict {
 }
 
 /// How soon survivors must report `kind`: at once for a dead peer or a closed connection,
-/// within the op timeout (plus the 1 s an op begun just before the fault may still take to
-/// start its clock) for a silent one.
+/// within the op timeout for a silent one, plus 2 s during which survivors may still start ops
+/// after the fault: a silent rank's peers run ahead until the kernel's socket buffers towards
+/// it are full (a broadcast root of 64 B ops over TCP ran about 1.1 s ahead: reported at
+/// 4.09 s with a 3 s timeout, the most in 300 trials of this layer).
 pub fn bound(kind: FaultKind, timeout: Duration) -> Duration {
     match kind {
         FaultKind::Kill | FaultKind::CloseSocket => Duration::from_secs(1),
-        _ => timeout + Duration::from_secs(1),
+        _ => timeout + Duration::from_secs(2),
     }
 }
 
