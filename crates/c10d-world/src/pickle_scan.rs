@@ -35,7 +35,7 @@ pub struct PickleLimits {
     pub min_bytes: u64,
     /// ... and at least this many times the pickle's length (default 32): a pickle without
     /// shared references never passes it (each opcode byte makes at most one value of
-    /// [`VALUE`] bytes), so only memo expansion and parse-time copies do.
+    /// 32 bytes, as the scan counts a value), so only memo expansion and parse-time copies do.
     pub per_pickle_byte: u64,
     /// Deepest nesting allowed (default 500: `serde-pickle`'s recursive reader needs about
     /// 2 kB of stack per level in a debug build, and a thread has 2 MiB; Python's own

@@ -5,7 +5,7 @@
 //! references to lists, or one list referenced 300 000 times: gigabytes once expanded), lists
 //! nested thousands deep, or a declared length (`BINUNICODE`, `BINBYTES8`, `LONG4`) far past
 //! the bytes sent. Rank 0 must fail the op naming rank 1 and the bound it exceeded, within
-//! [`DETECT`] of rank 1's send, with its peak memory under the bound plus [`SLACK`]; both
+//! [`DETECT`] of rank 1's send, with its peak memory under the bound plus [`SLACK_KB`]; both
 //! ranks then leave cleanly and nothing is left behind.
 
 use super::job::{self, Rank};
