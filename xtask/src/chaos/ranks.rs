@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 pub struct Ranks {
     bench: PathBuf,
     pair: Option<hosts::HostPair>,
+    /// `ss -K` can destroy sockets here (iproute2 installed; we are allowed to).
+    can_close: bool,
 }
 
 impl Ranks {
@@ -29,7 +31,19 @@ impl Ranks {
                 None
             }
         };
-        Ranks { bench, pair }
+        let can_close = std::process::Command::new("ss")
+            // Matches no TCP socket: only whether `ss` runs and takes -K here.
+            .args(["-t", "-K", "dst", "0.0.0.0/32"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !can_close {
+            println!("chaos: close-socket trials skipped: `ss -K` is not available here");
+        }
+        Ranks {
+            bench,
+            pair,
+            can_close,
+        }
     }
 
     /// Namespaces left behind by the run (checked once the layer is dropped).
@@ -46,6 +60,7 @@ impl Layer for Ranks {
         FaultKind::ALL
             .into_iter()
             .filter(|k| *k != FaultKind::LinkDown || self.pair.is_some())
+            .filter(|k| *k != FaultKind::CloseSocket || self.can_close)
             .map(FaultKind::name)
             .collect()
     }
