@@ -219,6 +219,16 @@ impl Scan<'_> {
         Ok(n as u64)
     }
 
+    /// A memo id written as a text line (`PUT`, `GET`).
+    fn text_id(&mut self) -> Step<u64> {
+        let start = self.pos;
+        self.line()?;
+        std::str::from_utf8(&self.b[start..self.pos - 1])
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .ok_or(Stop::ReaderFails)
+    }
+
     /// Skips a payload of `len` declared bytes (checked against what remains); `len`.
     fn payload(&mut self, at: usize, len: u64) -> Step<u64> {
         let left = self.b.len() - self.pos;
@@ -385,12 +395,7 @@ impl Scan<'_> {
                     self.stack.push(top);
                 }
                 b'p' => {
-                    let start = self.pos;
-                    self.line()?;
-                    let id = std::str::from_utf8(&self.b[start..self.pos - 1])
-                        .ok()
-                        .and_then(|s| s.trim().parse().ok())
-                        .ok_or(Stop::ReaderFails)?;
+                    let id = self.text_id()?;
                     self.memoize(id)?;
                 }
                 b'q' => {
@@ -406,12 +411,7 @@ impl Scan<'_> {
                     self.memoize(id)?;
                 }
                 b'g' => {
-                    let start = self.pos;
-                    self.line()?;
-                    let id = std::str::from_utf8(&self.b[start..self.pos - 1])
-                        .ok()
-                        .and_then(|s| s.trim().parse().ok())
-                        .ok_or(Stop::ReaderFails)?;
+                    let id = self.text_id()?;
                     self.get(id)?;
                 }
                 b'h' => {
