@@ -28,22 +28,16 @@ pub fn frame_header(bytes: &[u8]) {
 /// # Panics
 /// On a violation of the above (the fuzzer's finding).
 pub fn hello(bytes: &[u8]) {
-    let never = || false;
-    let spec = crate::transport::MeshSpec {
-        group_name: "g",
+    let me = crate::transport::hello::Who {
+        group_name: "g".to_string(),
         rank: 0,
         size: 4,
-        timeout: std::time::Duration::from_secs(1),
-        socket_buffer_bytes: 0,
-        aborted: &never,
-        auth: None,
-        tls: None,
     };
-    let Ok((head, name)) = crate::transport::read_hello(&mut &bytes[..]) else {
+    let Ok((head, name)) = crate::transport::hello::read_hello(&mut &bytes[..]) else {
         return;
     };
     assert!(name.len() <= 4 << 20);
-    if crate::transport::hello_problem(&spec, &|_| false, &head, &name).is_none() {
+    if crate::transport::hello::hello_problem(&me, &|_| false, &head, &name).is_none() {
         assert!(name == "g" && head.size == 4 && (1..4).contains(&head.rank));
     }
 }

@@ -1,5 +1,6 @@
-//! The group's host map: which ranks share a host (plain data; `algo::hierarchical` learns it
-//! and runs the two-level algorithms over it, the engine keeps it between ops).
+//! The group's host map: which ranks share a host (plain data, from the identities the ranks
+//! publish; `algo::hierarchical` learns it and runs the two-level algorithms over it, the engine
+//! keeps it between ops).
 
 /// The group's ranks by host, when they split into at least two hosts of equal size ≥ 2.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -12,31 +13,36 @@ pub(crate) struct Hosts {
     pub(crate) cma: bool,
 }
 
+/// Most ranks per host, and most hosts, that the two-level algorithms run over: each rank talks
+/// to every rank of its host and to one per host, so beyond this a rank would hold more
+/// connections than the flat ring's two (a host of 64 ranks keeps the flat algorithms).
+pub(crate) const MAX_FANOUT: usize = 16;
+
 impl Hosts {
-    /// The host map from every rank's view: `local[r][p]` says that rank `r` reaches `p` over a
-    /// Unix socket (same host). `None` unless the views agree (symmetric and transitive), and
-    /// split the group into at least two hosts with the same number (≥ 2) of ranks each.
-    pub(crate) fn from_local_peers(local: &[Vec<bool>]) -> Option<Hosts> {
-        let n = local.len();
+    /// The host map from every rank's host key (`None`: a host of its own, e.g. a rank without
+    /// Unix sockets). `None` unless the keys split the group into at least two hosts with the
+    /// same number (2 ..= [`MAX_FANOUT`]) of ranks each, and at most [`MAX_FANOUT`] hosts. Every
+    /// rank computes it from the same published keys, so every rank gets the same map.
+    pub(crate) fn from_host_keys(keys: &[Option<&str>]) -> Option<Hosts> {
+        let n = keys.len();
         let mut members: Vec<Vec<usize>> = Vec::new();
-        let mut place = vec![(usize::MAX, 0); n];
-        for r in 0..n {
-            if place[r].0 != usize::MAX {
-                continue;
+        let mut index: std::collections::HashMap<&str, usize> = Default::default();
+        let mut place = vec![(0, 0); n];
+        for (r, k) in keys.iter().enumerate() {
+            let h = match k {
+                Some(k) => *index.entry(k).or_insert(members.len()),
+                None => members.len(),
+            };
+            if h == members.len() {
+                members.push(Vec::new());
             }
-            let host: Vec<usize> = (0..n).filter(|&p| p == r || local[r][p]).collect();
-            for (i, &p) in host.iter().enumerate() {
-                let same_view = (0..n).all(|q| (q == p || local[p][q]) == host.contains(&q));
-                if !same_view || place[p].0 != usize::MAX {
-                    return None;
-                }
-                place[p] = (members.len(), i);
-            }
-            members.push(host);
+            place[r] = (h, members[h].len());
+            members[h].push(r);
         }
         let m = members[0].len();
         let uniform = members.iter().all(|h| h.len() == m);
-        (members.len() >= 2 && m >= 2 && uniform).then_some(Hosts {
+        let fits = (2..=MAX_FANOUT).contains(&m) && (2..=MAX_FANOUT).contains(&members.len());
+        (uniform && fits).then_some(Hosts {
             members,
             place,
             cma: false,

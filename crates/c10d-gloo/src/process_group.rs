@@ -4,8 +4,9 @@
 
 use crate::algo::dispatch::Algo;
 use crate::checks::{checks, cpu};
+use crate::engine::deadline_after;
 use crate::engine::{
-    lock, worker_loop, CollBody, CollOp, Connector, Engine, Ident, OpInfo, P2pOp, Queue, Shared,
+    lock, worker_loop, CollBody, CollOp, Engine, Ident, Links, OpInfo, P2pOp, Queue, Shared,
     Submission, WAKER,
 };
 use crate::GlooOptions;
@@ -85,8 +86,59 @@ fn spawn_worker(
         })
 }
 
+/// Listens, publishes this rank's identity and address, and starts the group's accept thread.
+fn start_links(
+    store: Arc<dyn Store>,
+    id: &Ident,
+    opts: &GlooOptions,
+    listen_addr: std::net::IpAddr,
+    shared: &Arc<Shared>,
+) -> Result<Links> {
+    use crate::transport::{self, accept::Acceptor, hello::Who, identity::Identity};
+    let listeners = transport::listen(listen_addr, opts.local_unix_sockets)?;
+    let mine = Identity::mine(listeners.unix_name(), opts.two_level);
+    transport::publish(store.as_ref(), id.rank, &listeners, &mine)?;
+    let me = Who {
+        group_name: id.group_name.clone(),
+        rank: id.rank,
+        size: id.size,
+    };
+    let auth = c10d_store::AuthSecret::from_env()?;
+    let tls = c10d_store::TlsConfig::given_or_env(opts.tls.as_ref())?;
+    let mailbox = Arc::new(Default::default());
+    let waker = shared.clone();
+    Acceptor {
+        me: me.clone(),
+        socket_buffer_bytes: opts.socket_buffer_bytes,
+        auth: auth.clone(),
+        tls: tls.clone(),
+        mailbox: Arc::clone(&mailbox),
+        wake: Box::new(move || {
+            let _ = waker.waker.wake();
+        }),
+    }
+    .spawn(listeners)?;
+    let dialer = transport::dial::Dialer {
+        store,
+        me,
+        mine,
+        socket_buffer_bytes: opts.socket_buffer_bytes,
+        auth,
+        tls,
+    };
+    Ok(Links {
+        dialer,
+        mailbox,
+        timeout: opts.timeout,
+        shared_memory: opts.shared_memory,
+        identities: None,
+        initialized: false,
+    })
+}
+
 impl ProcessGroupGloo {
-    /// Creates the backend for `rank` of `size` and (unless lazy) connects the full mesh.
+    /// Creates the backend for `rank` of `size`; unless lazy, connects its ring neighbours
+    /// (other peers connect when an op first needs them).
     ///
     /// `store` must already be prefixed for this group; the listen address is published
     /// under `gloo/addr/<rank>` in it.
@@ -130,26 +182,15 @@ impl ProcessGroupGloo {
         let poll = mio::Poll::new()?;
         let waker = mio::Waker::new(poll.registry(), WAKER)?;
         let shared = Arc::new(Shared::new(waker));
-        let connector = Connector {
-            store,
-            listen_addr,
-            timeout: opts.timeout,
-            socket_buffer_bytes: opts.socket_buffer_bytes,
-            local_unix_sockets: opts.local_unix_sockets,
-            shared_memory: opts.shared_memory,
-            auth: c10d_store::AuthSecret::from_env()?,
-            tls: c10d_store::TlsConfig::given_or_env(opts.tls.as_ref())?,
-        };
-        let (streams, shm, connector) = if opts.lazy_init || size == 1 {
-            (None, None, Some(connector))
-        } else {
-            let streams = connector.connect(&id, &|| false)?;
-            let shm = connector.shared_memory(&id, &streams)?;
-            (Some(streams), Some(shm), None)
-        };
-        let mut engine = Engine::new(shared.clone(), poll, id.clone(), streams, connector)?;
-        if let Some(shm) = shm {
-            engine.set_shm(shm);
+        let links = start_links(store, &id, &opts, listen_addr, &shared)?;
+        let mut engine = Engine::new(shared.clone(), poll, id.clone(), links);
+        if !opts.lazy_init && size > 1 {
+            // As PyTorch's eager set-up, the constructor returns once the group can run: here,
+            // once its ring neighbours are connected (every other peer connects when an op
+            // first needs it) and the shared-memory segment is agreed.
+            let neighbours = [(rank + 1) % size, (rank + size - 1) % size];
+            engine.connect_now(&neighbours, deadline_after(opts.timeout))?;
+            engine.ensure_initialized()?;
         }
         let engine = Arc::new(Mutex::new(engine));
         let worker = spawn_worker(&engine, &shared, &opts.group_name, rank)?;

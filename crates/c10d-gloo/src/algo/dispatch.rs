@@ -19,8 +19,6 @@ pub(crate) struct Algo {
     chunk: usize,
     /// This rank lets the group use cross-memory attach (its vote in the probe).
     cma_allowed: bool,
-    /// This rank lets the group run two-level algorithms (its view in the host probe).
-    two_level_allowed: bool,
 }
 
 impl Algo {
@@ -35,7 +33,6 @@ impl Algo {
             },
             small_reduce_scratch: opts.small_reduce_scratch_bytes,
             cma_allowed: opts.cross_memory_attach,
-            two_level_allowed: opts.two_level,
             chunk: opts.pipeline_chunk_bytes.max(64),
         }
     }
@@ -44,14 +41,13 @@ impl Algo {
     /// once per group: a probe records its verdict, which the table reads next time).
     fn choose<A>(&self, comm: &mut Comm<'_>, table: impl Fn(&Caps) -> Choice<A>) -> Result<A> {
         for _ in 0..3 {
-            match table(&caps(comm)) {
+            match table(&caps(comm)?) {
                 Choice::Run(a) => return Ok(a),
                 Choice::Probe(Probe::Cma) => {
                     super::cma::probe(comm, self.cma_allowed)?;
                 }
                 Choice::Probe(Probe::Hosts) => {
-                    let hosts =
-                        super::hierarchical::probe(comm, self.two_level_allowed, self.cma_allowed)?;
+                    let hosts = super::hierarchical::probe(comm, self.cma_allowed)?;
                     comm.set_hosts(hosts);
                 }
             }
@@ -80,6 +76,7 @@ impl Algo {
                 None => super::allreduce::all_pairs(comm, buf, op, dtype, chunk),
             },
             AllReduce::Direct => super::allreduce::direct(comm, buf, op, dtype),
+            AllReduce::Doubling => super::doubling::all_reduce(comm, buf, op, dtype),
             AllReduce::AllPairs => super::allreduce::all_pairs(comm, buf, op, dtype, chunk),
             AllReduce::Ring => super::allreduce::ring(comm, buf, op, dtype, chunk),
         }
@@ -120,7 +117,7 @@ impl Algo {
 
     /// Broadcast of `buf` from `root`.
     pub fn broadcast(&self, comm: &mut Comm<'_>, buf: &mut [u8], root: usize) -> Result<()> {
-        match select::broadcast(&self.table, &caps(comm), buf.len()) {
+        match select::broadcast(&self.table, &caps(comm)?, buf.len()) {
             Broadcast::Shm => super::shm::broadcast(comm, buf, root),
             Broadcast::Tree => super::broadcast::tree(comm, buf, root),
             Broadcast::Chain => super::broadcast::chain(comm, buf, root, self.chunk),
@@ -129,10 +126,13 @@ impl Algo {
 }
 
 /// What the group can do, from its engine.
-fn caps(comm: &mut Comm<'_>) -> Caps {
-    Caps {
+///
+/// # Errors
+/// As [`Comm::all_peers_local`].
+fn caps(comm: &mut Comm<'_>) -> Result<Caps> {
+    Ok(Caps {
         size: comm.size(),
-        local: comm.all_peers_local(),
+        local: comm.all_peers_local()?,
         shm_slot: super::shm::slot_capacity(comm.shm()),
         cma: match comm.cma() {
             None => CmaVerdict::Unprobed,
@@ -144,5 +144,5 @@ fn caps(comm: &mut Comm<'_>) -> Caps {
             true if comm.hosts().is_some() => HostsVerdict::Hierarchical,
             true => HostsVerdict::Flat,
         },
-    }
+    })
 }

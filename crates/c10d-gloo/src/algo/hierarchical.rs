@@ -22,10 +22,10 @@
 //!
 //! Every element is folded by exactly one rank in a fixed order and then copied, so all ranks
 //! end with the same bits (they differ from the flat algorithms', whose fold order is another).
-//! The host map comes from the connections ([`Hosts::from_local_peers`]): two ranks share a
-//! host when they talk over a Unix socket; every rank learns every rank's view once (a small
-//! all-gather, [`probe`]), so all ranks derive the same map, and a map that is not a clean
-//! partition into equal hosts makes the group keep the flat algorithms.
+//! The host map comes from the identities the ranks publish in the store ([`Hosts::from_host_keys`]):
+//! two ranks share a host when they run on the same kernel and network namespace; every rank
+//! reads them once ([`probe`]), so all ranks derive the same map, and a map that is not a
+//! partition into equal hosts of 2 ..= 16 ranks, at most 16 of them, keeps the flat algorithms.
 
 use super::cma::{self, Published};
 use super::part;
@@ -36,7 +36,6 @@ use c10d_core::reduce::reduce_into;
 use c10d_core::{DType, ReduceOp, Result};
 
 /// Step tags of the phases (one frame per peer per phase).
-const STEP_PROBE: u32 = step(Phase::HostMap, 0, 0);
 const STEP_HOST_RS: u32 = step(Phase::HostReduce, 0, 0);
 const STEP_CROSS_RS: u32 = step(Phase::CrossReduce, 0, 0);
 const STEP_CROSS_AG: u32 = step(Phase::CrossGather, 0, 0);
@@ -49,42 +48,19 @@ const STEP_DONE: u32 = step(Phase::HostDone, 0, 0);
 /// Bytes folded per piece when reading peers' memory (fits L2 with the accumulator).
 const PIECE: usize = 256 << 10;
 
-/// Learns the host map: every rank sends every other its view (which peers it reaches over a
-/// Unix socket) and derives the map from all views; every rank gets the same answer. A rank
-/// that does not allow two-level algorithms (`allowed == false`) shows no local peer, which
-/// makes the views disagree: the whole group stays flat.
+/// Learns the host map from the identities every rank published (where it runs, whether it
+/// allows two-level algorithms; one read of the store, no connection): every rank gets the same
+/// answer. A rank that does not allow two-level algorithms makes the whole group stay flat.
+/// Then the ranks of each host probe cross-memory attach among themselves and the group votes.
 ///
 /// # Errors
-/// As [`Comm::exchange`].
-pub(crate) fn probe(
-    comm: &mut Comm<'_>,
-    allowed: bool,
-    cma_allowed: bool,
-) -> Result<Option<Hosts>> {
-    let (r, n) = (comm.rank(), comm.size());
-    let mine: Vec<u8> = (0..n)
-        .map(|p| u8::from(allowed && p != r && comm.peer_is_local(p)))
-        .collect();
-    let mut views = vec![vec![0u8; n]; n];
-    views[r].copy_from_slice(&mine);
-    {
-        let mut recvs: Vec<(usize, u32, &mut [u8])> = views
-            .iter_mut()
-            .enumerate()
-            .filter(|(p, _)| *p != r)
-            .map(|(p, v)| (p, STEP_PROBE, v.as_mut_slice()))
-            .collect();
-        let sends: Vec<(usize, u32, &[u8])> = (0..n)
-            .filter(|p| *p != r)
-            .map(|p| (p, STEP_PROBE, mine.as_slice()))
-            .collect();
-        comm.exchange(&sends, &mut recvs)?;
-    }
-    let local: Vec<Vec<bool>> = views
-        .iter()
-        .map(|v| v.iter().map(|&b| b == 1).collect())
-        .collect();
-    let mut hosts = Hosts::from_local_peers(&local);
+/// A store failure reading the identities; as [`Comm::exchange`].
+pub(crate) fn probe(comm: &mut Comm<'_>, cma_allowed: bool) -> Result<Option<Hosts>> {
+    let r = comm.rank();
+    let ids = comm.identities()?;
+    let keys: Vec<Option<&str>> = ids.iter().map(|i| i.host.as_deref()).collect();
+    let allowed = ids.iter().all(|i| i.two_level);
+    let mut hosts = Hosts::from_host_keys(&keys).filter(|_| allowed);
     if let Some(h) = &mut hosts {
         let (host, _) = h.place[r];
         let locals = h.members[host].clone();
@@ -308,41 +284,42 @@ fn spread(
 mod tests {
     use super::*;
 
-    /// Views of `n` ranks placed on hosts `host[r]`.
-    fn views(host: &[usize]) -> Vec<Vec<bool>> {
-        let n = host.len();
-        (0..n)
-            .map(|r| (0..n).map(|p| p != r && host[p] == host[r]).collect())
-            .collect()
+    fn keys(host: &[usize]) -> Vec<String> {
+        host.iter().map(|h| format!("h{h}")).collect()
+    }
+
+    fn map(host: &[usize]) -> Option<Hosts> {
+        let k = keys(host);
+        Hosts::from_host_keys(&k.iter().map(|s| Some(s.as_str())).collect::<Vec<_>>())
     }
 
     #[test]
-    fn hosts_from_consistent_views() {
-        let h = Hosts::from_local_peers(&views(&[0, 1, 0, 1])).unwrap();
+    fn hosts_from_host_keys() {
+        let h = map(&[0, 1, 0, 1]).unwrap();
         assert_eq!(h.members, vec![vec![0, 2], vec![1, 3]]);
         assert_eq!(h.place, vec![(0, 0), (1, 0), (0, 1), (1, 1)]);
         assert_eq!(h.column(1), vec![2, 3]);
-        let h = Hosts::from_local_peers(&views(&[0, 0, 0, 1, 1, 1])).unwrap();
+        let h = map(&[0, 0, 0, 1, 1, 1]).unwrap();
         assert_eq!(h.members, vec![vec![0, 1, 2], vec![3, 4, 5]]);
+        assert_eq!(h.place[4], (1, 1));
     }
 
     #[test]
-    fn no_hierarchy_for_one_host_single_ranks_or_uneven_hosts() {
-        assert_eq!(Hosts::from_local_peers(&views(&[0, 0, 0, 0])), None);
-        assert_eq!(Hosts::from_local_peers(&views(&[0, 1, 2])), None);
-        assert_eq!(Hosts::from_local_peers(&views(&[0, 0, 0, 1])), None);
+    fn no_hierarchy_for_one_host_single_ranks_uneven_or_too_wide_hosts() {
+        assert_eq!(map(&[0, 0, 0, 0]), None);
+        assert_eq!(map(&[0, 1, 2]), None);
+        assert_eq!(map(&[0, 0, 0, 1]), None);
+        // 8 hosts of 64 ranks: a rank would talk to 63 + 7 peers; the flat ring needs 2.
+        let wide: Vec<usize> = (0..512).map(|r| r / 64).collect();
+        assert_eq!(map(&wide), None);
+        let ok: Vec<usize> = (0..256).map(|r| r % 16).collect();
+        assert!(map(&ok).is_some());
     }
 
     #[test]
-    fn no_hierarchy_when_views_disagree() {
-        // Rank 0 reaches 1 locally but 1 does not say so (asymmetric).
-        let mut v = views(&[0, 0, 1, 1]);
-        v[1][0] = false;
-        assert_eq!(Hosts::from_local_peers(&v), None);
-        // 0–1 and 1–2 local but 0–2 not (not transitive).
-        let mut v = views(&[0, 0, 0, 1, 1, 1]);
-        v[0][2] = false;
-        v[2][0] = false;
-        assert_eq!(Hosts::from_local_peers(&v), None);
+    fn a_rank_without_a_host_key_is_a_host_of_its_own() {
+        let a = Some("a");
+        assert_eq!(Hosts::from_host_keys(&[a, None, a, None]), None);
+        assert_eq!(Hosts::from_host_keys(&[None, None]), None);
     }
 }

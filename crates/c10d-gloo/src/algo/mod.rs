@@ -10,6 +10,7 @@ pub(crate) mod barrier;
 pub(crate) mod broadcast;
 pub(crate) mod cma;
 pub(crate) mod dispatch;
+pub(crate) mod doubling;
 pub(crate) mod exchange;
 pub(crate) mod hierarchical;
 pub(crate) mod reduce;

@@ -9,7 +9,7 @@
 //! | | `≤ cma_min`, ≤ 8 ranks | shared memory (all-pairs fold) if the segment's slot holds it, else (below `cma_min`) all-pairs |
 //! | | `≥ cma_min`, every peer on this host | cross-memory attach if the group agreed to it (probe first if it never asked) |
 //! | | `> small_allreduce`, peers on other hosts, equal hosts of ≥ 2 ranks | two-level (reduce in the host, exchange between hosts, spread; learn the host map first if never asked) |
-//! | | otherwise | direct exchange up to `small_allreduce`, all-pairs up to 8 ranks, else the pipelined ring |
+//! | | otherwise | up to `small_allreduce` the direct exchange (≤ 16 ranks) or recursive doubling; above, all-pairs up to 8 ranks, else the pipelined ring |
 //! | all_reduce (forced) | any | the algorithm the options name, over sockets |
 //! | broadcast (`Auto`) | fits a slot | shared memory |
 //! | | `≤ small_broadcast` / above | binomial tree / pipelined chain |
@@ -24,6 +24,10 @@
 
 use super::shm::Fold;
 use crate::options::{AllreduceAlgorithm, BroadcastAlgorithm};
+
+/// Largest group whose small all-reduces use the direct exchange (every rank sends to every
+/// other: n − 1 connections); larger groups use recursive doubling (⌊log₂ n⌋ + 1).
+pub(crate) const DIRECT_MAX_RANKS: usize = 16;
 
 /// The options the table reads (copied from `GlooOptions` into each op).
 #[derive(Debug, Clone, Copy)]
@@ -98,6 +102,8 @@ pub(crate) enum AllReduce {
     Cma,
     TwoLevel,
     Direct,
+    /// Recursive doubling: small buffers in groups of more than [`DIRECT_MAX_RANKS`].
+    Doubling,
     AllPairs,
     Ring,
 }
@@ -145,7 +151,10 @@ pub(crate) fn all_reduce(s: &Settings, caps: &Caps, len: usize) -> Choice<AllRed
         AllreduceAlgorithm::Direct => Direct,
         AllreduceAlgorithm::AllPairs => AllPairs,
         AllreduceAlgorithm::Ring => Ring,
-        AllreduceAlgorithm::Auto if len <= s.small_allreduce => Direct,
+        AllreduceAlgorithm::Auto if len <= s.small_allreduce && caps.size <= DIRECT_MAX_RANKS => {
+            Direct
+        }
+        AllreduceAlgorithm::Auto if len <= s.small_allreduce => Doubling,
         AllreduceAlgorithm::Auto if caps.size <= 8 => AllPairs,
         AllreduceAlgorithm::Auto => Ring,
     };
@@ -271,6 +280,11 @@ mod tests {
         }
         assert_eq!(all_reduce(&s, &remote(9), MIB), Choice::Run(Ring));
         assert_eq!(all_reduce(&s, &remote(9), KIB), Choice::Run(Direct));
+        // Beyond 16 ranks small buffers take recursive doubling (log₂ n peers, not n − 1).
+        assert_eq!(all_reduce(&s, &remote(16), KIB), Choice::Run(Direct));
+        assert_eq!(all_reduce(&s, &remote(17), KIB), Choice::Run(Doubling));
+        assert_eq!(all_reduce(&s, &remote(512), KIB), Choice::Run(Doubling));
+        assert_eq!(all_reduce(&s, &remote(512), MIB), Choice::Run(Ring));
     }
 
     #[test]

@@ -25,9 +25,8 @@ pub(crate) enum Phase {
     CmaAddr = 4,
     CmaReduced = 5,
     CmaDone = 6,
-    /// Two-level all-reduce: host map, the phases inside and between hosts, and the
-    /// cross-memory-attach hand-shakes inside a host.
-    HostMap = 7,
+    /// Two-level all-reduce: the phases inside and between hosts, and the cross-memory-attach
+    /// hand-shakes inside a host. (7 was the host map's exchange, now read from the store.)
     HostReduce = 8,
     CrossReduce = 9,
     CrossGather = 10,

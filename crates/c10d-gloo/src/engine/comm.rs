@@ -82,10 +82,12 @@ impl<'e> Comm<'e> {
         timeout: Duration,
         record: Option<RecordHook<'e>>,
     ) -> Comm<'e> {
+        let deadline = deadline_after(timeout);
+        eng.colls.deadline = Some(deadline);
         Comm {
             eng,
             info,
-            deadline: deadline_after(timeout),
+            deadline,
             timeout,
             outstanding: Vec::new(),
             record,
@@ -128,15 +130,21 @@ impl Comm<'_> {
         self.eng.id.size
     }
 
-    /// Whether every peer is connected through a Unix-domain socket (i.e. runs on this host).
-    pub(crate) fn all_peers_local(&self) -> bool {
-        let me = self.rank();
-        (0..self.size()).all(|p| p == me || self.peer_is_local(p))
+    /// Whether every rank of the group runs on this host (kernel and network namespace, as
+    /// the ranks published them; see `transport::identity`).
+    ///
+    /// # Errors
+    /// A store failure or time-out reading the identities (once per group).
+    pub(crate) fn all_peers_local(&mut self) -> Result<bool> {
+        self.eng.all_peers_local()
     }
 
-    /// Whether peer `p` is on this host (we talk over a Unix socket).
-    pub(crate) fn peer_is_local(&self, p: usize) -> bool {
-        matches!(self.eng.net.peers.get(p), Some(Some(peer)) if peer.stream.is_local())
+    /// Every rank's identity (where it runs, whether it allows two-level algorithms).
+    ///
+    /// # Errors
+    /// As [`Comm::all_peers_local`].
+    pub(crate) fn identities(&mut self) -> Result<Vec<crate::transport::identity::Identity>> {
+        Ok(self.eng.identities()?.to_vec())
     }
 
     /// Whether the group learnt its host map yet (see `algo::hierarchical::probe`).

@@ -26,6 +26,8 @@ pub(super) struct Net {
     pub(super) poll: Poll,
     pub(super) events: Events,
     pub(super) peers: Vec<Option<Peer>>,
+    /// Frames for higher peers that have not connected yet (sent when they do).
+    pub(super) waiting: std::collections::HashMap<usize, VecDeque<TxMsg>>,
 }
 
 /// The payload of a queued frame: borrowed from the op's buffer until written, or owned.
@@ -341,16 +343,22 @@ fn fill_stage(peer: &mut Peer) -> ReadStep {
 impl Engine {
     /// Queues a frame to `peer` and tries to write it at once.
     pub(super) fn push_tx(&mut self, peer: usize, hdr: Header, data: TxData, owner: Owner) {
-        let Some(p) = self.net.peers[peer].as_mut() else {
-            // No connection (only when the group already failed): the waiter sees `failed`.
-            return;
-        };
-        p.tx.push_back(TxMsg {
+        self.connect_peer(peer);
+        let msg = TxMsg {
             hdr: hdr.encode(),
             data,
             off: 0,
             owner,
-        });
+        };
+        let Some(p) = self.net.peers[peer].as_mut() else {
+            // A higher peer connects to us when it reaches this op: the frame waits for it.
+            // (Otherwise the group failed, or is about to: the waiter sees `failed`.)
+            if peer > self.id.rank && self.faults.failed.is_none() {
+                self.net.waiting.entry(peer).or_default().push_back(msg);
+            }
+            return;
+        };
+        p.tx.push_back(msg);
         if p.tx.len() == 1 {
             self.flush(peer);
         }

@@ -48,6 +48,11 @@ impl Faults {
         !self.broken.is_empty() || !self.lost.is_empty() || !self.needed.is_empty()
     }
 
+    /// Whether the connection to `p` was recorded as lost (not handled yet).
+    pub(super) fn is_lost(&self, p: usize) -> bool {
+        self.lost.iter().any(|(q, _)| *q == p)
+    }
+
     /// Forgets the recorded faults (the engine failed the group for a worse reason: a panic).
     pub(super) fn forget(&mut self) {
         self.broken.clear();
@@ -67,6 +72,16 @@ impl Engine {
         }
         if !self.faults.broken.iter().any(|(q, _)| *q == p) {
             self.faults.broken.push((p, why));
+        }
+    }
+
+    /// Connecting to `p` failed (`e`): recorded as a lost connection (see
+    /// [`Engine::handle_faults`]), so the op fails naming `p`.
+    pub(super) fn unreachable(&mut self, p: usize, e: DistError) {
+        if self.faults.failed.is_none() && !self.faults.is_lost(p) {
+            self.faults
+                .lost
+                .push((p, format!("could not connect: {}", e.message())));
         }
     }
 
@@ -254,6 +269,7 @@ impl Engine {
         for peer in self.net.peers.iter_mut().flatten() {
             peer.detach(|_| true);
         }
+        self.net.waiting.clear();
         for q in &mut self.colls.posted {
             q.clear();
         }
@@ -267,11 +283,17 @@ impl Engine {
     /// Sends the failure `err` to every open peer as an error frame and, before any waiter hears
     /// of the failure (its process may exit right away), gives the frames a moment to leave.
     fn tell_peers(&mut self, err: &DistError) {
-        let text = err.message().as_bytes().to_vec();
+        self.pass_on(usize::MAX, err.message().as_bytes());
+    }
+
+    /// Sends the error text `text` to every connected peer but `from` (who sent it to us), and
+    /// gives the frames a moment to go out.
+    pub(super) fn pass_on(&mut self, from: usize, text: &[u8]) {
+        self.net.waiting.clear();
         for p in 0..self.net.peers.len() {
-            if self.net.peers[p].as_ref().is_some_and(|x| x.open) {
+            if p != from && self.net.peers[p].as_ref().is_some_and(|x| x.open) {
                 let h = control_header(Kind::Error, text.len());
-                self.push_tx(p, h, TxData::Owned(text.clone()), Owner::Nobody);
+                self.push_tx(p, h, TxData::Owned(text.to_vec()), Owner::Nobody);
             }
         }
         self.linger(Instant::now() + LINGER);
@@ -291,6 +313,10 @@ impl Engine {
         };
         for peer in self.net.peers.iter_mut().flatten() {
             peer.detach(owns);
+        }
+        // Frames for peers not connected yet were never started: they simply go.
+        for q in self.net.waiting.values_mut() {
+            q.retain(|m| !owns(m.owner));
         }
         if coll {
             for q in &mut self.colls.posted {

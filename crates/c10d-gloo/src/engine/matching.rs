@@ -21,6 +21,8 @@ pub(super) struct Colls {
     pub(super) seq: u64,
     /// The collective running now.
     pub(super) cur: Option<OpInfo>,
+    /// Its deadline (a dial it needs is bounded by it).
+    pub(super) deadline: Option<std::time::Instant>,
     /// Per peer: receives posted by the running collective, in posting order.
     pub(super) posted: Vec<VecDeque<PostedRecv>>,
     /// Per peer: frames of collectives this rank has not posted yet (the peer is ahead).
@@ -38,6 +40,7 @@ impl Colls {
             pending: VecDeque::new(),
             seq: 0,
             cur: None,
+            deadline: None,
             posted: (0..n).map(|_| VecDeque::new()).collect(),
             early: (0..n).map(|_| VecDeque::new()).collect(),
             done: HashSet::new(),
@@ -150,6 +153,7 @@ impl Engine {
         len: usize,
     ) -> u64 {
         let id = self.new_id();
+        self.connect_peer(peer);
         self.drop_stale_early(peer);
         if self.faults.left[peer] && self.colls.early[peer].is_empty() {
             self.fail_left(peer);
@@ -385,7 +389,13 @@ impl Engine {
                     self.id.peer_name(p),
                     String::from_utf8_lossy(&t)
                 ));
+                // Passed on unchanged to the peers we talk to: with connections on demand,
+                // most ranks have no connection to the one that failed first.
+                let first = self.faults.failed.is_none();
                 self.fail_group(e, false);
+                if first {
+                    self.pass_on(p, &t);
+                }
             }
             Dest::Discard => {}
         }

@@ -65,7 +65,7 @@
 //! |------|------|
 //! | `mod.rs` | [`Engine`] (its state, grouped by the parts below) and its constructor, [`Ident`], [`deadline_after`] |
 //! | `submit.rs` | [`Queue`] and [`Shared`] (what the user-facing handle shares with the engine), the submitted ops ([`CollOp`], [`P2pOp`]), [`worker_loop`], the drive loops, `drain` (taking submissions), `run_coll`, `finish`, `guarded` (a panic fails the group) |
-//! | `setup.rs` | [`Connector`] (the mesh, at construction or under lazy init), installing the sockets, the shared-memory verdict |
+//! | `setup.rs` | [`Links`]: connections on demand (dialling a lower peer when first needed, adopting what the accept thread delivers, the eager set-up's ring neighbours), the identities that say who shares this host, the shared-memory verdict |
 //! | `poll.rs` | the event loop: `poll_once` (one `epoll` wait and its batch of events), `on_readable` / `read_all` (reading a peer frame by frame) |
 //! | `conn.rs` | connection I/O: `Peer` (over `transport::Conn`, the one connection type for TCP and Unix streams), the write queue (`push_tx`, `flush`, `linger`), the receive state machine (`read_step`), SO_RCVLOWAT |
 //! | `matching.rs` | where an arriving frame goes (`classify`, deciding its `Dest`) and what its end means (`finish_frame`); posting a collective's sends and receives; early frames; the mismatch error |
@@ -124,11 +124,9 @@ pub(crate) use fault_texts::blaming;
 pub(crate) use lock::lock;
 pub(crate) use op_info::OpInfo;
 pub(crate) use posts::{Buf, Posts};
-pub(crate) use setup::Connector;
+pub(crate) use setup::Links;
 pub(crate) use submit::{worker_loop, CollBody, CollOp, P2pOp, Queue, Shared, Submission};
 
-use crate::transport::Conn;
-use c10d_core::Result;
 use comm::AlgoState;
 use conn::Net;
 use faults::Faults;
@@ -168,8 +166,8 @@ pub(crate) struct Engine {
     pub(crate) id: Ident,
     /// The peer connections and their poll set (`conn.rs`, `setup.rs`, `poll.rs`).
     net: Net,
-    /// How to connect under lazy init (`None` once connected; `setup.rs`).
-    connector: Option<Connector>,
+    /// How the engine reaches its peers (`setup.rs`).
+    links: Links,
     /// Queued and running collectives, their posted receives and early frames (`matching.rs`).
     colls: Colls,
     /// Pending point-to-point ops and the frames nobody waits for yet (`p2p.rs`).
@@ -196,25 +194,20 @@ pub(crate) struct Engine {
 unsafe impl Send for Engine {}
 
 impl Engine {
-    /// The engine of group member `id`: connected now when `streams` are given, else at the
-    /// first op through `connector` (lazy init).
-    pub(crate) fn new(
-        shared: Arc<Shared>,
-        poll: Poll,
-        id: Ident,
-        streams: Option<Vec<Option<Conn>>>,
-        connector: Option<Connector>,
-    ) -> Result<Engine> {
+    /// The engine of group member `id`, connected to nobody yet: peers connect when an op first
+    /// needs them (`setup.rs`).
+    pub(crate) fn new(shared: Arc<Shared>, poll: Poll, id: Ident, links: Links) -> Engine {
         let n = id.size;
-        let mut e = Engine {
+        Engine {
             shared,
             id,
             net: Net {
                 poll,
                 events: Events::with_capacity(256),
                 peers: (0..n).map(|_| None).collect(),
+                waiting: Default::default(),
             },
-            connector,
+            links,
             colls: Colls::new(n),
             p2p: P2p::default(),
             faults: Faults::new(n),
@@ -223,11 +216,7 @@ impl Engine {
             next_id: 1,
             live: liveness::Liveness::new(n),
             flow: flow::Flow::new(n),
-        };
-        if let Some(s) = streams {
-            e.install(s)?;
         }
-        Ok(e)
     }
 
     /// "ProcessGroupGloo (group G, rank R)", the prefix of the engine's error texts.

@@ -109,9 +109,17 @@ impl Engine {
         if let Some(e) = self.faults.failed.clone() {
             return Err(p2p_failed(kind, seq, &self.id, &e));
         }
-        if let Err(e) = self.ensure_connected() {
+        if let Err(e) = self.ensure_initialized() {
             self.fail_group(e.clone(), false);
             return Err(p2p_failed(kind, seq, &self.id, &e));
+        }
+        // A receive needs its sender's connection: we dial a lower sender (a higher one dials
+        // us when it sends); from any source, every lower rank may send.
+        if kind != OpType::Send {
+            match peer {
+                Some(p) => self.connect_peer(p),
+                None => (0..self.id.rank).for_each(|p| self.connect_peer(p)),
+            }
         }
         let (ins, mut outs) = leases.host_slices()?;
         let (ptr, len) = if kind == OpType::Send {

@@ -40,6 +40,7 @@ impl Engine {
         }
         for (tok, r, w, closed) in evs {
             if tok == WAKER {
+                self.adopt_arrivals();
                 self.drain();
                 continue;
             }

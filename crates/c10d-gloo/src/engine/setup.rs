@@ -1,99 +1,204 @@
-//! Connection set-up: the mesh built at construction or, under lazy init, before the first op
-//! (`Connector`, see `transport.rs`), installing its sockets in the poll set, and the group's
-//! shared-memory segment and verdict.
+//! Connections on demand (see `transport`): dialling a lower peer when an algorithm first needs
+//! it, adopting the higher peers' connections that the group's accept thread delivers, what the
+//! eager set-up connects before the constructor returns (the ring neighbours), the identities
+//! that say which peers share this host, and the group's shared-memory segment.
 
 use super::conn::Peer;
 use super::lock::lock;
-use super::{Engine, Ident};
+use super::Engine;
 use crate::shm::ShmState;
-use crate::transport::{self, Conn, MeshSpec};
-use c10d_core::Result;
-use c10d_store::Store;
+use crate::transport::accept::Mailbox;
+use crate::transport::dial::Dialer;
+use crate::transport::identity::{self, Identity};
+use crate::transport::Conn;
+use c10d_core::{DistError, Result};
 use mio::unix::SourceFd;
 use mio::{Interest, Token};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-/// Deferred connection set-up (lazy init) or nothing left to do.
-pub(crate) struct Connector {
-    pub store: Arc<dyn Store>,
-    pub listen_addr: std::net::IpAddr,
+/// How the engine reaches its peers.
+pub(crate) struct Links {
+    /// Connects to lower ranks.
+    pub dialer: Dialer,
+    /// Where the accept thread leaves the higher ranks' connections.
+    pub mailbox: Arc<Mailbox>,
+    /// The group's time-out: bounds a dial made outside an op, and the identities' read.
     pub timeout: Duration,
-    pub socket_buffer_bytes: usize,
-    pub local_unix_sockets: bool,
     /// This rank agrees to a shared-memory segment (see `algo::shm`).
     pub shared_memory: bool,
-    /// The job's secret: every connection of the mesh proves it before its hello.
-    pub auth: Option<c10d_store::AuthSecret>,
-    /// TLS for the mesh's TCP connections.
-    pub tls: Option<c10d_store::TlsConfig>,
+    /// Every rank's identity, read once when first needed.
+    pub identities: Option<Vec<Identity>>,
+    /// The group's first op has run (or the eager set-up did its part).
+    pub initialized: bool,
 }
 
-impl Connector {
-    /// Listens, publishes our addresses and builds the full mesh (see [`transport`]); polls
-    /// `aborted` while waiting.
-    pub(crate) fn connect(
-        &self,
-        id: &Ident,
-        aborted: &dyn Fn() -> bool,
-    ) -> Result<Vec<Option<Conn>>> {
-        let listener = transport::listen(self.listen_addr, self.local_unix_sockets)?;
-        transport::publish(self.store.as_ref(), id.rank, &listener)?;
-        let spec = MeshSpec {
-            group_name: &id.group_name,
-            rank: id.rank,
-            size: id.size,
-            timeout: self.timeout,
-            socket_buffer_bytes: self.socket_buffer_bytes,
-            aborted,
-            auth: self.auth.as_ref(),
-            tls: self.tls.as_ref(),
-        };
-        transport::connect_mesh(self.store.as_ref(), &listener, &spec)
-    }
-
-    /// The group's shared-memory segment, agreed through the store once the mesh is up (every
-    /// rank calls it). Only when every peer is reached over a Unix socket (the same host), which
-    /// every rank of the group sees alike (a connection is Unix at both ends or at neither); a
-    /// rank that does not allow it still votes.
-    pub(crate) fn shared_memory(&self, id: &Ident, conns: &[Option<Conn>]) -> Result<ShmState> {
-        let local = conns
-            .iter()
-            .enumerate()
-            .all(|(p, c)| p == id.rank || c.as_ref().is_some_and(Conn::is_local));
-        if !local {
-            return Ok(ShmState::Off);
-        }
-        crate::shm::setup(
-            self.store.as_ref(),
-            id.rank,
-            id.size,
-            self.shared_memory,
-            self.timeout,
-        )
+impl Drop for Links {
+    /// Ends the group's accept thread.
+    fn drop(&mut self) {
+        self.mailbox.stop();
     }
 }
 
 impl Engine {
-    pub(super) fn install(&mut self, streams: Vec<Option<Conn>>) -> Result<()> {
-        for (p, s) in streams.into_iter().enumerate() {
-            if let Some(s) = s {
-                s.set_nonblocking(true)?;
-                self.net.poll.registry().register(
-                    &mut SourceFd(&s.raw_fd()),
-                    Token(p),
-                    Interest::READABLE | Interest::WRITABLE,
-                )?;
-                // A TLS session may already hold what the peer sent after the set-up (read
-                // with the last handshake record): no readiness event will announce it.
-                let tls = s.is_tls();
-                self.net.peers[p] = Some(Peer::new(s));
-                if tls {
-                    self.remember(p);
-                }
+    /// Connects to `p` now when we dial it (a lower rank) and it is not connected yet; a higher
+    /// rank connects to us (frames for it wait in its queue, see `push_tx`). A failed dial is
+    /// recorded as a lost peer (handled after the current step).
+    pub(super) fn connect_peer(&mut self, p: usize) {
+        if p == self.id.rank || self.net.peers[p].is_some() || self.faults.failed.is_some() {
+            return;
+        }
+        self.adopt_arrivals();
+        if p > self.id.rank || self.net.peers[p].is_some() || self.faults.is_lost(p) {
+            return;
+        }
+        let deadline = self
+            .colls
+            .deadline
+            .unwrap_or_else(|| super::deadline_after(self.links.timeout));
+        let shared = self.shared.clone();
+        let aborted = move || lock(&shared.queue).stop.is_some();
+        match self.links.dialer.dial(p, deadline, &aborted) {
+            Ok(c) => self.install_peer(p, c),
+            Err(e) => self.unreachable(p, e),
+        }
+    }
+
+    /// Takes the connections the accept thread delivered (and a refusal, which fails the group).
+    pub(super) fn adopt_arrivals(&mut self) {
+        let (conns, refused) = self.links.mailbox.take();
+        for (p, c) in conns {
+            self.install_peer(p, c);
+        }
+        if let Some(e) = refused {
+            self.fail_group(e, false);
+        }
+    }
+
+    /// Registers `c` as the connection to `p`, sends what waited for it.
+    fn install_peer(&mut self, p: usize, c: Conn) {
+        let reg = c.set_nonblocking(true).and_then(|()| {
+            self.net.poll.registry().register(
+                &mut SourceFd(&c.raw_fd()),
+                Token(p),
+                Interest::READABLE | Interest::WRITABLE,
+            )
+        });
+        if let Err(e) = reg {
+            let e = DistError::network(format!(
+                "{}: cannot watch the connection to rank {p}: {e}",
+                self.ctx()
+            ));
+            return self.unreachable(p, e);
+        }
+        // A TLS session may already hold what the peer sent after the set-up (read with the
+        // last handshake record): no readiness event will announce it.
+        let tls = c.is_tls();
+        let mut peer = Peer::new(c);
+        peer.tx = self.net.waiting.remove(&p).unwrap_or_default();
+        self.net.peers[p] = Some(peer);
+        if tls {
+            self.remember(p);
+        }
+        self.flush(p);
+    }
+
+    /// Connects the `peers` the eager set-up wants (the ring neighbours) before `deadline`:
+    /// dials the lower ones, waits for the higher ones.
+    ///
+    /// # Errors
+    /// A failed dial, a refusal (another group or size), or [`DistError::Network`] naming the
+    /// higher ranks that did not connect in time.
+    pub(crate) fn connect_now(&mut self, peers: &[usize], deadline: Instant) -> Result<()> {
+        let r = self.id.rank;
+        for &p in peers.iter().filter(|&&p| p < r) {
+            if self.net.peers[p].is_none() {
+                let c = self.links.dialer.dial(p, deadline, &|| false)?;
+                self.install_peer(p, c);
             }
         }
+        loop {
+            self.adopt_arrivals();
+            if let Some(e) = self.faults.failed.clone() {
+                return Err(e);
+            }
+            let absent: Vec<usize> = peers
+                .iter()
+                .copied()
+                .filter(|&p| p > r && self.net.peers[p].is_none())
+                .collect();
+            if absent.is_empty() {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(DistError::network(format!(
+                    "{}: timed out after {}ms waiting for rank(s) {} to connect",
+                    self.ctx(),
+                    self.links.timeout.as_millis(),
+                    super::fault_texts::rank_list(&absent)
+                )));
+            }
+            self.links.mailbox.wait(deadline);
+        }
+    }
+
+    /// Every rank's identity (read from the store once: one wait, one read).
+    ///
+    /// # Errors
+    /// As [`identity::read_all`].
+    pub(super) fn identities(&mut self) -> Result<&[Identity]> {
+        if self.links.identities.is_none() {
+            let ctx = self.ctx();
+            let all = identity::read_all(
+                self.links.dialer.store.as_ref(),
+                self.id.size,
+                self.links.timeout,
+                &ctx,
+            )?;
+            self.links.identities = Some(all);
+        }
+        Ok(self.links.identities.as_deref().unwrap_or_default())
+    }
+
+    /// Whether every rank of the group runs on this host (a group of one does).
+    ///
+    /// # Errors
+    /// As [`Engine::identities`].
+    pub(super) fn all_peers_local(&mut self) -> Result<bool> {
+        if self.id.size == 1 {
+            return Ok(true);
+        }
+        let me = self.id.rank;
+        let ids = self.identities()?;
+        Ok(ids.iter().all(|i| ids[me].same_host(i)))
+    }
+
+    /// Marks the group initialized, setting up its shared-memory segment first (a collective
+    /// set-up through the store: every rank of the group calls it at the same point, its first
+    /// op or the eager set-up).
+    ///
+    /// # Errors
+    /// As [`crate::shm::setup`], [`Engine::identities`].
+    pub(crate) fn ensure_initialized(&mut self) -> Result<()> {
+        if self.links.initialized {
+            return Ok(());
+        }
+        let n = self.id.size;
+        let shm = if (2..=crate::shm::segment::MAX_RANKS).contains(&n) && self.all_peers_local()? {
+            let store = self.links.dialer.store.clone();
+            crate::shm::setup(
+                store.as_ref(),
+                self.id.rank,
+                n,
+                self.links.shared_memory,
+                self.links.timeout,
+            )?
+        } else {
+            ShmState::Off
+        };
+        self.set_shm(shm);
+        self.links.initialized = true;
         self.shared.initialized.store(true, Ordering::Release);
         Ok(())
     }
@@ -105,17 +210,5 @@ impl Engine {
             .shm
             .store(if on { 1 } else { 2 }, Ordering::Relaxed);
         self.algo.shm = shm;
-    }
-
-    pub(super) fn ensure_connected(&mut self) -> Result<()> {
-        if let Some(c) = self.connector.take() {
-            let shared = self.shared.clone();
-            let aborted = move || lock(&shared.queue).stop.is_some();
-            let streams = c.connect(&self.id, &aborted)?;
-            let shm = c.shared_memory(&self.id, &streams)?;
-            self.set_shm(shm);
-            self.install(streams)?;
-        }
-        Ok(())
     }
 }

@@ -206,6 +206,8 @@ impl Engine {
 
     /// Last act of the worker: say bye (orderly shutdown) and close every socket.
     pub(crate) fn finish(&mut self) {
+        self.links.mailbox.stop();
+        self.net.waiting.clear();
         if self.stop.graceful {
             // Tell every peer we leave on purpose, and give the frames up to 1 s to go out.
             // A failed group says why first: a peer that still needs us then fails with the
@@ -316,7 +318,7 @@ impl Engine {
             body,
             mut completer,
         } = op;
-        if self.faults.failed.is_some() || self.connector.is_some() {
+        if self.faults.failed.is_some() || !self.links.initialized {
             if let Some(r) = record.take() {
                 completer.set_trace(r());
             }
@@ -324,7 +326,7 @@ impl Engine {
         self.colls.seq = info.coll_seq;
         let res = if let Some(e) = self.faults.failed.clone() {
             Err(op_failed(&info, &self.id, &e))
-        } else if let Err(e) = self.ensure_connected() {
+        } else if let Err(e) = self.ensure_initialized() {
             self.fail_group(e.clone(), false);
             Err(op_failed(&info, &self.id, &e))
         } else {
@@ -344,6 +346,7 @@ impl Engine {
             }
             drop(comm);
             self.colls.cur = None;
+            self.colls.deadline = None;
             match r {
                 Ok(r) => r,
                 Err(p) => {

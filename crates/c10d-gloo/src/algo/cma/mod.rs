@@ -40,7 +40,6 @@ pub(crate) use remote::{publish_among, Published};
 const PIECE: usize = 256 << 10;
 
 const STEP_PROBE: u32 = step(Phase::CmaProbe, 0, 0);
-const STEP_VOTE: u32 = step(Phase::CmaVote, 0, 0);
 pub(super) const STEP_ADDR: u32 = step(Phase::CmaAddr, 0, 0);
 const STEP_REDUCED: u32 = step(Phase::CmaReduced, 0, 0);
 const STEP_DONE: u32 = step(Phase::CmaDone, 0, 0);
@@ -97,9 +96,22 @@ pub(crate) fn probe(comm: &mut Comm<'_>, allowed: bool) -> Result<bool> {
 /// # Errors
 /// As [`Comm::exchange`].
 pub(crate) fn vote(comm: &mut Comm<'_>, ok: bool) -> Result<bool> {
-    let r = comm.rank();
-    let votes = all_to_all(comm, &everyone(comm), STEP_VOTE, &[u8::from(ok)], 1)?;
-    Ok(ok && votes.iter().enumerate().all(|(p, v)| p == r || v[0] == 1))
+    // Dissemination: in round k (distance d = 2^k) send what we know to r + d and fold in
+    // what r − d knows; after ⌈log₂ n⌉ rounds every rank has heard, transitively, from all.
+    // 2⌈log₂ n⌉ peers, where asking everyone would connect the whole group.
+    let (r, n) = (comm.rank(), comm.size());
+    let (mut all, mut d, mut round) = (ok, 1usize, 0usize);
+    while d < n {
+        let (to, from) = ((r + d) % n, (r + n - d) % n);
+        let mine = [u8::from(all)];
+        let mut theirs = [0u8];
+        let st = step(Phase::CmaVote, round, 0);
+        comm.exchange(&[(to, st, &mine)], &mut [(from, st, &mut theirs)])?;
+        all &= theirs[0] == 1;
+        d <<= 1;
+        round += 1;
+    }
+    Ok(all)
 }
 
 /// Whether this rank can read the memory of every other rank of `ranks` (which holds us);
