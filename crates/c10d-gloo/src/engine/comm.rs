@@ -249,17 +249,20 @@ impl Comm<'_> {
     /// The timeout error of this op when `missing` sent nothing (the socket path's text), told
     /// to the peers as this rank's note.
     pub(crate) fn timed_out(&mut self, missing: &[usize]) -> DistError {
-        let e = self.timeout_error(&format!("; no data from rank(s) {}", rank_list(missing)));
+        let e = self.timeout_error(
+            &format!("; no data from rank(s) {}", rank_list(missing)),
+            missing,
+        );
         self.detach_all();
         blaming(e, missing.iter().copied())
     }
 
     /// "Timed out waiting {ms}ms for {op} (seq n) on rank r{who}{silent ranks}", told to the
     /// peers as this rank's note.
-    fn timeout_error(&mut self, who: &str) -> DistError {
+    fn timeout_error(&mut self, who: &str, missing: &[usize]) -> DistError {
         let silent = self
             .eng
-            .silent_text(self.deadline, liveness::window(self.timeout));
+            .silent_text(self.deadline, liveness::window(self.timeout), missing);
         let e = DistError::backend(format!(
             "ProcessGroupGloo (group {}): Timed out waiting {}ms for {} (seq {}) on rank {}{who}{silent}",
             self.eng.id.group_name,
@@ -502,7 +505,7 @@ impl Comm<'_> {
                     let text = format!("; sends to rank(s) {} did not complete", rank_list(&send));
                     (text, send)
                 };
-                blaming(self.timeout_error(&who), peers)
+                blaming(self.timeout_error(&who, &peers), peers)
             }
         };
         self.detach_all();

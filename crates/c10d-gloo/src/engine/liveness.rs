@@ -148,7 +148,35 @@ impl Engine {
 
     /// The text naming the peers that did not answer the probe of an op ending at `deadline`
     /// (empty when none was sent in time or every peer answered).
-    pub(super) fn silent_text(&self, deadline: Instant, window: Duration) -> String {
+    pub(super) fn silent_text(
+        &self,
+        deadline: Instant,
+        window: Duration,
+        missing: &[usize],
+    ) -> String {
+        self.probed_text(deadline, window) + &self.absent_text(missing)
+    }
+
+    /// Names the `missing` peers that never connected (connections are made on demand: a peer
+    /// that never reached the op never connected, so no probe could reach it either).
+    fn absent_text(&self, missing: &[usize]) -> String {
+        let absent: Vec<String> = missing
+            .iter()
+            .filter(|&&p| p != self.id.rank && self.net.peers.get(p).is_some_and(Option::is_none))
+            .map(|p| p.to_string())
+            .collect();
+        if absent.is_empty() {
+            return String::new();
+        }
+        format!(
+            "; rank(s) {} never connected to rank {} (not started, hung before this op, or gone)",
+            absent.join(", "),
+            self.id.rank
+        )
+    }
+
+    /// Names the connected peers that did not answer the probe.
+    fn probed_text(&self, deadline: Instant, window: Duration) -> String {
         let Some(due) = deadline.checked_sub(window) else {
             return String::new();
         };

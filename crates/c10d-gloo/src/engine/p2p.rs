@@ -217,7 +217,8 @@ impl Engine {
                 continue;
             };
             let (seq, op, peer, timeout, deadline) = (p.seq, p.op, p.peer, p.timeout, p.deadline);
-            let silent = self.silent_text(deadline, liveness::window(timeout));
+            let missing: Vec<usize> = peer.into_iter().collect();
+            let silent = self.silent_text(deadline, liveness::window(timeout), &missing);
             self.detach_ids(&[id], false);
             let who = match (op, peer) {
                 (OpType::Send, Some(p)) => {

@@ -150,12 +150,11 @@ impl Engine {
     pub(super) fn identities(&mut self) -> Result<&[Identity]> {
         if self.links.identities.is_none() {
             let ctx = self.ctx();
-            let all = identity::read_all(
-                self.links.dialer.store.as_ref(),
-                self.id.size,
-                self.links.timeout,
-                &ctx,
-            )?;
+            let shared = self.shared.clone();
+            let aborted = move || lock(&shared.queue).stop.is_some();
+            let store = self.links.dialer.store.clone();
+            let n = self.id.size;
+            let all = identity::read_all(store.as_ref(), n, self.links.timeout, &ctx, &aborted)?;
             self.links.identities = Some(all);
         }
         Ok(self.links.identities.as_deref().unwrap_or_default())
@@ -168,6 +167,10 @@ impl Engine {
     pub(super) fn all_peers_local(&mut self) -> Result<bool> {
         if self.id.size == 1 {
             return Ok(true);
+        }
+        if self.links.dialer.mine.host.is_none() {
+            // No Unix sockets here: a host of our own, whatever the others published.
+            return Ok(false);
         }
         let me = self.id.rank;
         let ids = self.identities()?;

@@ -83,25 +83,36 @@ pub(crate) fn local_key(rank: usize) -> String {
     format!("gloo/local/{rank}")
 }
 
-/// Every rank's identity, in rank order: one wait and one read of the store, however many
-/// ranks (what the host map and the same-host checks need, once per group).
+/// Every rank's identity, in rank order: one read of the store once all have published (waited
+/// for in slices of 100 ms, polling `aborted`), however many ranks (what the host map and the
+/// same-host checks need, once per group).
 ///
 /// # Errors
-/// A store failure, or [`DistError::Network`] when some rank did not publish within `timeout`.
+/// A store failure; [`DistError::Network`] when some rank did not publish within `timeout`;
+/// [`DistError::Backend`] when the group was aborted meanwhile.
 pub(crate) fn read_all(
     store: &dyn Store,
     n: usize,
     timeout: Duration,
     ctx: &str,
+    aborted: &dyn Fn() -> bool,
 ) -> Result<Vec<Identity>> {
     let keys: Vec<String> = (0..n).map(local_key).collect();
     let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
-    store.wait_timeout(&refs, timeout).map_err(|e| {
-        DistError::network(format!(
-            "{ctx}: not every rank of the group published where it runs within {}ms: {e}",
-            timeout.as_millis()
-        ))
-    })?;
+    let deadline = crate::transport::deadline_after(timeout);
+    while let Err(e) = store.wait_timeout(&refs, Duration::from_millis(100)) {
+        if aborted() {
+            return Err(DistError::backend(format!(
+                "{ctx}: the group was aborted or shut down while waiting for its ranks"
+            )));
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(DistError::network(format!(
+                "{ctx}: not every rank of the group published where it runs within {}ms: {e}",
+                timeout.as_millis()
+            )));
+        }
+    }
     Ok(store
         .multi_get(&refs)?
         .iter()
