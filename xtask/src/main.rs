@@ -24,6 +24,9 @@
 //!   pass), then prints a short `c10d-bench` table.
 //! - `cargo xtask bench`: the benchmarks with their baselines (store server, reduction kernels,
 //!   collectives vs PyTorch's Gloo, and "c10drs" vs "gloo" inside torch.distributed).
+//! - `cargo xtask bench-scale [--ranks 32,64,128,256,512] [--hosts 8] [--torch 32]`: the CPU
+//!   engine at many ranks over network namespaces (root; see `scale`): set-up and group
+//!   creation times, sockets and memory per rank, PyTorch's Gloo at the totals `--torch` names.
 //! - `cargo xtask test-multigpu [--bundle DIR] [--list]`: the GPU suites (see `test_multigpu`;
 //!   `--list` prints every case, no GPU needed; `--simulated [--filter S]` runs them on
 //!   c10d-gpusim, the simulated CUDA driver and NCCL, as `test` does: see `gpusim`); prints
@@ -46,6 +49,7 @@ mod chaos;
 mod gpusim;
 mod line_cap;
 mod module_cycles;
+mod scale;
 mod unused_deps;
 
 use std::env;
@@ -70,13 +74,14 @@ fn main() {
         Some("wheel") => build_wheel().map(|w| println!("{}", w.display())),
         Some("demo") => demo(rest),
         Some("bench") => bench(rest),
+        Some("bench-scale") => scale::bench_scale(rest),
         Some("test-multigpu") => test_multigpu(rest),
         Some("gpu-bundle") => gpu_bundle(rest),
         Some("chaos") => chaos::chaos(rest, build_bench),
         Some("candle-cuda-check") => candle_cuda::candle_cuda_check(),
         _ => {
             eprintln!(
-                "usage: cargo xtask <test [--no-interop] [--no-lint] | lint | publish-check | interop | python [pytest args] | pytorch-suite [unittest args] | gloo-tests --tests-dir DIR [-k PATTERN] | wheel | demo | bench | test-multigpu [--bundle DIR] [--list] [--simulated [--filter S]] | gpu-bundle [DIR] | chaos --trials N [--seed S] | candle-cuda-check>"
+                "usage: cargo xtask <test [--no-interop] [--no-lint] | lint | publish-check | interop | python [pytest args] | pytorch-suite [unittest args] | gloo-tests --tests-dir DIR [-k PATTERN] | wheel | demo | bench | bench-scale [--ranks 32,64,..] [--hosts 8] [--torch 32] | test-multigpu [--bundle DIR] [--list] [--simulated [--filter S]] | gpu-bundle [DIR] | chaos --trials N [--seed S] | candle-cuda-check>"
             );
             exit(2);
         }
@@ -306,7 +311,7 @@ fn provision_torch() -> Result<PathBuf, String> {
     Ok(PY.get_or_init(|| py).clone())
 }
 
-fn provision_torch_once() -> Result<PathBuf, String> {
+pub(crate) fn provision_torch_once() -> Result<PathBuf, String> {
     let venv = venv_dir();
     let py = venv.join("bin/python");
     let ok = py.exists()

@@ -24,7 +24,8 @@ fn pow2_floor(n: usize) -> usize {
 }
 
 /// The peers rank `r` of `n` talks to (its fold partner, then its round partners).
-pub(crate) fn peers(r: usize, n: usize) -> Vec<usize> {
+#[cfg(test)]
+fn peers(r: usize, n: usize) -> Vec<usize> {
     let p = pow2_floor(n);
     if r >= p {
         return vec![r - p];
