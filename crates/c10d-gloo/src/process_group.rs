@@ -131,7 +131,7 @@ impl ProcessGroupGloo {
         let waker = mio::Waker::new(poll.registry(), WAKER)?;
         let shared = Arc::new(Shared::new(waker));
         let connector = Connector {
-            store,
+            store: store.clone(),
             listen_addr,
             timeout: opts.timeout,
             socket_buffer_bytes: opts.socket_buffer_bytes,
@@ -140,17 +140,15 @@ impl ProcessGroupGloo {
             auth: c10d_store::AuthSecret::from_env()?,
             tls: c10d_store::TlsConfig::given_or_env(opts.tls.as_ref())?,
         };
-        let (streams, shm, connector) = if opts.lazy_init || size == 1 {
-            (None, None, Some(connector))
+        let (streams, connector) = if opts.lazy_init || size == 1 {
+            (None, Some(connector))
         } else {
-            let streams = connector.connect(&id, &|| false)?;
-            let shm = connector.shared_memory(&id, &streams)?;
-            (Some(streams), Some(shm), None)
+            (Some(connector.connect(&id, &|| false)?), None)
         };
+        // The shared-memory segment is set up through the store by the first op that needs
+        // it (`algo::shm::probe`), not here.
         let mut engine = Engine::new(shared.clone(), poll, id.clone(), streams, connector)?;
-        if let Some(shm) = shm {
-            engine.set_shm(shm);
-        }
+        engine.set_store(store);
         let engine = Arc::new(Mutex::new(engine));
         let worker = spawn_worker(&engine, &shared, &opts.group_name, rank)?;
         Ok(Arc::new(ProcessGroupGloo {
@@ -193,9 +191,12 @@ impl ProcessGroupGloo {
         }
     }
 
-    /// Whether small same-host all-reduces of this group go through its shared-memory segment
-    /// (see [`GlooOptions::shared_memory`]): `None` until the group connected (lazy init), then
-    /// the verdict every rank agreed on. No PyTorch counterpart (diagnostics).
+    /// Whether this same-host group has a shared-memory segment that its small all-reduces,
+    /// broadcasts, all-gathers and reduce-scatters go through (see
+    /// [`GlooOptions::shared_memory`]): `None` until the first op that could use one set it up
+    /// (the segment is reserved lazily, sized to that op), then the verdict every rank agreed on
+    /// (`Some(false)`: a rank refused, or `/dev/shm` had no room: the group uses sockets). No
+    /// PyTorch counterpart (diagnostics).
     pub fn shared_memory(&self) -> Option<bool> {
         match self.shared.shm.load(Ordering::Relaxed) {
             1 => Some(true),

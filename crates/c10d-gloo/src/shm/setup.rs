@@ -1,72 +1,124 @@
-//! Setting the segment up when a group connects: rank 0 creates it under a random name and
-//! publishes the name in the group's store, every rank maps it and votes, the name is unlinked
-//! once the votes are in (see the module docs).
+//! Setting a segment up through the group's store, at the op that first needs it (see
+//! `algo::shm::probe`, which every rank runs at the same op): rank 0 checks that `/dev/shm` has
+//! room, creates the segment under a random name and publishes the name (or why there is none);
+//! every rank maps it and votes; the name is unlinked once the votes are in, so no segment
+//! outlives the group even if a rank crashes.
 
+use super::fit::{self, Room};
 use super::segment::*;
 use super::ShmState;
-use c10d_core::Result;
+use c10d_core::{DistError, Result};
 use c10d_store::Store;
 use std::ffi::CString;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-/// Store keys of the set-up (under the group's store).
-pub(crate) const KEY_NAME: &str = "c10d_shm/name";
-pub(crate) const KEY_VOTE: &str = "c10d_shm/vote/";
-/// The collective set-up through the group's store (see the module docs): `On` when every rank
-/// of a group of 2 ..= [`MAX_RANKS`] mapped the segment, `Off` otherwise. `eligible`: this rank
-/// agrees (option on, every peer on this host).
+/// Store keys of set-up number `gen` (under the group's store).
+fn key_name(gen: u32) -> String {
+    format!("c10d_shm/{gen}/name")
+}
+fn key_vote(gen: u32, rank: usize) -> String {
+    format!("c10d_shm/{gen}/vote/{rank}")
+}
+
+/// One set-up as every rank of the group asks for it.
+pub(crate) struct Ask<'a> {
+    pub store: &'a dyn Store,
+    /// Set-ups of this group before this one (equal on every rank; names the store keys).
+    pub gen: u32,
+    pub rank: usize,
+    pub n: usize,
+    /// Bytes per slot.
+    pub slot: usize,
+    /// This rank lets the group use shared memory (else it votes no).
+    pub allowed: bool,
+    /// The op's deadline.
+    pub deadline: Instant,
+    /// "ProcessGroupGloo (group G, rank R)", for texts.
+    pub ctx: &'a str,
+}
+
+/// What a set-up gave; every rank of the group gets the same.
+pub(crate) enum Outcome {
+    /// Every rank mapped the new segment.
+    Mapped(Segment),
+    /// `/dev/shm` had no room for it (rank 0 warned).
+    NoRoom,
+    /// A rank does not allow shared memory or could not create or map the segment.
+    Refused,
+}
+
+/// Rank 0's word in the store: a name, no room, or refused.
+const NAME: u8 = b'N';
+const NO_ROOM: u8 = b'R';
+const REFUSED: u8 = b'X';
+
+/// Runs set-up `ask.gen` (see the module docs).
 ///
 /// # Errors
-/// A store failure or timeout (a peer did not get this far); the name is unlinked anyway.
-pub(crate) fn setup(
-    store: &dyn Store,
-    rank: usize,
-    n: usize,
-    eligible: bool,
-    timeout: Duration,
-) -> Result<ShmState> {
-    if !(2..=MAX_RANKS).contains(&n) {
-        return Ok(ShmState::Off);
-    }
-    let (mine, created) = if rank == 0 {
-        create(n, eligible)
-    } else {
-        (None, None)
-    };
-    let _unlink = created.map(Unlink);
-    let mine = match rank {
+/// A store failure, or the op's deadline passed waiting for a peer; the name is unlinked anyway.
+pub(crate) fn setup_slot(ask: &Ask<'_>) -> Result<Outcome> {
+    let word = match ask.rank {
         0 => {
-            let name = _unlink
-                .as_ref()
-                .map_or(Vec::new(), |u| u.0.as_bytes().to_vec());
-            store.set(KEY_NAME, &name)?;
-            mine
+            let (word, seg) = create(ask);
+            let unlink = seg.as_ref().map(|(_, name)| Unlink(name.clone()));
+            ask.store.set(&key_name(ask.gen), &word)?;
+            let seg = seg.map(|(s, _)| s);
+            let outcome = conclude(ask, &word, seg);
+            drop(unlink);
+            return outcome;
         }
         _ => {
-            store.wait_timeout(&[KEY_NAME], timeout)?;
-            let name = store.get(KEY_NAME)?;
-            open(&name, n, eligible)
+            let key = key_name(ask.gen);
+            ask.store.wait_timeout(&[&key], remaining(ask)?)?;
+            ask.store.get(&key)?
         }
     };
-    store.set(&format!("{KEY_VOTE}{rank}"), &[mine.is_some() as u8])?;
-    let keys: Vec<String> = (0..n).map(|p| format!("{KEY_VOTE}{p}")).collect();
+    let seg = match word.split_first() {
+        Some((&NAME, name)) if ask.allowed => open(ask, name),
+        _ => None,
+    };
+    conclude(ask, &word, seg)
+}
+
+/// The time left before the op's deadline.
+fn remaining(ask: &Ask<'_>) -> Result<Duration> {
+    let left = ask.deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(DistError::backend(format!(
+            "{}: timed out setting up the group's shared memory",
+            ask.ctx
+        )));
+    }
+    Ok(left)
+}
+
+/// After rank 0's word: the votes when it named a segment, else its verdict as is.
+fn conclude(ask: &Ask<'_>, word: &[u8], seg: Option<Segment>) -> Result<Outcome> {
+    match word.first() {
+        Some(&NAME) => {}
+        Some(&NO_ROOM) => return Ok(Outcome::NoRoom),
+        _ => return Ok(Outcome::Refused),
+    }
+    ask.store
+        .set(&key_vote(ask.gen, ask.rank), &[seg.is_some() as u8])?;
+    let keys: Vec<String> = (0..ask.n).map(|p| key_vote(ask.gen, p)).collect();
     let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
-    store.wait_timeout(&refs, timeout)?;
-    let all = store.multi_get(&refs)?;
-    match mine {
+    ask.store.wait_timeout(&refs, remaining(ask)?)?;
+    let all = ask.store.multi_get(&refs)?;
+    match seg {
         Some(seg) if all.iter().all(|v| v.as_slice() == [1]) => {
-            seg.line(rank)
+            seg.line(ask.rank)
                 .pid
                 .store(std::process::id() as i32, Ordering::Release);
-            Ok(ShmState::On(seg))
+            Ok(Outcome::Mapped(seg))
         }
-        _ => Ok(ShmState::Off),
+        _ => Ok(Outcome::Refused),
     }
 }
 
 /// Unlinks a segment name when dropped (after the votes, or on a failed set-up).
-pub(crate) struct Unlink(CString);
+struct Unlink(CString);
 
 impl Drop for Unlink {
     fn drop(&mut self) {
@@ -74,10 +126,20 @@ impl Drop for Unlink {
     }
 }
 
-/// Rank 0's segment and its name.
-pub(crate) fn create(n: usize, eligible: bool) -> (Option<Segment>, Option<CString>) {
-    if !eligible {
-        return (None, None);
+/// Rank 0's word (see [`NAME`]) and, when it made one, its segment and the segment's name.
+fn create(ask: &Ask<'_>) -> (Vec<u8>, Option<(Segment, CString)>) {
+    if !ask.allowed {
+        return (vec![REFUSED], None);
+    }
+    let room = match dev_shm_room() {
+        Ok(r) => r,
+        Err(e) => {
+            log::info!("{}: no /dev/shm ({e}); using sockets", ask.ctx);
+            return (vec![REFUSED], None);
+        }
+    };
+    if !fit::fits(seg_len(ask.n, ask.slot), room) {
+        return no_room(ask, room);
     }
     let name = CString::new(format!(
         "/c10d-shm-{}-{:016x}",
@@ -85,24 +147,54 @@ pub(crate) fn create(n: usize, eligible: bool) -> (Option<Segment>, Option<CStri
         rand_u64()
     ))
     .expect("no NUL");
-    match Segment::map(&name, n, true) {
-        Ok(s) => (Some(s), Some(name)),
+    match Segment::map(&name, ask.n, ask.slot, true) {
+        Ok(s) => {
+            let mut word = vec![NAME];
+            word.extend_from_slice(name.as_bytes());
+            (word, Some((s, name)))
+        }
+        // Another group took the room between the check and the reservation.
+        Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {
+            no_room(ask, dev_shm_room().unwrap_or(room))
+        }
         Err(e) => {
-            log::info!("c10d-gloo: no shared memory for the group ({e}); using sockets");
-            (None, None)
+            log::info!("{}: no shared memory for the group ({e}); using sockets", ask.ctx);
+            (vec![REFUSED], None)
         }
     }
 }
 
-/// A peer's mapping of the segment rank 0 named (`None`: no name, not eligible, or it fails).
-pub(crate) fn open(name: &[u8], n: usize, eligible: bool) -> Option<Segment> {
-    if name.is_empty() || !eligible {
-        return None;
-    }
+/// Rank 0's word when `/dev/shm` has no room, after the group's one warning.
+fn no_room(ask: &Ask<'_>, room: Room) -> (Vec<u8>, Option<(Segment, CString)>) {
+    log::warn!("{}", fit::no_room_text(ask.ctx, ask.n, ask.slot, room));
+    (vec![NO_ROOM], None)
+}
+
+/// A peer's mapping of the segment rank 0 named (`None`: it cannot map it).
+fn open(ask: &Ask<'_>, name: &[u8]) -> Option<Segment> {
     let c = CString::new(name).ok()?;
-    Segment::map(&c, n, false)
+    Segment::map(&c, ask.n, ask.slot, false)
         .map_err(|e| {
-            log::info!("c10d-gloo: cannot map the group's shared memory ({e}); using sockets")
+            log::info!(
+                "{}: cannot map the group's shared memory ({e}); using sockets",
+                ask.ctx
+            )
         })
         .ok()
+}
+
+/// What the engine's connect-time set-up (`engine::Connector::shared_memory`) gets: nothing
+/// any more. The segment is set up lazily, by the op that first needs it (see
+/// `algo::shm::probe`); this stays only until the engine stops calling it.
+///
+/// # Errors
+/// None.
+pub(crate) fn setup(
+    _store: &dyn Store,
+    _rank: usize,
+    _n: usize,
+    _eligible: bool,
+    _timeout: Duration,
+) -> Result<ShmState> {
+    Ok(ShmState::Off)
 }
