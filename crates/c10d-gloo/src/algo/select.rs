@@ -400,21 +400,39 @@ mod tests {
     fn broadcast_table() {
         let s = settings();
         assert_eq!(broadcast(&s, &host(4), KIB), Choice::Run(Broadcast::Shm));
-        assert_eq!(broadcast(&s, &host(4), 2 * MIB), Choice::Run(Broadcast::Shm));
-        assert_eq!(broadcast(&s, &host(4), 2 * MIB + 1), Choice::Run(Broadcast::Chain));
-        assert_eq!(broadcast(&s, &remote(4), 64 * KIB), Choice::Run(Broadcast::Tree));
-        assert_eq!(broadcast(&s, &remote(4), 64 * KIB + 1), Choice::Run(Broadcast::Chain));
+        assert_eq!(
+            broadcast(&s, &host(4), 2 * MIB),
+            Choice::Run(Broadcast::Shm)
+        );
+        assert_eq!(
+            broadcast(&s, &host(4), 2 * MIB + 1),
+            Choice::Run(Broadcast::Chain)
+        );
+        assert_eq!(
+            broadcast(&s, &remote(4), 64 * KIB),
+            Choice::Run(Broadcast::Tree)
+        );
+        assert_eq!(
+            broadcast(&s, &remote(4), 64 * KIB + 1),
+            Choice::Run(Broadcast::Chain)
+        );
         assert_eq!(broadcast(&s, &host(4), 0), Choice::Run(Broadcast::Tree));
         let tree = Settings {
             broadcast: BroadcastAlgorithm::Tree,
             ..s
         };
-        assert_eq!(broadcast(&tree, &host(4), KIB), Choice::Run(Broadcast::Tree));
+        assert_eq!(
+            broadcast(&tree, &host(4), KIB),
+            Choice::Run(Broadcast::Tree)
+        );
         let chain = Settings {
             broadcast: BroadcastAlgorithm::Chain,
             ..s
         };
-        assert_eq!(broadcast(&chain, &host(4), KIB), Choice::Run(Broadcast::Chain));
+        assert_eq!(
+            broadcast(&chain, &host(4), KIB),
+            Choice::Run(Broadcast::Chain)
+        );
     }
 
     #[test]
@@ -483,8 +501,14 @@ mod tests {
             ..small
         };
         assert_eq!(all_reduce(&s, &no_room, 100 * KIB), Choice::Run(AllPairs));
-        assert_eq!(all_reduce(&s, &no_room, KIB), Choice::Run(Shm(Fold::Direct)));
-        assert_eq!(broadcast(&s, &no_room, 100 * KIB), Choice::Run(Broadcast::Chain));
+        assert_eq!(
+            all_reduce(&s, &no_room, KIB),
+            Choice::Run(Shm(Fold::Direct))
+        );
+        assert_eq!(
+            broadcast(&s, &no_room, 100 * KIB),
+            Choice::Run(Broadcast::Chain)
+        );
         let refused = Caps {
             shm_limit: 0,
             ..fresh

@@ -156,10 +156,25 @@ mod tests {
     #[test]
     fn the_warning_names_dev_shm_its_size_free_bytes_need_and_fit() {
         let t = no_room_text("G", 8, SLOT_BYTES, room(16 * MIB, 10 * MIB));
-        assert!(t.starts_with("G: /dev/shm (16777216 bytes, 10485760 free)"), "{t}");
-        assert!(t.contains(&format!("segment of {} bytes", seg_len(8, SLOT_BYTES))), "{t}");
-        assert!(t.contains(&format!("at most a segment of {} bytes", seg_len(8, 256 * KIB))), "{t}");
+        assert!(
+            t.starts_with("G: /dev/shm (16777216 bytes, 10485760 free)"),
+            "{t}"
+        );
+        assert!(
+            t.contains(&format!("segment of {} bytes", seg_len(8, SLOT_BYTES))),
+            "{t}"
+        );
+        assert!(
+            t.contains(&format!(
+                "at most a segment of {} bytes",
+                seg_len(8, 256 * KIB)
+            )),
+            "{t}"
+        );
         let t = no_room_text("G", 2, SMALL_SLOT_BYTES, room(64 * MIB, 0));
-        assert!(t.contains("not even the smallest segment (262272 bytes)"), "{t}");
+        assert!(
+            t.contains("not even the smallest segment (262272 bytes)"),
+            "{t}"
+        );
     }
 }

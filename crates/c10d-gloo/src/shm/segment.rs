@@ -193,10 +193,7 @@ pub(crate) fn reserve(fd: libc::c_int, len: usize) -> std::io::Result<()> {
 
 /// Copies `data` into slot (r, parity) at byte `at`.
 pub(crate) fn write_slot(seg: &Segment, r: usize, parity: u32, at: usize, data: &[u8]) {
-    assert!(
-        at + data.len() <= seg.slot,
-        "shared-memory slot overflow"
-    );
+    assert!(at + data.len() <= seg.slot, "shared-memory slot overflow");
     // SAFETY: slot (r, parity) is this rank's and holds `seg.slot` bytes (checked above); no peer
     // reads these bytes before this rank's next arrival (peers read other ranges of it in
     // all-pairs' reduce step), and every peer finished the op that used it last (`begin`).

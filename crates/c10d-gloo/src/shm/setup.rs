@@ -158,7 +158,10 @@ fn create(ask: &Ask<'_>) -> (Vec<u8>, Option<(Segment, CString)>) {
             no_room(ask, dev_shm_room().unwrap_or(room))
         }
         Err(e) => {
-            log::info!("{}: no shared memory for the group ({e}); using sockets", ask.ctx);
+            log::info!(
+                "{}: no shared memory for the group ({e}); using sockets",
+                ask.ctx
+            );
             (vec![REFUSED], None)
         }
     }

@@ -56,9 +56,9 @@ mod sync;
 pub(crate) use probe::{limit, probe};
 
 use crate::engine::Comm;
+use crate::shm::segment::Segment;
 #[cfg(doc)]
 use crate::shm::segment::{SLOT_BYTES, SMALL_SLOT_BYTES};
-use crate::shm::segment::Segment;
 pub(crate) use crate::shm::ShmState;
 use c10d_core::{DType, DistError, ReduceOp, Result};
 use ops::run;
