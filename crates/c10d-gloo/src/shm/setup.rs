@@ -53,24 +53,26 @@ const NAME: u8 = b'N';
 const NO_ROOM: u8 = b'R';
 const REFUSED: u8 = b'X';
 
-/// Runs set-up `ask.gen` (see the module docs).
+/// Runs set-up `ask.gen` (see the module docs); `alive` is called between looks at the store
+/// (its error, e.g. a peer lost or the group stopped, ends the set-up).
 ///
 /// # Errors
-/// A store failure, or the op's deadline passed waiting for a peer; the name is unlinked anyway.
-pub(crate) fn setup_slot(ask: &Ask<'_>) -> Result<Outcome> {
+/// A store failure, `alive`'s error, or the op's deadline passed waiting for a peer (naming
+/// it); the name is unlinked anyway.
+pub(crate) fn setup_slot(ask: &Ask<'_>, alive: &mut dyn FnMut() -> Result<()>) -> Result<Outcome> {
     let word = match ask.rank {
         0 => {
             let (word, seg) = create(ask);
             let unlink = seg.as_ref().map(|(_, name)| Unlink(name.clone()));
             ask.store.set(&key_name(ask.gen), &word)?;
             let seg = seg.map(|(s, _)| s);
-            let outcome = conclude(ask, &word, seg);
+            let outcome = conclude(ask, &word, seg, alive);
             drop(unlink);
             return outcome;
         }
         _ => {
             let key = key_name(ask.gen);
-            ask.store.wait_timeout(&[&key], remaining(ask)?)?;
+            wait_keys(ask, std::slice::from_ref(&key), alive)?;
             ask.store.get(&key)?
         }
     };
@@ -78,23 +80,43 @@ pub(crate) fn setup_slot(ask: &Ask<'_>) -> Result<Outcome> {
         Some((&NAME, name)) if ask.allowed => open(ask, name),
         _ => None,
     };
-    conclude(ask, &word, seg)
+    conclude(ask, &word, seg, alive)
 }
 
-/// The time left before the op's deadline.
-fn remaining(ask: &Ask<'_>) -> Result<Duration> {
-    let left = ask.deadline.saturating_duration_since(Instant::now());
-    if left.is_zero() {
-        return Err(DistError::backend(format!(
-            "{}: timed out setting up the group's shared memory",
-            ask.ctx
-        )));
+/// Waits until the store holds every key of `keys` (the error names those missing), looking with `check` (a timed-out wait may leave a store connection
+/// unusable) and calling `alive` between looks, until the op's deadline.
+fn wait_keys(ask: &Ask<'_>, keys: &[String], alive: &mut dyn FnMut() -> Result<()>) -> Result<()> {
+    let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let mut pause = Duration::from_micros(20);
+    while !ask.store.check(&refs)? {
+        if Instant::now() >= ask.deadline {
+            let mut missing = Vec::new();
+            for k in refs.iter().copied() {
+                if !ask.store.check(&[k])? {
+                    missing.push(k);
+                }
+            }
+            return Err(DistError::backend(format!(
+                "{}: timed out setting up the group's shared memory (set-up {}); missing: {}",
+                ask.ctx,
+                ask.gen,
+                missing.join(", ")
+            )));
+        }
+        alive()?;
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(2));
     }
-    Ok(left)
+    Ok(())
 }
 
 /// After rank 0's word: the votes when it named a segment, else its verdict as is.
-fn conclude(ask: &Ask<'_>, word: &[u8], seg: Option<Segment>) -> Result<Outcome> {
+fn conclude(
+    ask: &Ask<'_>,
+    word: &[u8],
+    seg: Option<Segment>,
+    alive: &mut dyn FnMut() -> Result<()>,
+) -> Result<Outcome> {
     match word.first() {
         Some(&NAME) => {}
         Some(&NO_ROOM) => return Ok(Outcome::NoRoom),
@@ -103,8 +125,8 @@ fn conclude(ask: &Ask<'_>, word: &[u8], seg: Option<Segment>) -> Result<Outcome>
     ask.store
         .set(&key_vote(ask.gen, ask.rank), &[seg.is_some() as u8])?;
     let keys: Vec<String> = (0..ask.n).map(|p| key_vote(ask.gen, p)).collect();
+    wait_keys(ask, &keys, alive)?;
     let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
-    ask.store.wait_timeout(&refs, remaining(ask)?)?;
     let all = ask.store.multi_get(&refs)?;
     match seg {
         Some(seg) if all.iter().all(|v| v.as_slice() == [1]) => {

@@ -26,7 +26,8 @@ pub(crate) fn limit(comm: &mut Comm<'_>, local: bool) -> usize {
 /// when a rank refused (this rank's vote is `allowed`). Records the group's verdict.
 ///
 /// # Errors
-/// The store failed or a peer did not reach the set-up before the op's deadline: the group
+/// The store failed, a peer did not reach the set-up before the op's deadline (the error names
+/// the store keys it did not write), a peer was lost or the group stopped meanwhile: the group
 /// fails (ranks could disagree on the outcome otherwise).
 pub(crate) fn probe(comm: &mut Comm<'_>, bytes: usize, allowed: bool) -> Result<()> {
     let n = comm.size();
@@ -46,7 +47,18 @@ pub(crate) fn probe(comm: &mut Comm<'_>, bytes: usize, allowed: bool) -> Result<
         deadline: comm.deadline(),
         ctx: &ctx,
     };
-    let outcome = setup_slot(&ask);
+    let me = ask.rank;
+    // A peer lost, a stop, or a peer that runs this op over sockets ends the wait at once.
+    let mut alive = || -> Result<()> {
+        if let Some(e) = comm.stop_requested() {
+            return Err(e);
+        }
+        match (0..n).find(|&p| p != me) {
+            Some(p) => comm.check_sockets(p),
+            None => Ok(()),
+        }
+    };
+    let outcome = setup_slot(&ask, &mut alive);
     comm.shm_budget().setups += 1;
     match outcome {
         Ok(Outcome::Mapped(seg)) => *comm.shm() = ShmState::On(seg),
