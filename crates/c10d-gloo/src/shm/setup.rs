@@ -46,25 +46,43 @@ pub(crate) enum Outcome {
     NoRoom,
     /// A rank does not allow shared memory or could not create or map the segment.
     Refused,
+    /// A rank timed out waiting for the parts of these ranks and vetoed them: nothing
+    /// changes, a later op may set up again.
+    Abandoned(Vec<usize>),
 }
 
 /// Rank 0's word in the store: a name, no room, or refused.
 const NAME: u8 = b'N';
 const NO_ROOM: u8 = b'R';
 const REFUSED: u8 = b'X';
+/// Written in place of a part a rank timed out waiting for (name or vote).
+const VETO: u8 = b'A';
+
+/// Writes `value` under `key` unless something is there already; returns what is there now.
+/// Every key of a set-up is written once, by its owner or by a rank that vetoes it, so every
+/// rank reads the same values.
+fn write_once(ask: &Ask<'_>, key: &str, value: &[u8]) -> Result<Vec<u8>> {
+    ask.store.compare_set(key, b"", value)
+}
 
 /// Runs set-up `ask.gen` (see the module docs); `alive` is called between looks at the store
 /// (its error, e.g. a peer lost or the group stopped, ends the set-up).
 ///
 /// # Errors
-/// A store failure, `alive`'s error, or the op's deadline passed waiting for a peer (naming
-/// it); the name is unlinked anyway.
-pub(crate) fn setup_slot(ask: &Ask<'_>, alive: &mut dyn FnMut() -> Result<()>) -> Result<Outcome> {
+/// A store failure or `alive`'s error ([`SetupError::Failed`]), or the op's deadline passed
+/// waiting for peers ([`SetupError::TimedOut`], naming them: their parts were vetoed, so every
+/// rank gets [`Outcome::Abandoned`] or this error); the name is unlinked anyway.
+pub(crate) fn setup_slot(
+    ask: &Ask<'_>,
+    alive: &mut dyn FnMut() -> Result<()>,
+) -> std::result::Result<Outcome, SetupError> {
     let word = match ask.rank {
         0 => {
             let (word, seg) = create(ask);
             let unlink = seg.as_ref().map(|(_, name)| Unlink(name.clone()));
-            ask.store.set(&key_name(ask.gen), &word)?;
+            if write_once(ask, &key_name(ask.gen), &word)? != word {
+                return Ok(Outcome::Abandoned(vec![0]));
+            }
             let seg = seg.map(|(s, _)| s);
             let outcome = conclude(ask, &word, seg, alive);
             drop(unlink);
@@ -72,7 +90,13 @@ pub(crate) fn setup_slot(ask: &Ask<'_>, alive: &mut dyn FnMut() -> Result<()>) -
         }
         _ => {
             let key = key_name(ask.gen);
-            wait_keys(ask, std::slice::from_ref(&key), alive)?;
+            match wait_keys(ask, std::slice::from_ref(&key), &[0], alive) {
+                Err(SetupError::TimedOut(m)) if write_once(ask, &key, &[VETO])? == [VETO] => {
+                    return Err(SetupError::TimedOut(m));
+                }
+                Err(SetupError::Failed(e)) => return Err(SetupError::Failed(e)),
+                _ => {}
+            }
             ask.store.get(&key)?
         }
     };
@@ -83,25 +107,40 @@ pub(crate) fn setup_slot(ask: &Ask<'_>, alive: &mut dyn FnMut() -> Result<()>) -
     conclude(ask, &word, seg, alive)
 }
 
-/// Waits until the store holds every key of `keys` (the error names those missing), looking with `check` (a timed-out wait may leave a store connection
-/// unusable) and calling `alive` between looks, until the op's deadline.
-fn wait_keys(ask: &Ask<'_>, keys: &[String], alive: &mut dyn FnMut() -> Result<()>) -> Result<()> {
+/// Why a set-up ended without an outcome.
+pub(crate) enum SetupError {
+    /// The store failed, or `alive` said so.
+    Failed(DistError),
+    /// The op's deadline passed; these ranks had not written their part.
+    TimedOut(Vec<usize>),
+}
+
+impl From<DistError> for SetupError {
+    fn from(e: DistError) -> Self {
+        SetupError::Failed(e)
+    }
+}
+
+/// Waits until the store holds every key of `keys` (`keys[i]` written by rank `writers[i]`),
+/// looking with `check` (a timed-out wait may leave a store connection unusable) and calling
+/// `alive` between looks, until the op's deadline.
+fn wait_keys(
+    ask: &Ask<'_>,
+    keys: &[String],
+    writers: &[usize],
+    alive: &mut dyn FnMut() -> Result<()>,
+) -> std::result::Result<(), SetupError> {
     let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
     let mut pause = Duration::from_micros(20);
     while !ask.store.check(&refs)? {
         if Instant::now() >= ask.deadline {
             let mut missing = Vec::new();
-            for k in refs.iter().copied() {
+            for (k, w) in refs.iter().copied().zip(writers) {
                 if !ask.store.check(&[k])? {
-                    missing.push(k);
+                    missing.push(*w);
                 }
             }
-            return Err(DistError::backend(format!(
-                "{}: timed out setting up the group's shared memory (set-up {}); missing: {}",
-                ask.ctx,
-                ask.gen,
-                missing.join(", ")
-            )));
+            return Err(SetupError::TimedOut(missing));
         }
         alive()?;
         std::thread::sleep(pause);
@@ -116,18 +155,37 @@ fn conclude(
     word: &[u8],
     seg: Option<Segment>,
     alive: &mut dyn FnMut() -> Result<()>,
-) -> Result<Outcome> {
+) -> std::result::Result<Outcome, SetupError> {
     match word.first() {
         Some(&NAME) => {}
         Some(&NO_ROOM) => return Ok(Outcome::NoRoom),
+        Some(&VETO) => return Ok(Outcome::Abandoned(vec![0])),
         _ => return Ok(Outcome::Refused),
     }
-    ask.store
-        .set(&key_vote(ask.gen, ask.rank), &[seg.is_some() as u8])?;
+    write_once(ask, &key_vote(ask.gen, ask.rank), &[seg.is_some() as u8])?;
     let keys: Vec<String> = (0..ask.n).map(|p| key_vote(ask.gen, p)).collect();
-    wait_keys(ask, &keys, alive)?;
+    let writers: Vec<usize> = (0..ask.n).collect();
+    let mut vetoed = Vec::new();
+    match wait_keys(ask, &keys, &writers, alive) {
+        Err(SetupError::TimedOut(missing)) => {
+            for p in missing {
+                if write_once(ask, &keys[p], &[VETO])? == [VETO] {
+                    vetoed.push(p);
+                }
+            }
+        }
+        Err(e) => return Err(e),
+        Ok(()) => {}
+    }
+    if !vetoed.is_empty() {
+        return Err(SetupError::TimedOut(vetoed));
+    }
     let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
     let all = ask.store.multi_get(&refs)?;
+    let vetoed: Vec<usize> = (0..ask.n).filter(|&p| all[p] == [VETO]).collect();
+    if !vetoed.is_empty() {
+        return Ok(Outcome::Abandoned(vetoed));
+    }
     match seg {
         Some(seg) if all.iter().all(|v| v.as_slice() == [1]) => {
             seg.line(ask.rank)

@@ -4,7 +4,7 @@
 use crate::engine::Comm;
 use crate::shm::fit::{limit_after_no_room, slot_for};
 use crate::shm::segment::{slot_bytes, MAX_RANKS};
-use crate::shm::setup::{setup_slot, Ask, Outcome};
+use crate::shm::setup::{setup_slot, Ask, Outcome, SetupError};
 use crate::shm::ShmState;
 use c10d_core::{DistError, Result};
 
@@ -26,9 +26,9 @@ pub(crate) fn limit(comm: &mut Comm<'_>, local: bool) -> usize {
 /// when a rank refused (this rank's vote is `allowed`). Records the group's verdict.
 ///
 /// # Errors
-/// The store failed, a peer did not reach the set-up before the op's deadline (the error names
-/// the store keys it did not write), a peer was lost or the group stopped meanwhile: the group
-/// fails (ranks could disagree on the outcome otherwise).
+/// A peer did not reach the set-up before the op's deadline: the op's time-out text naming it
+/// (every rank abandons the set-up; a later op sets up again). The store failed, a peer was
+/// lost or the group stopped meanwhile: the group fails.
 pub(crate) fn probe(comm: &mut Comm<'_>, bytes: usize, allowed: bool) -> Result<()> {
     let n = comm.size();
     let slot = slot_for(bytes, n);
@@ -64,7 +64,20 @@ pub(crate) fn probe(comm: &mut Comm<'_>, bytes: usize, allowed: bool) -> Result<
         Ok(Outcome::Mapped(seg)) => *comm.shm() = ShmState::On(seg),
         Ok(Outcome::NoRoom) => comm.shm_budget().limit = Some(limit_after_no_room(slot)),
         Ok(Outcome::Refused) => comm.shm_budget().limit = Some(0),
-        Err(e) => {
+        // Peers gave up waiting for `late` (this op failed there): so does this op here, naming
+        // them (or, on a late rank itself, the others).
+        Ok(Outcome::Abandoned(late)) => {
+            let me = comm.rank();
+            let mut who: Vec<usize> = late.into_iter().filter(|&p| p != me).collect();
+            if who.is_empty() {
+                who = (0..n).filter(|&p| p != me).collect();
+            }
+            return Err(comm.timed_out(&who));
+        }
+        // The op's usual time-out text, naming the ranks that did not get this far; their parts
+        // were vetoed, so they abandon this set-up too and the group stays usable.
+        Err(SetupError::TimedOut(missing)) => return Err(comm.timed_out(&missing)),
+        Err(SetupError::Failed(e)) => {
             let e = DistError::backend(format!(
                 "{ctx}: setting up shared memory (slots of {slot} bytes) failed: {}",
                 e.message()
