@@ -14,7 +14,8 @@
 //! * When every rank of a group is on one host, all-reduces, all-gathers and reduce-scatters
 //!   below the cross-memory-attach threshold (2 MiB) and broadcasts up to 2 MiB (in groups of up
 //!   to 8 ranks; up to 64 KiB per rank in larger ones) go through a shared-memory segment the
-//!   group sets up when it connects (see `algo::shm`): no socket and no system call on the fast
+//!   group's first such op sets up, sized to it, where `/dev/shm` has room (else sockets, with
+//!   one warning; see `algo::shm`): no socket and no system call on the fast
 //!   path, a futex when a rank must wait, the fold order of the socket algorithm each replaces
 //!   (same bits), every fault check of the socket path. `C10D_GLOO_SHM=0` /
 //!   [`GlooOptions::shared_memory`] turns it off.
@@ -73,9 +74,9 @@
 //! | `engine/flow.rs`, `engine/liveness.rs` | read budget and back-pressure; ping/pong probes that name a silent rank |
 //! | `wire.rs` | the 64-byte frame header |
 //! | `algo/*.rs` | the socket algorithms, written against `Posts` / `Comm` (post parts of registered buffers, wait, fold) with no `unsafe` and no pointers |
-//! | `shm/` | the group's shared-memory segment as the platform gives it (below the engine, which keeps it): `segment.rs` (mapping, slots, futex: all of its `unsafe`), `setup.rs` (made through the store when the group connects) |
+//! | `shm/` | the group's shared-memory segment as the platform gives it (below the engine, which keeps it): `segment.rs` (mapping, slots, futex: all of its `unsafe`), `setup.rs` (made through the store by the first op that needs it), `fit.rs` (slot sizes, whether `/dev/shm` has room, the warning) |
 //! | `hosts.rs` | the host map (which ranks share a host), kept by the engine between ops |
-//! | `algo/shm/` | the shared-memory path: `sync.rs` (one op's protocol: arrivals, waits and their checks), `ops.rs` (all-reduce, broadcast, all-gather, reduce-scatter) |
+//! | `algo/shm/` | the shared-memory path: `sync.rs` (one op's protocol: arrivals, waits and their checks), `ops.rs` (all-reduce, broadcast, all-gather, reduce-scatter), `probe.rs` (the set-up every rank runs at the op that first needs a segment, or a bigger one) |
 //! | `algo/cma/` | cross-memory attach: `remote.rs` (`process_vm_readv`, published buffers: its only `unsafe`), `mod.rs` (probe, vote, all-reduce, all-gather, reduce-scatter) |
 //! | `algo/step.rs` | the step tag of frames (phase, round, piece) |
 //! | `algo/select.rs` | which algorithm runs an op: one pure table of (size, group size, options, what the group can do: shared memory, cross-memory attach, how ranks sit on hosts) |

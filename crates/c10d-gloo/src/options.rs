@@ -98,7 +98,10 @@ pub struct GlooOptions {
     /// reduce-scatters below [`GlooOptions::cma_min_bytes`], and broadcasts (with
     /// [`BroadcastAlgorithm::Auto`]) of at most 2 MiB per rank (64 KiB in groups of more than 8),
     /// then go through memory shared by the ranks, without sockets (same fold order
-    /// and bits as the socket algorithms they replace). One rank that cannot map the segment, or
+    /// and bits as the socket algorithms they replace). The segment is reserved by the first op
+    /// that needs it, with slots sized to that op (from 64 KiB, grown when a later op needs
+    /// more), and only where `/dev/shm` has room for it, leaving an eighth free (else the group
+    /// uses sockets, with one warning). One rank that cannot map the segment, or
     /// that set this to `false` (`C10D_GLOO_SHM=0` in its environment), makes the whole group use
     /// sockets. Default `true`.
     pub shared_memory: bool,

@@ -130,7 +130,6 @@ fn start_links(
         dialer,
         mailbox,
         timeout: opts.timeout,
-        shared_memory: opts.shared_memory,
         identities: None,
         initialized: false,
     })
@@ -187,10 +186,10 @@ impl ProcessGroupGloo {
         if !opts.lazy_init && size > 1 {
             // As PyTorch's eager set-up, the constructor returns once the group can run: here,
             // once its ring neighbours are connected (every other peer connects when an op
-            // first needs it) and the shared-memory segment is agreed.
+            // first needs it); the shared-memory segment is set up by the first op that needs it, `algo::shm::probe`.
             let neighbours = [(rank + 1) % size, (rank + size - 1) % size];
             engine.connect_now(&neighbours, deadline_after(opts.timeout))?;
-            engine.ensure_initialized()?;
+            engine.ensure_initialized();
         }
         let engine = Arc::new(Mutex::new(engine));
         let worker = spawn_worker(&engine, &shared, &opts.group_name, rank)?;
@@ -234,9 +233,12 @@ impl ProcessGroupGloo {
         }
     }
 
-    /// Whether small same-host all-reduces of this group go through its shared-memory segment
-    /// (see [`GlooOptions::shared_memory`]): `None` until the group connected (lazy init), then
-    /// the verdict every rank agreed on. No PyTorch counterpart (diagnostics).
+    /// Whether this same-host group has a shared-memory segment that its small all-reduces,
+    /// broadcasts, all-gathers and reduce-scatters go through (see
+    /// [`GlooOptions::shared_memory`]): `None` until the first op that could use one set it up
+    /// (the segment is reserved lazily, sized to that op), then the verdict every rank agreed on
+    /// (`Some(false)`: a rank refused, or `/dev/shm` had no room: the group uses sockets). No
+    /// PyTorch counterpart (diagnostics).
     pub fn shared_memory(&self) -> Option<bool> {
         match self.shared.shm.load(Ordering::Relaxed) {
             1 => Some(true),

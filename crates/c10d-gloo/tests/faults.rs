@@ -107,7 +107,13 @@ fn op_timeout_names_op_seq_rank_and_silent_peer() {
     // After a time-out the group stays usable: the late rank's frames of the failed op are
     // dropped as stale and the next collective matches again.
     run_world(2, opts(), |r, pg| {
+        // (A first op sets the shared-memory segment up: the late rank's op below then finds
+        // rank 0's data of the timed-out op there, as it would in the sockets.)
         let t = Tensor::full(1.0f32, &[1000]);
+        pg.all_reduce(std::slice::from_ref(&t), &AllreduceOptions::default())
+            .unwrap()
+            .wait()
+            .unwrap();
         if r == 0 {
             let o = AllreduceOptions {
                 timeout: Some(Duration::from_millis(100)),

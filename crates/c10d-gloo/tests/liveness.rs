@@ -58,22 +58,31 @@ fn a_peer_that_left_after_its_time_out_is_explained_by_its_note() {
     // that exits on the error); rank 1, still waiting, loses rank 0 and must say what rank 0 had
     // reported: that rank 2 did not answer.
     let pgs = make_world(3, opts());
-    let res = run_on(pgs, |r, pg| match r {
-        0 => {
-            let e = all_reduce_with_timeout(&pg, 400);
-            pg.abort();
-            e
-        }
-        1 => all_reduce_with_timeout(&pg, 20_000),
-        _ => {
-            std::thread::sleep(Duration::from_millis(1500));
-            String::new()
+    let res = run_on(pgs, |r, pg| {
+        // A first op sets the group's shared-memory segment up (a set-up that a time-out
+        // abandons on every rank alike, whose error would race with rank 0's departure).
+        let t = Tensor::full(1.0f32, &[1 << 12]);
+        pg.all_reduce(std::slice::from_ref(&t), &AllreduceOptions::default())
+            .unwrap()
+            .wait()
+            .unwrap();
+        match r {
+            0 => {
+                let e = all_reduce_with_timeout(&pg, 400);
+                pg.abort();
+                e
+            }
+            1 => all_reduce_with_timeout(&pg, 20_000),
+            _ => {
+                std::thread::sleep(Duration::from_millis(1500));
+                String::new()
+            }
         }
     });
     assert!(res[0].contains("; rank(s) 2 did not answer"), "{}", res[0]);
     assert!(res[1].contains("connection to rank 0 lost"), "{}", res[1]);
     assert!(
-        res[1].contains("before that, rank 0 had reported: ProcessGroupGloo (group 0): Timed out waiting 400ms for ALLREDUCE (seq 0) on rank 0"),
+        res[1].contains("before that, rank 0 had reported: ProcessGroupGloo (group 0): Timed out waiting 400ms for ALLREDUCE (seq 1) on rank 0"),
         "{}",
         res[1]
     );

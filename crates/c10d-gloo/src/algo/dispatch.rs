@@ -1,6 +1,6 @@
 //! Runs the algorithm the table (`algo::select`) picks for an op: reads what the group can do
-//! from its `Comm`, runs the cross-memory-attach probe when the table asks for it, then calls
-//! the chosen algorithm.
+//! from its `Comm`, runs the probes the table asks for (cross-memory attach, the host map, the
+//! shared-memory set-up), then calls the chosen algorithm.
 
 use super::select::{
     self, AllReduce, Broadcast, Caps, Choice, CmaVerdict, Exchange, HostsVerdict, Probe, Settings,
@@ -19,6 +19,8 @@ pub(crate) struct Algo {
     chunk: usize,
     /// This rank lets the group use cross-memory attach (its vote in the probe).
     cma_allowed: bool,
+    /// This rank lets the group use a shared-memory segment (its vote in the set-up).
+    shm_allowed: bool,
 }
 
 impl Algo {
@@ -33,14 +35,16 @@ impl Algo {
             },
             small_reduce_scratch: opts.small_reduce_scratch_bytes,
             cma_allowed: opts.cross_memory_attach,
+            shm_allowed: opts.shared_memory,
             chunk: opts.pipeline_chunk_bytes.max(64),
         }
     }
 
-    /// The table's answer for this op, after running the probes it asks for (each at most
-    /// once per group: a probe records its verdict, which the table reads next time).
+    /// The table's answer for this op, after running the probes it asks for (each records its
+    /// verdict, which the table reads next time: cross-memory attach and the host map once per
+    /// group, the shared-memory set-up once per slot size at most).
     fn choose<A>(&self, comm: &mut Comm<'_>, table: impl Fn(&Caps) -> Choice<A>) -> Result<A> {
-        for _ in 0..3 {
+        for _ in 0..4 {
             match table(&caps(comm)?) {
                 Choice::Run(a) => return Ok(a),
                 Choice::Probe(Probe::Cma) => {
@@ -49,6 +53,9 @@ impl Algo {
                 Choice::Probe(Probe::Hosts) => {
                     let hosts = super::hierarchical::probe(comm, self.cma_allowed)?;
                     comm.set_hosts(hosts);
+                }
+                Choice::Probe(Probe::Shm(bytes)) => {
+                    super::shm::probe(comm, bytes, self.shm_allowed)?;
                 }
             }
         }
@@ -117,7 +124,8 @@ impl Algo {
 
     /// Broadcast of `buf` from `root`.
     pub fn broadcast(&self, comm: &mut Comm<'_>, buf: &mut [u8], root: usize) -> Result<()> {
-        match select::broadcast(&self.table, &caps(comm)?, buf.len()) {
+        let len = buf.len();
+        match self.choose(comm, |c| select::broadcast(&self.table, c, len))? {
             Broadcast::Shm => super::shm::broadcast(comm, buf, root),
             Broadcast::Tree => super::broadcast::tree(comm, buf, root),
             Broadcast::Chain => super::broadcast::chain(comm, buf, root, self.chunk),
@@ -130,10 +138,12 @@ impl Algo {
 /// # Errors
 /// As [`Comm::all_peers_local`].
 fn caps(comm: &mut Comm<'_>) -> Result<Caps> {
+    let local = comm.all_peers_local()?;
     Ok(Caps {
         size: comm.size(),
-        local: comm.all_peers_local()?,
+        local,
         shm_slot: super::shm::slot_capacity(comm.shm()),
+        shm_limit: super::shm::limit(comm, local),
         cma: match comm.cma() {
             None => CmaVerdict::Unprobed,
             Some(true) => CmaVerdict::Permitted,

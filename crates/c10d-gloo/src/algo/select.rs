@@ -5,22 +5,26 @@
 //!
 //! | op | size (bytes, `len`) | picks |
 //! |----|------|-------|
-//! | all_reduce (`Auto`) | `len ≤ small_allreduce` | shared memory (direct fold) if the group has a segment, else the direct exchange |
-//! | | `≤ cma_min`, ≤ 8 ranks | shared memory (all-pairs fold) if the segment's slot holds it, else (below `cma_min`) all-pairs |
+//! | all_reduce (`Auto`) | `len ≤ small_allreduce` | shared memory (direct fold) if the group's slot holds it (set it up first, see below), else the direct exchange |
+//! | | `≤ cma_min`, ≤ 8 ranks | shared memory (all-pairs fold) if the group's slot holds it (set up first), else (below `cma_min`) all-pairs |
 //! | | `≥ cma_min`, every peer on this host | cross-memory attach if the group agreed to it (probe first if it never asked) |
 //! | | `> small_allreduce`, peers on other hosts, equal hosts of ≥ 2 ranks | two-level (reduce in the host, exchange between hosts, spread; learn the host map first if never asked) |
 //! | | otherwise | up to `small_allreduce` the direct exchange (≤ 16 ranks) or recursive doubling; above, all-pairs up to 8 ranks, else the pipelined ring |
 //! | all_reduce (forced) | any | the algorithm the options name, over sockets |
-//! | broadcast (`Auto`) | fits a slot | shared memory |
+//! | broadcast (`Auto`) | fits a slot (set up first) | shared memory |
 //! | | `≤ small_broadcast` / above | binomial tree / pipelined chain |
-//! | all_gather, reduce_scatter | total `< cma_min`, fits a slot | shared memory |
+//! | all_gather, reduce_scatter | total `< cma_min`, fits a slot (set up first) | shared memory |
 //! | | total `≥ cma_min`, every peer on this host | cross-memory attach (probe first if never asked) |
 //! | | otherwise | direct exchange |
 //!
 //! Shared memory replaces exactly the socket algorithm it stands in for (same fold order, same
 //! bits), so where it is not possible nothing but speed changes. Whether cross-memory attach
-//! works, and how the ranks sit on hosts, are learnt by probes that every rank runs at the
-//! same op ([`Choice::Probe`]); their verdicts then feed the table.
+//! works, how the ranks sit on hosts, and the group's shared-memory segment are learnt or set
+//! up by probes that every rank runs at the same op ([`Choice::Probe`]); their verdicts then
+//! feed the table. "Set up first": a same-host group whose segment's slot is smaller than the
+//! op's bytes per rank (no segment yet: 0), but which may still ask for that many
+//! ([`Caps::shm_limit`]), sets up a segment whose slots hold them ([`Probe::Shm`]); a set-up
+//! that finds no room in `/dev/shm` lowers the limit, one a rank refuses sets it to 0.
 
 use super::shm::Fold;
 use crate::options::{AllreduceAlgorithm, BroadcastAlgorithm};
@@ -51,6 +55,9 @@ pub(crate) struct Caps {
     pub local: bool,
     /// Bytes one rank's slot of the group's shared-memory segment holds; `None`: no segment.
     pub shm_slot: Option<usize>,
+    /// The most bytes per rank a new segment may be set up for (0: none; only for groups of
+    /// ranks on this host).
+    pub shm_limit: usize,
     /// Whether cross-memory attach works between every pair of ranks.
     pub cma: CmaVerdict,
     /// How the ranks sit on hosts (for groups that span hosts).
@@ -75,6 +82,9 @@ pub(crate) enum Probe {
     Cma,
     /// Which ranks share a host (`algo::hierarchical::probe`).
     Hosts,
+    /// Set up a shared-memory segment whose slots hold this many bytes per rank
+    /// (`algo::shm::probe`).
+    Shm(usize),
 }
 
 /// The group's cross-memory-attach verdict.
@@ -125,9 +135,19 @@ pub(crate) enum Exchange {
 }
 
 impl Caps {
-    /// A shared-memory op of `bytes` per rank fits the group's slots.
-    fn shm_fits(&self, bytes: usize) -> bool {
-        bytes > 0 && self.shm_slot.is_some_and(|slot| bytes <= slot)
+    /// A shared-memory op of `bytes` per rank: run it when it fits the group's slots, set up a
+    /// segment first when one may still be set up for it; `None` when it cannot use shared
+    /// memory.
+    fn shm<A>(&self, bytes: usize, run: A) -> Option<Choice<A>> {
+        if bytes == 0 {
+            None
+        } else if self.shm_slot.is_some_and(|slot| bytes <= slot) {
+            Some(Choice::Run(run))
+        } else if bytes <= self.shm_limit {
+            Some(Choice::Probe(Probe::Shm(bytes)))
+        } else {
+            None
+        }
     }
 
     /// Cross-memory attach for an op of `bytes` (≥ the threshold, checked by the caller):
@@ -161,8 +181,10 @@ pub(crate) fn all_reduce(s: &Settings, caps: &Caps, len: usize) -> Choice<AllRed
     if s.allreduce != AllreduceAlgorithm::Auto {
         return Choice::Run(sockets());
     }
-    if len <= s.small_allreduce && caps.shm_fits(len) {
-        return Choice::Run(Shm(Fold::Direct));
+    if len <= s.small_allreduce {
+        if let Some(c) = caps.shm(len, Shm(Fold::Direct)) {
+            return c;
+        }
     }
     if !caps.local && len > s.small_allreduce {
         return match caps.hosts {
@@ -173,8 +195,10 @@ pub(crate) fn all_reduce(s: &Settings, caps: &Caps, len: usize) -> Choice<AllRed
     }
     // Up to and including `cma_min` (one slot's worth by default) the segment is faster than
     // cross-memory attach, whose three hand-shakes and page pinning dominate below ~4 MiB.
-    if len <= s.cma_min && caps.size <= 8 && caps.shm_fits(len) {
-        return Choice::Run(Shm(Fold::AllPairs));
+    if len <= s.cma_min && caps.size <= 8 {
+        if let Some(c) = caps.shm(len, Shm(Fold::AllPairs)) {
+            return c;
+        }
     }
     if len < s.cma_min {
         return Choice::Run(sockets());
@@ -183,14 +207,17 @@ pub(crate) fn all_reduce(s: &Settings, caps: &Caps, len: usize) -> Choice<AllRed
 }
 
 /// The broadcast of `len` bytes.
-pub(crate) fn broadcast(s: &Settings, caps: &Caps, len: usize) -> Broadcast {
-    match s.broadcast {
-        BroadcastAlgorithm::Tree => Broadcast::Tree,
+pub(crate) fn broadcast(s: &Settings, caps: &Caps, len: usize) -> Choice<Broadcast> {
+    let shm = match s.broadcast {
+        BroadcastAlgorithm::Auto => caps.shm(len, Broadcast::Shm),
+        _ => None,
+    };
+    shm.unwrap_or(Choice::Run(match s.broadcast {
         BroadcastAlgorithm::Chain => Broadcast::Chain,
-        BroadcastAlgorithm::Auto if caps.shm_fits(len) => Broadcast::Shm,
+        BroadcastAlgorithm::Tree => Broadcast::Tree,
         BroadcastAlgorithm::Auto if len <= s.small_broadcast => Broadcast::Tree,
         BroadcastAlgorithm::Auto => Broadcast::Chain,
-    }
+    }))
 }
 
 /// An all-gather or reduce-scatter: `mine` bytes this rank contributes (what its slot must
@@ -198,10 +225,9 @@ pub(crate) fn broadcast(s: &Settings, caps: &Caps, len: usize) -> Broadcast {
 /// blocks), which picks between shared memory and cross-memory attach.
 pub(crate) fn exchange(s: &Settings, caps: &Caps, mine: usize, total: usize) -> Choice<Exchange> {
     if total < s.cma_min {
-        if caps.shm_fits(mine) {
-            return Choice::Run(Exchange::Shm);
-        }
-        return Choice::Run(Exchange::Direct);
+        return caps
+            .shm(mine, Exchange::Shm)
+            .unwrap_or(Choice::Run(Exchange::Direct));
     }
     caps.cma(total, Exchange::Cma)
         .unwrap_or(Choice::Run(Exchange::Direct))
@@ -231,6 +257,7 @@ mod tests {
             size,
             local: true,
             shm_slot: Some(2 * MIB),
+            shm_limit: 2 * MIB,
             cma: CmaVerdict::Permitted,
             hosts: HostsVerdict::Unprobed,
         }
@@ -241,6 +268,7 @@ mod tests {
         Caps {
             local: false,
             shm_slot: None,
+            shm_limit: 0,
             cma: CmaVerdict::Unprobed,
             hosts: HostsVerdict::Flat,
             ..host(size)
@@ -292,12 +320,14 @@ mod tests {
         let s = settings();
         let none = Caps {
             shm_slot: None,
+            shm_limit: 0,
             ..host(2)
         };
         assert_eq!(all_reduce(&s, &none, KIB), Choice::Run(Direct));
         assert_eq!(all_reduce(&s, &none, MIB), Choice::Run(AllPairs));
         let small = Caps {
             shm_slot: Some(64 * KIB),
+            shm_limit: 64 * KIB,
             ..host(12)
         };
         assert_eq!(all_reduce(&s, &small, KIB), Choice::Run(Shm(Fold::Direct)));
@@ -383,22 +413,40 @@ mod tests {
     #[test]
     fn broadcast_table() {
         let s = settings();
-        assert_eq!(broadcast(&s, &host(4), KIB), Broadcast::Shm);
-        assert_eq!(broadcast(&s, &host(4), 2 * MIB), Broadcast::Shm);
-        assert_eq!(broadcast(&s, &host(4), 2 * MIB + 1), Broadcast::Chain);
-        assert_eq!(broadcast(&s, &remote(4), 64 * KIB), Broadcast::Tree);
-        assert_eq!(broadcast(&s, &remote(4), 64 * KIB + 1), Broadcast::Chain);
-        assert_eq!(broadcast(&s, &host(4), 0), Broadcast::Tree);
+        assert_eq!(broadcast(&s, &host(4), KIB), Choice::Run(Broadcast::Shm));
+        assert_eq!(
+            broadcast(&s, &host(4), 2 * MIB),
+            Choice::Run(Broadcast::Shm)
+        );
+        assert_eq!(
+            broadcast(&s, &host(4), 2 * MIB + 1),
+            Choice::Run(Broadcast::Chain)
+        );
+        assert_eq!(
+            broadcast(&s, &remote(4), 64 * KIB),
+            Choice::Run(Broadcast::Tree)
+        );
+        assert_eq!(
+            broadcast(&s, &remote(4), 64 * KIB + 1),
+            Choice::Run(Broadcast::Chain)
+        );
+        assert_eq!(broadcast(&s, &host(4), 0), Choice::Run(Broadcast::Tree));
         let tree = Settings {
             broadcast: BroadcastAlgorithm::Tree,
             ..s
         };
-        assert_eq!(broadcast(&tree, &host(4), KIB), Broadcast::Tree);
+        assert_eq!(
+            broadcast(&tree, &host(4), KIB),
+            Choice::Run(Broadcast::Tree)
+        );
         let chain = Settings {
             broadcast: BroadcastAlgorithm::Chain,
             ..s
         };
-        assert_eq!(broadcast(&chain, &host(4), KIB), Broadcast::Chain);
+        assert_eq!(
+            broadcast(&chain, &host(4), KIB),
+            Choice::Run(Broadcast::Chain)
+        );
     }
 
     #[test]
@@ -409,6 +457,7 @@ mod tests {
         assert_eq!(exchange(&s, &c, MIB, 4 * MIB), Choice::Run(Exchange::Cma));
         let small = Caps {
             shm_slot: Some(64 * KIB),
+            shm_limit: 64 * KIB,
             ..c
         };
         assert_eq!(
@@ -428,5 +477,71 @@ mod tests {
             Choice::Probe(Probe::Cma)
         );
         assert_eq!(exchange(&s, &c, 0, 0), Choice::Run(Exchange::Direct));
+    }
+
+    #[test]
+    fn shared_memory_is_set_up_by_the_first_op_that_needs_it_and_grown_on_demand() {
+        let s = settings();
+        let fresh = Caps {
+            shm_slot: None,
+            ..host(4)
+        };
+        assert_eq!(all_reduce(&s, &fresh, KIB), Choice::Probe(Probe::Shm(KIB)));
+        assert_eq!(all_reduce(&s, &fresh, MIB), Choice::Probe(Probe::Shm(MIB)));
+        assert_eq!(all_reduce(&s, &fresh, 4 * MIB), Choice::Run(Cma));
+        assert_eq!(all_reduce(&s, &fresh, 0), Choice::Run(Direct));
+        assert_eq!(broadcast(&s, &fresh, KIB), Choice::Probe(Probe::Shm(KIB)));
+        assert_eq!(
+            exchange(&s, &fresh, KIB, 4 * KIB),
+            Choice::Probe(Probe::Shm(KIB))
+        );
+        // A 64 KiB segment runs what fits and grows for more.
+        let small = Caps {
+            shm_slot: Some(64 * KIB),
+            ..host(4)
+        };
+        assert_eq!(all_reduce(&s, &small, KIB), Choice::Run(Shm(Fold::Direct)));
+        assert_eq!(
+            all_reduce(&s, &small, 100 * KIB),
+            Choice::Probe(Probe::Shm(100 * KIB))
+        );
+        assert_eq!(
+            broadcast(&s, &small, 2 * MIB),
+            Choice::Probe(Probe::Shm(2 * MIB))
+        );
+        // No room for 128 KiB slots: what needs them uses sockets, smaller ops shared memory.
+        let no_room = Caps {
+            shm_limit: 64 * KIB,
+            ..small
+        };
+        assert_eq!(all_reduce(&s, &no_room, 100 * KIB), Choice::Run(AllPairs));
+        assert_eq!(
+            all_reduce(&s, &no_room, KIB),
+            Choice::Run(Shm(Fold::Direct))
+        );
+        assert_eq!(
+            broadcast(&s, &no_room, 100 * KIB),
+            Choice::Run(Broadcast::Chain)
+        );
+        let refused = Caps {
+            shm_limit: 0,
+            ..fresh
+        };
+        assert_eq!(all_reduce(&s, &refused, KIB), Choice::Run(Direct));
+        assert_eq!(
+            exchange(&s, &refused, KIB, 4 * KIB),
+            Choice::Run(Exchange::Direct)
+        );
+        // Forced socket algorithms never ask.
+        let tree = Settings {
+            broadcast: BroadcastAlgorithm::Tree,
+            ..s
+        };
+        assert_eq!(broadcast(&tree, &fresh, KIB), Choice::Run(Broadcast::Tree));
+        let ring = Settings {
+            allreduce: AllreduceAlgorithm::Ring,
+            ..s
+        };
+        assert_eq!(all_reduce(&ring, &fresh, KIB), Choice::Run(Ring));
     }
 }

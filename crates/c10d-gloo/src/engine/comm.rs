@@ -7,10 +7,11 @@ use super::lock::lock;
 use super::op_info::OpInfo;
 use super::{deadline_after, liveness, Engine};
 use crate::hosts::Hosts;
-use crate::shm::ShmState;
+use crate::shm::{Budget, ShmState};
 use crate::wire::{Header, Kind};
 use c10d_core::flight_recorder::Trace;
 use c10d_core::{DType, DistError, ErrorContext, OpType, Result};
+use c10d_store::Store;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,6 +22,8 @@ pub(super) struct AlgoState {
     pub(super) cma: Option<bool>,
     /// The group's shared-memory segment (see `algo::shm`).
     pub(super) shm: ShmState,
+    /// What the group's shared-memory set-ups learnt so far.
+    pub(super) shm_budget: Budget,
     /// The group's host map (`None`: not probed yet; `Some(None)`: flat, see
     /// `algo::hierarchical`).
     pub(super) hosts: Option<Option<Arc<Hosts>>>,
@@ -165,6 +168,25 @@ impl Comm<'_> {
     /// The group's shared-memory state (see `algo::shm`).
     pub(crate) fn shm(&mut self) -> &mut ShmState {
         &mut self.eng.algo.shm
+    }
+
+    /// What the group's shared-memory set-ups learnt so far (see `algo::shm::probe`).
+    pub(crate) fn shm_budget(&mut self) -> &mut Budget {
+        &mut self.eng.algo.shm_budget
+    }
+
+    /// The group's store (`None`: the engine has none, so no set-up can run).
+    pub(crate) fn store(&self) -> Option<Arc<dyn Store>> {
+        Some(self.eng.links.dialer.store.clone())
+    }
+
+    /// Records whether the group has a shared-memory segment (the verdict
+    /// `ProcessGroupGloo::shared_memory` reports).
+    pub(crate) fn set_shm_verdict(&mut self, on: bool) {
+        self.eng
+            .shared
+            .shm
+            .store(if on { 1 } else { 2 }, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// When this op times out.

@@ -109,10 +109,7 @@ impl Engine {
         if let Some(e) = self.faults.failed.clone() {
             return Err(p2p_failed(kind, seq, &self.id, &e));
         }
-        if let Err(e) = self.ensure_initialized() {
-            self.fail_group(e.clone(), false);
-            return Err(p2p_failed(kind, seq, &self.id, &e));
-        }
+        self.ensure_initialized();
         // A receive needs its sender's connection: we dial a lower sender (a higher one dials
         // us when it sends); from any source, every lower rank may send.
         if kind != OpType::Send {

@@ -6,7 +6,6 @@
 use super::conn::Peer;
 use super::lock::lock;
 use super::Engine;
-use crate::shm::ShmState;
 use crate::transport::accept::Mailbox;
 use crate::transport::dial::Dialer;
 use crate::transport::identity::{self, Identity};
@@ -26,8 +25,6 @@ pub(crate) struct Links {
     pub mailbox: Arc<Mailbox>,
     /// The group's time-out: bounds a dial made outside an op, and the identities' read.
     pub timeout: Duration,
-    /// This rank agrees to a shared-memory segment (see `algo::shm`).
-    pub shared_memory: bool,
     /// Every rank's identity, read once when first needed.
     pub identities: Option<Vec<Identity>>,
     /// The group's first op has run (or the eager set-up did its part).
@@ -177,41 +174,12 @@ impl Engine {
         Ok(ids.iter().all(|i| ids[me].same_host(i)))
     }
 
-    /// Marks the group initialized, setting up its shared-memory segment first (a collective
-    /// set-up through the store: every rank of the group calls it at the same point, its first
-    /// op or the eager set-up).
-    ///
-    /// # Errors
-    /// As [`crate::shm::setup`], [`Engine::identities`].
-    pub(crate) fn ensure_initialized(&mut self) -> Result<()> {
-        if self.links.initialized {
-            return Ok(());
+    /// Marks the group initialized (its first op, or the eager set-up). The shared-memory
+    /// segment is not set up here but by the first op that needs one (`algo::shm::probe`).
+    pub(crate) fn ensure_initialized(&mut self) {
+        if !self.links.initialized {
+            self.links.initialized = true;
+            self.shared.initialized.store(true, Ordering::Release);
         }
-        let n = self.id.size;
-        let shm = if (2..=crate::shm::segment::MAX_RANKS).contains(&n) && self.all_peers_local()? {
-            let store = self.links.dialer.store.clone();
-            crate::shm::setup(
-                store.as_ref(),
-                self.id.rank,
-                n,
-                self.links.shared_memory,
-                self.links.timeout,
-            )?
-        } else {
-            ShmState::Off
-        };
-        self.set_shm(shm);
-        self.links.initialized = true;
-        self.shared.initialized.store(true, Ordering::Release);
-        Ok(())
-    }
-
-    /// Installs the group's shared-memory state and publishes the verdict.
-    pub(crate) fn set_shm(&mut self, shm: ShmState) {
-        let on = matches!(shm, ShmState::On(_));
-        self.shared
-            .shm
-            .store(if on { 1 } else { 2 }, Ordering::Relaxed);
-        self.algo.shm = shm;
     }
 }

@@ -326,10 +326,8 @@ impl Engine {
         self.colls.seq = info.coll_seq;
         let res = if let Some(e) = self.faults.failed.clone() {
             Err(op_failed(&info, &self.id, &e))
-        } else if let Err(e) = self.ensure_initialized() {
-            self.fail_group(e.clone(), false);
-            Err(op_failed(&info, &self.id, &e))
         } else {
+            self.ensure_initialized();
             completer.mark_started();
             self.colls.cur = Some(info);
             let mut comm = Comm::new(self, info, timeout, record);

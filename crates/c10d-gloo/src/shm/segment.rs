@@ -1,7 +1,7 @@
 //! The shared-memory segment: mapping it, its per-rank control lines and slots, publishing
-//! and awaiting arrival numbers (futex), and the checks of a peer's process. All of the
-//! module's `unsafe` lives here; the algorithms (`ops.rs`) and the op protocol (`sync.rs`) use
-//! only what this file makes safe.
+//! and awaiting arrival numbers (futex), the checks of a peer's process, and how much room
+//! `/dev/shm` has (`statvfs`). All of the module's `unsafe` lives here; the algorithms
+//! (`ops.rs`) and the op protocol (`sync.rs`) use only what this file makes safe.
 
 use std::ffi::CString;
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
@@ -9,10 +9,11 @@ use std::time::Duration;
 
 /// Largest message per rank that goes through shared memory in groups of up to 8 ranks
 /// (cross-memory attach takes over at 2 MiB by default); larger groups (where all-reduce's
-/// medium algorithm, all-pairs, is not used) have [`SMALL_SLOT_BYTES`]. A segment is at most 16
-/// slots of 2 MiB = 32 MiB.
+/// medium algorithm, all-pairs, is not used) have at most [`SMALL_SLOT_BYTES`]. A segment's
+/// slots are sized to the ops that use them (see `fit.rs`), so a segment is at most 16 slots of
+/// 2 MiB = 32 MiB, and usually far less.
 pub(crate) const SLOT_BYTES: usize = 2 * 1024 * 1024;
-/// The slot of groups of more than 8 ranks.
+/// The largest slot of groups of more than 8 ranks, and the smallest slot of any segment.
 pub(crate) const SMALL_SLOT_BYTES: usize = 64 * 1024;
 /// Largest group that uses it.
 pub(crate) const MAX_RANKS: usize = 16;
@@ -47,6 +48,8 @@ pub(crate) struct Segment {
     pub(crate) base: *mut u8,
     pub(crate) len: usize,
     pub(crate) n: usize,
+    /// Bytes of each of the 2 n slots.
+    pub(crate) slot: usize,
     /// Arrivals published so far (equal on every rank between ops).
     pub(crate) ops: u32,
     /// Ops run so far, and the first arrival of the last one (slot reuse, see `run`).
@@ -67,7 +70,7 @@ impl Drop for Segment {
     }
 }
 
-/// The slot size of a group of `n` ranks (equal on every rank).
+/// The largest slot a group of `n` ranks may have (equal on every rank).
 pub(crate) fn slot_bytes(n: usize) -> usize {
     if n <= 8 {
         SLOT_BYTES
@@ -76,8 +79,10 @@ pub(crate) fn slot_bytes(n: usize) -> usize {
     }
 }
 
-pub(crate) fn seg_len(n: usize) -> usize {
-    n * 64 + n * 2 * slot_bytes(n)
+/// Bytes of a segment of `n` ranks with slots of `slot` bytes: a 64-byte line and two slots
+/// per rank.
+pub(crate) fn seg_len(n: usize, slot: usize) -> usize {
+    n * 64 + n * 2 * slot
 }
 
 impl Segment {
@@ -94,14 +99,24 @@ impl Segment {
             "shared-memory slot ({r}, {parity}) of {}",
             self.n
         );
-        let off = self.n * 64 + (r * 2 + parity as usize) * slot_bytes(self.n);
+        let off = self.n * 64 + (r * 2 + parity as usize) * self.slot;
         // SAFETY: the offset lies inside the mapping (r < n, parity < 2: checked).
         unsafe { self.base.add(off) }
     }
 
-    /// Maps the object `name` (created when `create`), sized for `n` ranks.
-    pub(crate) fn map(name: &CString, n: usize, create: bool) -> std::io::Result<Segment> {
-        let len = seg_len(n);
+    /// Maps the object `name` (created when `create`), sized for `n` ranks with slots of
+    /// `slot` bytes.
+    ///
+    /// # Errors
+    /// `shm_open`, `ftruncate`, `posix_fallocate` (`ENOSPC`: `/dev/shm` is full) or `mmap`
+    /// failed; a created name is removed again.
+    pub(crate) fn map(
+        name: &CString,
+        n: usize,
+        slot: usize,
+        create: bool,
+    ) -> std::io::Result<Segment> {
+        let len = seg_len(n, slot);
         let flags = if create {
             libc::O_CREAT | libc::O_EXCL | libc::O_RDWR
         } else {
@@ -147,6 +162,7 @@ impl Segment {
             base: p.cast(),
             len,
             n,
+            slot,
             ops: 0,
             op_index: 0,
             prev_first: 0,
@@ -177,11 +193,8 @@ pub(crate) fn reserve(fd: libc::c_int, len: usize) -> std::io::Result<()> {
 
 /// Copies `data` into slot (r, parity) at byte `at`.
 pub(crate) fn write_slot(seg: &Segment, r: usize, parity: u32, at: usize, data: &[u8]) {
-    assert!(
-        at + data.len() <= slot_bytes(seg.n),
-        "shared-memory slot overflow"
-    );
-    // SAFETY: slot (r, parity) is this rank's and holds `slot_bytes` (checked above); no peer
+    assert!(at + data.len() <= seg.slot, "shared-memory slot overflow");
+    // SAFETY: slot (r, parity) is this rank's and holds `seg.slot` bytes (checked above); no peer
     // reads these bytes before this rank's next arrival (peers read other ranges of it in
     // all-pairs' reduce step), and every peer finished the op that used it last (`begin`).
     unsafe {
@@ -191,7 +204,7 @@ pub(crate) fn write_slot(seg: &Segment, r: usize, parity: u32, at: usize, data: 
 
 /// `len` bytes of slot (p, parity) from byte `at`, once p's arrival for this op was acquired.
 pub(crate) fn read_slot(seg: &Segment, p: usize, parity: u32, at: usize, len: usize) -> &[u8] {
-    assert!(at + len <= slot_bytes(seg.n), "shared-memory slot overflow");
+    assert!(at + len <= seg.slot, "shared-memory slot overflow");
     // SAFETY: in bounds (checked above); the data was published before p's arrival, which the
     // caller acquired, and is not written again before every rank started the next op.
     unsafe { std::slice::from_raw_parts(seg.slot(p, parity).add(at), len) }
@@ -242,6 +255,26 @@ pub(crate) fn futex_wake(word: &AtomicU32) {
     }
 }
 
+/// Total and free bytes of the file system behind `/dev/shm` (where `shm_open` puts its
+/// objects), as `statvfs` sees them from this process (its mount namespace).
+///
+/// # Errors
+/// `statvfs` failed (no `/dev/shm`).
+pub(crate) fn dev_shm_room() -> std::io::Result<super::fit::Room> {
+    let path = c"/dev/shm";
+    // SAFETY: an all-zero `statvfs` is a valid value of this plain C struct.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `path` is a valid C string and `st` a writable `statvfs`.
+    if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let unit = st.f_frsize as u64;
+    Ok(super::fit::Room {
+        size: st.f_blocks as u64 * unit,
+        free: st.f_bavail as u64 * unit,
+    })
+}
+
 /// A random 64-bit number from the kernel (segment names must not be guessable or collide).
 pub(crate) fn rand_u64() -> u64 {
     let mut b = [0u8; 8];
@@ -277,21 +310,22 @@ mod tests {
             rand_u64()
         ))
         .unwrap();
-        let a = Segment::map(&name, 2, true).unwrap();
-        let b = Segment::map(&name, 2, false).unwrap();
+        let a = Segment::map(&name, 2, SMALL_SLOT_BYTES, true).unwrap();
+        let b = Segment::map(&name, 2, SMALL_SLOT_BYTES, false).unwrap();
         // SAFETY: unlinking the test's own name.
         unsafe { libc::shm_unlink(name.as_ptr()) };
         assert!(
-            Segment::map(&name, 2, false).is_err(),
+            Segment::map(&name, 2, SMALL_SLOT_BYTES, false).is_err(),
             "the name must be gone"
         );
         // Both mappings see the same memory.
         publish(a.line(1), 7);
         assert_eq!(b.line(1).seq.load(Ordering::Acquire), 7);
-        // SAFETY: slot (0, 1) of a 2-rank segment holds SLOT_BYTES bytes.
+        // SAFETY: slot (0, 1) of a 2-rank segment holds SMALL_SLOT_BYTES bytes.
         unsafe { *a.slot(0, 1) = 42 };
         // SAFETY: as above, through the other mapping.
         assert_eq!(unsafe { *b.slot(0, 1) }, 42);
-        assert_eq!(a.len, seg_len(2));
+        assert_eq!(a.len, seg_len(2, SMALL_SLOT_BYTES));
+        assert_eq!(a.slot, SMALL_SLOT_BYTES);
     }
 }

@@ -1,72 +1,203 @@
-//! Setting the segment up when a group connects: rank 0 creates it under a random name and
-//! publishes the name in the group's store, every rank maps it and votes, the name is unlinked
-//! once the votes are in (see the module docs).
+//! Setting a segment up through the group's store, at the op that first needs it (see
+//! `algo::shm::probe`, which every rank runs at the same op): rank 0 checks that `/dev/shm` has
+//! room, creates the segment under a random name and publishes the name (or why there is none);
+//! every rank maps it and votes; the name is unlinked once the votes are in, so no segment
+//! outlives the group even if a rank crashes.
 
+use super::fit::{self, Room};
 use super::segment::*;
-use super::ShmState;
-use c10d_core::Result;
+use c10d_core::{DistError, Result};
 use c10d_store::Store;
 use std::ffi::CString;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-/// Store keys of the set-up (under the group's store).
-pub(crate) const KEY_NAME: &str = "c10d_shm/name";
-pub(crate) const KEY_VOTE: &str = "c10d_shm/vote/";
-/// The collective set-up through the group's store (see the module docs): `On` when every rank
-/// of a group of 2 ..= [`MAX_RANKS`] mapped the segment, `Off` otherwise. `eligible`: this rank
-/// agrees (option on, every peer on this host).
+/// Store keys of set-up number `gen` (under the group's store).
+fn key_name(gen: u32) -> String {
+    format!("c10d_shm/{gen}/name")
+}
+fn key_vote(gen: u32, rank: usize) -> String {
+    format!("c10d_shm/{gen}/vote/{rank}")
+}
+
+/// One set-up as every rank of the group asks for it.
+pub(crate) struct Ask<'a> {
+    pub store: &'a dyn Store,
+    /// Set-ups of this group before this one (equal on every rank; names the store keys).
+    pub gen: u32,
+    pub rank: usize,
+    pub n: usize,
+    /// Bytes per slot.
+    pub slot: usize,
+    /// This rank lets the group use shared memory (else it votes no).
+    pub allowed: bool,
+    /// The op's deadline.
+    pub deadline: Instant,
+    /// "ProcessGroupGloo (group G, rank R)", for texts.
+    pub ctx: &'a str,
+}
+
+/// What a set-up gave; every rank of the group gets the same.
+pub(crate) enum Outcome {
+    /// Every rank mapped the new segment.
+    Mapped(Segment),
+    /// `/dev/shm` had no room for it (rank 0 warned).
+    NoRoom,
+    /// A rank does not allow shared memory or could not create or map the segment.
+    Refused,
+    /// A rank timed out waiting for the parts of these ranks and vetoed them: nothing
+    /// changes, a later op may set up again.
+    Abandoned(Vec<usize>),
+}
+
+/// Rank 0's word in the store: a name, no room, or refused.
+const NAME: u8 = b'N';
+const NO_ROOM: u8 = b'R';
+const REFUSED: u8 = b'X';
+/// Written in place of a part a rank timed out waiting for (name or vote).
+const VETO: u8 = b'A';
+
+/// Writes `value` under `key` unless something is there already; returns what is there now.
+/// Every key of a set-up is written once, by its owner or by a rank that vetoes it, so every
+/// rank reads the same values.
+fn write_once(ask: &Ask<'_>, key: &str, value: &[u8]) -> Result<Vec<u8>> {
+    ask.store.compare_set(key, b"", value)
+}
+
+/// Runs set-up `ask.gen` (see the module docs); `alive` is called between looks at the store
+/// (its error, e.g. a peer lost or the group stopped, ends the set-up).
 ///
 /// # Errors
-/// A store failure or timeout (a peer did not get this far); the name is unlinked anyway.
-pub(crate) fn setup(
-    store: &dyn Store,
-    rank: usize,
-    n: usize,
-    eligible: bool,
-    timeout: Duration,
-) -> Result<ShmState> {
-    if !(2..=MAX_RANKS).contains(&n) {
-        return Ok(ShmState::Off);
-    }
-    let (mine, created) = if rank == 0 {
-        create(n, eligible)
-    } else {
-        (None, None)
-    };
-    let _unlink = created.map(Unlink);
-    let mine = match rank {
+/// A store failure or `alive`'s error ([`SetupError::Failed`]), or the op's deadline passed
+/// waiting for peers ([`SetupError::TimedOut`], naming them: their parts were vetoed, so every
+/// rank gets [`Outcome::Abandoned`] or this error); the name is unlinked anyway.
+pub(crate) fn setup_slot(
+    ask: &Ask<'_>,
+    alive: &mut dyn FnMut() -> Result<()>,
+) -> std::result::Result<Outcome, SetupError> {
+    let word = match ask.rank {
         0 => {
-            let name = _unlink
-                .as_ref()
-                .map_or(Vec::new(), |u| u.0.as_bytes().to_vec());
-            store.set(KEY_NAME, &name)?;
-            mine
+            let (word, seg) = create(ask);
+            let unlink = seg.as_ref().map(|(_, name)| Unlink(name.clone()));
+            if write_once(ask, &key_name(ask.gen), &word)? != word {
+                return Ok(Outcome::Abandoned(vec![0]));
+            }
+            let seg = seg.map(|(s, _)| s);
+            let outcome = conclude(ask, &word, seg, alive);
+            drop(unlink);
+            return outcome;
         }
         _ => {
-            store.wait_timeout(&[KEY_NAME], timeout)?;
-            let name = store.get(KEY_NAME)?;
-            open(&name, n, eligible)
+            let key = key_name(ask.gen);
+            match wait_keys(ask, std::slice::from_ref(&key), &[0], alive) {
+                Err(SetupError::TimedOut(m)) if write_once(ask, &key, &[VETO])? == [VETO] => {
+                    return Err(SetupError::TimedOut(m));
+                }
+                Err(SetupError::Failed(e)) => return Err(SetupError::Failed(e)),
+                _ => {}
+            }
+            ask.store.get(&key)?
         }
     };
-    store.set(&format!("{KEY_VOTE}{rank}"), &[mine.is_some() as u8])?;
-    let keys: Vec<String> = (0..n).map(|p| format!("{KEY_VOTE}{p}")).collect();
+    let seg = match word.split_first() {
+        Some((&NAME, name)) if ask.allowed => open(ask, name),
+        _ => None,
+    };
+    conclude(ask, &word, seg, alive)
+}
+
+/// Why a set-up ended without an outcome.
+pub(crate) enum SetupError {
+    /// The store failed, or `alive` said so.
+    Failed(DistError),
+    /// The op's deadline passed; these ranks had not written their part.
+    TimedOut(Vec<usize>),
+}
+
+impl From<DistError> for SetupError {
+    fn from(e: DistError) -> Self {
+        SetupError::Failed(e)
+    }
+}
+
+/// Waits until the store holds every key of `keys` (`keys[i]` written by rank `writers[i]`),
+/// looking with `check` (a timed-out wait may leave a store connection unusable) and calling
+/// `alive` between looks, until the op's deadline.
+fn wait_keys(
+    ask: &Ask<'_>,
+    keys: &[String],
+    writers: &[usize],
+    alive: &mut dyn FnMut() -> Result<()>,
+) -> std::result::Result<(), SetupError> {
     let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
-    store.wait_timeout(&refs, timeout)?;
-    let all = store.multi_get(&refs)?;
-    match mine {
+    let mut pause = Duration::from_micros(20);
+    while !ask.store.check(&refs)? {
+        if Instant::now() >= ask.deadline {
+            let mut missing = Vec::new();
+            for (k, w) in refs.iter().copied().zip(writers) {
+                if !ask.store.check(&[k])? {
+                    missing.push(*w);
+                }
+            }
+            return Err(SetupError::TimedOut(missing));
+        }
+        alive()?;
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(2));
+    }
+    Ok(())
+}
+
+/// After rank 0's word: the votes when it named a segment, else its verdict as is.
+fn conclude(
+    ask: &Ask<'_>,
+    word: &[u8],
+    seg: Option<Segment>,
+    alive: &mut dyn FnMut() -> Result<()>,
+) -> std::result::Result<Outcome, SetupError> {
+    match word.first() {
+        Some(&NAME) => {}
+        Some(&NO_ROOM) => return Ok(Outcome::NoRoom),
+        Some(&VETO) => return Ok(Outcome::Abandoned(vec![0])),
+        _ => return Ok(Outcome::Refused),
+    }
+    write_once(ask, &key_vote(ask.gen, ask.rank), &[seg.is_some() as u8])?;
+    let keys: Vec<String> = (0..ask.n).map(|p| key_vote(ask.gen, p)).collect();
+    let writers: Vec<usize> = (0..ask.n).collect();
+    let mut vetoed = Vec::new();
+    match wait_keys(ask, &keys, &writers, alive) {
+        Err(SetupError::TimedOut(missing)) => {
+            for p in missing {
+                if write_once(ask, &keys[p], &[VETO])? == [VETO] {
+                    vetoed.push(p);
+                }
+            }
+        }
+        Err(e) => return Err(e),
+        Ok(()) => {}
+    }
+    if !vetoed.is_empty() {
+        return Err(SetupError::TimedOut(vetoed));
+    }
+    let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let all = ask.store.multi_get(&refs)?;
+    let vetoed: Vec<usize> = (0..ask.n).filter(|&p| all[p] == [VETO]).collect();
+    if !vetoed.is_empty() {
+        return Ok(Outcome::Abandoned(vetoed));
+    }
+    match seg {
         Some(seg) if all.iter().all(|v| v.as_slice() == [1]) => {
-            seg.line(rank)
+            seg.line(ask.rank)
                 .pid
                 .store(std::process::id() as i32, Ordering::Release);
-            Ok(ShmState::On(seg))
+            Ok(Outcome::Mapped(seg))
         }
-        _ => Ok(ShmState::Off),
+        _ => Ok(Outcome::Refused),
     }
 }
 
 /// Unlinks a segment name when dropped (after the votes, or on a failed set-up).
-pub(crate) struct Unlink(CString);
+struct Unlink(CString);
 
 impl Drop for Unlink {
     fn drop(&mut self) {
@@ -74,10 +205,20 @@ impl Drop for Unlink {
     }
 }
 
-/// Rank 0's segment and its name.
-pub(crate) fn create(n: usize, eligible: bool) -> (Option<Segment>, Option<CString>) {
-    if !eligible {
-        return (None, None);
+/// Rank 0's word (see [`NAME`]) and, when it made one, its segment and the segment's name.
+fn create(ask: &Ask<'_>) -> (Vec<u8>, Option<(Segment, CString)>) {
+    if !ask.allowed {
+        return (vec![REFUSED], None);
+    }
+    let room = match dev_shm_room() {
+        Ok(r) => r,
+        Err(e) => {
+            log::info!("{}: no /dev/shm ({e}); using sockets", ask.ctx);
+            return (vec![REFUSED], None);
+        }
+    };
+    if !fit::fits(seg_len(ask.n, ask.slot), room) {
+        return no_room(ask, room);
     }
     let name = CString::new(format!(
         "/c10d-shm-{}-{:016x}",
@@ -85,24 +226,41 @@ pub(crate) fn create(n: usize, eligible: bool) -> (Option<Segment>, Option<CStri
         rand_u64()
     ))
     .expect("no NUL");
-    match Segment::map(&name, n, true) {
-        Ok(s) => (Some(s), Some(name)),
+    match Segment::map(&name, ask.n, ask.slot, true) {
+        Ok(s) => {
+            let mut word = vec![NAME];
+            word.extend_from_slice(name.as_bytes());
+            (word, Some((s, name)))
+        }
+        // Another group took the room between the check and the reservation.
+        Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {
+            no_room(ask, dev_shm_room().unwrap_or(room))
+        }
         Err(e) => {
-            log::info!("c10d-gloo: no shared memory for the group ({e}); using sockets");
-            (None, None)
+            log::info!(
+                "{}: no shared memory for the group ({e}); using sockets",
+                ask.ctx
+            );
+            (vec![REFUSED], None)
         }
     }
 }
 
-/// A peer's mapping of the segment rank 0 named (`None`: no name, not eligible, or it fails).
-pub(crate) fn open(name: &[u8], n: usize, eligible: bool) -> Option<Segment> {
-    if name.is_empty() || !eligible {
-        return None;
-    }
+/// Rank 0's word when `/dev/shm` has no room, after the group's one warning.
+fn no_room(ask: &Ask<'_>, room: Room) -> (Vec<u8>, Option<(Segment, CString)>) {
+    log::warn!("{}", fit::no_room_text(ask.ctx, ask.n, ask.slot, room));
+    (vec![NO_ROOM], None)
+}
+
+/// A peer's mapping of the segment rank 0 named (`None`: it cannot map it).
+fn open(ask: &Ask<'_>, name: &[u8]) -> Option<Segment> {
     let c = CString::new(name).ok()?;
-    Segment::map(&c, n, false)
+    Segment::map(&c, ask.n, ask.slot, false)
         .map_err(|e| {
-            log::info!("c10d-gloo: cannot map the group's shared memory ({e}); using sockets")
+            log::info!(
+                "{}: cannot map the group's shared memory ({e}); using sockets",
+                ask.ctx
+            )
         })
         .ok()
 }

@@ -3,18 +3,31 @@
 //! path.
 //!
 //! # The segment
-//! Made when the group connects (with its socket mesh, so never inside an op, where a timed-out
-//! rank could leave the others disagreeing): rank 0 creates a POSIX shared-memory object with a
-//! random name and publishes the name in the group's store; every rank maps it and votes there;
-//! rank 0 unlinks the name once every vote is in (or the wait for them failed), so no segment
-//! outlives the group even if a rank crashes (the mapping stays until each rank unmaps it). One
-//! rank that cannot map it, has a peer on another host, or turned it off (`C10D_GLOO_SHM=0` /
-//! [`crate::GlooOptions::shared_memory`]) makes the whole group stay on sockets.
+//! Set up by the first op that would use it ([`probe`], asked for by the algorithm table as
+//! `Probe::Shm`; every rank runs it at the same op, so all agree), not when the group connects:
+//! a group that never runs a small same-host op never reserves anything, and the slots are
+//! sized to the op (its bytes per rank rounded up to a power of two, from 64 KiB to the
+//! group's largest slot, see `shm::fit`). A later op that needs a bigger slot sets up a bigger
+//! segment the same way (the old one is unmapped; it had no ops in flight, and a peer still
+//! reading it keeps its own mapping). The set-up goes through the group's store: rank 0 checks
+//! with `statvfs` that `/dev/shm` has room for the segment while leaving an eighth of it free,
+//! creates a POSIX shared-memory object with a random name, reserves its pages
+//! (`posix_fallocate`, so a full `/dev/shm` is an error there and never a `SIGBUS` later) and
+//! publishes the name (or "no room", or "refused"); every rank maps it and votes there; rank 0
+//! unlinks the name once every vote is in (or the wait for them failed), so no segment outlives
+//! the group even if a rank crashes (the mapping stays until each rank unmaps it).
+//!
+//! No room: rank 0 warns once (naming `/dev/shm`, its size and free bytes, what the segment
+//! needed and what would fit), and the group runs ops that need that slot over sockets; only a
+//! smaller slot is ever asked for again. One rank that cannot map it or turned it off
+//! (`C10D_GLOO_SHM=0` / [`crate::GlooOptions::shared_memory`]), or a peer on another host,
+//! makes the whole group stay on sockets. A peer that does not reach the set-up before the op's
+//! deadline fails the group.
 //!
 //! Layout: one 64-byte line per rank (`seq`: its last arrival; `sleepers`: ranks sleeping on
-//! `seq`; `pid`; the op it published, per slot), then two slots per rank ([`SLOT_BYTES`], or
-//! [`SMALL_SLOT_BYTES`] in groups of more than 8)
-//! (alternating by op).
+//! `seq`; `pid`; the op it published, per slot), then two slots per rank (alternating by op) of
+//! the segment's slot size (at most [`SLOT_BYTES`], or [`SMALL_SLOT_BYTES`] in groups of more
+//! than 8).
 //!
 //! # One op (ops counted per group; all ranks run the same shm ops)
 //! 1. wait until every peer started the previous op (so it finished the one before, whose
@@ -37,10 +50,15 @@
 //! its data, and every rank compares: a mismatch fails the group with the socket path's text.
 
 mod ops;
+mod probe;
 mod sync;
 
+pub(crate) use probe::{limit, probe};
+
 use crate::engine::Comm;
-use crate::shm::segment::{slot_bytes, Segment};
+use crate::shm::segment::Segment;
+#[cfg(doc)]
+use crate::shm::segment::{SLOT_BYTES, SMALL_SLOT_BYTES};
 pub(crate) use crate::shm::ShmState;
 use c10d_core::{DType, DistError, ReduceOp, Result};
 use ops::run;
@@ -48,7 +66,7 @@ use ops::{bcast, gather_all, scatter_reduce};
 
 /// All-reduce of `buf` through the group's segment, with the fold order of the socket
 /// algorithm `fold` stands in for (`algo::select` picks it: the group has a segment and `buf`
-/// fits a slot; all ranks decide alike).
+/// fits a slot, after [`probe`] if it had to; all ranks decide alike).
 ///
 /// # Errors
 /// The op's timeout (naming the ranks that published nothing), a dead peer, a stopped group;
@@ -115,7 +133,7 @@ pub(crate) fn reduce_scatter(
 /// most a shared-memory op may put there (see `algo::select`).
 pub(crate) fn slot_capacity(state: &ShmState) -> Option<usize> {
     match state {
-        ShmState::On(seg) => Some(slot_bytes(seg.n)),
+        ShmState::On(seg) => Some(seg.slot),
         ShmState::Off => None,
     }
 }
@@ -134,7 +152,7 @@ fn with_segment(
 ) -> Result<()> {
     let mut state = std::mem::take(comm.shm());
     let r = match &mut state {
-        ShmState::On(seg) if bytes <= slot_bytes(seg.n) => f(comm, seg),
+        ShmState::On(seg) if bytes <= seg.slot => f(comm, seg),
         _ => Err(DistError::backend(format!(
             "{}: shared memory chosen for {bytes} bytes in a group whose segment cannot hold them",
             comm.ctx()
