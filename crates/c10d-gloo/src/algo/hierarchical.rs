@@ -57,6 +57,12 @@ const PIECE: usize = 256 << 10;
 /// A store failure reading the identities; as [`Comm::exchange`].
 pub(crate) fn probe(comm: &mut Comm<'_>, cma_allowed: bool) -> Result<Option<Hosts>> {
     let r = comm.rank();
+    if comm.size() > crate::hosts::MAX_FANOUT * crate::hosts::MAX_FANOUT {
+        // More hosts or ranks per host than the two-level algorithms run over, whatever the
+        // map: no need to read every rank's identity.
+        log::info!("{}: more than 256 ranks: flat algorithms", comm.ctx());
+        return Ok(None);
+    }
     let ids = comm.identities()?;
     let keys: Vec<Option<&str>> = ids.iter().map(|i| i.host.as_deref()).collect();
     let allowed = ids.iter().all(|i| i.two_level);

@@ -17,6 +17,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// Largest group whose ranks check whether they all share this host (reading every rank's
+/// identity: O(n) bytes from the store per rank, once). The same-host paths (shared memory up
+/// to 16 ranks, cross-memory attach, the two-level host map of at most 16 × 16 ranks) talk to
+/// every peer of the host, which beyond this many ranks would cost more connections than the
+/// socket algorithms need; larger groups run those, and read no identity at all.
+pub(crate) const SAME_HOST_MAX_RANKS: usize = crate::hosts::MAX_FANOUT * crate::hosts::MAX_FANOUT;
+
 /// How the engine reaches its peers.
 pub(crate) struct Links {
     /// Connects to lower ranks.
@@ -165,8 +172,9 @@ impl Engine {
         if self.id.size == 1 {
             return Ok(true);
         }
-        if self.links.dialer.mine.host.is_none() {
-            // No Unix sockets here: a host of our own, whatever the others published.
+        if self.links.dialer.mine.host.is_none() || self.id.size > SAME_HOST_MAX_RANKS {
+            // No Unix sockets here: a host of our own, whatever the others published. A group
+            // beyond the bound is treated as spanning hosts without asking (see the constant).
             return Ok(false);
         }
         let me = self.id.rank;
