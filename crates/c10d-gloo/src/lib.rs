@@ -4,8 +4,12 @@
 //! `torch.distributed` on CPU tensors, between processes and hosts, over TCP on `mio` +
 //! `socket2`.
 //!
-//! * [`ProcessGroupGloo::new`] makes a full mesh of TCP connections through the group's store
-//!   (see the `transport` module) or, with [`GlooOptions::lazy_init`], at the first op.
+//! * [`ProcessGroupGloo::new`] publishes where the rank listens (two store keys) and connects
+//!   its ring neighbours; every other connection is made when an algorithm first needs that
+//!   peer (see the `transport` module), so sockets, memory and store operations per rank grow
+//!   with what the algorithms use (a 1 KiB all-reduce of 512 ranks: recursive doubling, 10
+//!   peers), not with the group. With [`GlooOptions::lazy_init`] even the neighbours wait for
+//!   the first op.
 //! * Ops of a group run in issue order on one engine per group: a blocking call runs on the
 //!   caller's thread when the engine is free, everything else on the group's worker thread;
 //!   see the `engine` module for why the event loop is per group rather than per process.
@@ -26,14 +30,15 @@
 //!   Whether it is permitted is probed once per group and agreed by every rank; otherwise (or
 //!   with `C10D_GLOO_CMA=0` on any rank) the socket algorithms run. Reads only: a peer can
 //!   never write our memory; it can read it, as any process of the same user already may.
-//! * When a group spans hosts with two or more ranks on each (as many on every host), large
-//!   all-reduces run in two levels (see `algo::hierarchical`): reduce inside each host
+//! * When a group spans hosts with 2 to 16 ranks on each (as many on every host, at most 16
+//!   hosts), large all-reduces run in two levels (see `algo::hierarchical`): reduce inside each host
 //!   (cross-memory attach where allowed), exchange between hosts one segment per local rank,
 //!   spread inside the host; the bytes crossing the network halve against the flat all-pairs.
-//!   The host map is learnt from the connections (Unix socket = same host) at the first such
-//!   op; `C10D_GLOO_TWO_LEVEL=0` / [`GlooOptions::two_level`] turns it off.
-//! * Algorithms live in `algo::*`, one small module each: direct-exchange, all-pairs
-//!   (reduce-scatter + all-gather) and pipelined-ring all-reduce, binomial-tree and
+//!   The host map comes from the identities the ranks publish in the store (kernel and network
+//!   namespace) at the first such op; `C10D_GLOO_TWO_LEVEL=0` / [`GlooOptions::two_level`] turns it off.
+//! * Algorithms live in `algo::*`, one small module each: direct-exchange (up to 16 ranks),
+//!   recursive-doubling (beyond), all-pairs (reduce-scatter + all-gather) and pipelined-ring
+//!   all-reduce, binomial-tree and
 //!   pipelined-chain broadcast, direct all-gather / gather / scatter / all-to-all /
 //!   reduce-scatter, direct and segmented reduce, dissemination barrier, monitored barrier.
 //! * Every frame carries a header (see `wire`); a rank that runs a different collective, dtype
