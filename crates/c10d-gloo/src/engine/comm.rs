@@ -137,9 +137,14 @@ impl Comm<'_> {
     /// the ranks published them; see `transport::identity`).
     ///
     /// # Errors
-    /// A store failure or time-out reading the identities (once per group).
+    /// A store failure; this op's time-out (naming the ranks that never joined the group) when
+    /// some rank had not published where it runs by the op's deadline.
     pub(crate) fn all_peers_local(&mut self) -> Result<bool> {
-        self.eng.all_peers_local()
+        let deadline = self.deadline;
+        match self.eng.all_peers_local(deadline)? {
+            Ok(local) => Ok(local),
+            Err(missing) => Err(self.timed_out(&missing)),
+        }
     }
 
     /// Every rank's identity (where it runs, whether it allows two-level algorithms).
@@ -147,7 +152,11 @@ impl Comm<'_> {
     /// # Errors
     /// As [`Comm::all_peers_local`].
     pub(crate) fn identities(&mut self) -> Result<Vec<crate::transport::identity::Identity>> {
-        Ok(self.eng.identities()?.to_vec())
+        let deadline = self.deadline;
+        match self.eng.identities(deadline)? {
+            Ok(ids) => Ok(ids.to_vec()),
+            Err(missing) => Err(self.timed_out(&missing)),
+        }
     }
 
     /// Whether the group learnt its host map yet (see `algo::hierarchical::probe`).

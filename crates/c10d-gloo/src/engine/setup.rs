@@ -102,6 +102,7 @@ impl Engine {
         let mut peer = Peer::new(c);
         peer.tx = self.net.waiting.remove(&p).unwrap_or_default();
         self.net.peers[p] = Some(peer);
+        self.shared.connections.fetch_add(1, Ordering::Relaxed);
         if tls {
             self.remember(p);
         }
@@ -147,39 +148,49 @@ impl Engine {
         }
     }
 
-    /// Every rank's identity (read from the store once: one wait, one read).
+    /// Every rank's identity (read from the store once: one wait, one read), or the ranks that
+    /// had not published by `deadline`.
     ///
     /// # Errors
     /// As [`identity::read_all`].
-    pub(super) fn identities(&mut self) -> Result<&[Identity]> {
+    pub(super) fn identities(
+        &mut self,
+        deadline: Instant,
+    ) -> Result<std::result::Result<&[Identity], Vec<usize>>> {
         if self.links.identities.is_none() {
             let ctx = self.ctx();
             let shared = self.shared.clone();
             let aborted = move || lock(&shared.queue).stop.is_some();
             let store = self.links.dialer.store.clone();
-            let n = self.id.size;
-            let all = identity::read_all(store.as_ref(), n, self.links.timeout, &ctx, &aborted)?;
-            self.links.identities = Some(all);
+            match identity::read_all(store.as_ref(), self.id.size, deadline, &ctx, &aborted)? {
+                Ok(all) => self.links.identities = Some(all),
+                Err(missing) => return Ok(Err(missing)),
+            }
         }
-        Ok(self.links.identities.as_deref().unwrap_or_default())
+        Ok(Ok(self.links.identities.as_deref().unwrap_or_default()))
     }
 
-    /// Whether every rank of the group runs on this host (a group of one does).
+    /// Whether every rank of the group runs on this host (a group of one does), or the ranks
+    /// that had not published where they run by `deadline`.
     ///
     /// # Errors
     /// As [`Engine::identities`].
-    pub(super) fn all_peers_local(&mut self) -> Result<bool> {
+    pub(super) fn all_peers_local(
+        &mut self,
+        deadline: Instant,
+    ) -> Result<std::result::Result<bool, Vec<usize>>> {
         if self.id.size == 1 {
-            return Ok(true);
+            return Ok(Ok(true));
         }
         if self.links.dialer.mine.host.is_none() || self.id.size > SAME_HOST_MAX_RANKS {
             // No Unix sockets here: a host of our own, whatever the others published. A group
             // beyond the bound is treated as spanning hosts without asking (see the constant).
-            return Ok(false);
+            return Ok(Ok(false));
         }
         let me = self.id.rank;
-        let ids = self.identities()?;
-        Ok(ids.iter().all(|i| ids[me].same_host(i)))
+        Ok(self
+            .identities(deadline)?
+            .map(|ids| ids.iter().all(|i| ids[me].same_host(i))))
     }
 
     /// Marks the group initialized (its first op, or the eager set-up). The shared-memory

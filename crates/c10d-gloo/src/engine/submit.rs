@@ -74,6 +74,8 @@ pub(crate) struct Shared {
     pub cma: std::sync::atomic::AtomicU8,
     /// The group's shared-memory verdict, coded as `cma`.
     pub shm: std::sync::atomic::AtomicU8,
+    /// Peers this rank has a connection to (made on demand; diagnostics).
+    pub connections: std::sync::atomic::AtomicUsize,
 }
 
 impl Shared {
@@ -94,6 +96,7 @@ impl Shared {
             failed: Mutex::new(None),
             cma: Default::default(),
             shm: Default::default(),
+            connections: Default::default(),
         }
     }
 }

@@ -84,40 +84,45 @@ pub(crate) fn local_key(rank: usize) -> String {
 }
 
 /// Every rank's identity, in rank order: one read of the store once all have published (waited
-/// for in slices of 100 ms, polling `aborted`), however many ranks (what the host map and the
-/// same-host checks need, once per group).
+/// for in slices of 100 ms until `deadline`, polling `aborted`), however many ranks (what the
+/// host map and the same-host checks need, once per group). `Ok(Err(ranks))`: these ranks had
+/// not published by `deadline` (they never joined the group).
 ///
 /// # Errors
-/// A store failure; [`DistError::Network`] when some rank did not publish within `timeout`;
-/// [`DistError::Backend`] when the group was aborted meanwhile.
+/// A store failure; [`DistError::Backend`] when the group was aborted meanwhile.
 pub(crate) fn read_all(
     store: &dyn Store,
     n: usize,
-    timeout: Duration,
+    deadline: std::time::Instant,
     ctx: &str,
     aborted: &dyn Fn() -> bool,
-) -> Result<Vec<Identity>> {
+) -> Result<std::result::Result<Vec<Identity>, Vec<usize>>> {
     let keys: Vec<String> = (0..n).map(local_key).collect();
     let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
-    let deadline = crate::transport::deadline_after(timeout);
-    while let Err(e) = store.wait_timeout(&refs, Duration::from_millis(100)) {
+    while store
+        .wait_timeout(&refs, Duration::from_millis(100))
+        .is_err()
+    {
         if aborted() {
             return Err(DistError::backend(format!(
                 "{ctx}: the group was aborted or shut down while waiting for its ranks"
             )));
         }
         if std::time::Instant::now() >= deadline {
-            return Err(DistError::network(format!(
-                "{ctx}: not every rank of the group published where it runs within {}ms: {e}",
-                timeout.as_millis()
-            )));
+            let mut missing = Vec::new();
+            for (r, k) in refs.iter().enumerate() {
+                if !store.check(&[k])? {
+                    missing.push(r);
+                }
+            }
+            return Ok(Err(missing));
         }
     }
-    Ok(store
+    Ok(Ok(store
         .multi_get(&refs)?
         .iter()
         .map(|v| Identity::decode(v))
-        .collect())
+        .collect()))
 }
 
 #[cfg(test)]
