@@ -749,3 +749,45 @@ fn errors_carry_context_a_program_can_read() {
     });
     assert!(res[0].context().is_none(), "{}", res[0]);
 }
+
+#[test]
+fn a_late_rank_learns_that_the_shared_memory_set_up_was_abandoned() {
+    // The first small op of a same-host group sets its segment up. Rank 0 times out there;
+    // rank 1 arrives late and must fail at once with a text that says what happened (not a
+    // time-out of its own), and the group must stay usable.
+    let res = run_world(2, opts(), |r, pg| {
+        let t = Tensor::full(1.0f32, &[256]);
+        let first = if r == 0 {
+            let o = AllreduceOptions {
+                timeout: Some(Duration::from_millis(200)),
+                ..Default::default()
+            };
+            err_text(pg.all_reduce(std::slice::from_ref(&t), &o))
+        } else {
+            std::thread::sleep(Duration::from_millis(1000));
+            let t0 = std::time::Instant::now();
+            let e = err_text(pg.all_reduce(std::slice::from_ref(&t), &AllreduceOptions::default()));
+            assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+            e
+        };
+        let t = Tensor::full((r + 1) as f32, &[256]);
+        pg.all_reduce(std::slice::from_ref(&t), &AllreduceOptions::default())
+            .unwrap()
+            .wait()
+            .unwrap();
+        assert_eq!(f32s(&t), vec![3.0; 256]);
+        first
+    });
+    assert!(
+        res[0].contains("Timed out waiting 200ms for ALLREDUCE (seq 0) on rank 0"),
+        "{}",
+        res[0]
+    );
+    assert!(
+        res[1].contains(
+            "ALLREDUCE (seq 0) abandoned: the other ranks timed out waiting for rank(s) 1"
+        ),
+        "{}",
+        res[1]
+    );
+}

@@ -68,11 +68,16 @@ pub(crate) fn probe(comm: &mut Comm<'_>, bytes: usize, allowed: bool) -> Result<
         // them (or, on a late rank itself, the others).
         Ok(Outcome::Abandoned(late)) => {
             let me = comm.rank();
-            let mut who: Vec<usize> = late.into_iter().filter(|&p| p != me).collect();
-            if who.is_empty() {
-                who = (0..n).filter(|&p| p != me).collect();
+            if !late.contains(&me) {
+                return Err(comm.timed_out(&late));
             }
-            return Err(comm.timed_out(&who));
+            // This rank is the late one: it did not wait, the others gave up on it.
+            let (op, seq, ..) = comm.op_desc();
+            let late: Vec<String> = late.iter().map(usize::to_string).collect();
+            return Err(DistError::backend(format!(
+                "{ctx}: {op} (seq {seq}) abandoned: the other ranks timed out waiting for rank(s) {} (this one among them) to set the group's shared memory up; the op failed on every rank and the group stays usable",
+                late.join(", ")
+            )));
         }
         // The op's usual time-out text, naming the ranks that did not get this far; their parts
         // were vetoed, so they abandon this set-up too and the group stays usable.
