@@ -25,7 +25,7 @@ const MAX_IOV: usize = 64;
 pub(super) struct Net {
     pub(super) poll: Poll,
     pub(super) events: Events,
-    pub(super) peers: Vec<Option<Peer>>,
+    pub(super) peers: Vec<Option<Box<Peer>>>,
     /// Frames for higher peers that have not connected yet (sent when they do).
     pub(super) waiting: std::collections::HashMap<usize, VecDeque<TxMsg>>,
 }

@@ -236,7 +236,7 @@ impl Engine {
         let Some(Peer {
             rx: Rx::Payload { hdr, dest, got },
             ..
-        }) = self.net.peers[peer].as_mut()
+        }) = self.net.peers[peer].as_deref_mut()
         else {
             return None;
         };

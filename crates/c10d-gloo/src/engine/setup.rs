@@ -101,7 +101,7 @@ impl Engine {
         let tls = c.is_tls();
         let mut peer = Peer::new(c);
         peer.tx = self.net.waiting.remove(&p).unwrap_or_default();
-        self.net.peers[p] = Some(peer);
+        self.net.peers[p] = Some(Box::new(peer));
         self.shared.connections.fetch_add(1, Ordering::Relaxed);
         if tls {
             self.remember(p);
