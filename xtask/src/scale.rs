@@ -12,6 +12,7 @@
 //!    peak memory; every element of every result checked;
 //! 2. `c10d-bench all_reduce` (1 KiB to 256 KiB, every element checked), while this driver
 //!    counts every rank process's sockets (`/proc/<pid>/fd`) every few ms.
+//!
 //! With `--torch`, the same `scale_rank` steps on PyTorch's Gloo (`scale_rank.py`, the torch
 //! venv) at those totals, in the same run.
 
