@@ -2,25 +2,29 @@
 //! that the link between hosts stays busy while the host's phases run.
 //!
 //! Local rank `i` owns segment `i` (as in the parent module), cut into `K` chunks; chunk `c`
-//! is cut into one piece per host. Every rank runs the same schedule, round `t = 0..K + 2`:
-//! 1. (chunk `t`) host reduce: the host's copies of chunk `t` of segment `i` are folded into
-//!    our buffer (our own copy first, then the local peers' in local-rank order, read from
-//!    their memory); then piece `g` of the chunk goes to the rank of our column on host `g`;
-//! 2. (chunk `t − 1`) cross reduce: the other hosts' pieces of our own piece have arrived
-//!    (in scratch); they are folded in host order and the result goes to every other host;
-//! 3. (chunk `t − 2`) the other hosts' final pieces have arrived in place: the chunk is final
-//!    here, and every local peer is told so (`FINAL`, one empty frame per chunk); then the
-//!    local peers' final chunks `t − 2` are read from their memory once they said so.
+//! is cut into one piece per host. For each chunk, in chunk order:
+//! 1. host reduce: the host's copies of chunk `c` of segment `i` are folded into our buffer
+//!    (our own copy first, then the local peers' in local-rank order, read from their memory);
+//!    then piece `g` of the chunk goes to the rank of our column on host `g`;
+//! 2. cross reduce, once the other hosts' copies of our piece arrived (in scratch): they are
+//!    folded in host order and the result goes to every other host;
+//! 3. once the other hosts' final pieces arrived in place, the chunk is final here and every
+//!    local peer is told so (`FINAL`, one empty frame per chunk); a local peer's final chunk
+//!    is read from its memory once it said so.
 //!
-//! While a rank folds or copies, the kernel keeps moving what it has queued, and every post
-//! and wait drives the sockets, so the link carries chunk `t − 1` while chunk `t` is reduced
-//! inside the host. Receives are posted up front, in the order each peer sends (from a column
-//! peer: reduce piece 0, then per round reduce piece `t` and final piece `t − 1`), so every
-//! frame lands in place.
+//! A rank runs step 1 for chunk after chunk, and between chunks (and between the pieces of a
+//! chunk) does whatever steps 2 and 3 have their data, without blocking ([`Posts::test`]), so
+//! the link carries earlier chunks while later ones are reduced inside the host, and a slow
+//! local peer delays only the reads of its own chunks. What is left runs in order at the end,
+//! blocking. Receives are posted up front. A column peer's frames must arrive in the order they
+//! are posted, whatever the timing, so it is fixed: reduce frame `t`, then final frame
+//! `t − LAG`, for `t = 0, 1, ...` (a rank sends the final frame of chunk `c` only after the
+//! reduce frame of chunk `c + LAG`, and waits for it before it sends the reduce frame after).
+//! Local peers only send `FINAL` frames, in chunk order.
 //!
 //! Who reads what, and when: local rank `j` reads our copy of chunk `c` of its segment in its
-//! round `c` (step 1), and we write that chunk of our buffer (step 3) only after its
-//! `FINAL(c)`, which it sends later; we read its final chunk only after that `FINAL(c)` too.
+//! step 1, and we write that chunk of our buffer (step 3) only after its `FINAL(c)`, which it
+//! sends later; we read its final chunk only after that `FINAL(c)` too.
 //! Nobody returns from the op before every local peer said `DONE` (it no longer reads our
 //! buffer). A receive posted into bytes we still fold or send is right by causality: a final
 //! piece can only arrive after its folder received our copy of it.
@@ -45,8 +49,7 @@ const MAX_CHUNKS: usize = 64;
 /// Bytes folded per read of a peer's memory (fits L2 with the accumulator).
 const PIECE: usize = 256 << 10;
 /// The order of frames to a column peer: reduce frame `t`, then final frame `t − LAG`, for
-/// `t = 0, 1, ...` (a final frame waits for the reduce frame `LAG` chunks later; a reduce frame
-/// for the final frame before it).
+/// `t = 0, 1, ...` (see the module docs): how far host reduces may run ahead of the link.
 const LAG: usize = 2;
 /// "I no longer read your buffer".
 const STEP_DONE: u32 = step(Phase::HostDone, 0, 0);
@@ -284,7 +287,7 @@ struct Run<'a> {
 
 impl Run<'_> {
     /// Does every step whose data is in, without blocking, until none is left (step 2 of
-    /// chunk `c` only once step 1 sent chunk `c + 1`, the order the column peers expect).
+    /// chunk `c` only once step 1 sent chunk `c + LAG`, the order the column peers expect).
     fn service(&mut self, posts: &mut Posts<'_, '_, '_>) -> Result<Step> {
         let (p, k) = (self.p, self.p.chunks);
         loop {
