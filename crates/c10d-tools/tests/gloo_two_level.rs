@@ -78,6 +78,37 @@ fn all_reduce_across_two_hosts_is_two_level_and_exact() {
 }
 
 #[test]
+fn all_reduce_across_two_hosts_pipelined_odd_sizes_are_exact() {
+    // Sizes of several pipeline chunks per segment and odd element counts (the segments,
+    // chunks and pieces differ by one element), on two dtypes and ops; every element checked.
+    let Some(hosts) = Hosts::or_skip("twolevelodd", 5) else {
+        return;
+    };
+    let cma = "two-level all_reduce over 2 hosts of 2 ranks (cross-memory attach inside hosts)";
+    let iters = ["-n", "2", "-w", "1"];
+    let float = ["all_reduce", "-b", "9000004", "-e", "9000004"];
+    let sum = [&float[..], &iters].concat();
+    check(&job(&hosts, 29_505, &sum, &[]), "float sum, odd count", cma);
+    let bf16 = [
+        "all_reduce",
+        "-d",
+        "bfloat16",
+        "-o",
+        "max",
+        "-b",
+        "3000002",
+        "-e",
+        "9000006",
+    ];
+    let max = [&bf16[..], &["-f", "3"], &iters].concat();
+    check(
+        &job(&hosts, 29_506, &max, &[]),
+        "bfloat16 max, odd counts",
+        cma,
+    );
+}
+
+#[test]
 fn all_reduce_across_two_hosts_over_tls_is_exact() {
     // The job's store and every TCP connection between the hosts are encrypted (C10D_TLS_*);
     // inside a host the ranks still share memory.

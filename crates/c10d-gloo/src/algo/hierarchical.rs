@@ -17,8 +17,10 @@
 //! Inside a host the phases copy straight between the ranks' buffers with cross-memory
 //! attach when every rank of the group can read its host's peers (probed with the host map):
 //! rank `i` reads segment `i` of every local peer's buffer (phase 1) and, once a peer says its
-//! segment is final, that segment (phase 3): one copy per byte, where a socket costs two.
-//! Otherwise the host's phases go over the sockets.
+//! segment is final, that segment (phase 3): one copy per byte, where a socket costs two. That
+//! path runs the three phases as a pipeline over chunks of the segments ([`pipelined`]), so the
+//! link between hosts carries one chunk while the host's phases work on others. Otherwise the
+//! host's phases go over the sockets, one phase after the other.
 //!
 //! Every element is folded by exactly one rank in a fixed order and then copied, so all ranks
 //! end with the same bits (they differ from the flat algorithms', whose fold order is another).
@@ -27,11 +29,13 @@
 //! reads them once ([`probe`]), so all ranks derive the same map, and a map that is not a
 //! partition into equal hosts of 2 ..= 16 ranks, at most 16 of them, keeps the flat algorithms.
 
-use super::cma::{self, Published};
+use super::cma;
 use super::part;
 use super::step::{step, Phase};
 use crate::engine::Comm;
 use crate::hosts::Hosts;
+
+mod pipelined;
 use c10d_core::reduce::reduce_into;
 use c10d_core::{DType, ReduceOp, Result};
 
@@ -40,13 +44,6 @@ const STEP_HOST_RS: u32 = step(Phase::HostReduce, 0, 0);
 const STEP_CROSS_RS: u32 = step(Phase::CrossReduce, 0, 0);
 const STEP_CROSS_AG: u32 = step(Phase::CrossGather, 0, 0);
 const STEP_HOST_AG: u32 = step(Phase::HostGather, 0, 0);
-/// Cross-memory attach: "my segment is final, and I no longer read your buffer's segment".
-const STEP_FINAL: u32 = step(Phase::HostFinal, 0, 0);
-/// Cross-memory attach: "I no longer read your buffer".
-const STEP_DONE: u32 = step(Phase::HostDone, 0, 0);
-
-/// Bytes folded per piece when reading peers' memory (fits L2 with the accumulator).
-const PIECE: usize = 256 << 10;
 
 /// Learns the host map from the identities every rank published (where it runs, whether it
 /// allows two-level algorithms; one read of the store, no connection): every rank gets the same
@@ -104,6 +101,9 @@ pub(crate) fn all_reduce(
     dtype: DType,
     hosts: &Hosts,
 ) -> Result<()> {
+    if hosts.cma {
+        return pipelined::all_reduce(comm, buf, op, dtype, hosts);
+    }
     let (host, i) = hosts.place[comm.rank()];
     let locals = hosts.members[host].clone();
     let es = dtype.size();
@@ -112,64 +112,9 @@ pub(crate) fn all_reduce(
         .collect();
     let column = hosts.column(i);
     let mine = segs[i].clone();
-    if hosts.cma {
-        let peers = cma::publish_among(comm, &locals, &[&*buf])?;
-        read_reduce_in_host(comm, buf, op, dtype, (&locals, &peers), i, &segs)?;
-        all_reduce_across(comm, &mut buf[mine], op, dtype, &column, host)?;
-        cma::all_to_all(comm, &locals, STEP_FINAL, &[], 0)?;
-        read_gather_in_host(comm, buf, (&locals, &peers), i, &segs)?;
-        cma::all_to_all(comm, &locals, STEP_DONE, &[], 0)?;
-        return Ok(());
-    }
     reduce_in_host(comm, buf, op, dtype, &locals, i, &segs)?;
     all_reduce_across(comm, &mut buf[mine], op, dtype, &column, host)?;
     gather_in_host(comm, buf, &locals, i, &segs)
-}
-
-/// Phase 1 by cross-memory attach: `buf[segs[i]]` (our own copy first) is folded with every
-/// local peer's copy of segment `i`, read from its memory piece by piece, in local-rank order.
-/// Peers write only their own segment meanwhile, and nobody writes segment `i` of a peer's
-/// buffer before that peer said it is done reading (`STEP_FINAL`).
-fn read_reduce_in_host(
-    comm: &mut Comm<'_>,
-    buf: &mut [u8],
-    op: ReduceOp,
-    dtype: DType,
-    (locals, peers): (&[usize], &[Published]),
-    i: usize,
-    segs: &[std::ops::Range<usize>],
-) -> Result<()> {
-    let seg = segs[i].clone();
-    let mut scratch = comm.take_scratch(PIECE.min(seg.len()));
-    let mut off = seg.start;
-    while off < seg.end {
-        let l = PIECE.min(seg.end - off);
-        for (j, peer) in peers.iter().enumerate().filter(|(j, _)| *j != i) {
-            let tmp = &mut scratch.bytes()[..l];
-            peer.read(0, off, tmp)
-                .map_err(|e| cma::read_error(comm, locals[j], e))?;
-            reduce_into(op, dtype, &mut buf[off..off + l], tmp)?;
-        }
-        off += l;
-    }
-    comm.put_scratch(scratch);
-    Ok(())
-}
-
-/// Phase 3 by cross-memory attach: every local peer's final segment, read from its memory.
-fn read_gather_in_host(
-    comm: &mut Comm<'_>,
-    buf: &mut [u8],
-    (locals, peers): (&[usize], &[Published]),
-    i: usize,
-    segs: &[std::ops::Range<usize>],
-) -> Result<()> {
-    for (j, peer) in peers.iter().enumerate().filter(|(j, _)| *j != i) {
-        let seg = segs[j].clone();
-        peer.read(0, seg.start, &mut buf[seg])
-            .map_err(|e| cma::read_error(comm, locals[j], e))?;
-    }
-    Ok(())
 }
 
 /// Phase 1: `buf[segs[i]]` becomes the host's sum of segment `i`, folded in local-rank order.

@@ -453,6 +453,32 @@ impl Comm<'_> {
         }
     }
 
+    /// Whether every id in `ids` completed, after one look at the sockets that does not block
+    /// (for [`super::Posts`]); completed ids are consumed as by [`Comm::wait`], others stay
+    /// posted. Lets an algorithm do other work while it waits, and keeps the sockets moving
+    /// while it computes.
+    ///
+    /// # Errors
+    /// The group's failure (every outstanding post is detached, as by [`Comm::wait`]).
+    pub(super) fn test(&mut self, ids: &[u64]) -> Result<bool> {
+        self.record_pending();
+        self.eng.handle_faults();
+        self.eng.poll_once(Some(Duration::ZERO));
+        self.eng.handle_faults();
+        if let Some(e) = &self.eng.faults.failed {
+            let e = e.clone();
+            return Err(self.fail(WaitErr::Failed(e), ids));
+        }
+        if !ids.iter().all(|i| self.eng.colls.done.contains(i)) {
+            return Ok(false);
+        }
+        for i in ids {
+            self.eng.colls.done.remove(i);
+        }
+        self.outstanding.retain(|i| !ids.contains(i));
+        Ok(true)
+    }
+
     /// Waits for everything posted so far.
     ///
     /// # Errors

@@ -177,6 +177,20 @@ impl<'e, 'b> Posts<'_, 'e, 'b> {
         Ok(())
     }
 
+    /// Whether the posts `ids` completed, after one look at the sockets that does not block
+    /// (completed ids are consumed, as by [`Posts::wait`]; call it with an empty list to just
+    /// move the sockets along between pieces of work).
+    ///
+    /// # Errors
+    /// As [`Posts::wait`], without the time-out (the wait that follows enforces it).
+    pub(crate) fn test(&mut self, ids: &[u64]) -> Result<bool> {
+        let done = self.comm.test(ids)?;
+        if done {
+            self.recvs.retain(|r| !ids.contains(&r.id));
+        }
+        Ok(done)
+    }
+
     /// Waits until everything posted so far completed.
     ///
     /// # Errors
