@@ -251,13 +251,7 @@ impl Comm<'_> {
     /// peer (it runs another op, or this one over sockets), becomes this op's error. A peer that
     /// left after doing its part of the op is no error (as on the sockets).
     pub(crate) fn check_sockets(&mut self, waiting_for: usize) -> Result<()> {
-        // Liveness probes shortly before the deadline, as the socket path sends them, so that a
-        // time-out names the silent ranks.
-        self.eng
-            .probe_if_due(self.deadline, liveness::window(self.timeout));
-        self.eng.handle_faults();
-        self.eng.poll_once(Some(Duration::ZERO));
-        self.check_peers(std::iter::once(waiting_for))?;
+        self.check_alive(waiting_for)?;
         let cs = self.info.coll_seq;
         let found = (0..self.size()).find_map(|p| {
             self.eng.colls.early[p]
@@ -269,6 +263,20 @@ impl Comm<'_> {
             Some((p, h)) => Err(self.mismatch(p, (h.op, h.seq, h.dtype, h.total))),
             None => Ok(()),
         }
+    }
+
+    /// Reads what the sockets hold without blocking: the group's failure, or the awaited peer
+    /// `waiting_for` gone, becomes this op's error. Frames of this op from peers are kept (a
+    /// set-up that ranks leave at different times, such as the shared-memory one, is followed
+    /// by socket frames of the same op from the ranks that left it first).
+    pub(crate) fn check_alive(&mut self, waiting_for: usize) -> Result<()> {
+        // Liveness probes shortly before the deadline, as the socket path sends them, so that a
+        // time-out names the silent ranks.
+        self.eng
+            .probe_if_due(self.deadline, liveness::window(self.timeout));
+        self.eng.handle_faults();
+        self.eng.poll_once(Some(Duration::ZERO));
+        self.check_peers(std::iter::once(waiting_for))
     }
 
     /// Why the group was told to stop (abort, shutdown) while this op runs, as this op's error.

@@ -48,13 +48,15 @@ pub(crate) fn probe(comm: &mut Comm<'_>, bytes: usize, allowed: bool) -> Result<
         ctx: &ctx,
     };
     let me = ask.rank;
-    // A peer lost, a stop, or a peer that runs this op over sockets ends the wait at once.
+    // A peer lost or a stop ends the wait at once. (Not a frame of this op from a peer: a
+    // rank that saw the outcome first may already run the rest of the op, or its next probe,
+    // over sockets.)
     let mut alive = || -> Result<()> {
         if let Some(e) = comm.stop_requested() {
             return Err(e);
         }
         match (0..n).find(|&p| p != me) {
-            Some(p) => comm.check_sockets(p),
+            Some(p) => comm.check_alive(p),
             None => Ok(()),
         }
     };
