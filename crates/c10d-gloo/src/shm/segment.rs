@@ -16,20 +16,22 @@ pub(crate) const SLOT_BYTES: usize = 2 * 1024 * 1024;
 pub(crate) const SMALL_SLOT_BYTES: usize = 64 * 1024;
 /// Largest group that uses it.
 pub(crate) const MAX_RANKS: usize = 16;
-/// Spins before yielding, when the host has a core per rank.
-pub(crate) const SPINS: u32 = 4000;
-/// Spins worth doing: none when the group's ranks outnumber this host's CPUs (a spinning rank
-/// would take the core the awaited peer needs).
-pub(crate) fn spin_limit(n: usize) -> u32 {
+/// How long a waiting rank spins on its peer's line before yielding, when the host has a core
+/// per rank and the peer last ran on another one (a time, not a count: a pause lasts 10 to 140
+/// cycles depending on the CPU).
+pub(crate) const SPIN: Duration = Duration::from_micros(50);
+/// Spinning worth doing: none when the group's ranks outnumber this host's CPUs (a spinning
+/// rank would take the core the awaited peer needs), else [`SPIN`].
+pub(crate) fn spin_limit(n: usize) -> Duration {
     let cpus = std::thread::available_parallelism().map_or(1, |c| c.get());
     if n > cpus {
-        0
+        Duration::ZERO
     } else {
-        SPINS
+        SPIN
     }
 }
 
-/// One rank's control line.
+/// One rank's control line (64 bytes, asserted below).
 #[repr(C, align(64))]
 pub(crate) struct Line {
     pub(crate) seq: AtomicU32,
@@ -40,7 +42,12 @@ pub(crate) struct Line {
     pub(crate) kind: [AtomicU32; 2],
     pub(crate) total: [AtomicU64; 2],
     pub(crate) pseq: [AtomicU64; 2],
+    /// The CPU this rank ran on at its last arrival, plus one (0: not known); see
+    /// [`current_cpu`].
+    pub(crate) cpu: AtomicI32,
 }
+
+const _: () = assert!(std::mem::size_of::<Line>() == 64);
 
 /// A mapped segment and this rank's op counter.
 pub(crate) struct Segment {
@@ -52,8 +59,8 @@ pub(crate) struct Segment {
     /// Ops run so far, and the first arrival of the last one (slot reuse, see `run`).
     pub(crate) op_index: u32,
     pub(crate) prev_first: u32,
-    /// Spins before yielding (see [`spin_limit`]).
-    pub(crate) spins: u32,
+    /// Spinning before yielding (see [`spin_limit`]).
+    pub(crate) spin: Duration,
 }
 
 // SAFETY: the mapping is process-wide memory owned by this value; it is only used by the thread
@@ -150,7 +157,7 @@ impl Segment {
             ops: 0,
             op_index: 0,
             prev_first: 0,
-            spins: spin_limit(n),
+            spin: spin_limit(n),
         })
     }
 }
@@ -197,11 +204,24 @@ pub(crate) fn read_slot(seg: &Segment, p: usize, parity: u32, at: usize, len: us
     unsafe { std::slice::from_raw_parts(seg.slot(p, parity).add(at), len) }
 }
 
-/// Publishes op `k` of this rank and wakes whoever sleeps on it.
+/// Publishes op `k` of this rank (and the CPU it runs on) and wakes whoever sleeps on it.
 pub(crate) fn publish(line: &Line, k: u32) {
+    line.cpu.store(current_cpu(), Ordering::Relaxed);
     line.seq.store(k, Ordering::SeqCst);
     if line.sleepers.load(Ordering::SeqCst) > 0 {
         futex_wake(&line.seq);
+    }
+}
+
+/// The CPU the calling thread runs on, plus one (0 when the kernel does not say): glibc reads
+/// it from the thread's restartable-sequence area, a load, not a system call.
+pub(crate) fn current_cpu() -> i32 {
+    // SAFETY: sched_getcpu takes no arguments and only reads the calling thread's state.
+    let cpu = unsafe { libc::sched_getcpu() };
+    if cpu < 0 {
+        0
+    } else {
+        cpu + 1
     }
 }
 

@@ -27,8 +27,10 @@
 //!    order), arrives again, and everyone copies every rank's segment. Either way the socket
 //!    algorithm's fold order, so results are bit-identical to the socket path's.
 //!
-//! Waiting spins briefly, then sleeps on the peer's `seq` word with a futex (shared between
-//! processes) in 1 ms turns, so ranks outnumbering cores still progress. Every turn checks the
+//! Waiting spins up to 50 µs (not at all when ranks outnumber cores, or when the awaited peer
+//! last published from this rank's CPU: both then need that core), yields 64 times, then sleeps
+//! on the peer's `seq` word with a futex (shared between processes) in 1 ms turns, so ranks
+//! outnumbering cores still progress. Every turn checks the
 //! op's deadline (timeout naming the ranks that published nothing, as the socket path does);
 //! every millisecond, whether the group was stopped or aborted, what the sockets hold (a peer's
 //! error, or a frame of this collective: that peer runs another op over sockets, a mismatch),
