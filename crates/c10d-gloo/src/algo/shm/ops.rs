@@ -41,6 +41,9 @@ pub(super) fn run(
             for p in 1..n {
                 reduce_into(op, dtype, buf, read_slot(seg, p, parity, 0, len))?;
             }
+            // The next op writes the other slot, which every peer finished reading before it
+            // arrived here: its lines come back writable while the caller goes on.
+            prefetch_for_write(seg, r, parity ^ 1, len);
         }
         Fold::AllPairs => {
             let part = |i: usize| crate::algo::part(len / es, n, i, es);
