@@ -61,6 +61,9 @@ pub(crate) struct Segment {
     pub(crate) prev_first: u32,
     /// Spinning before yielding (see [`spin_limit`]).
     pub(crate) spin: Duration,
+    /// This rank published an arrival and has not yet woken its sleepers (see
+    /// [`wake_sleepers`]).
+    pub(crate) unwoken: std::cell::Cell<bool>,
 }
 
 // SAFETY: the mapping is process-wide memory owned by this value; it is only used by the thread
@@ -158,6 +161,7 @@ impl Segment {
             op_index: 0,
             prev_first: 0,
             spin: spin_limit(n),
+            unwoken: std::cell::Cell::new(false),
         })
     }
 }
@@ -228,11 +232,20 @@ pub(crate) fn read_slot(seg: &Segment, p: usize, parity: u32, at: usize, len: us
     unsafe { std::slice::from_raw_parts(seg.slot(p, parity).add(at), len) }
 }
 
-/// Publishes op `k` of this rank (and the CPU it runs on) and wakes whoever sleeps on it.
+/// Publishes op `k` of this rank (and the CPU it runs on), without waking sleepers: a plain
+/// store that does not wait for this rank's earlier stores (its slot's data) to reach the
+/// other cores, as a full barrier would; [`wake_sleepers`] must follow.
 pub(crate) fn publish(line: &Line, k: u32) {
     line.cpu.store(current_cpu(), Ordering::Relaxed);
-    line.seq.store(k, Ordering::SeqCst);
-    if line.sleepers.load(Ordering::SeqCst) > 0 {
+    line.seq.store(k, Ordering::Release);
+}
+
+/// Wakes whoever sleeps on `line`'s `seq` after a [`publish`]. The fence pairs with the
+/// sleeper's: it counts itself in `sleepers` (read-modify-write, sequentially consistent) and
+/// then reads `seq`; either it sees the new `seq` or this sees it in `sleepers`.
+pub(crate) fn wake_sleepers(line: &Line) {
+    std::sync::atomic::fence(Ordering::SeqCst);
+    if line.sleepers.load(Ordering::Relaxed) > 0 {
         futex_wake(&line.seq);
     }
 }
@@ -331,6 +344,7 @@ mod tests {
         );
         // Both mappings see the same memory.
         publish(a.line(1), 7);
+        wake_sleepers(a.line(1));
         assert_eq!(b.line(1).seq.load(Ordering::Acquire), 7);
         // SAFETY: slot (0, 1) of a 2-rank segment holds SLOT_BYTES bytes.
         unsafe { *a.slot(0, 1) = 42 };

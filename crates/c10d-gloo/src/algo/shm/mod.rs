@@ -136,7 +136,11 @@ fn with_segment(
 ) -> Result<()> {
     let mut state = std::mem::take(comm.shm());
     let r = match &mut state {
-        ShmState::On(seg) if bytes <= slot_bytes(seg.n) => f(comm, seg),
+        ShmState::On(seg) if bytes <= slot_bytes(seg.n) => {
+            let r = f(comm, seg);
+            sync::settle(seg, comm.rank());
+            r
+        }
         _ => Err(DistError::backend(format!(
             "{}: shared memory chosen for {bytes} bytes in a group whose segment cannot hold them",
             comm.ctx()

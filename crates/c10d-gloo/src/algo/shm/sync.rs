@@ -34,6 +34,12 @@ fn spin_time(seg: &Segment, line: &Line) -> Duration {
 pub(super) fn arrive(seg: &mut Segment, r: usize) -> u32 {
     let k = seg.ops.wrapping_add(1);
     publish(seg.line(r), k);
+    seg.unwoken.set(true);
+    if seg.spin.is_zero() {
+        // Ranks outnumber the cores: peers often sleep, and a late wake-up costs more than
+        // waiting for the stores here.
+        settle(seg, r);
+    }
     seg.ops = k;
     k
 }
@@ -170,6 +176,7 @@ pub(super) fn wait_for(comm: &mut Comm<'_>, seg: &Segment, p: usize, k: u32) -> 
     if reached(first, k) {
         return Ok(());
     }
+    settle(seg, r);
     let deadline = comm.deadline();
     let line = seg.line(p);
     // Read at the first look at the clock: most waits end within a few spins, without one.
@@ -223,6 +230,17 @@ fn spin_on(line: &Line, k: u32, spin: Duration, started: &mut Option<Instant>) -
         if spins % SPIN_CHECK == 0 && started.get_or_insert_with(Instant::now).elapsed() >= spin {
             return false;
         }
+    }
+}
+
+/// Wakes the peers sleeping on this rank's line after its last arrival, if not done yet: at the
+/// first wait that does not end at once, and when the op ends. Until then the arrival's store
+/// travels to the other cores while this rank goes on (a full barrier at the arrival would
+/// wait for it, and for the slot's data before it: a rank that arrives last would stall
+/// instead of reading the others' slots).
+pub(super) fn settle(seg: &Segment, r: usize) {
+    if seg.unwoken.replace(false) {
+        wake_sleepers(seg.line(r));
     }
 }
 
