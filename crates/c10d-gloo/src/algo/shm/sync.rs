@@ -227,7 +227,9 @@ fn spin_on(line: &Line, k: u32, spin: Duration, started: &mut Option<Instant>) -
         spins = spins.wrapping_add(1);
         std::hint::spin_loop();
         // The clock is read every SPIN_CHECK spins (about 1 µs), not on every one.
-        if spins % SPIN_CHECK == 0 && started.get_or_insert_with(Instant::now).elapsed() >= spin {
+        if spins.is_multiple_of(SPIN_CHECK)
+            && started.get_or_insert_with(Instant::now).elapsed() >= spin
+        {
             return false;
         }
     }
