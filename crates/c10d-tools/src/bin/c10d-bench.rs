@@ -15,11 +15,12 @@
 //!   reports: the buffer of all_reduce/broadcast/reduce/sendrecv, the *output* of all_gather,
 //!   the *input* of reduce_scatter and all_to_all.
 //! - Warm-up until steady: after the `-w` warm-up iterations, blocks of iterations run (each
-//!   long enough to take 2 ms, doubling from 8) until the median time per iteration of two
-//!   consecutive blocks agrees within 5 % on every rank, or `--warmup_max_ms` passed (then a
-//!   `#` line under the row says so). The first hundreds of ops of a fresh job can be 50–150×
-//!   slower than later ones (the scheduler had put two ranks on one core), and a fixed warm-up
-//!   reported that as the first row's time.
+//!   long enough to take 2 ms, doubling from 8) for at least 100 ms and until the median time
+//!   per iteration of two consecutive blocks agrees within 5 % on every rank, or
+//!   `--warmup_max_ms` passed (then a `#` line under the row says so). Runs with `-n` below 20
+//!   check results rather than time them and only run the `-w` iterations. The first
+//!   hundreds of ops of a fresh job can be 50–150× slower than later ones (the scheduler had
+//!   put two ranks on one core), and a fixed warm-up reported that as the first row's time.
 //! - Timing, as nccl-tests: the warm-up, a barrier, then `-n` timed iterations
 //!   (each a blocking collective); time = average per iteration on each rank, and the table shows
 //!   the maximum over the ranks. `algbw = size / time`; `busbw = algbw × factor` with factor
@@ -123,7 +124,7 @@ struct Args {
     /// Warm-up iterations per size (before the warm-up until steady).
     #[arg(short = 'w', long = "warmup_iters", default_value_t = 5)]
     warmup: usize,
-    /// Longest warm-up until steady per size, in ms (0: only the -w iterations).
+    /// Longest warm-up until steady per size, in ms (0, or -n below 20: only the -w iterations).
     #[arg(long = "warmup_max_ms", default_value_t = 1000)]
     warmup_max_ms: u64,
     /// Check every element of the result (1) or not (0).
@@ -796,10 +797,11 @@ fn print_header(args: &Args, n: usize, redop_col: &str) {
         args.iters.map(|i| i.to_string()).unwrap_or_else(|| "auto".into()),
         args.check
     );
-    if args.warmup_max_ms > 0 {
+    if steady_warm_up(args) {
         println!(
-            "# warm-up: {} iterations, then blocks until two consecutive blocks' median times agree within {:.0}% on every rank (at most {} ms per size)",
+            "# warm-up: {} iterations, then blocks for at least {} ms and until two consecutive blocks' median times agree within {:.0}% on every rank (at most {} ms per size)",
             args.warmup,
+            WARMUP_MIN_SECS * 1e3,
             STEADY * 100.0,
             args.warmup_max_ms
         );
@@ -879,14 +881,24 @@ const STEADY: f64 = 0.05;
 const BLOCK_SECS: f64 = 0.002;
 /// Shortest timed loop without `-n`, in seconds (from the warm-up's median).
 const ROW_SECS: f64 = 0.1;
+/// Shortest warm-up until steady, in seconds: a fresh job's ranks may share a core until the
+/// scheduler moves one (tens of ms), a state steady enough to pass the test of the medians.
+const WARMUP_MIN_SECS: f64 = 0.1;
+/// Fewest `-n` iterations that get a warm-up until steady (fewer: a check, not a timing).
+const TIMED_ITERS: usize = 20;
 
-/// Runs blocks of `case` until two consecutive blocks' median times per iteration agree within
-/// [`STEADY`] on every rank (true) or `--warmup_max_ms` passed (false); with the last block's
+/// Whether sizes warm up until steady (see the module docs).
+fn steady_warm_up(args: &Args) -> bool {
+    args.warmup_max_ms > 0 && args.iters.is_none_or(|n| n >= TIMED_ITERS)
+}
+
+/// Runs blocks of `case` for at least [`WARMUP_MIN_SECS`] and until two consecutive blocks'
+/// median times per iteration agree within [`STEADY`] on every rank (true) or `--warmup_max_ms` passed (false); with the last block's
 /// median in seconds, the maximum over ranks (`None` without a warm-up until steady). Every rank
 /// takes the same decisions: they come from values all-reduced (max) over the ranks after each
 /// block.
 fn warm_up(args: &Args, case: &Case) -> Result<(bool, Option<f64>)> {
-    if args.warmup_max_ms == 0 {
+    if !steady_warm_up(args) {
         return Ok((true, None));
     }
     let limit = args.warmup_max_ms as f64 / 1e3;
@@ -911,8 +923,9 @@ fn warm_up(args: &Args, case: &Case) -> Result<(bool, Option<f64>)> {
         let [change, secs, elapsed, max_median] = t.to_vec::<f64>()?[..] else {
             return Err(DistError::backend("warm-up: 4 values expected"));
         };
-        if change <= STEADY || elapsed >= limit {
-            return Ok((change <= STEADY, Some(max_median)));
+        let steady = change <= STEADY && elapsed >= WARMUP_MIN_SECS;
+        if steady || elapsed >= limit {
+            return Ok((steady, Some(max_median)));
         }
         last = Some(median);
         if secs < BLOCK_SECS {
