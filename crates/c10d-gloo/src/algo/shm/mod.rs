@@ -19,8 +19,9 @@
 //! # One op (ops counted per group; all ranks run the same shm ops)
 //! 1. wait until every peer started the previous op (so it finished the one before, whose
 //!    slots this op reuses: slots alternate by op);
-//! 2. copy the buffer into this rank's slot, publish the next arrival number in `seq`, wake
-//!    sleepers; wait until every peer arrived;
+//! 2. copy the buffer into this rank's slot, publish the next arrival number in `seq` (a plain
+//!    store: sleepers are woken, after a fence, at the first wait that does not end at once or
+//!    when the op ends); wait until every peer arrived;
 //! 3. small messages (where the socket path runs the direct exchange):
 //!    `buf = slot₀ ⊕ slot₁ ⊕ … ⊕ slotₙ₋₁` in rank order; medium ones (where it runs all-pairs):
 //!    each rank reduces its own segment in place in its slot (own contribution first, then rank
