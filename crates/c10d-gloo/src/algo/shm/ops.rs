@@ -37,7 +37,10 @@ pub(super) fn run(
     let len = buf.len();
     match fold {
         Fold::Direct => {
-            buf.copy_from_slice(read_slot(seg, 0, parity, 0, len));
+            // Rank 0's slot holds a copy of rank 0's buffer: nothing to copy back there.
+            if r != 0 {
+                buf.copy_from_slice(read_slot(seg, 0, parity, 0, len));
+            }
             for p in 1..n {
                 reduce_into(op, dtype, buf, read_slot(seg, p, parity, 0, len))?;
             }
