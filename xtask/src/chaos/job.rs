@@ -91,8 +91,9 @@ pub fn start(plan: &Plan, s: &Setup) -> Result<Vec<Rank>, String> {
         let size = plan.size.to_string();
         let n = iters(plan).to_string();
         let t = timeout_s.to_string();
+        // No warm-up until steady: the trials' timing bounds count the ops they run.
         cmd.args([plan.op, "-b", &size, "-e", &size, "-n", &n, "-w", "1"])
-            .args(["--timeout", &t])
+            .args(["--warmup_max_ms", "0", "--timeout", &t])
             .env("RANK", r.to_string())
             .env("LOCAL_RANK", r.to_string())
             .env("WORLD_SIZE", plan.world.to_string())

@@ -14,12 +14,20 @@
 //! - Sizes accept suffixes `K`, `M`, `G` (powers of 1024). `size` is the byte count nccl-tests
 //!   reports: the buffer of all_reduce/broadcast/reduce/sendrecv, the *output* of all_gather,
 //!   the *input* of reduce_scatter and all_to_all.
-//! - Timing, as nccl-tests: `-w` warm-up iterations, a barrier, then `-n` timed iterations
+//! - Warm-up until steady: after the `-w` warm-up iterations, blocks of iterations run (each
+//!   long enough to take 2 ms, doubling from 8) for at least 100 ms and until the median time
+//!   per iteration of two consecutive blocks agrees within 5 % on every rank, or
+//!   `--warmup_max_ms` passed (then a `#` line under the row says so). Runs with `-n` below 20
+//!   check results rather than time them and only run the `-w` iterations. The first
+//!   hundreds of ops of a fresh job can be 50–150× slower than later ones (the scheduler had
+//!   put two ranks on one core), and a fixed warm-up reported that as the first row's time.
+//! - Timing, as nccl-tests: the warm-up, a barrier, then `-n` timed iterations
 //!   (each a blocking collective); time = average per iteration on each rank, and the table shows
 //!   the maximum over the ranks. `algbw = size / time`; `busbw = algbw × factor` with factor
 //!   2(n−1)/n for all_reduce, (n−1)/n for all_gather, reduce_scatter and all_to_all, 1 for
 //!   broadcast, reduce and sendrecv. Without `-n`, small sizes (≤ 64 KiB) run 200 iterations and
-//!   sizes ≥ 16 MiB run 10, others 20.
+//!   sizes ≥ 16 MiB run 10, others 20, or more when the warm-up's median says that these take
+//!   less than 100 ms (a row that lasts 0.4 ms moves with every interrupt).
 //! - `#wrong` (with `-c 1`, the default) counts elements that differ from the expected result
 //!   after one more run on fresh data, summed over all ranks; every element is checked. Inputs
 //!   are small integers, exact in every dtype. The exit status is 1 when any element is wrong or
@@ -113,9 +121,12 @@ struct Args {
     /// Timed iterations per size (default: 200 up to 64 KiB, 10 from 16 MiB, else 20).
     #[arg(short = 'n', long = "iters")]
     iters: Option<usize>,
-    /// Warm-up iterations per size.
+    /// Warm-up iterations per size (before the warm-up until steady).
     #[arg(short = 'w', long = "warmup_iters", default_value_t = 5)]
     warmup: usize,
+    /// Longest warm-up until steady per size, in ms (0, or -n below 20: only the -w iterations).
+    #[arg(long = "warmup_max_ms", default_value_t = 1000)]
+    warmup_max_ms: u64,
     /// Check every element of the result (1) or not (0).
     #[arg(short = 'c', long = "check", default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1))]
     check: u8,
@@ -734,7 +745,7 @@ fn run_rank(args: &Args) -> Result<bool> {
     loop {
         let case = Case::new(args, rank, n, bytes)?;
         let size = case.count * args.dtype.size();
-        let secs = time_case(args, &case, size)?;
+        let (secs, steady) = time_case(args, &case, size)?;
         let wrong = if args.check == 1 {
             check_case(args, &case, corrupt_rank == Some(rank))?
         } else {
@@ -748,6 +759,12 @@ fn run_rank(args: &Args) -> Result<bool> {
         if lead {
             let wrong_col = (args.check == 1).then_some(wrong);
             print_row(args, &case, size, &redop_col, secs, n, wrong_col);
+            if !steady {
+                println!(
+                    "#   ({size} bytes: timings not steady after {} ms of warm-up)",
+                    args.warmup_max_ms
+                );
+            }
         }
         match bytes.checked_mul(args.factor) {
             Some(b) if b <= args.max_bytes => bytes = b,
@@ -780,6 +797,15 @@ fn print_header(args: &Args, n: usize, redop_col: &str) {
         args.iters.map(|i| i.to_string()).unwrap_or_else(|| "auto".into()),
         args.check
     );
+    if steady_warm_up(args) {
+        println!(
+            "# warm-up: {} iterations, then blocks for at least {} ms and until two consecutive blocks' median times agree within {:.0}% on every rank (at most {} ms per size)",
+            args.warmup,
+            WARMUP_MIN_SECS * 1e3,
+            STEADY * 100.0,
+            args.warmup_max_ms
+        );
+    }
     println!(
         "# time: mean per iteration, max over ranks; algbw = size/time; busbw = algbw x {:.4}",
         args.op.bus_factor(n)
@@ -818,22 +844,23 @@ fn print_row(
     );
 }
 
-/// Seconds per iteration of `case` (`size` bytes) after the warm-up, the maximum over ranks.
-fn time_case(args: &Args, case: &Case, size: usize) -> Result<f64> {
-    let iters = args
-        .iters
-        .unwrap_or(if size <= 64 << 10 {
-            200
-        } else if size >= 16 << 20 {
-            10
-        } else {
-            20
-        })
-        .max(1);
+/// Seconds per iteration of `case` (`size` bytes) after the warm-up, the maximum over ranks,
+/// and whether the warm-up reached steady timings.
+fn time_case(args: &Args, case: &Case, size: usize) -> Result<(f64, bool)> {
     case.prepare()?;
     for _ in 0..args.warmup {
         case.run()?;
     }
+    let (steady, median) = warm_up(args, case)?;
+    let fixed = if size <= 64 << 10 {
+        200
+    } else if size >= 16 << 20 {
+        10
+    } else {
+        20
+    };
+    let by_time = median.map_or(0.0, |m| (ROW_SECS / m.max(1e-9)).min(1e6)) as usize;
+    let iters = args.iters.unwrap_or(fixed.max(by_time)).max(1);
     dist::barrier().run()?;
     sync_device(args)?;
     let t0 = Instant::now();
@@ -845,7 +872,66 @@ fn time_case(args: &Args, case: &Case, size: usize) -> Result<f64> {
     let mine = t0.elapsed().as_secs_f64() / iters as f64;
     let t = Tensor::from_vec(vec![mine]);
     dist::all_reduce(&t).op(ReduceOp::Max).run()?;
-    Ok(t.to_vec::<f64>()?[0])
+    Ok((t.to_vec::<f64>()?[0], steady))
+}
+
+/// Relative difference of two consecutive blocks' medians under which timings count as steady.
+const STEADY: f64 = 0.05;
+/// Shortest block of the warm-up until steady, in seconds.
+const BLOCK_SECS: f64 = 0.002;
+/// Shortest timed loop without `-n`, in seconds (from the warm-up's median).
+const ROW_SECS: f64 = 0.1;
+/// Shortest warm-up until steady, in seconds: a fresh job's ranks may share a core until the
+/// scheduler moves one (tens of ms), a state steady enough to pass the test of the medians.
+const WARMUP_MIN_SECS: f64 = 0.1;
+/// Fewest `-n` iterations that get a warm-up until steady (fewer: a check, not a timing).
+const TIMED_ITERS: usize = 20;
+
+/// Whether sizes warm up until steady (see the module docs).
+fn steady_warm_up(args: &Args) -> bool {
+    args.warmup_max_ms > 0 && args.iters.is_none_or(|n| n >= TIMED_ITERS)
+}
+
+/// Runs blocks of `case` for at least [`WARMUP_MIN_SECS`] and until two consecutive blocks'
+/// median times per iteration agree within [`STEADY`] on every rank (true) or `--warmup_max_ms` passed (false); with the last block's
+/// median in seconds, the maximum over ranks (`None` without a warm-up until steady). Every rank
+/// takes the same decisions: they come from values all-reduced (max) over the ranks after each
+/// block.
+fn warm_up(args: &Args, case: &Case) -> Result<(bool, Option<f64>)> {
+    if !steady_warm_up(args) {
+        return Ok((true, None));
+    }
+    let limit = args.warmup_max_ms as f64 / 1e3;
+    let start = Instant::now();
+    let (mut block, mut last) = (8usize, None::<f64>);
+    loop {
+        let mut times = Vec::with_capacity(block);
+        let t0 = Instant::now();
+        for _ in 0..block {
+            let t = Instant::now();
+            case.run()?;
+            times.push(t.elapsed().as_secs_f64());
+        }
+        sync_device(args)?;
+        let secs = t0.elapsed().as_secs_f64();
+        times.sort_by(f64::total_cmp);
+        let median = times[times.len() / 2];
+        let change = last.map_or(f64::INFINITY, |l: f64| (median - l).abs() / l.max(1e-12));
+        let elapsed = start.elapsed().as_secs_f64();
+        let t = Tensor::from_vec(vec![change, secs, elapsed, median]);
+        dist::all_reduce(&t).op(ReduceOp::Max).run()?;
+        let [change, secs, elapsed, max_median] = t.to_vec::<f64>()?[..] else {
+            return Err(DistError::backend("warm-up: 4 values expected"));
+        };
+        let steady = change <= STEADY && elapsed >= WARMUP_MIN_SECS;
+        if steady || elapsed >= limit {
+            return Ok((steady, Some(max_median)));
+        }
+        last = Some(median);
+        if secs < BLOCK_SECS {
+            block = (block * 2).min(1 << 20);
+        }
+    }
 }
 
 /// One checked run of `case` (this rank corrupting its result first when `corrupt`): the

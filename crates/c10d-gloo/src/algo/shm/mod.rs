@@ -32,16 +32,19 @@
 //! # One op (ops counted per group; all ranks run the same shm ops)
 //! 1. wait until every peer started the previous op (so it finished the one before, whose
 //!    slots this op reuses: slots alternate by op);
-//! 2. copy the buffer into this rank's slot, publish the next arrival number in `seq`, wake
-//!    sleepers; wait until every peer arrived;
+//! 2. copy the buffer into this rank's slot, publish the next arrival number in `seq` (a plain
+//!    store: sleepers are woken, after a fence, at the first wait that does not end at once or
+//!    when the op ends); wait until every peer arrived;
 //! 3. small messages (where the socket path runs the direct exchange):
 //!    `buf = slot₀ ⊕ slot₁ ⊕ … ⊕ slotₙ₋₁` in rank order; medium ones (where it runs all-pairs):
 //!    each rank reduces its own segment in place in its slot (own contribution first, then rank
 //!    order), arrives again, and everyone copies every rank's segment. Either way the socket
 //!    algorithm's fold order, so results are bit-identical to the socket path's.
 //!
-//! Waiting spins briefly, then sleeps on the peer's `seq` word with a futex (shared between
-//! processes) in 1 ms turns, so ranks outnumbering cores still progress. Every turn checks the
+//! Waiting spins up to 50 µs (not at all when ranks outnumber cores, or when the awaited peer
+//! last published from this rank's CPU: both then need that core), yields 64 times, then sleeps
+//! on the peer's `seq` word with a futex (shared between processes) in 1 ms turns, so ranks
+//! outnumbering cores still progress. Every turn checks the
 //! op's deadline (timeout naming the ranks that published nothing, as the socket path does);
 //! every millisecond, whether the group was stopped or aborted, what the sockets hold (a peer's
 //! error, or a frame of this collective: that peer runs another op over sockets, a mismatch),
@@ -152,7 +155,11 @@ fn with_segment(
 ) -> Result<()> {
     let mut state = std::mem::take(comm.shm());
     let r = match &mut state {
-        ShmState::On(seg) if bytes <= seg.slot => f(comm, seg),
+        ShmState::On(seg) if bytes <= seg.slot => {
+            let r = f(comm, seg);
+            sync::settle(seg, comm.rank());
+            r
+        }
         _ => Err(DistError::backend(format!(
             "{}: shared memory chosen for {bytes} bytes in a group whose segment cannot hold them",
             comm.ctx()

@@ -37,10 +37,16 @@ pub(super) fn run(
     let len = buf.len();
     match fold {
         Fold::Direct => {
-            buf.copy_from_slice(read_slot(seg, 0, parity, 0, len));
+            // Rank 0's slot holds a copy of rank 0's buffer: nothing to copy back there.
+            if r != 0 {
+                buf.copy_from_slice(read_slot(seg, 0, parity, 0, len));
+            }
             for p in 1..n {
                 reduce_into(op, dtype, buf, read_slot(seg, p, parity, 0, len))?;
             }
+            // The next op writes the other slot, which every peer finished reading before it
+            // arrived here: its lines come back writable while the caller goes on.
+            prefetch_for_write(seg, r, parity ^ 1, len);
         }
         Fold::AllPairs => {
             let part = |i: usize| crate::algo::part(len / es, n, i, es);
