@@ -10,14 +10,7 @@
 
 use super::segment::{seg_len, slot_bytes, SMALL_SLOT_BYTES};
 
-/// Size and free bytes of `/dev/shm` (from `statvfs`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Room {
-    /// Bytes of the file system.
-    pub size: u64,
-    /// Bytes an unprivileged process may still allocate there.
-    pub free: u64,
-}
+pub(crate) use super::segment::Room;
 
 /// The slot that holds `bytes` per rank in a group of `n` ranks: the next power of two, at least
 /// [`SMALL_SLOT_BYTES`], at most [`slot_bytes`]`(n)` (callers ask only for `bytes` up to that).

@@ -315,12 +315,21 @@ pub(crate) fn futex_wake(word: &AtomicU32) {
     }
 }
 
+/// Size and free bytes of `/dev/shm` (from `statvfs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Room {
+    /// Bytes of the file system.
+    pub size: u64,
+    /// Bytes an unprivileged process may still allocate there.
+    pub free: u64,
+}
+
 /// Total and free bytes of the file system behind `/dev/shm` (where `shm_open` puts its
 /// objects), as `statvfs` sees them from this process (its mount namespace).
 ///
 /// # Errors
 /// `statvfs` failed (no `/dev/shm`).
-pub(crate) fn dev_shm_room() -> std::io::Result<super::fit::Room> {
+pub(crate) fn dev_shm_room() -> std::io::Result<Room> {
     let path = c"/dev/shm";
     // SAFETY: an all-zero `statvfs` is a valid value of this plain C struct.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
@@ -329,7 +338,7 @@ pub(crate) fn dev_shm_room() -> std::io::Result<super::fit::Room> {
         return Err(std::io::Error::last_os_error());
     }
     let unit = st.f_frsize as u64;
-    Ok(super::fit::Room {
+    Ok(Room {
         size: st.f_blocks as u64 * unit,
         free: st.f_bavail as u64 * unit,
     })
