@@ -188,7 +188,9 @@ fn making_a_group_and_its_first_all_reduce_cost_a_rank_the_same_store_requests_a
     for n in [24, 64] {
         let counts = per_rank(n);
         let most = *counts.iter().max().unwrap();
-        println!("{n} ranks: at most {most} store requests per rank (creation and a 1 KiB all_reduce)");
+        println!(
+            "{n} ranks: at most {most} store requests per rank (creation and a 1 KiB all_reduce)"
+        );
         // 2 writes + (2 reads + a wait or a few) per dialled peer, at most 7 of them at 64.
         assert!(
             most <= 40,

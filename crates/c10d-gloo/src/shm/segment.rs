@@ -137,6 +137,13 @@ impl Segment {
         if fd < 0 {
             return Err(std::io::Error::last_os_error());
         }
+        if !create {
+            if let Err(e) = check_size(fd, len) {
+                // SAFETY: closing our own descriptor.
+                unsafe { libc::close(fd) };
+                return Err(e);
+            }
+        }
         if create {
             if let Err(e) = reserve(fd, len) {
                 // SAFETY: closing our own descriptor and removing the name we just created.
@@ -313,6 +320,24 @@ pub(crate) fn futex_wake(word: &AtomicU32) {
     unsafe {
         libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX);
     }
+}
+
+/// An object of fewer than `len` bytes would raise SIGBUS where the mapping runs past its end:
+/// refuse to map it.
+fn check_size(fd: libc::c_int, len: usize) -> std::io::Result<()> {
+    // SAFETY: an all-zero `stat` is a valid value of this plain C struct.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `fd` is an open descriptor and `st` a writable `stat`.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    if (st.st_size as u64) < len as u64 {
+        return Err(std::io::Error::other(format!(
+            "the segment holds {} bytes where {len} were expected",
+            st.st_size
+        )));
+    }
+    Ok(())
 }
 
 /// Size and free bytes of `/dev/shm` (from `statvfs`).

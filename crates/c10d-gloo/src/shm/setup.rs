@@ -48,6 +48,9 @@ pub(crate) enum Outcome {
     /// A rank timed out waiting for the parts of these ranks and vetoed them: nothing
     /// changes, a later op may set up again.
     Abandoned(Vec<usize>),
+    /// Rank `.0` asked for slots of `.1` bytes, not this rank's: the ranks run ops of
+    /// different sizes.
+    Mismatch(usize, usize),
 }
 
 /// Rank 0's word in the store: a name, no room, or refused.
@@ -100,7 +103,7 @@ pub(crate) fn setup_slot(
         }
     };
     let seg = match word.split_first() {
-        Some((&NAME, name)) if ask.allowed => open(ask, name),
+        Some((&NAME, named)) if ask.allowed => open(ask, named),
         _ => None,
     };
     conclude(ask, &word, seg, alive)
@@ -161,7 +164,9 @@ fn conclude(
         Some(&VETO) => return Ok(Outcome::Abandoned(vec![0])),
         _ => return Ok(Outcome::Refused),
     }
-    write_once(ask, &key_vote(ask.gen, ask.rank), &[seg.is_some() as u8])?;
+    let mut vote = vec![u8::from(seg.is_some())];
+    vote.extend_from_slice(&(ask.slot as u64).to_le_bytes());
+    write_once(ask, &key_vote(ask.gen, ask.rank), &vote)?;
     let keys: Vec<String> = (0..ask.n).map(|p| key_vote(ask.gen, p)).collect();
     let writers: Vec<usize> = (0..ask.n).collect();
     let mut vetoed = Vec::new();
@@ -185,8 +190,15 @@ fn conclude(
     if !vetoed.is_empty() {
         return Ok(Outcome::Abandoned(vetoed));
     }
+    let slot_of = |v: &[u8]| {
+        v.get(1..9)
+            .map(|b| u64::from_le_bytes(b.try_into().expect("8")) as usize)
+    };
+    if let Some(p) = (0..ask.n).find(|&p| slot_of(&all[p]) != Some(ask.slot)) {
+        return Ok(Outcome::Mismatch(p, slot_of(&all[p]).unwrap_or(0)));
+    }
     match seg {
-        Some(seg) if all.iter().all(|v| v.as_slice() == [1]) => {
+        Some(seg) if all.iter().all(|v| v.first() == Some(&1)) => {
             seg.line(ask.rank)
                 .pid
                 .store(std::process::id() as i32, Ordering::Release);
@@ -229,6 +241,7 @@ fn create(ask: &Ask<'_>) -> (Vec<u8>, Option<(Segment, CString)>) {
     match Segment::map(&name, ask.n, ask.slot, true) {
         Ok(s) => {
             let mut word = vec![NAME];
+            word.extend_from_slice(&(ask.slot as u64).to_le_bytes());
             word.extend_from_slice(name.as_bytes());
             (word, Some((s, name)))
         }
@@ -252,10 +265,14 @@ fn no_room(ask: &Ask<'_>, room: Room) -> (Vec<u8>, Option<(Segment, CString)>) {
     (vec![NO_ROOM], None)
 }
 
-/// A peer's mapping of the segment rank 0 named (`None`: it cannot map it).
-fn open(ask: &Ask<'_>, name: &[u8]) -> Option<Segment> {
-    let c = CString::new(name).ok()?;
-    Segment::map(&c, ask.n, ask.slot, false)
+/// A peer's mapping of the segment rank 0 named (after the slot size rank 0 made it with: its
+/// 8 bytes, then the name). `None`: it cannot map it.
+fn open(ask: &Ask<'_>, named: &[u8]) -> Option<Segment> {
+    let slot = u64::from_le_bytes(named.get(..8)?.try_into().ok()?) as usize;
+    let c = CString::new(named.get(8..)?).ok()?;
+    // Rank 0's size, not ours: a rank of an op of another size maps what exists (and the
+    // votes tell the ranks apart), never past the object's end.
+    Segment::map(&c, ask.n, slot, false)
         .map_err(|e| {
             log::info!(
                 "{}: cannot map the group's shared memory ({e}); using sockets",

@@ -81,6 +81,16 @@ pub(crate) fn probe(comm: &mut Comm<'_>, bytes: usize, allowed: bool) -> Result<
                 late.join(", ")
             )));
         }
+        // Every rank saw every rank's size in the votes: all fail alike, naming one that differs.
+        Ok(Outcome::Mismatch(p, theirs)) => {
+            let (op, seq, dtype, total) = comm.op_desc();
+            let e = DistError::backend(format!(
+                "{ctx}: Detected mismatch between collectives: rank {} is running {op} (seq {seq}, {}, {total} bytes) but rank {p} runs one of another size (it set shared memory up for {theirs} bytes per rank where this rank needs {slot})",
+                comm.rank(),
+                dtype.torch_name()
+            ));
+            return Err(comm.fail_group(crate::engine::blaming(e, [p])));
+        }
         // The op's usual time-out text, naming the ranks that did not get this far; their parts
         // were vetoed, so they abandon this set-up too and the group stays usable.
         Err(SetupError::TimedOut(missing)) => return Err(comm.timed_out(&missing)),
