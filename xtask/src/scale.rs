@@ -119,17 +119,14 @@ pub fn bench_scale(args: &[String]) -> Res {
         a.hosts
     );
     for &n in &a.ranks {
+        let on = Cluster {
+            lan: &lan,
+            bins: &bins,
+            hosts: a.hosts,
+        };
+        let iters = [("C10D_SCALE_ITERS", a.iters.to_string())];
         let prog = [bins.scale.to_string_lossy().to_string()];
-        let out = job(
-            &lan,
-            &bins,
-            n,
-            a.hosts,
-            &prog,
-            &[("C10D_SCALE_ITERS", a.iters.to_string())],
-            None,
-        )?;
-        report("c10d-rs", n, &out);
+        report("c10d-rs", n, &on.job(n, &prog, &iters, None)?);
         let bench = [
             bins.bench.to_string_lossy().to_string(),
             "all_reduce".into(),
@@ -142,7 +139,7 @@ pub fn bench_scale(args: &[String]) -> Res {
             "-n".into(),
             "10".into(),
         ];
-        let out = job(&lan, &bins, n, a.hosts, &bench, &[], Some("c10d-bench"))?;
+        let out = on.job(n, &bench, &[], Some("c10d-bench"))?;
         report("c10d-bench all_reduce", n, &out);
     }
     for &n in &a.torch {
@@ -159,16 +156,17 @@ pub fn bench_scale(args: &[String]) -> Res {
             py.to_string_lossy().to_string(),
             script.to_string_lossy().to_string(),
         ];
-        let out = job(
-            &lan,
-            &bins,
+        let on = Cluster {
+            lan: &lan,
+            bins: &bins,
+            hosts: a.hosts,
+        };
+        let iters = [("C10D_SCALE_ITERS", a.iters.to_string())];
+        report(
+            "PyTorch Gloo",
             n,
-            a.hosts,
-            &prog,
-            &[("C10D_SCALE_ITERS", a.iters.to_string())],
-            Some("python"),
-        )?;
-        report("PyTorch Gloo", n, &out);
+            &on.job(n, &prog, &iters, Some("python"))?,
+        );
     }
     Ok(())
 }
@@ -218,95 +216,131 @@ fn report(what: &str, n: usize, o: &JobOut) {
     }
 }
 
-/// Runs `prog` on every host under `c10drun` (`n / hosts` ranks each); watches processes whose
-/// name starts with `watch` (sockets, memory) while it runs.
-fn job(
-    lan: &Lan,
-    bins: &Bins,
-    n: usize,
+/// The hosts and the programs a job runs with.
+struct Cluster<'a> {
+    lan: &'a Lan,
+    bins: &'a Bins,
     hosts: usize,
-    prog: &[String],
-    env: &[(&str, String)],
-    watch: Option<&str>,
-) -> Result<JobOut, String> {
-    let t0 = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_err(|e| e.to_string())?;
-    let started = Instant::now();
-    let mut children: Vec<Child> = Vec::new();
-    for h in 0..hosts {
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", &lan.names[h]])
-            .arg(&bins.c10drun)
-            .args([
-                "--nnodes",
-                &hosts.to_string(),
-                "--node-rank",
-                &h.to_string(),
-            ])
-            .args(["--nproc-per-node", &(n / hosts).to_string()])
-            .args(["--master-addr", &lan.addr(0), "--master-port", PORT])
-            .args([
-                "--rdzv-timeout",
-                "300",
-                "--local-ranks-filter",
-                "0",
-                "--no-python",
-            ])
-            .args(prog)
-            .env("C10D_SCALE_T0_NS", t0.as_nanos().to_string())
-            .env("C10D_SCALE_HOSTS", hosts.to_string())
-            .env("GLOO_SOCKET_IFNAME", format!("e{h}"))
-            .envs(env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
-            .stdout(if h == 0 {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stderr(if h == 0 {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            });
-        children.push(
-            cmd.spawn()
-                .map_err(|e| format!("cannot start c10drun: {e}"))?,
-        );
-    }
-    let stop = Arc::new(AtomicBool::new(false));
-    let peaks = Arc::new(Mutex::new((0usize, 0f64)));
-    let watcher = watch.map(|name| {
-        let (stop, peaks, name) = (stop.clone(), peaks.clone(), name.to_string());
-        std::thread::spawn(move || watch_procs(&name, &stop, &peaks))
-    });
-    let mut out0 = children[0].stdout.take();
-    let mut err0 = children[0].stderr.take();
-    let reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        if let Some(o) = out0.as_mut() {
-            let _ = std::io::Read::read_to_string(o, &mut s);
+}
+
+impl Cluster<'_> {
+    /// Runs `prog` on every host under `c10drun` (`n / hosts` ranks each); watches processes whose
+    /// name starts with `watch` (sockets, memory) while it runs. Every node's and worker's output
+    /// goes to a temporary folder, kept (and its first error lines added to the text) when the job
+    /// fails.
+    fn job(
+        &self,
+        n: usize,
+        prog: &[String],
+        env: &[(&str, String)],
+        watch: Option<&str>,
+    ) -> Result<JobOut, String> {
+        let (lan, bins, hosts) = (self.lan, self.bins, self.hosts);
+        let t0 = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_err(|e| e.to_string())?;
+        let started = Instant::now();
+        let logs =
+            std::env::temp_dir().join(format!("c10d-bench-scale-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&logs);
+        std::fs::create_dir_all(&logs).map_err(|e| format!("{}: {e}", logs.display()))?;
+        let mut children: Vec<Child> = Vec::new();
+        for h in 0..hosts {
+            let console = std::fs::File::create(logs.join(format!("node{h}.txt")))
+                .map_err(|e| e.to_string())?;
+            let mut cmd = Command::new("ip");
+            cmd.args(["netns", "exec", &lan.names[h]])
+                .arg(&bins.c10drun)
+                .args([
+                    "--nnodes",
+                    &hosts.to_string(),
+                    "--node-rank",
+                    &h.to_string(),
+                ])
+                .args(["--nproc-per-node", &(n / hosts).to_string()])
+                .args(["--master-addr", &lan.addr(0), "--master-port", PORT])
+                .args([
+                    "--rdzv-timeout",
+                    "300",
+                    "--local-ranks-filter",
+                    "0",
+                    "--tee",
+                    "3",
+                ])
+                .arg("--log-dir")
+                .arg(logs.join(format!("node{h}")))
+                .arg("--no-python")
+                .args(prog)
+                .env("C10D_SCALE_T0_NS", t0.as_nanos().to_string())
+                .env("C10D_SCALE_HOSTS", hosts.to_string())
+                .env("GLOO_SOCKET_IFNAME", format!("e{h}"))
+                .envs(env.iter().map(|(k, v)| (k, v)))
+                .stdin(Stdio::null())
+                .stdout(console.try_clone().map_err(|e| e.to_string())?)
+                .stderr(console);
+            children.push(
+                cmd.spawn()
+                    .map_err(|e| format!("cannot start c10drun: {e}"))?,
+            );
         }
-        let mut e = String::new();
-        if let Some(o) = err0.as_mut() {
-            let _ = std::io::Read::read_to_string(o, &mut e);
+        let stop = Arc::new(AtomicBool::new(false));
+        let peaks = Arc::new(Mutex::new((0usize, 0f64)));
+        let watcher = watch.map(|name| {
+            let (stop, peaks, name) = (stop.clone(), peaks.clone(), name.to_string());
+            std::thread::spawn(move || watch_procs(&name, &stop, &peaks))
+        });
+        let ok = wait_all(&mut children, started + JOB_LIMIT);
+        stop.store(true, Ordering::Relaxed);
+        if let Some(w) = watcher {
+            let _ = w.join();
         }
-        s + &e
-    });
-    let ok = wait_all(&mut children, started + JOB_LIMIT);
-    stop.store(true, Ordering::Relaxed);
-    if let Some(w) = watcher {
-        let _ = w.join();
+        let mut text = std::fs::read_to_string(logs.join("node0.txt")).unwrap_or_default();
+        if ok {
+            let _ = std::fs::remove_dir_all(&logs);
+        } else {
+            text += &format!(
+                "# logs of every node and worker kept in {}\n",
+                logs.display()
+            );
+            text += &first_errors(&logs);
+        }
+        let (sockets, rss_mib) = *peaks.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(JobOut {
+            text,
+            ok,
+            wall: started.elapsed(),
+            sockets,
+            rss_mib,
+        })
     }
-    let text = reader.join().unwrap_or_default();
-    let (sockets, rss_mib) = *peaks.lock().unwrap_or_else(|e| e.into_inner());
-    Ok(JobOut {
-        text,
-        ok,
-        wall: started.elapsed(),
-        sockets,
-        rss_mib,
-    })
+}
+
+/// The first lines that look like an error in any file below `dir` (a failed job's logs).
+fn first_errors(dir: &Path) -> String {
+    let mut files = vec![dir.to_path_buf()];
+    let mut out = String::new();
+    while let Some(p) = files.pop() {
+        if let Ok(d) = std::fs::read_dir(&p) {
+            files.extend(d.flatten().map(|e| e.path()));
+            continue;
+        }
+        let Ok(t) = std::fs::read_to_string(&p) else {
+            continue;
+        };
+        let hit = |l: &&str| {
+            ["rror", "failed", "Timed out", "panicked", "refused"]
+                .iter()
+                .any(|k| l.contains(k))
+                && !l.contains("SIGTERM")
+        };
+        for l in t.lines().filter(hit).take(3) {
+            out += &format!("# {}: {l}\n", p.display());
+        }
+        if out.lines().count() > 40 {
+            break;
+        }
+    }
+    out
 }
 
 /// Waits for every child until `deadline` (then kills them all); whether all succeeded.

@@ -8,7 +8,8 @@
 //! Every rank, in order (H = `C10D_SCALE_HOSTS`, default `LOCAL_WORLD_SIZE` apart; M ranks per
 //! host; milliseconds since `C10D_SCALE_T0_NS`, the launch time in Unix nanoseconds, or since
 //! this process started):
-//! 1. `init_process_group("gloo")` (env://) — `init`;
+//! 1. `init_process_group("gloo")` (env://) — `init` (since the launch: the launcher's own
+//!    rendezvous included) and `init_in_process` (since this process started);
 //! 2. a 1 KiB all_reduce on the world, every element checked — `first`;
 //! 3. `new_group` for every host's ranks (every rank calls it H times, as PyTorch requires)
 //!    and an all_reduce in its own — `new_group` (from a barrier to the op's end);
@@ -153,8 +154,9 @@ fn vm_hwm_mib() -> f64 {
 }
 
 /// Each phase's figure on this rank, in the printed order.
-const KEYS: [&str; 8] = [
+const KEYS: [&str; 9] = [
     "init_ms",
+    "init_in_process_ms",
     "first_all_reduce_ms",
     "new_group_ms",
     "split_group_ms",
@@ -172,11 +174,12 @@ fn run() -> Result<bool> {
     })?;
     let mut fig = [0f64; KEYS.len()];
     fig[0] = clock.ms();
+    fig[1] = clock.start.elapsed().as_secs_f64() * 1e3;
     let me = dist::get_rank(None)? as usize;
     let n = dist::get_world_size(None)? as usize;
     let everyone: Vec<usize> = (0..n).collect();
     let mut bad = checked_all_reduce(None, &everyone, me, 256)?;
-    fig[1] = clock.ms();
+    fig[2] = clock.ms();
     let m = env_usize("LOCAL_WORLD_SIZE").unwrap_or(n).max(1);
     let hosts = env_usize("C10D_SCALE_HOSTS").unwrap_or(n / m).max(1);
     let m = n / hosts;
@@ -194,14 +197,14 @@ fn run() -> Result<bool> {
         }
     }
     bad += checked_all_reduce(own.as_ref(), mine, me, 256)?;
-    fig[2] = t.elapsed().as_secs_f64() * 1e3;
+    fig[3] = t.elapsed().as_secs_f64() * 1e3;
 
     // split_group by host.
     dist::barrier().run()?;
     let t = Instant::now();
     let split = dist::split_group(None, &host_ranks, Default::default())?;
     bad += checked_all_reduce(Some(&split), mine, me, 256)?;
-    fig[3] = t.elapsed().as_secs_f64() * 1e3;
+    fig[4] = t.elapsed().as_secs_f64() * 1e3;
 
     // A 2-D mesh (hosts × local ranks), an all_reduce along each dimension.
     dist::barrier().run()?;
@@ -210,7 +213,7 @@ fn run() -> Result<bool> {
     let column: Vec<usize> = (0..hosts).map(|h| h * m + me % m).collect();
     bad += checked_all_reduce(Some(&mesh.get_group("host")?), &column, me, 256)?;
     bad += checked_all_reduce(Some(&mesh.get_group("local")?), mine, me, 256)?;
-    fig[4] = t.elapsed().as_secs_f64() * 1e3;
+    fig[5] = t.elapsed().as_secs_f64() * 1e3;
 
     // Sockets while the world all-reduces.
     dist::barrier().run()?;
@@ -223,9 +226,9 @@ fn run() -> Result<bool> {
             bad += checked_all_reduce(None, &everyone, me, elems)?;
         }
     }
-    fig[5] = watch.finish() as f64;
-    fig[6] = sockets_now() as f64;
-    fig[7] = vm_hwm_mib();
+    fig[6] = watch.finish() as f64;
+    fig[7] = sockets_now() as f64;
+    fig[8] = vm_hwm_mib();
 
     dist::all_reduce(&mut fig[..]).op(ReduceOp::Max).run()?;
     let mut wrong_total = [bad as f64];
