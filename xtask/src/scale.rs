@@ -267,6 +267,9 @@ impl Cluster<'_> {
                     "--tee",
                     "3",
                 ])
+                // 512 ranks on 2 cores starve the agents now and then: a store operation of
+                // an agent may take longer than the default 10 s there.
+                .args(["--rdzv-conf", "read_timeout=60"])
                 .arg("--log-dir")
                 .arg(logs.join(format!("node{h}")))
                 .arg("--no-python")
