@@ -17,7 +17,7 @@
 //! venv) at those totals, in the same run.
 
 use crate::{cargo, run, Res};
-use c10d_testing::netns::Lan;
+use c10d_testing::{netns::Lan, procfs};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -376,8 +376,9 @@ fn wait_all(children: &mut [Child], deadline: Instant) -> bool {
 fn watch_procs(name: &str, stop: &AtomicBool, peaks: &Mutex<(usize, f64)>) {
     while !stop.load(Ordering::Relaxed) {
         for pid in procs_named(name) {
-            let s = sockets_of(pid);
-            let rss = rss_mib(pid);
+            let pid = pid.to_string();
+            let s = procfs::sockets(&pid);
+            let rss = procfs::status_kib(&pid, "VmRSS").map_or(0.0, |kb| kb as f64 / 1024.0);
             let mut p = peaks.lock().unwrap_or_else(|e| e.into_inner());
             p.0 = p.0.max(s);
             p.1 = p.1.max(rss);
@@ -397,29 +398,4 @@ fn procs_named(name: &str) -> Vec<u32> {
                 .is_ok_and(|c| c.trim().starts_with(name))
         })
         .collect()
-}
-
-fn sockets_of(pid: u32) -> usize {
-    let dir = format!("/proc/{pid}/fd");
-    std::fs::read_dir(Path::new(&dir))
-        .map(|d| {
-            d.flatten()
-                .filter(|e| {
-                    std::fs::read_link(e.path())
-                        .is_ok_and(|l| l.to_string_lossy().starts_with("socket:"))
-                })
-                .count()
-        })
-        .unwrap_or(0)
-}
-
-fn rss_mib(pid: u32) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-        })
-        .map_or(0.0, |kb| kb / 1024.0)
 }

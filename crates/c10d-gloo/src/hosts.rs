@@ -18,6 +18,13 @@ pub(crate) struct Hosts {
 /// connections than the flat ring's two (a host of 64 ranks keeps the flat algorithms).
 pub(crate) const MAX_FANOUT: usize = 16;
 
+/// Largest group whose ranks check whether they share hosts (reading every rank's identity:
+/// O(n) bytes from the store per rank, once). The same-host paths (shared memory up to 16
+/// ranks, cross-memory attach, the two-level host map of at most 16 × 16 ranks) talk to every
+/// peer of the host, which beyond this many ranks would cost more connections than the socket
+/// algorithms need; larger groups run those, and read no identity at all.
+pub(crate) const MAX_MAP_RANKS: usize = MAX_FANOUT * MAX_FANOUT;
+
 impl Hosts {
     /// The host map from every rank's host key (`None`: a host of its own, e.g. a rank without
     /// Unix sockets). `None` unless the keys split the group into at least two hosts with the

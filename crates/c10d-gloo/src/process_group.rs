@@ -131,7 +131,6 @@ fn start_links(
         mailbox,
         timeout: opts.timeout,
         identities: None,
-        initialized: false,
     })
 }
 

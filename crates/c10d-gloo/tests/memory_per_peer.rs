@@ -8,11 +8,7 @@ use c10d_gloo::{GlooOptions, ProcessGroupGloo};
 use std::sync::Arc;
 
 fn rss_kib() -> u64 {
-    let s = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
-    s.lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        .expect("VmRSS")
+    c10d_testing::procfs::status_kib("self", "VmRSS").expect("VmRSS")
 }
 
 #[test]

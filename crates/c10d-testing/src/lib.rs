@@ -9,13 +9,15 @@
 //!   (on by default), which brings c10d-core, c10d-store and c10d-world.
 //! - [`interop`]: PyTorch's Python, c10d-store's interop scripts and child processes with
 //!   deadlines (interop tests); [`wire`]: raw TcpStore wire bytes; [`netns`]: two "hosts" or a
-//!   LAN of network namespaces on this machine. These need nothing but std, so c10d-store's own
+//!   LAN of network namespaces on this machine; [`procfs`]: a process's sockets and memory as
+//!   `/proc` gives them. These need nothing but std, so c10d-store's own
 //!   tests use them with `default-features = false`.
 
 #[cfg(feature = "world")]
 pub mod fake_device;
 pub mod interop;
 pub mod netns;
+pub mod procfs;
 #[cfg(feature = "world")]
 mod store_backend;
 pub mod wire;

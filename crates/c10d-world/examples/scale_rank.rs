@@ -100,16 +100,7 @@ struct SocketWatch {
 }
 
 fn sockets_now() -> usize {
-    std::fs::read_dir("/proc/self/fd")
-        .map(|d| {
-            d.flatten()
-                .filter(|e| {
-                    std::fs::read_link(e.path())
-                        .is_ok_and(|l| l.to_string_lossy().starts_with("socket:"))
-                })
-                .count()
-        })
-        .unwrap_or(0)
+    c10d_testing::procfs::sockets("self")
 }
 
 impl SocketWatch {
@@ -143,14 +134,7 @@ impl SocketWatch {
 
 /// The peak resident set of this process, MiB.
 fn vm_hwm_mib() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-        })
-        .map_or(0.0, |kb| kb / 1024.0)
+    c10d_testing::procfs::status_kib("self", "VmHWM").map_or(0.0, |kb| kb as f64 / 1024.0)
 }
 
 /// Each phase's figure on this rank, in the printed order.

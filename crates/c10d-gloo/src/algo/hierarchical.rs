@@ -54,7 +54,7 @@ const STEP_HOST_AG: u32 = step(Phase::HostGather, 0, 0);
 /// A store failure reading the identities; as [`Comm::exchange`].
 pub(crate) fn probe(comm: &mut Comm<'_>, cma_allowed: bool) -> Result<Option<Hosts>> {
     let r = comm.rank();
-    if comm.size() > crate::hosts::MAX_FANOUT * crate::hosts::MAX_FANOUT {
+    if comm.size() > crate::hosts::MAX_MAP_RANKS {
         // More hosts or ranks per host than the two-level algorithms run over, whatever the
         // map: no need to read every rank's identity.
         log::info!("{}: more than 256 ranks: flat algorithms", comm.ctx());

@@ -184,9 +184,9 @@ impl Comm<'_> {
         &mut self.eng.algo.shm_budget
     }
 
-    /// The group's store (`None`: the engine has none, so no set-up can run).
-    pub(crate) fn store(&self) -> Option<Arc<dyn Store>> {
-        Some(self.eng.links.dialer.store.clone())
+    /// The group's store (for the set-ups an op runs: shared memory).
+    pub(crate) fn store(&self) -> Arc<dyn Store> {
+        self.eng.links.dialer.store.clone()
     }
 
     /// Records whether the group has a shared-memory segment (the verdict

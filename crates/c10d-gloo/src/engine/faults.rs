@@ -289,7 +289,6 @@ impl Engine {
     /// Sends the error text `text` to every connected peer but `from` (who sent it to us), and
     /// gives the frames a moment to go out.
     pub(super) fn pass_on(&mut self, from: usize, text: &[u8]) {
-        self.net.waiting.clear();
         for p in 0..self.net.peers.len() {
             if p != from && self.net.peers[p].as_ref().is_some_and(|x| x.open) {
                 let h = control_header(Kind::Error, text.len());

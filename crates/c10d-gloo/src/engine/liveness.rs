@@ -17,6 +17,7 @@
 //! silent rank instead of only the one that left.
 
 use super::conn::{control_header, Owner, TxData};
+use super::fault_texts::rank_list;
 use super::Engine;
 use crate::wire::Kind;
 use std::time::{Duration, Instant};
@@ -160,17 +161,17 @@ impl Engine {
     /// Names the `missing` peers that never connected (connections are made on demand: a peer
     /// that never reached the op never connected, so no probe could reach it either).
     fn absent_text(&self, missing: &[usize]) -> String {
-        let absent: Vec<String> = missing
+        let absent: Vec<usize> = missing
             .iter()
-            .filter(|&&p| p != self.id.rank && self.net.peers.get(p).is_some_and(Option::is_none))
-            .map(|p| p.to_string())
+            .copied()
+            .filter(|&p| p != self.id.rank && self.net.peers.get(p).is_some_and(Option::is_none))
             .collect();
         if absent.is_empty() {
             return String::new();
         }
         format!(
             "; rank(s) {} never connected to rank {} (not started, hung before this op, or gone)",
-            absent.join(", "),
+            rank_list(&absent),
             self.id.rank
         )
     }
@@ -183,18 +184,17 @@ impl Engine {
         if window.is_zero() || self.live.pinged.is_none_or(|t| t < due) {
             return String::new();
         }
-        let silent: Vec<String> = self
+        let silent: Vec<usize> = self
             .open_peers()
             .into_iter()
             .filter(|&p| self.live.pong[p].is_none_or(|t| t < due) && !self.is_paused(p))
-            .map(|p| p.to_string())
             .collect();
         if silent.is_empty() {
             return String::new();
         }
         format!(
             "; rank(s) {} did not answer a liveness probe within {}ms (stopped, hung, unreachable, or in no op of this group)",
-            silent.join(", "),
+            rank_list(&silent),
             window.as_millis()
         )
     }

@@ -6,6 +6,7 @@
 use super::conn::Peer;
 use super::lock::lock;
 use super::Engine;
+use crate::hosts::MAX_MAP_RANKS;
 use crate::transport::accept::Mailbox;
 use crate::transport::dial::Dialer;
 use crate::transport::identity::{self, Identity};
@@ -17,13 +18,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Largest group whose ranks check whether they all share this host (reading every rank's
-/// identity: O(n) bytes from the store per rank, once). The same-host paths (shared memory up
-/// to 16 ranks, cross-memory attach, the two-level host map of at most 16 × 16 ranks) talk to
-/// every peer of the host, which beyond this many ranks would cost more connections than the
-/// socket algorithms need; larger groups run those, and read no identity at all.
-pub(crate) const SAME_HOST_MAX_RANKS: usize = crate::hosts::MAX_FANOUT * crate::hosts::MAX_FANOUT;
-
 /// How the engine reaches its peers.
 pub(crate) struct Links {
     /// Connects to lower ranks.
@@ -34,8 +28,6 @@ pub(crate) struct Links {
     pub timeout: Duration,
     /// Every rank's identity, read once when first needed.
     pub identities: Option<Vec<Identity>>,
-    /// The group's first op has run (or the eager set-up did its part).
-    pub initialized: bool,
 }
 
 impl Drop for Links {
@@ -182,7 +174,7 @@ impl Engine {
         if self.id.size == 1 {
             return Ok(Ok(true));
         }
-        if self.links.dialer.mine.host.is_none() || self.id.size > SAME_HOST_MAX_RANKS {
+        if self.links.dialer.mine.host.is_none() || self.id.size > MAX_MAP_RANKS {
             // No Unix sockets here: a host of our own, whatever the others published. A group
             // beyond the bound is treated as spanning hosts without asking (see the constant).
             return Ok(Ok(false));
@@ -196,8 +188,7 @@ impl Engine {
     /// Marks the group initialized (its first op, or the eager set-up). The shared-memory
     /// segment is not set up here but by the first op that needs one (`algo::shm::probe`).
     pub(crate) fn ensure_initialized(&mut self) {
-        if !self.links.initialized {
-            self.links.initialized = true;
+        if !self.shared.initialized.load(Ordering::Relaxed) {
             self.shared.initialized.store(true, Ordering::Release);
         }
     }

@@ -12,7 +12,7 @@ use crate::wire::Kind;
 use c10d_core::{DType, DistError, OpType, Result, TensorLeases, WorkCompleter};
 use mio::Waker;
 use std::collections::VecDeque;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -321,7 +321,7 @@ impl Engine {
             body,
             mut completer,
         } = op;
-        if self.faults.failed.is_some() || !self.links.initialized {
+        if self.faults.failed.is_some() || !self.shared.initialized.load(Ordering::Relaxed) {
             if let Some(r) = record.take() {
                 completer.set_trace(r());
             }

@@ -4,24 +4,26 @@
 //! us is answered even while our engine is busy, idle or itself dialling.
 
 use super::hello::{hello_problem, read_hello, write_frame, HelloHead, Who};
-use super::{wait_readable, Conn, Listeners};
+use super::{wait_readable, Conn, Listeners, SLICE};
 use c10d_core::DistError;
 use c10d_store::auth::{AuthSecret, ServerHandshake, ANSWER_LEN};
 use c10d_store::tls::TlsConfig;
 use std::collections::HashSet;
 use std::io::{Read, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// Time a connecting peer gets to finish its handshake and hello (it sends them right after
 /// connecting); a silent stray connection (port scanner, health check) must not stall others.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
-/// Longest wait for a connection before the thread looks at its stop flag again.
-const SLICE: Duration = Duration::from_millis(100);
 
 /// What the accept thread hands over, and how it is told to stop.
 #[derive(Default)]
 pub(crate) struct Mailbox {
+    /// Something waits in `inner` (checked without the lock on every wake of the engine:
+    /// submissions wake it far more often than connections arrive).
+    mail: AtomicBool,
     inner: Mutex<Inbox>,
     arrived_cv: Condvar,
 }
@@ -38,6 +40,9 @@ struct Inbox {
 impl Mailbox {
     /// The connections accepted since the last call, and a refusal that fails the group.
     pub(crate) fn take(&self) -> (Vec<(usize, Conn)>, Option<DistError>) {
+        if !self.mail.swap(false, Ordering::Acquire) {
+            return (Vec::new(), None);
+        }
         let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         (std::mem::take(&mut g.conns), g.refused.take())
     }
@@ -61,17 +66,16 @@ impl Mailbox {
     }
 
     fn deliver(&self, p: usize, c: Conn) {
-        self.inner
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .conns
-            .push((p, c));
+        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        g.conns.push((p, c));
+        self.mail.store(true, Ordering::Release);
         self.arrived_cv.notify_all();
     }
 
     fn refuse(&self, e: DistError) {
         let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         g.refused.get_or_insert(e);
+        self.mail.store(true, Ordering::Release);
         self.arrived_cv.notify_all();
     }
 }

@@ -4,7 +4,7 @@
 
 use super::hello::{encode_hello, read_frame, Who};
 use super::identity::{addr_key, local_key, Identity};
-use super::{connect_unix, Conn};
+use super::{connect_unix, left, wait_keys, Conn};
 use c10d_core::{DistError, Result};
 use c10d_store::auth::AuthSecret;
 use c10d_store::tls::TlsConfig;
@@ -14,8 +14,6 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Longest single blocking wait, so that an abort is noticed promptly.
-const SLICE: Duration = Duration::from_millis(100);
 /// How long a refused TCP connection is retried: the peer published its address, so its
 /// listener exists unless the peer exited (then the error comes after this, not at the op's
 /// time-out).
@@ -80,29 +78,19 @@ impl Dialer {
         aborted: &dyn Fn() -> bool,
     ) -> Result<()> {
         let key = addr_key(p);
-        loop {
-            if aborted() {
-                return Err(DistError::backend(
-                    self.me
-                        .ctx("the group was aborted or shut down while connecting"),
-                ));
-            }
-            let t0 = Instant::now();
-            let Err(e) = self.store.wait_timeout(&[&key], left(deadline).min(SLICE)) else {
-                return Ok(());
-            };
-            if self.store.check(&[&key])? {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                return Err(DistError::network(self.me.ctx(format!(
-                    "rank {p} did not publish its address in time (it never joined the group?): {e}"
-                ))));
-            }
-            if t0.elapsed() < SLICE / 2 {
-                std::thread::sleep(Duration::from_millis(20));
-            }
+        let name = self.me.name();
+        if wait_keys(
+            self.store.as_ref(),
+            &[&key],
+            deadline,
+            aborted,
+            (&name, "connecting"),
+        )? {
+            return Ok(());
         }
+        Err(DistError::network(self.me.ctx(format!(
+            "rank {p} did not publish its address in time (it never joined the group?)"
+        ))))
     }
 
     /// Connects to rank `p`'s Unix socket when it runs on our host; `None` otherwise or when
@@ -179,10 +167,4 @@ impl Dialer {
         }
         Ok(())
     }
-}
-
-fn left(deadline: Instant) -> Duration {
-    deadline
-        .saturating_duration_since(Instant::now())
-        .max(Duration::from_millis(1))
 }

@@ -17,8 +17,13 @@ pub(crate) struct Who {
 impl Who {
     /// Prefixes an error text with the group and the rank.
     pub(crate) fn ctx(&self, m: impl std::fmt::Display) -> String {
+        format!("{}: {m}", self.name())
+    }
+
+    /// "ProcessGroupGloo (group G, rank R)".
+    pub(crate) fn name(&self) -> String {
         format!(
-            "ProcessGroupGloo (group {}, rank {}): {m}",
+            "ProcessGroupGloo (group {}, rank {})",
             self.group_name, self.rank
         )
     }

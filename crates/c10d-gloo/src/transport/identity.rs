@@ -4,9 +4,8 @@
 //! algorithms. Published once per group under `gloo/local/<rank>` as one line:
 //! `"<host> <two-level 0|1> <unix socket>"`, `-` for a field that is absent.
 
-use c10d_core::{DistError, Result};
+use c10d_core::Result;
 use c10d_store::Store;
-use std::time::Duration;
 
 /// One rank's published identity.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,7 +88,7 @@ pub(crate) fn local_key(rank: usize) -> String {
 /// not published by `deadline` (they never joined the group).
 ///
 /// # Errors
-/// A store failure; [`DistError::Backend`] when the group was aborted meanwhile.
+/// A store failure; [`c10d_core::DistError::Backend`] when the group was aborted meanwhile.
 pub(crate) fn read_all(
     store: &dyn Store,
     n: usize,
@@ -99,24 +98,15 @@ pub(crate) fn read_all(
 ) -> Result<std::result::Result<Vec<Identity>, Vec<usize>>> {
     let keys: Vec<String> = (0..n).map(local_key).collect();
     let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
-    while store
-        .wait_timeout(&refs, Duration::from_millis(100))
-        .is_err()
-    {
-        if aborted() {
-            return Err(DistError::backend(format!(
-                "{ctx}: the group was aborted or shut down while waiting for its ranks"
-            )));
-        }
-        if std::time::Instant::now() >= deadline {
-            let mut missing = Vec::new();
-            for (r, k) in refs.iter().enumerate() {
-                if !store.check(&[k])? {
-                    missing.push(r);
-                }
+    let what = (ctx, "waiting for its ranks");
+    if !super::wait_keys(store, &refs, deadline, aborted, what)? {
+        let mut missing = Vec::new();
+        for (r, k) in refs.iter().enumerate() {
+            if !store.check(&[k])? {
+                missing.push(r);
             }
-            return Ok(Err(missing));
         }
+        return Ok(Err(missing));
     }
     Ok(Ok(store
         .multi_get(&refs)?

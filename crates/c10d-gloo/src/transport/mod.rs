@@ -291,6 +291,50 @@ fn wait_readable(l: &Listeners, d: Duration) {
     };
 }
 
+/// Longest single blocking wait of the set-up, so that an abort or a stop is noticed promptly.
+pub(crate) const SLICE: Duration = Duration::from_millis(100);
+
+/// Time left until `deadline` (at least 1 ms: a socket time-out of zero means none).
+pub(crate) fn left(deadline: Instant) -> Duration {
+    deadline
+        .saturating_duration_since(Instant::now())
+        .max(Duration::from_millis(1))
+}
+
+/// Waits until the store holds every key of `keys`, in slices of [`SLICE`] that poll `aborted`,
+/// until `deadline`: `Ok(true)` once they are all there, `Ok(false)` when the deadline passed
+/// first (the dialler's wait for an address, the wait for every rank's identity).
+///
+/// # Errors
+/// A store failure; [`DistError::Backend`] "`{ctx}`: the group was aborted or shut down while
+/// `{what}`" once `aborted` says so.
+pub(crate) fn wait_keys(
+    store: &dyn Store,
+    keys: &[&str],
+    deadline: Instant,
+    aborted: &dyn Fn() -> bool,
+    (ctx, what): (&str, &str),
+) -> Result<bool> {
+    loop {
+        if aborted() {
+            return Err(DistError::backend(format!(
+                "{ctx}: the group was aborted or shut down while {what}"
+            )));
+        }
+        let t0 = Instant::now();
+        if store.wait_timeout(keys, left(deadline).min(SLICE)).is_ok() || store.check(keys)? {
+            return Ok(true);
+        }
+        if Instant::now() >= deadline {
+            return Ok(false);
+        }
+        // A store whose wait returns at once with an error must not make this spin.
+        if t0.elapsed() < SLICE / 2 {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
 /// `now + t`, or a deadline a century away when that overflows (`Duration::MAX` = no deadline).
 pub(crate) fn deadline_after(t: Duration) -> Instant {
     let now = Instant::now();

@@ -9,11 +9,11 @@ use crate::shm::ShmState;
 use c10d_core::{DistError, Result};
 
 /// The most bytes per rank a new segment may be set up for (`Caps::shm_limit`): 0 unless the
-/// group has 2 ..= [`MAX_RANKS`] ranks, all on this host (`local`), and a store; then the
+/// group has 2 ..= [`MAX_RANKS`] ranks and all on this host (`local`); then the
 /// group's largest slot, lowered by set-ups that found no room, 0 after one a rank refused.
 pub(crate) fn limit(comm: &mut Comm<'_>, local: bool) -> usize {
     let n = comm.size();
-    if !local || !(2..=MAX_RANKS).contains(&n) || comm.store().is_none() {
+    if !local || !(2..=MAX_RANKS).contains(&n) {
         return 0;
     }
     comm.shm_budget().limit.unwrap_or(slot_bytes(n))
@@ -33,10 +33,7 @@ pub(crate) fn probe(comm: &mut Comm<'_>, bytes: usize, allowed: bool) -> Result<
     let n = comm.size();
     let slot = slot_for(bytes, n);
     let ctx = comm.ctx();
-    let Some(store) = comm.store() else {
-        comm.shm_budget().limit = Some(0);
-        return Ok(());
-    };
+    let store = comm.store();
     let ask = Ask {
         store: store.as_ref(),
         gen: comm.shm_budget().setups,
