@@ -306,3 +306,28 @@ fn a_connection_claiming_a_taken_rank_is_refused_and_the_members_connect() {
     all_reduce_each(&pgs, &ts);
     assert_eq!(f32s(&ts[0]), vec![3.0; 3]);
 }
+
+#[test]
+fn silent_connections_hold_up_no_member() {
+    // Three connections to rank 0 that never say a word (a port scanner, a health check) and
+    // stay open past the 10 s each is given for its hello: rank 0 checks them apart, so the
+    // real rank 1 joins and the group reduces at once, not after 3 x 10 s (by then the 30 s
+    // set-up would have failed).
+    let (rank0, join1, addr) = rank0_accepting();
+    let silent: Vec<TcpStream> = (0..3).map(|_| TcpStream::connect(&addr).unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(100));
+    let t = Instant::now();
+    let rank1 = join1();
+    let pgs = vec![rank0.join().unwrap(), rank1];
+    let ts: Vec<Tensor> = (0..2)
+        .map(|r| Tensor::from_vec(vec![(r + 1) as f32; 4]))
+        .collect();
+    all_reduce_each(&pgs, &ts);
+    let took = t.elapsed();
+    assert_eq!(f32s(&ts[0]), vec![3.0; 4]);
+    assert!(
+        took < Duration::from_secs(8),
+        "rank 1 joined and reduced after {took:?}: a silent connection held it up"
+    );
+    drop(silent);
+}

@@ -448,6 +448,7 @@ impl Comm<'_> {
     /// # Errors
     /// The group's failure, or the timeout text; either way every outstanding post is detached.
     pub(super) fn wait(&mut self, ids: &[u64]) -> Result<()> {
+        self.debug_check_posted(ids);
         self.record_pending();
         match self
             .eng
@@ -469,6 +470,7 @@ impl Comm<'_> {
     /// # Errors
     /// The group's failure (every outstanding post is detached, as by [`Comm::wait`]).
     pub(super) fn test(&mut self, ids: &[u64]) -> Result<bool> {
+        self.debug_check_posted(ids);
         self.record_pending();
         self.eng.handle_faults();
         self.eng.poll_once(Some(Duration::ZERO));
@@ -485,6 +487,18 @@ impl Comm<'_> {
         }
         self.outstanding.retain(|i| !ids.contains(i));
         Ok(true)
+    }
+
+    /// An algorithm waiting on an id it never posted, or whose wait already consumed it, would
+    /// otherwise wait for the op's whole time-out: in debug builds (every test) it panics here,
+    /// naming the op and the ids.
+    fn debug_check_posted(&self, ids: &[u64]) {
+        debug_assert!(
+            ids.iter().all(|i| self.outstanding.contains(i)),
+            "{:?}: waiting on post ids {ids:?}, not all outstanding ({:?})",
+            self.info.op,
+            self.outstanding
+        );
     }
 
     /// Waits for everything posted so far.

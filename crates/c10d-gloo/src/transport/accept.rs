@@ -1,6 +1,7 @@
 //! The accepting side: one thread per group accepts its higher peers' connections whenever they
-//! come, checks each (TLS, the job's secret, the hello) and hands the good ones to the engine
-//! through a [`Mailbox`], waking it. It runs independently of the engine, so a rank that dials
+//! come, checks each on a short-lived thread of its own (TLS, the job's secret, the hello: a
+//! silent connection holds up nobody else) and hands the good ones to the engine through a
+//! [`Mailbox`], waking it. It runs independently of the engine, so a rank that dials
 //! us is answered even while our engine is busy, idle or itself dialling.
 
 use super::hello::{hello_problem, read_hello, write_frame, HelloHead, Who};
@@ -88,7 +89,7 @@ pub(crate) struct Acceptor {
     pub tls: Option<TlsConfig>,
     pub mailbox: Arc<Mailbox>,
     /// Wakes the engine (its poll set's waker) after a delivery.
-    pub wake: Box<dyn Fn() + Send>,
+    pub wake: Box<dyn Fn() + Send + Sync>,
 }
 
 impl Acceptor {
@@ -102,17 +103,29 @@ impl Acceptor {
             u.set_nonblocking(true)?;
         }
         let name = format!("c10d-accept-{}", self.me.rank);
+        let me = Arc::new(Admission {
+            acceptor: self,
+            accepted: Mutex::default(),
+        });
         std::thread::Builder::new()
             .name(name)
-            .spawn(move || self.run(&listeners))
+            .spawn(move || me.run(&listeners))
             .map(|_| ())
     }
+}
 
-    fn run(&self, l: &Listeners) {
-        let mut accepted = HashSet::new();
-        while !self.mailbox.stopped() {
+/// The accept thread's state, shared with the threads that check each connection.
+struct Admission {
+    acceptor: Acceptor,
+    /// Ranks whose connection was accepted (or is being answered "OK").
+    accepted: Mutex<HashSet<usize>>,
+}
+
+impl Admission {
+    fn run(self: &Arc<Self>, l: &Listeners) {
+        while !self.acceptor.mailbox.stopped() {
             match accept_one(l) {
-                Ok(Some((s, from))) => self.admit(s, &from, &mut accepted),
+                Ok(Some((s, from))) => self.admit_apart(s, from),
                 Ok(None) => wait_readable(l, SLICE),
                 // (Out of descriptors, say: the listener stays readable; do not spin.)
                 Err(()) => std::thread::sleep(Duration::from_millis(10)),
@@ -120,35 +133,79 @@ impl Acceptor {
         }
     }
 
+    /// Checks the connection on a thread of its own, so that one that stays silent (a port
+    /// scanner, a health check) holds up nobody else for its [`HELLO_TIMEOUT`]; where no
+    /// thread can be had, checks it here.
+    fn admit_apart(self: &Arc<Self>, s: Conn, from: String) {
+        let me = Arc::clone(self);
+        let slot = Arc::new(Mutex::new(Some((s, from))));
+        let theirs = Arc::clone(&slot);
+        let spawned = std::thread::Builder::new()
+            .name(format!("c10d-admit-{}", self.acceptor.me.rank))
+            .spawn(move || {
+                if let Some((s, from)) = take(&theirs) {
+                    me.admit(s, &from);
+                }
+            });
+        if spawned.is_err() {
+            if let Some((s, from)) = take(&slot) {
+                self.admit(s, &from);
+            }
+        }
+    }
+
     /// Checks one connection; a good one goes to the mailbox, a stranger is dropped (logged),
     /// a rank of another group or size fails the group.
-    fn admit(&self, mut s: Conn, from: &str, accepted: &mut HashSet<usize>) {
+    fn admit(&self, mut s: Conn, from: &str) {
+        let a = &self.acceptor;
         if s.set_nonblocking(false).is_err() || s.set_timeouts(Some(HELLO_TIMEOUT)).is_err() {
             return;
         }
-        if !self.encrypt(&mut s, from) || !self.authenticate(&mut s, from) {
+        if !a.encrypt(&mut s, from) || !a.authenticate(&mut s, from) {
             return;
         }
         let (head, name) = match read_hello(&mut s) {
             Ok(h) => h,
-            Err(why) => return self.drop_conn(from, &why),
+            Err(why) => return a.drop_conn(from, &why),
         };
-        if let Some(msg) = hello_problem(&self.me, &|p| accepted.contains(&p), &head, &name) {
+        if let Some(msg) = self.claim(&head, &name) {
             let _ = write_frame(&mut s, msg.as_bytes());
-            return self.refused(from, msg, &head, &name);
+            return a.refused(from, msg, &head, &name);
         }
         let ok = write_frame(&mut s, b"OK")
             .and_then(|()| s.set_timeouts(None))
             .map_err(|e| e.to_string())
-            .and_then(|()| s.tune(self.socket_buffer_bytes).map_err(|e| e.to_string()));
+            .and_then(|()| s.tune(a.socket_buffer_bytes).map_err(|e| e.to_string()));
         if let Err(e) = ok {
-            return self.drop_conn(from, &format!("handshake failed: {e}"));
+            self.lock().remove(&head.rank);
+            return a.drop_conn(from, &format!("handshake failed: {e}"));
         }
-        accepted.insert(head.rank);
-        self.mailbox.deliver(head.rank, s);
-        (self.wake)();
+        a.mailbox.deliver(head.rank, s);
+        (a.wake)();
     }
 
+    /// The hello's problem, or none: then its rank is taken, so that a second connection
+    /// claiming it (checked at the same time on another thread) is refused.
+    fn claim(&self, head: &HelloHead, name: &str) -> Option<String> {
+        let mut taken = self.lock();
+        let problem = hello_problem(&self.acceptor.me, &|p| taken.contains(&p), head, name);
+        if problem.is_none() {
+            taken.insert(head.rank);
+        }
+        problem
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashSet<usize>> {
+        self.accepted.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// What a slot holds, taken once (by the checking thread, or here when none could start).
+fn take<T>(slot: &Mutex<Option<T>>) -> Option<T> {
+    slot.lock().unwrap_or_else(|e| e.into_inner()).take()
+}
+
+impl Acceptor {
     /// Our group and size but a rank that cannot connect to us (ours or lower, out of range,
     /// already here): an impostor or a stray, the real rank may still come. Another group or
     /// size is a misconfigured job: the group fails.
