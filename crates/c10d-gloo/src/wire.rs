@@ -21,6 +21,10 @@
 
 use c10d_core::{DType, OpType};
 
+/// `step` of a [`Kind::Error`] frame whose text the sender received from another rank and
+/// passes on (0: the sender's own failure).
+pub(crate) const PASSED_ON: u32 = 1;
+
 /// Header size in bytes.
 pub(crate) const HDR: usize = 64;
 const MAGIC: u32 = 0xC10D_61F0;
@@ -32,7 +36,8 @@ pub(crate) enum Kind {
     Coll = 1,
     /// Point-to-point send; matched by (source, tag).
     P2p = 2,
-    /// The sender failed the group; the payload is the UTF-8 error text.
+    /// The sender failed the group; the payload is the UTF-8 error text. `step` is
+    /// [`PASSED_ON`] when the text is another rank's, passed on unchanged.
     Error = 3,
     /// The sender shut its group down in an orderly way (no payload); EOF follows.
     Bye = 4,

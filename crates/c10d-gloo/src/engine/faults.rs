@@ -1,7 +1,8 @@
 //! Faults: a peer that left (bye) or was lost (EOF, reset, failed write), recorded where it is
 //! noticed and handled after the step that noticed it (`handle_faults`, with the sweep that reads
 //! what the other peers already sent so that the error names every broken connection, or an
-//! error frame explains more), failing the group (every pending and later op gets the error;
+//! error frame explains more; a text a peer passed on from a third rank waits for that sweep,
+//! since it may be about our own connection), failing the group (every pending and later op gets the error;
 //! the peers are told), and detaching the buffers of ops that failed or timed out. The error
 //! texts of failed ops are `fault_texts.rs`.
 
@@ -11,7 +12,7 @@ use super::fault_texts::{blaming, op_failed, p2p_failed};
 use super::lock::lock;
 use super::submit::CollOp;
 use super::Engine;
-use crate::wire::Kind;
+use crate::wire::{Header, Kind, PASSED_ON};
 use c10d_core::DistError;
 use mio::unix::SourceFd;
 use std::time::Instant;
@@ -29,6 +30,8 @@ pub(super) struct Faults {
     lost: Vec<(usize, String)>,
     /// Peers that left while still needed.
     needed: Vec<usize>,
+    /// The first error text a peer passed on from another rank (peer, text).
+    passed_on: Option<(usize, Vec<u8>)>,
 }
 
 impl Faults {
@@ -40,12 +43,16 @@ impl Faults {
             broken: Vec::new(),
             lost: Vec::new(),
             needed: Vec::new(),
+            passed_on: None,
         }
     }
 
     /// Whether faults wait to be handled.
     pub(super) fn recorded(&self) -> bool {
-        !self.broken.is_empty() || !self.lost.is_empty() || !self.needed.is_empty()
+        !self.broken.is_empty()
+            || !self.lost.is_empty()
+            || !self.needed.is_empty()
+            || self.passed_on.is_some()
     }
 
     /// Whether the connection to `p` was recorded as lost (not handled yet).
@@ -58,6 +65,7 @@ impl Faults {
         self.broken.clear();
         self.lost.clear();
         self.needed.clear();
+        self.passed_on = None;
     }
 }
 
@@ -166,7 +174,10 @@ impl Engine {
     ///    (the dead one included, whichever we noticed first), and an error frame read meanwhile
     ///    fails the group with its text, which explains more.
     /// 3. Unless something failed the group meanwhile, it fails with the lost connections, else
-    ///    with the first peer that left while needed.
+    ///    with the first peer that left while needed, else with an error text a peer passed on
+    ///    (it may be about our own connection, whose loss the sweep read: our own view of it,
+    ///    naming the other end, is the better error; an error frame of the rank that failed
+    ///    first still wins, as in 2).
     pub(super) fn handle_faults(&mut self) {
         while self.faults.recorded() {
             for (p, why) in std::mem::take(&mut self.faults.broken) {
@@ -175,13 +186,40 @@ impl Engine {
                 }
                 self.peer_lost(p, why);
             }
-            if self.faults.lost.is_empty() && self.faults.needed.is_empty() {
+            let passed_on = self.faults.passed_on.is_some();
+            if self.faults.lost.is_empty() && self.faults.needed.is_empty() && !passed_on {
                 continue;
             }
             self.sweep();
             self.fail_lost();
             self.fail_needed();
+            if let Some((p, text)) = self.faults.passed_on.take() {
+                self.fail_reported(p, &text);
+            }
         }
+    }
+
+    /// `p` passed on another rank's error text: recorded (the first), handled after the step.
+    pub(super) fn passed_on_to_us(&mut self, p: usize, text: Vec<u8>) {
+        if self.faults.failed.is_none() && self.faults.passed_on.is_none() {
+            self.faults.passed_on = Some((p, text));
+        }
+    }
+
+    /// Fails the group with the error text `p` sent (unless it failed already), and passes the
+    /// text on unchanged to the peers we talk to: with connections on demand, most ranks have
+    /// no connection to the one that failed first.
+    pub(super) fn fail_reported(&mut self, p: usize, text: &[u8]) {
+        if self.faults.failed.is_some() {
+            return;
+        }
+        let e = DistError::backend(format!(
+            "{} reported: {}",
+            self.id.peer_name(p),
+            String::from_utf8_lossy(text)
+        ));
+        self.fail_group(e, false);
+        self.pass_on(p, text);
     }
 
     /// Reads what every open peer already sent, budget and pauses aside (error frames fail the
@@ -283,15 +321,23 @@ impl Engine {
     /// Sends the failure `err` to every open peer as an error frame and, before any waiter hears
     /// of the failure (its process may exit right away), gives the frames a moment to leave.
     fn tell_peers(&mut self, err: &DistError) {
-        self.pass_on(usize::MAX, err.message().as_bytes());
+        self.send_error(usize::MAX, err.message().as_bytes(), 0);
     }
 
-    /// Sends the error text `text` to every connected peer but `from` (who sent it to us), and
-    /// gives the frames a moment to go out.
-    pub(super) fn pass_on(&mut self, from: usize, text: &[u8]) {
+    /// Passes the error text `text` from `from` on to every other connected peer.
+    fn pass_on(&mut self, from: usize, text: &[u8]) {
+        self.send_error(from, text, PASSED_ON);
+    }
+
+    /// Sends the error text `text` (`step`: 0 or [`PASSED_ON`]) to every connected peer but
+    /// `skip`, and gives the frames a moment to go out.
+    fn send_error(&mut self, skip: usize, text: &[u8], step: u32) {
         for p in 0..self.net.peers.len() {
-            if p != from && self.net.peers[p].as_ref().is_some_and(|x| x.open) {
-                let h = control_header(Kind::Error, text.len());
+            if p != skip && self.net.peers[p].as_ref().is_some_and(|x| x.open) {
+                let h = Header {
+                    step,
+                    ..control_header(Kind::Error, text.len())
+                };
                 self.push_tx(p, h, TxData::Owned(text.to_vec()), Owner::Nobody);
             }
         }

@@ -9,7 +9,7 @@ use super::dest::Dest;
 use super::op_info::OpInfo;
 use super::submit::CollOp;
 use super::Engine;
-use crate::wire::{Header, Kind};
+use crate::wire::{Header, Kind, PASSED_ON};
 use c10d_core::{DType, DistError};
 use std::collections::{HashSet, VecDeque};
 
@@ -383,20 +383,11 @@ impl Engine {
             }
             // A receive may have been posted while this frame was arriving.
             Dest::Unexpected(data) => self.p2p_arrived(p, h, data),
-            Dest::ErrorText(t) => {
-                let e = DistError::backend(format!(
-                    "{} reported: {}",
-                    self.id.peer_name(p),
-                    String::from_utf8_lossy(&t)
-                ));
-                // Passed on unchanged to the peers we talk to: with connections on demand,
-                // most ranks have no connection to the one that failed first.
-                let first = self.faults.failed.is_none();
-                self.fail_group(e, false);
-                if first {
-                    self.pass_on(p, &t);
-                }
-            }
+            // A text passed on by `p` may be about our own connection to a third rank (its
+            // other end failed first): handled after the step, once what the other peers sent
+            // is read, so that our own lost connection is the error if there is one.
+            Dest::ErrorText(t) if h.step == PASSED_ON => self.passed_on_to_us(p, t),
+            Dest::ErrorText(t) => self.fail_reported(p, &t),
             Dest::Discard => {}
         }
     }
