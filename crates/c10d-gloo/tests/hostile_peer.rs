@@ -253,6 +253,21 @@ fn rank0_accepting() -> (
     (rank0, join1, addr)
 }
 
+/// Joins rank 0 (accepting) and `rank1`, all-reduces `len` floats (rank r gives r + 1) and
+/// returns what rank 0 got: 3.0 each when the group works.
+fn reduce_on(
+    rank0: std::thread::JoinHandle<Arc<ProcessGroupGloo>>,
+    rank1: Arc<ProcessGroupGloo>,
+    len: usize,
+) -> Vec<f32> {
+    let pgs = vec![rank0.join().unwrap(), rank1];
+    let ts: Vec<Tensor> = (0..2)
+        .map(|r| Tensor::from_vec(vec![(r + 1) as f32; len]))
+        .collect();
+    all_reduce_each(&pgs, &ts);
+    f32s(&ts[0])
+}
+
 #[test]
 fn random_hellos_are_dropped_and_the_members_connect() {
     // 100 connections to rank 0 that send random bytes (random lengths, some starting with the
@@ -272,13 +287,7 @@ fn random_hellos_are_dropped_and_the_members_connect() {
         let _ = s.write_all(&b);
         let _ = s.shutdown(std::net::Shutdown::Write);
     }
-    let rank1 = join1();
-    let pgs = vec![rank0.join().unwrap(), rank1];
-    let ts: Vec<Tensor> = (0..2)
-        .map(|r| Tensor::from_vec(vec![(r + 1) as f32; 5]))
-        .collect();
-    all_reduce_each(&pgs, &ts);
-    assert_eq!(f32s(&ts[1]), vec![3.0; 5]);
+    assert_eq!(reduce_on(rank0, join1(), 5), vec![3.0; 5]);
 }
 
 #[test]
@@ -298,13 +307,7 @@ fn a_connection_claiming_a_taken_rank_is_refused_and_the_members_connect() {
         text.contains("unexpected connection claiming rank 0"),
         "the impostor was told {text:?}"
     );
-    let rank1 = join1();
-    let pgs = vec![rank0.join().unwrap(), rank1];
-    let ts: Vec<Tensor> = (0..2)
-        .map(|r| Tensor::from_vec(vec![(r + 1) as f32; 3]))
-        .collect();
-    all_reduce_each(&pgs, &ts);
-    assert_eq!(f32s(&ts[0]), vec![3.0; 3]);
+    assert_eq!(reduce_on(rank0, join1(), 3), vec![3.0; 3]);
 }
 
 #[test]
@@ -317,14 +320,9 @@ fn silent_connections_hold_up_no_member() {
     let silent: Vec<TcpStream> = (0..3).map(|_| TcpStream::connect(&addr).unwrap()).collect();
     std::thread::sleep(Duration::from_millis(100));
     let t = Instant::now();
-    let rank1 = join1();
-    let pgs = vec![rank0.join().unwrap(), rank1];
-    let ts: Vec<Tensor> = (0..2)
-        .map(|r| Tensor::from_vec(vec![(r + 1) as f32; 4]))
-        .collect();
-    all_reduce_each(&pgs, &ts);
+    let got = reduce_on(rank0, join1(), 4);
     let took = t.elapsed();
-    assert_eq!(f32s(&ts[0]), vec![3.0; 4]);
+    assert_eq!(got, vec![3.0; 4]);
     assert!(
         took < Duration::from_secs(8),
         "rank 1 joined and reduced after {took:?}: a silent connection held it up"

@@ -267,34 +267,3 @@ fn abort_during_lazy_connect_returns_promptly() {
     let e = w.wait_timeout(Duration::from_secs(30)).unwrap_err();
     assert!(e.to_string().contains("abort"), "{e}");
 }
-
-#[test]
-fn a_silent_stray_connection_does_not_stall_group_creation() {
-    let store: Arc<dyn Store> = Arc::new(HashStore::new());
-    let o = GlooOptions {
-        timeout: Duration::from_secs(90),
-        local_unix_sockets: false,
-        ..Default::default()
-    };
-    let t0 = std::time::Instant::now();
-    let (s0, o0) = (store.clone(), o.clone());
-    let h0 = std::thread::spawn(move || ProcessGroupGloo::new(s0, 0, 2, o0));
-    store
-        .wait_timeout(&["gloo/addr/0"], Duration::from_secs(30))
-        .unwrap();
-    let addr = String::from_utf8(store.get("gloo/addr/0").unwrap()).unwrap();
-    let stray = TcpStream::connect(addr).unwrap();
-    std::thread::sleep(Duration::from_millis(200));
-    let (s1, o1) = (store.clone(), o.clone());
-    let h1 = std::thread::spawn(move || ProcessGroupGloo::new(s1, 1, 2, o1));
-    let pg0 = h0
-        .join()
-        .unwrap()
-        .expect("rank 0 despite the stray connection");
-    let pg1 = h1.join().unwrap().expect("rank 1");
-    assert!(t0.elapsed() < Duration::from_secs(60), "{:?}", t0.elapsed());
-    drop(stray);
-    run_on(vec![pg0, pg1], |_, pg| {
-        pg.barrier(&Default::default()).unwrap().wait().unwrap();
-    });
-}
