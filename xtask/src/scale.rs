@@ -118,13 +118,13 @@ pub fn bench_scale(args: &[String]) -> Res {
         "# {} hosts (network namespaces on one bridge); every element of every result checked",
         a.hosts
     );
+    let on = Cluster {
+        lan: &lan,
+        bins: &bins,
+        hosts: a.hosts,
+    };
+    let iters = [("C10D_SCALE_ITERS", a.iters.to_string())];
     for &n in &a.ranks {
-        let on = Cluster {
-            lan: &lan,
-            bins: &bins,
-            hosts: a.hosts,
-        };
-        let iters = [("C10D_SCALE_ITERS", a.iters.to_string())];
         let prog = [bins.scale.to_string_lossy().to_string()];
         report("c10d-rs", n, &on.job(n, &prog, &iters, None)?);
         let bench = [
@@ -156,12 +156,6 @@ pub fn bench_scale(args: &[String]) -> Res {
             py.to_string_lossy().to_string(),
             script.to_string_lossy().to_string(),
         ];
-        let on = Cluster {
-            lan: &lan,
-            bins: &bins,
-            hosts: a.hosts,
-        };
-        let iters = [("C10D_SCALE_ITERS", a.iters.to_string())];
         report(
             "PyTorch Gloo",
             n,
@@ -235,7 +229,6 @@ impl Cluster<'_> {
         env: &[(&str, String)],
         watch: Option<&str>,
     ) -> Result<JobOut, String> {
-        let (lan, bins, hosts) = (self.lan, self.bins, self.hosts);
         let t0 = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_err(|e| e.to_string())?;
@@ -245,46 +238,8 @@ impl Cluster<'_> {
         let _ = std::fs::remove_dir_all(&logs);
         std::fs::create_dir_all(&logs).map_err(|e| format!("{}: {e}", logs.display()))?;
         let mut children: Vec<Child> = Vec::new();
-        for h in 0..hosts {
-            let console = std::fs::File::create(logs.join(format!("node{h}.txt")))
-                .map_err(|e| e.to_string())?;
-            let mut cmd = Command::new("ip");
-            cmd.args(["netns", "exec", &lan.names[h]])
-                .arg(&bins.c10drun)
-                .args([
-                    "--nnodes",
-                    &hosts.to_string(),
-                    "--node-rank",
-                    &h.to_string(),
-                ])
-                .args(["--nproc-per-node", &(n / hosts).to_string()])
-                .args(["--master-addr", &lan.addr(0), "--master-port", PORT])
-                .args([
-                    "--rdzv-timeout",
-                    "300",
-                    "--local-ranks-filter",
-                    "0",
-                    "--tee",
-                    "3",
-                ])
-                // 512 ranks on 2 cores starve the agents now and then: a store operation of
-                // an agent may take longer than the default 10 s there.
-                .args(["--rdzv-conf", "read_timeout=60"])
-                .arg("--log-dir")
-                .arg(logs.join(format!("node{h}")))
-                .arg("--no-python")
-                .args(prog)
-                .env("C10D_SCALE_T0_NS", t0.as_nanos().to_string())
-                .env("C10D_SCALE_HOSTS", hosts.to_string())
-                .env("GLOO_SOCKET_IFNAME", format!("e{h}"))
-                .envs(env.iter().map(|(k, v)| (k, v)))
-                .stdin(Stdio::null())
-                .stdout(console.try_clone().map_err(|e| e.to_string())?)
-                .stderr(console);
-            children.push(
-                cmd.spawn()
-                    .map_err(|e| format!("cannot start c10drun: {e}"))?,
-            );
+        for h in 0..self.hosts {
+            children.push(self.node(h, n, prog, env, &logs, t0)?);
         }
         let stop = Arc::new(AtomicBool::new(false));
         let peaks = Arc::new(Mutex::new((0usize, 0f64)));
@@ -315,6 +270,57 @@ impl Cluster<'_> {
             sockets,
             rss_mib,
         })
+    }
+
+    /// Starts host `h`'s `c10drun` of `prog` (`n / hosts` ranks), its console in
+    /// `logs/node<h>.txt` and its workers' logs under `logs/node<h>/`; `t0`: the launch time.
+    fn node(
+        &self,
+        h: usize,
+        n: usize,
+        prog: &[String],
+        env: &[(&str, String)],
+        logs: &Path,
+        t0: Duration,
+    ) -> Result<Child, String> {
+        let (lan, hosts) = (self.lan, self.hosts);
+        let console =
+            std::fs::File::create(logs.join(format!("node{h}.txt"))).map_err(|e| e.to_string())?;
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &lan.names[h]])
+            .arg(&self.bins.c10drun)
+            .args([
+                "--nnodes",
+                &hosts.to_string(),
+                "--node-rank",
+                &h.to_string(),
+            ])
+            .args(["--nproc-per-node", &(n / hosts).to_string()])
+            .args(["--master-addr", &lan.addr(0), "--master-port", PORT])
+            .args([
+                "--rdzv-timeout",
+                "300",
+                "--local-ranks-filter",
+                "0",
+                "--tee",
+                "3",
+            ])
+            // 512 ranks on 2 cores starve the agents now and then: a store operation of an
+            // agent may take longer than the default 10 s there.
+            .args(["--rdzv-conf", "read_timeout=60"])
+            .arg("--log-dir")
+            .arg(logs.join(format!("node{h}")))
+            .arg("--no-python")
+            .args(prog)
+            .env("C10D_SCALE_T0_NS", t0.as_nanos().to_string())
+            .env("C10D_SCALE_HOSTS", hosts.to_string())
+            .env("GLOO_SOCKET_IFNAME", format!("e{h}"))
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(console.try_clone().map_err(|e| e.to_string())?)
+            .stderr(console);
+        cmd.spawn()
+            .map_err(|e| format!("cannot start c10drun: {e}"))
     }
 }
 

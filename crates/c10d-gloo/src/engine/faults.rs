@@ -2,9 +2,9 @@
 //! noticed and handled after the step that noticed it (`handle_faults`, with the sweep that reads
 //! what the other peers already sent so that the error names every broken connection, or an
 //! error frame explains more; a text a peer passed on from a third rank waits for that sweep,
-//! since it may be about our own connection), failing the group (every pending and later op gets the error;
-//! the peers are told), and detaching the buffers of ops that failed or timed out. The error
-//! texts of failed ops are `fault_texts.rs`.
+//! since it may be about our own connection), failing the group (every pending and later op
+//! gets the error; the peers are told), and detaching the buffers of ops that failed or timed
+//! out. The error texts of failed ops are `fault_texts.rs`.
 
 use super::conn::{control_header, Owner, Rx, TxData, LINGER};
 use super::dest::Dest;

@@ -137,13 +137,6 @@ impl Segment {
         if fd < 0 {
             return Err(std::io::Error::last_os_error());
         }
-        if !create {
-            if let Err(e) = check_size(fd, len) {
-                // SAFETY: closing our own descriptor.
-                unsafe { libc::close(fd) };
-                return Err(e);
-            }
-        }
         if create {
             if let Err(e) = reserve(fd, len) {
                 // SAFETY: closing our own descriptor and removing the name we just created.
@@ -153,6 +146,10 @@ impl Segment {
                 }
                 return Err(e);
             }
+        } else if let Err(e) = check_size(fd, len) {
+            // SAFETY: closing our own descriptor.
+            unsafe { libc::close(fd) };
+            return Err(e);
         }
         // SAFETY: a shared read-write mapping of `len` bytes of the object; checked below.
         let p = unsafe {

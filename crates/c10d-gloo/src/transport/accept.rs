@@ -177,7 +177,7 @@ impl Admission {
             .map_err(|e| e.to_string())
             .and_then(|()| s.tune(a.socket_buffer_bytes).map_err(|e| e.to_string()));
         if let Err(e) = ok {
-            self.lock().remove(&head.rank);
+            self.taken().remove(&head.rank);
             return a.drop_conn(from, &format!("handshake failed: {e}"));
         }
         a.mailbox.deliver(head.rank, s);
@@ -187,7 +187,7 @@ impl Admission {
     /// The hello's problem, or none: then its rank is taken, so that a second connection
     /// claiming it (checked at the same time on another thread) is refused.
     fn claim(&self, head: &HelloHead, name: &str) -> Option<String> {
-        let mut taken = self.lock();
+        let mut taken = self.taken();
         let problem = hello_problem(&self.acceptor.me, &|p| taken.contains(&p), head, name);
         if problem.is_none() {
             taken.insert(head.rank);
@@ -195,7 +195,8 @@ impl Admission {
         problem
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashSet<usize>> {
+    /// The ranks taken so far, locked.
+    fn taken(&self) -> std::sync::MutexGuard<'_, HashSet<usize>> {
         self.accepted.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
