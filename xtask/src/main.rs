@@ -725,6 +725,9 @@ fn list_gpu_cases(bundle: Option<&Path>) -> Res {
 
 /// `c10d-bench --backend nccl` on 2 ranks, every op, 1 KiB … 1 MiB with its result check
 /// (2 ranks share a GPU through distinct `NCCL_HOSTID`s when there is only one): (passed, failed).
+/// Its watchdog timeout (30 s) is tens of times what a run takes, and short enough that a
+/// timed loop queuing far more ops than it measured (as a warm-up timed on the host once did)
+/// fails here rather than now and then.
 fn bench_every_op(bench: &Path) -> (usize, usize) {
     bench_every_op_with(bench, &[])
 }
@@ -748,7 +751,7 @@ pub(crate) fn bench_every_op_with(bench: &Path, envs: &[(String, String)]) -> (u
                 "-f",
                 "32",
                 "--timeout",
-                "120",
+                "30",
             ])
             .output();
         match out {

@@ -16,7 +16,8 @@
 //!   the *input* of reduce_scatter and all_to_all.
 //! - Warm-up until steady: after the `-w` warm-up iterations, blocks of iterations run (each
 //!   long enough to take 2 ms, doubling from 8) for at least 100 ms and until the median time
-//!   per iteration of two consecutive blocks agrees within 5 % on every rank, or
+//!   per iteration of two consecutive blocks agrees within 5 % on every rank (on a GPU, where
+//!   ops only queue, a block's time up to its stream synchronize over its iterations), or
 //!   `--warmup_max_ms` passed (then a `#` line under the row says so). Runs with `-n` below 20
 //!   check results rather than time them and only run the `-w` iterations. The first
 //!   hundreds of ops of a fresh job can be 50–150× slower than later ones (the scheduler had
@@ -914,8 +915,7 @@ fn warm_up(args: &Args, case: &Case) -> Result<(bool, Option<f64>)> {
         }
         sync_device(args)?;
         let secs = t0.elapsed().as_secs_f64();
-        times.sort_by(f64::total_cmp);
-        let median = times[times.len() / 2];
+        let median = per_iteration(args, &mut times, secs);
         let change = last.map_or(f64::INFINITY, |l: f64| (median - l).abs() / l.max(1e-12));
         let elapsed = start.elapsed().as_secs_f64();
         let t = Tensor::from_vec(vec![change, secs, elapsed, median]);
@@ -932,6 +932,19 @@ fn warm_up(args: &Args, case: &Case) -> Result<(bool, Option<f64>)> {
             block = (block * 2).min(1 << 20);
         }
     }
+}
+
+/// A warm-up block's time per iteration, in seconds: the median of `times` on the host; on a
+/// device, where an op only queues (its host time says nothing of how long it runs), the
+/// block's time up to the stream synchronize (`block_secs`) over its iterations. A host time
+/// there let the timed loop queue thousands of ops whose last ones then waited past the
+/// watchdog's timeout behind the others.
+fn per_iteration(args: &Args, times: &mut [f64], block_secs: f64) -> f64 {
+    if bench_device(args).is_some() {
+        return block_secs / times.len().max(1) as f64;
+    }
+    times.sort_by(f64::total_cmp);
+    times[times.len() / 2]
 }
 
 /// One checked run of `case` (this rank corrupting its result first when `corrupt`): the
