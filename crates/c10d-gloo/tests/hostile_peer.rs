@@ -3,10 +3,12 @@
 //! naming rank 1 and the problem, promptly, never a hang, a crash or a write past the buffer
 //! (the frame's length is checked against the receive before a byte is copied: the class of
 //! Gloo's 2026 out-of-bounds write cannot happen); another group of the same process is
-//! unaffected.
+//! unaffected. The same raw rank 1 checks what rank 0 sends it: a cause passed on from another
+//! rank is told again at shutdown as passed on; strangers connecting to rank 0 (random bytes,
+//! a taken rank, silence) hold up no member.
 
 mod common;
-use c10d_core::{AllreduceOptions, Collectives, Tensor};
+use c10d_core::{AllreduceOptions, Backend, Collectives, Tensor};
 use c10d_gloo::{GlooOptions, ProcessGroupGloo};
 use c10d_store::{HashStore, Store};
 use common::*;
@@ -328,4 +330,48 @@ fn silent_connections_hold_up_no_member() {
         "rank 1 joined and reduced after {took:?}: a silent connection held it up"
     );
     drop(silent);
+}
+
+/// Reads frames from `s` up to a bye frame (or the end of the stream): every error frame's
+/// step and text.
+fn error_frames_until_bye(s: &mut TcpStream) -> Vec<(u32, String)> {
+    let mut errors = Vec::new();
+    let mut hdr = [0u8; HDR];
+    while s.read_exact(&mut hdr).is_ok() {
+        let n = u64::from_le_bytes(hdr[40..48].try_into().unwrap()) as usize;
+        let mut payload = vec![0u8; n];
+        s.read_exact(&mut payload).unwrap();
+        match hdr[4] {
+            3 => errors.push((
+                u32::from_le_bytes(hdr[8..12].try_into().unwrap()),
+                String::from_utf8_lossy(&payload).into_owned(),
+            )),
+            4 => break,
+            _ => {}
+        }
+    }
+    errors
+}
+
+#[test]
+fn a_passed_on_cause_is_told_again_at_shutdown_as_passed_on() {
+    // Rank 1 passes on a third rank's error text (step 1: not its own failure). Rank 0 fails
+    // with it, naming rank 1 as the one that reported it; when rank 0 then shuts down it tells
+    // rank 1 the cause again, still as passed on and unchanged: a peer whose own connection
+    // broke meanwhile must name its own other end, not fail at once with a text wrapped as
+    // rank 0's.
+    let (pg, _t, w, mut hdr, mut s) = all_reduce_towards_raw_rank1();
+    let text = "ProcessGroupGloo (group 0, rank 2): connection to rank 3 lost";
+    hdr[4] = 3; // error text
+    hdr[8..12].copy_from_slice(&1u32.to_le_bytes()); // passed on
+    hdr[40..48].copy_from_slice(&(text.len() as u64).to_le_bytes());
+    s.write_all(&hdr).unwrap();
+    s.write_all(text.as_bytes()).unwrap();
+    let e = w
+        .wait()
+        .expect_err("a passed-on error fails the op")
+        .to_string();
+    assert!(e.contains(&format!("rank 1 reported: {text}")), "{e}");
+    pg.shutdown();
+    assert_eq!(error_frames_until_bye(&mut s), vec![(1, text.to_string())]);
 }

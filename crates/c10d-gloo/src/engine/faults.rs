@@ -32,6 +32,9 @@ pub(super) struct Faults {
     needed: Vec<usize>,
     /// The first error text a peer passed on from another rank (peer, text).
     passed_on: Option<(usize, Vec<u8>)>,
+    /// The error frame that tells a peer of the failure: (text, step); step [`PASSED_ON`] when
+    /// the failure is another rank's text, passed on.
+    pub(super) told: Option<(Vec<u8>, u32)>,
 }
 
 impl Faults {
@@ -44,6 +47,7 @@ impl Faults {
             lost: Vec::new(),
             needed: Vec::new(),
             passed_on: None,
+            told: None,
         }
     }
 
@@ -219,6 +223,7 @@ impl Engine {
             String::from_utf8_lossy(text)
         ));
         self.fail_group(e, false);
+        self.faults.told = Some((text.to_vec(), PASSED_ON));
         self.pass_on(p, text);
     }
 
@@ -288,6 +293,7 @@ impl Engine {
         }
         log::warn!("{}: group failed: {err}", self.ctx());
         self.faults.failed = Some(err.clone());
+        self.faults.told = Some((err.message().as_bytes().to_vec(), 0));
         *lock(&self.shared.failed) = Some(err.clone());
         self.detach_everything();
         if tell_peers {
@@ -334,14 +340,19 @@ impl Engine {
     fn send_error(&mut self, skip: usize, text: &[u8], step: u32) {
         for p in 0..self.net.peers.len() {
             if p != skip && self.net.peers[p].as_ref().is_some_and(|x| x.open) {
-                let h = Header {
-                    step,
-                    ..control_header(Kind::Error, text.len())
-                };
-                self.push_tx(p, h, TxData::Owned(text.to_vec()), Owner::Nobody);
+                self.push_error(p, text, step);
             }
         }
         self.linger(Instant::now() + LINGER);
+    }
+
+    /// Queues an error frame with `text` (`step`: 0 or [`PASSED_ON`]) to peer `p`.
+    pub(super) fn push_error(&mut self, p: usize, text: &[u8], step: u32) {
+        let h = Header {
+            step,
+            ..control_header(Kind::Error, text.len())
+        };
+        self.push_tx(p, h, TxData::Owned(text.to_vec()), Owner::Nobody);
     }
 
     /// Detaches posted buffers of the given ids: queued sends are dropped (or finished from a

@@ -108,8 +108,9 @@ pub(super) struct Stop {
     pub(super) requested: bool,
     /// An orderly shutdown: peers are told with a bye frame.
     pub(super) graceful: bool,
-    /// Why the group had failed when it was asked to stop (told to peers at shutdown).
-    pub(super) failed_before: Option<DistError>,
+    /// The error frame (text, step) of the failure the group had when it was asked to stop,
+    /// told to peers again at shutdown.
+    pub(super) failed_before: Option<(Vec<u8>, u32)>,
 }
 
 /// The worker thread: drives the engine while there is work, sleeps on the queue's condvar
@@ -215,16 +216,13 @@ impl Engine {
             // Tell every peer we leave on purpose, and give the frames up to 1 s to go out.
             // A failed group says why first: a peer that still needs us then fails with the
             // cause (which may not have reached it yet), not only with "rank r has shut down".
-            let why = self
-                .stop
-                .failed_before
-                .as_ref()
-                .map(|e| e.message().as_bytes().to_vec());
+            // A cause passed on from another rank goes as passed on, so that a peer whose own
+            // connection broke still names its own other end.
+            let why = self.stop.failed_before.take();
             for p in 0..self.net.peers.len() {
                 if self.net.peers[p].as_ref().is_some_and(|x| x.open) {
-                    if let Some(text) = &why {
-                        let h = control_header(Kind::Error, text.len());
-                        self.push_tx(p, h, TxData::Owned(text.clone()), Owner::Nobody);
+                    if let Some((text, step)) = &why {
+                        self.push_error(p, text, *step);
                     }
                     let h = control_header(Kind::Bye, 0);
                     self.push_tx(p, h, TxData::Owned(Vec::new()), Owner::Nobody);
@@ -272,7 +270,7 @@ impl Engine {
         if let Some(e) = stop {
             self.stop.graceful = lock(&self.shared.queue).graceful;
             self.stop.requested = true;
-            self.stop.failed_before = self.faults.failed.clone();
+            self.stop.failed_before = self.faults.told.clone();
             self.fail_group(e.clone(), false);
             // When the group had failed before, `fail_group` did nothing; collectives queued
             // since (taken in this same drain) will never run, so they fail here.
