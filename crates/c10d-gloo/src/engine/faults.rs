@@ -32,9 +32,9 @@ pub(super) struct Faults {
     needed: Vec<usize>,
     /// The first error text a peer passed on from another rank (peer, text).
     passed_on: Option<(usize, Vec<u8>)>,
-    /// The error frame that tells a peer of the failure: (text, step); step [`PASSED_ON`] when
-    /// the failure is another rank's text, passed on.
-    pub(super) told: Option<(Vec<u8>, u32)>,
+    /// The failure's text when it is another rank's, passed on to us (`failed` wraps it as
+    /// "rank p reported: …").
+    relayed: Option<Vec<u8>>,
 }
 
 impl Faults {
@@ -47,7 +47,7 @@ impl Faults {
             lost: Vec::new(),
             needed: Vec::new(),
             passed_on: None,
-            told: None,
+            relayed: None,
         }
     }
 
@@ -57,6 +57,16 @@ impl Faults {
             || !self.lost.is_empty()
             || !self.needed.is_empty()
             || self.passed_on.is_some()
+    }
+
+    /// The error frame that tells a peer of the failure, if any: (text, step), step
+    /// [`PASSED_ON`] for another rank's text, else 0 with our own error's text.
+    pub(super) fn told(&self) -> Option<(Vec<u8>, u32)> {
+        match (&self.relayed, &self.failed) {
+            (Some(text), _) => Some((text.clone(), PASSED_ON)),
+            (None, Some(e)) => Some((e.message().as_bytes().to_vec(), 0)),
+            (None, None) => None,
+        }
     }
 
     /// Whether the connection to `p` was recorded as lost (not handled yet).
@@ -223,7 +233,7 @@ impl Engine {
             String::from_utf8_lossy(text)
         ));
         self.fail_group(e, false);
-        self.faults.told = Some((text.to_vec(), PASSED_ON));
+        self.faults.relayed = Some(text.to_vec());
         self.pass_on(p, text);
     }
 
@@ -293,7 +303,6 @@ impl Engine {
         }
         log::warn!("{}: group failed: {err}", self.ctx());
         self.faults.failed = Some(err.clone());
-        self.faults.told = Some((err.message().as_bytes().to_vec(), 0));
         *lock(&self.shared.failed) = Some(err.clone());
         self.detach_everything();
         if tell_peers {

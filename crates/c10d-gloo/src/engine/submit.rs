@@ -270,7 +270,7 @@ impl Engine {
         if let Some(e) = stop {
             self.stop.graceful = lock(&self.shared.queue).graceful;
             self.stop.requested = true;
-            self.stop.failed_before = self.faults.told.clone();
+            self.stop.failed_before = self.faults.told();
             self.fail_group(e.clone(), false);
             // When the group had failed before, `fail_group` did nothing; collectives queued
             // since (taken in this same drain) will never run, so they fail here.

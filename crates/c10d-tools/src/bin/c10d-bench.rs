@@ -905,6 +905,7 @@ fn warm_up(args: &Args, case: &Case) -> Result<(bool, Option<f64>)> {
     let limit = args.warmup_max_ms as f64 / 1e3;
     let start = Instant::now();
     let (mut block, mut last) = (8usize, None::<f64>);
+    let on_device = bench_device(args).is_some();
     loop {
         let mut times = Vec::with_capacity(block);
         let t0 = Instant::now();
@@ -915,7 +916,7 @@ fn warm_up(args: &Args, case: &Case) -> Result<(bool, Option<f64>)> {
         }
         sync_device(args)?;
         let secs = t0.elapsed().as_secs_f64();
-        let median = per_iteration(args, &mut times, secs);
+        let median = per_iteration(on_device, &mut times, secs);
         let change = last.map_or(f64::INFINITY, |l: f64| (median - l).abs() / l.max(1e-12));
         let elapsed = start.elapsed().as_secs_f64();
         let t = Tensor::from_vec(vec![change, secs, elapsed, median]);
@@ -935,12 +936,12 @@ fn warm_up(args: &Args, case: &Case) -> Result<(bool, Option<f64>)> {
 }
 
 /// A warm-up block's time per iteration, in seconds: the median of `times` on the host; on a
-/// device, where an op only queues (its host time says nothing of how long it runs), the
+/// device (`on_device`), where an op only queues (its host time says nothing of how long it runs), the
 /// block's time up to the stream synchronize (`block_secs`) over its iterations. A host time
 /// there let the timed loop queue thousands of ops whose last ones then waited past the
 /// watchdog's timeout behind the others.
-fn per_iteration(args: &Args, times: &mut [f64], block_secs: f64) -> f64 {
-    if bench_device(args).is_some() {
+fn per_iteration(on_device: bool, times: &mut [f64], block_secs: f64) -> f64 {
+    if on_device {
         return block_secs / times.len().max(1) as f64;
     }
     times.sort_by(f64::total_cmp);
